@@ -1,0 +1,65 @@
+// IEEE half and bfloat16 conversions with round-to-nearest-even, bit-identical to F16C / ggml.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace moe {
+
+inline float fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {  // subnormal: normalise
+            int e = -1;
+            do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+            bits = sign | ((112 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+inline uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+    if (absx < 0x38800000u) {  // result is subnormal or zero
+        int shift = 113 - static_cast<int>(absx >> 23);
+        if (shift > 24) return static_cast<uint16_t>(sign);
+        uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
+        uint32_t half = mant >> (shift + 13);
+        uint32_t rem = mant & ((1u << (shift + 13)) - 1);
+        uint32_t mid = 1u << (shift + 12);
+        if (rem > mid || (rem == mid && (half & 1))) ++half;
+        return static_cast<uint16_t>(sign | half);
+    }
+    uint32_t half = ((absx >> 13) - (112u << 10));
+    uint32_t rem = absx & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+}
+
+inline float bf16_to_fp32(uint16_t h) {
+    uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+inline uint16_t fp32_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 64);  // quiet NaN
+    return static_cast<uint16_t>((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
+}
+
+}  // namespace moe

@@ -1,0 +1,198 @@
+// AVX-512 (F, BW, VL, VNNI) dot products: 512-bit float FMAs and VPDPBUSD for the integer blocks.
+#include <immintrin.h>
+
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/fp16.h"
+#include "engine/kernels/kernels_internal.h"
+
+namespace moe::kernels {
+namespace {
+
+float dot_f32(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const float*>(w);
+    auto* y = static_cast<const float*>(a);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < n; ++i) s += x[i] * y[i];
+    return s;
+}
+
+float dot_f16(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    auto ld = [](const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); };
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(ld(x + i), ld(y + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; ++i) s += fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]);
+    return s;
+}
+
+float dot_bf16(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    auto ld = [](const uint16_t* p) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    };
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(ld(x + i), ld(y + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; ++i) s += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+    return s;
+}
+
+// Signed x signed bytes through VPDPBUSD: |x| (unsigned) times y carrying x's sign.
+inline __m256i dot_i8(__m256i x, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+float dot_q8_0(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ8_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+        __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    return hsum256(acc);
+}
+
+float dot_q4_0(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0xF);
+    for (int64_t b = 0; b < n / QK4_0; ++b) {
+        __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+        __m256i qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);  // unsigned 0..15
+        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qx, qy);
+        // (q - 8) * y = q*y - 8*y: the second sum through VPDPBUSD with a constant 8.
+        __m256i s8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), qy);
+        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(p, s8)), acc);
+    }
+    return hsum256(acc);
+}
+
+inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_off, size_t qh_off, bool five,
+                       const BlockQ8_K* y) {
+    const __m512i low4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    float acc_min = 0.f;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const uint8_t* blk = base + b * stride;
+        uint16_t dh, dminh;
+        std::memcpy(&dh, blk, 2);
+        std::memcpy(&dminh, blk + 2, 2);
+        uint8_t sc[8], mn[8];
+        int summ = 0;
+        for (int j = 0; j < 8; ++j) {
+            k_scale_min(j, blk + 4, sc[j], mn[j]);
+            summ += mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        __m256i h256 = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qh_off)) : _mm256_setzero_si256();
+        __m512i hbits = _mm512_inserti64x4(_mm512_castsi256_si512(h256), h256, 1);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) {
+            __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_off + 32 * j));
+            // Low half of the register: low nibbles (sub-block 2j); high half: high nibbles (2j+1).
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
+            q = _mm512_and_si512(q, low4);
+            if (five) {
+                __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hbits, _mm512_inserti64x4(
+                    _mm512_set1_epi16(static_cast<short>(2 * j)), _mm256_set1_epi16(static_cast<short>(2 * j + 1)), 1)), one);
+                q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 4));
+            }
+            __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, q8);
+            __m512i s = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * j]), _mm256_set1_epi32(sc[2 * j + 1]), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, s));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[b].d * fp16_to_fp32(dh)), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
+    }
+    return _mm512_reduce_add_ps(acc) - acc_min;
+}
+
+float dot_q4_K(int64_t n, const void* w, const void* a) {
+    return dot_q45_K(n, static_cast<const uint8_t*>(w), sizeof(BlockQ4_K), offsetof(BlockQ4_K, qs), 0, false,
+                     static_cast<const BlockQ8_K*>(a));
+}
+
+float dot_q5_K(int64_t n, const void* w, const void* a) {
+    return dot_q45_K(n, static_cast<const uint8_t*>(w), sizeof(BlockQ5_K), offsetof(BlockQ5_K, qs),
+                     offsetof(BlockQ5_K, qh), true, static_cast<const BlockQ8_K*>(a));
+}
+
+float dot_q6_K(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ6_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    const __m512i low4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        int bsum_corr = 0;
+        for (int g = 0; g < 16; ++g) bsum_corr += x[b].scales[g] * y[b].bsums[g];
+        // Per-16-element scales, widened to one int32 per 4 bytes (4 lanes per scale).
+        __m512i sumi = _mm512_setzero_si512();
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t* ql = x[b].ql + 64 * half;
+            __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half));
+            __m512i l = _mm512_loadu_si512(ql);  // ql[0..31] | ql[32..63]
+            // Elements 0..63 of this half: low nibbles of ql[0..63] with qh bits 0-1 (first 32) and 2-3 (next 32).
+            __m512i hlo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(h, _mm256_set1_epi8(3))),
+                                             _mm256_and_si256(_mm256_srli_epi16(h, 2), _mm256_set1_epi8(3)), 1);
+            __m512i hhi = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(h, 4), _mm256_set1_epi8(3))),
+                _mm256_and_si256(_mm256_srli_epi16(h, 6), _mm256_set1_epi8(3)), 1);
+            __m512i q_lo = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_slli_epi16(hlo, 4));
+            __m512i q_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_slli_epi16(hhi, 4));
+            __m512i y_lo = _mm512_loadu_si512(y[b].qs + 128 * half);
+            __m512i y_hi = _mm512_loadu_si512(y[b].qs + 128 * half + 64);
+            const int8_t* sc = x[b].scales + 8 * half;
+            __m512i s_lo = _mm512_set_epi32(sc[3], sc[3], sc[3], sc[3], sc[2], sc[2], sc[2], sc[2],
+                                            sc[1], sc[1], sc[1], sc[1], sc[0], sc[0], sc[0], sc[0]);
+            __m512i s_hi = _mm512_set_epi32(sc[7], sc[7], sc[7], sc[7], sc[6], sc[6], sc[6], sc[6],
+                                            sc[5], sc[5], sc[5], sc[5], sc[4], sc[4], sc[4], sc[4]);
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_lo, y_lo), s_lo));
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_hi, y_hi), s_hi));
+        }
+        int total = _mm512_reduce_add_epi32(sumi) - 32 * bsum_corr;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm512_setr_ps(static_cast<float>(total),
+                              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+}  // namespace
+
+void fill_avx512_table(KernelTable& t) {
+    t.isa = Isa::Avx512;
+    t.dot[0] = dot_f32;
+    t.dot[1] = dot_f16;
+    t.dot[2] = dot_q4_0;
+    t.dot[8] = dot_q8_0;
+    t.dot[12] = dot_q4_K;
+    t.dot[13] = dot_q5_K;
+    t.dot[14] = dot_q6_K;
+    t.dot[30] = dot_bf16;
+}
+
+}  // namespace moe::kernels

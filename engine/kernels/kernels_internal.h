@@ -1,0 +1,22 @@
+// Per-ISA kernel entry points, shared between the dispatch table and the kernel tests.
+#pragma once
+#include <cstdint>
+
+#include "engine/kernels/kernels.h"
+
+namespace moe::kernels {
+
+float dot_f32_ref(int64_t n, const void* w, const void* a);
+float dot_f16_ref(int64_t n, const void* w, const void* a);
+float dot_bf16_ref(int64_t n, const void* w, const void* a);
+float dot_q8_0_ref(int64_t n, const void* w, const void* a);
+float dot_q4_0_ref(int64_t n, const void* w, const void* a);
+float dot_q4_K_ref(int64_t n, const void* w, const void* a);
+float dot_q5_K_ref(int64_t n, const void* w, const void* a);
+float dot_q6_K_ref(int64_t n, const void* w, const void* a);
+
+// Filled by kernels_avx2.cpp / kernels_avx512.cpp (compiled with their own -m flags).
+void fill_avx2_table(KernelTable& t);
+void fill_avx512_table(KernelTable& t);
+
+}  // namespace moe::kernels

@@ -1,0 +1,315 @@
+// Scalar reference kernels: plain loops, written for clarity; the oracle for the SIMD paths.
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/fp16.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/kernels_internal.h"
+
+namespace moe::kernels {
+namespace {
+
+// Round half to even through the float mantissa, as ggml's nearest_int (valid for |x| < 2^22).
+inline int nearest_int(float x) {
+    float v = x + 12582912.f;
+    int i;
+    std::memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+}  // namespace
+
+// ---- activation preparation ----
+
+void quantize_q8_0(const float* x, void* out, int64_t n) {
+    auto* y = static_cast<BlockQ8_0*>(out);
+    for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+        float amax = 0.f;
+        for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+        // As llama.cpp's x86 path: scale stored as fp16(amax/127), values multiplied by 127/amax and
+        // rounded half to even.
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < QK8_0; ++j) y[b].qs[j] = static_cast<int8_t>(nearest_int(x[j] * id));
+    }
+}
+
+void quantize_q8_K(const float* x, void* out, int64_t n) {
+    auto* y = static_cast<BlockQ8_K*>(out);
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        float max = 0.f, amax = 0.f;
+        for (int j = 0; j < QK_K; ++j) {
+            float ax = std::fabs(x[j]);
+            if (ax > amax) { amax = ax; max = x[j]; }
+        }
+        if (amax == 0.f) {
+            std::memset(&y[b], 0, sizeof(BlockQ8_K));
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; ++j) y[b].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+        for (int j = 0; j < QK_K / 16; ++j) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += y[b].qs[j * 16 + i];
+            y[b].bsums[j] = static_cast<int16_t>(sum);
+        }
+        y[b].d = 1.f / iscale;
+    }
+}
+
+GgmlType activation_type(GgmlType w) {
+    switch (w) {
+        case GgmlType::F32: return GgmlType::F32;
+        case GgmlType::F16: return GgmlType::F16;
+        case GgmlType::BF16: return GgmlType::BF16;
+        case GgmlType::Q8_0: case GgmlType::Q4_0: return GgmlType::Q8_0;
+        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return GgmlType::Q8_K;
+        default: throw std::invalid_argument("no kernel for tensor type " + type_name(static_cast<uint32_t>(w)));
+    }
+}
+
+size_t activation_bytes(GgmlType w, int64_t n) {
+    GgmlType a = activation_type(w);
+    if (a == GgmlType::Q8_K) return static_cast<size_t>(n / QK_K) * sizeof(BlockQ8_K);
+    return static_cast<size_t>(*row_bytes(a, static_cast<uint64_t>(n)));
+}
+
+void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
+    switch (activation_type(w)) {
+        case GgmlType::F32: std::memcpy(out, x, static_cast<size_t>(n) * 4); break;
+        case GgmlType::F16: {
+            auto* o = static_cast<uint16_t*>(out);
+            for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_fp16(x[i]);
+            break;
+        }
+        case GgmlType::BF16: {
+            auto* o = static_cast<uint16_t*>(out);
+            for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_bf16(x[i]);
+            break;
+        }
+        case GgmlType::Q8_0: quantize_q8_0(x, out, n); break;
+        default: quantize_q8_K(x, out, n); break;
+    }
+}
+
+// ---- reference dot products ----
+
+float dot_f32_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const float*>(w);
+    auto* y = static_cast<const float*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
+    return static_cast<float>(s);
+}
+
+float dot_f16_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+    return static_cast<float>(s);
+}
+
+float dot_bf16_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    return static_cast<float>(s);
+}
+
+float dot_q8_0_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ8_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; ++j) sumi += x[b].qs[j] * y[b].qs[j];
+        s += static_cast<float>(sumi) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    }
+    return s;
+}
+
+float dot_q4_0_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK4_0; ++b) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; ++j) {
+            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j];
+            sumi += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK4_0 / 2];
+        }
+        s += static_cast<float>(sumi) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    }
+    return s;
+}
+
+float dot_q4_K_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t sc, m;
+            k_scale_min(j, x[b].scales, sc, m);
+            const uint8_t* q = x[b].qs + (j / 2) * 32;
+            const int8_t* q8 = y[b].qs + j * 32;
+            int sub = 0;
+            for (int l = 0; l < 32; ++l) sub += ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) * q8[l];
+            sumi += sc * sub;
+            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi) -
+             y[b].d * fp16_to_fp32(x[b].dmin) * static_cast<float>(summ);
+    }
+    return s;
+}
+
+float dot_q5_K_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ5_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t sc, m;
+            k_scale_min(j, x[b].scales, sc, m);
+            const uint8_t* q = x[b].qs + (j / 2) * 32;
+            const int8_t* q8 = y[b].qs + j * 32;
+            int sub = 0;
+            for (int l = 0; l < 32; ++l) {
+                int lo = (j & 1) ? (q[l] >> 4) : (q[l] & 0xF);
+                int hi = (x[b].qh[l] >> j) & 1;
+                sub += (lo | (hi << 4)) * q8[l];
+            }
+            sumi += sc * sub;
+            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi) -
+             y[b].d * fp16_to_fp32(x[b].dmin) * static_cast<float>(summ);
+    }
+    return s;
+}
+
+// Q6_K weight index e (0..255) -> 6-bit value 0..63, following the ql/qh interleave of llama.cpp.
+static inline int q6_value(const BlockQ6_K& blk, int e) {
+    int half = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+    const uint8_t* ql = blk.ql + half * 64;
+    const uint8_t* qh = blk.qh + half * 32;
+    int low = (quarter & 1) ? ql[l + 32] : ql[l];
+    low = (quarter >= 2) ? (low >> 4) : (low & 0xF);
+    int high = (qh[l] >> (2 * quarter)) & 3;
+    return low | (high << 4);
+}
+
+float dot_q6_K_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ6_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        int sumi = 0;
+        for (int g = 0; g < QK_K / 16; ++g) {
+            int sub = 0;
+            for (int l = 0; l < 16; ++l) sub += (q6_value(x[b], g * 16 + l) - 32) * y[b].qs[g * 16 + l];
+            sumi += x[b].scales[g] * sub;
+        }
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi);
+    }
+    return s;
+}
+
+const KernelTable& reference_table() {
+    static const KernelTable t = [] {
+        KernelTable k{Isa::Scalar};
+        k.dot[0] = dot_f32_ref;
+        k.dot[1] = dot_f16_ref;
+        k.dot[2] = dot_q4_0_ref;
+        k.dot[8] = dot_q8_0_ref;
+        k.dot[12] = dot_q4_K_ref;
+        k.dot[13] = dot_q5_K_ref;
+        k.dot[14] = dot_q6_K_ref;
+        k.dot[30] = dot_bf16_ref;
+        return k;
+    }();
+    return t;
+}
+
+// ---- dequantization ----
+
+void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
+    switch (t) {
+        case GgmlType::F32: std::memcpy(y, src, static_cast<size_t>(n) * 4); return;
+        case GgmlType::F16: {
+            auto* x = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+            return;
+        }
+        case GgmlType::BF16: {
+            auto* x = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(x[i]);
+            return;
+        }
+        case GgmlType::Q8_0: {
+            auto* x = static_cast<const BlockQ8_0*>(src);
+            for (int64_t b = 0; b < n / QK8_0; ++b)
+                for (int j = 0; j < QK8_0; ++j) y[b * QK8_0 + j] = fp16_to_fp32(x[b].d) * x[b].qs[j];
+            return;
+        }
+        case GgmlType::Q4_0: {
+            auto* x = static_cast<const BlockQ4_0*>(src);
+            for (int64_t b = 0; b < n / QK4_0; ++b) {
+                float d = fp16_to_fp32(x[b].d);
+                for (int j = 0; j < QK4_0 / 2; ++j) {
+                    y[b * QK4_0 + j] = ((x[b].qs[j] & 0xF) - 8) * d;
+                    y[b * QK4_0 + j + 16] = ((x[b].qs[j] >> 4) - 8) * d;
+                }
+            }
+            return;
+        }
+        case GgmlType::Q4_K: case GgmlType::Q5_K: {
+            bool five = t == GgmlType::Q5_K;
+            for (int64_t b = 0; b < n / QK_K; ++b) {
+                const uint8_t *scales, *qs, *qh = nullptr;
+                float d, dmin;
+                if (five) {
+                    auto& blk = static_cast<const BlockQ5_K*>(src)[b];
+                    scales = blk.scales; qs = blk.qs; qh = blk.qh;
+                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
+                } else {
+                    auto& blk = static_cast<const BlockQ4_K*>(src)[b];
+                    scales = blk.scales; qs = blk.qs;
+                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
+                }
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t sc, m;
+                    k_scale_min(j, scales, sc, m);
+                    const float d1 = d * sc, m1 = dmin * m;
+                    for (int l = 0; l < 32; ++l) {
+                        int q = (j & 1) ? (qs[(j / 2) * 32 + l] >> 4) : (qs[(j / 2) * 32 + l] & 0xF);
+                        if (five) q |= ((qh[l] >> j) & 1) << 4;
+                        y[b * QK_K + j * 32 + l] = d1 * q - m1;
+                    }
+                }
+            }
+            return;
+        }
+        case GgmlType::Q6_K: {
+            auto* x = static_cast<const BlockQ6_K*>(src);
+            for (int64_t b = 0; b < n / QK_K; ++b) {
+                float d = fp16_to_fp32(x[b].d);
+                for (int e = 0; e < QK_K; ++e)
+                    y[b * QK_K + e] = d * x[b].scales[e / 16] * (q6_value(x[b], e) - 32);
+            }
+            return;
+        }
+        default: throw std::invalid_argument("cannot dequantize type " + type_name(static_cast<uint32_t>(t)));
+    }
+}
+
+}  // namespace moe::kernels

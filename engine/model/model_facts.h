@@ -1,0 +1,51 @@
+// What the planner and `check` need to know about a model, from its GGUF header alone (no weights read).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+
+namespace moe {
+
+// Routed-expert tensors (`blk.N.ffn_{gate,up,down,gate_up}_exps.weight`) are streamed; all else is resident.
+bool is_routed_expert_tensor(const std::string& name);
+// Layer index of a `blk.N.` tensor, or -1.
+int tensor_layer(const std::string& name);
+
+struct ModelFacts {
+    std::vector<std::string> files;
+    std::string arch;
+    std::string name;
+    uint64_t file_bytes = 0;
+    uint32_t n_layer = 0;
+    uint32_t n_embd = 0;
+    uint32_t n_head = 0;
+    uint32_t n_head_kv = 0;
+    uint32_t head_dim = 0;
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 0;
+    uint32_t n_ctx_train = 0;
+    uint32_t n_vocab = 0;
+    uint64_t resident_bytes = 0;              // everything but routed experts
+    uint64_t expert_bytes = 0;                // all routed-expert tensors
+    std::vector<uint64_t> layer_expert_bytes; // per layer, all experts (0 for dense layers)
+    uint32_t first_moe_layer = 0;             // leading dense layers
+    uint32_t moe_layers = 0;
+    uint64_t tensor_count = 0;
+
+    // Bytes of one expert (gate+up+down) in a given layer, 0 when dense.
+    uint64_t bytes_per_expert(uint32_t layer) const;
+    // Bytes touched per decoded token: resident weights plus n_expert_used experts per MoE layer.
+    uint64_t active_bytes_per_token() const;
+    // Expert bytes read per token with no cache hits.
+    uint64_t expert_bytes_per_token() const;
+    // KV cache bytes (F16 K and V) for a context of n_ctx tokens.
+    uint64_t kv_bytes(uint32_t n_ctx) const;
+};
+
+// Reads facts from a model's header (and its split siblings). Throws GgufError on a bad file.
+ModelFacts read_model_facts(const std::string& path);
+ModelFacts model_facts(const GgufModel& model);
+
+}  // namespace moe

@@ -1,0 +1,104 @@
+// Scalar building blocks of the forward pass, written to reproduce ggml's CPU numerics (double sums where
+// ggml uses ggml_float, fp16 KV cache, fp16 accumulation in flash attention). Shared by the reference and
+// fast forward passes: the fast path differs in kernels, batching and threading, not in these formulas.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "engine/kernels/fp16.h"
+
+namespace moe::ops {
+
+// y = x / sqrt(mean(x^2) + eps) * w   (w may be null)
+inline void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float mean = static_cast<float>(sum / n);
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int i = 0; i < n; ++i) y[i] = x[i] * scale;
+    if (w)
+        for (int i = 0; i < n; ++i) y[i] *= w[i];
+}
+
+// cos/sin table for one position, as ggml builds it: theta multiplied up by powf(base, -2/n_dims) per pair.
+inline void rope_cache(int pos, int n_dims, float freq_base, std::vector<float>& cs) {
+    cs.resize(static_cast<size_t>(n_dims));
+    const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_dims));
+    float theta = static_cast<float>(pos);
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+        cs[i0] = std::cos(theta);
+        cs[i0 + 1] = std::sin(theta);
+        theta *= theta_scale;
+    }
+}
+
+// NeoX-style rotation of one head: pairs (i, i + n_dims/2).
+inline void rope_neox(float* x, int n_dims, const std::vector<float>& cs) {
+    const int half = n_dims / 2;
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+        const int ic = i0 / 2;
+        const float c = cs[i0], s = cs[i0 + 1];
+        const float x0 = x[ic], x1 = x[ic + half];
+        x[ic] = x0 * c - x1 * s;
+        x[ic + half] = x0 * s + x1 * c;
+    }
+}
+
+// In-place softmax with a double-precision sum, as ggml_soft_max.
+inline void softmax(float* x, int n) {
+    float max = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += static_cast<double>(x[i]);
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// One query head against n_kv cached positions (fp16 K and V rows of `dim`, `stride` halves apart), with
+// ggml's CPU flash-attention numerics: q rounded to fp16, online softmax, V accumulated in fp16.
+inline void attend_head(const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_kv, int dim,
+                        float scale, float* out, std::vector<uint16_t>& q16, std::vector<uint16_t>& acc16) {
+    q16.resize(static_cast<size_t>(dim));
+    acc16.assign(static_cast<size_t>(dim), 0);
+    for (int d = 0; d < dim; ++d) q16[d] = fp32_to_fp16(q[d]);
+    float M = -std::numeric_limits<float>::infinity(), S = 0.f;
+    for (int j = 0; j < n_kv; ++j) {
+        const uint16_t* kj = k + static_cast<size_t>(j) * stride;
+        const uint16_t* vj = v + static_cast<size_t>(j) * stride;
+        float dot = 0.f;
+        for (int d = 0; d < dim; ++d) dot += fp16_to_fp32(kj[d]) * fp16_to_fp32(q16[d]);
+        const float s = dot * scale;
+        float ms = 1.f, vs = 1.f;
+        if (s > M) {
+            const float m_old = M;
+            M = s;
+            ms = std::exp(m_old - M);
+            for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32(acc16[d]) * ms);
+        } else {
+            vs = std::exp(s - M);
+        }
+        for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32(vj[d]), vs, fp16_to_fp32(acc16[d])));
+        S = S * ms + vs;
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < dim; ++d) out[d] = fp16_to_fp32(acc16[d]) * inv;
+}
+
+// Top-k of n probabilities, largest first (ties: lower index first).
+inline void top_k(const float* p, int n, int k, int* idx) {
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    for (int i = 0; i < k; ++i) idx[i] = order[i];
+}
+
+}  // namespace moe::ops

@@ -1,0 +1,96 @@
+#include "engine/model/weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace moe {
+
+void read_file_range(const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
+    uint64_t done = 0;
+    while (done < n) {
+        ssize_t got = ::pread(fd, dst + done, std::min<uint64_t>(n - done, 1u << 30), static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int err = errno;
+            ::close(fd);
+            throw ModelError(path + ": read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                             " failed: " + (got < 0 ? std::strerror(err) : "short read (file truncated?)"));
+        }
+        done += static_cast<uint64_t>(got);
+    }
+    ::close(fd);
+}
+
+ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const GgufTensorInfo*>& tensors) {
+    for (const auto* t : tensors) {
+        offsets_.emplace_back(t->name, size_);
+        size_ += (t->nbytes + 63) / 64 * 64;
+    }
+    base_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(size_, 64)));
+    if (!base_) throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto* t = tensors[i];
+        read_file_range(model.files[t->file_index].path, t->file_offset, t->nbytes, base_ + offsets_[i].second);
+    }
+}
+
+ResidentArena::~ResidentArena() {
+    if (base_) {
+        ::munlock(base_, size_);
+        std::free(base_);
+    }
+}
+
+const uint8_t* ResidentArena::data_of(const std::string& name) const {
+    for (const auto& [n, off] : offsets_)
+        if (n == name) return base_ + off;
+    return nullptr;
+}
+
+uint64_t ResidentArena::try_lock() {
+    if (size_ == 0) return 0;
+    if (::mlock(base_, size_) == 0) return 0;
+    // Lock what the soft limit allows, page aligned, and report the rest.
+    struct rlimit rl {};
+    ::getrlimit(RLIMIT_MEMLOCK, &rl);
+    uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    uint64_t start = (reinterpret_cast<uintptr_t>(base_) + page - 1) / page * page;
+    uint64_t allowed = rl.rlim_cur == RLIM_INFINITY ? size_ : rl.rlim_cur / page * page;
+    uint64_t end = reinterpret_cast<uintptr_t>(base_) + size_;
+    uint64_t lock_len = std::min<uint64_t>(allowed > page ? allowed - page : 0, end > start ? end - start : 0);
+    lock_len = lock_len / page * page;
+    if (lock_len && ::mlock(reinterpret_cast<void*>(start), lock_len) == 0) return size_ - lock_len;
+    return size_;
+}
+
+InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers) {
+    layers_.resize(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+        if (!layers[l].gate) continue;
+        auto load = [&](const ExpertTensor* t, std::vector<uint8_t>& dst, size_t& per_expert) {
+            dst.resize(t->expert_bytes * t->n_expert);
+            read_file_range(model.files[t->file_index].path, t->file_offset, dst.size(), dst.data());
+            per_expert = t->expert_bytes;
+            bytes_ += dst.size();
+        };
+        Slot& s = layers_[l];
+        load(layers[l].gate, s.gate, s.gate_bytes);
+        load(layers[l].up, s.up, s.up_bytes);
+        load(layers[l].down, s.down, s.down_bytes);
+    }
+}
+
+ExpertView InRamExpertSource::get(uint32_t layer, uint32_t expert) {
+    const Slot& s = layers_.at(layer);
+    return {s.gate.data() + expert * s.gate_bytes, s.up.data() + expert * s.up_bytes, s.down.data() + expert * s.down_bytes};
+}
+
+}  // namespace moe

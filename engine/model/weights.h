@@ -1,0 +1,92 @@
+// Weight views: resident tensors in an arena read once from the file, and routed experts behind an
+// ExpertSource (all-in-RAM now; the streaming cache implements the same interface).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+
+namespace moe {
+
+// A model whose metadata or shapes are wrong, or an unsupported architecture / type.
+struct ModelError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// A resident weight tensor: 2-D view [ne0 = row length, ne1 = rows] (1-D tensors have ne1 = 1).
+struct Tensor {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    int64_t ne0 = 0, ne1 = 1;
+    size_t row_bytes = 0;
+    const uint8_t* data = nullptr;  // nullptr when the tensor is absent (optional tensors)
+
+    bool present() const { return data != nullptr; }
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+    const float* f32() const { return reinterpret_cast<const float*>(data); }
+};
+
+// A routed-expert tensor [n_in, n_out, n_expert]: expert e is the contiguous byte range
+// [file_offset + e*expert_bytes, +expert_bytes) in file `file_index`.
+struct ExpertTensor {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    int64_t n_in = 0, n_out = 0, n_expert = 0;
+    size_t row_bytes = 0;
+    size_t expert_bytes = 0;
+    uint32_t file_index = 0;
+    uint64_t file_offset = 0;
+};
+
+// Holds resident tensors, read with plain pread into one 64-byte-aligned buffer.
+class ResidentArena {
+public:
+    ResidentArena(const GgufModel& model, const std::vector<const GgufTensorInfo*>& tensors);
+    ~ResidentArena();
+    ResidentArena(const ResidentArena&) = delete;
+    ResidentArena& operator=(const ResidentArena&) = delete;
+    const uint8_t* data_of(const std::string& name) const;
+    uint64_t bytes() const { return size_; }
+    // mlock as far as RLIMIT_MEMLOCK allows; returns bytes that could NOT be locked.
+    uint64_t try_lock();
+
+private:
+    uint8_t* base_ = nullptr;
+    uint64_t size_ = 0;
+    std::vector<std::pair<std::string, uint64_t>> offsets_;
+};
+
+// One expert's three matrices, ready for the dot-product kernels.
+struct ExpertView {
+    const uint8_t* gate = nullptr;  // [n_ff_exp rows of n_embd]
+    const uint8_t* up = nullptr;    // [n_ff_exp rows of n_embd]
+    const uint8_t* down = nullptr;  // [n_embd rows of n_ff_exp]
+};
+
+class ExpertSource {
+public:
+    virtual ~ExpertSource() = default;
+    virtual ExpertView get(uint32_t layer, uint32_t expert) = 0;
+    virtual uint64_t bytes_in_ram() const = 0;
+};
+
+// Reads every expert tensor into RAM (the engine-core path; streaming replaces it).
+class InRamExpertSource : public ExpertSource {
+public:
+    struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };
+    InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers);
+    ExpertView get(uint32_t layer, uint32_t expert) override;
+    uint64_t bytes_in_ram() const override { return bytes_; }
+
+private:
+    struct Slot { std::vector<uint8_t> gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
+    std::vector<Slot> layers_;
+    uint64_t bytes_ = 0;
+};
+
+// Reads [offset, offset+n) of a model file fully (pread loop); throws ModelError on EIO/short file.
+void read_file_range(const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst);
+
+}  // namespace moe
