@@ -9,6 +9,14 @@
 namespace moe::kernels {
 namespace {
 
+// Exact integer sum of the lanes (the float accumulation then follows the reference order exactly).
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -22,17 +30,22 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+// F32 weights: products in float, sums in double, as the reference (see kernels_avx512.cpp).
 float dot_f32(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const float*>(w);
     auto* y = static_cast<const float*>(a);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; ++k)
-            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; ++i) s += x[i] * y[i];
-    return s;
+    for (; i + 8 <= n; i += 8) {
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+    }
+    __m256d t = _mm256_add_pd(acc0, acc1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
+    return static_cast<float>(s);
 }
 
 float dot_f16(int64_t n, const void* w, const void* a) {
@@ -68,38 +81,37 @@ float dot_bf16(int64_t n, const void* w, const void* a) {
 float dot_q8_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ8_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK8_0; ++b) {
         __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        s += static_cast<float>(hsum_i32(dot_i8(qx, qy))) * d;
     }
-    return hsum(acc);
+    return s;
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
+    float s = 0.f;
     const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
     for (int64_t b = 0; b < n / QK4_0; ++b) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
         __m256i qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
         qx = _mm256_sub_epi8(qx, eight);
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        s += static_cast<float>(hsum_i32(dot_i8(qx, qy))) * d;
     }
-    return hsum(acc);
+    return s;
 }
 
 // Shared by Q4_K and Q5_K: `hbits` null for Q4_K.
 inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_off, size_t qh_off, bool five,
                        const BlockQ8_K* y) {
     const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0.f;
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         const uint8_t* blk = base + b * stride;
         uint16_t dh, dminh;
@@ -129,11 +141,11 @@ inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_
             __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(sc[2 * j + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
-        const float d = y[b].d * fp16_to_fp32(dh);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
+        // Same float expression and order as the reference: bit-identical results.
+        s += y[b].d * fp16_to_fp32(dh) * static_cast<float>(hsum_i32(sumi)) -
+             y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
     }
-    return hsum(acc) - acc_min;
+    return s;
 }
 
 float dot_q4_K(int64_t n, const void* w, const void* a) {
@@ -150,7 +162,7 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
     const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         __m256i sumi = _mm256_setzero_si256();
         int bsum_corr = 0;  // sum(q*y) - 32*sum(y): the second term from the precomputed block sums
@@ -176,15 +188,13 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
                 __m256i yk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
                 __m256i p = _mm256_maddubs_epi16(q[k], yk);
                 // Low 128-bit lane holds elements 0..15 (scale 2k), high lane 16..31 (scale 2k+1).
-                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                __m256i scale_v = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
             }
         }
-        const float d = y[b].d * fp16_to_fp32(x[b].d);
-        __m256 corr = _mm256_setr_ps(static_cast<float>(-32 * bsum_corr), 0, 0, 0, 0, 0, 0, 0);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_cvtepi32_ps(sumi), corr), acc);
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(hsum_i32(sumi) - 32 * bsum_corr);
     }
-    return hsum(acc);
+    return s;
 }
 
 }  // namespace

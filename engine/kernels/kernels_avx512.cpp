@@ -8,18 +8,30 @@
 namespace moe::kernels {
 namespace {
 
+// Exact integer sum of the lanes (the float accumulation then follows the reference order exactly).
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+inline int hsum_i32(__m512i v) { return _mm512_reduce_add_epi32(v); }
+
+// F32 weights: products in float, sums in double, as the reference. A float-accumulated dot drifts from
+// llama.cpp by summation order, and small random-weight models amplify that past greedy-token margins.
 float dot_f32(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const float*>(w);
     auto* y = static_cast<const float*>(a);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), acc1);
+    for (; i + 16 <= n; i += 16) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+        acc0 = _mm512_add_pd(acc0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+        acc1 = _mm512_add_pd(acc1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
     }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; i < n; ++i) s += x[i] * y[i];
-    return s;
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+    for (; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
+    return static_cast<float>(s);
 }
 
 float dot_f16(int64_t n, const void* w, const void* a) {
@@ -64,20 +76,20 @@ inline float hsum256(__m256 v) {
 float dot_q8_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ8_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK8_0; ++b) {
         __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        s += static_cast<float>(hsum_i32(dot_i8(qx, qy))) * d;
     }
-    return hsum256(acc);
+    return s;
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
+    float s = 0.f;
     const __m256i low4 = _mm256_set1_epi8(0xF);
     for (int64_t b = 0; b < n / QK4_0; ++b) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
@@ -86,17 +98,16 @@ float dot_q4_0(int64_t n, const void* w, const void* a) {
         __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qx, qy);
         // (q - 8) * y = q*y - 8*y: the second sum through VPDPBUSD with a constant 8.
         __m256i s8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), qy);
-        __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(p, s8)), acc);
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        s += static_cast<float>(hsum_i32(_mm256_sub_epi32(p, s8))) * d;
     }
-    return hsum256(acc);
+    return s;
 }
 
 inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_off, size_t qh_off, bool five,
                        const BlockQ8_K* y) {
     const __m512i low4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
-    __m512 acc = _mm512_setzero_ps();
-    float acc_min = 0.f;
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         const uint8_t* blk = base + b * stride;
         uint16_t dh, dminh;
@@ -123,13 +134,14 @@ inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_
             }
             __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, q8);
-            __m512i s = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * j]), _mm256_set1_epi32(sc[2 * j + 1]), 1);
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, s));
+            __m512i scale_v = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * j]), _mm256_set1_epi32(sc[2 * j + 1]), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scale_v));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[b].d * fp16_to_fp32(dh)), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
+        // Same float expression and order as the reference: bit-identical results.
+        s += y[b].d * fp16_to_fp32(dh) * static_cast<float>(hsum_i32(sumi)) -
+             y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
     }
-    return _mm512_reduce_add_ps(acc) - acc_min;
+    return s;
 }
 
 float dot_q4_K(int64_t n, const void* w, const void* a) {
@@ -146,7 +158,7 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
     const __m512i low4 = _mm512_set1_epi8(0xF);
-    __m512 acc = _mm512_setzero_ps();
+    float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         int bsum_corr = 0;
         for (int g = 0; g < 16; ++g) bsum_corr += x[b].scales[g] * y[b].bsums[g];
@@ -174,11 +186,9 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
             sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_lo, y_lo), s_lo));
             sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_hi, y_hi), s_hi));
         }
-        int total = _mm512_reduce_add_epi32(sumi) - 32 * bsum_corr;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm512_setr_ps(static_cast<float>(total),
-                              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), acc);
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(_mm512_reduce_add_epi32(sumi) - 32 * bsum_corr);
     }
-    return _mm512_reduce_add_ps(acc);
+    return s;
 }
 
 }  // namespace

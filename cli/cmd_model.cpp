@@ -1,0 +1,217 @@
+// `moestream tokenize`, `run` and `bench`: the engine from the command line.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model/model_facts.h"
+#include "engine/model/qwen3moe_ref.h"
+#include "engine/model/qwen3moe_runner.h"
+#include "engine/sampler/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace po = boost::program_options;
+using json = nlohmann::json;
+
+namespace moe::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+    std::vector<int32_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        try {
+            size_t used = 0;
+            long v = std::stol(item, &used);
+            if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument("");
+            out.push_back(static_cast<int32_t>(v));
+        } catch (const std::exception&) {
+            throw CliError("--tokens: '" + item + "' is not a token id");
+        }
+    }
+    if (out.empty()) throw CliError("--tokens is empty");
+    return out;
+}
+
+std::string read_stdin() { return std::string(std::istreambuf_iterator<char>(std::cin), {}); }
+
+struct Loaded {
+    GgufModel file;
+    std::unique_ptr<Qwen3MoeModel> model;
+    std::shared_ptr<const Tokenizer> tok;
+};
+
+Loaded load(const std::string& path) {
+    Loaded l;
+    l.file = open_gguf_model(path);
+    l.model = load_qwen3moe(l.file);
+    l.tok = Tokenizer::from_gguf(l.file.meta());
+    if (l.tok->n_vocab() != static_cast<int32_t>(l.model->hp.n_vocab))
+        throw CliError(path + ": the tokenizer has " + std::to_string(l.tok->n_vocab()) + " tokens, the model " +
+                       std::to_string(l.model->hp.n_vocab));
+    return l;
+}
+
+json top_json(const Tokenizer& tok, std::span<const float> logits, int n) {
+    json arr = json::array();
+    for (auto [id, p] : top_probs(logits, n))
+        arr.push_back({{"id", id}, {"piece", tok.piece(id, true)}, {"logit", logits[id]}, {"prob", p}});
+    return arr;
+}
+
+}  // namespace
+
+int cmd_tokenize(const std::vector<std::string>& args) {
+    std::string model, prompt;
+    bool as_json = false, no_special = false, no_bos = false;
+    po::options_description opts("moestream tokenize options");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model or vocab file")
+        ("prompt,p", po::value(&prompt), "text (default: standard input)")("json", po::bool_switch(&as_json), "JSON output")
+        ("no-special", po::bool_switch(&no_special), "treat control-token text as plain text")
+        ("no-bos", po::bool_switch(&no_bos), "never add BOS");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (!vm.count("prompt")) prompt = read_stdin();
+    auto tok = Tokenizer::from_gguf(read_gguf_header(model));
+    auto ids = tok->encode(prompt, !no_bos, !no_special);
+    if (as_json) {
+        json out = {{"tokens", ids}, {"pieces", json::array()}};
+        for (int32_t id : ids) out["pieces"].push_back(tok->token_text(id));
+        std::cout << out.dump() << "\n";
+    } else {
+        for (int32_t id : ids) std::cout << id << " -> '" << tok->piece(id, true) << "'\n";
+        std::cout << ids.size() << " tokens\n";
+    }
+    return 0;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+    std::string model_path, prompt, token_list;
+    int n_predict = 32, threads = 2, n_ctx = 4096, top_n = 5;
+    bool as_json = false, score = false, use_ref = false, no_bos = false;
+    SamplerParams sp;
+    po::options_description opts("moestream run options");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
+        ("prompt,p", po::value(&prompt), "prompt text")("tokens", po::value(&token_list), "prompt as token ids: 1,2,3")
+        ("n-predict,n", po::value(&n_predict)->default_value(32), "tokens to generate")
+        ("temp", po::value(&sp.temperature)->default_value(0.f), "temperature (0: greedy)")
+        ("top-k", po::value(&sp.top_k)->default_value(40), "top-k (0: off)")
+        ("top-p", po::value(&sp.top_p)->default_value(0.95f), "top-p (1: off)")
+        ("min-p", po::value(&sp.min_p)->default_value(0.05f), "min-p (0: off)")
+        ("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.f), "repetition penalty (1: off)")
+        ("seed", po::value(&sp.seed)->default_value(0), "sampling seed")
+        ("threads,t", po::value(&threads)->default_value(2), "threads")
+        ("ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")
+        ("json", po::bool_switch(&as_json), "JSON: token ids and top probabilities per step")
+        ("top", po::value(&top_n)->default_value(5), "entries per step in --json/--score output")
+        ("score", po::bool_switch(&score), "feed the whole prompt and print the top entries after every position (JSON)")
+        ("ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")
+        ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (vm.count("prompt") == vm.count("tokens")) throw CliError("give exactly one of -p TEXT and --tokens IDS");
+    if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
+    if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
+    if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
+
+    Loaded L = load(model_path);
+    const auto& hp = L.model->hp;
+    if (n_ctx < 1 || static_cast<uint32_t>(n_ctx) > std::max<uint32_t>(hp.n_ctx_train, 1u << 20))
+        throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
+    std::vector<int32_t> prompt_ids = vm.count("tokens") ? parse_token_list(token_list) : L.tok->encode(prompt, !no_bos, true);
+    if (prompt_ids.empty()) throw CliError("the prompt is empty");
+    for (int32_t id : prompt_ids)
+        if (id >= static_cast<int32_t>(hp.n_vocab))
+            throw CliError("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(hp.n_vocab) + " tokens)");
+    if (prompt_ids.size() + static_cast<size_t>(score ? 0 : n_predict) > static_cast<size_t>(n_ctx))
+        throw CliError("the prompt (" + std::to_string(prompt_ids.size()) + " tokens) plus -n " + std::to_string(n_predict) +
+                       " does not fit the context of " + std::to_string(n_ctx) + " positions (--ctx)");
+
+    // Both paths behind one small interface: evaluate tokens, read logits.
+    std::unique_ptr<Qwen3MoeRunner> runner;
+    RefState ref_state;
+    std::vector<float> ref_logits;
+    std::vector<std::vector<float>> ref_all;
+    if (use_ref) {
+        ref_state = make_ref_state(*L.model, n_ctx);
+        ref_logits.resize(hp.n_vocab);
+    } else {
+        runner = std::make_unique<Qwen3MoeRunner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256});
+    }
+    auto eval = [&](std::span<const int32_t> toks, bool all) {
+        if (runner) return runner->eval(toks, all);
+        ref_all.clear();
+        for (int32_t t : toks) {
+            forward_ref(*L.model, ref_state, t, ref_logits.data());
+            if (all) ref_all.push_back(ref_logits);
+        }
+    };
+    auto logits_at = [&](int i) -> std::span<const float> {
+        if (runner) return {runner->logits(i), hp.n_vocab};
+        return i < 0 ? std::span<const float>(ref_logits) : std::span<const float>(ref_all[i]);
+    };
+
+    if (score) {
+        auto t0 = Clock::now();
+        eval(prompt_ids, true);
+        double dt = seconds_since(t0);
+        json out = {{"tokens", prompt_ids}, {"positions", json::array()}, {"seconds", dt}};
+        for (size_t i = 0; i < prompt_ids.size(); ++i)
+            out["positions"].push_back({{"pos", i}, {"top", top_json(*L.tok, logits_at(static_cast<int>(i)), top_n)}});
+        std::cout << out.dump() << "\n";
+        return 0;
+    }
+
+    Sampler sampler(sp);
+    std::vector<int32_t> history = prompt_ids, generated;
+    json steps = json::array();
+    StreamDecoder stream(*L.tok);
+    auto t0 = Clock::now();
+    eval(prompt_ids, false);
+    const double t_prompt = seconds_since(t0);
+    auto t1 = Clock::now();
+    bool stopped_eog = false;
+    for (int i = 0; i < n_predict; ++i) {
+        auto logits = logits_at(-1);
+        int32_t next = sampler.sample(logits, history);
+        if (as_json) steps.push_back({{"id", next}, {"piece", L.tok->piece(next, true)}, {"top", top_json(*L.tok, logits, top_n)}});
+        generated.push_back(next);
+        history.push_back(next);
+        if (L.tok->is_eog(next)) { stopped_eog = true; break; }
+        if (!as_json) std::cout << stream.push(next) << std::flush;
+        if (i + 1 < n_predict) eval(std::span<const int32_t>(&next, 1), false);
+    }
+    const double t_gen = seconds_since(t1);
+    const double pp = prompt_ids.size() / std::max(t_prompt, 1e-9);
+    const double tg = generated.size() > 1 ? (generated.size() - 1) / std::max(t_gen, 1e-9) : 0.0;
+    if (as_json) {
+        json out = {{"prompt_tokens", prompt_ids}, {"tokens", generated}, {"text", L.tok->decode(generated)},
+                    {"stopped_eog", stopped_eog}, {"steps", steps},
+                    {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
+                    {"kernels", kernels::isa_name(kernels::active_table().isa)}, {"reference", use_ref}};
+        std::cout << out.dump() << "\n";
+    } else {
+        std::cout << stream.flush() << "\n";
+        std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
+                  << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table().isa)
+                  << (use_ref ? " (reference)" : "") << "\n";
+    }
+    return 0;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,26 @@
+// Subcommands of the single `moestream` binary. Each parses its own options and returns the exit code;
+// errors are reported as one line on stderr by the dispatcher.
+#pragma once
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+
+// A usage or input error: one line on stderr, exit code `code`.
+struct CliError : std::runtime_error {
+    int code;
+    explicit CliError(const std::string& msg, int code = 2) : std::runtime_error(msg), code(code) {}
+};
+
+int cmd_mkmodel(const std::vector<std::string>& args);
+int cmd_tokenize(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
+int cmd_probe(const std::vector<std::string>& args);
+int cmd_check(const std::vector<std::string>& args);
+
+// Runs a subcommand by name with exception-to-exit-code mapping (used by main and by tests).
+int dispatch(const std::vector<std::string>& argv);
+
+}  // namespace moe::cli

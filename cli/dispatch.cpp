@@ -1,0 +1,67 @@
+#include <boost/program_options/errors.hpp>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/weights.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace moe::cli {
+
+namespace {
+const char* kUsage =
+    "usage: moestream <command> [options]\n"
+    "\n"
+    "host readiness:\n"
+    "  probe      report host facts (CPU, NUMA, memory, limits, kernel settings, storage bandwidth)\n"
+    "  check      PASS/WARN/FAIL per requirement, with the fix for each\n"
+    "models:\n"
+    "  mkmodel    write a synthetic qwen3moe GGUF with seeded random weights\n"
+    "  tokenize   print the token ids of a text\n"
+    "  run        generate text (or --score a token sequence)\n"
+    "  bench      tokens/s against the memory-bandwidth bound\n"
+    "\n"
+    "Run `moestream <command> --help` for the options of a command.\n";
+}
+
+int dispatch(const std::vector<std::string>& argv) {
+    static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
+        {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},
+        {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
+    };
+    if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
+        std::cout << kUsage;
+        return argv.empty() ? 2 : 0;
+    }
+    auto it = commands.find(argv[0]);
+    if (it == commands.end()) {
+        std::cerr << "moestream: unknown command '" << argv[0] << "' (see moestream --help)\n";
+        return 2;
+    }
+    std::vector<std::string> rest(argv.begin() + 1, argv.end());
+    try {
+        return it->second(rest);
+    } catch (const CliError& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return e.code;
+    } catch (const boost::program_options::error& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return 2;
+    } catch (const GgufError& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return 2;
+    } catch (const ModelError& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return 2;
+    } catch (const TokenizerError& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "moestream " << argv[0] << ": " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace moe::cli

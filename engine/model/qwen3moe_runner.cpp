@@ -1,0 +1,190 @@
+#include "engine/model/qwen3moe_runner.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/ops.h"
+
+namespace moe {
+
+Qwen3MoeRunner::Qwen3MoeRunner(const Qwen3MoeModel& model, RunnerOptions opt)
+    : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table()) {
+    const auto& hp = m_.hp;
+    if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
+    if (opt_.n_batch <= 0) opt_.n_batch = 256;
+    const size_t kv_dim = size_t{hp.n_head_kv} * hp.head_dim;
+    k_cache_.assign(size_t{hp.n_layer} * opt_.n_ctx * kv_dim, 0);
+    v_cache_.assign(k_cache_.size(), 0);
+    const size_t B = static_cast<size_t>(opt_.n_batch), E = hp.n_embd, Q = size_t{hp.n_head} * hp.head_dim;
+    x_.resize(B * E);
+    xn_.resize(B * E);
+    tmp_.resize(B * E);
+    q_.resize(B * Q);
+    att_.resize(B * Q);
+    k_.resize(B * kv_dim);
+    v_.resize(B * kv_dim);
+    probs_.resize(B * hp.n_expert);
+    sel_.resize(B * hp.n_expert_used);
+    sel_w_.resize(B * hp.n_expert_used);
+    expert_out_.resize(B * hp.n_expert_used * E);
+    gx_.resize(B * E);
+    gg_.resize(B * hp.n_ff_exp);
+    gu_.resize(B * hp.n_ff_exp);
+    gy_.resize(B * E);
+}
+
+void Qwen3MoeRunner::truncate(int n) {
+    if (n < 0 || n > n_past_) throw std::out_of_range("truncate beyond the cached positions");
+    n_past_ = n;
+}
+
+const float* Qwen3MoeRunner::logits(int i) const {
+    if (logits_rows_ == 0) throw std::logic_error("no logits: eval() has not run");
+    if (i < 0) i = logits_rows_ - 1;
+    return logits_.data() + static_cast<size_t>(i) * m_.hp.n_vocab;
+}
+
+void Qwen3MoeRunner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols,
+                            const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
+    const size_t ab = kernels::activation_bytes(type, cols);
+    if (act_.size() < ab * n_tok) act_.resize(ab * n_tok);
+    for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
+    const kernels::DotFn dot = kt_.dot[static_cast<int>(type)];
+    const uint8_t* act = act_.data();
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* row = w + r * row_bytes;
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot(cols, row, act + t * ab);
+        }
+    });
+}
+
+void Qwen3MoeRunner::eval(std::span<const int32_t> tokens, bool want_all_logits) {
+    if (tokens.empty()) return;
+    if (static_cast<int64_t>(n_past_) + static_cast<int64_t>(tokens.size()) > opt_.n_ctx)
+        throw std::length_error("the prompt needs " + std::to_string(n_past_ + tokens.size()) +
+                                " positions but the context holds " + std::to_string(opt_.n_ctx));
+    for (int32_t t : tokens)
+        if (t < 0 || t >= static_cast<int32_t>(m_.hp.n_vocab))
+            throw std::out_of_range("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                    std::to_string(m_.hp.n_vocab - 1) + ")");
+    const int total = static_cast<int>(tokens.size());
+    logits_rows_ = want_all_logits ? total : 1;
+    logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
+    for (int off = 0; off < total; off += opt_.n_batch) {
+        const int n = std::min(opt_.n_batch, total - off);
+        const bool last_chunk = off + n == total;
+        if (want_all_logits || last_chunk) eval_chunk(tokens.data() + off, n, want_all_logits, want_all_logits ? off : -1);
+        else eval_chunk(tokens.data() + off, n, false, -2);
+    }
+}
+
+// out_base >= 0: write logits of all n tokens at row out_base; -1: last token only at row 0; -2: none.
+void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base) {
+    const auto& hp = m_.hp;
+    const int E = static_cast<int>(hp.n_embd), hd = static_cast<int>(hp.head_dim);
+    const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
+    const int Qd = nh * hd, kv_dim = nkv * hd;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+    for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
+
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const Qwen3MoeLayer& L = m_.layers[l];
+        for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        matmul(L.wq, xn_.data(), E, n, q_.data(), Qd);
+        matmul(L.wk, xn_.data(), E, n, k_.data(), kv_dim);
+        matmul(L.wv, xn_.data(), E, n, v_.data(), kv_dim);
+        uint16_t* kc = &k_cache_[static_cast<size_t>(l) * opt_.n_ctx * kv_dim];
+        uint16_t* vc = &v_cache_[static_cast<size_t>(l) * opt_.n_ctx * kv_dim];
+        pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
+            std::vector<float> cs;
+            for (int64_t t = t0; t < t1; ++t) {
+                const int pos = n_past_ + static_cast<int>(t);
+                ops::rope_cache(pos, hd, hp.rope_freq_base, cs);
+                for (int h = 0; h < nh; ++h) {
+                    float* qh = &q_[t * Qd + h * hd];
+                    ops::rms_norm(qh, L.q_norm.f32(), qh, hd, hp.rms_eps);
+                    ops::rope_neox(qh, hd, cs);
+                }
+                for (int h = 0; h < nkv; ++h) {
+                    float* kh = &k_[t * kv_dim + h * hd];
+                    ops::rms_norm(kh, L.k_norm.f32(), kh, hd, hp.rms_eps);
+                    ops::rope_neox(kh, hd, cs);
+                }
+                for (int i = 0; i < kv_dim; ++i) {
+                    kc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(k_[t * kv_dim + i]);
+                    vc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(v_[t * kv_dim + i]);
+                }
+            }
+        });
+        // Causal attention: token t sees positions 0..n_past+t. Work split over (token, head) pairs.
+        pool_.parallel_for(static_cast<int64_t>(n) * nh, [&](int64_t i0, int64_t i1) {
+            std::vector<uint16_t> q16, acc16;
+            for (int64_t i = i0; i < i1; ++i) {
+                const int t = static_cast<int>(i / nh), h = static_cast<int>(i % nh), kvh = h / (nh / nkv);
+                ops::attend_head(&q_[t * Qd + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, n_past_ + t + 1, hd, scale,
+                                 &att_[t * Qd + h * hd], q16, acc16);
+            }
+        });
+        matmul(L.wo, att_.data(), Qd, n, tmp_.data(), E);
+        for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
+
+        for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        moe_ffn(l, n);
+    }
+    n_past_ += n;
+    stats_.tokens_evaluated += static_cast<uint64_t>(n);
+    if (out_base == -2) return;
+    const int first = want_all_logits ? 0 : n - 1;
+    const int rows = n - first;
+    for (int t = first; t < n; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[(t - first) * E], E, hp.rms_eps);
+    float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
+    matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
+}
+
+// Router, top-k and experts for n tokens in xn_; adds the weighted expert outputs to x_.
+void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
+    const auto& hp = m_.hp;
+    const Qwen3MoeLayer& L = m_.layers[l];
+    const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(hp.n_ff_exp);
+    const int X = static_cast<int>(hp.n_expert), U = static_cast<int>(hp.n_expert_used);
+    matmul(L.gate_inp, xn_.data(), E, n, probs_.data(), X);
+    for (int t = 0; t < n; ++t) {
+        float* p = &probs_[t * X];
+        ops::softmax(p, X);
+        ops::top_k(p, X, U, &sel_[t * U]);
+        double sum = 0;
+        for (int s = 0; s < U; ++s) sum += p[sel_[t * U + s]];
+        const float norm = std::max(static_cast<float>(sum), 6.103515625e-5f);
+        for (int s = 0; s < U; ++s) sel_w_[t * U + s] = p[sel_[t * U + s]] / norm;
+    }
+    // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
+    std::vector<std::vector<int>> users(X);
+    for (int i = 0; i < n * U; ++i) users[sel_[i]].push_back(i);
+    for (int e = 0; e < X; ++e) {
+        const auto& who = users[e];
+        if (who.empty()) continue;
+        const int c = static_cast<int>(who.size());
+        for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
+        ExpertView ev = m_.experts->get(l, static_cast<uint32_t>(e));
+        matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
+        matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
+        for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
+        matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
+        for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+        stats_.expert_loads++;
+        stats_.expert_activations += static_cast<uint64_t>(c);
+    }
+    // Weighted sum in selection order, as llama.cpp adds the experts' views one after another.
+    for (int t = 0; t < n; ++t) {
+        for (int i = 0; i < E; ++i) {
+            float acc = expert_out_[(static_cast<size_t>(t) * U) * E + i] * sel_w_[t * U];
+            for (int s = 1; s < U; ++s) acc += expert_out_[(static_cast<size_t>(t) * U + s) * E + i] * sel_w_[t * U + s];
+            x_[t * E + i] += acc;
+        }
+    }
+}
+
+}  // namespace moe

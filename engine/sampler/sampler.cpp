@@ -1,0 +1,74 @@
+#include "engine/sampler/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace moe {
+
+int32_t argmax(std::span<const float> logits) {
+    int32_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+        if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+    return best;
+}
+
+std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits, int n) {
+    double max = *std::max_element(logits.begin(), logits.end()), sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    n = std::min<int>(n, static_cast<int>(idx.size()));
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::vector<std::pair<int32_t, double>> out;
+    for (int i = 0; i < n; ++i) out.emplace_back(idx[i], std::exp(static_cast<double>(logits[idx[i]]) - max) / sum);
+    return out;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+    cand_.clear();
+    cand_.reserve(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+    if (p_.repeat_penalty != 1.f && p_.repeat_last_n > 0) {
+        std::unordered_set<int32_t> recent;
+        for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
+             i < history.size(); ++i)
+            recent.insert(history[i]);
+        for (int32_t id : recent)
+            if (id >= 0 && static_cast<size_t>(id) < cand_.size()) {
+                float& l = cand_[id].first;
+                l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+            }
+    }
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    if (p_.temperature <= 0.f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+    size_t keep = cand_.size();
+    if (p_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(p_.top_k));
+    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
+    cand_.resize(keep);
+    // Probabilities at temperature 1 for the top-p / min-p cuts, as llama.cpp orders them before temperature.
+    std::vector<double> prob(cand_.size());
+    double sum = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first - cand_[0].first));
+    for (double& p : prob) p /= sum;
+    if (p_.top_p < 1.f) {
+        double cum = 0;
+        size_t k = 0;
+        while (k < prob.size()) { cum += prob[k++]; if (cum >= p_.top_p) break; }
+        cand_.resize(k);
+        prob.resize(k);
+    }
+    if (p_.min_p > 0.f) {
+        size_t k = 0;
+        while (k < prob.size() && prob[k] >= p_.min_p * prob[0]) ++k;
+        cand_.resize(std::max<size_t>(k, 1));
+    }
+    std::vector<double> w(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i)
+        w[i] = std::exp(static_cast<double>(cand_[i].first - cand_[0].first) / p_.temperature);
+    std::discrete_distribution<size_t> dist(w.begin(), w.end());
+    return cand_[dist(rng_)].second;
+}
+
+}  // namespace moe

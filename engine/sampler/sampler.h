@@ -1,0 +1,38 @@
+// Token sampling: greedy at temperature 0, else repetition penalty -> top-k -> top-p -> min-p -> temperature
+// -> draw, with a seeded generator so a run is repeatable.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace moe {
+
+struct SamplerParams {
+    float temperature = 0.f;  // 0: greedy (argmax, lowest id on ties)
+    int top_k = 40;           // 0: off
+    float top_p = 0.95f;      // 1: off
+    float min_p = 0.05f;      // 0: off
+    float repeat_penalty = 1.f;  // 1: off; applied to the last repeat_last_n tokens
+    int repeat_last_n = 64;
+    uint64_t seed = 0;
+};
+
+class Sampler {
+public:
+    explicit Sampler(SamplerParams p) : p_(p), rng_(p.seed) {}
+    // Picks the next token from n_vocab logits given the tokens so far.
+    int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+    const SamplerParams& params() const { return p_; }
+
+private:
+    SamplerParams p_;
+    std::mt19937_64 rng_;
+    std::vector<std::pair<float, int32_t>> cand_;  // reused between calls
+};
+
+int32_t argmax(std::span<const float> logits);
+// Softmax in double over all logits; returns the top n (id, probability), largest first.
+std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits, int n);
+
+}  // namespace moe

@@ -1,0 +1,123 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "engine/tokenizer/pretokenizer.h"
+
+#include <pcre2.h>
+
+#include <map>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace moe {
+namespace {
+
+// The regex lists of llama.cpp's llama-vocab.cpp, keyed by the `tokenizer.ggml.pre` names that select them.
+const std::string kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+const std::string kLlama3 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const std::string kQwen2 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const std::string kGpt4o =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Written with \x{} escapes where Unicode normalisation would otherwise change the code point.
+const std::string kDeepseekLlmLetters =
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+
+const std::map<std::string, std::vector<std::string>>& table() {
+    static const std::map<std::string, std::vector<std::string>> t = [] {
+        std::map<std::string, std::vector<std::string>> m;
+        const std::vector<std::string> deflt = {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
+        const std::vector<std::string> starcoder = {R"(\p{N})", kGpt2};
+        for (auto n : {"default"}) m[n] = deflt;
+        for (auto n : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx",
+                       "smaug-bpe", "glm4", "chatglm-bpe"})
+            m[n] = {kLlama3};
+        for (auto n : {"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"}) m[n] = {kQwen2};
+        for (auto n : {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
+                       "jina-v2-code", "mpt", "olmo", "jais", "trillion", "a.x-4.0", "mellum"})
+            m[n] = {kGpt2};
+        for (auto n : {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}) m[n] = starcoder;
+        m["falcon"] = {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
+        m["deepseek-llm"] = {"[\r\n]", kDeepseekLlmLetters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$",
+                             "[一-龥ࠀ-一가-퟿]+", R"(\p{N}+)"};
+        m["deepseek-coder"] = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
+        m["deepseek-v3"] = {R"(\p{N}{1,3})", "[一-龥\u3040-ゟ゠-ヿ]+",
+                            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+        for (auto n : {"gpt-4o", "llama4"}) m[n] = {kGpt4o};
+        for (auto n : {"poro-chat", "bloom", "gpt3-finnish"}) m[n] = {R"( ?[^(\s|.,!?…。，、।۔،)]+)"};
+        m["viking"] = {R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"};
+        m["tekken"] = {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+        return m;
+    }();
+    return t;
+}
+
+}  // namespace
+
+struct PreTokenizer::Compiled {
+    pcre2_code* code = nullptr;
+    ~Compiled() { pcre2_code_free(code); }
+};
+
+PreTokenizer::PreTokenizer(const std::string& pre_name) {
+    auto it = table().find(pre_name);
+    if (it == table().end())
+        throw TokenizerError("tokenizer.ggml.pre = '" + pre_name + "' is not a pre-tokenizer this build knows");
+    for (const std::string& pattern : it->second) {
+        int err = 0;
+        PCRE2_SIZE err_off = 0;
+        auto* c = new Compiled;
+        c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
+        if (!c->code) {
+            delete c;
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(err, msg, sizeof msg);
+            throw TokenizerError("pre-tokenizer '" + pre_name + "': regex does not compile at " + std::to_string(err_off) +
+                                 ": " + reinterpret_cast<char*>(msg));
+        }
+        pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // a speed-up when available, not required
+        regexes_.push_back(c);
+    }
+}
+
+PreTokenizer::~PreTokenizer() {
+    for (auto* c : regexes_) delete c;
+}
+
+std::vector<std::string> PreTokenizer::known_names() {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : table()) out.push_back(k);
+    return out;
+}
+
+std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+    std::vector<std::string> pieces{std::string(text)};
+    for (const Compiled* re : regexes_) {
+        std::vector<std::string> next;
+        pcre2_match_data* md = pcre2_match_data_create_from_pattern(re->code, nullptr);
+        for (const std::string& piece : pieces) {
+            PCRE2_SIZE start = 0, prev = 0;
+            const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
+            while (start <= piece.size()) {
+                int rc = pcre2_match(re->code, subject, piece.size(), start, 0, md, nullptr);
+                if (rc < 0) break;
+                PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+                PCRE2_SIZE ms = ov[0], me = ov[1];
+                if (me == ms) {  // empty match: step one character forward
+                    start = ms + 1;
+                    while (start < piece.size() && (static_cast<uint8_t>(piece[start]) & 0xC0) == 0x80) ++start;
+                    continue;
+                }
+                if (ms > prev) next.push_back(piece.substr(prev, ms - prev));
+                next.push_back(piece.substr(ms, me - ms));
+                prev = start = me;
+            }
+            if (prev < piece.size()) next.push_back(piece.substr(prev));
+        }
+        pcre2_match_data_free(md);
+        pieces.swap(next);
+    }
+    return pieces;
+}
+
+}  // namespace moe
