@@ -17,8 +17,6 @@ int cmd_mkmodel(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
-int cmd_probe(const std::vector<std::string>& args);
-int cmd_check(const std::vector<std::string>& args);
 
 // Runs a subcommand by name with exception-to-exit-code mapping (used by main and by tests).
 int dispatch(const std::vector<std::string>& argv);

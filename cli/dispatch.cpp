@@ -14,9 +14,6 @@ namespace {
 const char* kUsage =
     "usage: moestream <command> [options]\n"
     "\n"
-    "host readiness:\n"
-    "  probe      report host facts (CPU, NUMA, memory, limits, kernel settings, storage bandwidth)\n"
-    "  check      PASS/WARN/FAIL per requirement, with the fix for each\n"
     "models:\n"
     "  mkmodel    write a synthetic qwen3moe GGUF with seeded random weights\n"
     "  tokenize   print the token ids of a text\n"
@@ -29,7 +26,7 @@ const char* kUsage =
 int dispatch(const std::vector<std::string>& argv) {
     static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
         {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},
-        {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
+        {"bench", cmd_bench},
     };
     if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
         std::cout << kUsage;

@@ -48,34 +48,42 @@ float dot_f32(int64_t n, const void* w, const void* a) {
     return static_cast<float>(s);
 }
 
+// Exact float products summed in double, as the reference (see kernels_avx512.cpp).
+inline void acc_pd(__m256 p, __m256d& a0, __m256d& a1) {
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+}
+inline double hsum_pd(__m256d a0, __m256d a1) {
+    __m256d t = _mm256_add_pd(a0, a1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
 float dot_f16(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        auto ld = [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-        acc0 = _mm256_fmadd_ps(ld(x + i), ld(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(ld(x + i + 8), ld(y + i + 8), acc1);
-    }
-    float s = hsum(_mm256_add_ps(acc0, acc1));
-    for (; i < n; ++i) s += fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]);
-    return s;
+    auto ld = [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
+    for (; i + 8 <= n; i += 8) acc_pd(_mm256_mul_ps(ld(x + i), ld(y + i)), a0, a1);
+    double s = hsum_pd(a0, a1);
+    for (; i < n; ++i) s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+    return static_cast<float>(s);
 }
 
 float dot_bf16(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    __m256 acc = _mm256_setzero_ps();
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     int64_t i = 0;
     auto ld = [](const uint16_t* p) {
         __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     };
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(ld(x + i), ld(y + i), acc);
-    float s = hsum(acc);
-    for (; i < n; ++i) s += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
-    return s;
+    for (; i + 8 <= n; i += 8) acc_pd(_mm256_mul_ps(ld(x + i), ld(y + i)), a0, a1);
+    double s = hsum_pd(a0, a1);
+    for (; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    return static_cast<float>(s);
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) {

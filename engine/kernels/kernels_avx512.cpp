@@ -34,31 +34,38 @@ float dot_f32(int64_t n, const void* w, const void* a) {
     return static_cast<float>(s);
 }
 
+// fp16 x fp16 and bf16 x bf16 products are exact in float; summing them in double keeps the result equal to
+// the reference's up to the final rounding, whatever the order.
+inline void acc_pd(__m512 p, __m512d& a0, __m512d& a1) {
+    a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+    a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
+}
+
 float dot_f16(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    __m512 acc = _mm512_setzero_ps();
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     int64_t i = 0;
     auto ld = [](const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); };
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(ld(x + i), ld(y + i), acc);
-    float s = _mm512_reduce_add_ps(acc);
-    for (; i < n; ++i) s += fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]);
-    return s;
+    for (; i + 16 <= n; i += 16) acc_pd(_mm512_mul_ps(ld(x + i), ld(y + i)), a0, a1);
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; ++i) s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+    return static_cast<float>(s);
 }
 
 float dot_bf16(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    __m512 acc = _mm512_setzero_ps();
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     int64_t i = 0;
     auto ld = [](const uint16_t* p) {
         __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
         return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     };
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(ld(x + i), ld(y + i), acc);
-    float s = _mm512_reduce_add_ps(acc);
-    for (; i < n; ++i) s += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
-    return s;
+    for (; i + 16 <= n; i += 16) acc_pd(_mm512_mul_ps(ld(x + i), ld(y + i)), a0, a1);
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    return static_cast<float>(s);
 }
 
 // Signed x signed bytes through VPDPBUSD: |x| (unsigned) times y carrying x's sign.

@@ -1,0 +1,108 @@
+// GGUF reader/writer: round trip, and hostile input (every truncation, random corruption, absurd counts)
+// must give a GgufError naming the problem, never a crash or an out-of-bounds read.
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "engine/gguf/gguf.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+std::vector<uint8_t> small_file_bytes(const std::string& path) {
+    std::vector<GgufTensorData> tensors;
+    std::vector<uint8_t> a(64 * 4), b(32 * 2 * 34 / 32 * 2);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i);
+    tensors.push_back({"a.weight", {64}, GgmlType::F32, a});
+    tensors.push_back({"b.weight", {32, 2}, GgmlType::Q8_0, std::vector<uint8_t>(68)});
+    write_gguf(path, {{"general.architecture", GgufValue::string("test")},
+                      {"test.count", GgufValue::u32(7)},
+                      {"test.list", GgufValue::string_array({"x", "yy", "zzz"})},
+                      {"test.floats", GgufValue::f32_array_of({1.f, 2.f})}},
+               tensors, 64);
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST(Gguf, RoundTrip) {
+    test::TempDir dir;
+    auto bytes = small_file_bytes(dir / "m.gguf");
+    GgufFile f = read_gguf_header(dir / "m.gguf");
+    EXPECT_EQ(f.version, 3u);
+    EXPECT_EQ(f.alignment, 64u);
+    EXPECT_EQ(f.get_int("test.count"), 7);
+    EXPECT_EQ(f.find("test.list")->strs, (std::vector<std::string>{"x", "yy", "zzz"}));
+    EXPECT_EQ(f.find("test.floats")->f32_array(), (std::vector<float>{1.f, 2.f}));
+    ASSERT_EQ(f.tensors.size(), 2u);
+    EXPECT_EQ(f.tensors[1].nbytes, 68u);
+    EXPECT_EQ(f.tensors[0].file_offset % 64, 0u);
+    EXPECT_EQ(bytes[f.tensors[0].file_offset + 5], 5);
+}
+
+TEST(Gguf, EveryTruncationIsACleanError) {
+    test::TempDir dir;
+    auto bytes = small_file_bytes(dir / "m.gguf");
+    // Cuts inside the trailing alignment padding leave every tensor whole; anything shorter must fail.
+    GgufFile whole = parse_gguf(bytes, "whole");
+    size_t needed = 0;
+    for (const auto& t : whole.tensors) needed = std::max<size_t>(needed, t.file_offset + t.nbytes);
+    for (size_t n = 0; n < needed; ++n) {
+        try {
+            parse_gguf(std::span(bytes.data(), n), "cut");
+            ADD_FAILURE() << "truncation to " << n << " bytes was accepted";
+        } catch (const GgufError& e) {
+            EXPECT_NE(std::string(e.what()).find("cut:"), std::string::npos);
+        }
+    }
+}
+
+TEST(Gguf, RandomCorruptionNeverCrashes) {
+    test::TempDir dir;
+    auto good = small_file_bytes(dir / "m.gguf");
+    std::mt19937 rng(42);
+    int rejected = 0;
+    for (int iter = 0; iter < 20000; ++iter) {
+        auto bytes = good;
+        int flips = 1 + static_cast<int>(rng() % 4);
+        for (int k = 0; k < flips; ++k) bytes[rng() % 400 % bytes.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+        try {
+            GgufFile f = parse_gguf(bytes, "fuzz");
+            for (const auto& t : f.tensors) ASSERT_LE(t.file_offset + t.nbytes, bytes.size());
+        } catch (const GgufError&) {
+            ++rejected;
+        }
+    }
+    EXPECT_GT(rejected, 1000);
+}
+
+TEST(Gguf, HostileHeadersNameTheField) {
+    auto header = [](uint32_t magic, uint32_t version, uint64_t nt, uint64_t nkv) {
+        std::vector<uint8_t> b(24);
+        std::memcpy(b.data(), &magic, 4);
+        std::memcpy(b.data() + 4, &version, 4);
+        std::memcpy(b.data() + 8, &nt, 8);
+        std::memcpy(b.data() + 16, &nkv, 8);
+        return b;
+    };
+    auto message = [](const std::vector<uint8_t>& b) {
+        try {
+            parse_gguf(b, "h");
+        } catch (const GgufError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_NE(message(header(0x12345678, 3, 0, 0)).find("bad magic"), std::string::npos);
+    EXPECT_NE(message(header(0x46554747, 9, 0, 0)).find("version 9"), std::string::npos);
+    EXPECT_NE(message(header(0x46554747, 3, 1ull << 60, 0)).find("tensor count"), std::string::npos);
+    EXPECT_NE(message(header(0x46554747, 3, 0, 1ull << 60)).find("metadata count"), std::string::npos);
+}
+
+TEST(Gguf, MissingAndNonRegularFiles) {
+    EXPECT_THROW(read_gguf_header("/nonexistent/model.gguf"), GgufError);
+    EXPECT_THROW(read_gguf_header("/tmp"), GgufError);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,141 @@
+// Every SIMD dot product against the scalar reference on seeded random and edge inputs, and the
+// reference itself against float math on dequantized weights, each with a named error budget.
+#include <cmath>
+#include <random>
+
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/kernels_internal.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                           GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+enum class Fill { Random, Zeros, Large, Tiny, OneHot };
+
+std::vector<float> make(size_t n, Fill f, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) {
+        switch (f) {
+            case Fill::Random: v[i] = nd(rng); break;
+            case Fill::Zeros: v[i] = 0.f; break;
+            case Fill::Large: v[i] = 6e4f * (i % 2 ? 1.f : -1.f) * (0.5f + 0.5f * std::fabs(nd(rng)) / 4.f); break;
+            case Fill::Tiny: v[i] = 1e-6f * nd(rng); break;
+            case Fill::OneHot: v[i] = i == n / 3 ? 3.f : 0.f; break;
+        }
+    }
+    return v;
+}
+
+struct Prepared {
+    std::vector<uint8_t> w, a;
+};
+
+Prepared prepare(GgmlType t, const std::vector<float>& w, const std::vector<float>& a) {
+    Prepared p;
+    p.w.resize(*row_bytes(t, w.size()));
+    kernels::quantize_row(t, w.data(), p.w.data(), static_cast<int64_t>(w.size()));
+    p.a.resize(kernels::activation_bytes(t, static_cast<int64_t>(a.size())));
+    kernels::prepare_activations(t, a.data(), p.a.data(), static_cast<int64_t>(a.size()));
+    return p;
+}
+
+TEST(Kernels, SimdMatchesScalarReference) {
+    std::mt19937 rng(1234);
+    int compared = 0;
+    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+        const kernels::KernelTable* t = kernels::table_for(isa);
+        if (!t) {
+            std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
+            continue;
+        }
+        for (GgmlType type : kTypes) {
+            for (Fill fw : {Fill::Random, Fill::Zeros, Fill::Large, Fill::Tiny, Fill::OneHot}) {
+                for (size_t n : {256u, 512u, 4096u}) {
+                    auto w = make(n, fw, rng), a = make(n, Fill::Random, rng);
+                    Prepared p = prepare(type, w, a);
+                    const int id = static_cast<int>(type);
+                    float ref = kernels::reference_table().dot[id](static_cast<int64_t>(n), p.w.data(), p.a.data());
+                    float got = t->dot[id](static_cast<int64_t>(n), p.w.data(), p.a.data());
+                    if (type == GgmlType::F16 || type == GgmlType::BF16) {
+                        // Float accumulation order differs: budget 1e-5 of the sum of |products|.
+                        std::vector<float> wd(n), ad(n);
+                        kernels::dequantize_row(type, p.w.data(), wd.data(), static_cast<int64_t>(n));
+                        kernels::dequantize_row(type, p.a.data(), ad.data(), static_cast<int64_t>(n));
+                        double mag = 0;
+                        for (size_t i = 0; i < n; ++i) mag += std::fabs(static_cast<double>(wd[i]) * ad[i]);
+                        EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-30) << kernels::isa_name(isa) << " " << type_name(id) << " n=" << n;
+                    } else {
+                        // Integer block sums are exact and the float order is the reference's: bit-identical.
+                        EXPECT_EQ(got, ref) << kernels::isa_name(isa) << " " << type_name(id) << " n=" << n
+                                            << " fill=" << static_cast<int>(fw);
+                    }
+                    ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GT(compared, 0) << "no SIMD table on this CPU to compare";
+}
+
+// The reference dot (with quantized activations) against exact float math on the dequantized weights:
+// what the activation quantization costs, per type.
+TEST(Kernels, ReferenceDotWithinQuantizationBudget) {
+    std::mt19937 rng(99);
+    struct Budget { GgmlType t; double rel; };
+    // Absolute, per sqrt(n) with unit-variance data: F32 exact; F16/BF16 activation rounding; 8-bit
+    // activations (step amax/127 ~ 0.03) give ~0.015 per element, so 4e-2 leaves ~3 sigma.
+    const Budget budgets[] = {{GgmlType::F32, 1e-6}, {GgmlType::F16, 2e-3}, {GgmlType::BF16, 1.5e-2}, {GgmlType::Q8_0, 4e-2},
+                              {GgmlType::Q4_0, 4e-2}, {GgmlType::Q4_K, 4e-2}, {GgmlType::Q5_K, 4e-2}, {GgmlType::Q6_K, 4e-2}};
+    for (auto [type, rel] : budgets) {
+        for (int rep = 0; rep < 20; ++rep) {
+            const size_t n = 1024;
+            auto w = make(n, Fill::Random, rng), a = make(n, Fill::Random, rng);
+            Prepared p = prepare(type, w, a);
+            std::vector<float> wd(n);
+            kernels::dequantize_row(type, p.w.data(), wd.data(), static_cast<int64_t>(n));
+            double exact = 0;
+            for (size_t i = 0; i < n; ++i) exact += static_cast<double>(wd[i]) * a[i];
+            float got = kernels::reference_table().dot[static_cast<int>(type)](static_cast<int64_t>(n), p.w.data(), p.a.data());
+            EXPECT_NEAR(got, exact, rel * std::sqrt(static_cast<double>(n))) << type_name(static_cast<uint32_t>(type));
+        }
+    }
+}
+
+TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
+    std::mt19937 rng(7);
+    struct Budget { GgmlType t; double rms; };
+    const Budget budgets[] = {{GgmlType::F32, 0}, {GgmlType::F16, 1e-3}, {GgmlType::BF16, 8e-3}, {GgmlType::Q8_0, 1e-2},
+                              {GgmlType::Q6_K, 5e-2}, {GgmlType::Q5_K, 8e-2}, {GgmlType::Q4_K, 1.6e-1}, {GgmlType::Q4_0, 1.6e-1}};
+    for (auto [type, budget] : budgets) {
+        auto x = make(4096, Fill::Random, rng);
+        std::vector<uint8_t> q(*row_bytes(type, x.size()));
+        std::vector<float> y(x.size());
+        kernels::quantize_row(type, x.data(), q.data(), static_cast<int64_t>(x.size()));
+        kernels::dequantize_row(type, q.data(), y.data(), static_cast<int64_t>(x.size()));
+        double err = 0;
+        for (size_t i = 0; i < x.size(); ++i) err += (x[i] - y[i]) * (x[i] - y[i]);
+        EXPECT_LE(std::sqrt(err / x.size()), budget) << type_name(static_cast<uint32_t>(type));
+    }
+}
+
+TEST(Kernels, Q8KActivationsKeepBlockSums) {
+    std::mt19937 rng(3);
+    auto x = make(512, Fill::Random, rng);
+    std::vector<uint8_t> buf(kernels::activation_bytes(GgmlType::Q4_K, 512));
+    kernels::quantize_q8_K(x.data(), buf.data(), 512);
+    const auto* blocks = reinterpret_cast<const BlockQ8_K*>(buf.data());
+    for (int b = 0; b < 2; ++b)
+        for (int g = 0; g < 16; ++g) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += blocks[b].qs[g * 16 + i];
+            EXPECT_EQ(sum, blocks[b].bsums[g]);
+        }
+}
+
+}  // namespace
+}  // namespace moe
