@@ -34,6 +34,7 @@ public:
     }
 
     void read(void* dst, uint64_t n, const char* field) {
+        if (n == 0) return;  // an empty string or array: nothing to copy (and dst may be null)
         if (n > remaining())
             fail(std::string("truncated while reading ") + field + ": need " + std::to_string(n) +
                  " bytes, " + std::to_string(remaining()) + " left");
