@@ -4,12 +4,12 @@
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "cli/commands.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/model/qwen3moe_runner.h"
+#include "probes/memory_bandwidth.h"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -18,30 +18,6 @@ namespace moe::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Read bandwidth of RAM with `threads` threads summing a buffer far larger than the caches.
-double measure_memory_bandwidth(int threads, size_t bytes) {
-    std::vector<uint64_t> buf(bytes / 8);
-    for (size_t i = 0; i < buf.size(); i += 512) buf[i] = i;  // touch every page
-    std::vector<uint64_t> sums(threads);
-    double best = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-        auto t0 = Clock::now();
-        std::vector<std::thread> ts;
-        for (int t = 0; t < threads; ++t)
-            ts.emplace_back([&, t] {
-                size_t per = buf.size() / threads, b = per * t, e = b + per;
-                uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                for (size_t i = b; i + 4 <= e; i += 4) { s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3]; }
-                sums[t] = s0 + s1 + s2 + s3;
-            });
-        for (auto& t : ts) t.join();
-        best = std::max(best, static_cast<double>(bytes) / std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    volatile uint64_t sink = sums[0];
-    (void)sink;
-    return best;
-}
 
 }  // namespace
 
@@ -78,7 +54,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();
     const double pp = n_prompt / t_pp, tg = n_gen / t_tg;
-    const double bw = measure_memory_bandwidth(threads, size_t{1} << 30);
+    const double bw = measure_memory_read_bandwidth(threads, size_t{1} << 30);
     const double active = static_cast<double>(facts.active_bytes_per_token());
     const double bound = bw / active;
     if (as_json) {

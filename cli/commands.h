@@ -17,6 +17,10 @@ int cmd_mkmodel(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_probe(const std::vector<std::string>& args);
+int cmd_check(const std::vector<std::string>& args);
+// "8G", "512M", "1073741824" -> bytes; CliError naming the flag otherwise.
+uint64_t parse_bytes(const std::string& flag, const std::string& text);
 
 // Runs a subcommand by name with exception-to-exit-code mapping (used by main and by tests).
 int dispatch(const std::vector<std::string>& argv);

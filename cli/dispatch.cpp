@@ -14,6 +14,9 @@ namespace {
 const char* kUsage =
     "usage: moestream <command> [options]\n"
     "\n"
+    "host readiness:\n"
+    "  probe      host facts: CPU, NUMA, memory, limits, kernel settings, storage bandwidth (fio + io_uring)\n"
+    "  check      PASS/WARN/FAIL per requirement with the fix for each (exit 0/1/2, 3 unknown)\n"
     "models:\n"
     "  mkmodel    write a synthetic qwen3moe GGUF with seeded random weights\n"
     "  tokenize   print the token ids of a text\n"
@@ -26,7 +29,7 @@ const char* kUsage =
 int dispatch(const std::vector<std::string>& argv) {
     static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
         {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},
-        {"bench", cmd_bench},
+        {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
     };
     if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
         std::cout << kUsage;

@@ -1,0 +1,182 @@
+// `moestream probe` and `moestream check`: host facts, and the readiness table built on them.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "engine/gguf/gguf.h"
+#include "probes/memory_bandwidth.h"
+#include "probes/probes.h"
+#include "probes/storage_probe.h"
+#include "tune/check.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+
+uint64_t parse_bytes(const std::string& flag, const std::string& text) {
+    size_t used = 0;
+    double v;
+    try {
+        v = std::stod(text, &used);
+    } catch (...) {
+        throw CliError(flag + " '" + text + "' is not a size (examples: 8G, 512M, 1073741824)");
+    }
+    std::string unit = text.substr(used);
+    for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    double mult = 1;
+    if (unit == "" || unit == "B") mult = 1;
+    else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+    else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+    else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+    else throw CliError(flag + " '" + text + "': unknown unit '" + unit + "' (use K, M, G or T)");
+    const double bytes = v * mult;
+    if (!(bytes >= 1) || bytes > 1.0 * (1ull << 50))
+        throw CliError(flag + " '" + text + "' is not a plausible size (1 byte .. 1 PiB)");
+    return static_cast<uint64_t>(bytes);
+}
+
+namespace {
+
+struct StorageFlags {
+    std::string storage;
+    double seconds = 5;
+    bool no_fio = false;
+    bool no_storage = false;
+};
+
+void add_storage_options(po::options_description& opts, StorageFlags& f, double default_seconds) {
+    opts.add_options()("storage", po::value(&f.storage), "directory whose filesystem to measure (default: the model's, else .)")
+        ("seconds", po::value(&f.seconds)->default_value(default_seconds), "seconds per bandwidth measurement")
+        ("no-fio", po::bool_switch(&f.no_fio), "only the built-in io_uring probe")
+        ("no-storage", po::bool_switch(&f.no_storage), "skip the bandwidth measurement");
+}
+
+std::optional<StorageFacts> measure(const StorageFlags& f, const std::string& model, bool quiet, bool sweep) {
+    if (f.no_storage) return std::nullopt;
+    if (f.seconds < 1 || f.seconds > 600) throw CliError("--seconds " + std::to_string(f.seconds) + " is out of range (1..600)");
+    StorageProbeOptions o;
+    std::string dir = f.storage;
+    if (dir.empty()) dir = model.empty() ? "." : std::filesystem::absolute(model).parent_path().string();
+    o.dir = dir;
+    if (f.storage.empty()) o.model_file = model;  // read the model itself when it is on the measured filesystem
+    o.seconds = f.seconds;
+    o.use_fio = !f.no_fio;
+    if (!sweep) o.block_sizes = {1 << 20};
+    if (!quiet && ::isatty(2)) o.progress = [](const std::string& s) { std::cerr << "measuring: " << s << "\n"; };
+    try {
+        return probe_storage(o);
+    } catch (const StorageProbeError& e) {
+        throw CliError(e.what());
+    }
+}
+
+void print_human(const HostFacts& h) {
+    auto opt = [](const auto& s) { return s.value ? std::to_string(*s.value) : "unknown (" + s.source + ")"; };
+    std::cout << "cpu      " << h.cpu.model.value.value_or("unknown") << "\n"
+              << "         " << opt(h.cpu.physical_cores) << " physical cores, " << opt(h.cpu.logical_cpus) << " logical CPUs, "
+              << opt(h.cpu.sockets) << " socket(s)\n         simd:";
+    for (const auto& [k, v] : h.cpu.simd) if (v) std::cout << " " << k;
+    std::cout << "\nnuma     " << h.numa.nodes.size() << " node(s) [" << h.numa.source << "]\n";
+    for (const auto& n : h.numa.nodes)
+        std::cout << "         node " << n.id << ": cpus " << format_cpu_list(n.cpus) << ", "
+                  << (n.mem_total_bytes ? human_bytes(static_cast<double>(*n.mem_total_bytes)) : "memory unknown") << "\n";
+    auto bytes = [](const Sourced<uint64_t>& s) { return s.value ? human_bytes(static_cast<double>(*s.value)) : "unknown"; };
+    std::cout << "memory   " << bytes(h.memory.total_bytes) << " total, " << bytes(h.memory.available_bytes) << " available, swap "
+              << bytes(h.memory.swap_total_bytes) << ", THP " << h.memory.thp_enabled.value.value_or("unknown") << ", hugepages "
+              << opt(h.memory.hugepages_total) << "\n";
+    auto lim = [](const Sourced<uint64_t>& s) {
+        return !s.value ? std::string("unknown") : *s.value == UINT64_MAX ? std::string("unlimited") : human_bytes(static_cast<double>(*s.value));
+    };
+    std::cout << "limits   memlock soft " << lim(h.limits.memlock_soft) << ", hard " << lim(h.limits.memlock_hard)
+              << (h.limits.memlock_hard_raisable ? " (raisable)" : " (not raisable by this process)") << "; nofile "
+              << opt(h.limits.nofile_soft) << "/" << opt(h.limits.nofile_hard) << "\nkernel  ";
+    for (const auto& [k, v] : h.kernel.sysctl) std::cout << " " << k << "=" << (v.value ? std::to_string(*v.value) : "?");
+    std::cout << "\n         io_uring: "
+              << (h.kernel.io_uring_works.value ? (*h.kernel.io_uring_works.value ? "works" : h.kernel.io_uring_works.source)
+                                                : h.kernel.io_uring_works.source)
+              << "\n";
+    if (h.storage) {
+        const auto& s = *h.storage;
+        std::cout << "storage  " << s.path << " (" << s.filesystem.value.value_or("?") << "), free "
+                  << bytes(s.free_bytes) << ", read from " << s.file << "\n";
+        if (s.device)
+            std::cout << "         device " << s.device->name << " (" << s.device->model.value.value_or("model unknown") << "), scheduler "
+                      << s.device->scheduler.value.value_or("?") << ", numa node "
+                      << (s.device->numa_node.value ? std::to_string(*s.device->numa_node.value) : "unknown") << "\n";
+        for (const auto& r : s.results) {
+            char buf[200];
+            std::snprintf(buf, sizeof buf, "         %-15s %5lluK QD%-3d %7.2f GB/s %9.0f IOPS  p50 %7.0f us  p99 %7.0f us\n",
+                          r.tool.c_str(), static_cast<unsigned long long>(r.block_size >> 10), r.queue_depth, r.bytes_per_s / 1e9,
+                          r.iops, r.clat_p50_us, r.clat_p99_us);
+            std::cout << buf;
+        }
+        for (const auto& n : s.notes) std::cout << "         note: " << n << "\n";
+    }
+}
+
+}  // namespace
+
+int cmd_probe(const std::vector<std::string>& args) {
+    bool as_json = false, as_yaml = false;
+    std::string root = "/", model;
+    StorageFlags sf;
+    po::options_description opts("moestream probe options");
+    opts.add_options()("help,h", "show this help")("json", po::bool_switch(&as_json), "JSON output")
+        ("yaml", po::bool_switch(&as_yaml), "YAML output")("root", po::value(&root)->default_value("/"),
+        "read /proc and /sys under this directory (fixture trees); storage is not measured unless --storage is given")
+        ("model", po::value(&model), "measure by reading this model file (read-only)");
+    add_storage_options(opts, sf, 5);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (as_json && as_yaml) throw CliError("give at most one of --json and --yaml");
+    if (!std::filesystem::is_directory(root)) throw CliError("--root " + root + " is not a directory");
+    if (root != "/" && sf.storage.empty()) sf.no_storage = true;
+    HostFacts h = probe_host({.root = root, .try_ring = true});
+    h.storage = measure(sf, model, as_json || as_yaml, true);
+    if (as_json) std::cout << to_json(h).dump(2) << "\n";
+    else if (as_yaml) std::cout << to_yaml(h);
+    else print_human(h);
+    return 0;
+}
+
+int cmd_check(const std::vector<std::string>& args) {
+    bool as_json = false;
+    std::string root = "/", model, budget;
+    uint32_t n_ctx = 4096;
+    StorageFlags sf;
+    po::options_description opts("moestream check options");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model), "GGUF model (first split file for split models)")
+        ("ram-budget", po::value(&budget), "RAM for the expert cache (bytes, or 64G / 512M)")
+        ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
+        ("json", po::bool_switch(&as_json), "rows as JSON")
+        ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
+    add_storage_options(opts, sf, 3);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (!std::filesystem::is_directory(root)) throw CliError("--root " + root + " is not a directory");
+    CheckInput in;
+    in.n_ctx = n_ctx;
+    if (n_ctx < 1 || n_ctx > (1u << 24)) throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
+    if (!budget.empty()) in.ram_budget = parse_bytes("--ram-budget", budget);
+    if (!model.empty()) in.model = read_model_facts(model);  // header only; GgufError -> one line, exit 2
+    if (root != "/" && sf.storage.empty()) sf.no_storage = true;
+    FsRoot fs(root);
+    in.host = probe_host({.root = root, .try_ring = true});
+    in.host.storage = measure(sf, model, as_json, false);
+    in.mem_bytes_per_s = measure_memory_read_bandwidth(std::max(1, in.host.cpu.physical_cores.value.value_or(1)), 256u << 20);
+    in.tuned_running = tuned_running(fs, in.tuned_profile);
+    auto rows = run_checks(in, fs);
+    if (as_json) std::cout << rows_to_json(rows).dump(2) << "\n";
+    else std::cout << rows_to_table(rows);
+    return check_exit_code(rows);
+}
+
+}  // namespace moe::cli

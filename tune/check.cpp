@@ -1,0 +1,304 @@
+#include "tune/check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "sysctl/sysctl_d.h"
+#include "tune/perf_model.h"
+
+namespace moe {
+
+const char* status_name(CheckStatus s) {
+    switch (s) {
+        case CheckStatus::Pass: return "PASS";
+        case CheckStatus::Warn: return "WARN";
+        case CheckStatus::Fail: return "FAIL";
+        case CheckStatus::Unknown: return "UNKNOWN";
+    }
+    return "?";
+}
+
+std::string human_bytes(double b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return buf;
+}
+
+namespace {
+
+std::string limit_str(uint64_t v) { return v == UINT64_MAX ? "unlimited" : human_bytes(static_cast<double>(v)); }
+std::string gbps(double v) { char b[32]; std::snprintf(b, sizeof b, "%.2f GB/s", v / 1e9); return b; }
+
+// The sysctl values this engine wants, derived from the host (see docs/check.md for the reasons).
+uint64_t wanted_min_free_kbytes(uint64_t ram) {
+    // ~1% of RAM keeps reclaim ahead of our allocations; 64 MiB floor, 2 GiB ceiling.
+    return std::clamp<uint64_t>(ram / 100 / 1024, 65536, 2ull << 20);
+}
+
+}  // namespace
+
+bool tuned_running(const FsRoot& fs, std::string& profile) {
+    profile = fs.read("/etc/tuned/active_profile").value_or("");
+    if (auto pid = fs.read_int("/run/tuned/tuned.pid"))
+        if (fs.exists("/proc/" + std::to_string(*pid))) return true;
+    for (const auto& e : fs.list("/proc")) {
+        if (e.empty() || !std::isdigit(static_cast<unsigned char>(e[0]))) continue;
+        if (auto comm = fs.read("/proc/" + e + "/comm"); comm && *comm == "tuned") return true;
+    }
+    return false;
+}
+
+std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
+    std::vector<CheckRow> rows;
+    const HostFacts& h = in.host;
+    auto add = [&](CheckRow r) { rows.push_back(std::move(r)); };
+    const uint64_t ram = h.memory.total_bytes.value.value_or(0);
+    const uint64_t avail = h.memory.available_bytes.value.value_or(0);
+
+    // CPU kernels
+    bool x86 = h.cpu.simd.count("avx2") && (h.cpu.simd.at("avx2") || !h.cpu.simd.at("neon"));
+    bool simd_ok = x86 ? (h.cpu.simd.at("avx2") && h.cpu.simd.at("fma")) : h.cpu.simd.count("neon") && h.cpu.simd.at("neon");
+    std::string simd_list;
+    for (const auto& [k, v] : h.cpu.simd) if (v) simd_list += (simd_list.empty() ? "" : " ") + k;
+    add({"cpu_simd", "SIMD for the matmul kernels", simd_ok ? CheckStatus::Pass : CheckStatus::Warn,
+         simd_list.empty() ? "none detected (" + h.cpu.simd_source + ")" : simd_list, "AVX2+FMA (x86) or NEON (arm64)",
+         simd_ok ? "" : "none on this CPU: the scalar kernels run, several times slower"});
+
+    // Threads: physical cores only
+    if (h.cpu.physical_cores.value) {
+        int phys = *h.cpu.physical_cores.value, logical = h.cpu.logical_cpus.value.value_or(phys);
+        add({"cpu_cores", "threads on physical cores (no SMT siblings)", CheckStatus::Pass,
+             std::to_string(phys) + " physical cores, " + std::to_string(logical) + " logical CPUs",
+             "one thread per physical core",
+             logical > phys ? "numactl --physcpubind=" + format_cpu_list(h.cpu.first_thread_per_core) + " (or CPUAffinity=" +
+                                  format_cpu_list(h.cpu.first_thread_per_core) + ")"
+                            : ""});
+    } else {
+        add({"cpu_cores", "threads on physical cores (no SMT siblings)", CheckStatus::Warn, h.cpu.physical_cores.source,
+             "readable CPU topology", "check that /sys/devices/system/cpu/cpu*/topology is readable"});
+    }
+
+    // Memory: resident weights, KV cache and the expert cache must fit without swapping.
+    if (in.model) {
+        const ModelFacts& m = *in.model;
+        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
+        const uint64_t need = m.resident_bytes + kv + reserve;
+        CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"ram_resident", "resident weights + KV cache fit in RAM", st,
+             human_bytes(m.resident_bytes) + " resident + " + human_bytes(kv) + " KV (" + std::to_string(in.n_ctx) +
+                 " ctx) + " + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
+             "<= available RAM",
+             st == CheckStatus::Pass ? "" : st == CheckStatus::Fail ? "a host with more RAM, or a smaller quantization of the model"
+                                                                     : "free memory (stop other services) or use a shorter context (--ctx)"});
+        // The smallest cache that works: one layer's selected experts.
+        uint64_t min_cache = 0;
+        for (uint32_t l = 0; l < m.n_layer; ++l) min_cache = std::max<uint64_t>(min_cache, m.bytes_per_expert(l) * m.n_expert_used);
+        const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
+        if (in.ram_budget) {
+            const uint64_t b = *in.ram_budget;
+            CheckStatus bs = b < min_cache || b > room ? CheckStatus::Fail : CheckStatus::Pass;
+            add({"ram_budget", "expert cache budget (--ram-budget)", bs, human_bytes(static_cast<double>(b)),
+                 ">= " + human_bytes(min_cache) + " (one layer's selected experts) and <= " + human_bytes(room) +
+                     " (available minus resident, KV and reserve)",
+                 bs == CheckStatus::Pass ? "" : "--ram-budget " + std::to_string(std::clamp(b, min_cache, std::max(min_cache, room)))});
+        }
+        const uint64_t cache = in.ram_budget.value_or(std::min<uint64_t>(room, m.expert_bytes));
+        add({"experts_on_disk", "routed experts streamed from disk", CheckStatus::Pass,
+             human_bytes(m.expert_bytes) + " of experts; the cache holds " + human_bytes(cache) + " (" +
+                 std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * cache / m.expert_bytes : 100)) + "%)",
+             "-", ""});
+        // mlock of the resident weights.
+        const uint64_t soft = h.limits.memlock_soft.value.value_or(0), hard = h.limits.memlock_hard.value.value_or(0);
+        CheckStatus ms = soft >= m.resident_bytes ? CheckStatus::Pass : CheckStatus::Warn;
+        std::string fix = ms == CheckStatus::Pass ? "" :
+            "/etc/security/limits.d/99-moestream.conf: '<user> - memlock unlimited', or LimitMEMLOCK=infinity in the unit";
+        if (ms != CheckStatus::Pass && hard < m.resident_bytes && !h.limits.memlock_hard_raisable)
+            fix += " (this process cannot raise its hard limit of " + limit_str(hard) + ": set it where the service starts)";
+        add({"memlock", "resident weights can be mlock'd", ms, "soft " + limit_str(soft) + ", hard " + limit_str(hard),
+             ">= " + human_bytes(m.resident_bytes) + " (resident weights)", fix});
+    } else {
+        const uint64_t soft = h.limits.memlock_soft.value.value_or(0), hard = h.limits.memlock_hard.value.value_or(0);
+        CheckStatus ms = soft == UINT64_MAX || soft >= (1ull << 30) ? CheckStatus::Pass : CheckStatus::Warn;
+        add({"memlock", "memlock limit (give --model for the exact need)", ms, "soft " + limit_str(soft) + ", hard " + limit_str(hard) +
+                 (h.limits.memlock_hard_raisable ? "" : " (hard limit not raisable by this process)"),
+             ">= the model's resident weights; unlimited is simplest",
+             ms == CheckStatus::Pass ? "" : "/etc/security/limits.d/99-moestream.conf: '<user> - memlock unlimited', or LimitMEMLOCK=infinity"});
+    }
+
+    // Kernel settings
+    auto sys = [&](const char* key) -> std::optional<int64_t> {
+        auto it = h.kernel.sysctl.find(key);
+        return it == h.kernel.sysctl.end() ? std::nullopt : it->second.value;
+    };
+    auto unreadable = [&](const char* id, const char* key, const char* what) {
+        add({id, what, CheckStatus::Warn, h.kernel.sysctl.count(key) ? h.kernel.sysctl.at(key).source : std::string("not read"),
+             "readable", std::string("check permissions of /proc/sys/") + key});
+    };
+    const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
+    if (auto sw = sys("vm.swappiness")) {
+        CheckStatus st = swap > 0 && *sw > 10 ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"swappiness", "the kernel does not swap the model out", st,
+             "vm.swappiness=" + std::to_string(*sw) + ", swap " + human_bytes(static_cast<double>(swap)),
+             "<= 10 when swap exists", st == CheckStatus::Pass ? "" : "vm.swappiness = 1   # /etc/sysctl.d/60-moestream.conf"});
+    } else {
+        unreadable("swappiness", "vm.swappiness", "the kernel does not swap the model out");
+    }
+    if (auto oc = sys("vm.overcommit_memory")) {
+        CheckStatus st = *oc == 2 ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"overcommit", "large allocations are not refused", st, "vm.overcommit_memory=" + std::to_string(*oc), "0 or 1",
+             st == CheckStatus::Pass ? "" : "vm.overcommit_memory = 0   # /etc/sysctl.d/60-moestream.conf"});
+    }
+    if (auto mf = sys("vm.min_free_kbytes"); mf && ram) {
+        const uint64_t want = wanted_min_free_kbytes(ram);
+        CheckStatus st = static_cast<uint64_t>(*mf) * 2 < want ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"min_free_kbytes", "reclaim stays ahead of allocation bursts", st, "vm.min_free_kbytes=" + std::to_string(*mf),
+             ">= " + std::to_string(want / 2) + " (about 1% of RAM is " + std::to_string(want) + ")",
+             st == CheckStatus::Pass ? "" : "vm.min_free_kbytes = " + std::to_string(want) + "   # /etc/sysctl.d/60-moestream.conf"});
+    }
+    if (h.memory.thp_enabled.value) {
+        CheckStatus st = *h.memory.thp_enabled.value == "always" ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"thp", "transparent huge pages do not stall on compaction", st, *h.memory.thp_enabled.value, "madvise or never",
+             st == CheckStatus::Pass ? "" : "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (persist: kernel "
+                                            "command line transparent_hugepage=madvise)"});
+    } else {
+        add({"thp", "transparent huge pages do not stall on compaction", CheckStatus::Warn, h.memory.thp_enabled.source,
+             "readable", "check /sys/kernel/mm/transparent_hugepage/enabled"});
+    }
+    const size_t nodes = h.numa.nodes.size();
+    if (auto nb = sys("kernel.numa_balancing"); nodes > 1) {
+        CheckStatus st = nb && *nb != 0 ? CheckStatus::Warn : CheckStatus::Pass;
+        add({"numa_balancing", "automatic NUMA balancing does not migrate pinned memory", st,
+             nb ? "kernel.numa_balancing=" + std::to_string(*nb) : "absent", "0 on a multi-node host",
+             st == CheckStatus::Pass ? "" : "kernel.numa_balancing = 0   # /etc/sysctl.d/60-moestream.conf"});
+    }
+    {
+        auto dis = h.kernel.io_uring_disabled.value;
+        const auto& works = h.kernel.io_uring_works;
+        CheckStatus st = works.value ? (*works.value ? CheckStatus::Pass : CheckStatus::Warn) : CheckStatus::Unknown;
+        add({"io_uring", "io_uring for expert reads", st,
+             (works.value ? (*works.value ? "a ring was created" : works.source) : works.source) +
+                 (dis ? ", kernel.io_uring_disabled=" + std::to_string(*dis) : ""),
+             "a working ring (else buffered reads, slower)",
+             st == CheckStatus::Warn ? "kernel.io_uring_disabled = 0   # /etc/sysctl.d/60-moestream.conf; and no seccomp "
+                                       "filter blocking io_uring_setup (containers: allow the syscall)"
+                                     : ""});
+    }
+
+    // What silently defeats tuning: later-sorting sysctl.d files and tuned.
+    {
+        std::vector<std::pair<std::string, std::string>> ours = {{"vm.swappiness", "1"}};
+        if (ram) ours.emplace_back("vm.min_free_kbytes", std::to_string(wanted_min_free_kbytes(ram)));
+        if (nodes > 1) ours.emplace_back("kernel.numa_balancing", "0");
+        std::string found;
+        for (const auto& [k, v] : ours)
+            for (const auto& o : sysctl_overrides(fs, "60-moestream.conf", k, v))
+                found += (found.empty() ? "" : "; ") + o.key + "=" + o.value + " in " + o.file;
+        add({"sysctl_override", "no later sysctl.d file overrides 60-moestream.conf",
+             found.empty() ? CheckStatus::Pass : CheckStatus::Warn, found.empty() ? "none" : found,
+             "our keys set only by 60-moestream.conf",
+             found.empty() ? "" : "remove or edit those lines (a symlink such as 99-sysctl.conf -> /etc/sysctl.conf counts)"});
+    }
+    add({"tuned", "tuned does not rewrite the values at run time", in.tuned_running ? CheckStatus::Warn : CheckStatus::Pass,
+         in.tuned_running ? "tuned running (profile " + (in.tuned_profile.empty() ? "?" : in.tuned_profile) + ")" : "not running",
+         "not running, or a profile that carries these values",
+         in.tuned_running ? "put the vm.* values in a custom tuned profile ([sysctl] section) or systemctl disable --now tuned" : ""});
+
+    // Storage
+    if (h.storage) {
+        const StorageFacts& s = *h.storage;
+        const BandwidthResult* best = nullptr;
+        for (const auto& r : s.results)
+            if (r.block_size == (1u << 20) && (!best || (r.tool == "fio" && best->tool != "fio"))) best = &r;
+        if (best) {
+            CheckStatus st = best->bytes_per_s >= 1e9 ? CheckStatus::Pass : CheckStatus::Warn;
+            add({"storage_bw", "random-read bandwidth of the model's disk", st,
+                 gbps(best->bytes_per_s) + " (" + best->tool + ", 1M randread QD" + std::to_string(best->queue_depth) + ")",
+                 ">= 1 GB/s for usable decode speed",
+                 st == CheckStatus::Pass ? "" : "put the model on a faster (NVMe) disk; decode is disk-bound"});
+        }
+        if (s.device) {
+            const auto& d = *s.device;
+            if (d.rotational.value && *d.rotational.value) {
+                // Virtual disks often claim to be rotational; the measured bandwidth decides.
+                const bool fast = best && best->bytes_per_s >= 5e8;
+                add({"disk_type", "the model's disk is solid state", fast ? CheckStatus::Pass : CheckStatus::Warn,
+                     d.name + " reports rotational" + (fast ? " but reads " + gbps(best->bytes_per_s) + " (virtual disk?)" : ""),
+                     "SSD/NVMe", fast ? "" : "move the model to an SSD: random 1 MiB reads on a spinning disk give a few tok/min"});
+            }
+            if (nodes > 1) {
+                if (d.numa_node.value)
+                    add({"numa_disk", "threads and memory on the disk's NUMA node", CheckStatus::Pass,
+                         d.name + " on node " + std::to_string(*d.numa_node.value), "bind to that node",
+                         "numactl --cpunodebind=" + std::to_string(*d.numa_node.value) + " --membind=" + std::to_string(*d.numa_node.value)});
+                else
+                    add({"numa_disk", "threads and memory on the disk's NUMA node", CheckStatus::Warn, d.numa_node.source,
+                         "a known node", "pick the node by hand: numactl --cpunodebind=N --membind=N"});
+            }
+        }
+        if (s.free_bytes.value)
+            add({"disk_free", "free space on the model's filesystem", *s.free_bytes.value < (1ull << 30) ? CheckStatus::Warn : CheckStatus::Pass,
+                 human_bytes(static_cast<double>(*s.free_bytes.value)), ">= 1 GiB (logs, profiles)",
+                 *s.free_bytes.value < (1ull << 30) ? "free space on " + s.path : ""});
+        for (const auto& note : s.notes)
+            if (note.find("fio not found") != std::string::npos)
+                add({"fio", "fio for the bandwidth baseline", CheckStatus::Warn, "not installed", "installed", "apt-get install fio"});
+    } else {
+        add({"storage_bw", "random-read bandwidth of the model's disk", CheckStatus::Unknown, "not measured (--no-storage)",
+             ">= 1 GB/s", "run without --no-storage"});
+    }
+
+    // Predicted decode speed
+    if (in.model && h.storage) {
+        double ssd = 0;
+        for (const auto& r : h.storage->results)
+            if (r.block_size == (1u << 20) && (ssd == 0 || r.tool == "fio")) ssd = r.bytes_per_s;
+        const ModelFacts& m = *in.model;
+        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
+        const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
+        DecodeEstimate e = estimate_decode(m, in.ram_budget.value_or(std::min<uint64_t>(room, m.expert_bytes)), ssd, in.mem_bytes_per_s);
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.2f tok/s (%s-bound)", e.tokens_per_s, e.bound.c_str());
+        add({"decode_estimate", "predicted decode speed (design section 4)", CheckStatus::Pass, buf, e.formula(), ""});
+    }
+    return rows;
+}
+
+int check_exit_code(const std::vector<CheckRow>& rows) {
+    bool warn = false, unknown = false;
+    for (const auto& r : rows) {
+        if (r.status == CheckStatus::Fail) return 2;
+        warn |= r.status == CheckStatus::Warn;
+        unknown |= r.status == CheckStatus::Unknown;
+    }
+    return warn ? 1 : unknown ? 3 : 0;
+}
+
+nlohmann::json rows_to_json(const std::vector<CheckRow>& rows) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : rows)
+        arr.push_back({{"id", r.id}, {"what", r.what}, {"status", status_name(r.status)}, {"measured", r.measured},
+                       {"required", r.required}, {"fix", r.fix}});
+    return {{"rows", arr}, {"exit_code", check_exit_code(rows)}};
+}
+
+std::string rows_to_table(const std::vector<CheckRow>& rows) {
+    std::ostringstream out;
+    for (const auto& r : rows) {
+        char head[160];
+        std::snprintf(head, sizeof head, "%-7s %-16s %s\n", status_name(r.status), r.id.c_str(), r.what.c_str());
+        out << head << "        measured: " << r.measured << "\n        required: " << r.required << "\n";
+        if (!r.fix.empty()) out << "        fix:      " << r.fix << "\n";
+    }
+    int code = check_exit_code(rows);
+    int n[4] = {};
+    for (const auto& r : rows) n[static_cast<int>(r.status)]++;
+    out << "\n" << n[0] << " pass, " << n[1] << " warn, " << n[2] << " fail, " << n[3] << " unknown -> exit " << code << "\n";
+    return out.str();
+}
+
+}  // namespace moe
