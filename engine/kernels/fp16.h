@@ -48,6 +48,16 @@ inline uint16_t fp32_to_fp16(float f) {
     return static_cast<uint16_t>(sign | half);
 }
 
+// Table lookup with the same results as fp16_to_fp32, for hot loops (the KV cache is fp16). 256 KiB.
+inline float fp16_to_fp32_lut(uint16_t h) {
+    static const float* table = [] {
+        static float t[65536];
+        for (uint32_t i = 0; i < 65536; ++i) t[i] = fp16_to_fp32(static_cast<uint16_t>(i));
+        return t;
+    }();
+    return table[h];
+}
+
 inline float bf16_to_fp32(uint16_t h) {
     uint32_t bits = static_cast<uint32_t>(h) << 16;
     float f;

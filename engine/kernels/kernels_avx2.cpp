@@ -173,8 +173,9 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
     float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         __m256i sumi = _mm256_setzero_si256();
-        int bsum_corr = 0;  // sum(q*y) - 32*sum(y): the second term from the precomputed block sums
-        for (int g = 0; g < 16; ++g) bsum_corr += x[b].scales[g] * y[b].bsums[g];
+        // sum((q-32)*y*sc) = sum(q*y*sc) - 32*sum(sc*bsum): the second part from Q8_K's block sums.
+        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales))),
+                                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums)));
         for (int half = 0; half < 2; ++half) {
             const uint8_t* ql = x[b].ql + 64 * half;
             const uint8_t* qh = x[b].qh + 32 * half;
@@ -200,7 +201,8 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
             }
         }
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(hsum_i32(sumi) - 32 * bsum_corr);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(hsum_i32(sumi));
     }
     return s;
 }

@@ -140,9 +140,10 @@ inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_
                 q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 4));
             }
             __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, q8);
-            __m512i scale_v = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * j]), _mm256_set1_epi32(sc[2 * j + 1]), 1);
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scale_v));
+            // u8 x s8 pairs to i16 (at most 31*127*2), then times the sub-block scale into i32: no slow mullo.
+            __m512i p16 = _mm512_maddubs_epi16(q, q8);
+            __m512i scale_v = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j]), _mm256_set1_epi16(sc[2 * j + 1]), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p16, scale_v));
         }
         // Same float expression and order as the reference: bit-identical results.
         s += y[b].d * fp16_to_fp32(dh) * static_cast<float>(hsum_i32(sumi)) -
@@ -167,8 +168,9 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
     const __m512i low4 = _mm512_set1_epi8(0xF);
     float s = 0.f;
     for (int64_t b = 0; b < n / QK_K; ++b) {
-        int bsum_corr = 0;
-        for (int g = 0; g < 16; ++g) bsum_corr += x[b].scales[g] * y[b].bsums[g];
+        // sum((q-32)*y*sc) = sum(q*y*sc) - 32*sum(sc*bsum): the second part from Q8_K's block sums.
+        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales))),
+                                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums)));
         // Per-16-element scales, widened to one int32 per 4 bytes (4 lanes per scale).
         __m512i sumi = _mm512_setzero_si512();
         for (int half = 0; half < 2; ++half) {
@@ -186,14 +188,18 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
             __m512i y_lo = _mm512_loadu_si512(y[b].qs + 128 * half);
             __m512i y_hi = _mm512_loadu_si512(y[b].qs + 128 * half + 64);
             const int8_t* sc = x[b].scales + 8 * half;
-            __m512i s_lo = _mm512_set_epi32(sc[3], sc[3], sc[3], sc[3], sc[2], sc[2], sc[2], sc[2],
-                                            sc[1], sc[1], sc[1], sc[1], sc[0], sc[0], sc[0], sc[0]);
-            __m512i s_hi = _mm512_set_epi32(sc[7], sc[7], sc[7], sc[7], sc[6], sc[6], sc[6], sc[6],
-                                            sc[5], sc[5], sc[5], sc[5], sc[4], sc[4], sc[4], sc[4]);
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_lo, y_lo), s_lo));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_hi, y_hi), s_hi));
+            // One i16 scale per 16 elements = 8 i16 lanes each (maddubs pairs elements 2k, 2k+1).
+            const __m512i s_lo = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]))),
+                _mm256_set_m128i(_mm_set1_epi16(sc[3]), _mm_set1_epi16(sc[2])), 1);
+            const __m512i s_hi = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[5]), _mm_set1_epi16(sc[4]))),
+                _mm256_set_m128i(_mm_set1_epi16(sc[7]), _mm_set1_epi16(sc[6])), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q_lo, y_lo), s_lo));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q_hi, y_hi), s_hi));
         }
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(_mm512_reduce_add_epi32(sumi) - 32 * bsum_corr);
+        sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(_mm512_reduce_add_epi32(sumi));
     }
     return s;
 }

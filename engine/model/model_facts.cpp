@@ -1,5 +1,6 @@
 #include "engine/model/model_facts.h"
 
+#include <algorithm>
 #include <regex>
 
 namespace moe {
@@ -31,7 +32,11 @@ uint64_t ModelFacts::expert_bytes_per_token() const {
     return total;
 }
 
-uint64_t ModelFacts::active_bytes_per_token() const { return resident_bytes + expert_bytes_per_token(); }
+uint64_t ModelFacts::active_bytes_per_token() const {
+    // A token reads one row of token_embd, not the table (unless the head reuses it: then it is counted there).
+    const uint64_t embd_unused = tied_output ? 0 : (token_embd_bytes - token_embd_bytes / std::max<uint32_t>(n_vocab_rows, 1));
+    return resident_bytes - embd_unused + expert_bytes_per_token();
+}
 
 uint64_t ModelFacts::kv_bytes(uint32_t n_ctx) const {
     return 2ull * n_layer * n_ctx * n_head_kv * head_dim * 2;
@@ -73,8 +78,13 @@ ModelFacts model_facts(const GgufModel& model) {
             f.expert_bytes += t.nbytes;
         } else {
             f.resident_bytes += t.nbytes;
+            if (t.name == "token_embd.weight") {
+                f.token_embd_bytes = t.nbytes;
+                f.n_vocab_rows = static_cast<uint32_t>(t.ne.size() > 1 ? t.ne[1] : 1);
+            }
         }
     }
+    f.tied_output = model.find_tensor("output.weight") == nullptr;
     bool seen_moe = false;
     for (uint32_t l = 0; l < f.n_layer; ++l) {
         if (f.layer_expert_bytes[l]) {

@@ -33,10 +33,13 @@ struct ModelFacts {
     uint32_t first_moe_layer = 0;             // leading dense layers
     uint32_t moe_layers = 0;
     uint64_t tensor_count = 0;
+    uint64_t token_embd_bytes = 0;           // the embedding table (one row read per token)
+    uint32_t n_vocab_rows = 0;
+    bool tied_output = false;                // no output.weight: the head reads token_embd whole
 
     // Bytes of one expert (gate+up+down) in a given layer, 0 when dense.
     uint64_t bytes_per_expert(uint32_t layer) const;
-    // Bytes touched per decoded token: resident weights plus n_expert_used experts per MoE layer.
+    // Bytes touched per decoded token: resident weights (one embedding row) plus n_expert_used experts per MoE layer.
     uint64_t active_bytes_per_token() const;
     // Expert bytes read per token with no cache hits.
     uint64_t expert_bytes_per_token() const;

@@ -74,22 +74,22 @@ inline void attend_head(const float* q, const uint16_t* k, const uint16_t* v, si
         const uint16_t* kj = k + static_cast<size_t>(j) * stride;
         const uint16_t* vj = v + static_cast<size_t>(j) * stride;
         float dot = 0.f;
-        for (int d = 0; d < dim; ++d) dot += fp16_to_fp32(kj[d]) * fp16_to_fp32(q16[d]);
+        for (int d = 0; d < dim; ++d) dot += fp16_to_fp32_lut(kj[d]) * fp16_to_fp32_lut(q16[d]);
         const float s = dot * scale;
         float ms = 1.f, vs = 1.f;
         if (s > M) {
             const float m_old = M;
             M = s;
             ms = std::exp(m_old - M);
-            for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32(acc16[d]) * ms);
+            for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32_lut(acc16[d]) * ms);
         } else {
             vs = std::exp(s - M);
         }
-        for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32(vj[d]), vs, fp16_to_fp32(acc16[d])));
+        for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc16[d])));
         S = S * ms + vs;
     }
     const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < dim; ++d) out[d] = fp16_to_fp32(acc16[d]) * inv;
+    for (int d = 0; d < dim; ++d) out[d] = fp16_to_fp32_lut(acc16[d]) * inv;
 }
 
 // Top-k of n probabilities, largest first (ties: lower index first).

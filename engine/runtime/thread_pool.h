@@ -1,5 +1,6 @@
 // A fixed pool of worker threads for data-parallel loops (matmul rows, attention heads). The caller takes
-// part in every loop, so a pool of N threads has N-1 workers. No allocation per call.
+// part in every loop, so a pool of N threads has N-1 workers. Workers spin briefly before sleeping: decode
+// issues dozens of small loops per token, and a futex wake per loop costs more than the loop itself.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -32,9 +33,10 @@ private:
     std::condition_variable cv_;
     const std::function<void(int64_t, int64_t)>* job_ = nullptr;
     int64_t job_n_ = 0;
-    uint64_t generation_ = 0;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> sleepers_{0};
     std::atomic<int> pending_{0};
-    bool stop_ = false;
+    std::atomic<bool> stop_{false};
 };
 
 }  // namespace moe

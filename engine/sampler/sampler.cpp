@@ -27,6 +27,7 @@ std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits,
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+    if (p_.temperature <= 0.f && p_.repeat_penalty == 1.f) return argmax(logits);  // greedy: no candidate list
     cand_.clear();
     cand_.reserve(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));

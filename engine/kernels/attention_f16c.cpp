@@ -1,0 +1,60 @@
+// Compiled with -mavx2 -mfma -mf16c. Uses intrinsics only (no shared inline helpers), so nothing compiled
+// with these flags can leak into baseline code through the linker.
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/kernels/attention.h"
+
+namespace moe::kernels {
+namespace {
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+}  // namespace
+
+void attend_head_f16c(const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_kv, int dim, float scale,
+                      float* out, std::vector<uint16_t>& q16, std::vector<uint16_t>& acc16) {
+    q16.resize(static_cast<size_t>(dim));
+    acc16.assign(static_cast<size_t>(dim), 0);
+    for (int d = 0; d < dim; ++d) q16[d] = f2h(q[d]);
+    float M = -std::numeric_limits<float>::infinity(), S = 0.f;
+    uint16_t* acc = acc16.data();
+    for (int j = 0; j < n_kv; ++j) {
+        const uint16_t* kj = k + static_cast<size_t>(j) * stride;
+        const uint16_t* vj = v + static_cast<size_t>(j) * stride;
+        float dot = 0.f;  // sequential, as the reference
+        for (int d = 0; d < dim; ++d) dot += h2f(kj[d]) * h2f(q16[d]);
+        const float s = dot * scale;
+        float ms = 1.f, vs = 1.f;
+        int d = 0;
+        if (s > M) {
+            const float m_old = M;
+            M = s;
+            ms = std::exp(m_old - M);
+            const __m256 msv = _mm256_set1_ps(ms);
+            for (; d + 8 <= dim; d += 8) {
+                __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
+            }
+            for (; d < dim; ++d) acc[d] = f2h(h2f(acc[d]) * ms);
+        } else {
+            vs = std::exp(s - M);
+        }
+        const __m256 vsv = _mm256_set1_ps(vs);
+        d = 0;
+        for (; d + 8 <= dim; d += 8) {
+            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
+            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vj + d)));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
+        }
+        for (; d < dim; ++d) acc[d] = f2h(std::fma(h2f(vj[d]), vs, h2f(acc[d])));
+        S = S * ms + vs;
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < dim; ++d) out[d] = h2f(acc[d]) * inv;
+}
+
+}  // namespace moe::kernels
