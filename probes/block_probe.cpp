@@ -1,5 +1,6 @@
 // The block device under a path: queue settings, size, model, rotational, and the NUMA node it hangs off
 // (NVMe multipath heads resolved through their controllers; unknown stays unknown).
+#include <hwloc.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -15,6 +16,29 @@ std::optional<int> node_of(const FsRoot& fs, const std::string& numa_file) {
     auto v = fs.read_int(numa_file);
     if (!v || *v < 0) return std::nullopt;  // -1: the platform does not say
     return static_cast<int>(*v);
+}
+
+// hwloc's view: the block OS device's first non-I/O ancestor and its NUMA nodeset (I/O objects kept).
+std::optional<int> node_from_hwloc(const std::string& disk, std::string& why) {
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return std::nullopt;
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    std::optional<int> node;
+    if (hwloc_topology_load(topo) == 0) {
+        for (hwloc_obj_t o = hwloc_get_next_osdev(topo, nullptr); o; o = hwloc_get_next_osdev(topo, o)) {
+            if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_BLOCK || !o->name || disk != o->name) continue;
+            hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, o);
+            if (anc && anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1) {
+                node = hwloc_bitmap_first(anc->nodeset);
+                why = std::string("hwloc: block device ") + o->name + " under " + hwloc_obj_type_string(anc->type);
+            } else {
+                why = std::string("hwloc: block device ") + o->name + " is not local to a single NUMA node";
+            }
+            break;
+        }
+    }
+    hwloc_topology_destroy(topo);
+    return node;
 }
 
 }  // namespace
@@ -46,6 +70,13 @@ BlockDeviceFacts probe_block_device(const FsRoot& fs, const std::string& disk) {
     if (auto r = fs.read_int(base + "/queue/rotational")) d.rotational = {*r != 0, base + "/queue/rotational"};
     else d.rotational.source = "unreadable: " + base + "/queue/rotational";
 
+    if (fs.root() == "/") {
+        std::string why;
+        if (auto n = node_from_hwloc(disk, why)) {
+            d.numa_node = {*n, why};
+            return d;
+        }
+    }
     if (auto n = node_of(fs, base + "/device/numa_node")) {
         d.numa_node = {*n, base + "/device/numa_node"};
         return d;

@@ -4,7 +4,10 @@
 #include <fstream>
 #include <random>
 
+#include <filesystem>
+
 #include "engine/gguf/gguf.h"
+#include "engine/model/model_facts.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -102,6 +105,49 @@ TEST(Gguf, HostileHeadersNameTheField) {
 TEST(Gguf, MissingAndNonRegularFiles) {
     EXPECT_THROW(read_gguf_header("/nonexistent/model.gguf"), GgufError);
     EXPECT_THROW(read_gguf_header("/tmp"), GgufError);
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+TEST(Gguf, SplitFilesAreReadTogether) {
+    test::TempDir dir;
+    auto meta = [](uint16_t no) {
+        std::vector<std::pair<std::string, GgufValue>> kv = {{"general.architecture", GgufValue::string("qwen3moe")},
+                                                             {"qwen3moe.block_count", GgufValue::u32(1)},
+                                                             {"qwen3moe.expert_count", GgufValue::u32(2)},
+                                                             {"qwen3moe.expert_used_count", GgufValue::u32(1)}};
+        GgufValue c;
+        c.type = GgufValueType::UINT16;
+        c.raw = {2, 0};
+        GgufValue n = c;
+        n.raw = {static_cast<uint8_t>(no), 0};
+        kv.emplace_back("split.count", c);
+        kv.emplace_back("split.no", n);
+        return kv;
+    };
+    write_gguf(dir / "m-00001-of-00002.gguf", meta(0), {{"output_norm.weight", {64}, GgmlType::F32, std::vector<uint8_t>(256)}});
+    write_gguf(dir / "m-00002-of-00002.gguf", meta(1),
+               {{"blk.0.ffn_up_exps.weight", {32, 4, 2}, GgmlType::Q8_0, std::vector<uint8_t>(34 * 8)}});
+    ModelFacts f = read_model_facts(dir / "m-00001-of-00002.gguf");
+    EXPECT_EQ(f.files.size(), 2u);
+    EXPECT_EQ(f.resident_bytes, 256u);
+    EXPECT_EQ(f.expert_bytes, 34u * 8);
+    EXPECT_EQ(f.bytes_per_expert(0), 34u * 4);
+    GgufModel m = open_gguf_model(dir / "m-00001-of-00002.gguf");
+    EXPECT_EQ(m.find_tensor("blk.0.ffn_up_exps.weight")->file_index, 1u);
+    // The second split alone is refused with the reason.
+    try {
+        open_gguf_model(dir / "m-00002-of-00002.gguf");
+        FAIL() << "accepted a non-first split";
+    } catch (const GgufError& e) {
+        EXPECT_NE(std::string(e.what()).find("first split"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(dir / "m-00002-of-00002.gguf");
+    EXPECT_THROW(open_gguf_model(dir / "m-00001-of-00002.gguf"), GgufError);
 }
 
 }  // namespace
