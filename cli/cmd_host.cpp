@@ -152,7 +152,7 @@ int cmd_check(const std::vector<std::string>& args) {
     StorageFlags sf;
     po::options_description opts("moestream check options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model), "GGUF model (first split file for split models)")
-        ("ram-budget", po::value(&budget), "RAM for the expert cache (bytes, or 64G / 512M)")
+        ("ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
         ("json", po::bool_switch(&as_json), "rows as JSON")
         ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");

@@ -17,6 +17,12 @@ const char* kUsage =
     "host readiness:\n"
     "  probe      host facts: CPU, NUMA, memory, limits, kernel settings, storage bandwidth (fio + io_uring)\n"
     "  check      PASS/WARN/FAIL per requirement with the fix for each (exit 0/1/2, 3 unknown)\n"
+    "host setup:\n"
+    "  plan       decide threads, NUMA, memory, I/O and kernel settings; write plan.yaml and the files\n"
+    "  apply      put sysctl.d/limits.d files in place (diff, backup, --dry-run, --rollback, --root)\n"
+    "  install    put the systemd unit in place (daemon-reload + enable where systemd runs)\n"
+    "  launch     exec the plan's command (the same one launch.sh and the unit run)\n"
+    "  regen      re-probe; when the hardware or model changed, re-plan and show the diff\n"
     "models:\n"
     "  mkmodel    write a synthetic qwen3moe GGUF with seeded random weights\n"
     "  tokenize   print the token ids of a text\n"
@@ -30,6 +36,8 @@ int dispatch(const std::vector<std::string>& argv) {
     static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
         {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},
         {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
+        {"plan", cmd_plan},       {"apply", cmd_apply},       {"install", cmd_install},
+        {"launch", cmd_launch},   {"regen", cmd_regen},
     };
     if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
         std::cout << kUsage;

@@ -103,5 +103,7 @@ struct HostFacts {
 nlohmann::json to_json(const HostFacts& f);
 // The same tree as YAML (block style).
 std::string to_yaml(const HostFacts& f);
+// Reads what to_json/to_yaml wrote (either format); throws std::runtime_error naming the file and field.
+HostFacts host_facts_from_text(const std::string& text, const std::string& label);
 
 }  // namespace moe

@@ -100,14 +100,18 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         for (uint32_t l = 0; l < m.n_layer; ++l) min_cache = std::max<uint64_t>(min_cache, m.bytes_per_expert(l) * m.n_expert_used);
         const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
         if (in.ram_budget) {
-            const uint64_t b = *in.ram_budget;
-            CheckStatus bs = b < min_cache || b > room ? CheckStatus::Fail : CheckStatus::Pass;
-            add({"ram_budget", "expert cache budget (--ram-budget)", bs, human_bytes(static_cast<double>(b)),
-                 ">= " + human_bytes(min_cache) + " (one layer's selected experts) and <= " + human_bytes(room) +
-                     " (available minus resident, KV and reserve)",
-                 bs == CheckStatus::Pass ? "" : "--ram-budget " + std::to_string(std::clamp(b, min_cache, std::max(min_cache, room)))});
+            // The budget is the engine's whole footprint, as in `moestream plan`: resident + KV + expert cache.
+            const uint64_t b = *in.ram_budget, floor = m.resident_bytes + kv + min_cache;
+            const uint64_t ceiling = avail > reserve ? avail - reserve : 0;
+            CheckStatus bs = b < floor || b > ceiling ? CheckStatus::Fail : CheckStatus::Pass;
+            add({"ram_budget", "RAM budget for the engine (--ram-budget)", bs, human_bytes(static_cast<double>(b)),
+                 ">= " + human_bytes(floor) + " (resident " + human_bytes(m.resident_bytes) + " + KV " + human_bytes(kv) +
+                     " + one layer's selected experts " + human_bytes(min_cache) + ") and <= " + human_bytes(ceiling) +
+                     " (available minus reserve)",
+                 bs == CheckStatus::Pass ? "" : "--ram-budget " + std::to_string(std::clamp(b, floor, std::max(floor, ceiling)))});
         }
-        const uint64_t cache = in.ram_budget.value_or(std::min<uint64_t>(room, m.expert_bytes));
+        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv ? *in.ram_budget - m.resident_bytes - kv : 0;
+        const uint64_t cache = std::min<uint64_t>(in.ram_budget ? budget_cache : room, m.expert_bytes);
         add({"experts_on_disk", "routed experts streamed from disk", CheckStatus::Pass,
              human_bytes(m.expert_bytes) + " of experts; the cache holds " + human_bytes(cache) + " (" +
                  std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * cache / m.expert_bytes : 100)) + "%)",
@@ -260,7 +264,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         const ModelFacts& m = *in.model;
         const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
         const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
-        DecodeEstimate e = estimate_decode(m, in.ram_budget.value_or(std::min<uint64_t>(room, m.expert_bytes)), ssd, in.mem_bytes_per_s);
+        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv ? *in.ram_budget - m.resident_bytes - kv : room;
+        DecodeEstimate e = estimate_decode(m, std::min<uint64_t>(budget_cache, m.expert_bytes), ssd, in.mem_bytes_per_s);
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.2f tok/s (%s-bound)", e.tokens_per_s, e.bound.c_str());
         add({"decode_estimate", "predicted decode speed (design section 4)", CheckStatus::Pass, buf, e.formula(), ""});

@@ -28,7 +28,7 @@ struct CheckRow {
 struct CheckInput {
     HostFacts host;                     // storage filled when bandwidth was measured
     std::optional<ModelFacts> model;
-    std::optional<uint64_t> ram_budget; // expert cache bytes the user intends to give
+    std::optional<uint64_t> ram_budget; // the engine's whole RAM: resident + KV cache + expert cache
     double mem_bytes_per_s = 0;         // measured RAM read bandwidth (0: not measured)
     bool tuned_running = false;
     std::string tuned_profile;

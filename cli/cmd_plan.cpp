@@ -1,0 +1,369 @@
+// `moestream plan`, `apply`, `install`, `launch`, `regen`: from facts and a model to files on the host.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "launch/apply.h"
+#include "launch/diff.h"
+#include "launch/launch_script.h"
+#include "probes/memory_bandwidth.h"
+#include "probes/probes.h"
+#include "probes/storage_probe.h"
+#include "systemd/unit.h"
+#include "tune/check.h"
+#include "tune/plan_io.h"
+#include "tune/planner.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace moe::cli {
+namespace {
+
+std::string self_path() {
+    std::error_code ec;
+    auto p = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string("moestream") : p.string();
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw CliError(path + ": cannot read");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text, unsigned mode) {
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        if (!(f << text)) throw CliError(path + ": cannot write");
+    }
+    fs::permissions(tmp, static_cast<fs::perms>(mode));
+    fs::rename(tmp, path);
+}
+
+HostFacts gather_host(const std::string& facts_file, const std::string& root, const std::string& model, double seconds,
+                      bool no_storage) {
+    if (!facts_file.empty()) {
+        try {
+            return host_facts_from_text(read_text(facts_file), facts_file);
+        } catch (const std::runtime_error& e) {
+            throw CliError(e.what());
+        }
+    }
+    HostFacts h = probe_host({.root = root, .try_ring = true});
+    if (!no_storage && root == "/") {
+        StorageProbeOptions o;
+        o.dir = fs::absolute(model).parent_path().string();
+        o.model_file = model;
+        o.seconds = seconds;
+        if (::isatty(2)) o.progress = [](const std::string& s) { std::cerr << "measuring: " << s << "\n"; };
+        try {
+            h.storage = probe_storage(o);
+        } catch (const StorageProbeError& e) {
+            std::cerr << "moestream: storage not measured: " << e.what() << "\n";
+        }
+    }
+    return h;
+}
+
+// Writes plan.yaml and launch.sh into the plan's directory; returns the diff of what changed there.
+std::string write_plan_dir(Plan& p, const std::string& dir) {
+    fs::create_directories(dir);
+    p.out_dir = fs::absolute(dir).string();
+    std::string diff;
+    const std::pair<std::string, std::string> files[] = {{"plan.yaml", plan_to_yaml(p)}, {"launch.sh", render_launch_sh(p)}};
+    for (const auto& [name, text] : files) {
+        const std::string path = p.out_dir + "/" + name;
+        std::string old;
+        if (fs::exists(path)) old = read_text(path);
+        diff += unified_diff(old, text, fs::exists(path) ? path : "/dev/null", path);
+        write_text(path, text, name == "launch.sh" ? 0755 : 0644);
+    }
+    // The unit and the sysctl/limits files are previewed here; apply/install put them in place.
+    const std::pair<std::string, std::string> previews[] = {
+        {"60-moestream.conf", apply_files(p)[0].content}, {"99-moestream.conf", apply_files(p)[1].content},
+        {"moestream.service", render_unit(p)}};
+    for (const auto& [name, text] : previews) {
+        const std::string path = p.out_dir + "/" + name;
+        std::string old;
+        if (fs::exists(path)) old = read_text(path);
+        diff += unified_diff(old, text, fs::exists(path) ? path : "/dev/null", path);
+        write_text(path, text, 0644);
+    }
+    return diff;
+}
+
+void print_plan(const Plan& p) {
+    std::cout << "plan for " << p.model_path << " (" << p.target << ")\n";
+    for (const auto& [k, v] : p.reasons) std::cout << "  " << k << " = " << v.value << "\n      " << v.reason << "\n";
+    for (const auto& g : p.gpus) {
+        std::string layers;
+        if (!g.layers.empty()) layers = std::to_string(g.layers.front()) + "-" + std::to_string(g.layers.back());
+        std::cout << "  GPU " << g.gpu << ": experts of " << g.layers.size() << " layers (" << layers << "), "
+                  << (g.used_bytes >> 20) << " MiB of " << (g.budget_bytes >> 20) << " MiB, " << ((g.budget_bytes - g.used_bytes) >> 20)
+                  << " MiB left\n";
+    }
+    for (const auto& s : p.sysctl) std::cout << "  sysctl " << s.key << " = " << s.value << "   # " << s.reason << "\n";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f", p.predicted_tok_s);
+    std::cout << "  predicted decode: " << buf << " tok/s = " << p.prediction_formula << "\n";
+}
+
+PlanOptions options_from(const Plan& p) {
+    PlanOptions o;
+    o.model_path = p.model_path;
+    o.target = p.target;
+    o.ram_budget = p.asked_ram_budget;
+    o.threads = p.asked_threads;
+    o.n_ctx = p.n_ctx;
+    if (!p.asked_gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(p.asked_gpu_mem);
+    o.host = p.host;
+    o.port = p.port;
+    o.alias = p.alias;
+    o.moestream_binary = p.moestream_binary;
+    o.llama_server_binary = p.llama_server_binary;
+    o.created_by = "moestream 0.1.0";
+    return o;
+}
+
+Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& o) {
+    try {
+        return make_plan(h, m, o);
+    } catch (const PlanError& e) {
+        throw CliError(e.what());
+    }
+}
+
+Plan load_or_cli_error(const std::string& path) {
+    try {
+        return load_plan(path);
+    } catch (const PlanError& e) {
+        throw CliError(e.what());
+    }
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& args) {
+    std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias;
+    int threads = 0, port = 8000;
+    uint32_t n_ctx = 4096;
+    double seconds = 3;
+    bool no_storage = false;
+    po::options_description opts("moestream plan options");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")
+        ("host", po::value(&facts), "host facts from `moestream probe --yaml` (default: probe this host now)")
+        ("ram-budget", po::value(&budget), "RAM for the whole engine: resident weights + KV cache + expert cache")
+        ("threads", po::value(&threads), "at most this many threads (default: every physical core of the node)")
+        ("target", po::value(&target)->default_value("engine"), "engine | llama-server")
+        ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory for routed experts, as 0=96G,1=96G")
+        ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
+        ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
+        ("port", po::value(&port)->default_value(8000), "port the server listens on")
+        ("alias", po::value(&alias), "model name the API reports")
+        ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
+        ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
+        ("no-storage", po::bool_switch(&no_storage), "do not measure the disk")
+        ("out", po::value(&out)->required(), "directory for plan.yaml and the generated files");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (target == "llama-server" && gpu_mem.empty()) throw CliError("--target llama-server needs --gpu-mem, as 0=96G,1=96G");
+    if (port < 1 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
+    ModelFacts m = read_model_facts(model);
+    PlanOptions o;
+    o.model_path = fs::absolute(model).string();
+    o.target = target;
+    if (!budget.empty()) o.ram_budget = parse_bytes("--ram-budget", budget);
+    if (vm.count("threads")) o.threads = threads;
+    o.n_ctx = n_ctx;
+    try {
+        if (!gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(gpu_mem);
+    } catch (const PlanError& e) {
+        throw CliError(e.what());
+    }
+    o.host = listen;
+    o.port = port;
+    o.alias = alias;
+    o.moestream_binary = self_path();
+    o.created_by = "moestream 0.1.0";
+    HostFacts h = gather_host(facts, root, model, seconds, no_storage);
+    o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20) : 0;
+    Plan p = plan_or_cli_error(h, m, o);
+    p.asked_ram_budget = o.ram_budget;
+    if (vm.count("threads")) p.asked_threads = threads;
+    p.asked_gpu_mem = gpu_mem;
+    write_plan_dir(p, out);
+    print_plan(p);
+    std::cout << "wrote " << p.out_dir << "/{plan.yaml,launch.sh} and previews of 60-moestream.conf, 99-moestream.conf, "
+              << "moestream.service\nnext: moestream apply --plan " << p.out_dir << "/plan.yaml --dry-run\n";
+    return 0;
+}
+
+int cmd_apply(const std::vector<std::string>& args) {
+    std::string plan_path, root = "/";
+    bool dry_run = false, rollback = false;
+    po::options_description opts("moestream apply options");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
+        ("root", po::value(&root)->default_value("/"), "install under this directory instead of /")
+        ("dry-run", po::bool_switch(&dry_run), "show the diff, write nothing; exit 2 when changes are pending, 0 when none")
+        ("rollback", po::bool_switch(&rollback), "restore the files the last apply/install replaced");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (!fs::is_directory(root)) throw CliError("--root " + root + " is not a directory");
+    if (rollback) {
+        if (dry_run) throw CliError("--rollback and --dry-run together: nothing to show");
+        try {
+            for (const auto& p : rollback_latest(root)) std::cout << "restored " << p << "\n";
+        } catch (const std::runtime_error& e) {
+            throw CliError(e.what());
+        }
+        return 0;
+    }
+    if (plan_path.empty()) throw CliError("--plan is required");
+    Plan p = load_or_cli_error(plan_path);
+    ApplyResult r;
+    try {
+        r = apply_files_under(apply_files(p), root, dry_run, "apply");
+    } catch (const std::runtime_error& e) {
+        throw CliError(e.what(), 1);
+    }
+    std::cout << r.diff;
+    if (r.changed.empty()) {
+        std::cout << "nothing to change: " << r.unchanged.size() << " files already as planned\n";
+        return 0;
+    }
+    if (dry_run) {
+        std::cout << r.changed.size() << " file(s) would change (dry run: nothing written)\n";
+        return 2;
+    }
+    for (const auto& c : r.changed) std::cout << "wrote " << (root == "/" ? "" : root) << c << "\n";
+    std::cout << "backup: " << r.backup_dir << " (undo: moestream apply --rollback" << (root == "/" ? "" : " --root " + root) << ")\n";
+    if (root == "/") {
+        try {
+            for (const auto& s : apply_sysctl_now(p)) std::cout << "sysctl " << s << "\n";
+        } catch (const std::runtime_error& e) {
+            std::cerr << "moestream apply: " << e.what() << "; the file applies at next boot\n";
+        }
+    } else {
+        std::cout << "running kernel untouched: --root is not /\n";
+    }
+    return 0;
+}
+
+int cmd_install(const std::vector<std::string>& args) {
+    std::string plan_path, root = "/";
+    po::options_description opts("moestream install options");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
+        ("root", po::value(&root)->default_value("/"), "install under this directory instead of /");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (!fs::is_directory(root)) throw CliError("--root " + root + " is not a directory");
+    Plan p = load_or_cli_error(plan_path);
+    ApplyResult r = apply_files_under({unit_file(p)}, root, false, "install");
+    std::cout << r.diff;
+    std::cout << (r.changed.empty() ? "unit unchanged: " : "installed ") << (root == "/" ? "" : root) << unit_file(p).install_path << "\n";
+    const bool systemd_running = root == "/" && fs::is_directory("/run/systemd/system");
+    if (!systemd_running) {
+        std::string pid1 = "?";
+        std::ifstream("/proc/1/comm") >> pid1;
+        std::cout << "systemd is not running here (" << (root == "/" ? "PID 1 is " + pid1 : "--root is not /")
+                  << "): not enabled. On the target host: systemctl daemon-reload && systemctl enable --now moestream\n";
+        return 0;
+    }
+    for (const char* cmd : {"systemctl daemon-reload", "systemctl enable moestream.service"}) {
+        std::cout << "$ " << cmd << "\n";
+        if (std::system(cmd) != 0) throw CliError(std::string(cmd) + " failed", 1);
+    }
+    std::cout << "enabled; start with: systemctl start moestream\n";
+    return 0;
+}
+
+int cmd_launch(const std::vector<std::string>& args) {
+    std::string plan_path;
+    bool print_only = false;
+    po::options_description opts("moestream launch options");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
+        ("print", po::bool_switch(&print_only), "print the command instead of running it");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    Plan p = load_or_cli_error(plan_path);
+    std::vector<std::string> argv = launch_argv(p);
+    std::string line;
+    for (const auto& a : argv) line += (line.empty() ? "" : " ") + shell_quote(a);
+    if (print_only) {
+        std::cout << line << "\n";
+        return 0;
+    }
+    std::cerr << "launch: " << line << "\n";
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execvp(cargv[0], cargv.data());
+    throw CliError(std::string("cannot exec ") + argv[0] + ": " + std::strerror(errno) +
+                   (argv[0] == std::string("numactl") ? " (apt-get install numactl)" : ""), 1);
+}
+
+int cmd_regen(const std::vector<std::string>& args) {
+    std::string plan_path, facts, root = "/";
+    double seconds = 3;
+    bool no_storage = false;
+    po::options_description opts("moestream regen options");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
+        ("host", po::value(&facts), "host facts file instead of probing")
+        ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
+        ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
+        ("no-storage", po::bool_switch(&no_storage), "do not measure the disk");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    Plan old = load_or_cli_error(plan_path);
+    HostFacts h = gather_host(facts, root, old.model_path, seconds, no_storage);
+    Fingerprint now = fingerprint_of(h, old.model_path);
+    const Fingerprint& was = old.fingerprint;
+    std::vector<std::string> changes;
+    auto cmp = [&](const char* what, const std::string& a, const std::string& b) {
+        if (a != b) changes.push_back(std::string(what) + ": " + a + " -> " + b);
+    };
+    cmp("cpu", was.cpu_model, now.cpu_model);
+    cmp("physical cores", std::to_string(was.physical_cores), std::to_string(now.physical_cores));
+    cmp("logical cpus", std::to_string(was.logical_cpus), std::to_string(now.logical_cpus));
+    cmp("numa", was.numa_layout, now.numa_layout);
+    cmp("ram", human_bytes(static_cast<double>(was.ram_bytes)), human_bytes(static_cast<double>(now.ram_bytes)));
+    if (h.storage) cmp("disk", was.block_device, now.block_device);
+    cmp("model file", was.model_file, now.model_file);
+    if (changes.empty()) {
+        std::cout << "nothing changed since the plan was made: " << plan_path << " stands\n";
+        return 0;
+    }
+    for (const auto& c : changes) std::cout << "changed: " << c << "\n";
+    ModelFacts m = read_model_facts(old.model_path);
+    PlanOptions o = options_from(old);
+    Plan p = plan_or_cli_error(h, m, o);
+    p.asked_ram_budget = old.asked_ram_budget;
+    p.asked_threads = old.asked_threads;
+    p.asked_gpu_mem = old.asked_gpu_mem;
+    p.service_user = old.service_user;
+    std::cout << write_plan_dir(p, fs::absolute(plan_path).parent_path().string());
+    std::cout << "rewrote the plan; apply and install put the new files in place\n";
+    return 0;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,58 @@
+#include "launch/launch_script.h"
+
+namespace moe {
+
+std::string shell_quote(const std::string& s) {
+    if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == std::string::npos)
+        return s;
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+std::vector<std::string> launch_argv(const Plan& p) {
+    std::vector<std::string> a;
+    // numactl pins threads to one CPU per physical core and memory to the disk's node; on a one-node
+    // host only CPU pinning matters.
+    a = {"numactl", "--physcpubind=" + p.cpus};
+    if (p.membind_node) a.push_back("--membind=" + std::to_string(*p.membind_node));
+    if (p.target == "llama-server") {
+        a.insert(a.end(), {p.llama_server_binary, "--model", p.model_path, "--threads", std::to_string(p.threads), "--ctx-size",
+                           std::to_string(p.n_ctx), "--host", p.host, "--port", std::to_string(p.port), "--alias", p.alias,
+                           "--n-gpu-layers", "999"});
+        for (const auto& g : p.gpus)
+            for (uint32_t l : g.layers)
+                a.insert(a.end(), {"-ot", "blk\\." + std::to_string(l) + "\\.ffn_(gate|up|down)_exps\\.=CUDA" + std::to_string(g.gpu)});
+        a.push_back("--cpu-moe");  // after the -ot rules: llama.cpp takes the first matching override
+        if (p.membind_node) a.insert(a.end(), {"--numa", "numactl"});
+    } else {
+        a.insert(a.end(), {p.moestream_binary, "serve", "--model", p.model_path, "--threads", std::to_string(p.threads), "--ctx",
+                           std::to_string(p.n_ctx), "--host", p.host, "--port", std::to_string(p.port), "--alias", p.alias,
+                           "--ram-budget", std::to_string(p.ram_budget_bytes)});
+    }
+    return a;
+}
+
+std::string render_launch_sh(const Plan& p) {
+    const uint64_t kib = std::stoull(p.memlock_limit) * 1024;
+    std::string cmd;
+    for (const auto& s : launch_argv(p)) cmd += (cmd.empty() ? "" : " ") + shell_quote(s);
+    std::string s = "#!/bin/sh\n"
+                    "# launch.sh: written by `moestream plan` (" + p.out_dir + "/plan.yaml). `moestream launch` execs the same command.\n"
+                    "set -eu\n"
+                    "# memlock: resident weights + KV cache (" + std::to_string(p.mlock_bytes) + " bytes) + 64 MiB, so they can be mlock'd;\n"
+                    "# where the hard limit is lower and cannot be raised, the engine runs unlocked and says so.\n"
+                    "ulimit -l " + std::to_string(kib) + " 2>/dev/null || echo \"launch.sh: memlock stays at $(ulimit -l) KiB\" >&2\n"
+                    "# one thread per physical core (" + std::to_string(p.threads) + "), for any OpenMP runtime in the process\n"
+                    "export OMP_NUM_THREADS=" + std::to_string(p.threads) + "\n";
+    if (p.target == "llama-server") {
+        s += "# experts of " ;
+        size_t on_gpu = 0;
+        for (const auto& g : p.gpus) on_gpu += g.layers.size();
+        s += std::to_string(on_gpu) + " MoE layers on GPUs (leading layers first; a routing profile beats this guess), the rest on CPU\n";
+    }
+    s += "exec " + cmd + "\n";
+    return s;
+}
+
+}  // namespace moe

@@ -1,0 +1,308 @@
+// Planner decisions on fixture hosts, the llama-server GPU split, plan.yaml round trip and bad plans,
+// generated units under systemd-analyze, apply/rollback under a temporary root, and regen.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "launch/apply.h"
+#include "launch/launch_script.h"
+#include "probes/probes.h"
+#include "systemd/unit.h"
+#include "tests/test_support.h"
+#include "tune/plan_io.h"
+#include "tune/planner.h"
+
+namespace fs = std::filesystem;
+
+namespace moe {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/" + name; }
+
+HostFacts fixture_host(const std::string& name, std::optional<int> disk_node = std::nullopt) {
+    HostFacts h = probe_host({.root = fixture(name), .try_ring = false});
+    h.limits.memlock_soft = h.limits.memlock_hard = {8ull << 20, "fixture"};
+    StorageFacts s;
+    BlockDeviceFacts d = probe_block_device(FsRoot(fixture(name)), "nvme0n1");
+    if (disk_node) d.numa_node = {*disk_node, "fixture"};
+    s.device = d;
+    s.results = {{"fio", 128 << 10, 32, 2.0e9, 0, 0, 0, 5}, {"fio", 512 << 10, 32, 3.5e9, 0, 0, 0, 5},
+                 {"fio", 1 << 20, 32, 3.0e9, 0, 0, 0, 5}};
+    h.storage = s;
+    return h;
+}
+
+ModelFacts moe_model(uint32_t layers, uint32_t dense, uint64_t expert_mib_per_layer, uint64_t resident) {
+    ModelFacts m;
+    m.arch = "qwen3moe";
+    m.n_layer = layers;
+    m.n_expert = 128;
+    m.n_expert_used = 8;
+    m.n_head_kv = 4;
+    m.head_dim = 128;
+    m.resident_bytes = resident;
+    m.layer_expert_bytes.assign(layers, 0);
+    for (uint32_t l = dense; l < layers; ++l) m.layer_expert_bytes[l] = expert_mib_per_layer << 20;
+    m.expert_bytes = (layers - dense) * (expert_mib_per_layer << 20);
+    m.first_moe_layer = dense;
+    m.moe_layers = layers - dense;
+    m.tensor_count = 1000;
+    return m;
+}
+
+PlanOptions opts() {
+    PlanOptions o;
+    o.model_path = "/models/big.gguf";
+    o.created_by = "test";
+    return o;
+}
+
+TEST(Planner, LaptopUsesPhysicalCoresOnly) {
+    Plan p = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), opts());
+    EXPECT_EQ(p.cpus, "0-3");
+    EXPECT_EQ(p.threads, 4);
+    EXPECT_FALSE(p.membind_node);
+    EXPECT_EQ(p.read_size, 512u << 10);  // fastest of the sweep
+    // swap exists on the laptop: swappiness is set, with its reason naming the swap.
+    bool swappiness = false;
+    for (const auto& s : p.sysctl) swappiness |= s.key == "vm.swappiness" && s.value == "1" && s.reason.find("8.0 GiB") != std::string::npos;
+    EXPECT_TRUE(swappiness);
+}
+
+TEST(Planner, TwoSocketBindsToTheDisksNode) {
+    Plan p = make_plan(fixture_host("server-2socket-nvme-node1", 1), moe_model(48, 0, 512, 4ull << 30), opts());
+    EXPECT_EQ(p.membind_node, 1);
+    EXPECT_EQ(p.cpus, "4-7");
+    bool numa_balancing = false;
+    for (const auto& s : p.sysctl) numa_balancing |= s.key == "kernel.numa_balancing" && s.value == "0";
+    EXPECT_TRUE(numa_balancing);
+    std::string unit = render_unit(p);
+    EXPECT_NE(unit.find("NUMAMask=1"), std::string::npos);
+    EXPECT_NE(unit.find("CPUAffinity=4-7"), std::string::npos);
+    EXPECT_NE(render_launch_sh(p).find("--membind=1"), std::string::npos);
+}
+
+TEST(Planner, LlamaServerGpuSplitExample) {
+    // 79 layers, 3 leading dense, 4,088 MiB of experts per MoE layer, two 96 GiB GPUs.
+    ModelFacts m = moe_model(79, 3, 4088, 20ull << 30);
+    auto gpus = split_experts_over_gpus(m, parse_gpu_mem("0=96G,1=96G"));
+    ASSERT_EQ(gpus.size(), 2u);
+    EXPECT_EQ(gpus[0].layers.size(), 24u);
+    EXPECT_EQ(gpus[0].layers.front(), 3u);
+    EXPECT_EQ(gpus[0].layers.back(), 26u);
+    EXPECT_EQ(gpus[1].layers.front(), 27u);
+    EXPECT_EQ(gpus[1].layers.size(), 24u);
+    EXPECT_EQ((gpus[0].budget_bytes - gpus[0].used_bytes) >> 20, 192u);
+    PlanOptions o = opts();
+    o.target = "llama-server";
+    o.gpu_mem = parse_gpu_mem("0=96G,1=96G");
+    HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
+    h.memory.total_bytes.value = 1024ull << 30;
+    Plan p = make_plan(h, m, o);
+    auto argv = launch_argv(p);
+    std::string cmd;
+    for (const auto& a : argv) cmd += a + " ";
+    EXPECT_NE(cmd.find("-ot blk\\.3\\.ffn_(gate|up|down)_exps\\.=CUDA0"), std::string::npos);
+    EXPECT_NE(cmd.find("-ot blk\\.50\\.ffn_(gate|up|down)_exps\\.=CUDA1"), std::string::npos);
+    EXPECT_EQ(cmd.find("blk\\.51\\."), std::string::npos);
+    EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // first matching override wins in llama.cpp
+}
+
+TEST(Planner, BadRequestsNameTheValue) {
+    ModelFacts m = moe_model(79, 3, 4088, 20ull << 30);
+    try {
+        split_experts_over_gpus(m, parse_gpu_mem("0=2G"));
+        FAIL();
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find("0=2.0 GiB"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("4.0 GiB"), std::string::npos) << e.what();
+    }
+    PlanOptions o = opts();
+    o.ram_budget = 1ull << 30;
+    try {
+        make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o);
+        FAIL();
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find("--ram-budget 1.0 GiB is below the resident weights (4.0 GiB)"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(parse_gpu_mem("0:96G"), PlanError);
+    EXPECT_THROW(parse_gpu_mem("x=96G"), PlanError);
+    o = opts();
+    o.target = "vllm";
+    EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o), PlanError);
+}
+
+TEST(PlanFile, RoundTripAndBadFiles) {
+    test::TempDir dir;
+    Plan p = make_plan(fixture_host("server-2socket-nvme-node1", 1), moe_model(48, 0, 512, 4ull << 30), opts());
+    p.asked_threads = 3;
+    const std::string path = dir / "plan.yaml";
+    std::ofstream(path) << plan_to_yaml(p);
+    Plan q = load_plan(path);
+    EXPECT_EQ(q.cpus, p.cpus);
+    EXPECT_EQ(q.membind_node, p.membind_node);
+    EXPECT_EQ(q.expert_cache_bytes, p.expert_cache_bytes);
+    EXPECT_EQ(q.fingerprint.numa_layout, p.fingerprint.numa_layout);
+    EXPECT_EQ(q.asked_threads, 3);
+    EXPECT_EQ(plan_to_yaml(q).substr(100), plan_to_yaml(p).substr(100));
+
+    auto error_of = [&](const std::string& text) {
+        std::ofstream(dir / "bad.yaml") << text;
+        try {
+            load_plan(dir / "bad.yaml");
+        } catch (const PlanError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    std::string newer = plan_to_yaml(p);
+    newer.replace(newer.find("moestream_plan: 1"), 17, "moestream_plan: 7");
+    EXPECT_NE(error_of(newer).find("schema 7 is newer"), std::string::npos);
+    EXPECT_NE(error_of("moestream_plan: 1\ncreated_by: [unclosed\n").find("not valid YAML"), std::string::npos);
+    std::string missing = plan_to_yaml(p);
+    missing.replace(missing.find("  cpus:"), 7, "  cpux:");
+    EXPECT_NE(error_of(missing).find("'decisions.cpus' is missing"), std::string::npos) << error_of(missing);
+    std::string typed = plan_to_yaml(p);
+    typed.replace(typed.find("threads: "), 10, "threads: many #");
+    EXPECT_NE(error_of(typed).find("decisions.threads"), std::string::npos) << error_of(typed);
+}
+
+int run_quiet(const std::string& cmd) {
+    int st = std::system((cmd + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
+    if (run_quiet("command -v systemd-analyze") != 0) GTEST_SKIP() << "systemd-analyze not installed (scripts/setup.sh installs systemd)";
+    test::TempDir dir;
+    for (const std::string target : {"engine", "llama-server"}) {
+        PlanOptions o = opts();
+        o.target = target;
+        if (target == "llama-server") o.gpu_mem = parse_gpu_mem("0=24G");
+        HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
+        Plan p = make_plan(h, moe_model(48, 0, 512, 4ull << 30), o);
+        p.out_dir = dir.path.string();
+        std::ofstream(dir / "launch.sh") << render_launch_sh(p);
+        fs::permissions(dir / "launch.sh", fs::perms::owner_all);
+        const std::string unit = dir / "moestream.service";
+        std::ofstream(unit) << render_unit(p);
+        std::string out;
+        {
+            FILE* f = ::popen(("systemd-analyze verify " + unit + " 2>&1").c_str(), "r");
+            std::array<char, 512> buf;
+            while (std::fgets(buf.data(), buf.size(), f)) out += buf.data();
+            EXPECT_EQ(::pclose(f), 0) << target << ": " << out;
+        }
+        EXPECT_EQ(out.find(unit), std::string::npos) << target << ": " << out;  // no warning about our unit
+    }
+}
+
+std::string slurp(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+TEST(Apply, IdempotentAndRollsBackByteForByte) {
+    test::TempDir root;
+    Plan p = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), opts());
+    p.out_dir = "/plans/x";
+    const std::string existing = root / "etc/sysctl.d/60-moestream.conf";
+    fs::create_directories(fs::path(existing).parent_path());
+    const std::string before = "# an older hand-written file\nvm.swappiness = 10\n";
+    std::ofstream(existing) << before;
+
+    ApplyResult dry = apply_files_under(apply_files(p), root.path.string(), true, "apply");
+    EXPECT_EQ(dry.changed.size(), 2u);
+    EXPECT_EQ(slurp(existing), before) << "dry run wrote";
+    EXPECT_NE(dry.diff.find("-vm.swappiness = 10"), std::string::npos);
+    EXPECT_NE(dry.diff.find("+vm.swappiness = 1"), std::string::npos);
+
+    ApplyResult first = apply_files_under(apply_files(p), root.path.string(), false, "apply");
+    EXPECT_EQ(first.changed.size(), 2u);
+    EXPECT_EQ(slurp(existing), apply_files(p)[0].content);
+    ApplyResult second = apply_files_under(apply_files(p), root.path.string(), false, "apply");
+    EXPECT_TRUE(second.changed.empty());
+    EXPECT_EQ(second.unchanged.size(), 2u);
+    EXPECT_TRUE(second.diff.empty());
+
+    auto restored = rollback_latest(root.path.string());
+    EXPECT_EQ(restored.size(), 2u);
+    EXPECT_EQ(slurp(existing), before);
+    EXPECT_FALSE(fs::exists(root / "etc/security/limits.d/99-moestream.conf")) << "a file that did not exist must go again";
+    EXPECT_THROW(rollback_latest(root.path.string()), std::runtime_error);
+}
+
+std::pair<int, std::string> run(const std::string& args) {
+    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + " 2>&1";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+    int st = ::pclose(f);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
+                             "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--out", model}),
+              0);
+    // Facts of the laptop fixture, as `probe --yaml` writes them.
+    auto [pc, facts] = run("probe --yaml --root " + fixture("laptop-1node-smt"));
+    ASSERT_EQ(pc, 0) << facts;
+    std::ofstream(dir / "laptop.yaml") << facts;
+    auto [rc, out] = run("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan"));
+    ASSERT_EQ(rc, 0) << out;
+    for (const char* f : {"plan.yaml", "launch.sh", "60-moestream.conf", "99-moestream.conf", "moestream.service"})
+        EXPECT_TRUE(fs::exists(dir / ("plan/" + std::string(f)))) << f;
+    const std::string root = dir / "root";
+    fs::create_directories(root);
+    EXPECT_EQ(run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run").first, 2);
+    EXPECT_EQ(run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root).first, 0);
+    auto [again_rc, again] = run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run");
+    EXPECT_EQ(again_rc, 0) << again;
+    EXPECT_NE(again.find("nothing to change"), std::string::npos);
+    auto [irc, inst] = run("install --plan " + (dir / "plan/plan.yaml") + " --root " + root);
+    EXPECT_EQ(irc, 0) << inst;
+    EXPECT_TRUE(fs::exists(root + "/etc/systemd/system/moestream.service"));
+    EXPECT_NE(inst.find("not enabled"), std::string::npos);
+    // launch runs exactly launch.sh's exec line.
+    auto [lrc, line] = run("launch --print --plan " + (dir / "plan/plan.yaml"));
+    EXPECT_EQ(lrc, 0);
+    EXPECT_NE(slurp(dir / "plan/launch.sh").find("exec " + line), std::string::npos) << line;
+    // regen: same host -> nothing; the 2-socket host -> changes found and files rewritten.
+    auto [same_rc, same] = run("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "laptop.yaml"));
+    EXPECT_EQ(same_rc, 0);
+    EXPECT_NE(same.find("nothing changed"), std::string::npos) << same;
+    auto [sc, server] = run("probe --yaml --root " + fixture("server-2socket-nvme-node1"));
+    std::ofstream(dir / "server.yaml") << server;
+    auto [rrc, regen] = run("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "server.yaml"));
+    EXPECT_EQ(rrc, 0) << regen;
+    EXPECT_NE(regen.find("changed: physical cores: 4 -> 8"), std::string::npos) << regen;
+    EXPECT_NE(regen.find("+NUMAMask=0"), std::string::npos) << regen;  // disk node unknown: the node with most memory
+    EXPECT_NE(slurp(dir / "plan/plan.yaml").find("AMD EPYC"), std::string::npos);
+}
+
+TEST(PlanCli, BadPlanFilesGiveOneLine) {
+    test::TempDir dir;
+    std::ofstream(dir / "corrupt.yaml") << "moestream_plan: [\n";
+    const std::vector<std::string> cases = {"apply --plan " + (dir / "corrupt.yaml"), "apply --plan /nonexistent/plan.yaml",
+                                            "launch --plan " + (dir / "corrupt.yaml")};
+    for (const std::string& args : cases) {
+        auto [code, out] = run(args);
+        EXPECT_EQ(code, 2) << args << out;
+        EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    }
+}
+
+}  // namespace
+}  // namespace moe

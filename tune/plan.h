@@ -1,0 +1,86 @@
+// A plan: every decision the planner made for one model on one host, each with its reason, plus the
+// hardware fingerprint `regen` compares. Plain data; written to and read from plan.yaml (plan_io.cpp).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+constexpr int kPlanSchema = 1;
+
+struct PlanValue {
+    std::string value;   // as written to the files ("4-7", "unlimited", "1048576")
+    std::string reason;  // one line: why, with the measured fact behind it
+};
+
+struct SysctlSetting {
+    std::string key, value, reason;
+};
+
+struct GpuAssignment {
+    int gpu = 0;
+    uint64_t budget_bytes = 0;
+    std::vector<uint32_t> layers;  // MoE layers whose experts go to this GPU
+    uint64_t used_bytes = 0;
+};
+
+struct Fingerprint {
+    std::string cpu_model;
+    int physical_cores = 0;
+    int logical_cpus = 0;
+    std::string numa_layout;   // "0:0-3/256G;1:4-7/256G"
+    uint64_t ram_bytes = 0;
+    std::string block_device;  // "nvme0n1 SAMSUNG MZQL27T6HBLA 7.0 TiB"
+    std::string model_file;    // "path size mtime"
+};
+
+struct Plan {
+    int schema = kPlanSchema;
+    std::string created_by;
+    std::string target = "engine";  // engine | llama-server
+    std::string model_path;
+    std::string model_arch;
+    uint64_t resident_bytes = 0, expert_bytes = 0;
+    Fingerprint fingerprint;
+
+    // Decisions
+    int threads = 1;
+    std::string cpus;                 // physcpubind / CPUAffinity list
+    std::optional<int> membind_node;  // numactl --membind / NUMAMask
+    uint64_t ram_budget_bytes = 0;    // the engine's whole footprint
+    uint64_t kv_bytes = 0;
+    uint32_t n_ctx = 4096;
+    uint64_t expert_cache_bytes = 0;
+    int io_queue_depth = 32;
+    uint64_t read_size = 1 << 20;
+    uint64_t mlock_bytes = 0;         // resident bytes to lock
+    std::string memlock_limit;        // limits.d / LimitMEMLOCK value
+    double predicted_tok_s = 0;
+    std::string prediction_formula;
+    std::vector<std::pair<std::string, PlanValue>> reasons;  // decision name -> value + reason, in order
+    std::vector<SysctlSetting> sysctl;
+    std::vector<std::string> notes;   // what was deliberately not set, and why
+
+    // Serving
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::string alias;
+    std::string moestream_binary;     // absolute path used by launch.sh
+    std::string service_user = "root";
+
+    // llama-server target
+    std::string llama_server_binary = "llama-server";
+    std::vector<GpuAssignment> gpus;
+
+    // What the user asked for, so `regen` re-plans with the same request.
+    std::optional<uint64_t> asked_ram_budget;
+    std::optional<int> asked_threads;
+    std::string asked_gpu_mem;
+
+    // Where the generated files were written (plan.yaml's directory).
+    std::string out_dir;
+};
+
+}  // namespace moe

@@ -1,0 +1,262 @@
+#include "tune/planner.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "probes/fs_root.h"
+#include "tune/check.h"
+#include "tune/perf_model.h"
+
+namespace moe {
+namespace {
+
+std::string mib(uint64_t b) { return human_bytes(static_cast<double>(b)); }
+
+uint64_t min_expert_cache(const ModelFacts& m) {
+    uint64_t need = 0;
+    for (uint32_t l = 0; l < m.n_layer; ++l) need = std::max<uint64_t>(need, m.bytes_per_expert(l) * m.n_expert_used);
+    return need;
+}
+
+}  // namespace
+
+std::map<int, uint64_t> parse_gpu_mem(const std::string& text) {
+    std::map<int, uint64_t> out;
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        auto eq = part.find('=');
+        if (eq == std::string::npos) throw PlanError("--gpu-mem '" + part + "': expected GPU=SIZE, as 0=96G");
+        int gpu;
+        try {
+            gpu = std::stoi(part.substr(0, eq));
+        } catch (...) {
+            throw PlanError("--gpu-mem '" + part + "': '" + part.substr(0, eq) + "' is not a GPU index");
+        }
+        std::string size = part.substr(eq + 1);
+        size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(size, &used);
+        } catch (...) {
+            throw PlanError("--gpu-mem '" + part + "': '" + size + "' is not a size");
+        }
+        std::string unit = size.substr(used);
+        double mult = unit == "G" || unit == "GiB" || unit == "g" ? 1024.0 * 1024 * 1024
+                      : unit == "M" || unit == "MiB" || unit == "m" ? 1024.0 * 1024
+                      : unit.empty() ? 1.0 : -1;
+        if (mult < 0 || !(v > 0) || gpu < 0 || gpu > 63) throw PlanError("--gpu-mem '" + part + "' is not GPU=SIZE with SIZE in M or G");
+        if (out.count(gpu)) throw PlanError("--gpu-mem names GPU " + std::to_string(gpu) + " twice");
+        out[gpu] = static_cast<uint64_t>(v * mult);
+    }
+    if (out.empty()) throw PlanError("--gpu-mem is empty");
+    return out;
+}
+
+std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& m, const std::map<int, uint64_t>& gpu_mem) {
+    std::vector<uint32_t> moe_layers;
+    uint64_t smallest = UINT64_MAX;
+    for (uint32_t l = 0; l < m.n_layer; ++l)
+        if (m.layer_expert_bytes[l]) {
+            moe_layers.push_back(l);
+            smallest = std::min(smallest, m.layer_expert_bytes[l]);
+        }
+    std::vector<GpuAssignment> out;
+    size_t next = 0;
+    for (const auto& [gpu, budget] : gpu_mem) {
+        if (!moe_layers.empty() && budget < smallest)
+            throw PlanError("--gpu-mem " + std::to_string(gpu) + "=" + mib(budget) + " is smaller than one layer's experts (" +
+                            mib(smallest) + ")");
+        GpuAssignment a{gpu, budget, {}, 0};
+        while (next < moe_layers.size() && a.used_bytes + m.layer_expert_bytes[moe_layers[next]] <= budget) {
+            a.used_bytes += m.layer_expert_bytes[moe_layers[next]];
+            a.layers.push_back(moe_layers[next++]);
+        }
+        out.push_back(a);
+    }
+    return out;
+}
+
+Fingerprint fingerprint_of(const HostFacts& h, const std::string& model_path) {
+    Fingerprint f;
+    f.cpu_model = h.cpu.model.value.value_or("unknown");
+    f.physical_cores = h.cpu.physical_cores.value.value_or(0);
+    f.logical_cpus = h.cpu.logical_cpus.value.value_or(0);
+    for (const auto& n : h.numa.nodes)
+        f.numa_layout += (f.numa_layout.empty() ? "" : ";") + std::to_string(n.id) + ":" + format_cpu_list(n.cpus) + "/" +
+                         (n.mem_total_bytes ? mib(*n.mem_total_bytes) : "?");
+    f.ram_bytes = h.memory.total_bytes.value.value_or(0);
+    if (h.storage && h.storage->device) {
+        const auto& d = *h.storage->device;
+        f.block_device = d.name + " " + d.model.value.value_or("?") + " " +
+                         (d.size_bytes.value ? mib(*d.size_bytes.value) : "?");
+    }
+    struct stat st {};
+    if (!model_path.empty() && ::stat(model_path.c_str(), &st) == 0)
+        f.model_file = model_path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);
+    else
+        f.model_file = model_path + " (not found)";
+    return f;
+}
+
+Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) {
+    if (opt.target != "engine" && opt.target != "llama-server")
+        throw PlanError("--target '" + opt.target + "' is not engine or llama-server");
+    Plan p;
+    p.created_by = opt.created_by;
+    p.target = opt.target;
+    p.model_path = opt.model_path;
+    p.model_arch = m.arch;
+    p.resident_bytes = m.resident_bytes;
+    p.expert_bytes = m.expert_bytes;
+    p.fingerprint = fingerprint_of(h, opt.model_path);
+    p.host = opt.host;
+    p.port = opt.port;
+    p.alias = opt.alias.empty() ? m.name : opt.alias;
+    p.moestream_binary = opt.moestream_binary;
+    p.llama_server_binary = opt.llama_server_binary;
+    p.n_ctx = opt.n_ctx;
+    auto why = [&](const std::string& k, const std::string& v, const std::string& r) { p.reasons.push_back({k, {v, r}}); };
+
+    // NUMA node: the one holding the model's disk.
+    const auto& nodes = h.numa.nodes;
+    const NumaNode* node = nullptr;
+    if (nodes.size() > 1) {
+        const auto* dev = h.storage && h.storage->device ? &*h.storage->device : nullptr;
+        if (dev && dev->numa_node.value) {
+            for (const auto& n : nodes) if (n.id == *dev->numa_node.value) node = &n;
+            if (node)
+                why("membind_node", std::to_string(node->id),
+                    "the model's disk " + dev->name + " is on node " + std::to_string(node->id) + " (" + dev->numa_node.source + ")");
+        }
+        if (!node) {
+            node = &*std::max_element(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+                return a.mem_total_bytes.value_or(0) < b.mem_total_bytes.value_or(0);
+            });
+            why("membind_node", std::to_string(node->id), "the disk's node is unknown: the node with the most memory");
+        }
+        p.membind_node = node->id;
+    } else {
+        why("membind_node", "none", "one NUMA node: nothing to bind");
+    }
+
+    // Threads: one per physical core, on that node.
+    std::vector<int> cores = h.cpu.first_thread_per_core;
+    if (cores.empty())
+        for (const auto& n : nodes) cores.insert(cores.end(), n.cpus.begin(), n.cpus.end());
+    if (node) {
+        std::vector<int> on_node;
+        for (int c : cores)
+            if (std::find(node->cpus.begin(), node->cpus.end(), c) != node->cpus.end()) on_node.push_back(c);
+        cores = on_node;
+    }
+    std::sort(cores.begin(), cores.end());
+    if (cores.empty()) throw PlanError("no CPUs found for the plan (CPU topology unreadable)");
+    int threads = static_cast<int>(cores.size());
+    if (opt.threads) {
+        if (*opt.threads < 1) throw PlanError("--threads " + std::to_string(*opt.threads) + " must be at least 1");
+        threads = std::min(threads, *opt.threads);
+    }
+    cores.resize(static_cast<size_t>(threads));
+    p.threads = threads;
+    p.cpus = format_cpu_list(cores);
+    const bool smt = h.cpu.logical_cpus.value.value_or(0) > h.cpu.physical_cores.value.value_or(0);
+    why("threads", std::to_string(threads),
+        std::to_string(threads) + " physical cores" + (node ? " of node " + std::to_string(node->id) : "") +
+            (smt ? "; SMT siblings left out (cpu0 shares a core with " + format_cpu_list(h.cpu.smt_siblings_of_cpu0) + ")" : ""));
+    why("cpus", p.cpus, "one logical CPU per physical core");
+
+    // Memory: resident weights, KV cache, OS reserve; the rest is expert cache.
+    const uint64_t ram = node && node->mem_total_bytes ? *node->mem_total_bytes : h.memory.total_bytes.value.value_or(0);
+    if (ram == 0) throw PlanError("RAM size unknown (/proc/meminfo unreadable): give --ram-budget");
+    const uint64_t reserve = std::max<uint64_t>(1ull << 30, ram / 20);
+    p.kv_bytes = m.kv_bytes(opt.n_ctx);
+    if (opt.ram_budget && *opt.ram_budget > ram)
+        throw PlanError("--ram-budget " + mib(*opt.ram_budget) + " exceeds the " + mib(ram) + " of RAM" +
+                        (node ? " on node " + std::to_string(node->id) : ""));
+    const uint64_t budget = opt.ram_budget.value_or(ram > reserve ? ram - reserve : 0);
+    if (budget < m.resident_bytes + p.kv_bytes)
+        throw PlanError("--ram-budget " + mib(budget) + " is below the resident weights (" + mib(m.resident_bytes) +
+                        ") plus the KV cache for " + std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")");
+    p.ram_budget_bytes = budget;
+    p.expert_cache_bytes = std::min<uint64_t>(budget - m.resident_bytes - p.kv_bytes, m.expert_bytes);
+    const uint64_t need = min_expert_cache(m);
+    if (p.expert_cache_bytes < need)
+        throw PlanError("--ram-budget " + mib(budget) + " leaves " + mib(p.expert_cache_bytes) +
+                        " for the expert cache; one layer's selected experts need " + mib(need));
+    why("ram_budget", std::to_string(budget),
+        opt.ram_budget ? "given by --ram-budget" : mib(ram) + " RAM minus an OS reserve of " + mib(reserve) + " (5%, at least 1 GiB)");
+    why("kv_cache", std::to_string(p.kv_bytes), "fp16 K and V for " + std::to_string(opt.n_ctx) + " positions");
+    why("expert_cache", std::to_string(p.expert_cache_bytes),
+        "budget minus resident weights (" + mib(m.resident_bytes) + ") and KV cache; holds " +
+            std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +
+            mib(m.expert_bytes) + " of experts");
+
+    // I/O: the block size that read fastest in the probe's sweep (larger on near-ties), at its depth.
+    const BandwidthResult* best = nullptr;
+    if (h.storage)
+        for (const auto& r : h.storage->results)
+            if (r.tool == "fio" && (!best || r.bytes_per_s > best->bytes_per_s * 1.05 ||
+                                    (r.bytes_per_s >= best->bytes_per_s * 0.95 && r.block_size > best->block_size)))
+                best = &r;
+    if (!best && h.storage)
+        for (const auto& r : h.storage->results) if (!best || r.bytes_per_s > best->bytes_per_s) best = &r;
+    char bw[64] = "not measured";
+    if (best) {
+        p.read_size = best->block_size;
+        p.io_queue_depth = best->queue_depth;
+        std::snprintf(bw, sizeof bw, "%.2f GB/s", best->bytes_per_s / 1e9);
+        why("read_size", std::to_string(p.read_size), std::string(best->tool) + " measured " + bw + " at this size, the best of the sweep");
+    } else {
+        why("read_size", std::to_string(p.read_size), "storage not measured: 1 MiB default");
+    }
+    why("io_queue_depth", std::to_string(p.io_queue_depth), best ? "the depth the bandwidth was measured at" : "default");
+
+    // mlock: the resident weights (and KV) must fit the memlock limit the unit and limits.d set.
+    p.mlock_bytes = m.resident_bytes + p.kv_bytes;
+    const uint64_t lock_mib = (p.mlock_bytes + (64ull << 20) + (1ull << 20) - 1) >> 20;
+    p.memlock_limit = std::to_string(lock_mib) + "M";
+    const uint64_t hard = h.limits.memlock_hard.value.value_or(0);
+    why("mlock", std::to_string(p.mlock_bytes),
+        "resident weights + KV cache; memlock raised to " + p.memlock_limit + " (now: hard " +
+            (hard == UINT64_MAX ? std::string("unlimited") : mib(hard)) + (hard < p.mlock_bytes ? ", too low" : ", enough") + ")");
+
+    // Prediction (design section 4).
+    DecodeEstimate e = estimate_decode(m, p.expert_cache_bytes, best ? best->bytes_per_s : 0, opt.mem_bytes_per_s);
+    p.predicted_tok_s = e.tokens_per_s;
+    p.prediction_formula = e.formula();
+
+    // sysctl: only what this engine needs, with values derived from this host.
+    const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
+    if (swap > 0)
+        p.sysctl.push_back({"vm.swappiness", "1", "swap of " + mib(swap) + " exists and the expert cache is anonymous memory: keep it in RAM"});
+    else
+        p.notes.push_back("vm.swappiness not set: no swap on this host");
+    const uint64_t total_ram = h.memory.total_bytes.value.value_or(ram);
+    const uint64_t mfk = std::clamp<uint64_t>(total_ram / 100 / 1024, 65536, 2ull << 20);
+    p.sysctl.push_back({"vm.min_free_kbytes", std::to_string(mfk),
+                        "1% of " + mib(total_ram) + " RAM: reclaim stays ahead of the cache's allocation bursts"});
+    if (nodes.size() > 1)
+        p.sysctl.push_back({"kernel.numa_balancing", "0", std::to_string(nodes.size()) + " NUMA nodes: do not migrate the pinned memory"});
+    if (auto it = h.kernel.sysctl.find("vm.overcommit_memory"); it != h.kernel.sysctl.end() && it->second.value == 2)
+        p.sysctl.push_back({"vm.overcommit_memory", "0", "mode 2 (now set) refuses the cache's large allocations"});
+    if (p.target == "engine") {
+        p.notes.push_back("vm.max_map_count not set: the engine reads the model with pread/O_DIRECT, it maps nothing");
+        p.notes.push_back("vm.vfs_cache_pressure not set: O_DIRECT reads leave no page cache of ours to protect");
+    } else {
+        const uint64_t maps = std::max<uint64_t>(65530, 4 * m.tensor_count + 1024);
+        p.sysctl.push_back({"vm.max_map_count", std::to_string(maps),
+                            "llama-server maps the model; room for " + std::to_string(m.tensor_count) + " tensors' mappings"});
+        p.gpus = split_experts_over_gpus(m, opt.gpu_mem);
+        uint32_t on_gpu = 0;
+        for (const auto& g : p.gpus) on_gpu += static_cast<uint32_t>(g.layers.size());
+        why("gpu_layers", std::to_string(on_gpu), "leading MoE layers first (hands-on reports find them hottest); a routing "
+                                                   "profile (moestream profile) beats this guess");
+    }
+    return p;
+}
+
+}  // namespace moe

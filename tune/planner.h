@@ -1,0 +1,42 @@
+// plan(HostFacts, ModelFacts, user limits) -> Plan. Pure: reads nothing from the host itself.
+#pragma once
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/model_facts.h"
+#include "probes/host_facts.h"
+#include "tune/plan.h"
+
+namespace moe {
+
+// Bad user input or an infeasible plan; what() names the value.
+struct PlanError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct PlanOptions {
+    std::string model_path;
+    std::string target = "engine";                 // engine | llama-server
+    std::optional<uint64_t> ram_budget;            // whole engine footprint (resident + KV + expert cache)
+    std::optional<int> threads;
+    uint32_t n_ctx = 4096;
+    std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes for routed experts
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::string alias;
+    std::string moestream_binary = "/usr/local/bin/moestream";
+    std::string llama_server_binary = "llama-server";
+    std::string created_by;
+    double mem_bytes_per_s = 0;                    // measured RAM bandwidth for the prediction (0: not shown)
+};
+
+Plan make_plan(const HostFacts& host, const ModelFacts& model, const PlanOptions& opt);
+Fingerprint fingerprint_of(const HostFacts& host, const std::string& model_path);
+// Experts of MoE layers to GPUs, leading layers first, each GPU filled to its budget.
+std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& model, const std::map<int, uint64_t>& gpu_mem);
+// "0=96G,1=96G" -> {0: 96 GiB, 1: 96 GiB}; PlanError naming the bad part.
+std::map<int, uint64_t> parse_gpu_mem(const std::string& text);
+
+}  // namespace moe
