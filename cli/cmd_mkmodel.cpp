@@ -2,7 +2,9 @@
 // activations stay healthy through the layers) and tokenizer metadata copied from a vocab GGUF, or a
 // built-in byte-level vocabulary when none is at hand (the demo model: nothing is downloaded).
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -131,7 +133,9 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uni(-1.f, 1.f);
     std::vector<GgufTensorData> tensors;
-    auto add = [&](const std::string& name, std::vector<uint64_t> ne, GgmlType type, float scale, float offset) {
+    // zero_row(r): write row r as zeros (used to keep the demo's output head off unprintable bytes).
+    auto add = [&](const std::string& name, std::vector<uint64_t> ne, GgmlType type, float scale, float offset,
+                   const std::function<bool(uint64_t)>& zero_row = {}) {
         auto rb = row_bytes(type, ne[0]);
         if (!rb)
             throw CliError("tensor " + name + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
@@ -143,6 +147,7 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         std::vector<float> row(ne[0]);
         for (uint64_t r = 0; r < rows; ++r) {
             for (auto& x : row) x = offset + scale * uni(rng);
+            if (zero_row && zero_row(r)) std::fill(row.begin(), row.end(), 0.f);
             kernels::quantize_row(type, row.data(), t.bytes.data() + r * *rb, static_cast<int64_t>(ne[0]));
         }
         tensors.push_back(std::move(t));
@@ -153,7 +158,15 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     const uint32_t Q = s.heads * s.head_dim, KVd = s.kv_heads * s.head_dim;
     add("token_embd.weight", {s.embd, n_vocab}, T, 1.f, 0.f);
     add("output_norm.weight", {s.embd}, F, 0.2f, 1.f);  // norms around 1, not exactly 1, so applying them matters
-    if (!tie) add("output.weight", {s.embd, n_vocab}, T6, 4.f * w(s.embd), 0.f);
+    // With the built-in byte vocabulary, only printable ASCII (and the end-of-turn token) get an output row:
+    // the demo's random text then prints as characters rather than stray bytes.
+    std::function<bool(uint64_t)> unprintable;
+    if (builtin)
+        unprintable = [](uint64_t id) {
+            // Token id == byte value for the 256 byte tokens: keep space..'~', newline, and <|im_end|> (258).
+            return !((id >= 32 && id <= 126) || id == 10 || id == 258);
+        };
+    if (!tie) add("output.weight", {s.embd, n_vocab}, T6, 4.f * w(s.embd), 0.f, unprintable);
     for (uint32_t l = 0; l < s.layers; ++l) {
         std::string p = "blk." + std::to_string(l) + ".";
         add(p + "attn_norm.weight", {s.embd}, F, 0.2f, 1.f);

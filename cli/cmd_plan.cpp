@@ -1,4 +1,5 @@
 // `moestream plan`, `apply`, `install`, `launch`, `regen`: from facts and a model to files on the host.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -310,6 +311,16 @@ int cmd_launch(const std::vector<std::string>& args) {
     if (print_only) {
         std::cout << line << "\n";
         return 0;
+    }
+    // As launch.sh's `ulimit -l`: raise memlock for the resident weights where the hard limit allows.
+    struct rlimit rl {};
+    const rlim_t want = static_cast<rlim_t>(std::stoull(p.memlock_limit)) << 20;
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur < want) {
+        struct rlimit up{want, std::max(want, rl.rlim_max)};
+        if (::setrlimit(RLIMIT_MEMLOCK, &up) != 0 && rl.rlim_max > rl.rlim_cur) {
+            up = {rl.rlim_max, rl.rlim_max};
+            ::setrlimit(RLIMIT_MEMLOCK, &up);
+        }
     }
     std::cerr << "launch: " << line << "\n";
     std::vector<char*> cargv;

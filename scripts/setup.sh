@@ -8,7 +8,7 @@ packages=(
   libyaml-cpp-dev libhwloc-dev liburing-dev libpcre2-dev nlohmann-json3-dev libsystemd-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
-  fio numactl systemd curl util-linux procps
+  fio numactl systemd curl jq util-linux procps
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,152 @@
+// `moestream serve`: the OpenAI-compatible endpoint. Listens first (so /health says 503 while loading),
+// loads the model, then serves until SIGTERM/SIGINT. Talks sd_notify when started by systemd.
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/qwen3moe.h"
+#include "engine/server/generation.h"
+#include "engine/server/http_server.h"
+#include "engine/server/openai_api.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+namespace {
+
+bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host.rfind("127.", 0) == 0 || host == "localhost"; }
+
+std::string read_key_file(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw CliError("--api-key-file " + path + ": cannot read");
+    std::string key;
+    std::getline(f, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
+    if (key.empty()) throw CliError("--api-key-file " + path + ": the first line is empty");
+    return key;
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& args) {
+    std::string model_path, host = "127.0.0.1", alias, api_key, key_file, port_file, budget;
+    int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256;
+    size_t max_body = 4u << 20;
+    po::options_description opts("moestream serve options");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
+        ("host", po::value(&host)->default_value("127.0.0.1"), "address to bind")
+        ("port", po::value(&port)->default_value(8000), "port (0: any free port; see --port-file)")
+        ("alias", po::value(&alias), "model id reported by /v1/models (default: general.name)")
+        ("api-key", po::value(&api_key), "require Authorization: Bearer KEY (also MOESTREAM_API_KEY)")
+        ("api-key-file", po::value(&key_file), "read the key from the first line of this file")
+        ("threads,t", po::value(&threads)->default_value(2), "threads")
+        ("ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")
+        ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond the running one (then 503)")
+        ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
+        ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
+        ("ram-budget", po::value(&budget), "RAM for the engine (from the plan; experts are held in RAM in this build)")
+        ("port-file", po::value(&port_file), "write the bound port here once listening");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    if (vm.count("help")) { std::cout << opts; return 0; }
+    po::notify(vm);
+    if (port < 0 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
+    if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
+    if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
+    if (!key_file.empty()) api_key = read_key_file(key_file);
+    if (api_key.empty())
+        if (const char* env = std::getenv("MOESTREAM_API_KEY")) api_key = env;
+    if (!is_loopback(host) && api_key.empty())
+        std::cerr << "moestream serve: WARNING: listening on " << host << " without an API key: anyone who can reach this "
+                  << "address can use the model (set --api-key, --api-key-file or MOESTREAM_API_KEY)\n";
+
+    // Signals are taken by one thread (sigwait), so block them before any thread starts.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+    GgufModel file = open_gguf_model(model_path);
+    auto tok = Tokenizer::from_gguf(file.meta());
+    const std::string name = alias.empty() ? file.meta().get_string("general.name").value_or("moestream") : alias;
+    ApiOptions api{.alias = name, .model_file = model_path, .api_key = api_key,
+                   .family = detect_chat_family(file.meta().get_string("tokenizer.chat_template").value_or("")),
+                   .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "", .max_tokens_default = max_tokens};
+    OpenAiService service(api, tok, nullptr);
+    HttpServer server({.host = host, .port = port, .max_body_bytes = max_body, .max_connections = 64, .idle_timeout_s = 300},
+                      [&](const HttpRequest& rq, HttpResponder& rs) { service.handle(rq, rs); });
+    try {
+        server.listen();
+    } catch (const std::runtime_error& e) {
+        throw CliError(e.what());
+    }
+    if (!port_file.empty()) std::ofstream(port_file) << server.port() << "\n";
+    std::cerr << "moestream serve: listening on " << host << ":" << server.port() << " (model loading; /health is 503 until ready)\n";
+    std::thread http([&] { server.run(); });
+
+    // Loading: tell systemd it may take a while (assume 200 MB/s as a floor for reading the weights).
+    const uint64_t load_us = std::max<uint64_t>(30'000'000, file.total_bytes() / 200 * 1);
+    sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=loading %s", static_cast<unsigned long long>(load_us), model_path.c_str());
+    std::unique_ptr<Qwen3MoeModel> model;
+    std::unique_ptr<Generator> gen;
+    try {
+        model = load_qwen3moe(file);
+        if (tok->n_vocab() != static_cast<int32_t>(model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
+        const uint64_t unlocked = model->resident->try_lock();
+        if (unlocked)
+            std::cerr << "moestream serve: mlock: " << unlocked << " of " << model->resident->bytes()
+                      << " resident bytes not locked (RLIMIT_MEMLOCK too low: LimitMEMLOCK= in the unit, or limits.d)\n";
+        gen = std::make_unique<Generator>(*model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256},
+                                          static_cast<size_t>(max_queue));
+    } catch (...) {
+        server.stop();
+        http.join();
+        throw;
+    }
+    service.set_generator(gen.get());
+    service.set_ready(true);
+    sd_notify(0, "READY=1\nSTATUS=serving");
+    std::cerr << "moestream serve: ready: " << name << " (" << family_name(api.family) << " chat template) on " << host << ":"
+              << server.port() << "\n";
+
+    // Watchdog pings while serving, when the unit asks for them.
+    uint64_t wd_usec = 0;
+    std::atomic<bool> done{false};
+    std::thread watchdog;
+    if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
+        watchdog = std::thread([&] {
+            while (!done) {
+                sd_notify(0, "WATCHDOG=1");
+                for (uint64_t waited = 0; waited < wd_usec / 2 && !done; waited += 100'000) ::usleep(100'000);
+            }
+        });
+    std::thread signals([&] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        if (done) return;
+        std::cerr << "moestream serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": finishing\n";
+        sd_notify(0, "STOPPING=1");
+        gen->shutdown();  // cancels the running generation, fails the queued ones with 503
+        server.stop();
+    });
+    http.join();
+    done = true;
+    if (watchdog.joinable()) watchdog.join();
+    ::kill(::getpid(), SIGTERM);  // wake the signal thread if the server stopped another way
+    signals.join();
+    gen.reset();
+    std::cerr << "moestream serve: stopped\n";
+    return 0;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,91 @@
+// One model, one generation at a time: a bounded queue of requests in front of a single worker thread that
+// owns the runner and its KV cache. A request's prompt reuses the longest prefix it shares with what the
+// cache holds. Cancellation (client gone, shutdown) is checked between tokens.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model/qwen3moe_runner.h"
+#include "engine/sampler/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace moe {
+
+struct GenerationRequest {
+    std::vector<int32_t> prompt;
+    SamplerParams sampling;
+    int max_tokens = 256;
+    std::vector<std::string> stop;                          // stop strings (not included in the text)
+    std::function<bool(const std::string&)> on_text;        // streaming: each complete UTF-8 piece; false cancels
+    std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+};
+
+struct GenerationResult {
+    std::string text;
+    std::vector<int32_t> tokens;     // generated, without the end-of-generation token
+    std::string finish_reason;       // stop | length | cancelled | error
+    std::string error;
+    int prompt_tokens = 0;
+    int prompt_reused = 0;           // taken from the KV cache instead of evaluated
+    int completion_tokens = 0;
+    double prompt_ms = 0, gen_ms = 0;
+};
+
+struct GenerationStats {
+    std::atomic<uint64_t> prompt_tokens{0}, prompt_reused{0}, generated_tokens{0}, requests{0};
+    std::atomic<uint64_t> gen_ms_total{0};
+    std::atomic<double> last_tok_per_s{0};
+};
+
+class Generator {
+public:
+    Generator(const Qwen3MoeModel& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
+    ~Generator();
+
+    // Queues a request; nullopt when the queue is full (the caller answers 503).
+    std::optional<std::future<GenerationResult>> submit(GenerationRequest req);
+    size_t queued() const;
+    bool busy() const { return busy_.load(); }
+    int n_ctx() const { return runner_.n_ctx(); }
+    const RunnerStats& runner_stats() const { return runner_.stats(); }
+    GenerationStats& stats() { return stats_; }
+    // Cancels the running request and fails queued ones; the worker exits.
+    void shutdown();
+
+    // Assistant turns this server generated, by the text it returned (and by that text without its think
+    // block): the chat renderer splices the exact tokens back in.
+    std::optional<std::vector<int32_t>> remembered_turn(const std::string& content) const;
+
+private:
+    void worker();
+    GenerationResult run(GenerationRequest& req);
+    void remember(const std::string& text, const std::vector<int32_t>& tokens);
+
+    const Qwen3MoeModel& model_;
+    std::shared_ptr<const Tokenizer> tok_;
+    Qwen3MoeRunner runner_;
+    std::vector<int32_t> cached_;  // tokens whose K/V the runner holds, in order
+    size_t max_queue_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::pair<GenerationRequest, std::promise<GenerationResult>>> queue_;
+    std::shared_ptr<std::atomic<bool>> current_cancel_;
+    bool stop_ = false;
+    std::atomic<bool> busy_{false};
+    GenerationStats stats_;
+    mutable std::mutex memory_mu_;
+    std::map<std::string, std::vector<int32_t>> memory_;
+    std::deque<std::string> memory_order_;
+    std::thread thread_;
+};
+
+}  // namespace moe

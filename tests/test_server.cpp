@@ -1,0 +1,254 @@
+// `moestream serve` for real on loopback: the OpenAI endpoints, SSE, auth, bad input, a burst of malformed
+// requests, prefix reuse, client disconnects and SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli/commands.h"
+#include "tests/http_client.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+using json = nlohmann::json;
+
+class Server {
+public:
+    Server(const std::string& model, std::vector<std::string> extra) {
+        port_file_ = dir_ / "port";
+        std::vector<std::string> args = {MOESTREAM_BINARY, "serve", "--model", model, "--port", "0", "--port-file", port_file_,
+                                         "--threads", "1", "--alias", "m"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::freopen((dir_ / "log").c_str(), "w", stderr);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        for (int i = 0; i < 300 && port_ == 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            std::ifstream f(port_file_);
+            f >> port_;
+        }
+        for (int i = 0; i < 500 && port_; ++i) {
+            if (test::request(port_, "GET", "/health").status == 200) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+    ~Server() {
+        if (pid_ > 0 && !exited_) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+    }
+    int port() const { return port_; }
+    // SIGTERM and wait (bounded); returns the exit status, or -1 when it did not exit.
+    int terminate() {
+        ::kill(pid_, SIGTERM);
+        for (int i = 0; i < 500; ++i) {
+            int st = 0;
+            if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+                exited_ = true;
+                return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return -1;
+    }
+    std::string log() const {
+        std::ifstream f(dir_ / "log");
+        return {std::istreambuf_iterator<char>(f), {}};
+    }
+
+private:
+    test::TempDir dir_;
+    std::string port_file_;
+    pid_t pid_ = -1;
+    int port_ = 0;
+    bool exited_ = false;
+};
+
+class ServeTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = new test::TempDir;
+        model_ = *dir_ / "chat.gguf";
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim",
+                                 "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--seed", "9",
+                                 "--out", model_}),
+                  0);
+    }
+    static void TearDownTestSuite() { delete dir_; }
+    static test::TempDir* dir_;
+    static std::string model_;
+};
+test::TempDir* ServeTest::dir_ = nullptr;
+std::string ServeTest::model_;
+
+const std::string kChat = R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0})";
+
+TEST_F(ServeTest, EndpointsAndStreaming) {
+    Server s(model_, {});
+    ASSERT_GT(s.port(), 0) << s.log();
+    auto models = json::parse(test::request(s.port(), "GET", "/v1/models").body);
+    EXPECT_EQ(models["data"][0]["id"], "m");
+    auto r = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto j = json::parse(r.body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(), j["usage"]["total_tokens"].get<int>());
+    EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 8);
+    // Greedy is repeatable: the same request gives the same text, and reuses the whole prompt but one token.
+    auto j2 = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
+    EXPECT_EQ(j2["choices"][0]["message"]["content"], j["choices"][0]["message"]["content"]);
+    EXPECT_EQ(j2["timings"]["prompt_reused"].get<int>(), j["usage"]["prompt_tokens"].get<int>() - 1);
+
+    // Server-sent events: every line is "data: <json>" until "data: [DONE]"; the deltas add up to the text.
+    json body = json::parse(kChat);
+    body["stream"] = true;
+    auto sr = test::request(s.port(), "POST", "/v1/chat/completions", body.dump());
+    ASSERT_EQ(sr.status, 200);
+    EXPECT_NE(sr.headers.find("text/event-stream"), std::string::npos);
+    std::string text;
+    bool done = false, usage = false;
+    size_t pos = 0;
+    while ((pos = sr.body.find("data: ", pos)) != std::string::npos) {
+        size_t end = sr.body.find("\n\n", pos);
+        std::string payload = sr.body.substr(pos + 6, end - pos - 6);
+        pos = end;
+        if (payload == "[DONE]") { done = true; break; }
+        auto c = json::parse(payload);
+        EXPECT_EQ(c["object"], "chat.completion.chunk");
+        if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+        usage |= c.contains("usage");
+    }
+    EXPECT_TRUE(done);
+    EXPECT_TRUE(usage);
+    EXPECT_EQ(json(text).dump(), json(j["choices"][0]["message"]["content"].get<std::string>()).dump());
+
+    auto comp = test::request(s.port(), "POST", "/v1/completions", R"({"prompt":"Once upon","max_tokens":4})");
+    ASSERT_EQ(comp.status, 200) << comp.body;
+    EXPECT_EQ(json::parse(comp.body)["object"], "text_completion");
+    auto metrics = test::request(s.port(), "GET", "/metrics").body;
+    EXPECT_NE(metrics.find("moestream_generated_tokens_total"), std::string::npos);
+    EXPECT_NE(metrics.find("moestream_requests_total{status=\"200\"}"), std::string::npos);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST_F(ServeTest, PrefixReuseAcrossTurns) {
+    Server s(model_, {});
+    auto a = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
+    // Next turn: the history plus the assistant's answer as the client received it.
+    json next = json::parse(kChat);
+    next["messages"].push_back({{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
+    next["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
+    auto b = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", next.dump()).body);
+    // Everything the cache holds from turn one is reused: its prompt and all generated tokens but the last.
+    const int held = a["usage"]["prompt_tokens"].get<int>() + a["usage"]["completion_tokens"].get<int>() - 1;
+    EXPECT_GE(b["timings"]["prompt_reused"].get<int>(), held) << b.dump();
+}
+
+TEST_F(ServeTest, ApiKeyRequiredExceptHealth) {
+    Server s(model_, {"--api-key", "s3cret"});
+    EXPECT_EQ(test::request(s.port(), "GET", "/health").status, 200);
+    auto denied = test::request(s.port(), "GET", "/v1/models");
+    EXPECT_EQ(denied.status, 401);
+    EXPECT_EQ(json::parse(denied.body)["error"]["code"], "invalid_api_key");
+    EXPECT_EQ(test::request(s.port(), "GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status, 401);
+    EXPECT_EQ(test::request(s.port(), "GET", "/v1/models", "", "Authorization: Bearer s3cret\r\n").status, 200);
+}
+
+TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
+    Server s(model_, {"--ctx", "64", "--max-body", "4096"});
+    struct Case { std::string body; int status; std::string param; };
+    const std::vector<Case> cases = {
+        {"{not json", 400, ""},
+        {R"({"messages":"hi"})", 400, "messages"},
+        {R"({"messages":[]})", 400, "messages"},
+        {R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})", 404, "model"},
+        {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", 400, "max_tokens"},
+        {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})", 400, "max_tokens"},
+        {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "temperature"},
+        {R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0]"},
+        {R"({"messages":[{"role":"user","content":")" + std::string(2000, 'a') + R"("}]})", 400, "messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"" + std::string(5000, 'b') + "\"}]}", 413, ""},
+    };
+    for (const auto& c : cases) {
+        auto r = test::request(s.port(), "POST", "/v1/chat/completions", c.body);
+        EXPECT_EQ(r.status, c.status) << c.body.substr(0, 80) << " -> " << r.body;
+        auto j = json::parse(r.body, nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << r.body;
+        EXPECT_TRUE(j["error"]["message"].is_string()) << r.body;
+        if (!c.param.empty()) {
+            EXPECT_EQ(j["error"]["param"], c.param) << r.body;
+        }
+    }
+    EXPECT_EQ(test::request(s.port(), "GET", "/v1/chat/completions").status, 405);
+    EXPECT_EQ(test::request(s.port(), "GET", "/nope").status, 404);
+    EXPECT_EQ(test::request(s.port(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"ok"}],"max_tokens":2})").status, 200);
+}
+
+TEST_F(ServeTest, SurvivesAThousandsOfMalformedRequests) {
+    Server s(model_, {"--max-body", "65536"});
+    std::mt19937 rng(7);
+    const std::vector<std::string> seeds = {
+        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 20\r\n\r\n{\"messages\":[{\"role",
+        "GET / HTTP/1.1\r\n\r\n", "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n[1,2]",
+        "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "\x16\x03\x01\x02\x00\x01",
+        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", "GARBAGE\r\n\r\n"};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int sent = 0;
+    for (; sent < 2000 && std::chrono::steady_clock::now() < deadline; ++sent) {
+        std::string raw = seeds[rng() % seeds.size()];
+        for (int k = 0, flips = static_cast<int>(rng() % 4); k < flips && !raw.empty(); ++k) raw[rng() % raw.size()] = static_cast<char>(rng());
+        if (rng() % 3 == 0) raw = raw.substr(0, rng() % (raw.size() + 1));
+        int fd = test::connect_loopback(s.port());
+        ASSERT_GE(fd, 0) << "server stopped accepting after " << sent << " requests\n" << s.log();
+        test::send_all(fd, raw);
+        ::shutdown(fd, SHUT_WR);
+        char buf[4096];
+        while (::recv(fd, buf, sizeof buf, 0) > 0) {}
+        ::close(fd);
+    }
+    EXPECT_GE(sent, 500);
+    auto ok = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
+    EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+TEST_F(ServeTest, DisconnectCancelsAndSigtermExitsCleanly) {
+    Server s(model_, {"--ctx", "4096"});
+    // A long streaming request whose client leaves after the first bytes.
+    json body = json::parse(kChat);
+    body["max_tokens"] = 4000;
+    body["stream"] = true;
+    body["temperature"] = 1.0;
+    int fd = test::connect_loopback(s.port());
+    const std::string b = body.dump();
+    test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
+    char buf[256];
+    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+    ::close(fd);
+    // The generator becomes free for the next request long before 4000 tokens.
+    auto next = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
+    EXPECT_EQ(next.status, 200);
+    auto metrics = test::request(s.port(), "GET", "/metrics").body;
+    auto at = metrics.find("\nmoestream_generated_tokens_total ");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_LT(std::stod(metrics.substr(at + 34)), 4000.0) << metrics;
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+    EXPECT_NE(s.log().find("SIGTERM: finishing"), std::string::npos) << s.log();
+}
+
+}  // namespace
+}  // namespace moe
