@@ -6,11 +6,13 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/expert_cache.h"
 
 namespace moe {
 
@@ -54,8 +56,13 @@ struct Qwen3MoeModel {
     std::unique_ptr<ExpertSource> experts;
 };
 
+struct LoadOptions {
+    // Stream experts from disk into a cache of this configuration; absent: read every expert into RAM.
+    std::optional<StreamingOptions> streaming;
+};
+
 // Validates arch, metadata and every tensor shape; throws ModelError naming the tensor/key and both values.
-// Resident tensors are read into RAM; experts are read into an in-RAM ExpertSource.
-std::unique_ptr<Qwen3MoeModel> load_qwen3moe(const GgufModel& file);
+// Resident tensors are read into RAM; experts are read into RAM or streamed, as `opt` says.
+std::unique_ptr<Qwen3MoeModel> load_qwen3moe(const GgufModel& file, const LoadOptions& opt = {});
 
 }  // namespace moe

@@ -95,7 +95,7 @@ public:
 
 }  // namespace
 
-std::unique_ptr<Qwen3MoeModel> load_qwen3moe(const GgufModel& file) {
+std::unique_ptr<Qwen3MoeModel> load_qwen3moe(const GgufModel& file, const LoadOptions& opt) {
     const GgufFile& meta = file.meta();
     auto arch = meta.get_string("general.architecture").value_or("(missing)");
     if (arch != "qwen3moe")
@@ -175,7 +175,15 @@ std::unique_ptr<Qwen3MoeModel> load_qwen3moe(const GgufModel& file) {
     for (auto& L : m->layers)
         for (Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.ffn_norm, &L.gate_inp})
             ld.bind(*t, *m->resident);
-    m->experts = std::make_unique<InRamExpertSource>(file, expert_tensors);
+    if (opt.streaming) {
+        std::vector<StreamingExpertSource::LayerTensors> layers;
+        for (const auto& t : expert_tensors) layers.push_back({t.gate, t.up, t.down});
+        std::vector<std::string> paths;
+        for (const auto& f : file.files) paths.push_back(f.path);
+        m->experts = std::make_unique<StreamingExpertSource>(paths, layers, hp.n_expert, hp.n_expert_used, *opt.streaming);
+    } else {
+        m->experts = std::make_unique<InRamExpertSource>(file, expert_tensors);
+    }
     return m;
 }
 

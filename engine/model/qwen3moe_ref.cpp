@@ -93,11 +93,12 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits)
         const int F = static_cast<int>(hp.n_ff_exp);
         std::vector<float> g(F), u(F), y(E), moe_out(E, 0.f);
         for (size_t s = 0; s < sel.size(); ++s) {
-            ExpertView ev = m.experts->get(l, static_cast<uint32_t>(sel[s]));
+            ExpertView ev = m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
             matvec(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, xn.data(), g.data());
             matvec(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, xn.data(), u.data());
             for (int i = 0; i < F; ++i) g[i] = ops::silu(g[i]) * u[i];
             matvec(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, g.data(), y.data());
+            m.experts->release(l, static_cast<uint32_t>(sel[s]));
             const float w = probs[sel[s]] / wnorm;
             for (int i = 0; i < E; ++i) moe_out[i] = s == 0 ? y[i] * w : moe_out[i] + y[i] * w;
         }

@@ -1,5 +1,6 @@
 #include "engine/model/qwen3moe_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -146,6 +147,28 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
 }
 
+// Speculative prefetch of layer l's experts: its router applied to the current residual stream (which changes
+// slowly between layers), the union of every token's top-k.
+void Qwen3MoeRunner::predict_and_prefetch(uint32_t l, int n) {
+    const auto& hp = m_.hp;
+    const Qwen3MoeLayer& L = m_.layers[l];
+    const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.n_expert), U = static_cast<int>(hp.n_expert_used);
+    std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X);
+    for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    matmul(L.gate_inp, norm.data(), E, n, logits.data(), X);
+    std::vector<char> chosen(static_cast<size_t>(X), 0);
+    std::vector<int> top(static_cast<size_t>(U));
+    for (int t = 0; t < n; ++t) {
+        ops::top_k(&logits[t * X], X, U, top.data());  // softmax is monotonic: top-k of the logits
+        for (int e : top) chosen[e] = 1;
+    }
+    predicted_.clear();
+    for (int e = 0; e < X; ++e)
+        if (chosen[e]) predicted_.push_back(static_cast<uint32_t>(e));
+    predicted_layer_ = static_cast<int>(l);
+    m_.experts->prefetch(l, predicted_);
+}
+
 // Router, top-k and experts for n tokens in xn_; adds the weighted expert outputs to x_.
 void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
     const auto& hp = m_.hp;
@@ -165,19 +188,36 @@ void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
     for (int i = 0; i < n * U; ++i) users[sel_[i]].push_back(i);
-    for (int e = 0; e < X; ++e) {
-        const auto& who = users[e];
-        if (who.empty()) continue;
-        const int c = static_cast<int>(who.size());
-        for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
-        ExpertView ev = m_.experts->get(l, static_cast<uint32_t>(e));
-        matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
-        matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
-        for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
-        matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
-        for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
-        stats_.expert_loads++;
-        stats_.expert_activations += static_cast<uint64_t>(c);
+    // Every expert this layer needs is requested at once; each is computed as soon as its bytes are in RAM
+    // (completion order). The weighted sum below is in selection order, so the order here cannot change it.
+    std::vector<uint32_t> needed;
+    for (int e = 0; e < X; ++e)
+        if (!users[e].empty()) needed.push_back(static_cast<uint32_t>(e));
+    ExpertSource& src = *m_.experts;
+    if (!predicted_.empty() && predicted_layer_ == static_cast<int>(l)) {
+        for (uint32_t e : needed) stats_.prefetch_predicted_hits += std::count(predicted_.begin(), predicted_.end(), e) ? 1 : 0;
+        stats_.prefetch_predicted_total += needed.size();
+    }
+    src.request(l, needed);
+    if (src.streams() && l + 1 < hp.n_layer) predict_and_prefetch(l + 1, n);
+    try {
+        for (size_t k = 0; k < needed.size(); ++k) {
+            auto [e, ev] = src.next_ready(l);
+            const auto& who = users[e];
+            const int c = static_cast<int>(who.size());
+            for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
+            matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
+            matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
+            for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
+            matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
+            src.release(l, e);
+            for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+            stats_.expert_loads++;
+            stats_.expert_activations += static_cast<uint64_t>(c);
+        }
+    } catch (...) {
+        src.abandon();
+        throw;
     }
     // Weighted sum in selection order, as llama.cpp adds the experts' views one after another.
     for (int t = 0; t < n; ++t) {

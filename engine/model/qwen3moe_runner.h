@@ -22,6 +22,7 @@ struct RunnerStats {
     uint64_t tokens_evaluated = 0;
     uint64_t expert_activations = 0;  // (token, expert) pairs computed
     uint64_t expert_loads = 0;        // distinct experts fetched per batch
+    uint64_t prefetch_predicted_hits = 0, prefetch_predicted_total = 0;  // next-layer router prediction accuracy
 };
 
 class Qwen3MoeRunner {
@@ -49,6 +50,7 @@ private:
         matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride);
     }
     void moe_ffn(uint32_t layer, int n);
+    void predict_and_prefetch(uint32_t layer, int n);
 
     const Qwen3MoeModel& m_;
     RunnerOptions opt_;
@@ -69,6 +71,8 @@ private:
     std::vector<uint8_t> act_;               // prepared activations
     std::vector<float> logits_;              // [kept][n_vocab]
     int logits_rows_ = 0;
+    std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
+    int predicted_layer_ = -1;
 };
 
 }  // namespace moe

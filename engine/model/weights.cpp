@@ -14,6 +14,7 @@ namespace moe {
 void read_file_range(const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
+    ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_SEQUENTIAL);  // this range only
     uint64_t done = 0;
     while (done < n) {
         ssize_t got = ::pread(fd, dst + done, std::min<uint64_t>(n - done, 1u << 30), static_cast<off_t>(offset + done));
@@ -39,6 +40,15 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto* t = tensors[i];
         read_file_range(model.files[t->file_index].path, t->file_offset, t->nbytes, base_ + offsets_[i].second);
+    }
+    // The weights now live in the arena: their page-cache copy (and what readahead pulled in around them,
+    // often expert bytes) would only double the memory. Drop it.
+    for (const auto& f : model.files) {
+        int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            ::close(fd);
+        }
     }
 }
 
@@ -88,9 +98,21 @@ InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<L
     }
 }
 
-ExpertView InRamExpertSource::get(uint32_t layer, uint32_t expert) {
+ExpertView InRamExpertSource::view(uint32_t layer, uint32_t expert) const {
     const Slot& s = layers_.at(layer);
     return {s.gate.data() + expert * s.gate_bytes, s.up.data() + expert * s.up_bytes, s.down.data() + expert * s.down_bytes};
+}
+
+void InRamExpertSource::request(uint32_t, std::span<const uint32_t> experts) {
+    pending_.insert(pending_.end(), experts.begin(), experts.end());
+}
+
+std::pair<uint32_t, ExpertView> InRamExpertSource::next_ready(uint32_t layer) {
+    if (pending_.empty()) throw ModelError("next_ready without a pending request (layer " + std::to_string(layer) + ")");
+    const uint32_t e = pending_.front();
+    pending_.erase(pending_.begin());
+    stats_.hits++;
+    return {e, view(layer, e)};
 }
 
 }  // namespace moe

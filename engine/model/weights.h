@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <stdexcept>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
@@ -65,11 +67,41 @@ struct ExpertView {
     const uint8_t* down = nullptr;  // [n_embd rows of n_ff_exp]
 };
 
+// Counters every expert source keeps (all zero for the in-RAM source but hits).
+struct ExpertSourceStats {
+    uint64_t hits = 0, misses = 0;          // demand lookups
+    uint64_t bytes_read = 0;                // from disk, demand and prefetch
+    uint64_t reads_submitted = 0;           // I/O requests (chunks)
+    uint64_t wait_ns = 0;                   // time the forward pass blocked waiting for expert bytes
+    uint64_t prefetch_issued = 0, prefetch_used = 0;
+    uint64_t evictions = 0;
+};
+
+// Where routed experts come from. The forward pass asks for every expert a layer needs at once, computes
+// them in the order they become ready, and releases each when done:
+//   request(l, {e...});  for each: [e, view] = next_ready(l); ...compute...; release(l, e);
 class ExpertSource {
 public:
     virtual ~ExpertSource() = default;
-    virtual ExpertView get(uint32_t layer, uint32_t expert) = 0;
+    // Starts fetching these experts of a layer (demand): all their reads go in flight at once.
+    virtual void request(uint32_t layer, std::span<const uint32_t> experts) = 0;
+    // One requested expert whose bytes are in RAM, in completion order; it stays pinned until release().
+    // Throws ModelError when its read failed (the cause and file offset named).
+    virtual std::pair<uint32_t, ExpertView> next_ready(uint32_t layer) = 0;
+    virtual void release(uint32_t layer, uint32_t expert) = 0;
+    // Speculative fetch for a coming layer; never ahead of demand reads, may be dropped.
+    virtual void prefetch(uint32_t /*layer*/, std::span<const uint32_t> /*experts*/) {}
+    virtual bool streams() const { return false; }
+    // Drops every outstanding request and pin (after an error mid-layer).
+    virtual void abandon() {}
     virtual uint64_t bytes_in_ram() const = 0;
+    virtual ExpertSourceStats stats() const = 0;
+
+    // One expert, synchronously (the reference forward). Release it when done.
+    ExpertView get(uint32_t layer, uint32_t expert) {
+        request(layer, std::span<const uint32_t>(&expert, 1));
+        return next_ready(layer).second;
+    }
 };
 
 // Reads every expert tensor into RAM (the engine-core path; streaming replaces it).
@@ -77,13 +109,20 @@ class InRamExpertSource : public ExpertSource {
 public:
     struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };
     InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers);
-    ExpertView get(uint32_t layer, uint32_t expert) override;
+    void request(uint32_t layer, std::span<const uint32_t> experts) override;
+    std::pair<uint32_t, ExpertView> next_ready(uint32_t layer) override;
+    void release(uint32_t, uint32_t) override {}
+    void abandon() override { pending_.clear(); }
     uint64_t bytes_in_ram() const override { return bytes_; }
+    ExpertSourceStats stats() const override { return stats_; }
 
 private:
+    ExpertView view(uint32_t layer, uint32_t expert) const;
     struct Slot { std::vector<uint8_t> gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
     std::vector<Slot> layers_;
+    std::vector<uint32_t> pending_;
     uint64_t bytes_ = 0;
+    ExpertSourceStats stats_;
 };
 
 // Reads [offset, offset+n) of a model file fully (pread loop); throws ModelError on EIO/short file.

@@ -1,0 +1,139 @@
+#include "engine/runtime/block_reader.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <tuple>
+
+namespace moe {
+
+struct BlockReader::Ring {
+    struct io_uring ring;
+    ~Ring() { io_uring_queue_exit(&ring); }
+};
+
+BlockReader::BlockReader(const std::vector<std::string>& files, BlockReaderOptions opt) : opt_(std::move(opt)) {
+    auto open_all = [&](bool direct) {
+        for (int fd : fds_) ::close(fd);
+        fds_.clear();
+        for (const auto& f : files) {
+            int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+            if (fd < 0) return std::make_pair(errno, f);
+            fds_.push_back(fd);
+        }
+        return std::make_pair(0, std::string());
+    };
+    direct_ = opt_.direct;
+    auto [err, which] = open_all(direct_);
+    if (err == EINVAL && direct_) {
+        // tmpfs and some network file systems refuse O_DIRECT: read through the page cache instead.
+        direct_ = false;
+        note_ = which + ": O_DIRECT refused by the file system; buffered reads (experts also land in the page cache)";
+        std::tie(err, which) = open_all(false);
+    }
+    if (err) {
+        for (int fd : fds_) ::close(fd);
+        fds_.clear();
+        throw std::runtime_error(which + ": cannot open for expert reads: " + std::strerror(err));
+    }
+    if (opt_.use_uring) {
+        auto r = std::make_unique<Ring>();
+        int rc = io_uring_queue_init(static_cast<unsigned>(std::max(8, opt_.queue_depth * 2)), &r->ring, 0);
+        if (rc == 0) ring_ = std::move(r);
+        else note_ += std::string(note_.empty() ? "" : "; ") + "io_uring unavailable (" + std::strerror(-rc) +
+                      "): synchronous pread, the disk sees one request at a time";
+    } else {
+        note_ += std::string(note_.empty() ? "" : "; ") + "io_uring disabled: synchronous pread";
+    }
+}
+
+BlockReader::~BlockReader() {
+    // Reads in flight write into memory the caller is about to free: let them land first.
+    while (in_flight_ > 0) reap(true);
+    ring_.reset();
+    for (int fd : fds_) ::close(fd);
+}
+
+bool BlockReader::register_buffers(const std::vector<std::pair<void*, size_t>>& regions) {
+    if (!ring_ || regions.empty()) return false;
+    std::vector<struct iovec> iov;
+    for (const auto& [p, n] : regions) iov.push_back({p, n});
+    registered_ = io_uring_register_buffers(&ring_->ring, iov.data(), static_cast<unsigned>(iov.size())) == 0;
+    return registered_;
+}
+
+void BlockReader::read(uint32_t file, uint64_t offset, uint32_t len, void* dst, uint64_t tag, bool urgent, int buffer_index) {
+    if (file >= fds_.size()) throw std::out_of_range("read from file index " + std::to_string(file));
+    (urgent ? urgent_ : queued_).push_back({file, offset, len, dst, tag, buffer_index});
+    pump();
+}
+
+void BlockReader::submit_one(const Pending& p) {
+    if (opt_.fault) {
+        if (int err = opt_.fault(p.offset, p.len); err < 0) {
+            done_.push_back({p.tag, err});
+            return;
+        }
+    }
+    if (!ring_) {
+        ssize_t got;
+        do {
+            got = ::pread(fds_[p.file], p.dst, p.len, static_cast<off_t>(p.offset));
+        } while (got < 0 && errno == EINTR);
+        done_.push_back({p.tag, got < 0 ? -errno : static_cast<int>(got)});
+        return;
+    }
+    struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
+    if (registered_ && p.buffer_index >= 0)
+        io_uring_prep_read_fixed(sqe, fds_[p.file], p.dst, p.len, p.offset, p.buffer_index);
+    else
+        io_uring_prep_read(sqe, fds_[p.file], p.dst, p.len, p.offset);
+    io_uring_sqe_set_data64(sqe, p.tag);
+    ++in_flight_;
+}
+
+void BlockReader::pump() {
+    bool any = false;
+    const size_t depth = static_cast<size_t>(std::max(1, opt_.queue_depth));
+    auto drain = [&](std::vector<Pending>& q) {
+        size_t i = 0;
+        for (; i < q.size() && (in_flight_ < depth || !ring_); ++i) {
+            submit_one(q[i]);
+            any = true;
+        }
+        q.erase(q.begin(), q.begin() + static_cast<long>(i));
+    };
+    drain(urgent_);
+    if (urgent_.empty()) drain(queued_);  // speculative reads only behind every urgent one
+    if (any && ring_) io_uring_submit(&ring_->ring);
+}
+
+std::vector<ReadCompletion> BlockReader::reap(bool wait) {
+    std::vector<ReadCompletion> out;
+    out.swap(done_);
+    if (ring_ && in_flight_ > 0) {
+        struct io_uring_cqe* cqe;
+        if (out.empty() && wait) {
+            int rc;
+            do {
+                rc = io_uring_wait_cqe(&ring_->ring, &cqe);
+            } while (rc == -EINTR);
+            if (rc < 0) throw std::runtime_error(std::string("io_uring_wait_cqe: ") + std::strerror(-rc));
+        }
+        while (io_uring_peek_cqe(&ring_->ring, &cqe) == 0) {
+            out.push_back({io_uring_cqe_get_data64(cqe), cqe->res});
+            io_uring_cqe_seen(&ring_->ring, cqe);
+            --in_flight_;
+        }
+    }
+    pump();
+    if (out.empty() && wait && (in_flight_ > 0 || !done_.empty())) return reap(true);
+    return out;
+}
+
+}  // namespace moe

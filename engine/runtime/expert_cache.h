@@ -1,0 +1,107 @@
+// Streams routed experts from disk into a fixed RAM cache (../shared/design.md section 3).
+//
+// A slot holds one expert's gate, up and down matrices, each read as its 4 KiB-aligned window with
+// O_DIRECT through io_uring; slots are allocated once (the budget never grows). Demand reads of a layer go
+// in flight together and ahead of prefetch; prefetched slots are protected until their layer runs; pinned
+// slots (being computed, or from a routing profile) are never evicted. Lookups are O(1): a hash map from
+// (layer, expert) to slot and an intrusive LRU list, with a frequency-aware choice among the oldest few.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/model/weights.h"
+#include "engine/runtime/block_reader.h"
+
+namespace moe {
+
+enum class EvictionPolicy { Lru, LruFrequency };
+const char* policy_name(EvictionPolicy p);
+
+struct StreamingOptions {
+    uint64_t cache_bytes = 0;                            // RAM for expert slots
+    uint64_t read_size = 1 << 20;                        // largest single read (multiple of 4096)
+    EvictionPolicy policy = EvictionPolicy::LruFrequency;
+    BlockReaderOptions io;                               // queue depth, io_uring, O_DIRECT, fault injection
+    std::vector<std::pair<uint32_t, uint32_t>> pinned;   // (layer, expert) kept resident, hottest first
+};
+
+class StreamingExpertSource : public ExpertSource {
+public:
+    struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };  // null: dense layer
+
+    // Throws ModelError when the budget cannot hold one layer's selected experts (the minimum is stated).
+    StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers, uint32_t n_expert,
+                          uint32_t n_expert_used, StreamingOptions opt);
+    ~StreamingExpertSource() override;
+
+    void request(uint32_t layer, std::span<const uint32_t> experts) override;
+    std::pair<uint32_t, ExpertView> next_ready(uint32_t layer) override;
+    void release(uint32_t layer, uint32_t expert) override;
+    void prefetch(uint32_t layer, std::span<const uint32_t> experts) override;
+    bool streams() const override { return true; }
+    void abandon() override;
+    uint64_t bytes_in_ram() const override { return arena_bytes_; }
+    ExpertSourceStats stats() const override { return stats_; }
+
+    size_t slot_count() const { return slots_.size(); }
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    const std::string& io_note() const { return reader_->mode_note(); }
+    bool direct_io() const { return reader_->direct(); }
+    bool uring() const { return reader_->uring(); }
+    bool registered_buffers() const { return registered_; }
+    // Bytes one slot needs for this model, so callers can size budgets.
+    static uint64_t slot_bytes_for(const std::vector<LayerTensors>& layers);
+
+private:
+    struct Window { uint32_t file; uint64_t start; uint64_t length; uint64_t skew; uint64_t used_end; };
+    struct Slot {
+        uint8_t* mem = nullptr;
+        int64_t key = -1;
+        uint32_t layer = 0, expert = 0;
+        uint32_t pending = 0;     // chunks in flight
+        int pins = 0;             // demanded and not yet released
+        bool valid = false, loading = false, demanded = false, prefetched = false, protect = false, permanent = false;
+        std::string error;
+        int prev = -1, next = -1;  // LRU list (only unpinned, loaded slots)
+        bool in_list = false;
+    };
+    // need: bytes of this chunk the expert really uses (the aligned window may run past the end of file).
+    struct Chunk { uint32_t slot; uint32_t file; uint64_t offset; uint32_t len; uint32_t need; uint8_t* dst; };
+
+    int64_t key_of(uint32_t layer, uint32_t expert) const { return static_cast<int64_t>(layer) * n_expert_ + expert; }
+    Window window(uint32_t layer, uint32_t expert, int kind) const;
+    ExpertView view(const Slot& s) const;
+    int allocate_slot();  // -1 when every slot is pinned, loading or protected
+    void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent);
+    void submit_chunk(uint32_t chunk_index, bool urgent);
+    void complete(const ReadCompletion& c);
+    void lru_remove(int s);
+    void lru_push_front(int s);
+    void start_deferred();
+
+    std::vector<LayerTensors> layers_;
+    uint32_t n_expert_ = 0;
+    StreamingOptions opt_;
+    std::unique_ptr<BlockReader> reader_;
+    uint64_t region_off_[3] = {0, 0, 0};
+    uint64_t slot_bytes_ = 0, arena_bytes_ = 0;
+    uint8_t* arena_ = nullptr;
+    std::vector<Slot> slots_;
+    std::vector<int> free_;
+    std::unordered_map<int64_t, int> map_;
+    int lru_head_ = -1, lru_tail_ = -1;
+    std::vector<uint32_t> freq_;           // uses per (layer, expert), halved every `decay_every_` requests
+    uint64_t requests_ = 0;
+    std::vector<Chunk> chunks_;            // chunk table, indexed by the read's tag
+    std::vector<uint32_t> free_chunks_;
+    std::deque<int> ready_;                // demanded slots whose bytes are in RAM, completion order
+    std::deque<std::pair<uint32_t, uint32_t>> deferred_;  // demanded but waiting for a free slot
+    std::vector<bool> permanent_key_;
+    bool registered_ = false;
+    ExpertSourceStats stats_;
+};
+
+}  // namespace moe
