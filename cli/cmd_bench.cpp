@@ -1,15 +1,24 @@
-// `moestream bench`: prompt and generation tokens/s with all weights in RAM, next to the memory-bandwidth
-// bound of ../shared/design.md section 4 (active bytes per token / measured read bandwidth), in one run.
+// `moestream bench`: prompt and generation tokens/s against the bound of ../shared/design.md section 4, in
+// one run. All in RAM: the bound is RAM bandwidth / active bytes. Streaming (--ram-budget below the model):
+// also expert bytes read per token, achieved read GB/s as a ratio of fio's on the same file with the same
+// read size and depth (run in the same invocation), hit rate, prefetch accuracy, time blocked on I/O, RSS.
+#include <sys/stat.h>
+
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/model/qwen3moe_runner.h"
 #include "probes/memory_bandwidth.h"
+#include "probes/storage_probe.h"
+#include "tune/check.h"
+#include "tune/perf_model.h"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -19,59 +28,154 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+uint64_t rss_bytes() {
+    std::ifstream f("/proc/self/status");
+    std::string key;
+    uint64_t kb = 0;
+    while (f >> key) {
+        if (key == "VmRSS:") { f >> kb; break; }
+        std::getline(f, key);
+    }
+    return kb * 1024;
+}
+
+uint64_t page_cache_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    uint64_t kb = 0;
+    while (f >> key) {
+        if (key == "Cached:") { f >> kb; break; }
+        std::getline(f, key);
+    }
+    return kb * 1024;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-    std::string model_path;
+    std::string model_path, fio_bin = "fio";
     int threads = 2, n_gen = 32, n_prompt = 64;
-    bool as_json = false;
+    double fio_seconds = 5;
+    bool as_json = false, no_fio = false;
+    EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("tokens", po::value(&n_gen)->default_value(32), "tokens to generate")
         ("prompt-tokens", po::value(&n_prompt)->default_value(64), "prompt tokens")
-        ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output");
+        ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
+        ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
+        ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline");
+    add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
 
-    GgufModel file = open_gguf_model(model_path);
-    ModelFacts facts = model_facts(file);
-    auto model = load_qwen3moe(file);
-    Qwen3MoeRunner runner(*model, {.n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = 256});
-    std::vector<int32_t> prompt(n_prompt);
-    for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(model->hp.n_vocab);
+    const uint32_t n_ctx = static_cast<uint32_t>(n_prompt + n_gen + 1);
+    const uint64_t cache_before = page_cache_bytes();
+    LoadedEngine le = load_engine(model_path, ef, n_ctx);
+    ModelFacts facts = model_facts(le.file);
+    Qwen3MoeRunner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .n_batch = 256});
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+    for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();
     runner.eval(prompt);
     const double t_pp = std::chrono::duration<double>(Clock::now() - t0).count();
-    int32_t next = 0;
+    const ExpertSourceStats s0 = le.model->experts->stats();
+    const RunnerStats r0 = runner.stats();
     auto t1 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
         const float* l = runner.logits();
-        next = static_cast<int32_t>(std::max_element(l, l + model->hp.n_vocab) - l);
+        int32_t next = static_cast<int32_t>(std::max_element(l, l + le.model->hp.n_vocab) - l);
         runner.eval(std::span<const int32_t>(&next, 1));
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();
+    const ExpertSourceStats s1 = le.model->experts->stats();
+    const RunnerStats r1 = runner.stats();
+    const uint64_t rss = rss_bytes(), cache_after = page_cache_bytes();
     const double pp = n_prompt / t_pp, tg = n_gen / t_tg;
     const double bw = measure_memory_read_bandwidth(threads, size_t{1} << 30);
-    const double active = static_cast<double>(facts.active_bytes_per_token());
-    const double bound = bw / active;
-    if (as_json) {
-        std::cout << json{{"model", model_path}, {"threads", threads}, {"kernels", kernels::isa_name(kernels::active_table().isa)},
-                          {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
-                          {"active_bytes_per_token", active}, {"gen_bound_tokens_per_s", bound}, {"gen_ratio_of_bound", tg / bound}}
-                         .dump()
-                  << "\n";
+
+    json out = {{"model", model_path}, {"threads", threads}, {"kernels", kernels::isa_name(kernels::active_table().isa)},
+                {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
+                {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
+    if (!le.streaming) {
+        const double bound = bw / static_cast<double>(facts.active_bytes_per_token());
+        out["gen_bound_tokens_per_s"] = bound;
+        out["gen_ratio_of_bound"] = tg / bound;
     } else {
-        std::printf("model            %s\nkernels          %s, %d threads\nprompt           %d tokens, %.1f tok/s\n"
-                    "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\n"
-                    "active bytes     %.2f MiB per token (resident %.2f MiB + %u experts x %u MoE layers)\n"
-                    "bound            %.1f tok/s = bandwidth / active bytes\nratio            %.2f of the bound\n",
-                    model_path.c_str(), kernels::isa_name(kernels::active_table().isa), threads, n_prompt, pp, n_gen, tg,
-                    bw / 1e9, threads, active / 1048576.0, facts.resident_bytes / 1048576.0, facts.n_expert_used,
-                    facts.moe_layers, bound, tg / bound);
+        const double bytes = static_cast<double>(s1.bytes_read - s0.bytes_read);
+        const uint64_t lookups = (s1.hits - s0.hits) + (s1.misses - s0.misses);
+        const double hit = lookups ? static_cast<double>(s1.hits - s0.hits) / static_cast<double>(lookups) : 0;
+        const double wait_s = static_cast<double>(s1.wait_ns - s0.wait_ns) / 1e9;
+        const uint64_t pred_total = r1.prefetch_predicted_total - r0.prefetch_predicted_total;
+        const double pred = pred_total ? static_cast<double>(r1.prefetch_predicted_hits - r0.prefetch_predicted_hits) / static_cast<double>(pred_total) : 0;
+        out["expert_bytes_read_per_token"] = bytes / n_gen;
+        out["read_bytes_per_s_wall"] = bytes / t_tg;
+        out["read_bytes_per_s_while_waiting"] = wait_s > 0 ? bytes / wait_s : 0.0;
+        out["cache_hit_rate"] = hit;
+        out["prefetch_prediction_accuracy"] = pred;
+        out["prefetch_issued"] = s1.prefetch_issued - s0.prefetch_issued;
+        out["prefetch_used"] = s1.prefetch_used - s0.prefetch_used;
+        out["seconds_blocked_on_io"] = wait_s;
+        out["seconds_computing"] = t_tg - wait_s;
+        out["expert_cache_bytes"] = le.cache_bytes;
+        out["page_cache_growth_bytes"] = static_cast<int64_t>(cache_after) - static_cast<int64_t>(cache_before);
+        double fio_bw = 0;
+        if (!no_fio) {
+            struct stat st {};
+            ::stat(model_path.c_str(), &st);
+            std::string why;
+            const uint64_t bs = parse_bytes("--read-size", ef.read_size);
+            try {
+                if (auto r = run_fio(fio_bin, model_path, static_cast<uint64_t>(st.st_size) / bs * bs, true, bs, ef.io_depth, fio_seconds, why)) {
+                    fio_bw = r->bytes_per_s;
+                    out["fio_bytes_per_s"] = fio_bw;
+                    out["engine_read_ratio_of_fio"] = fio_bw > 0 ? (bytes / t_tg) / fio_bw : 0.0;
+                } else {
+                    out["fio_note"] = why;
+                }
+            } catch (const StorageProbeError& e) {
+                out["fio_note"] = e.what();
+            }
+        }
+        DecodeEstimate e = estimate_decode_with_hit_rate(facts, hit, fio_bw, bw);  // the hit rate measured in this run
+        out["bound_tokens_per_s"] = e.tokens_per_s;
+        out["bound_formula"] = e.formula();
+        out["gen_ratio_of_bound"] = e.tokens_per_s > 0 ? tg / e.tokens_per_s : 0.0;
     }
+    if (as_json) {
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("model            %s\nkernels          %s, %d threads\nexperts          %s\nprompt           %d tokens, %.1f tok/s\n"
+                "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
+                model_path.c_str(), kernels::isa_name(kernels::active_table().isa), threads, le.summary.c_str(), n_prompt, pp, n_gen, tg,
+                bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+    if (!le.streaming) {
+        std::printf("bound            %.1f tok/s = bandwidth / active bytes (%s per token)\nratio            %.2f of the bound\n",
+                    out["gen_bound_tokens_per_s"].get<double>(), human_bytes(static_cast<double>(facts.active_bytes_per_token())).c_str(),
+                    out["gen_ratio_of_bound"].get<double>());
+        return 0;
+    }
+    std::printf("expert reads     %s per token, %.2f GB/s over the generation, %.2f GB/s while waiting\n",
+                human_bytes(out["expert_bytes_read_per_token"].get<double>()).c_str(), out["read_bytes_per_s_wall"].get<double>() / 1e9,
+                out["read_bytes_per_s_while_waiting"].get<double>() / 1e9);
+    std::printf("cache            %.1f%% hits; prefetch: router prediction %.1f%% right, %llu issued, %llu used\n",
+                100 * out["cache_hit_rate"].get<double>(), 100 * out["prefetch_prediction_accuracy"].get<double>(),
+                static_cast<unsigned long long>(out["prefetch_issued"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["prefetch_used"].get<uint64_t>()));
+    std::printf("time             %.3f s blocked on I/O, %.3f s computing\npage cache       %+.1f MiB during the run\n",
+                out["seconds_blocked_on_io"].get<double>(), out["seconds_computing"].get<double>(),
+                out["page_cache_growth_bytes"].get<int64_t>() / 1048576.0);
+    if (out.contains("fio_bytes_per_s"))
+        std::printf("fio baseline     %.2f GB/s (randread, O_DIRECT, io_uring, bs %s, depth %d, this file)\nengine/fio       %.2f\n",
+                    out["fio_bytes_per_s"].get<double>() / 1e9, ef.read_size.c_str(), ef.io_depth, out["engine_read_ratio_of_fio"].get<double>());
+    else if (out.contains("fio_note"))
+        std::printf("fio baseline     not run: %s\n", out["fio_note"].get<std::string>().c_str());
+    std::printf("bound            %.2f tok/s = %s\nratio            %.2f of the bound\n", out["bound_tokens_per_s"].get<double>(),
+                out["bound_formula"].get<std::string>().c_str(), out["gen_ratio_of_bound"].get<double>());
     return 0;
 }
 

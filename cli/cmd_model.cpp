@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/model/qwen3moe_ref.h"
@@ -50,12 +51,15 @@ struct Loaded {
     GgufModel file;
     std::unique_ptr<Qwen3MoeModel> model;
     std::shared_ptr<const Tokenizer> tok;
+    std::string summary;
 };
 
-Loaded load(const std::string& path) {
+Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     Loaded l;
-    l.file = open_gguf_model(path);
-    l.model = load_qwen3moe(l.file);
+    LoadedEngine e = load_engine(path, ef, n_ctx);
+    l.file = std::move(e.file);
+    l.model = std::move(e.model);
+    l.summary = e.summary;
     l.tok = Tokenizer::from_gguf(l.file.meta());
     if (l.tok->n_vocab() != static_cast<int32_t>(l.model->hp.n_vocab))
         throw CliError(path + ": the tokenizer has " + std::to_string(l.tok->n_vocab()) + " tokens, the model " +
@@ -103,6 +107,7 @@ int cmd_run(const std::vector<std::string>& args) {
     int n_predict = 32, threads = 2, n_ctx = 4096, top_n = 5;
     bool as_json = false, score = false, use_ref = false, no_bos = false;
     SamplerParams sp;
+    EngineFlags ef;
     po::options_description opts("moestream run options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("prompt,p", po::value(&prompt), "prompt text")("tokens", po::value(&token_list), "prompt as token ids: 1,2,3")
@@ -120,6 +125,7 @@ int cmd_run(const std::vector<std::string>& args) {
         ("score", po::bool_switch(&score), "feed the whole prompt and print the top entries after every position (JSON)")
         ("ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")
         ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt");
+    add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
@@ -129,7 +135,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
 
-    Loaded L = load(model_path);
+    Loaded L = load(model_path, ef, static_cast<uint32_t>(std::max(1, n_ctx)));
     const auto& hp = L.model->hp;
     if (n_ctx < 1 || static_cast<uint32_t>(n_ctx) > std::max<uint32_t>(hp.n_ctx_train, 1u << 20))
         throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
@@ -207,6 +213,7 @@ int cmd_run(const std::vector<std::string>& args) {
         std::cout << out.dump() << "\n";
     } else {
         std::cout << stream.flush() << "\n";
+        std::cerr << L.summary << "\n";
         std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
                   << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table().isa)
                   << (use_ref ? " (reference)" : "") << "\n";

@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <atomic>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
 #include "engine/gguf/gguf.h"
 #include "engine/model/qwen3moe.h"
 #include "engine/server/generation.h"
@@ -38,7 +40,8 @@ std::string read_key_file(const std::string& path) {
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
-    std::string model_path, host = "127.0.0.1", alias, api_key, key_file, port_file, budget;
+    std::string model_path, host = "127.0.0.1", alias, api_key, key_file, port_file;
+    EngineFlags ef;
     int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256;
     size_t max_body = 4u << 20;
     po::options_description opts("moestream serve options");
@@ -53,8 +56,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond the running one (then 503)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
-        ("ram-budget", po::value(&budget), "RAM for the engine (from the plan; experts are held in RAM in this build)")
         ("port-file", po::value(&port_file), "write the bound port here once listening");
+    add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
@@ -76,13 +79,32 @@ int cmd_serve(const std::vector<std::string>& args) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-    GgufModel file = open_gguf_model(model_path);
+    GgufModel file = open_gguf_model(model_path);  // header: name and template now, weights after listen
     auto tok = Tokenizer::from_gguf(file.meta());
     const std::string name = alias.empty() ? file.meta().get_string("general.name").value_or("moestream") : alias;
     ApiOptions api{.alias = name, .model_file = model_path, .api_key = api_key,
                    .family = detect_chat_family(file.meta().get_string("tokenizer.chat_template").value_or("")),
                    .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "", .max_tokens_default = max_tokens};
     OpenAiService service(api, tok, nullptr);
+    std::atomic<Generator*> served{nullptr};
+    service.extra_metrics = [&]() -> std::string {
+        Generator* g = served.load();
+        if (!g) return "";
+        const auto st = g->expert_stats();
+        std::string m;
+        auto metric = [&](const char* name, const char* type, const char* help, double v) {
+            m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
+        };
+        metric("moestream_expert_cache_hits_total", "counter", "Expert lookups served from RAM.", static_cast<double>(st.hits));
+        metric("moestream_expert_cache_misses_total", "counter", "Expert lookups that read from disk.", static_cast<double>(st.misses));
+        metric("moestream_expert_bytes_read_total", "counter", "Expert bytes read from disk.", static_cast<double>(st.bytes_read));
+        metric("moestream_expert_read_wait_seconds_total", "counter", "Time decode waited for expert reads.", st.wait_ns / 1e9);
+        metric("moestream_expert_read_gbps", "gauge", "Expert bytes read per second of waiting (GB/s).",
+               st.wait_ns ? static_cast<double>(st.bytes_read) / static_cast<double>(st.wait_ns) : 0.0);
+        metric("moestream_expert_prefetch_issued_total", "counter", "Speculative expert reads.", static_cast<double>(st.prefetch_issued));
+        metric("moestream_expert_prefetch_used_total", "counter", "Speculative reads the router then asked for.", static_cast<double>(st.prefetch_used));
+        return m;
+    };
     HttpServer server({.host = host, .port = port, .max_body_bytes = max_body, .max_connections = 64, .idle_timeout_s = 300},
                       [&](const HttpRequest& rq, HttpResponder& rs) { service.handle(rq, rs); });
     try {
@@ -97,22 +119,20 @@ int cmd_serve(const std::vector<std::string>& args) {
     // Loading: tell systemd it may take a while (assume 200 MB/s as a floor for reading the weights).
     const uint64_t load_us = std::max<uint64_t>(30'000'000, file.total_bytes() / 200 * 1);
     sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=loading %s", static_cast<unsigned long long>(load_us), model_path.c_str());
-    std::unique_ptr<Qwen3MoeModel> model;
+    LoadedEngine engine;
     std::unique_ptr<Generator> gen;
     try {
-        model = load_qwen3moe(file);
-        if (tok->n_vocab() != static_cast<int32_t>(model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
-        const uint64_t unlocked = model->resident->try_lock();
-        if (unlocked)
-            std::cerr << "moestream serve: mlock: " << unlocked << " of " << model->resident->bytes()
-                      << " resident bytes not locked (RLIMIT_MEMLOCK too low: LimitMEMLOCK= in the unit, or limits.d)\n";
-        gen = std::make_unique<Generator>(*model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256},
+        engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx));
+        if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
+        std::cerr << "moestream serve: " << engine.summary << "\n";
+        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();
         http.join();
         throw;
     }
+    served = gen.get();
     service.set_generator(gen.get());
     service.set_ready(true);
     sd_notify(0, "READY=1\nSTATUS=serving");

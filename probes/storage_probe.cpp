@@ -13,9 +13,6 @@
 
 namespace moe {
 
-std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly,
-                                       uint64_t block, int qd, double seconds, std::string& why);
-
 namespace {
 
 constexpr long kTmpfsMagic = 0x01021994, kRamfsMagic = 0x858458f6;

@@ -32,6 +32,9 @@ struct StorageProbeOptions {
 // Throws StorageProbeError for a path on tmpfs/ramfs (no O_DIRECT) or one that cannot be measured at all.
 StorageFacts probe_storage(const StorageProbeOptions& opt);
 
+// One fio random-read run on `file` (read-only when asked); nullopt with `why` set when fio is missing.
+std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly,
+                                       uint64_t block, int qd, double seconds, std::string& why);
 // Parses `fio --output-format=json` output; throws StorageProbeError naming what is missing.
 BandwidthResult parse_fio_json(const std::string& text);
 // Runs the built-in probe: random `block` reads at depth `qd` with O_DIRECT through io_uring.

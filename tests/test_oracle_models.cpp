@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/model/model_facts.h"
 #include "engine/model/qwen3moe_runner.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -88,6 +89,37 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
     RecordProperty("worst_prob_diff", std::to_string(worst));
     std::printf("[ oracle   ] %s: greedy %d/%d tokens match, worst top-5 probability difference %.2e (tolerance %.0e)\n",
                 c.name.c_str(), greedy_match, greedy_total, worst, c.prob_tol);
+}
+
+// The same comparison with experts streamed from disk into a cache of a fifth of their bytes.
+TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
+    REQUIRE_ORACLE();
+    const Case c = GetParam();
+    const std::string dir = test::oracle_dir();
+    nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir + "/expected/" + c.name + ".json"));
+    GgufModel file = open_gguf_model(dir + "/models/" + c.name + ".gguf");
+    StreamingOptions so;
+    so.cache_bytes = model_facts(file).expert_bytes / 5;
+    so.read_size = 64 << 10;
+    auto streamed = load_qwen3moe(file, {.streaming = so});
+    auto in_ram = load_qwen3moe(file);
+    for (const auto& run : expected["runs"]) {
+        const auto prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
+        std::vector<int32_t> got[2];
+        int k = 0;
+        for (const Qwen3MoeModel* m : {streamed.get(), in_ram.get()}) {
+            Qwen3MoeRunner r(*m, {.n_ctx = 1024, .n_threads = 2, .n_batch = 512});
+            r.eval(prompt);
+            for (int i = 0; i < 32; ++i) {
+                int32_t next = argmax({r.logits(), m->hp.n_vocab});
+                got[k].push_back(next);
+                r.eval(std::span<const int32_t>(&next, 1));
+            }
+            ++k;
+        }
+        EXPECT_EQ(got[0], got[1]) << c.name << " " << run["prompt"];
+    }
+    EXPECT_GT(streamed->experts->stats().misses, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Oracle, OracleModel, ::testing::ValuesIn(kCases), [](const auto& info) {

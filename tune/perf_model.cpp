@@ -6,9 +6,14 @@
 namespace moe {
 
 DecodeEstimate estimate_decode(const ModelFacts& m, uint64_t cache_bytes, double ssd, double mem) {
+    return estimate_decode_with_hit_rate(
+        m, m.expert_bytes ? std::min(1.0, static_cast<double>(cache_bytes) / static_cast<double>(m.expert_bytes)) : 1.0, ssd, mem);
+}
+
+DecodeEstimate estimate_decode_with_hit_rate(const ModelFacts& m, double hit_rate, double ssd, double mem) {
     DecodeEstimate e;
     e.expert_bytes_per_token = m.expert_bytes_per_token();
-    e.hit_rate = m.expert_bytes ? std::min(1.0, static_cast<double>(cache_bytes) / static_cast<double>(m.expert_bytes)) : 1.0;
+    e.hit_rate = std::clamp(hit_rate, 0.0, 1.0);
     e.io_bytes_per_token = static_cast<double>(e.expert_bytes_per_token) * (1.0 - e.hit_rate);
     e.ssd_bytes_per_s = ssd;
     e.t_io = ssd > 0 ? e.io_bytes_per_token / ssd : (e.io_bytes_per_token > 0 ? 1e30 : 0);

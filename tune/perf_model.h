@@ -23,5 +23,7 @@ struct DecodeEstimate {
 };
 
 DecodeEstimate estimate_decode(const ModelFacts& m, uint64_t cache_bytes, double ssd_bytes_per_s, double mem_bytes_per_s);
+// The same with a measured hit rate instead of the uniform-routing guess (cache bytes / expert bytes).
+DecodeEstimate estimate_decode_with_hit_rate(const ModelFacts& m, double hit_rate, double ssd_bytes_per_s, double mem_bytes_per_s);
 
 }  // namespace moe

@@ -34,6 +34,7 @@ Qwen3MoeRunner::Qwen3MoeRunner(const Qwen3MoeModel& model, RunnerOptions opt)
     gg_.resize(B * hp.n_ff_exp);
     gu_.resize(B * hp.n_ff_exp);
     gy_.resize(B * E);
+    selections_.assign(size_t{hp.n_layer} * hp.n_expert, 0);
 }
 
 void Qwen3MoeRunner::truncate(int n) {
@@ -187,7 +188,10 @@ void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
     }
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
-    for (int i = 0; i < n * U; ++i) users[sel_[i]].push_back(i);
+    for (int i = 0; i < n * U; ++i) {
+        users[sel_[i]].push_back(i);
+        selections_[static_cast<size_t>(l) * X + sel_[i]]++;
+    }
     // Every expert this layer needs is requested at once; each is computed as soon as its bytes are in RAM
     // (completion order). The weighted sum below is in selection order, so the order here cannot change it.
     std::vector<uint32_t> needed;

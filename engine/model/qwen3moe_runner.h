@@ -41,6 +41,8 @@ public:
     // Forgets cache positions >= n (prefix reuse keeps what is below).
     void truncate(int n);
     const RunnerStats& stats() const { return stats_; }
+    // How often the router chose each expert: [layer * n_expert + expert], for routing profiles.
+    const std::vector<uint64_t>& expert_selections() const { return selections_; }
 
 private:
     void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base);
@@ -71,6 +73,7 @@ private:
     std::vector<uint8_t> act_;               // prepared activations
     std::vector<float> logits_;              // [kept][n_vocab]
     int logits_rows_ = 0;
+    std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
     std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
     int predicted_layer_ = -1;
 };

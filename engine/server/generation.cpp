@@ -77,6 +77,10 @@ void Generator::worker() {
             runner_.truncate(0);
         }
         {
+            std::lock_guard<std::mutex> lk(expert_stats_mu_);
+            expert_stats_ = model_.experts->stats();
+        }
+        {
             std::lock_guard<std::mutex> lk(mu_);
             current_cancel_.reset();
             busy_ = false;
@@ -168,6 +172,11 @@ void Generator::remember(const std::string& raw_text, const std::vector<int32_t>
         memory_.erase(memory_order_.front());
         memory_order_.pop_front();
     }
+}
+
+ExpertSourceStats Generator::expert_stats() const {
+    std::lock_guard<std::mutex> lk(expert_stats_mu_);
+    return expert_stats_;
 }
 
 std::optional<std::vector<int32_t>> Generator::remembered_turn(const std::string& content) const {

@@ -58,6 +58,8 @@ public:
     int n_ctx() const { return runner_.n_ctx(); }
     const RunnerStats& runner_stats() const { return runner_.stats(); }
     GenerationStats& stats() { return stats_; }
+    // The expert source's counters as of the last finished request (safe from any thread).
+    ExpertSourceStats expert_stats() const;
     // Cancels the running request and fails queued ones; the worker exits.
     void shutdown();
 
@@ -82,6 +84,8 @@ private:
     bool stop_ = false;
     std::atomic<bool> busy_{false};
     GenerationStats stats_;
+    mutable std::mutex expert_stats_mu_;
+    ExpertSourceStats expert_stats_;
     mutable std::mutex memory_mu_;
     std::map<std::string, std::vector<int32_t>> memory_;
     std::deque<std::string> memory_order_;

@@ -1,0 +1,87 @@
+#include "cli/engine_setup.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+
+#include "cli/commands.h"
+#include "engine/model/model_facts.h"
+#include "tune/check.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+
+void add_engine_options(po::options_description& opts, EngineFlags& f) {
+    opts.add_options()("ram-budget", po::value(&f.ram_budget),
+                       "RAM for the whole engine (resident + KV + expert cache); below the model's size experts stream from disk")
+        ("io-depth", po::value(&f.io_depth)->default_value(32), "expert reads kept in flight")
+        ("read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")
+        ("policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")
+        ("no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")
+        ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident");
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path) {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    try {
+        YAML::Node y = YAML::LoadFile(path);
+        if (!y["hottest"] || !y["hottest"].IsSequence()) throw CliError(path + ": not a routing profile (no 'hottest' list)");
+        for (const auto& e : y["hottest"]) out.emplace_back(e["layer"].as<uint32_t>(), e["expert"].as<uint32_t>());
+    } catch (const YAML::Exception& e) {
+        throw CliError(path + ": not a valid routing profile (" + e.msg + ")");
+    }
+    return out;
+}
+
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx) {
+    LoadedEngine le;
+    le.file = open_gguf_model(path);
+    ModelFacts facts = model_facts(le.file);
+    LoadOptions lo;
+    if (!f.ram_budget.empty()) {
+        const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
+        const uint64_t kv = facts.kv_bytes(n_ctx);
+        if (budget <= facts.resident_bytes + kv)
+            throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
+                           human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" +
+                           human_bytes(static_cast<double>(kv)) + ")");
+        const uint64_t cache = budget - facts.resident_bytes - kv;
+        if (cache < facts.expert_bytes) {
+            StreamingOptions so;
+            so.cache_bytes = cache;
+            so.read_size = parse_bytes("--read-size", f.read_size);
+            if (so.read_size % 4096) throw CliError("--read-size " + f.read_size + " is not a multiple of 4K");
+            if (f.policy == "lru") so.policy = EvictionPolicy::Lru;
+            else if (f.policy == "lru-freq") so.policy = EvictionPolicy::LruFrequency;
+            else throw CliError("--policy " + f.policy + " is not lru or lru-freq");
+            if (f.io_depth < 1 || f.io_depth > 4096) throw CliError("--io-depth " + std::to_string(f.io_depth) + " is out of range");
+            so.io.queue_depth = f.io_depth;
+            so.io.use_uring = !f.no_uring;
+            if (!f.profile.empty()) so.pinned = read_profile(f.profile);
+            lo.streaming = so;
+            le.streaming = true;
+            le.cache_bytes = cache;
+        }
+    }
+    le.model = load_qwen3moe(le.file, lo);
+    const uint64_t unlocked = le.model->resident->try_lock();
+    std::string where;
+    if (le.streaming) {
+        auto& src = dynamic_cast<StreamingExpertSource&>(*le.model->experts);
+        where = "experts streamed: " + std::to_string(src.slot_count()) + " slots of " + human_bytes(static_cast<double>(src.slot_bytes())) +
+                " (" + human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) +
+                "), " + (src.uring() ? "io_uring" : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
+                (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(lo.streaming->policy) +
+                (src.io_note().empty() ? "" : " (" + src.io_note() + ")");
+    } else {
+        where = "experts in RAM (" + human_bytes(static_cast<double>(facts.expert_bytes)) + ")";
+    }
+    le.summary = where + "; mlock: " +
+                 (unlocked ? human_bytes(static_cast<double>(unlocked)) + " of " + human_bytes(static_cast<double>(le.model->resident->bytes())) +
+                                 " resident bytes not locked (raise RLIMIT_MEMLOCK: LimitMEMLOCK= or limits.d)"
+                           : "all " + human_bytes(static_cast<double>(le.model->resident->bytes())) + " resident bytes locked");
+    return le;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,38 @@
+// Loading a model the way `run`, `serve` and `bench` share: all experts in RAM, or streamed into a cache
+// sized from --ram-budget (the engine's whole footprint, as `plan` computes it), with the I/O options.
+#pragma once
+#include <boost/program_options.hpp>
+#include <memory>
+#include <string>
+
+#include "engine/gguf/gguf.h"
+#include "engine/model/qwen3moe.h"
+
+namespace moe::cli {
+
+struct EngineFlags {
+    std::string ram_budget;   // "" = everything in RAM
+    int io_depth = 32;
+    std::string read_size = "1M";
+    std::string policy = "lru-freq";
+    bool no_uring = false;
+    std::string profile;      // routing profile: its hottest experts stay resident
+};
+
+void add_engine_options(boost::program_options::options_description& opts, EngineFlags& f);
+
+struct LoadedEngine {
+    GgufModel file;
+    std::unique_ptr<Qwen3MoeModel> model;
+    bool streaming = false;
+    uint64_t cache_bytes = 0;
+    std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
+};
+
+// Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx);
+
+// Reads `moestream profile` output: (layer, expert) hottest first.
+std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path);
+
+}  // namespace moe::cli
