@@ -110,17 +110,6 @@ TEST(Check, ExitCodes) {
     EXPECT_EQ(check_exit_code(rows), 2);
 }
 
-// Runs the real binary; returns exit code and combined output.
-std::pair<int, std::string> run(const std::string& args) {
-    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    int st = ::pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 TEST(CheckCli, BadInputGivesOneLineAndExit2) {
     test::TempDir dir;
@@ -137,7 +126,7 @@ TEST(CheckCli, BadInputGivesOneLineAndExit2) {
                                     "check --no-storage --ram-budget 0", "check --no-storage --ram-budget 5P",
                                     "probe --root /nonexistent/root", "run -m /nonexistent.gguf -p hi"};
     for (const std::string& args : cases) {
-        auto [code, out] = run(args);
+        auto [code, out] = test::run_moestream(args);
         EXPECT_EQ(code, 2) << args << "\n" << out;
         EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << args << "\n" << out;
         EXPECT_EQ(out.rfind("moestream ", 0), 0u) << out;
@@ -145,7 +134,7 @@ TEST(CheckCli, BadInputGivesOneLineAndExit2) {
 }
 
 TEST(CheckCli, JsonOnFixtureHost) {
-    auto [code, out] = run("check --json --root " + fixture("server-2socket-nvme-node1"));
+    auto [code, out] = test::run_moestream("check --json --root " + fixture("server-2socket-nvme-node1"));
     auto j = nlohmann::json::parse(out);
     EXPECT_EQ(j["exit_code"].get<int>(), code);
     bool saw_thp = false;
@@ -154,7 +143,7 @@ TEST(CheckCli, JsonOnFixtureHost) {
 }
 
 TEST(ProbeCli, JsonOnThisHost) {
-    auto [code, out] = run("probe --json --seconds 1 --storage /var/tmp");
+    auto [code, out] = test::run_moestream("probe --json --seconds 1 --storage /var/tmp");
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);
     EXPECT_EQ(j["cpu"]["logical_cpus"]["value"].get<int>(), static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));

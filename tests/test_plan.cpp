@@ -239,16 +239,6 @@ TEST(Apply, IdempotentAndRollsBackByteForByte) {
     EXPECT_THROW(rollback_latest(root.path.string()), std::runtime_error);
 }
 
-std::pair<int, std::string> run(const std::string& args) {
-    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + " 2>&1";
-    FILE* f = ::popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-    int st = ::pclose(f);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
     test::TempDir dir;
@@ -257,35 +247,35 @@ TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
                              "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--out", model}),
               0);
     // Facts of the laptop fixture, as `probe --yaml` writes them.
-    auto [pc, facts] = run("probe --yaml --root " + fixture("laptop-1node-smt"));
+    auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
     ASSERT_EQ(pc, 0) << facts;
     std::ofstream(dir / "laptop.yaml") << facts;
-    auto [rc, out] = run("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan"));
+    auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan"));
     ASSERT_EQ(rc, 0) << out;
     for (const char* f : {"plan.yaml", "launch.sh", "60-moestream.conf", "99-moestream.conf", "moestream.service"})
         EXPECT_TRUE(fs::exists(dir / ("plan/" + std::string(f)))) << f;
     const std::string root = dir / "root";
     fs::create_directories(root);
-    EXPECT_EQ(run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run").first, 2);
-    EXPECT_EQ(run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root).first, 0);
-    auto [again_rc, again] = run("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run");
+    EXPECT_EQ(test::run_moestream("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run").first, 2);
+    EXPECT_EQ(test::run_moestream("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root).first, 0);
+    auto [again_rc, again] = test::run_moestream("apply --plan " + (dir / "plan/plan.yaml") + " --root " + root + " --dry-run");
     EXPECT_EQ(again_rc, 0) << again;
     EXPECT_NE(again.find("nothing to change"), std::string::npos);
-    auto [irc, inst] = run("install --plan " + (dir / "plan/plan.yaml") + " --root " + root);
+    auto [irc, inst] = test::run_moestream("install --plan " + (dir / "plan/plan.yaml") + " --root " + root);
     EXPECT_EQ(irc, 0) << inst;
     EXPECT_TRUE(fs::exists(root + "/etc/systemd/system/moestream.service"));
     EXPECT_NE(inst.find("not enabled"), std::string::npos);
     // launch runs exactly launch.sh's exec line.
-    auto [lrc, line] = run("launch --print --plan " + (dir / "plan/plan.yaml"));
+    auto [lrc, line] = test::run_moestream("launch --print --plan " + (dir / "plan/plan.yaml"));
     EXPECT_EQ(lrc, 0);
     EXPECT_NE(slurp(dir / "plan/launch.sh").find("exec " + line), std::string::npos) << line;
     // regen: same host -> nothing; the 2-socket host -> changes found and files rewritten.
-    auto [same_rc, same] = run("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "laptop.yaml"));
+    auto [same_rc, same] = test::run_moestream("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "laptop.yaml"));
     EXPECT_EQ(same_rc, 0);
     EXPECT_NE(same.find("nothing changed"), std::string::npos) << same;
-    auto [sc, server] = run("probe --yaml --root " + fixture("server-2socket-nvme-node1"));
+    auto [sc, server] = test::run_moestream("probe --yaml --root " + fixture("server-2socket-nvme-node1"));
     std::ofstream(dir / "server.yaml") << server;
-    auto [rrc, regen] = run("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "server.yaml"));
+    auto [rrc, regen] = test::run_moestream("regen --plan " + (dir / "plan/plan.yaml") + " --host " + (dir / "server.yaml"));
     EXPECT_EQ(rrc, 0) << regen;
     EXPECT_NE(regen.find("changed: physical cores: 4 -> 8"), std::string::npos) << regen;
     EXPECT_NE(regen.find("+NUMAMask=0"), std::string::npos) << regen;  // disk node unknown: the node with most memory
@@ -298,7 +288,7 @@ TEST(PlanCli, BadPlanFilesGiveOneLine) {
     const std::vector<std::string> cases = {"apply --plan " + (dir / "corrupt.yaml"), "apply --plan /nonexistent/plan.yaml",
                                             "launch --plan " + (dir / "corrupt.yaml")};
     for (const std::string& args : cases) {
-        auto [code, out] = run(args);
+        auto [code, out] = test::run_moestream(args);
         EXPECT_EQ(code, 2) << args << out;
         EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
     }

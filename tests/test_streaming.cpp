@@ -187,37 +187,30 @@ TEST(Streaming, DirectReadsLeaveNoPageCache) {
 namespace moe {
 namespace {
 
-std::pair<int, std::string> run_cli(const std::string& args) {
-    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + " 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    int st = ::pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+
+// stdout only: these commands print JSON there and their log on stderr.
+std::pair<int, std::string> run_quiet(const std::string& args) { return test::run_moestream(args, false); }
 
 TEST(StreamingCli, RunGivesTheSameTokensStreamedAndProfilePinsTheHottest) {
     test::TempDir dir;
     const std::string model = make_model(dir, "q4_k");
-    auto [c1, in_ram] = run_cli("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256");
+    auto [c1, in_ram] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256");
     ASSERT_EQ(c1, 0);
     // Resident weights + the KV cache for 256 positions (under 1 MiB) + 3 MiB of expert cache (of 9 MiB).
     const std::string budget = std::to_string(model_facts(open_gguf_model(model)).resident_bytes + (4u << 20));
-    auto [c2, streamed] = run_cli("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget);
+    auto [c2, streamed] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget);
     ASSERT_EQ(c2, 0) << streamed;
     EXPECT_EQ(nlohmann::json::parse(streamed)["tokens"], nlohmann::json::parse(in_ram)["tokens"]);
 
     std::ofstream(dir / "prompts.txt") << "The quick brown fox\nHello there\n\nA third prompt, longer than the others\n";
-    auto [c3, _] = run_cli("profile -m " + model + " --ctx 256 --prompts " + (dir / "prompts.txt") + " --tokens 8 --out " + (dir / "profile.yaml"));
+    auto [c3, _] = run_quiet("profile -m " + model + " --ctx 256 --prompts " + (dir / "prompts.txt") + " --tokens 8 --out " + (dir / "profile.yaml"));
     ASSERT_EQ(c3, 0);
     auto prof = cli::read_profile(dir / "profile.yaml");
     ASSERT_FALSE(prof.empty());
     std::ifstream pf(dir / "profile.yaml");
     std::string text((std::istreambuf_iterator<char>(pf)), {});
     EXPECT_NE(text.find("prompts: 3"), std::string::npos) << text.substr(0, 200);
-    auto [c4, pinned] = run_cli("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget +
+    auto [c4, pinned] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget +
                                 " --profile " + (dir / "profile.yaml"));
     ASSERT_EQ(c4, 0) << pinned;
     EXPECT_EQ(nlohmann::json::parse(pinned)["tokens"], nlohmann::json::parse(in_ram)["tokens"]);
@@ -227,7 +220,7 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     test::TempDir dir;
     const std::string model = make_model(dir, "q8_0");
     const std::string budget = std::to_string(model_facts(open_gguf_model(model)).resident_bytes + (4u << 20));
-    auto [code, out] = run_cli("bench -m " + model + " --ram-budget " + budget + " --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json");
+    auto [code, out] = run_quiet("bench -m " + model + " --ram-budget " + budget + " --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json");
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);
     EXPECT_GT(j["expert_bytes_read_per_token"].get<double>(), 0);
@@ -236,7 +229,7 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     EXPECT_GT(j["fio_bytes_per_s"].get<double>(), 0) << out;
     EXPECT_GT(j["engine_read_ratio_of_fio"].get<double>(), 0);
     EXPECT_TRUE(j.contains("bound_formula"));
-    auto [bad, msg] = run_cli("bench -m " + model + " --ram-budget 1K");
+    auto [bad, msg] = run_quiet("bench -m " + model + " --ram-budget 1K");
     EXPECT_EQ(bad, 2);
 }
 

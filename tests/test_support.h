@@ -2,9 +2,13 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 namespace moe::test {
 
@@ -21,6 +25,19 @@ inline std::string oracle_dir() {
         if (moe::test::oracle_dir().empty())                                                                 \
             GTEST_SKIP() << "llama.cpp oracle not found (set MOESTREAM_ORACLE or place ../shared/oracle)";   \
     } while (0)
+
+// Runs the real `moestream` binary with `args`; returns its exit code and its output (stderr too unless
+// `with_stderr` is false).
+inline std::pair<int, std::string> run_moestream(const std::string& args, bool with_stderr = true) {
+    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int st = ::pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
 
 struct TempDir {
     std::filesystem::path path;

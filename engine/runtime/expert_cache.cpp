@@ -263,13 +263,17 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
             deferred_.emplace_back(layer, e);
             continue;
         }
-        Slot& s = slots_[si];
-        s.pins = 1;
-        s.demanded = true;
-        s.prefetched = s.protect = false;
-        s.permanent = permanent_key_[static_cast<size_t>(key)];
-        start_load(si, layer, e, true);
+        claim(si, layer, e, true);
     }
+}
+
+void StreamingExpertSource::claim(int si, uint32_t layer, uint32_t expert, bool demand) {
+    Slot& s = slots_[si];
+    s.pins = demand ? 1 : 0;
+    s.demanded = demand;
+    s.prefetched = s.protect = !demand;  // a prefetch is protected until its layer runs
+    s.permanent = permanent_key_[static_cast<size_t>(key_of(layer, expert))];
+    start_load(si, layer, expert, demand);
 }
 
 void StreamingExpertSource::start_deferred() {
@@ -278,12 +282,7 @@ void StreamingExpertSource::start_deferred() {
         if (si < 0) return;
         auto [layer, e] = deferred_.front();
         deferred_.pop_front();
-        Slot& s = slots_[si];
-        s.pins = 1;
-        s.demanded = true;
-        s.prefetched = s.protect = false;
-        s.permanent = permanent_key_[static_cast<size_t>(key_of(layer, e))];
-        start_load(si, layer, e, true);
+        claim(si, layer, e, true);
     }
 }
 
@@ -346,12 +345,7 @@ void StreamingExpertSource::prefetch(uint32_t layer, std::span<const uint32_t> e
         if (e >= n_expert_ || map_.count(key_of(layer, e))) continue;
         int si = allocate_slot();
         if (si < 0) return;
-        Slot& s = slots_[si];
-        s.pins = 0;
-        s.demanded = false;
-        s.prefetched = s.protect = true;
-        s.permanent = permanent_key_[static_cast<size_t>(key_of(layer, e))];
-        start_load(si, layer, e, false);
+        claim(si, layer, e, false);
         stats_.prefetch_issued++;
     }
 }

@@ -76,6 +76,8 @@ private:
     ExpertView view(const Slot& s) const;
     int allocate_slot();  // -1 when every slot is pinned, loading or protected
     void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent);
+    // Takes a free slot for an expert: demanded (pinned, urgent reads) or prefetched (protected, queued).
+    void claim(int slot, uint32_t layer, uint32_t expert, bool demand);
     void submit_chunk(uint32_t chunk_index, bool urgent);
     void complete(const ReadCompletion& c);
     void lru_remove(int s);
