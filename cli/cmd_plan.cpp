@@ -2,6 +2,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <boost/program_options.hpp>
 #include <cstring>
 #include <filesystem>
@@ -119,6 +121,19 @@ void print_plan(const Plan& p) {
     std::cout << "  predicted decode: " << buf << " tok/s = " << p.prediction_formula << "\n";
 }
 
+// Routed counts per layer from a profile's `hottest` list.
+std::vector<std::pair<uint32_t, uint64_t>> profile_layer_heat(const std::string& path) {
+    std::map<uint32_t, uint64_t> heat;
+    try {
+        YAML::Node y = YAML::LoadFile(path);
+        if (!y["hottest"] || !y["hottest"].IsSequence()) throw CliError(path + ": not a routing profile (no 'hottest' list)");
+        for (const auto& e : y["hottest"]) heat[e["layer"].as<uint32_t>()] += e["count"].as<uint64_t>();
+    } catch (const YAML::Exception& e) {
+        throw CliError(path + ": not a valid routing profile (" + e.msg + ")");
+    }
+    return {heat.begin(), heat.end()};
+}
+
 PlanOptions options_from(const Plan& p) {
     PlanOptions o;
     o.model_path = p.model_path;
@@ -133,6 +148,10 @@ PlanOptions options_from(const Plan& p) {
     o.moestream_binary = p.moestream_binary;
     o.llama_server_binary = p.llama_server_binary;
     o.created_by = "moestream 0.1.0";
+    if (!p.profile_path.empty()) {
+        o.profile_path = p.profile_path;
+        o.layer_heat = profile_layer_heat(p.profile_path);
+    }
     return o;
 }
 
@@ -155,7 +174,7 @@ Plan load_or_cli_error(const std::string& path) {
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
-    std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias;
+    std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias, profile;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
     double seconds = 3;
@@ -171,6 +190,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
         ("port", po::value(&port)->default_value(8000), "port the server listens on")
         ("alias", po::value(&alias), "model name the API reports")
+        ("profile", po::value(&profile), "routing profile (moestream profile): hottest experts resident; llama-server: hottest layers on GPUs")
         ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
         ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
         ("no-storage", po::bool_switch(&no_storage), "do not measure the disk")
@@ -198,6 +218,10 @@ int cmd_plan(const std::vector<std::string>& args) {
     o.alias = alias;
     o.moestream_binary = self_path();
     o.created_by = "moestream 0.1.0";
+    if (!profile.empty()) {
+        o.profile_path = fs::absolute(profile).string();
+        o.layer_heat = profile_layer_heat(o.profile_path);
+    }
     HostFacts h = gather_host(facts, root, model, seconds, no_storage);
     o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20) : 0;
     Plan p = plan_or_cli_error(h, m, o);

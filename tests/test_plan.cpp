@@ -113,6 +113,20 @@ TEST(Planner, LlamaServerGpuSplitExample) {
     EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // first matching override wins in llama.cpp
 }
 
+TEST(Planner, RoutingProfilePutsTheHottestLayersOnGpus) {
+    ModelFacts m = moe_model(10, 1, 1000, 1ull << 30);
+    // Layers 7 and 4 are the most routed in the profile.
+    auto gpus = split_experts_over_gpus(m, parse_gpu_mem("0=2000M"), {{7, 900}, {4, 800}, {1, 10}, {2, 5}});
+    ASSERT_EQ(gpus[0].layers.size(), 2u);
+    EXPECT_EQ(gpus[0].layers[0], 7u);
+    EXPECT_EQ(gpus[0].layers[1], 4u);
+    PlanOptions o = opts();
+    o.profile_path = "/plans/profile.yaml";
+    Plan p = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o);
+    auto argv = launch_argv(p);
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "/plans/profile.yaml"), argv.end());
+}
+
 TEST(Planner, BadRequestsNameTheValue) {
     ModelFacts m = moe_model(79, 3, 4088, 20ull << 30);
     try {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "probes/probes.h"
 #include "probes/storage_probe.h"
@@ -148,6 +149,25 @@ TEST(StorageProbe, MissingFioFallsBackToTheBuiltInProbe) {
     EXPECT_EQ(s.results[0].tool, "io_uring-probe");
     ASSERT_FALSE(s.notes.empty());
     EXPECT_NE(s.notes[0].find("fio not found"), std::string::npos);
+}
+
+TEST(StorageProbe, FailingFioIsAClearError) {
+    test::TempDir dir;
+    const std::string fake = dir / "fio";
+    std::ofstream(fake) << "#!/bin/sh\necho 'fio: engine io_uring not loadable' >&2\nexit 1\n";
+    std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+    StorageProbeOptions o;
+    o.dir = disk_dir();
+    o.seconds = 1;
+    o.scratch_bytes = 16u << 20;
+    o.fio_binary = fake;
+    try {
+        probe_storage(o);
+        FAIL() << "a failing fio was accepted";
+    } catch (const StorageProbeError& e) {
+        EXPECT_NE(std::string(e.what()).find("fio exited with status 1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("not loadable"), std::string::npos) << e.what();
+    }
 }
 
 TEST(StorageProbe, RefusesTmpfs) {

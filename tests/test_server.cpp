@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <arpa/inet.h>
+
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -248,6 +251,150 @@ TEST_F(ServeTest, DisconnectCancelsAndSigtermExitsCleanly) {
     EXPECT_LT(std::stod(metrics.substr(at + 34)), 4000.0) << metrics;
     EXPECT_EQ(s.terminate(), 0) << s.log();
     EXPECT_NE(s.log().find("SIGTERM: finishing"), std::string::npos) << s.log();
+}
+
+}  // namespace
+}  // namespace moe
+
+#include <sys/un.h>
+
+#include "engine/server/openai_api.h"
+
+namespace moe {
+namespace {
+
+class CapturingResponder : public HttpResponder {
+public:
+    void send(int s, const std::string&, const std::string& b, const std::map<std::string, std::string>&) override {
+        status = s;
+        body = b;
+    }
+    bool begin_stream(const std::string&) override { return false; }
+    bool write_chunk(const std::string&) override { return false; }
+    void end_stream() override {}
+    bool client_gone() override { return false; }
+    int status = 0;
+    std::string body;
+};
+
+TEST(OpenAiServiceUnit, HealthAndCompletionsAre503WhileLoading) {
+    OpenAiService svc({.alias = "m", .model_file = "m.gguf", .api_key = "", .family = ChatFamily::ChatML, .bos_text = "",
+                       .max_tokens_default = 8},
+                      nullptr, nullptr);
+    CapturingResponder r;
+    svc.handle({"GET", "/health", {}, ""}, r);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_NE(r.body.find("loading"), std::string::npos);
+    svc.handle({"POST", "/v1/chat/completions", {}, kChat}, r);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_NE(r.body.find("still loading"), std::string::npos);
+    svc.handle({"GET", "/metrics", {}, ""}, r);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("moestream_ready 0"), std::string::npos);
+    EXPECT_TRUE(keys_equal("abc", "abc"));
+    EXPECT_FALSE(keys_equal("abc", "abd"));
+    EXPECT_FALSE(keys_equal("abc", "abcd"));
+}
+
+TEST_F(ServeTest, QueueFullIs503) {
+    Server s(model_, {"--max-queue", "0", "--ctx", "4096"});
+    json body = json::parse(kChat);
+    body["max_tokens"] = 3000;
+    body["stream"] = true;
+    body["temperature"] = 1.0;
+    int fd = test::connect_loopback(s.port());
+    const std::string b = body.dump();
+    test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
+    char buf[256];
+    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);  // the long generation is running
+    auto busy = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
+    EXPECT_EQ(busy.status, 503) << busy.body;
+    EXPECT_NE(busy.headers.find("Retry-After"), std::string::npos);
+    ::close(fd);  // cancel it; the worker frees up
+    int status = 0;
+    for (int i = 0; i < 200 && status != 200; ++i) {
+        status = test::request(s.port(), "POST", "/v1/chat/completions", kChat).status;
+        if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(status, 200);
+}
+
+// Under systemd the server says READY=1 once loaded and STOPPING=1 on SIGTERM (sd_notify datagrams).
+TEST_F(ServeTest, NotifiesSystemd) {
+    test::TempDir dir;
+    const std::string sock_path = dir / "notify";
+    int sock = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, sock_path.c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    struct timeval tv {10, 0};
+    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setenv("NOTIFY_SOCKET", sock_path.c_str(), 1);
+    std::string messages;
+    {
+        Server s(model_, {});
+        ::unsetenv("NOTIFY_SOCKET");
+        char buf[4096];
+        while (messages.find("READY=1") == std::string::npos) {
+            ssize_t n = ::recv(sock, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            messages.append(buf, static_cast<size_t>(n)).append("\n");
+        }
+        EXPECT_EQ(s.terminate(), 0);
+        while (messages.find("STOPPING=1") == std::string::npos) {
+            ssize_t n = ::recv(sock, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            messages.append(buf, static_cast<size_t>(n)).append("\n");
+        }
+    }
+    ::close(sock);
+    EXPECT_NE(messages.find("EXTEND_TIMEOUT_USEC="), std::string::npos) << messages;
+    EXPECT_NE(messages.find("READY=1"), std::string::npos) << messages;
+    EXPECT_NE(messages.find("STOPPING=1"), std::string::npos) << messages;
+}
+
+// The main job: plan on this host, `moestream launch` (numactl-pinned serve), a streamed chat, SIGTERM.
+TEST_F(ServeTest, PlanLaunchServeEndToEnd) {
+    if (std::system("command -v numactl > /dev/null 2>&1") != 0) GTEST_SKIP() << "numactl not installed (scripts/setup.sh installs it)";
+    test::TempDir dir;
+    // A free port: bind to 0, read it back, release it.
+    int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len);
+    const int port = ntohs(a.sin_port);
+    ::close(probe);
+    auto [rc, out] = test::run_moestream("plan --model " + model_ + " --out " + (dir / "plan") + " --no-storage --port " +
+                                         std::to_string(port) + " --alias m --ctx 512");
+    ASSERT_EQ(rc, 0) << out;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        ::freopen((dir / "launch.log").c_str(), "w", stderr);
+        ::execl(MOESTREAM_BINARY, MOESTREAM_BINARY, "launch", "--plan", (dir / "plan/plan.yaml").c_str(), nullptr);
+        ::_exit(127);
+    }
+    int health = 0;
+    for (int i = 0; i < 500 && health != 200; ++i) {
+        health = test::request(port, "GET", "/health").status;
+        if (health != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_EQ(health, 200);
+    json body = json::parse(kChat);
+    body["stream"] = true;
+    auto r = test::request(port, "POST", "/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos) << r.body;
+    ::kill(pid, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 500 && ::waitpid(pid, &st, WNOHANG) != pid; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    std::ifstream log(dir / "launch.log");
+    std::string text((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_NE(text.find("launch: numactl --physcpubind="), std::string::npos) << text;
 }
 
 }  // namespace

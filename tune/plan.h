@@ -78,6 +78,7 @@ struct Plan {
     std::optional<uint64_t> asked_ram_budget;
     std::optional<int> asked_threads;
     std::string asked_gpu_mem;
+    std::string profile_path;         // routing profile: the engine keeps its hottest experts resident
 
     // Where the generated files were written (plan.yaml's directory).
     std::string out_dir;

@@ -56,7 +56,8 @@ std::map<int, uint64_t> parse_gpu_mem(const std::string& text) {
     return out;
 }
 
-std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& m, const std::map<int, uint64_t>& gpu_mem) {
+std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& m, const std::map<int, uint64_t>& gpu_mem,
+                                                   const std::vector<std::pair<uint32_t, uint64_t>>& layer_heat) {
     std::vector<uint32_t> moe_layers;
     uint64_t smallest = UINT64_MAX;
     for (uint32_t l = 0; l < m.n_layer; ++l)
@@ -64,6 +65,12 @@ std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& m, const st
             moe_layers.push_back(l);
             smallest = std::min(smallest, m.layer_expert_bytes[l]);
         }
+    if (!layer_heat.empty()) {
+        std::vector<uint64_t> heat(m.n_layer, 0);
+        for (const auto& [l, c] : layer_heat)
+            if (l < m.n_layer) heat[l] += c;
+        std::stable_sort(moe_layers.begin(), moe_layers.end(), [&](uint32_t a, uint32_t b) { return heat[a] > heat[b]; });
+    }
     std::vector<GpuAssignment> out;
     size_t next = 0;
     for (const auto& [gpu, budget] : gpu_mem) {
@@ -119,6 +126,7 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     p.moestream_binary = opt.moestream_binary;
     p.llama_server_binary = opt.llama_server_binary;
     p.n_ctx = opt.n_ctx;
+    p.profile_path = opt.profile_path;
     auto why = [&](const std::string& k, const std::string& v, const std::string& r) { p.reasons.push_back({k, {v, r}}); };
 
     // NUMA node: the one holding the model's disk.
@@ -250,11 +258,13 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         const uint64_t maps = std::max<uint64_t>(65530, 4 * m.tensor_count + 1024);
         p.sysctl.push_back({"vm.max_map_count", std::to_string(maps),
                             "llama-server maps the model; room for " + std::to_string(m.tensor_count) + " tensors' mappings"});
-        p.gpus = split_experts_over_gpus(m, opt.gpu_mem);
+        p.gpus = split_experts_over_gpus(m, opt.gpu_mem, opt.layer_heat);
         uint32_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += static_cast<uint32_t>(g.layers.size());
-        why("gpu_layers", std::to_string(on_gpu), "leading MoE layers first (hands-on reports find them hottest); a routing "
-                                                   "profile (moestream profile) beats this guess");
+        why("gpu_layers", std::to_string(on_gpu),
+            opt.layer_heat.empty() ? "leading MoE layers first (hands-on reports find them hottest); a routing profile "
+                                     "(moestream profile, then plan --profile) beats this guess"
+                                   : "the most-routed layers of the profile " + opt.profile_path + " first");
     }
     return p;
 }

@@ -30,12 +30,16 @@ struct PlanOptions {
     std::string llama_server_binary = "llama-server";
     std::string created_by;
     double mem_bytes_per_s = 0;                    // measured RAM bandwidth for the prediction (0: not shown)
+    std::string profile_path;                      // routing profile (moestream profile)
+    std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // from the profile: (layer, routed count)
 };
 
 Plan make_plan(const HostFacts& host, const ModelFacts& model, const PlanOptions& opt);
 Fingerprint fingerprint_of(const HostFacts& host, const std::string& model_path);
-// Experts of MoE layers to GPUs, leading layers first, each GPU filled to its budget.
-std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& model, const std::map<int, uint64_t>& gpu_mem);
+// Experts of MoE layers to GPUs, each GPU filled to its budget: the hottest layers of a routing profile first
+// when `layer_heat` is given, else the leading layers.
+std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& model, const std::map<int, uint64_t>& gpu_mem,
+                                                   const std::vector<std::pair<uint32_t, uint64_t>>& layer_heat = {});
 // "0=96G,1=96G" -> {0: 96 GiB, 1: 96 GiB}; PlanError naming the bad part.
 std::map<int, uint64_t> parse_gpu_mem(const std::string& text);
 

@@ -1,5 +1,7 @@
 #include "engine/model/weights.h"
 
+#include "engine/runtime/progress.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -7,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 namespace moe {
@@ -37,10 +40,17 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
     }
     base_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(size_, 64)));
     if (!base_) throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights");
+    ByteProgress progress("loading resident weights", size_);
+    constexpr uint64_t kPiece = 64ull << 20;  // progress granularity
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto* t = tensors[i];
-        read_file_range(model.files[t->file_index].path, t->file_offset, t->nbytes, base_ + offsets_[i].second);
+        for (uint64_t done = 0; done < t->nbytes; done += kPiece) {
+            const uint64_t n = std::min(kPiece, t->nbytes - done);
+            read_file_range(model.files[t->file_index].path, t->file_offset + done, n, base_ + offsets_[i].second + done);
+            progress.add(n);
+        }
     }
+    progress.finish();
     // The weights now live in the arena: their page-cache copy (and what readahead pulled in around them,
     // often expert bytes) would only double the memory. Drop it.
     for (const auto& f : model.files) {
@@ -83,11 +93,16 @@ uint64_t ResidentArena::try_lock() {
 
 InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers) {
     layers_.resize(layers.size());
+    uint64_t total = 0;
+    for (const auto& l : layers)
+        if (l.gate) total += (l.gate->expert_bytes + l.up->expert_bytes + l.down->expert_bytes) * l.gate->n_expert;
+    ByteProgress progress("loading experts into RAM", total);
     for (size_t l = 0; l < layers.size(); ++l) {
         if (!layers[l].gate) continue;
         auto load = [&](const ExpertTensor* t, std::vector<uint8_t>& dst, size_t& per_expert) {
             dst.resize(t->expert_bytes * t->n_expert);
             read_file_range(model.files[t->file_index].path, t->file_offset, dst.size(), dst.data());
+            progress.add(dst.size());
             per_expert = t->expert_bytes;
             bytes_ += dst.size();
         };

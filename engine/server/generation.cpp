@@ -25,7 +25,9 @@ Generator::~Generator() {
 
 std::optional<std::future<GenerationResult>> Generator::submit(GenerationRequest req) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stop_ || queue_.size() >= max_queue_) return std::nullopt;
+    // max_queue counts requests waiting behind the running one; an idle worker always takes one.
+    const bool idle = !busy_ && queue_.empty();
+    if (stop_ || (!idle && queue_.size() >= max_queue_)) return std::nullopt;
     std::promise<GenerationResult> p;
     auto f = p.get_future();
     queue_.emplace_back(std::move(req), std::move(p));
