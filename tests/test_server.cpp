@@ -386,7 +386,11 @@ TEST_F(ServeTest, PlanLaunchServeEndToEnd) {
     json body = json::parse(kChat);
     body["stream"] = true;
     auto r = test::request(port, "POST", "/v1/chat/completions", body.dump());
-    EXPECT_EQ(r.status, 200);
+    auto launch_log = [&] {
+        std::ifstream log(dir / "launch.log");
+        return std::string((std::istreambuf_iterator<char>(log)), {});
+    };
+    EXPECT_EQ(r.status, 200) << launch_log();
     EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos) << r.body;
     ::kill(pid, SIGTERM);
     int st = 0;
