@@ -1,6 +1,7 @@
 #include "engine/server/openai_api.h"
 
 #include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -217,25 +218,44 @@ void OpenAiService::completions(const HttpRequest& req, HttpResponder& res, bool
         c["choices"] = json::array({choice});
         return c;
     };
-    bool stream_ok = true;
+    // Streaming: the worker thread produces pieces while this thread writes the response header, so every
+    // socket write goes through one lock, and pieces that arrive before the header are held until it is out.
+    struct StreamState {
+        std::mutex mu;
+        bool started = false, ok = true;
+        std::string held;
+    };
+    auto ss = std::make_shared<StreamState>();
     if (stream) {
-        g.on_text = [&](const std::string& piece) {
-            stream_ok = res.write_chunk("data: " + wire(chunk(chat ? json{{"content", piece}} : json(piece), nullptr)) + "\n\n");
-            return stream_ok;
+        g.on_text = [&res, ss, chunk, chat](const std::string& piece) {
+            const std::string event = "data: " + wire(chunk(chat ? json{{"content", piece}} : json(piece), nullptr)) + "\n\n";
+            std::lock_guard<std::mutex> lk(ss->mu);
+            if (!ss->started) {
+                ss->held += event;
+                return true;
+            }
+            ss->ok = ss->ok && res.write_chunk(event);
+            return ss->ok;
         };
     }
     auto cancel = g.cancel;
     auto fut = gen_->submit(std::move(g));
     if (!fut) throw ApiError{503, "the request queue is full; retry shortly", "server_error", "", ""};
     if (stream) {
-        if (!res.begin_stream("text/event-stream")) cancel->store(true);
-        else if (chat) stream_ok = res.write_chunk("data: " + wire(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n");
+        std::lock_guard<std::mutex> lk(ss->mu);
+        ss->ok = res.begin_stream("text/event-stream");
+        if (ss->ok && chat) ss->ok = res.write_chunk("data: " + wire(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n");
+        if (ss->ok && !ss->held.empty()) ss->ok = res.write_chunk(ss->held);
+        ss->held.clear();
+        ss->started = true;
+        if (!ss->ok) cancel->store(true);
         count(200);
     }
     // Non-streaming: watch for the client going away while the worker computes.
     while (fut->wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
         if (!stream && res.client_gone()) cancel->store(true);
     GenerationResult r = fut->get();
+    const bool stream_ok = ss->ok;
     if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
         if (stream) {
             if (stream_ok) res.write_chunk("data: " + wire(error_body({500, r.error, "server_error", "", ""})) + "\n\n");
