@@ -235,3 +235,41 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// A model in two split files (`-00001-of-00002.gguf`): streamed experts come from both.
+TEST(Streaming, SplitFilesStreamLikeOneFile) {
+    test::TempDir dir;
+    const std::string whole = make_model(dir, "q8_0");
+    GgufFile f = read_gguf_header(whole);
+    std::vector<GgufTensorData> parts[2];
+    for (size_t i = 0; i < f.tensors.size(); ++i) {
+        const auto& t = f.tensors[i];
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        read_file_range(whole, t.file_offset, t.nbytes, d.bytes.data());
+        parts[i < f.tensors.size() / 2 ? 0 : 1].push_back(std::move(d));
+    }
+    for (uint16_t no = 0; no < 2; ++no) {
+        auto kv = no == 0 ? f.kv : std::vector<std::pair<std::string, GgufValue>>{{"general.architecture", GgufValue::string("qwen3moe")}};
+        GgufValue count;
+        count.type = GgufValueType::UINT16;
+        count.raw = {2, 0};
+        GgufValue index = count;
+        index.raw = {static_cast<uint8_t>(no), 0};
+        kv.emplace_back("split.count", count);
+        kv.emplace_back("split.no", index);
+        write_gguf(dir / ("split-0000" + std::to_string(no + 1) + "-of-00002.gguf"), kv, parts[no]);
+    }
+    GgufModel split = open_gguf_model(dir / "split-00001-of-00002.gguf");
+    ASSERT_EQ(split.files.size(), 2u);
+    auto ram = load_qwen3moe(open_gguf_model(whole));
+    auto streamed = load_qwen3moe(split, {.streaming = small_cache(split, 0.2)});
+    const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
+    EXPECT_EQ(run_logits(*streamed, prompt, 6), run_logits(*ram, prompt, 6));
+    EXPECT_GT(streamed->experts->stats().bytes_read, 0u);
+}
+
+}  // namespace
+}  // namespace moe
