@@ -82,6 +82,41 @@ TEST(Kernels, SimdMatchesScalarReference) {
     EXPECT_GT(compared, 0) << "no SIMD table on this CPU to compare";
 }
 
+// The multi-row entry points give exactly the per-row dot for every row (rows not a multiple of 8 included).
+TEST(Kernels, DotRowsEqualsDotPerRow) {
+    std::mt19937 rng(5);
+    int compared = 0;
+    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+        const kernels::KernelTable* t = kernels::table_for(isa);
+        if (!t) continue;
+        for (GgmlType type : kTypes) {
+            const int id = static_cast<int>(type);
+            if (!t->dot_rows[id]) continue;
+            for (int64_t rows : {1, 7, 8, 19}) {
+                const size_t n = 512;
+                const size_t rb = *row_bytes(type, n);
+                std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+                for (int64_t r = 0; r < rows; ++r) {
+                    auto vals = make(n, r % 5 == 4 ? Fill::Zeros : Fill::Random, rng);
+                    kernels::quantize_row(type, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+                }
+                auto a = make(n, Fill::Random, rng);
+                std::vector<uint8_t> act(kernels::activation_bytes(type, static_cast<int64_t>(n)));
+                kernels::prepare_activations(type, a.data(), act.data(), static_cast<int64_t>(n));
+                std::vector<float> out(static_cast<size_t>(rows));
+                t->dot_rows[id](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
+                for (int64_t r = 0; r < rows; ++r) {
+                    EXPECT_EQ(out[r], t->dot[id](static_cast<int64_t>(n), w.data() + r * rb, act.data()))
+                        << kernels::isa_name(isa) << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
+                    EXPECT_EQ(out[r], kernels::reference_table().dot[id](static_cast<int64_t>(n), w.data() + r * rb, act.data()));
+                }
+                ++compared;
+            }
+        }
+    }
+    EXPECT_GT(compared, 0);
+}
+
 // The reference dot (with quantized activations) against exact float math on the dequantized weights:
 // what the activation quantization costs, per type.
 TEST(Kernels, ReferenceDotWithinQuantizationBudget) {

@@ -17,12 +17,21 @@ enum class Isa { Scalar, Avx2, Avx512 };
 const char* isa_name(Isa isa);
 
 using DotFn = float (*)(int64_t n, const void* weights, const void* activations);
+// out[r] = dot(row r, activations) for `rows` consecutive rows `row_bytes` apart: the per-row call inlined.
+using DotRowsFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const void* activations, float* out);
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 struct KernelTable {
     Isa isa;
     DotFn dot[32] = {};  // indexed by ggml type id
+    DotRowsFn dot_rows[32] = {};  // same results as calling dot per row; null where not provided
 };
+
+// Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
+template <float (*Dot)(int64_t, const void*, const void*)>
+void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    for (int64_t r = 0; r < rows; ++r) out[r] = Dot(n, w + static_cast<size_t>(r) * row_bytes, a);
+}
 
 // The scalar reference table (the oracle for every other path).
 const KernelTable& reference_table();

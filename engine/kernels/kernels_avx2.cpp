@@ -219,6 +219,14 @@ void fill_avx2_table(KernelTable& t) {
     t.dot[13] = dot_q5_K;
     t.dot[14] = dot_q6_K;
     t.dot[30] = dot_bf16;
+    t.dot_rows[0] = dot_rows_of<dot_f32>;
+    t.dot_rows[1] = dot_rows_of<dot_f16>;
+    t.dot_rows[2] = dot_rows_of<dot_q4_0>;
+    t.dot_rows[8] = dot_rows_of<dot_q8_0>;
+    t.dot_rows[12] = dot_rows_of<dot_q4_K>;
+    t.dot_rows[13] = dot_rows_of<dot_q5_K>;
+    t.dot_rows[14] = dot_rows_of<dot_q6_K>;
+    t.dot_rows[30] = dot_rows_of<dot_bf16>;
 }
 
 }  // namespace moe::kernels

@@ -93,6 +93,37 @@ float dot_q8_0(int64_t n, const void* w, const void* a) {
     return s;
 }
 
+// Eight rows at a time: their block sums reduced together (hadd tree), then each row's float update in its
+// own lane with the reference's expression, so every row equals dot_q8_0 bit for bit.
+void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    const int64_t nb = n / QK8_0;
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        __m256 s = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+            const float dy = fp16_to_fp32(y[b].d);
+            __m256i acc[8];
+            alignas(32) float d[8];
+            for (int i = 0; i < 8; ++i) {
+                const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r + i) * row_bytes) + b;
+                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
+                acc[i] = dot_i8(qx, qy);
+                d[i] = fp16_to_fp32(x->d) * dy;
+            }
+            const __m256i h01 = _mm256_hadd_epi32(acc[0], acc[1]), h23 = _mm256_hadd_epi32(acc[2], acc[3]);
+            const __m256i h45 = _mm256_hadd_epi32(acc[4], acc[5]), h67 = _mm256_hadd_epi32(acc[6], acc[7]);
+            const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+            const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                                  _mm256_permute2x128_si256(h0123, h4567, 0x31));
+            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_load_ps(d)));
+        }
+        _mm256_storeu_ps(out + r, s);
+    }
+    for (; r < rows; ++r) out[r] = dot_q8_0(n, w + static_cast<size_t>(r) * row_bytes, a);
+}
+
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
@@ -216,6 +247,14 @@ void fill_avx512_table(KernelTable& t) {
     t.dot[13] = dot_q5_K;
     t.dot[14] = dot_q6_K;
     t.dot[30] = dot_bf16;
+    t.dot_rows[0] = dot_rows_of<dot_f32>;
+    t.dot_rows[1] = dot_rows_of<dot_f16>;
+    t.dot_rows[2] = dot_rows_of<dot_q4_0>;
+    t.dot_rows[8] = dot_rows_q8_0;
+    t.dot_rows[12] = dot_rows_of<dot_q4_K>;
+    t.dot_rows[13] = dot_rows_of<dot_q5_K>;
+    t.dot_rows[14] = dot_rows_of<dot_q6_K>;
+    t.dot_rows[30] = dot_rows_of<dot_bf16>;
 }
 
 }  // namespace moe::kernels

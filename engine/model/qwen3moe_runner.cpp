@@ -54,11 +54,45 @@ void Qwen3MoeRunner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, i
     if (act_.size() < ab * n_tok) act_.resize(ab * n_tok);
     for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
     const kernels::DotFn dot = kt_.dot[static_cast<int>(type)];
+    const kernels::DotRowsFn dot_rows = kt_.dot_rows[static_cast<int>(type)];
     const uint8_t* act = act_.data();
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        if (n_tok == 1 && dot_rows) {  // decode: the row loop inside the kernel
+            dot_rows(cols, w + r0 * row_bytes, row_bytes, r1 - r0, act, out + r0);
+            return;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t* row = w + r * row_bytes;
             for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot(cols, row, act + t * ab);
+        }
+    });
+}
+
+// Three matmuls of the same input (q, k, v) as one parallel loop over their rows together.
+void Qwen3MoeRunner::matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c,
+                             float* oc, int64_t sc, const float* x, int64_t x_stride, int n_tok) {
+    const Tensor* w[3] = {&a, &b, &c};
+    float* out[3] = {oa, ob, oc};
+    const int64_t stride[3] = {sa, sb, sc};
+    size_t ab[3], off[3], total = 0;
+    for (int i = 0; i < 3; ++i) {
+        ab[i] = kernels::activation_bytes(w[i]->type, w[i]->ne0);
+        off[i] = total;
+        total += ab[i] * static_cast<size_t>(n_tok);
+    }
+    if (act_.size() < total) act_.resize(total);
+    for (int i = 0; i < 3; ++i)
+        for (int t = 0; t < n_tok; ++t)
+            kernels::prepare_activations(w[i]->type, x + t * x_stride, act_.data() + off[i] + t * ab[i], w[i]->ne0);
+    const int64_t rows = a.ne1 + b.ne1 + c.ne1;
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            int i = 0;
+            int64_t rr = r;
+            while (rr >= w[i]->ne1) rr -= w[i++]->ne1;
+            const kernels::DotFn dot = kt_.dot[static_cast<int>(w[i]->type)];
+            const uint8_t* row = w[i]->row(rr);
+            for (int t = 0; t < n_tok; ++t) out[i][t * stride[i] + rr] = dot(w[i]->ne0, row, act_.data() + off[i] + t * ab[i]);
         }
     });
 }
@@ -96,9 +130,7 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Qwen3MoeLayer& L = m_.layers[l];
         for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
-        matmul(L.wq, xn_.data(), E, n, q_.data(), Qd);
-        matmul(L.wk, xn_.data(), E, n, k_.data(), kv_dim);
-        matmul(L.wv, xn_.data(), E, n, v_.data(), kv_dim);
+        matmul3(L.wq, q_.data(), Qd, L.wk, k_.data(), kv_dim, L.wv, v_.data(), kv_dim, xn_.data(), E, n);
         uint16_t* kc = &k_cache_[static_cast<size_t>(l) * opt_.n_ctx * kv_dim];
         uint16_t* vc = &v_cache_[static_cast<size_t>(l) * opt_.n_ctx * kv_dim];
         pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
@@ -146,6 +178,62 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
     for (int t = first; t < n; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[(t - first) * E], E, hp.rms_eps);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
+}
+
+// out[r] = W[r,:] . x on the calling thread (inside a parallel loop), activations prepared into `act`.
+void Qwen3MoeRunner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                                   float* out, uint8_t* act) const {
+    kernels::prepare_activations(type, x, act, cols);
+    if (const kernels::DotRowsFn dot_rows = kt_.dot_rows[static_cast<int>(type)]) {
+        dot_rows(cols, w, row_bytes, rows, act, out);
+        return;
+    }
+    const kernels::DotFn dot = kt_.dot[static_cast<int>(type)];
+    for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
+}
+
+// Decode (a few tokens, every expert already in RAM): one parallel loop over the experts instead of three
+// row-parallel matmuls per expert, each expert in its own scratch. Same kernels and expressions per row, so
+// the results are the same bits as the row-parallel path.
+void Qwen3MoeRunner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed,
+                                                const std::vector<std::vector<int>>& users) {
+    const auto& hp = m_.hp;
+    const Qwen3MoeLayer& L = m_.layers[l];
+    const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(hp.n_ff_exp), U = static_cast<int>(hp.n_expert_used);
+    std::vector<std::pair<uint32_t, ExpertView>> ready;
+    for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
+    // Scratch per (expert, token) pair: hidden gate/up, output, and activation bytes.
+    const size_t act_bytes = std::max(kernels::activation_bytes(L.gate_exps.type, E), kernels::activation_bytes(L.down_exps.type, F));
+    size_t pairs = 0;
+    for (const auto& [e, v] : ready) pairs += users[e].size();
+    if (par_scratch_.size() < pairs * (2 * F + E)) par_scratch_.resize(pairs * (2 * F + E));
+    if (par_act_.size() < pairs * act_bytes) par_act_.resize(pairs * act_bytes);
+    std::vector<size_t> first(ready.size() + 1, 0);
+    for (size_t k = 0; k < ready.size(); ++k) first[k + 1] = first[k] + users[ready[k].first].size();
+    pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+            const auto& [e, ev] = ready[k];
+            const auto& who = users[e];
+            for (size_t j = 0; j < who.size(); ++j) {
+                const size_t slot = first[k] + j;
+                float* g = &par_scratch_[slot * (2 * F + E)];
+                float* u = g + F;
+                float* y = u + F;
+                uint8_t* act = &par_act_[slot * act_bytes];
+                const float* x = &xn_[(who[j] / U) * E];
+                matvec_serial(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, x, g, act);
+                matvec_serial(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, x, u, act);
+                for (int i = 0; i < F; ++i) g[i] = ops::silu(g[i]) * u[i];
+                matvec_serial(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, g, y, act);
+                std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+            }
+        }
+    });
+    for (const auto& [e, v] : ready) {
+        m_.experts->release(l, e);
+        stats_.expert_loads++;
+        stats_.expert_activations += users[e].size();
+    }
 }
 
 // Speculative prefetch of layer l's experts: its router applied to the current residual stream (which changes
@@ -205,19 +293,23 @@ void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
     src.request(l, needed);
     if (src.streams() && l + 1 < hp.n_layer) predict_and_prefetch(l + 1, n);
     try {
-        for (size_t k = 0; k < needed.size(); ++k) {
-            auto [e, ev] = src.next_ready(l);
-            const auto& who = users[e];
-            const int c = static_cast<int>(who.size());
-            for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
-            matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
-            matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
-            for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
-            matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
-            src.release(l, e);
-            for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
-            stats_.expert_loads++;
-            stats_.expert_activations += static_cast<uint64_t>(c);
+        if (!src.streams() && n <= 4) {
+            decode_experts_in_parallel(l, needed, users);
+        } else {
+            for (size_t k = 0; k < needed.size(); ++k) {
+                auto [e, ev] = src.next_ready(l);
+                const auto& who = users[e];
+                const int c = static_cast<int>(who.size());
+                for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
+                matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
+                matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
+                for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
+                matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
+                src.release(l, e);
+                for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+                stats_.expert_loads++;
+                stats_.expert_activations += static_cast<uint64_t>(c);
+            }
         }
     } catch (...) {
         src.abandon();

@@ -51,8 +51,13 @@ private:
     void matmul(const Tensor& t, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
         matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride);
     }
+    void matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
+                 int64_t sc, const float* x, int64_t x_stride, int n_tok);
     void moe_ffn(uint32_t layer, int n);
     void predict_and_prefetch(uint32_t layer, int n);
+    void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
+    void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
+                       uint8_t* act) const;
 
     const Qwen3MoeModel& m_;
     RunnerOptions opt_;
@@ -71,6 +76,8 @@ private:
     std::vector<float> expert_out_;          // [n][n_expert_used][n_embd]
     std::vector<float> gx_, gg_, gu_, gy_;   // per-expert gathered inputs / hidden / outputs
     std::vector<uint8_t> act_;               // prepared activations
+    std::vector<float> par_scratch_;         // decode_experts_in_parallel: per (expert, token) gate|up|out
+    std::vector<uint8_t> par_act_;           // ... and its activation bytes
     std::vector<float> logits_;              // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
