@@ -15,6 +15,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/model/qwen3moe_runner.h"
+#include "engine/sampler/sampler.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/storage_probe.h"
 #include "tune/check.h"
@@ -89,8 +90,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     const RunnerStats r0 = runner.stats();
     auto t1 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
-        const float* l = runner.logits();
-        int32_t next = static_cast<int32_t>(std::max_element(l, l + le.model->hp.n_vocab) - l);
+        int32_t next = argmax({runner.logits(), le.model->hp.n_vocab});
         runner.eval(std::span<const int32_t>(&next, 1));
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();

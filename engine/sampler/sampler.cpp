@@ -7,10 +7,21 @@
 namespace moe {
 
 int32_t argmax(std::span<const float> logits) {
-    int32_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-        if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-    return best;
+    // Max first with eight independent running maxima (no branch chain over 150k logits), then the first
+    // index holding it: the lowest id wins ties, as before.
+    const size_t n = logits.size();
+    if (n == 0) return 0;
+    float m[8];
+    for (float& v : m) v = logits[0];
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) m[k] = logits[i + k] > m[k] ? logits[i + k] : m[k];
+    float best = m[0];
+    for (int k = 1; k < 8; ++k) best = m[k] > best ? m[k] : best;
+    for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+    for (size_t j = 0; j < n; ++j)
+        if (logits[j] == best) return static_cast<int32_t>(j);
+    return 0;  // all NaN
 }
 
 std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits, int n) {
