@@ -99,6 +99,10 @@ void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     const auto* y = static_cast<const BlockQ8_0*>(a);
     const int64_t nb = n / QK8_0;
     int64_t r = 0;
+    // Worth it for short rows, where per-row overhead dominates (e.g. a 64-wide output head); long rows
+    // stream better one at a time.
+    if (nb > 4) r = rows;
+    for (int64_t q = 0; q < r; ++q) out[q] = dot_q8_0(n, w + static_cast<size_t>(q) * row_bytes, a);
     for (; r + 8 <= rows; r += 8) {
         __m256 s = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
