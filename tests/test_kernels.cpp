@@ -93,7 +93,7 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
             const int id = static_cast<int>(type);
             if (!t->dot_rows[id]) continue;
             for (int64_t rows : {1, 7, 8, 19}) {
-                const size_t n = 512;
+              for (size_t n : {256u, 512u}) {  // Q8_0's 8-row path takes short rows; also check a 64-wide row below
                 const size_t rb = *row_bytes(type, n);
                 std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
                 for (int64_t r = 0; r < rows; ++r) {
@@ -111,10 +111,32 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
                     EXPECT_EQ(out[r], kernels::reference_table().dot[id](static_cast<int64_t>(n), w.data() + r * rb, act.data()));
                 }
                 ++compared;
+              }
             }
         }
     }
     EXPECT_GT(compared, 0);
+}
+
+TEST(Kernels, Q8_0RowsOfSixtyFourMatchPerRow) {
+    std::mt19937 rng(8);
+    const kernels::KernelTable* t = kernels::table_for(kernels::Isa::Avx512);
+    if (!t) GTEST_SKIP() << "no AVX-512 on this CPU";
+    const size_t n = 64, rb = *row_bytes(GgmlType::Q8_0, n);
+    for (int64_t rows : {8, 13, 64}) {
+        std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            auto vals = make(n, Fill::Random, rng);
+            kernels::quantize_row(GgmlType::Q8_0, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+        }
+        auto a = make(n, Fill::Random, rng);
+        std::vector<uint8_t> act(kernels::activation_bytes(GgmlType::Q8_0, static_cast<int64_t>(n)));
+        kernels::prepare_activations(GgmlType::Q8_0, a.data(), act.data(), static_cast<int64_t>(n));
+        std::vector<float> out(static_cast<size_t>(rows));
+        t->dot_rows[8](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
+        for (int64_t r = 0; r < rows; ++r)
+            EXPECT_EQ(out[r], kernels::reference_table().dot[8](static_cast<int64_t>(n), w.data() + r * rb, act.data())) << r;
+    }
 }
 
 // The reference dot (with quantized activations) against exact float math on the dequantized weights:
