@@ -1,5 +1,5 @@
 // Weight views: resident tensors in an arena read once from the file, and routed experts behind an
-// ExpertSource (all-in-RAM now; the streaming cache implements the same interface).
+// ExpertSource: every expert in RAM (InRamExpertSource) or streamed from disk (runtime/expert_cache.h).
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -104,7 +104,7 @@ public:
     }
 };
 
-// Reads every expert tensor into RAM (the engine-core path; streaming replaces it).
+// Reads every expert tensor into RAM at load (when the budget allows it, or no budget is given).
 class InRamExpertSource : public ExpertSource {
 public:
     struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };
