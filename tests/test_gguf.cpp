@@ -120,13 +120,8 @@ TEST(Gguf, SplitFilesAreReadTogether) {
                                                              {"qwen3moe.block_count", GgufValue::u32(1)},
                                                              {"qwen3moe.expert_count", GgufValue::u32(2)},
                                                              {"qwen3moe.expert_used_count", GgufValue::u32(1)}};
-        GgufValue c;
-        c.type = GgufValueType::UINT16;
-        c.raw = {2, 0};
-        GgufValue n = c;
-        n.raw = {static_cast<uint8_t>(no), 0};
-        kv.emplace_back("split.count", c);
-        kv.emplace_back("split.no", n);
+        kv.emplace_back("split.count", test::gguf_u16(2));
+        kv.emplace_back("split.no", test::gguf_u16(no));
         return kv;
     };
     write_gguf(dir / "m-00001-of-00002.gguf", meta(0), {{"output_norm.weight", {64}, GgmlType::F32, std::vector<uint8_t>(256)}});

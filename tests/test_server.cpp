@@ -229,18 +229,29 @@ TEST_F(ServeTest, SurvivesAThousandsOfMalformedRequests) {
     EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
-TEST_F(ServeTest, DisconnectCancelsAndSigtermExitsCleanly) {
-    Server s(model_, {"--ctx", "4096"});
-    // A long streaming request whose client leaves after the first bytes.
+// Starts a long sampled streaming generation and returns the open connection once its first bytes arrived
+// (-1 when none came).
+int start_long_stream(int port, int max_tokens) {
     json body = json::parse(kChat);
-    body["max_tokens"] = 4000;
+    body["max_tokens"] = max_tokens;
     body["stream"] = true;
     body["temperature"] = 1.0;
-    int fd = test::connect_loopback(s.port());
+    int fd = test::connect_loopback(port);
     const std::string b = body.dump();
     test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
     char buf[256];
-    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+    if (::recv(fd, buf, sizeof buf, 0) <= 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+TEST_F(ServeTest, DisconnectCancelsAndSigtermExitsCleanly) {
+    Server s(model_, {"--ctx", "4096"});
+    // A long streaming request whose client leaves after the first bytes.
+    int fd = start_long_stream(s.port(), 4000);
+    ASSERT_GE(fd, 0);
     ::close(fd);
     // The generator becomes free for the next request long before 4000 tokens.
     auto next = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
@@ -298,15 +309,8 @@ TEST(OpenAiServiceUnit, HealthAndCompletionsAre503WhileLoading) {
 
 TEST_F(ServeTest, QueueFullIs503) {
     Server s(model_, {"--max-queue", "0", "--ctx", "4096"});
-    json body = json::parse(kChat);
-    body["max_tokens"] = 3000;
-    body["stream"] = true;
-    body["temperature"] = 1.0;
-    int fd = test::connect_loopback(s.port());
-    const std::string b = body.dump();
-    test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
-    char buf[256];
-    ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);  // the long generation is running
+    int fd = start_long_stream(s.port(), 3000);  // the long generation is running
+    ASSERT_GE(fd, 0);
     auto busy = test::request(s.port(), "POST", "/v1/chat/completions", kChat);
     EXPECT_EQ(busy.status, 503) << busy.body;
     EXPECT_NE(busy.headers.find("Retry-After"), std::string::npos);

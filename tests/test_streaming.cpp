@@ -253,13 +253,8 @@ TEST(Streaming, SplitFilesStreamLikeOneFile) {
     }
     for (uint16_t no = 0; no < 2; ++no) {
         auto kv = no == 0 ? f.kv : std::vector<std::pair<std::string, GgufValue>>{{"general.architecture", GgufValue::string("qwen3moe")}};
-        GgufValue count;
-        count.type = GgufValueType::UINT16;
-        count.raw = {2, 0};
-        GgufValue index = count;
-        index.raw = {static_cast<uint8_t>(no), 0};
-        kv.emplace_back("split.count", count);
-        kv.emplace_back("split.no", index);
+        kv.emplace_back("split.count", test::gguf_u16(2));
+        kv.emplace_back("split.no", test::gguf_u16(no));
         write_gguf(dir / ("split-0000" + std::to_string(no + 1) + "-of-00002.gguf"), kv, parts[no]);
     }
     GgufModel split = open_gguf_model(dir / "split-00001-of-00002.gguf");

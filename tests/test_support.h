@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "engine/gguf/gguf.h"
+
 namespace moe::test {
 
 // MOESTREAM_ORACLE or ../shared/oracle relative to the source tree; empty when absent.
@@ -37,6 +39,14 @@ inline std::pair<int, std::string> run_moestream(const std::string& args, bool w
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     int st = ::pclose(p);
     return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// A GGUF u16 value (split.count / split.no are u16 in llama.cpp's split files).
+inline moe::GgufValue gguf_u16(uint16_t v) {
+    moe::GgufValue g;
+    g.type = moe::GgufValueType::UINT16;
+    g.raw = {static_cast<uint8_t>(v & 0xff), static_cast<uint8_t>(v >> 8)};
+    return g;
 }
 
 struct TempDir {
