@@ -29,27 +29,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t rss_bytes() {
-    std::ifstream f("/proc/self/status");
+// A "Key: N kB" line of a /proc file, in bytes (0 when absent).
+uint64_t proc_kib_field(const char* path, const std::string& field) {
+    std::ifstream f(path);
     std::string key;
     uint64_t kb = 0;
     while (f >> key) {
-        if (key == "VmRSS:") { f >> kb; break; }
+        if (key == field) { f >> kb; break; }
         std::getline(f, key);
     }
     return kb * 1024;
 }
 
-uint64_t page_cache_bytes() {
-    std::ifstream f("/proc/meminfo");
-    std::string key;
-    uint64_t kb = 0;
-    while (f >> key) {
-        if (key == "Cached:") { f >> kb; break; }
-        std::getline(f, key);
-    }
-    return kb * 1024;
-}
+uint64_t rss_bytes() { return proc_kib_field("/proc/self/status", "VmRSS:"); }
+uint64_t page_cache_bytes() { return proc_kib_field("/proc/meminfo", "Cached:"); }
 
 }  // namespace
 

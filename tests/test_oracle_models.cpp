@@ -28,14 +28,20 @@ const Case kCases[] = {{"shared-spm-s64-F32", 2e-3, 0.0, 96},
                        {"shared-qwen-s64-Q8_0", 5e-2, 0.6, 74},
                        {"shared-gpt2-s256-Q4_K_M", 3e-2, 0.0, 96}};
 
-class OracleModel : public ::testing::TestWithParam<Case> {};
+class OracleModel : public ::testing::TestWithParam<Case> {
+protected:
+    // llama.cpp's expected outputs and the model file for this case.
+    static nlohmann::json expected_of(const Case& c) {
+        return nlohmann::json::parse(std::ifstream(test::oracle_dir() + "/expected/" + c.name + ".json"));
+    }
+    static GgufModel model_of(const Case& c) { return open_gguf_model(test::oracle_dir() + "/models/" + c.name + ".gguf"); }
+};
 
 TEST_P(OracleModel, MatchesLlamaCpp) {
     REQUIRE_ORACLE();
     const Case c = GetParam();
-    const std::string dir = test::oracle_dir();
-    nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir + "/expected/" + c.name + ".json"));
-    GgufModel file = open_gguf_model(dir + "/models/" + c.name + ".gguf");
+    nlohmann::json expected = expected_of(c);
+    GgufModel file = model_of(c);
     auto model = load_qwen3moe(file);
     auto tok = Tokenizer::from_gguf(file.meta());
     int greedy_match = 0, greedy_total = 0;
@@ -95,9 +101,8 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
 TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
     REQUIRE_ORACLE();
     const Case c = GetParam();
-    const std::string dir = test::oracle_dir();
-    nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir + "/expected/" + c.name + ".json"));
-    GgufModel file = open_gguf_model(dir + "/models/" + c.name + ".gguf");
+    nlohmann::json expected = expected_of(c);
+    GgufModel file = model_of(c);
     StreamingOptions so;
     so.cache_bytes = model_facts(file).expert_bytes / 5;
     so.read_size = 64 << 10;
