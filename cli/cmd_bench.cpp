@@ -73,7 +73,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t cache_before = page_cache_bytes();
     LoadedEngine le = load_engine(model_path, ef, n_ctx);
     ModelFacts facts = model_facts(le.file);
-    Qwen3MoeRunner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .n_batch = 256});
+    Qwen3MoeRunner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();

@@ -67,10 +67,23 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     return l;
 }
 
+// A piece can be a fragment of a UTF-8 character (byte tokens): its exact bytes go beside the text, and the
+// text is printed with U+FFFD for the invalid bytes, as llama.cpp's outputs do.
+json piece_json(const Tokenizer& tok, int32_t id) {
+    const std::string piece = tok.piece(id, true);
+    return {{"id", id}, {"piece", piece}, {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())}};
+}
+
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json top_json(const Tokenizer& tok, std::span<const float> logits, int n) {
     json arr = json::array();
-    for (auto [id, p] : top_probs(logits, n))
-        arr.push_back({{"id", id}, {"piece", tok.piece(id, true)}, {"logit", logits[id]}, {"prob", p}});
+    for (auto [id, p] : top_probs(logits, n)) {
+        json e = piece_json(tok, id);
+        e["logit"] = logits[id];
+        e["prob"] = p;
+        arr.push_back(std::move(e));
+    }
     return arr;
 }
 
@@ -94,7 +107,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     if (as_json) {
         json out = {{"tokens", ids}, {"pieces", json::array()}};
         for (int32_t id : ids) out["pieces"].push_back(tok->token_text(id));
-        std::cout << out.dump() << "\n";
+        std::cout << json_text(out) << "\n";
     } else {
         for (int32_t id : ids) std::cout << id << " -> '" << tok->piece(id, true) << "'\n";
         std::cout << ids.size() << " tokens\n";
@@ -157,13 +170,17 @@ int cmd_run(const std::vector<std::string>& args) {
         ref_state = make_ref_state(*L.model, n_ctx);
         ref_logits.resize(hp.n_vocab);
     } else {
-        runner = std::make_unique<Qwen3MoeRunner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256});
+        runner = std::make_unique<Qwen3MoeRunner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads});
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);
+        // The reference is told what the fast path's batches would be.
+        const size_t kBatch = static_cast<size_t>(RunnerOptions{}.n_batch);
         ref_all.clear();
-        for (int32_t t : toks) {
-            forward_ref(*L.model, ref_state, t, ref_logits.data());
+        for (size_t i = 0; i < toks.size(); ++i) {
+            const int n = static_cast<int>(std::min(kBatch, toks.size() - i / kBatch * kBatch)), index = static_cast<int>(i % kBatch);
+            forward_ref(*L.model, ref_state, toks[i], ref_logits.data(),
+                        {.n_tok = n, .index = index, .n_out = all ? n : 1, .out_index = all ? index : 0});
             if (all) ref_all.push_back(ref_logits);
         }
     };
@@ -179,7 +196,7 @@ int cmd_run(const std::vector<std::string>& args) {
         json out = {{"tokens", prompt_ids}, {"positions", json::array()}, {"seconds", dt}};
         for (size_t i = 0; i < prompt_ids.size(); ++i)
             out["positions"].push_back({{"pos", i}, {"top", top_json(*L.tok, logits_at(static_cast<int>(i)), top_n)}});
-        std::cout << out.dump() << "\n";
+        std::cout << json_text(out) << "\n";
         return 0;
     }
 
@@ -195,7 +212,11 @@ int cmd_run(const std::vector<std::string>& args) {
     for (int i = 0; i < n_predict; ++i) {
         auto logits = logits_at(-1);
         int32_t next = sampler.sample(logits, history);
-        if (as_json) steps.push_back({{"id", next}, {"piece", L.tok->piece(next, true)}, {"top", top_json(*L.tok, logits, top_n)}});
+        if (as_json) {
+            json step = piece_json(*L.tok, next);
+            step["top"] = top_json(*L.tok, logits, top_n);
+            steps.push_back(std::move(step));
+        }
         generated.push_back(next);
         history.push_back(next);
         if (L.tok->is_eog(next)) { stopped_eog = true; break; }
@@ -210,7 +231,7 @@ int cmd_run(const std::vector<std::string>& args) {
                     {"stopped_eog", stopped_eog}, {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
                     {"kernels", kernels::isa_name(kernels::active_table().isa)}, {"reference", use_ref}};
-        std::cout << out.dump() << "\n";
+        std::cout << json_text(out) << "\n";
     } else {
         std::cout << stream.flush() << "\n";
         std::cerr << L.summary << "\n";

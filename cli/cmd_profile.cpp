@@ -47,7 +47,7 @@ int cmd_profile(const std::vector<std::string>& args) {
     std::vector<uint64_t> totals(size_t{hp.n_layer} * hp.n_expert, 0);
     uint64_t tokens = 0;
     for (const auto& p : prompts) {
-        Qwen3MoeRunner r(*le.model, {.n_ctx = n_ctx, .n_threads = threads, .n_batch = 256});
+        Qwen3MoeRunner r(*le.model, {.n_ctx = n_ctx, .n_threads = threads});
         auto ids = tok->encode(p, true, true);
         if (ids.empty()) continue;
         if (static_cast<int>(ids.size()) + gen > n_ctx) ids.resize(static_cast<size_t>(std::max(1, n_ctx - gen)));

@@ -2,6 +2,8 @@
 // model loader's errors for unsupported or inconsistent files.
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "engine/model/qwen3moe_ref.h"
 #include "engine/model/qwen3moe_runner.h"
@@ -27,20 +29,35 @@ TEST_P(FastVsReference, SameLogits) {
     GgufModel file = open_gguf_model(make_model(dir, GetParam(), {"--tie-output"}));
     auto m = load_qwen3moe(file);
     std::vector<int32_t> toks = {1, 17, 200, 42, 99, 3, 250, 7, 7, 64};
-    Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});  // batches of 4 cross chunk edges
-    fast.eval(toks, true);
-    RefState st = make_ref_state(*m, 64);
-    std::vector<float> ref(m->hp.n_vocab);
-    double worst = 0;
-    for (size_t i = 0; i < toks.size(); ++i) {
-        forward_ref(*m, st, toks[i], ref.data());
-        for (uint32_t v = 0; v < m->hp.n_vocab; ++v)
-            worst = std::max(worst, static_cast<double>(std::fabs(ref[v] - fast.logits(static_cast<int>(i))[v])));
+    // Integer block sums are exact and float expressions follow the reference: bit-identical, in both of
+    // llama.cpp's orders. BF16 sums exact products in double, so only the last rounding of a dot can differ.
+    const double budget = GetParam() == "bf16" ? 1e-4 : 0.0;
+    {  // prompt processing: batches of 4 cross chunk edges (4, 4, 2), every token's logits
+        Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
+        fast.eval(toks, true);
+        RefState st = make_ref_state(*m, 64);
+        std::vector<float> ref(m->hp.n_vocab);
+        double worst = 0;
+        for (size_t i = 0; i < toks.size(); ++i) {
+            const int n = i < 8 ? 4 : 2, index = static_cast<int>(i % 4);
+            forward_ref(*m, st, toks[i], ref.data(), {.n_tok = n, .index = index, .n_out = n, .out_index = index});
+            for (uint32_t v = 0; v < m->hp.n_vocab; ++v)
+                worst = std::max(worst, static_cast<double>(std::fabs(ref[v] - fast.logits(static_cast<int>(i))[v])));
+        }
+        EXPECT_LE(worst, budget) << GetParam() << " batched";
     }
-    // Integer block sums are exact and float expressions follow the reference: bit-identical. Float types
-    // sum exact products in double, so only the last rounding of a dot can differ (amplified by the net).
-    const double budget = (GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16") ? 1e-4 : 0.0;
-    EXPECT_LE(worst, budget) << GetParam();
+    {  // decoding: one token at a time
+        Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
+        RefState st = make_ref_state(*m, 64);
+        std::vector<float> ref(m->hp.n_vocab);
+        double worst = 0;
+        for (int32_t t : toks) {
+            fast.eval(std::span<const int32_t>(&t, 1), false);
+            forward_ref(*m, st, t, ref.data());
+            for (uint32_t v = 0; v < m->hp.n_vocab; ++v) worst = std::max(worst, static_cast<double>(std::fabs(ref[v] - fast.logits(-1)[v])));
+        }
+        EXPECT_LE(worst, budget) << GetParam() << " one token at a time";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, FastVsReference,
@@ -114,6 +131,36 @@ TEST(ModelErrors, PromptLongerThanContext) {
     EXPECT_THROW(r.eval(toks), std::length_error);
     std::vector<int32_t> bad = {1, 100000};
     EXPECT_THROW(r.eval(bad), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// A byte vocabulary's tokens 0x80..0xFF are fragments of UTF-8 characters: run's JSON carries their exact bytes
+// beside the text (with U+FFFD for invalid bytes) instead of failing to print them.
+TEST(RunJson, ByteFragmentPiecesCarryTheirBytes) {
+    test::TempDir dir;
+    const std::string model = make_model(dir, "q8_0");
+    auto [rc, out] = test::run_moestream("run --model " + model + " --tokens 1,2,3 -n 2 --json --top 256", false);
+    ASSERT_EQ(rc, 0) << out;
+    auto j = nlohmann::json::parse(out);
+    int fragments = 0;
+    for (const auto& step : j["steps"])
+        for (const auto& e : step["top"]) {
+            const auto bytes = e["bytes"].get<std::vector<int>>();
+            ASSERT_FALSE(bytes.empty());
+            if (bytes.size() == 1 && bytes[0] >= 0x80) {
+                ++fragments;
+                EXPECT_EQ(e["piece"].get<std::string>(), "\xEF\xBF\xBD") << e.dump();
+            }
+        }
+    EXPECT_GT(fragments, 0) << "no byte-fragment token among the top 256";
+    auto [rc2, scored] = test::run_moestream("run --model " + model + " --tokens 1,2,3 --score --top 256", false);
+    ASSERT_EQ(rc2, 0) << scored;
+    EXPECT_EQ(nlohmann::json::parse(scored)["positions"].size(), 3u);
 }
 
 }  // namespace

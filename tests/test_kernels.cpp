@@ -44,9 +44,20 @@ Prepared prepare(GgmlType t, const std::vector<float>& w, const std::vector<floa
     return p;
 }
 
+// Lengths per type: floats also off the 16- and 64-element steps (tails), the others in whole blocks.
+std::vector<size_t> lengths_of(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return {3, 48, 96, 256, 4096};
+        case GgmlType::Q8_0: case GgmlType::Q4_0: return {32, 96, 256, 4096};
+        default: return {256, 512, 4096};
+    }
+}
+
+// Every kernel slot (llama.cpp's one-token, batched and repacked orders) against the scalar reference's.
 TEST(Kernels, SimdMatchesScalarReference) {
     std::mt19937 rng(1234);
     int compared = 0;
+    const kernels::KernelTable& ref = kernels::reference_table();
     for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
         const kernels::KernelTable* t = kernels::table_for(isa);
         if (!t) {
@@ -54,32 +65,53 @@ TEST(Kernels, SimdMatchesScalarReference) {
             continue;
         }
         for (GgmlType type : kTypes) {
-            for (Fill fw : {Fill::Random, Fill::Zeros, Fill::Large, Fill::Tiny, Fill::OneHot}) {
-                for (size_t n : {256u, 512u, 4096u}) {
-                    auto w = make(n, fw, rng), a = make(n, Fill::Random, rng);
-                    Prepared p = prepare(type, w, a);
-                    const int id = static_cast<int>(type);
-                    float ref = kernels::reference_table().dot[id](static_cast<int64_t>(n), p.w.data(), p.a.data());
-                    float got = t->dot[id](static_cast<int64_t>(n), p.w.data(), p.a.data());
-                    if (type == GgmlType::F16 || type == GgmlType::BF16) {
-                        // Float accumulation order differs: budget 1e-5 of the sum of |products|.
-                        std::vector<float> wd(n), ad(n);
-                        kernels::dequantize_row(type, p.w.data(), wd.data(), static_cast<int64_t>(n));
-                        kernels::dequantize_row(type, p.a.data(), ad.data(), static_cast<int64_t>(n));
-                        double mag = 0;
-                        for (size_t i = 0; i < n; ++i) mag += std::fabs(static_cast<double>(wd[i]) * ad[i]);
-                        EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-30) << kernels::isa_name(isa) << " " << type_name(id) << " n=" << n;
-                    } else {
-                        // Integer block sums are exact and the float order is the reference's: bit-identical.
-                        EXPECT_EQ(got, ref) << kernels::isa_name(isa) << " " << type_name(id) << " n=" << n
-                                            << " fill=" << static_cast<int>(fw);
+            const int id = static_cast<int>(type);
+            const std::pair<const char*, kernels::DotFn const*> slots[] = {{"dot", t->dot}, {"batch", t->dot_batch},
+                                                                           {"repacked", t->dot_repacked}, {"repacked-gemm", t->dot_repacked_gemm}};
+            const kernels::DotFn* ref_slots[] = {ref.dot, ref.dot_batch, ref.dot_repacked, ref.dot_repacked_gemm};
+            for (size_t k = 0; k < 4; ++k) {
+                const kernels::DotFn got_fn = slots[k].second[id], ref_fn = ref_slots[k][id];
+                ASSERT_EQ(got_fn == nullptr, ref_fn == nullptr) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first;
+                if (!got_fn) continue;
+                for (Fill fw : {Fill::Random, Fill::Zeros, Fill::Large, Fill::Tiny, Fill::OneHot}) {
+                    for (size_t n : lengths_of(type)) {
+                        auto w = make(n, fw, rng), a = make(n, Fill::Random, rng);
+                        Prepared p = prepare(type, w, a);
+                        const float want = ref_fn(static_cast<int64_t>(n), p.w.data(), p.a.data());
+                        const float got = got_fn(static_cast<int64_t>(n), p.w.data(), p.a.data());
+                        if (type == GgmlType::BF16) {
+                            // BF16 sums exact products in double: only the final rounding may differ.
+                            EXPECT_NEAR(got, want, std::fabs(want) * 1e-6 + 1e-30) << kernels::isa_name(isa) << " bf16 n=" << n;
+                        } else {
+                            // Exact integer sums and the reference's float order: bit-identical.
+                            EXPECT_EQ(got, want) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first
+                                                 << " n=" << n << " fill=" << static_cast<int>(fw);
+                        }
+                        ++compared;
                     }
-                    ++compared;
                 }
             }
         }
     }
     EXPECT_GT(compared, 0) << "no SIMD table on this CPU to compare";
+}
+
+// The orders differ from each other (else the slots would be pointless): on random data the batched and
+// repacked sums of a long row land on other bits than the one-token sum at least sometimes.
+TEST(Kernels, LlamaCppOrdersAreDistinct) {
+    std::mt19937 rng(77);
+    const kernels::KernelTable& ref = kernels::reference_table();
+    for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
+                              std::pair{GgmlType::Q4_K, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
+        const int id = static_cast<int>(type);
+        int differ = 0;
+        for (int rep = 0; rep < 50; ++rep) {
+            auto w = make(4096, Fill::Random, rng), a = make(4096, Fill::Random, rng);
+            Prepared p = prepare(type, w, a);
+            differ += slot[id](4096, p.w.data(), p.a.data()) != ref.dot[id](4096, p.w.data(), p.a.data());
+        }
+        EXPECT_GT(differ, 0) << type_name(id);
+    }
 }
 
 // The multi-row entry points give exactly the per-row dot for every row (rows not a multiple of 8 included).
@@ -90,8 +122,9 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
         const kernels::KernelTable* t = kernels::table_for(isa);
         if (!t) continue;
         for (GgmlType type : kTypes) {
-            const int id = static_cast<int>(type);
-            if (!t->dot_rows[id]) continue;
+          const int id = static_cast<int>(type);
+          for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]}}) {
+            if (!rows_fn) continue;
             for (int64_t rows : {1, 7, 8, 19}) {
               for (size_t n : {256u, 512u}) {  // Q8_0's 8-row path takes short rows; also check a 64-wide row below
                 const size_t rb = *row_bytes(type, n);
@@ -104,15 +137,14 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
                 std::vector<uint8_t> act(kernels::activation_bytes(type, static_cast<int64_t>(n)));
                 kernels::prepare_activations(type, a.data(), act.data(), static_cast<int64_t>(n));
                 std::vector<float> out(static_cast<size_t>(rows));
-                t->dot_rows[id](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
-                for (int64_t r = 0; r < rows; ++r) {
-                    EXPECT_EQ(out[r], t->dot[id](static_cast<int64_t>(n), w.data() + r * rb, act.data()))
+                rows_fn(static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
+                for (int64_t r = 0; r < rows; ++r)
+                    EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, act.data()))
                         << kernels::isa_name(isa) << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
-                    EXPECT_EQ(out[r], kernels::reference_table().dot[id](static_cast<int64_t>(n), w.data() + r * rb, act.data()));
-                }
                 ++compared;
               }
             }
+          }
         }
     }
     EXPECT_GT(compared, 0);
@@ -120,8 +152,8 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
 
 TEST(Kernels, Q8_0RowsOfSixtyFourMatchPerRow) {
     std::mt19937 rng(8);
-    const kernels::KernelTable* t = kernels::table_for(kernels::Isa::Avx512);
-    if (!t) GTEST_SKIP() << "no AVX-512 on this CPU";
+    const kernels::KernelTable* t = kernels::table_for(kernels::Isa::Avx2);
+    if (!t) GTEST_SKIP() << "no AVX2 on this CPU";
     const size_t n = 64, rb = *row_bytes(GgmlType::Q8_0, n);
     for (int64_t rows : {8, 13, 64}) {
         std::vector<uint8_t> w(rb * static_cast<size_t>(rows));

@@ -15,18 +15,18 @@ namespace {
 
 struct Case {
     std::string name;
-    double prob_tol;     // absolute, on the probabilities of the oracle's top-5 entries
-    double logit_budget; // teacher-forced argmax must agree wherever the oracle's top1-top2 gap exceeds this
-    int greedy_min;      // free greedy tokens (of 96) that must equal llama.cpp's, counted as matching prefixes
+    double logit_tol;  // absolute, on the logits of the oracle's top-5 entries
+    double prob_tol;   // absolute, on their probabilities
 };
 
-// Budgets measured on this engine (see docs/correctness.md). These random-weight models amplify float
-// rounding differences about a thousandfold (an int8 activation bucket or a router choice flips), so
-// quantized types carry wider budgets. Q8_0: one prompt's free run leaves llama.cpp's path at step 10
-// (74 of 96 tokens); the cause is not found yet and the floor keeps it from getting worse unnoticed.
-const Case kCases[] = {{"shared-spm-s64-F32", 2e-3, 0.0, 96},
-                       {"shared-qwen-s64-Q8_0", 5e-2, 0.6, 74},
-                       {"shared-gpt2-s256-Q4_K_M", 3e-2, 0.0, 96}};
+// The engine reproduces llama.cpp's CPU arithmetic (summation orders, fused multiply-adds, fp16 and 8-bit
+// roundings; see docs/correctness.md), so the logits agree to float rounding: measured worst differences are
+// 1e-6 (F32), 5e-8 (Q8_0) and 4e-6 (Q4_K_M) over all 96 steps. The tolerances leave a margin of about 25x.
+// Near-bit-exactness matters: these random-weight models amplify a single ulp that flips an fp16 or 8-bit
+// rounding into logit differences of 0.01-0.1 and, at small margins, other tokens.
+const Case kCases[] = {{"shared-spm-s64-F32", 1e-4, 1e-5},
+                       {"shared-qwen-s64-Q8_0", 1e-4, 1e-5},
+                       {"shared-gpt2-s256-Q4_K_M", 1e-4, 1e-5}};
 
 class OracleModel : public ::testing::TestWithParam<Case> {
 protected:
@@ -45,37 +45,36 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
     auto model = load_qwen3moe(file);
     auto tok = Tokenizer::from_gguf(file.meta());
     int greedy_match = 0, greedy_total = 0;
-    double worst = 0;
+    double worst = 0, worst_logit = 0;
     for (const auto& run : expected["runs"]) {
         const auto want_prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
         EXPECT_EQ(tok->encode(run["prompt"].get<std::string>(), true, true), want_prompt) << run["prompt"];
 
-        // Teacher forcing: prompt plus the oracle's tokens, all logits in one pass.
-        std::vector<int32_t> seq = want_prompt;
-        for (const auto& st : run["steps"]) seq.push_back(st["id"].get<int32_t>());
-        Qwen3MoeRunner tf(*model, {.n_ctx = 1024, .n_threads = 2, .n_batch = 512});
-        tf.eval(seq, true);
+        // Teacher forcing exactly as llama.cpp produced the steps: the prompt as one batch, then the oracle's
+        // tokens one at a time (its summation orders depend on the batch, see kernels::matmul_dots).
+        Qwen3MoeRunner tf(*model, {.n_ctx = 1024, .n_threads = 2});
+        tf.eval(want_prompt);
         for (size_t i = 0; i < run["steps"].size(); ++i) {
             const auto& step = run["steps"][i];
-            std::span<const float> logits(tf.logits(static_cast<int>(want_prompt.size() + i - 1)), model->hp.n_vocab);
+            std::span<const float> logits(tf.logits(), model->hp.n_vocab);
             auto top = top_probs(logits, 5);
             for (size_t k = 0; k < 5; ++k) {
                 const auto& want = step["top"][k];
-                const double want_p = want["prob"].get<double>();
-                // The id must match where the oracle's neighbours are not within tolerance of each other.
-                double got_p = std::exp(static_cast<double>(logits[want["id"].get<int32_t>()]) -
-                                        static_cast<double>(logits[top[0].first])) * top[0].second;
-                worst = std::max(worst, std::fabs(got_p - want_p));
-                EXPECT_NEAR(got_p, want_p, c.prob_tol) << c.name << " step " << i << " rank " << k;
+                const int32_t id = want["id"].get<int32_t>();
+                const double got_p = std::exp(static_cast<double>(logits[id]) - static_cast<double>(logits[top[0].first])) * top[0].second;
+                const double dl = std::fabs(static_cast<double>(logits[id]) - want["logit"].get<double>());
+                worst_logit = std::max(worst_logit, dl);
+                worst = std::max(worst, std::fabs(got_p - want["prob"].get<double>()));
+                EXPECT_LE(dl, c.logit_tol) << c.name << " step " << i << " rank " << k;
+                EXPECT_NEAR(got_p, want["prob"].get<double>(), c.prob_tol) << c.name << " step " << i << " rank " << k;
+                EXPECT_EQ(top[k].first, id) << c.name << " step " << i << " rank " << k;
             }
-            const double oracle_gap = step["top"][0]["logit"].get<double>() - step["top"][1]["logit"].get<double>();
-            if (oracle_gap > c.logit_budget) {
-                EXPECT_EQ(top[0].first, step["id"].get<int32_t>()) << c.name << " teacher-forced argmax at step " << i;
-            }
+            const int32_t next = step["id"].get<int32_t>();
+            tf.eval(std::span<const int32_t>(&next, 1));
         }
 
         // Free greedy decoding, token by token as a user's run does it.
-        Qwen3MoeRunner gen(*model, {.n_ctx = 1024, .n_threads = 2, .n_batch = 512});
+        Qwen3MoeRunner gen(*model, {.n_ctx = 1024, .n_threads = 2});
         gen.eval(want_prompt);
         const auto want_gen = run["generated_tokens"].get<std::vector<int32_t>>();
         std::vector<int32_t> got_gen;
@@ -86,15 +85,14 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
         }
         for (size_t i = 0; i < want_gen.size() && got_gen[i] == want_gen[i]; ++i) ++greedy_match;
         greedy_total += static_cast<int>(want_gen.size());
-        if (c.greedy_min == 96) {
-            EXPECT_EQ(got_gen, want_gen) << c.name << " prompt " << run["prompt"];
-        }
+        EXPECT_EQ(got_gen, want_gen) << c.name << " prompt " << run["prompt"];
     }
-    EXPECT_GE(greedy_match, c.greedy_min) << c.name << ": greedy tokens matching llama.cpp";
     RecordProperty("greedy_prefix_match", greedy_match);
     RecordProperty("worst_prob_diff", std::to_string(worst));
-    std::printf("[ oracle   ] %s: greedy %d/%d tokens match, worst top-5 probability difference %.2e (tolerance %.0e)\n",
-                c.name.c_str(), greedy_match, greedy_total, worst, c.prob_tol);
+    RecordProperty("worst_logit_diff", std::to_string(worst_logit));
+    std::printf("[ oracle   ] %s: greedy %d/%d tokens match, worst top-5 logit difference %.1e (tolerance %.0e), "
+                "probability %.1e (tolerance %.0e)\n",
+                c.name.c_str(), greedy_match, greedy_total, worst_logit, c.logit_tol, worst, c.prob_tol);
 }
 
 // The same comparison with experts streamed from disk into a cache of a fifth of their bytes.
@@ -113,7 +111,7 @@ TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
         std::vector<int32_t> got[2];
         int k = 0;
         for (const Qwen3MoeModel* m : {streamed.get(), in_ram.get()}) {
-            Qwen3MoeRunner r(*m, {.n_ctx = 1024, .n_threads = 2, .n_batch = 512});
+            Qwen3MoeRunner r(*m, {.n_ctx = 1024, .n_threads = 2});
             r.eval(prompt);
             for (int i = 0; i < 32; ++i) {
                 int32_t next = argmax({r.logits(), m->hp.n_vocab});

@@ -12,6 +12,33 @@ namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+inline __m256 ld8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// ggml_vec_dot_f16 in its AVX-512 order (ggml::dot_vec_order): four 16-lane accumulators, each a pair of
+// 256-bit halves, over 64-element steps; the tail in double.
+float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
+    __m256 acc[4][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < 2; ++h) acc[j][h] = _mm256_fmadd_ps(ld8(x + i + 16 * j + 8 * h), ld8(y + i + 16 * j + 8 * h), acc[j][h]);
+    for (int h = 0; h < 2; ++h) {
+        acc[0][h] = _mm256_add_ps(acc[0][h], acc[2][h]);
+        acc[1][h] = _mm256_add_ps(acc[1][h], acc[3][h]);
+        acc[0][h] = _mm256_add_ps(acc[0][h], acc[1][h]);
+    }
+    double s = hsum8(_mm256_add_ps(acc[0][1], acc[0][0]));
+    for (int i = np; i < n; ++i) s += static_cast<double>(h2f(x[i]) * h2f(y[i]));
+    return static_cast<float>(s);
+}
 
 }  // namespace
 
@@ -25,9 +52,7 @@ void attend_head_f16c(const float* q, const uint16_t* k, const uint16_t* v, size
     for (int j = 0; j < n_kv; ++j) {
         const uint16_t* kj = k + static_cast<size_t>(j) * stride;
         const uint16_t* vj = v + static_cast<size_t>(j) * stride;
-        float dot = 0.f;  // sequential, as the reference
-        for (int d = 0; d < dim; ++d) dot += h2f(kj[d]) * h2f(q16[d]);
-        const float s = dot * scale;
+        const float s = dot_f16_vec_order(kj, q16.data(), dim) * scale;
         float ms = 1.f, vs = 1.f;
         int d = 0;
         if (s > M) {
@@ -51,7 +76,7 @@ void attend_head_f16c(const float* q, const uint16_t* k, const uint16_t* v, size
             _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
         }
         for (; d < dim; ++d) acc[d] = f2h(std::fma(h2f(vj[d]), vs, h2f(acc[d])));
-        S = S * ms + vs;
+        S = std::fma(S, ms, vs);  // contracted, as GCC builds ggml
     }
     const float inv = S == 0.f ? 0.f : 1.0f / S;
     for (int d = 0; d < dim; ++d) out[d] = h2f(acc[d]) * inv;

@@ -25,12 +25,40 @@ struct KernelTable {
     Isa isa;
     DotFn dot[32] = {};  // indexed by ggml type id
     DotRowsFn dot_rows[32] = {};  // same results as calling dot per row; null where not provided
+    DotFn dot_batch[32] = {};  // llama.cpp's order for two or more tokens where it differs from dot
+    DotFn dot_repacked[32] = {};  // llama.cpp's order for weights it repacks (row count a multiple of 8)
+    DotFn dot_repacked_gemm[32] = {};  // the same weights, activation rows in groups of four (its GEMM)
+    DotRowsFn dot_rows_repacked[32] = {};  // dot_repacked over consecutive rows
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
 template <float (*Dot)(int64_t, const void*, const void*)>
 void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     for (int64_t r = 0; r < rows; ++r) out[r] = Dot(n, w + static_cast<size_t>(r) * row_bytes, a);
+}
+
+// The dot kernels llama.cpp's CPU backend uses for a matmul of n_tok activation rows with a rows x cols weight.
+// Its summation order depends on the weight, the matmul and the row:
+//  - weights it repacks at load (Q4_K with rows a multiple of 8, on AVX2 CPUs) go through an interleaved GEMM
+//    for the activation rows in whole groups of four of a dense matmul, and a GEMV for the others;
+//  - a dense matmul (MUL_MAT) of two or more rows takes llamafile's GEMM for float weights with cols a multiple
+//    of 16 and rows of 4;
+//  - everything else (one row, and every expert matmul, MUL_MAT_ID) uses its vec_dot.
+struct MatmulDots {
+    DotFn grouped = nullptr;  // activation rows [0, n_grouped)
+    DotFn single = nullptr;   // the rest
+    int n_grouped = 0;
+    DotRowsFn single_rows = nullptr;  // `single` over consecutive weight rows, where provided
+    DotFn at(int row) const { return row < n_grouped ? grouped : single; }
+};
+
+inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense) {
+    const int i = static_cast<int>(type);
+    if (t.dot_repacked[i] && rows % 8 == 0)
+        return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
+                t.dot_rows_repacked[i]};
+    if (dense && n_tok >= 2 && t.dot_batch[i] && cols % 16 == 0 && rows % 4 == 0) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
+    return {nullptr, t.dot[i], 0, t.dot_rows[i]};
 }
 
 // The scalar reference table (the oracle for every other path).

@@ -2,9 +2,13 @@
 // in float summation order.
 #include <immintrin.h>
 
+#include <cmath>
+#include <vector>
+
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/kernels_internal.h"
+#include "engine/kernels/kquant_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -30,25 +34,73 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-// F32 weights: products in float, sums in double, as the reference (see kernels_avx512.cpp).
-float dot_f32(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const float*>(w);
-    auto* y = static_cast<const float*>(a);
-    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
-        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
-        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+// Float weights in llama.cpp's orders (ggml_numerics.h). A 16-lane register of the AVX-512 build is a pair
+// of 256-bit halves here; reduce16 adds the halves, then sums eight lanes as _mm512_reduce_add_ps does.
+inline float reduce16(__m256 lo, __m256 hi) { return hsum(_mm256_add_ps(hi, lo)); }
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float to_float(float v) { return v; }
+inline float to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// ggml_vec_dot_f32 / _f16: four 16-lane accumulators over 64-element steps.
+template <class Elem>
+float dot_vec_order(const Elem* x, const Elem* y, int64_t n, bool double_tail) {
+    __m256 acc[4][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    const int64_t np = n & ~int64_t{63};
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int64_t o = i + 16 * j + 8 * h;
+                acc[j][h] = _mm256_fmadd_ps(load8(x + o), load8(y + o), acc[j][h]);
+            }
+    for (int h = 0; h < 2; ++h) {
+        acc[0][h] = _mm256_add_ps(acc[0][h], acc[2][h]);
+        acc[1][h] = _mm256_add_ps(acc[1][h], acc[3][h]);
+        acc[0][h] = _mm256_add_ps(acc[0][h], acc[1][h]);
     }
-    __m256d t = _mm256_add_pd(acc0, acc1);
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
-    double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    for (; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
-    return static_cast<float>(s);
+    const float head = reduce16(acc[0][0], acc[0][1]);
+    if (double_tail) {
+        double s = head;
+        for (int64_t i = np; i < n; ++i) s += static_cast<double>(to_float(x[i]) * to_float(y[i]));
+        return static_cast<float>(s);
+    }
+    float s = head;
+    for (int64_t i = np; i < n; ++i) s = std::fma(to_float(x[i]), to_float(y[i]), s);
+    return s;
 }
 
-// Exact float products summed in double, as the reference (see kernels_avx512.cpp).
+// llamafile's tinyBLAS: one 16-lane accumulator (dense_dot only picks it for n % 16 == 0).
+template <class Elem>
+float dot_gemm_order(const Elem* x, const Elem* y, int64_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(load8(x + i), load8(y + i), lo);
+        hi = _mm256_fmadd_ps(load8(x + i + 8), load8(y + i + 8), hi);
+    }
+    alignas(32) float acc[16];
+    _mm256_store_ps(acc, lo);
+    _mm256_store_ps(acc + 8, hi);
+    for (; i < n; ++i) acc[i % 16] = std::fma(to_float(x[i]), to_float(y[i]), acc[i % 16]);
+    return reduce16(_mm256_load_ps(acc), _mm256_load_ps(acc + 8));
+}
+
+float dot_f32(int64_t n, const void* w, const void* a) {
+    return dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, false);
+}
+float dot_f32_batch(int64_t n, const void* w, const void* a) {
+    return dot_gemm_order(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+float dot_f16(int64_t n, const void* w, const void* a) {
+    return dot_vec_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, true);
+}
+float dot_f16_batch(int64_t n, const void* w, const void* a) {
+    return dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
+}
+
+// Exact float products summed in double, as the reference.
 inline void acc_pd(__m256 p, __m256d& a0, __m256d& a1) {
     a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
@@ -57,18 +109,6 @@ inline double hsum_pd(__m256d a0, __m256d a1) {
     __m256d t = _mm256_add_pd(a0, a1);
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-}
-
-float dot_f16(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const uint16_t*>(w);
-    auto* y = static_cast<const uint16_t*>(a);
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    auto ld = [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-    for (; i + 8 <= n; i += 8) acc_pd(_mm256_mul_ps(ld(x + i), ld(y + i)), a0, a1);
-    double s = hsum_pd(a0, a1);
-    for (; i < n; ++i) s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
-    return static_cast<float>(s);
 }
 
 float dot_bf16(int64_t n, const void* w, const void* a) {
@@ -86,125 +126,191 @@ float dot_bf16(int64_t n, const void* w, const void* a) {
     return static_cast<float>(s);
 }
 
+// Q8_0 / Q4_0: per block, eight int32 lanes of four products FMA'd with the scale product into eight float
+// lanes, summed at the end as llama.cpp's hsum_float_8.
 float dot_q8_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ8_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    float s = 0.f;
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK8_0; ++b) {
-        __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
-        s += static_cast<float>(hsum_i32(dot_i8(qx, qy))) * d;
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
     }
-    return s;
+    return hsum(acc);
+}
+
+// Eight rows at once: their eight accumulators transposed so that each output lane is one row, then added
+// in hsum_float_8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); every row equals dot_q8_0 bit for bit.
+void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    const int64_t nb = n / QK8_0;
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        __m256 acc[8];
+        for (auto& v : acc) v = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+            const float dy = fp16_to_fp32(y[b].d);
+            for (int i = 0; i < 8; ++i) {
+                const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r + i) * row_bytes) + b;
+                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x->d) * dy), _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc[i]);
+            }
+        }
+        // 8x8 transpose: t[k] holds lane k of the eight rows.
+        const __m256 u0 = _mm256_unpacklo_ps(acc[0], acc[1]), u1 = _mm256_unpackhi_ps(acc[0], acc[1]);
+        const __m256 u2 = _mm256_unpacklo_ps(acc[2], acc[3]), u3 = _mm256_unpackhi_ps(acc[2], acc[3]);
+        const __m256 u4 = _mm256_unpacklo_ps(acc[4], acc[5]), u5 = _mm256_unpackhi_ps(acc[4], acc[5]);
+        const __m256 u6 = _mm256_unpacklo_ps(acc[6], acc[7]), u7 = _mm256_unpackhi_ps(acc[6], acc[7]);
+        const __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xEE);
+        const __m256 v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xEE);
+        const __m256 v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xEE);
+        const __m256 v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xEE);
+        const __m256 t0 = _mm256_permute2f128_ps(v0, v4, 0x20), t4 = _mm256_permute2f128_ps(v0, v4, 0x31);
+        const __m256 t1 = _mm256_permute2f128_ps(v1, v5, 0x20), t5 = _mm256_permute2f128_ps(v1, v5, 0x31);
+        const __m256 t2 = _mm256_permute2f128_ps(v2, v6, 0x20), t6 = _mm256_permute2f128_ps(v2, v6, 0x31);
+        const __m256 t3 = _mm256_permute2f128_ps(v3, v7, 0x20), t7 = _mm256_permute2f128_ps(v3, v7, 0x31);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t0, t4), _mm256_add_ps(t2, t6)),
+                                         _mm256_add_ps(_mm256_add_ps(t1, t5), _mm256_add_ps(t3, t7)));
+        _mm256_storeu_ps(out + r, sum);
+    }
+    for (; r < rows; ++r) out[r] = dot_q8_0(n, w + static_cast<size_t>(r) * row_bytes, a);
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    float s = 0.f;
+    __m256 acc = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
     for (int64_t b = 0; b < n / QK4_0; ++b) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-        __m256i qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
-        qx = _mm256_sub_epi8(qx, eight);
+        __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
-        s += static_cast<float>(hsum_i32(dot_i8(qx, qy))) * d;
+        const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
     }
-    return s;
+    return hsum(acc);
 }
 
-// Shared by Q4_K and Q5_K: `hbits` null for Q4_K.
-inline float dot_q45_K(int64_t n, const uint8_t* base, size_t stride, size_t qs_off, size_t qh_off, bool five,
-                       const BlockQ8_K* y) {
+// K-quants: the integer sums of a block in ggml's lane layout (kquant_order.h) through maddubs/madd, then the
+// shared float orders.
+inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, bool five, const BlockQ8_K& y) {
     const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    float s = 0.f;
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const uint8_t* blk = base + b * stride;
-        uint16_t dh, dminh;
-        std::memcpy(&dh, blk, 2);
-        std::memcpy(&dminh, blk + 2, 2);
-        const uint8_t* scales = blk + 4;
-        const uint8_t* qs = blk + qs_off;
-        uint8_t sc[8], mn[8];
-        int summ = 0;
-        for (int j = 0; j < 8; ++j) {
-            k_scale_min(j, scales, sc[j], mn[j]);
-            summ += mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        __m256i hbits = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qh_off)) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-            __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(bits, low4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
-            }
-            __m256i ylo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j));
-            __m256i yhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j + 32));
-            __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(sc[2 * j]));
-            __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-        }
-        // Same float expression and order as the reference: bit-identical results.
-        s += y[b].d * fp16_to_fp32(dh) * static_cast<float>(hsum_i32(sumi)) -
-             y[b].d * fp16_to_fp32(dminh) * static_cast<float>(summ);
+    KBlockLanes out;
+    const uint8_t* scales = blk + 4;
+    const uint8_t* qs = blk + qs_off;
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) {
+        k_scale_min(j, scales, sc[j], mn[j]);
+        out.mins[j] = mn[j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
     }
-    return s;
+    const __m256i hbits = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qh_off)) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(bits, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
+        if (five) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+        }
+        const __m256i ylo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
+        const __m256i yhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(sc[2 * j]));
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(sc[2 * j + 1]));
+        out.pair[j] = _mm256_add_epi32(plo, phi);
+    }
+    return out;
 }
 
-float dot_q4_K(int64_t n, const void* w, const void* a) {
-    return dot_q45_K(n, static_cast<const uint8_t*>(w), sizeof(BlockQ4_K), offsetof(BlockQ4_K, qs), 0, false,
-                     static_cast<const BlockQ8_K*>(a));
+KBlockLanes q4k_block(const BlockQ4_K& x, const BlockQ8_K& y) {
+    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ4_K, qs), 0, false, y);
+}
+KBlockLanes q5k_block(const BlockQ5_K& x, const BlockQ8_K& y) {
+    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ5_K, qs), offsetof(BlockQ5_K, qh), true, y);
 }
 
-float dot_q5_K(int64_t n, const void* w, const void* a) {
-    return dot_q45_K(n, static_cast<const uint8_t*>(w), sizeof(BlockQ5_K), offsetof(BlockQ5_K, qs),
-                     offsetof(BlockQ5_K, qh), true, static_cast<const BlockQ8_K*>(a));
+float dot_q4_K(int64_t n, const void* w, const void* a) { return q45_dot<Q4KVecLanes, BlockQ4_K>(n, w, a, q4k_block, false); }
+float dot_q4_K_repacked(int64_t n, const void* w, const void* a) {
+    return q45_dot<Q4KRepackedLanes, BlockQ4_K>(n, w, a, q4k_block, true);
+}
+float dot_q4_K_repacked_gemm(int64_t n, const void* w, const void* a) {
+    return q45_dot<Q4KRepackedGemmLanes, BlockQ4_K>(n, w, a, q4k_block, true);
+}
+float dot_q5_K(int64_t n, const void* w, const void* a) { return q45_dot<Q5KVecLanes, BlockQ5_K>(n, w, a, q5k_block, false); }
+
+// 32 * (pair sums of the activations), per 32-element chunk: the "-32" half of ggml's (q - 32) * y, which
+// depends on the activations only, so a row loop computes it once.
+inline void q6_y32(const BlockQ8_K& y, __m256i out[8]) {
+    const __m256i m32 = _mm256_set1_epi8(32);
+    for (int c = 0; c < 8; ++c) out[c] = _mm256_maddubs_epi16(m32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c)));
+}
+
+// Lanes of sum((q - 32) * y * scale) over one block, in ggml's layout.
+inline __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
+    const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = x.ql + 64 * half;
+        const int8_t* q8 = y.qs + 128 * half;
+        const int8_t* sc = x.scales + 8 * half;
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * half));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
+            _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4)),
+        };
+        for (int k = 0; k < 4; ++k) {
+            const __m256i yk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
+            // (q - 32) * y per pair, as ggml: both products through maddubs, then subtracted.
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y32 + 16 * (4 * half + k))));
+            // Low 128-bit lane holds elements 0..15 (scale 2k), high lane 16..31 (scale 2k+1).
+            const __m256i scale_v = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
+        }
+    }
+    return sumi;
 }
 
 float dot_q6_K(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
-    const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-    float s = 0.f;
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; ++b) {
-        __m256i sumi = _mm256_setzero_si256();
-        // sum((q-32)*y*sc) = sum(q*y*sc) - 32*sum(sc*bsum): the second part from Q8_K's block sums.
-        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales))),
-                                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums)));
-        for (int half = 0; half < 2; ++half) {
-            const uint8_t* ql = x[b].ql + 64 * half;
-            const uint8_t* qh = x[b].qh + 32 * half;
-            const int8_t* q8 = y[b].qs + 128 * half;
-            const int8_t* sc = x[b].scales + 8 * half;
-            __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-            __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-            __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-            __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
-                _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4)),
-            };
-            for (int k = 0; k < 4; ++k) {
-                __m256i yk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-                __m256i p = _mm256_maddubs_epi16(q[k], yk);
-                // Low 128-bit lane holds elements 0..15 (scale 2k), high lane 16..31 (scale 2k+1).
-                __m256i scale_v = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
-            }
-        }
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(hsum_i32(sumi));
+        __m256i t[8];
+        q6_y32(y[b], t);
+        alignas(32) int16_t y32[8 * 16];
+        for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(y32 + 16 * c), t[c]);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
     }
-    return s;
+    return hsum_float_8(acc);
+}
+
+void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    const int64_t nb = n / QK_K;
+    // Activation-only terms for every block, stored as int16 (a vector of SIMD types would drop their alignment).
+    thread_local std::vector<int16_t> y32;
+    y32.resize(static_cast<size_t>(nb) * 8 * 16);
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i t[8];
+        q6_y32(y[b], t);
+        for (int c = 0; c < 8; ++c) _mm256_storeu_si256(reinterpret_cast<__m256i*>(&y32[(static_cast<size_t>(b) * 8 + c) * 16]), t[c]);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)),
+                                  _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], &y32[static_cast<size_t>(b) * 8 * 16])), acc);
+        out[r] = hsum_float_8(acc);
+    }
 }
 
 }  // namespace
@@ -222,10 +328,15 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows[0] = dot_rows_of<dot_f32>;
     t.dot_rows[1] = dot_rows_of<dot_f16>;
     t.dot_rows[2] = dot_rows_of<dot_q4_0>;
-    t.dot_rows[8] = dot_rows_of<dot_q8_0>;
+    t.dot_rows[8] = dot_rows_q8_0;
+    t.dot_batch[0] = dot_f32_batch;
+    t.dot_batch[1] = dot_f16_batch;
+    t.dot_repacked[12] = dot_q4_K_repacked;
+    t.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm;
+    t.dot_rows_repacked[12] = dot_rows_of<dot_q4_K_repacked>;
     t.dot_rows[12] = dot_rows_of<dot_q4_K>;
     t.dot_rows[13] = dot_rows_of<dot_q5_K>;
-    t.dot_rows[14] = dot_rows_of<dot_q6_K>;
+    t.dot_rows[14] = dot_rows_q6_K;
     t.dot_rows[30] = dot_rows_of<dot_bf16>;
 }
 

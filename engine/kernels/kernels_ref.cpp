@@ -6,8 +6,10 @@
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ggml_numerics.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/kernels_internal.h"
+#include "engine/kernels/kquant_order.h"
 
 namespace moe::kernels {
 namespace {
@@ -98,20 +100,22 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
 
 // ---- reference dot products ----
 
+// F32 and F16 weights: llama.cpp's one-token order (ggml_vec_dot_*) and, for dense matmuls of two or more
+// tokens, llamafile's (see kernels.h dense_dot).
 float dot_f32_ref(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const float*>(w);
-    auto* y = static_cast<const float*>(a);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
-    return static_cast<float>(s);
+    return ggml::dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float, false);
+}
+
+float dot_f32_batch_ref(int64_t n, const void* w, const void* a) {
+    return ggml::dot_gemm_order(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float);
 }
 
 float dot_f16_ref(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const uint16_t*>(w);
-    auto* y = static_cast<const uint16_t*>(a);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
-    return static_cast<float>(s);
+    return ggml::dot_vec_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float, true);
+}
+
+float dot_f16_batch_ref(int64_t n, const void* w, const void* a) {
+    return ggml::dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float);
 }
 
 float dot_bf16_ref(int64_t n, const void* w, const void* a) {
@@ -122,79 +126,95 @@ float dot_bf16_ref(int64_t n, const void* w, const void* a) {
     return static_cast<float>(s);
 }
 
+// Q8_0 and Q4_0 as llama.cpp's x86 kernels sum them: eight lanes of four-product integer sums, each
+// lane's float FMA'd with the block's scale product, the lanes added as hsum_float_8.
+
 float dot_q8_0_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ8_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    float s = 0;
+    float acc[8] = {};
     for (int64_t b = 0; b < n / QK8_0; ++b) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_0; ++j) sumi += x[b].qs[j] * y[b].qs[j];
-        s += static_cast<float>(sumi) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        for (int l = 0; l < 8; ++l) {
+            int sumi = 0;
+            for (int j = 4 * l; j < 4 * l + 4; ++j) sumi += x[b].qs[j] * y[b].qs[j];
+            acc[l] = std::fma(d, static_cast<float>(sumi), acc[l]);
+        }
     }
-    return s;
+    return hsum_float_8(acc);
 }
 
 float dot_q4_0_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_0*>(w);
     auto* y = static_cast<const BlockQ8_0*>(a);
-    float s = 0;
+    float acc[8] = {};
     for (int64_t b = 0; b < n / QK4_0; ++b) {
-        int sumi = 0;
-        for (int j = 0; j < QK4_0 / 2; ++j) {
-            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j];
-            sumi += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK4_0 / 2];
+        const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+        for (int l = 0; l < 8; ++l) {
+            int sumi = 0;
+            for (int j = 4 * l; j < 4 * l + 4; ++j) {  // element j: low nibbles first, then high
+                const int q = j < 16 ? (x[b].qs[j] & 0xF) : (x[b].qs[j - 16] >> 4);
+                sumi += (q - 8) * y[b].qs[j];
+            }
+            acc[l] = std::fma(d, static_cast<float>(sumi), acc[l]);
         }
-        s += static_cast<float>(sumi) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
-    return s;
+    return hsum_float_8(acc);
+}
+
+// K-quants: exact integer sums per block in ggml's lane layout, accumulated by kquant_order.h's orders.
+
+// Weight value of element e of a Q4_K/Q5_K block (qh null for Q4_K).
+inline int q45_value(const uint8_t* qs, const uint8_t* qh, int e) {
+    const int s = e / 32, l = e % 32;
+    const uint8_t* q = qs + (s / 2) * 32;
+    int v = (s & 1) ? (q[l] >> 4) : (q[l] & 0xF);
+    if (qh) v |= ((qh[l] >> s) & 1) << 4;
+    return v;
+}
+
+inline KBlockSums q45_sums(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, const BlockQ8_K& y) {
+    KBlockSums out{};
+    for (int s = 0; s < 8; ++s) {
+        uint8_t sc, m;
+        k_scale_min(s, scales, sc, m);
+        out.mins[s] = m * (y.bsums[2 * s] + y.bsums[2 * s + 1]);
+        for (int l = 0; l < 32; ++l) out.pair[s / 2][l / 4] += sc * q45_value(qs, qh, 32 * s + l) * y.qs[32 * s + l];
+    }
+    return out;
 }
 
 float dot_q4_K_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ4_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
-    float s = 0;
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t sc, m;
-            k_scale_min(j, x[b].scales, sc, m);
-            const uint8_t* q = x[b].qs + (j / 2) * 32;
-            const int8_t* q8 = y[b].qs + j * 32;
-            int sub = 0;
-            for (int l = 0; l < 32; ++l) sub += ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) * q8[l];
-            sumi += sc * sub;
-            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi) -
-             y[b].d * fp16_to_fp32(x[b].dmin) * static_cast<float>(summ);
-    }
-    return s;
+    Q4KVecOrder o;
+    for (int64_t b = 0; b < n / QK_K; ++b)
+        o.add(q45_sums(x[b].scales, x[b].qs, nullptr, y[b]), y[b].d * fp16_to_fp32(x[b].d), -y[b].d * fp16_to_fp32(x[b].dmin));
+    return o.result();
+}
+
+// llama.cpp repacks Q4_K weights with a multiple of 8 rows on AVX2 CPUs (its q4_K_8x8 GEMV and GEMM).
+template <class Order>
+float dot_q4_K_repacked_in(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    Order o;
+    for (int64_t b = 0; b < n / QK_K; ++b)
+        o.add(q45_sums(x[b].scales, x[b].qs, nullptr, y[b]), fp16_to_fp32(x[b].d) * y[b].d, fp16_to_fp32(x[b].dmin) * y[b].d);
+    return o.result();
+}
+float dot_q4_K_repacked_ref(int64_t n, const void* w, const void* a) { return dot_q4_K_repacked_in<Q4KRepackedOrder>(n, w, a); }
+float dot_q4_K_repacked_gemm_ref(int64_t n, const void* w, const void* a) {
+    return dot_q4_K_repacked_in<Q4KRepackedGemmOrder>(n, w, a);
 }
 
 float dot_q5_K_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ5_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
-    float s = 0;
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t sc, m;
-            k_scale_min(j, x[b].scales, sc, m);
-            const uint8_t* q = x[b].qs + (j / 2) * 32;
-            const int8_t* q8 = y[b].qs + j * 32;
-            int sub = 0;
-            for (int l = 0; l < 32; ++l) {
-                int lo = (j & 1) ? (q[l] >> 4) : (q[l] & 0xF);
-                int hi = (x[b].qh[l] >> j) & 1;
-                sub += (lo | (hi << 4)) * q8[l];
-            }
-            sumi += sc * sub;
-            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi) -
-             y[b].d * fp16_to_fp32(x[b].dmin) * static_cast<float>(summ);
-    }
-    return s;
+    Q5KVecOrder o;
+    for (int64_t b = 0; b < n / QK_K; ++b)
+        o.add(q45_sums(x[b].scales, x[b].qs, x[b].qh, y[b]), y[b].d * fp16_to_fp32(x[b].d), -y[b].d * fp16_to_fp32(x[b].dmin));
+    return o.result();
 }
 
 // Q6_K weight index e (0..255) -> 6-bit value 0..63, following the ql/qh interleave of llama.cpp.
@@ -211,23 +231,23 @@ static inline int q6_value(const BlockQ6_K& blk, int e) {
 float dot_q6_K_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
-    float s = 0;
+    Q6KVecOrder o;
     for (int64_t b = 0; b < n / QK_K; ++b) {
-        int sumi = 0;
-        for (int g = 0; g < QK_K / 16; ++g) {
-            int sub = 0;
-            for (int l = 0; l < 16; ++l) sub += (q6_value(x[b], g * 16 + l) - 32) * y[b].qs[g * 16 + l];
-            sumi += x[b].scales[g] * sub;
-        }
-        s += y[b].d * fp16_to_fp32(x[b].d) * static_cast<float>(sumi);
+        int32_t lanes[8] = {};
+        for (int e = 0; e < QK_K; ++e) lanes[(e % 32) / 4] += x[b].scales[e / 16] * (q6_value(x[b], e) - 32) * y[b].qs[e];
+        o.add(lanes, y[b].d * fp16_to_fp32(x[b].d));
     }
-    return s;
+    return o.result();
 }
 
 const KernelTable& reference_table() {
     static const KernelTable t = [] {
         KernelTable k{Isa::Scalar};
         k.dot[0] = dot_f32_ref;
+        k.dot_batch[0] = dot_f32_batch_ref;
+        k.dot_batch[1] = dot_f16_batch_ref;
+        k.dot_repacked[12] = dot_q4_K_repacked_ref;
+        k.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm_ref;
         k.dot[1] = dot_f16_ref;
         k.dot[2] = dot_q4_0_ref;
         k.dot[8] = dot_q8_0_ref;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ggml_numerics.h"
 
 namespace moe::ops {
 
@@ -42,25 +43,39 @@ inline void rope_neox(float* x, int n_dims, const std::vector<float>& cs) {
         const int ic = i0 / 2;
         const float c = cs[i0], s = cs[i0 + 1];
         const float x0 = x[ic], x1 = x[ic + half];
-        x[ic] = x0 * c - x1 * s;
-        x[ic + half] = x0 * s + x1 * c;
+        // As GCC contracts ggml's rotate_pairs (x0*c - x1*s, x0*s + x1*c): the first product fused.
+        x[ic] = std::fma(x0, c, -(x1 * s));
+        x[ic + half] = std::fma(x0, s, x1 * c);
     }
 }
 
-// In-place softmax with a double-precision sum, as ggml_soft_max.
+// In-place softmax as ggml_soft_max: full groups of 16 through the vector exp, each group summed as one
+// register into a double, the tail through expf; then scaled by the reciprocal of the sum.
 inline void softmax(float* x, int n) {
     float max = -std::numeric_limits<float>::infinity();
     for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
     double sum = 0.0;
-    for (int i = 0; i < n; ++i) {
+    int i = 0;
+    for (; i + 15 < n; i += 16) {
+        for (int l = 0; l < 16; ++l) x[i + l] = ggml::expf_v(x[i + l] - max);
+        sum += static_cast<double>(ggml::reduce16(x + i));
+    }
+    for (; i < n; ++i) {
         x[i] = std::exp(x[i] - max);
         sum += static_cast<double>(x[i]);
     }
     const float inv = static_cast<float>(1.0 / sum);
-    for (int i = 0; i < n; ++i) x[i] *= inv;
+    for (int k = 0; k < n; ++k) x[k] *= inv;
 }
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// g[i] = silu(g[i]) * u[i] over one row, as ggml_vec_swiglu_f32: groups of 16 with the vector SiLU, the
+// tail with expf.
+inline void swiglu(float* g, const float* u, int n) {
+    int i = 0;
+    for (; i + 15 < n; i += 16)
+        for (int l = 0; l < 16; ++l) g[i + l] = ggml::silu_v(g[i + l]) * u[i + l];
+    for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
 
 // One query head against n_kv cached positions (fp16 K and V rows of `dim`, `stride` halves apart), with
 // ggml's CPU flash-attention numerics: q rounded to fp16, online softmax, V accumulated in fp16.
@@ -73,9 +88,7 @@ inline void attend_head(const float* q, const uint16_t* k, const uint16_t* v, si
     for (int j = 0; j < n_kv; ++j) {
         const uint16_t* kj = k + static_cast<size_t>(j) * stride;
         const uint16_t* vj = v + static_cast<size_t>(j) * stride;
-        float dot = 0.f;
-        for (int d = 0; d < dim; ++d) dot += fp16_to_fp32_lut(kj[d]) * fp16_to_fp32_lut(q16[d]);
-        const float s = dot * scale;
+        const float s = ggml::dot_vec_order(kj, q16.data(), dim, ggml::half_as_float, true) * scale;  // ggml_vec_dot_f16
         float ms = 1.f, vs = 1.f;
         if (s > M) {
             const float m_old = M;
@@ -86,7 +99,7 @@ inline void attend_head(const float* q, const uint16_t* k, const uint16_t* v, si
             vs = std::exp(s - M);
         }
         for (int d = 0; d < dim; ++d) acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc16[d])));
-        S = S * ms + vs;
+        S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
     }
     const float inv = S == 0.f ? 0.f : 1.0f / S;
     for (int d = 0; d < dim; ++d) out[d] = fp16_to_fp32_lut(acc16[d]) * inv;

@@ -1,6 +1,7 @@
 // Reference qwen3moe forward, top to bottom like the paper (see qwen3moe.h for tensor shapes).
 #include "engine/model/qwen3moe_ref.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -11,15 +12,19 @@
 namespace moe {
 namespace {
 
-// out[r] = W[r,:] . x for every row r, with x prepared as W's activation type (scalar kernels).
-void matvec(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out) {
+// out[r] = W[r,:] . x for every row r, with x prepared as W's activation type (scalar kernels), summed in the
+// order llama.cpp gives activation row `index` of `n_tok` (n_tok 0: an expert matmul, MUL_MAT_ID).
+void matvec(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
+            int n_tok = 0, int index = 0) {
     std::vector<uint8_t> act(kernels::activation_bytes(type, cols));
     kernels::prepare_activations(type, x, act.data(), cols);
-    auto dot = kernels::reference_table().dot[static_cast<int>(type)];
+    auto dot = kernels::matmul_dots(kernels::reference_table(), type, rows, cols, std::max(n_tok, 1), n_tok > 0).at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
 }
 
-void matvec(const Tensor& t, const float* x, float* out) { matvec(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, out); }
+void matvec(const Tensor& t, const float* x, float* out, int n_tok, int index) {
+    matvec(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, out, n_tok, index);
+}
 
 }  // namespace
 
@@ -32,7 +37,7 @@ RefState make_ref_state(const Qwen3MoeModel& m, int n_ctx) {
     return st;
 }
 
-void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits) {
+void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits, RefBatch batch) {
     const auto& hp = m.hp;
     const int E = static_cast<int>(hp.n_embd), hd = static_cast<int>(hp.head_dim);
     const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
@@ -50,9 +55,9 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits)
         const Qwen3MoeLayer& L = m.layers[l];
         // 2. attention: norm, projections, per-head q/k norm, RoPE
         ops::rms_norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
-        matvec(L.wq, xn.data(), q.data());
-        matvec(L.wk, xn.data(), k.data());
-        matvec(L.wv, xn.data(), v.data());
+        matvec(L.wq, xn.data(), q.data(), batch.n_tok, batch.index);
+        matvec(L.wk, xn.data(), k.data(), batch.n_tok, batch.index);
+        matvec(L.wv, xn.data(), v.data(), batch.n_tok, batch.index);
         for (int h = 0; h < nh; ++h) {
             ops::rms_norm(&q[h * hd], L.q_norm.f32(), &q[h * hd], hd, hp.rms_eps);
             ops::rope_neox(&q[h * hd], hd, cs);
@@ -75,13 +80,13 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits)
             ops::attend_head(&q[h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos + 1, hd, scale, &att[h * hd], q16, acc16);
         }
         // 5. output projection and residual
-        matvec(L.wo, att.data(), tmp.data());
+        matvec(L.wo, att.data(), tmp.data(), batch.n_tok, batch.index);
         for (int i = 0; i < E; ++i) x[i] += tmp[i];
 
         // 6. MoE: router softmax, top-k, renormalised weights
         ops::rms_norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
         std::vector<float> probs(hp.n_expert);
-        matvec(L.gate_inp, xn.data(), probs.data());
+        matvec(L.gate_inp, xn.data(), probs.data(), batch.n_tok, batch.index);
         ops::softmax(probs.data(), static_cast<int>(hp.n_expert));
         std::vector<int> sel(hp.n_expert_used);
         ops::top_k(probs.data(), static_cast<int>(hp.n_expert), static_cast<int>(hp.n_expert_used), sel.data());
@@ -96,7 +101,7 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits)
             ExpertView ev = m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
             matvec(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, xn.data(), g.data());
             matvec(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, xn.data(), u.data());
-            for (int i = 0; i < F; ++i) g[i] = ops::silu(g[i]) * u[i];
+            ops::swiglu(g.data(), u.data(), F);
             matvec(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, g.data(), y.data());
             m.experts->release(l, static_cast<uint32_t>(sel[s]));
             const float w = probs[sel[s]] / wnorm;
@@ -106,7 +111,7 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits)
     }
     // 8. final norm and output head
     ops::rms_norm(x.data(), m.output_norm.f32(), xn.data(), E, hp.rms_eps);
-    matvec(m.output, xn.data(), logits);
+    matvec(m.output, xn.data(), logits, batch.n_out, batch.out_index);
     st.n_past++;
 }
 

@@ -14,8 +14,17 @@ struct RefState {
     std::vector<uint16_t> v_cache;  // same
 };
 
+// llama.cpp's summation order for a matmul depends on how many activation rows it multiplies at once and on
+// the row's place among them (see kernels::matmul_dots). The reference runs one token at a time, so it is told
+// the batch the fast path would put the token in: its size and the token's index, for the layers (dense
+// matmuls) and for the output head (which sees only the rows whose logits are wanted).
+struct RefBatch {
+    int n_tok = 1, index = 0;
+    int n_out = 1, out_index = 0;
+};
+
 RefState make_ref_state(const Qwen3MoeModel& m, int n_ctx);
 // Runs `token` at position st.n_past, appends to the KV cache, writes n_vocab logits.
-void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits);
+void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits, RefBatch batch = {});
 
 }  // namespace moe

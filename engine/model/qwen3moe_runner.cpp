@@ -49,12 +49,12 @@ const float* Qwen3MoeRunner::logits(int i) const {
 }
 
 void Qwen3MoeRunner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols,
-                            const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
+                            const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride, bool dense) {
     const size_t ab = kernels::activation_bytes(type, cols);
     if (act_.size() < ab * n_tok) act_.resize(ab * n_tok);
     for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
-    const kernels::DotFn dot = kt_.dot[static_cast<int>(type)];
-    const kernels::DotRowsFn dot_rows = kt_.dot_rows[static_cast<int>(type)];
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, dense);
+    const kernels::DotRowsFn dot_rows = dots.single_rows;
     const uint8_t* act = act_.data();
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
         if (n_tok == 1 && dot_rows) {  // decode: the row loop inside the kernel
@@ -63,7 +63,7 @@ void Qwen3MoeRunner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, i
         }
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t* row = w + r * row_bytes;
-            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot(cols, row, act + t * ab);
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dots.at(t)(cols, row, act + t * ab);
         }
     });
 }
@@ -90,9 +90,9 @@ void Qwen3MoeRunner::matmul3(const Tensor& a, float* oa, int64_t sa, const Tenso
             int i = 0;
             int64_t rr = r;
             while (rr >= w[i]->ne1) rr -= w[i++]->ne1;
-            const kernels::DotFn dot = kt_.dot[static_cast<int>(w[i]->type)];
+            const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w[i]->type, w[i]->ne1, w[i]->ne0, n_tok, true);
             const uint8_t* row = w[i]->row(rr);
-            for (int t = 0; t < n_tok; ++t) out[i][t * stride[i] + rr] = dot(w[i]->ne0, row, act_.data() + off[i] + t * ab[i]);
+            for (int t = 0; t < n_tok; ++t) out[i][t * stride[i] + rr] = dots.at(t)(w[i]->ne0, row, act_.data() + off[i] + t * ab[i]);
         }
     });
 }
@@ -184,11 +184,12 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
 void Qwen3MoeRunner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
                                    float* out, uint8_t* act) const {
     kernels::prepare_activations(type, x, act, cols);
-    if (const kernels::DotRowsFn dot_rows = kt_.dot_rows[static_cast<int>(type)]) {
-        dot_rows(cols, w, row_bytes, rows, act, out);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, 1, false);
+    if (dots.single_rows) {
+        dots.single_rows(cols, w, row_bytes, rows, act, out);
         return;
     }
-    const kernels::DotFn dot = kt_.dot[static_cast<int>(type)];
+    const kernels::DotFn dot = dots.single;
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
 }
 
@@ -223,7 +224,7 @@ void Qwen3MoeRunner::decode_experts_in_parallel(uint32_t l, const std::vector<ui
                 const float* x = &xn_[(who[j] / U) * E];
                 matvec_serial(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, x, g, act);
                 matvec_serial(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, x, u, act);
-                for (int i = 0; i < F; ++i) g[i] = ops::silu(g[i]) * u[i];
+                ops::swiglu(g, u, F);
                 matvec_serial(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, g, y, act);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
             }
@@ -301,10 +302,10 @@ void Qwen3MoeRunner::moe_ffn(uint32_t l, int n) {
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
                 for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
-                matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F);
-                matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F);
-                for (int i = 0; i < c * F; ++i) gg_[i] = ops::silu(gg_[i]) * gu_[i];
-                matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E);
+                matmul(ev.gate, L.gate_exps.type, L.gate_exps.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F, false);
+                matmul(ev.up, L.up_exps.type, L.up_exps.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F, false);
+                for (int j = 0; j < c; ++j) ops::swiglu(&gg_[j * F], &gu_[j * F], F);
+                matmul(ev.down, L.down_exps.type, L.down_exps.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
                 src.release(l, e);
                 for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
                 stats_.expert_loads++;

@@ -15,7 +15,9 @@ namespace moe {
 struct RunnerOptions {
     int n_ctx = 4096;    // KV cache positions
     int n_threads = 2;
-    int n_batch = 256;   // prompt tokens per forward chunk
+    // Prompt tokens per forward chunk: llama.cpp's default micro-batch, so that a prompt's float-weight matmuls
+    // sum in the same order as there (one token and several differ, see kernels::dense_dot).
+    int n_batch = 512;
 };
 
 struct RunnerStats {
@@ -46,10 +48,11 @@ public:
 
 private:
     void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base);
+    // dense: a MUL_MAT in llama.cpp's graph (its batched order may differ); otherwise an expert's MUL_MAT_ID.
     void matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
-                int64_t x_stride, int n_tok, float* out, int64_t out_stride);
+                int64_t x_stride, int n_tok, float* out, int64_t out_stride, bool dense);
     void matmul(const Tensor& t, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
-        matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride);
+        matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride, true);
     }
     void matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
                  int64_t sc, const float* x, int64_t x_stride, int n_tok);

@@ -1,0 +1,95 @@
+// The float half of the K-quant dot products for the SIMD tables (AVX2 and AVX-512 translation units include
+// it; everything here has internal linkage, so each is compiled with its own flags). Same operations as
+// kquant_order.h, lane for lane, kept in registers.
+#pragma once
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace moe::kernels {
+namespace {
+
+// A block's integer sums in kquant_order.h's layout.
+struct KBlockLanes {
+    __m256i pair[4];
+    int32_t mins[8];
+    __m256i lanes() const { return _mm256_add_epi32(_mm256_add_epi32(pair[0], pair[1]), _mm256_add_epi32(pair[2], pair[3])); }
+    int32_t mins_total() const {
+        int32_t t = 0;
+        for (int s = 0; s < 8; ++s) t += mins[s];
+        return t;
+    }
+};
+
+inline int32_t hsum_lanes(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// hsum_float_8's order: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+inline float hsum_float_8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+struct Q4KVecLanes {
+    __m256 acc = _mm256_setzero_ps();
+    float acc_m[4] = {};
+    void add(const KBlockLanes& s, float d, float dmin_neg) {
+        for (int k = 0; k < 4; ++k) acc_m[k] = std::fma(dmin_neg, static_cast<float>(s.mins[2 * k] + s.mins[2 * k + 1]), acc_m[k]);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s.lanes()), acc);
+    }
+    float result() const { return hsum_float_8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])); }
+};
+
+struct Q4KRepackedLanes {
+    float acc = 0.f, acc_m = 0.f;
+    void add(const KBlockLanes& s, float dxy, float dmy) {
+        acc = std::fma(static_cast<float>(hsum_lanes(s.lanes())), dxy, acc);
+        acc_m = std::fma(static_cast<float>(s.mins_total()), dmy, acc_m);
+    }
+    float result() const { return acc - acc_m; }
+};
+
+struct Q4KRepackedGemmLanes {
+    float acc = 0.f, acc_m = 0.f;
+    void add(const KBlockLanes& s, float dxy, float dmy) {
+        for (int p = 0; p < 4; ++p) {
+            acc = std::fma(static_cast<float>(hsum_lanes(s.pair[p])), dxy, acc);
+            acc_m = std::fma(static_cast<float>(s.mins[2 * p] + s.mins[2 * p + 1]), dmy, acc_m);
+        }
+    }
+    float result() const { return acc - acc_m; }
+};
+
+struct Q5KVecLanes {
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.f;
+    void add(const KBlockLanes& s, float d, float dmin_neg) {
+        summs = std::fma(dmin_neg, static_cast<float>(s.mins_total()), summs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s.lanes()), acc);
+    }
+    float result() const { return hsum_float_8(acc) + summs; }
+};
+
+// Q4_K / Q5_K dot products over a block producer `Block(blk, y) -> KBlockLanes`.
+template <class Order, class BlockT, class Block>
+float q45_dot(int64_t n, const void* w, const void* a, Block block, bool repacked) {
+    auto* x = static_cast<const BlockT*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    Order o;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const KBlockLanes s = block(x[b], y[b]);
+        if (repacked) o.add(s, fp16_to_fp32(x[b].d) * y[b].d, fp16_to_fp32(x[b].dmin) * y[b].d);
+        else o.add(s, y[b].d * fp16_to_fp32(x[b].d), -y[b].d * fp16_to_fp32(x[b].dmin));
+    }
+    return o.result();
+}
+
+}  // namespace
+}  // namespace moe::kernels
