@@ -1,10 +1,12 @@
 // The fast forward against the plain reference on synthetic models of every supported type, and the
 // model loader's errors for unsupported or inconsistent files.
 #include <cmath>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "engine/model/ops.h"
 #include "engine/model/qwen3moe_ref.h"
 #include "engine/model/qwen3moe_runner.h"
 #include "tests/test_support.h"
@@ -46,6 +48,20 @@ TEST_P(FastVsReference, SameLogits) {
         }
         EXPECT_LE(worst, budget) << GetParam() << " batched";
     }
+    {  // a 70-token prompt: llama.cpp's tiled flash attention (64 or more query rows)
+        std::vector<int32_t> long_toks;
+        for (int i = 0; i < 70; ++i) long_toks.push_back((i * 37 + 11) % 256);
+        Qwen3MoeRunner fast(*m, {.n_ctx = 128, .n_threads = 2});
+        fast.eval(long_toks, true);
+        RefState st = make_ref_state(*m, 128);
+        std::vector<float> ref(m->hp.n_vocab);
+        double worst = 0;
+        for (int i = 0; i < 70; ++i) {
+            forward_ref(*m, st, long_toks[i], ref.data(), {.n_tok = 70, .index = i, .n_out = 70, .out_index = i});
+            for (uint32_t v = 0; v < m->hp.n_vocab; ++v) worst = std::max(worst, static_cast<double>(std::fabs(ref[v] - fast.logits(i)[v])));
+        }
+        EXPECT_LE(worst, budget) << GetParam() << " tiled attention";
+    }
     {  // decoding: one token at a time
         Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
         RefState st = make_ref_state(*m, 64);
@@ -58,6 +74,32 @@ TEST_P(FastVsReference, SameLogits) {
         }
         EXPECT_LE(worst, budget) << GetParam() << " one token at a time";
     }
+}
+
+// The two flash-attention paths agree to rounding, and do round differently (q in f32, f32 accumulators).
+TEST(Attention, TiledPathRoundsDifferentlyFromOneRowPath) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    const int dim = 64, n_kv = 150;
+    std::vector<uint16_t> k(static_cast<size_t>(n_kv) * dim), v(k.size());
+    for (auto& x : k) x = fp32_to_fp16(nd(rng));
+    for (auto& x : v) x = fp32_to_fp16(nd(rng));
+    std::vector<float> q(dim), a(dim), b(dim);
+    std::vector<uint16_t> q16, acc16;
+    int differ = 0;
+    for (int rep = 0; rep < 20; ++rep) {
+        for (auto& x : q) x = nd(rng);
+        ops::attend_head(q.data(), k.data(), v.data(), dim, n_kv, dim, 0.125f, a.data(), q16, acc16);
+        ops::attend_head_tiled(q.data(), k.data(), v.data(), dim, n_kv, dim, 0.125f, b.data());
+        for (int d = 0; d < dim; ++d) {
+            EXPECT_NEAR(a[d], b[d], 2e-2) << d;
+            differ += a[d] != b[d];
+        }
+    }
+    EXPECT_GT(differ, 0);
+    EXPECT_TRUE(ops::tiled_attention(64, 128));
+    EXPECT_FALSE(ops::tiled_attention(63, 128));
+    EXPECT_FALSE(ops::tiled_attention(64, 72));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, FastVsReference,

@@ -102,7 +102,8 @@ TEST(Kernels, LlamaCppOrdersAreDistinct) {
     std::mt19937 rng(77);
     const kernels::KernelTable& ref = kernels::reference_table();
     for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
-                              std::pair{GgmlType::Q4_K, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
+                              std::pair{GgmlType::Q4_0, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked},
+                              std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
         const int id = static_cast<int>(type);
         int differ = 0;
         for (int rep = 0; rep < 50; ++rep) {

@@ -39,8 +39,9 @@ void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
 
 // The dot kernels llama.cpp's CPU backend uses for a matmul of n_tok activation rows with a rows x cols weight.
 // Its summation order depends on the weight, the matmul and the row:
-//  - weights it repacks at load (Q4_K with rows a multiple of 8, on AVX2 CPUs) go through an interleaved GEMM
-//    for the activation rows in whole groups of four of a dense matmul, and a GEMV for the others;
+//  - weights it repacks at load (Q4_0 and Q4_K with rows a multiple of 8, on AVX2 CPUs) go through an
+//    interleaved GEMM for the activation rows in whole groups of four of a dense matmul, and a GEMV for the
+//    others (the same order for Q4_0);
 //  - a dense matmul (MUL_MAT) of two or more rows takes llamafile's GEMM for float weights with cols a multiple
 //    of 16 and rows of 4;
 //  - everything else (one row, and every expert matmul, MUL_MAT_ID) uses its vec_dot.

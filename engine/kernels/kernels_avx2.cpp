@@ -194,6 +194,21 @@ float dot_q4_0(int64_t n, const void* w, const void* a) {
     return hsum(acc);
 }
 
+// Q4_0 weights llama.cpp repacks (rows % 8 == 0): one FMA per block of its whole integer sum.
+float dot_q4_0_repacked(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    float acc = 0.f;
+    const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < n / QK4_0; ++b) {
+        __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+        __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
+        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        acc = std::fma(static_cast<float>(hsum_i32(dot_i8(qx, qy))), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
+    }
+    return acc;
+}
+
 // K-quants: the integer sums of a block in ggml's lane layout (kquant_order.h) through maddubs/madd, then the
 // shared float orders.
 inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, bool five, const BlockQ8_K& y) {
@@ -331,6 +346,8 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows[8] = dot_rows_q8_0;
     t.dot_batch[0] = dot_f32_batch;
     t.dot_batch[1] = dot_f16_batch;
+    t.dot_repacked[2] = dot_q4_0_repacked;
+    t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
     t.dot_repacked[12] = dot_q4_K_repacked;
     t.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm;
     t.dot_rows_repacked[12] = dot_rows_of<dot_q4_K_repacked>;

@@ -162,6 +162,21 @@ float dot_q4_0_ref(int64_t n, const void* w, const void* a) {
     return hsum_float_8(acc);
 }
 
+// Q4_0 weights with a multiple of 8 rows, which llama.cpp repacks on AVX2 CPUs (q4_0_8x8 GEMV/GEMM): the
+// block's whole integer sum FMA'd with x.d * y.d, one accumulator.
+float dot_q4_0_repacked_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ4_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    float acc = 0.f;
+    for (int64_t b = 0; b < n / QK4_0; ++b) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; ++j)
+            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK4_0 / 2];
+        acc = std::fma(static_cast<float>(sumi), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
+    }
+    return acc;
+}
+
 // K-quants: exact integer sums per block in ggml's lane layout, accumulated by kquant_order.h's orders.
 
 // Weight value of element e of a Q4_K/Q5_K block (qh null for Q4_K).
@@ -246,6 +261,7 @@ const KernelTable& reference_table() {
         k.dot[0] = dot_f32_ref;
         k.dot_batch[0] = dot_f32_batch_ref;
         k.dot_batch[1] = dot_f16_batch_ref;
+        k.dot_repacked[2] = dot_q4_0_repacked_ref;
         k.dot_repacked[12] = dot_q4_K_repacked_ref;
         k.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm_ref;
         k.dot[1] = dot_f16_ref;

@@ -71,7 +71,7 @@ struct Q5KVecLanes {
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.f;
     void add(const KBlockLanes& s, float d, float dmin_neg) {
-        summs = std::fma(dmin_neg, static_cast<float>(s.mins_total()), summs);
+        summs += dmin_neg * static_cast<float>(s.mins_total());
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s.lanes()), acc);
     }
     float result() const { return hsum_float_8(acc) + summs; }

@@ -105,6 +105,57 @@ inline void attend_head(const float* q, const uint16_t* k, const uint16_t* v, si
     for (int d = 0; d < dim; ++d) out[d] = fp16_to_fp32_lut(acc16[d]) * inv;
 }
 
+// llama.cpp's flash attention takes a tiled path for a batch of 64 or more query rows when the head size is a
+// multiple of 16 (ggml_compute_forward_flash_attn_ext_tiled), and its rounding differs from attend_head's.
+inline bool tiled_attention(int n_query_rows, int dim) { return n_query_rows >= 64 && dim % 16 == 0; }
+
+// One query head, as the tiled path computes each row: q stays f32; per tile of 64 cached positions the scores
+// are one FMA chain over the head dimension, scaled; the running max and sum rescale an f32 accumulator; the
+// tile's exponentials come from the vector exp (ggml_vec_soft_max_f32) and V is added as one FMA chain over
+// the tile's positions (simd_gemm).
+inline void attend_head_tiled(const float* q, const uint16_t* k, const uint16_t* v, size_t stride, int n_kv, int dim,
+                              float scale, float* out) {
+    constexpr int kTile = 64;
+    std::vector<float> acc(static_cast<size_t>(dim), 0.f);
+    float kq[kTile];
+    float M = -std::numeric_limits<float>::infinity(), S = 0.f;
+    for (int ic = 0; ic < n_kv; ic += kTile) {
+        const int visible = std::min(kTile, n_kv - ic);  // the rest of the tile is masked (-inf)
+        float tile_max = -std::numeric_limits<float>::infinity();
+        for (int t = 0; t < kTile; ++t) {
+            if (t >= visible) {
+                kq[t] = -std::numeric_limits<float>::infinity();
+                continue;
+            }
+            const uint16_t* kt = k + static_cast<size_t>(ic + t) * stride;
+            float s = 0.f;
+            for (int d = 0; d < dim; ++d) s = std::fma(fp16_to_fp32_lut(kt[d]), q[d], s);
+            kq[t] = s * scale;
+            tile_max = std::max(tile_max, kq[t]);
+        }
+        const float m_new = std::fmax(M, tile_max);
+        if (m_new > M) {
+            const float ms = std::exp(M - m_new);
+            for (int d = 0; d < dim; ++d) acc[d] *= ms;
+            S *= ms;
+        }
+        M = m_new;
+        double sum = 0.0;
+        for (int g = 0; g < kTile; g += 16) {
+            for (int t = g; t < g + 16; ++t) kq[t] = ggml::expf_v(kq[t] - M);
+            sum += static_cast<double>(ggml::reduce16(kq + g));
+        }
+        S = static_cast<float>(static_cast<double>(S) + sum);
+        for (int d = 0; d < dim; ++d) {
+            float a = acc[d];
+            for (int t = 0; t < visible; ++t) a = std::fma(fp16_to_fp32_lut(v[static_cast<size_t>(ic + t) * stride + d]), kq[t], a);
+            acc[d] = a;
+        }
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < dim; ++d) out[d] = acc[d] * inv;
+}
+
 // Top-k of n probabilities, largest first (ties: lower index first).
 inline void top_k(const float* p, int n, int k, int* idx) {
     std::vector<int> order(static_cast<size_t>(n));

@@ -77,7 +77,10 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits,
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int h = 0; h < nh; ++h) {
             int kvh = h / (nh / nkv);
-            ops::attend_head(&q[h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos + 1, hd, scale, &att[h * hd], q16, acc16);
+            if (ops::tiled_attention(batch.n_tok, hd))
+                ops::attend_head_tiled(&q[h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos + 1, hd, scale, &att[h * hd]);
+            else
+                ops::attend_head(&q[h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos + 1, hd, scale, &att[h * hd], q16, acc16);
         }
         // 5. output projection and residual
         matvec(L.wo, att.data(), tmp.data(), batch.n_tok, batch.index);
