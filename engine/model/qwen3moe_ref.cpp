@@ -89,7 +89,9 @@ void forward_ref(const Qwen3MoeModel& m, RefState& st, int token, float* logits,
         // 6. MoE: router softmax, top-k, renormalised weights
         ops::rms_norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
         std::vector<float> probs(hp.n_expert);
-        matvec(L.gate_inp, xn.data(), probs.data(), batch.n_tok, batch.index);
+        // llama.cpp keeps only the output rows for the last layer's feed-forward, so its router sees those.
+        const bool last = l + 1 == hp.n_layer;
+        matvec(L.gate_inp, xn.data(), probs.data(), last ? batch.n_out : batch.n_tok, last ? batch.out_index : batch.index);
         ops::softmax(probs.data(), static_cast<int>(hp.n_expert));
         std::vector<int> sel(hp.n_expert_used);
         ops::top_k(probs.data(), static_cast<int>(hp.n_expert), static_cast<int>(hp.n_expert_used), sel.data());

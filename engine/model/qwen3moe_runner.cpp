@@ -172,15 +172,22 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
         matmul(L.wo, att_.data(), Qd, n, tmp_.data(), E);
         for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
-        for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
-        moe_ffn(l, n);
+        // As llama.cpp: the last layer's feed-forward runs only for the rows whose logits are wanted (moved to
+        // the front): none in a middle chunk, else the last token, else all. Nothing else reads the others, and
+        // the router's summation order depends on how many rows it sees.
+        int n_ffn = n;
+        if (l + 1 == hp.n_layer && !want_all_logits) {
+            n_ffn = out_base == -2 ? 0 : 1;
+            if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
+        }
+        for (int t = 0; t < n_ffn; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        if (n_ffn > 0) moe_ffn(l, n_ffn);
     }
     n_past_ += n;
     stats_.tokens_evaluated += static_cast<uint64_t>(n);
     if (out_base == -2) return;
-    const int first = want_all_logits ? 0 : n - 1;
-    const int rows = n - first;
-    for (int t = first; t < n; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[(t - first) * E], E, hp.rms_eps);
+    const int rows = want_all_logits ? n : 1;
+    for (int t = 0; t < rows; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
 }
