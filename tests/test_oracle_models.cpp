@@ -21,7 +21,8 @@ struct Case {
 
 // The engine reproduces llama.cpp's CPU arithmetic (summation orders, fused multiply-adds, fp16 and 8-bit
 // roundings; see docs/correctness.md), so the logits agree to float rounding: measured worst differences are
-// 1e-6 (F32), 5e-8 (Q8_0) and 4e-6 (Q4_K_M) over all 96 steps. The tolerances leave a margin of about 25x.
+// 5e-8 (F32, Q8_0: the oracle's printed precision) and 4e-6 (Q4_K_M) over all 96 steps; the tolerances leave
+// a margin of 25x over the worst.
 // Near-bit-exactness matters: these random-weight models amplify a single ulp that flips an fp16 or 8-bit
 // rounding into logit differences of 0.01-0.1 and, at small margins, other tokens.
 const Case kCases[] = {{"shared-spm-s64-F32", 1e-4, 1e-5},
