@@ -3,12 +3,13 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/kernels/blocks.h"
-#include "engine/kernels/fp16.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
+#include "engine/kernels/q8_0_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -122,61 +123,19 @@ float dot_bf16(int64_t n, const void* w, const void* a) {
     };
     for (; i + 8 <= n; i += 8) acc_pd(_mm256_mul_ps(ld(x + i), ld(y + i)), a0, a1);
     double s = hsum_pd(a0, a1);
-    for (; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    auto bf2f = [](uint16_t h) {
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        return f;
+    };
+    for (; i < n; ++i) s += static_cast<double>(bf2f(x[i]) * bf2f(y[i]));
     return static_cast<float>(s);
 }
 
-// Q8_0 / Q4_0: per block, eight int32 lanes of four products FMA'd with the scale product into eight float
-// lanes, summed at the end as llama.cpp's hsum_float_8.
-float dot_q8_0(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockQ8_0*>(w);
-    auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK8_0; ++b) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    return hsum(acc);
-}
-
-// Eight rows at once: their eight accumulators transposed so that each output lane is one row, then added
-// in hsum_float_8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); every row equals dot_q8_0 bit for bit.
+float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
 void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    const auto* y = static_cast<const BlockQ8_0*>(a);
-    const int64_t nb = n / QK8_0;
-    int64_t r = 0;
-    for (; r + 8 <= rows; r += 8) {
-        __m256 acc[8];
-        for (auto& v : acc) v = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-            const float dy = fp16_to_fp32(y[b].d);
-            for (int i = 0; i < 8; ++i) {
-                const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r + i) * row_bytes) + b;
-                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
-                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(x->d) * dy), _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc[i]);
-            }
-        }
-        // 8x8 transpose: t[k] holds lane k of the eight rows.
-        const __m256 u0 = _mm256_unpacklo_ps(acc[0], acc[1]), u1 = _mm256_unpackhi_ps(acc[0], acc[1]);
-        const __m256 u2 = _mm256_unpacklo_ps(acc[2], acc[3]), u3 = _mm256_unpackhi_ps(acc[2], acc[3]);
-        const __m256 u4 = _mm256_unpacklo_ps(acc[4], acc[5]), u5 = _mm256_unpackhi_ps(acc[4], acc[5]);
-        const __m256 u6 = _mm256_unpacklo_ps(acc[6], acc[7]), u7 = _mm256_unpackhi_ps(acc[6], acc[7]);
-        const __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xEE);
-        const __m256 v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xEE);
-        const __m256 v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xEE);
-        const __m256 v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xEE);
-        const __m256 t0 = _mm256_permute2f128_ps(v0, v4, 0x20), t4 = _mm256_permute2f128_ps(v0, v4, 0x31);
-        const __m256 t1 = _mm256_permute2f128_ps(v1, v5, 0x20), t5 = _mm256_permute2f128_ps(v1, v5, 0x31);
-        const __m256 t2 = _mm256_permute2f128_ps(v2, v6, 0x20), t6 = _mm256_permute2f128_ps(v2, v6, 0x31);
-        const __m256 t3 = _mm256_permute2f128_ps(v3, v7, 0x20), t7 = _mm256_permute2f128_ps(v3, v7, 0x31);
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t0, t4), _mm256_add_ps(t2, t6)),
-                                         _mm256_add_ps(_mm256_add_ps(t1, t5), _mm256_add_ps(t3, t7)));
-        _mm256_storeu_ps(out + r, sum);
-    }
-    for (; r < rows; ++r) out[r] = dot_q8_0(n, w + static_cast<size_t>(r) * row_bytes, a);
+    q8_0_dot_rows(n, w, row_bytes, rows, a, out, dot_i8);
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {
@@ -188,7 +147,7 @@ float dot_q4_0(int64_t n, const void* w, const void* a) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
         __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const __m256 d = _mm256_set1_ps(fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        const __m256 d = _mm256_set1_ps(h2f(x[b].d) * h2f(y[b].d));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
     }
     return hsum(acc);
@@ -204,7 +163,7 @@ float dot_q4_0_repacked(int64_t n, const void* w, const void* a) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
         __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        acc = std::fma(static_cast<float>(hsum_i32(dot_i8(qx, qy))), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
+        acc = std::fma(static_cast<float>(hsum_i32(dot_i8(qx, qy))), h2f(x[b].d) * h2f(y[b].d), acc);
     }
     return acc;
 }
@@ -302,7 +261,7 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
         q6_y32(y[b], t);
         alignas(32) int16_t y32[8 * 16];
         for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(y32 + 16 * c), t[c]);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
     }
     return hsum_float_8(acc);
 }
@@ -322,7 +281,7 @@ void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
         auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)),
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)),
                                   _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], &y32[static_cast<size_t>(b) * 8 * 16])), acc);
         out[r] = hsum_float_8(acc);
     }

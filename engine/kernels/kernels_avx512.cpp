@@ -4,12 +4,23 @@
 #include <vector>
 
 #include "engine/kernels/blocks.h"
-#include "engine/kernels/fp16.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
+#include "engine/kernels/q8_0_simd.h"
 
 namespace moe::kernels {
 namespace {
+
+// Signed x signed bytes through VPDPBUSD: |x| (unsigned) times y carrying x's sign; the same int32 lanes as
+// the AVX2 maddubs/madd pair.
+inline __m256i dot_i8(__m256i x, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
+void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    q8_0_dot_rows(n, w, row_bytes, rows, a, out, dot_i8);
+}
 
 // Folds a 16-lane integer register whose halves hold two 32-element chunks into ggml's eight lanes.
 inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
@@ -104,7 +115,7 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
         q6_y32(y[b], t);
         alignas(64) int16_t y32[4 * 32];
         for (int c = 0; c < 4; ++c) _mm512_store_si512(y32 + 32 * c, t[c]);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
     }
     return hsum_float_8(acc);
 }
@@ -124,7 +135,7 @@ void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
         auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * fp16_to_fp32(x[b].d)),
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)),
                                   _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], &y32[static_cast<size_t>(b) * 4 * 32])), acc);
         out[r] = hsum_float_8(acc);
     }
@@ -132,12 +143,14 @@ void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
 
 }  // namespace
 
-// Float, Q8_0 and Q4_0 kernels come from the AVX2 table: their summation order is llama.cpp's 8-lane one
-// (16-lane for floats, as pairs of halves), so wider registers would only change the order. The K-quants'
-// integer sums are order-free, so 512-bit registers compute them here.
+// Float and Q4_0 kernels come from the AVX2 table: their summation order is llama.cpp's 8-lane one (16-lane
+// for floats, as pairs of halves), so wider registers would only change the order. Integer sums are
+// order-free: VPDPBUSD computes Q8_0's, 512-bit registers the K-quants'.
 void fill_avx512_table(KernelTable& t) {
     fill_avx2_table(t);
     t.isa = Isa::Avx512;
+    t.dot[8] = dot_q8_0;
+    t.dot_rows[8] = dot_rows_q8_0;
     t.dot[12] = dot_q4_K;
     t.dot[13] = dot_q5_K;
     t.dot[14] = dot_q6_K;

@@ -1,0 +1,74 @@
+// Q8_0 dot products for the SIMD tables (AVX2 and AVX-512 translation units include it with their own
+// 8-bit dot, maddubs or VPDPBUSD, which give the same int32 lanes; internal linkage keeps each build apart).
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/kquant_simd.h"
+
+namespace moe::kernels {
+namespace {
+
+// Q8_0: per block, eight int32 lanes of four products FMA'd with the scale product into eight float
+// lanes, summed at the end as llama.cpp's hsum_float_8.
+template <class DotI8>
+float q8_0_dot(int64_t n, const void* w, const void* a, DotI8 dot_i8) {
+    auto* x = static_cast<const BlockQ8_0*>(w);
+    auto* y = static_cast<const BlockQ8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        const __m256 d = _mm256_set1_ps(h2f(x[b].d) * h2f(y[b].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    return hsum_float_8(acc);
+}
+
+// Eight rows at once: their eight accumulators transposed so that each output lane is one row, then added
+// in hsum_float_8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); every row equals dot_q8_0 bit for bit.
+template <class DotI8>
+void q8_0_dot_rows(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out, DotI8 dot_i8) {
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    const int64_t nb = n / QK8_0;
+    // Eight rows at once pay for short rows (a 64-wide output head), where per-row overhead dominates; long
+    // rows stream better one at a time.
+    const int64_t grouped = nb > 4 ? 0 : rows - rows % 8;
+    int64_t r = 0;
+    for (; r < grouped; r += 8) {
+        __m256 acc[8];
+        for (auto& v : acc) v = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+            const float dy = h2f(y[b].d);
+            for (int i = 0; i < 8; ++i) {
+                const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r + i) * row_bytes) + b;
+                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * dy), _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc[i]);
+            }
+        }
+        // 8x8 transpose: t[k] holds lane k of the eight rows.
+        const __m256 u0 = _mm256_unpacklo_ps(acc[0], acc[1]), u1 = _mm256_unpackhi_ps(acc[0], acc[1]);
+        const __m256 u2 = _mm256_unpacklo_ps(acc[2], acc[3]), u3 = _mm256_unpackhi_ps(acc[2], acc[3]);
+        const __m256 u4 = _mm256_unpacklo_ps(acc[4], acc[5]), u5 = _mm256_unpackhi_ps(acc[4], acc[5]);
+        const __m256 u6 = _mm256_unpacklo_ps(acc[6], acc[7]), u7 = _mm256_unpackhi_ps(acc[6], acc[7]);
+        const __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xEE);
+        const __m256 v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xEE);
+        const __m256 v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xEE);
+        const __m256 v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xEE);
+        const __m256 t0 = _mm256_permute2f128_ps(v0, v4, 0x20), t4 = _mm256_permute2f128_ps(v0, v4, 0x31);
+        const __m256 t1 = _mm256_permute2f128_ps(v1, v5, 0x20), t5 = _mm256_permute2f128_ps(v1, v5, 0x31);
+        const __m256 t2 = _mm256_permute2f128_ps(v2, v6, 0x20), t6 = _mm256_permute2f128_ps(v2, v6, 0x31);
+        const __m256 t3 = _mm256_permute2f128_ps(v3, v7, 0x20), t7 = _mm256_permute2f128_ps(v3, v7, 0x31);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t0, t4), _mm256_add_ps(t2, t6)),
+                                         _mm256_add_ps(_mm256_add_ps(t1, t5), _mm256_add_ps(t3, t7)));
+        _mm256_storeu_ps(out + r, sum);
+    }
+    for (; r < rows; ++r) out[r] = q8_0_dot(n, w + static_cast<size_t>(r) * row_bytes, a, dot_i8);
+}
+
+}  // namespace
+}  // namespace moe::kernels
