@@ -43,7 +43,7 @@ void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
 //    interleaved GEMM for the activation rows in whole groups of four of a dense matmul, and a GEMV for the
 //    others (the same order for Q4_0);
 //  - a dense matmul (MUL_MAT) of two or more rows takes llamafile's GEMM for float weights with cols a multiple
-//    of 16 and rows of 4;
+//    of its vector step (16, 32 for BF16) and rows of 4;
 //  - everything else (one row, and every expert matmul, MUL_MAT_ID) uses its vec_dot.
 struct MatmulDots {
     DotFn grouped = nullptr;  // activation rows [0, n_grouped)
@@ -58,7 +58,8 @@ inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows,
     if (t.dot_repacked[i] && rows % 8 == 0)
         return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
                 t.dot_rows_repacked[i]};
-    if (dense && n_tok >= 2 && t.dot_batch[i] && cols % 16 == 0 && rows % 4 == 0) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
+    const int64_t gemm_k = type == GgmlType::BF16 ? 32 : 16;  // llamafile's vector step for the type
+    if (dense && n_tok >= 2 && t.dot_batch[i] && cols % gemm_k == 0 && rows % 4 == 0) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
     return {nullptr, t.dot[i], 0, t.dot_rows[i]};
 }
 

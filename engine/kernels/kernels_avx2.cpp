@@ -101,36 +101,63 @@ float dot_f16_batch(int64_t n, const void* w, const void* a) {
     return dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
 }
 
-// Exact float products summed in double, as the reference.
-inline void acc_pd(__m256 p, __m256d& a0, __m256d& a1) {
-    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
-    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
-}
-inline double hsum_pd(__m256d a0, __m256d a1) {
-    __m256d t = _mm256_add_pd(a0, a1);
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+// BF16 weights as VDPBF16PS sums them (kernels_ref.cpp dpbf16_lane), emulated on 8 lanes: each 32-bit lane
+// holds an even (low half) and an odd (high half) bf16; the odd product is added first, each addition
+// rounded, denormal inputs and results flushed to signed zero.
+inline __m256 flush_denormal(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(x, _mm256_and_ps(x, sign), tiny);
 }
 
+inline __m256 dpbf16(__m256 acc, __m256i a, __m256i b) {
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m256 a_odd = flush_denormal(_mm256_castsi256_ps(_mm256_and_si256(a, high)));
+    const __m256 b_odd = flush_denormal(_mm256_castsi256_ps(_mm256_and_si256(b, high)));
+    const __m256 a_even = flush_denormal(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)));
+    const __m256 b_even = flush_denormal(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)));
+    acc = flush_denormal(_mm256_add_ps(acc, _mm256_mul_ps(a_odd, b_odd)));
+    return flush_denormal(_mm256_add_ps(acc, _mm256_mul_ps(a_even, b_even)));
+}
+
+inline __m256i load_bf16x16(const uint16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline float bf2f(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+// ggml_vec_dot_bf16 (AVX512-BF16): two 16-lane accumulators over 64-element steps; the tail in double.
 float dot_bf16(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    __m256 c[2][2];
+    for (auto& h : c) h[0] = h[1] = _mm256_setzero_ps();
     int64_t i = 0;
-    auto ld = [](const uint16_t* p) {
-        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    };
-    for (; i + 8 <= n; i += 8) acc_pd(_mm256_mul_ps(ld(x + i), ld(y + i)), a0, a1);
-    double s = hsum_pd(a0, a1);
-    auto bf2f = [](uint16_t h) {
-        const uint32_t bits = static_cast<uint32_t>(h) << 16;
-        float f;
-        std::memcpy(&f, &bits, 4);
-        return f;
-    };
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 2; ++k)
+            for (int h = 0; h < 2; ++h) {
+                const int64_t o = i + 32 * k + 16 * h;
+                c[k][h] = dpbf16(c[k][h], load_bf16x16(x + o), load_bf16x16(y + o));
+            }
+    double s = reduce16(c[0][0], c[0][1]);
+    s += reduce16(c[1][0], c[1][1]);
     for (; i < n; ++i) s += static_cast<double>(bf2f(x[i]) * bf2f(y[i]));
     return static_cast<float>(s);
+}
+
+// llamafile's tinyBLAS for BF16: one 16-lane accumulator over 32-element steps (n % 32 == 0).
+float dot_bf16_batch(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int64_t i = 0; i + 32 <= n; i += 32) {
+        lo = dpbf16(lo, load_bf16x16(x + i), load_bf16x16(y + i));
+        hi = dpbf16(hi, load_bf16x16(x + i + 16), load_bf16x16(y + i + 16));
+    }
+    return reduce16(lo, hi);
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
@@ -305,6 +332,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows[8] = dot_rows_q8_0;
     t.dot_batch[0] = dot_f32_batch;
     t.dot_batch[1] = dot_f16_batch;
+    t.dot_batch[30] = dot_bf16_batch;
     t.dot_repacked[2] = dot_q4_0_repacked;
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
     t.dot_repacked[12] = dot_q4_K_repacked;

@@ -1,6 +1,7 @@
 // AVX-512 (F, BW, VL) K-quant dot products: 512-bit integer sums, the float order shared (kquant_order.h).
 #include <immintrin.h>
 
+#include <cstring>
 #include <vector>
 
 #include "engine/kernels/blocks.h"
@@ -141,6 +142,38 @@ void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     }
 }
 
+// BF16 on CPUs with AVX512-BF16: VDPBF16PS itself, the instruction llama.cpp's BF16 kernels use (the AVX2
+// table emulates it; the kernel tests hold the two equal).
+__attribute__((target("avx512bf16"))) float dot_bf16_native(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m512 c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+        c2 = _mm512_dpbf16_ps(c2, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
+    }
+    double s = _mm512_reduce_add_ps(c1);
+    s += _mm512_reduce_add_ps(c2);
+    for (; i < n; ++i) {
+        const uint32_t bx = static_cast<uint32_t>(x[i]) << 16, by = static_cast<uint32_t>(y[i]) << 16;
+        float fx, fy;
+        std::memcpy(&fx, &bx, 4);
+        std::memcpy(&fy, &by, 4);
+        s += static_cast<double>(fx * fy);
+    }
+    return static_cast<float>(s);
+}
+
+__attribute__((target("avx512bf16"))) float dot_bf16_batch_native(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m512 c = _mm512_setzero_ps();
+    for (int64_t i = 0; i + 32 <= n; i += 32)
+        c = _mm512_dpbf16_ps(c, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+    return _mm512_reduce_add_ps(c);
+}
+
 }  // namespace
 
 // Float and Q4_0 kernels come from the AVX2 table: their summation order is llama.cpp's 8-lane one (16-lane
@@ -151,6 +184,11 @@ void fill_avx512_table(KernelTable& t) {
     t.isa = Isa::Avx512;
     t.dot[8] = dot_q8_0;
     t.dot_rows[8] = dot_rows_q8_0;
+    if (__builtin_cpu_supports("avx512bf16")) {
+        t.dot[30] = dot_bf16_native;
+        t.dot_rows[30] = dot_rows_of<dot_bf16_native>;
+        t.dot_batch[30] = dot_bf16_batch_native;
+    }
     t.dot[12] = dot_q4_K;
     t.dot[13] = dot_q5_K;
     t.dot[14] = dot_q6_K;

@@ -11,6 +11,7 @@ float dot_f32_batch_ref(int64_t n, const void* w, const void* a);
 float dot_f16_ref(int64_t n, const void* w, const void* a);
 float dot_f16_batch_ref(int64_t n, const void* w, const void* a);
 float dot_bf16_ref(int64_t n, const void* w, const void* a);
+float dot_bf16_batch_ref(int64_t n, const void* w, const void* a);
 float dot_q8_0_ref(int64_t n, const void* w, const void* a);
 float dot_q4_0_ref(int64_t n, const void* w, const void* a);
 float dot_q4_0_repacked_ref(int64_t n, const void* w, const void* a);

@@ -118,12 +118,39 @@ float dot_f16_batch_ref(int64_t n, const void* w, const void* a) {
     return ggml::dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float);
 }
 
+// BF16 weights: llama.cpp on AVX512-BF16 CPUs sums with VDPBF16PS, which adds each lane's odd then even
+// product to an f32 accumulator, each addition rounded, denormal inputs and results flushed to zero.
+inline float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
+
+inline float dpbf16_lane(float acc, const uint16_t* a, const uint16_t* b) {
+    acc = flush_denormal(acc + flush_denormal(bf16_to_fp32(a[1])) * flush_denormal(bf16_to_fp32(b[1])));
+    return flush_denormal(acc + flush_denormal(bf16_to_fp32(a[0])) * flush_denormal(bf16_to_fp32(b[0])));
+}
+
+// ggml_vec_dot_bf16 (AVX512-BF16): two 16-lane accumulators over 64-element steps, each reduced as one
+// register into a double; the tail in double.
 float dot_bf16_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    float c[2][16] = {};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int h = 0; h < 2; ++h)
+            for (int j = 0; j < 16; ++j) c[h][j] = dpbf16_lane(c[h][j], x + i + 32 * h + 2 * j, y + i + 32 * h + 2 * j);
+    double s = ggml::reduce16(c[0]);
+    s += ggml::reduce16(c[1]);
+    for (; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
     return static_cast<float>(s);
+}
+
+// llamafile's tinyBLAS for BF16 (two or more tokens, n % 32 == 0): one VDPBF16PS accumulator.
+float dot_bf16_batch_ref(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    float c[16] = {};
+    for (int64_t i = 0; i + 32 <= n; i += 32)
+        for (int j = 0; j < 16; ++j) c[j] = dpbf16_lane(c[j], x + i + 2 * j, y + i + 2 * j);
+    return ggml::reduce16(c);
 }
 
 // Q8_0 and Q4_0 as llama.cpp's x86 kernels sum them: eight lanes of four-product integer sums, each
@@ -261,6 +288,7 @@ const KernelTable& reference_table() {
         k.dot[0] = dot_f32_ref;
         k.dot_batch[0] = dot_f32_batch_ref;
         k.dot_batch[1] = dot_f16_batch_ref;
+        k.dot_batch[30] = dot_bf16_batch_ref;
         k.dot_repacked[2] = dot_q4_0_repacked_ref;
         k.dot_repacked[12] = dot_q4_K_repacked_ref;
         k.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm_ref;
