@@ -14,21 +14,6 @@
 namespace moe::kernels {
 namespace {
 
-// Exact integer sum of the lanes (the float accumulation then follows the reference order exactly).
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 // Signed x signed byte dot product of 32 pairs, as 8 int32 partial sums.
 inline __m256i dot_i8(__m256i x, __m256i y) {
     const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
@@ -37,7 +22,7 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
 
 // Float weights in llama.cpp's orders (ggml_numerics.h). A 16-lane register of the AVX-512 build is a pair
 // of 256-bit halves here; reduce16 adds the halves, then sums eight lanes as _mm512_reduce_add_ps does.
-inline float reduce16(__m256 lo, __m256 hi) { return hsum(_mm256_add_ps(hi, lo)); }
+inline float reduce16(__m256 lo, __m256 hi) { return hsum_float_8(_mm256_add_ps(hi, lo)); }
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -177,7 +162,7 @@ float dot_q4_0(int64_t n, const void* w, const void* a) {
         const __m256 d = _mm256_set1_ps(h2f(x[b].d) * h2f(y[b].d));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
     }
-    return hsum(acc);
+    return hsum_float_8(acc);
 }
 
 // Q4_0 weights llama.cpp repacks (rows % 8 == 0): one FMA per block of its whole integer sum.
@@ -190,7 +175,7 @@ float dot_q4_0_repacked(int64_t n, const void* w, const void* a) {
         __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
         __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
         __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        acc = std::fma(static_cast<float>(hsum_i32(dot_i8(qx, qy))), h2f(x[b].d) * h2f(y[b].d), acc);
+        acc = std::fma(static_cast<float>(hsum_lanes(dot_i8(qx, qy))), h2f(x[b].d) * h2f(y[b].d), acc);
     }
     return acc;
 }
@@ -225,21 +210,7 @@ inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, b
     return out;
 }
 
-KBlockLanes q4k_block(const BlockQ4_K& x, const BlockQ8_K& y) {
-    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ4_K, qs), 0, false, y);
-}
-KBlockLanes q5k_block(const BlockQ5_K& x, const BlockQ8_K& y) {
-    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ5_K, qs), offsetof(BlockQ5_K, qh), true, y);
-}
-
-float dot_q4_K(int64_t n, const void* w, const void* a) { return q45_dot<Q4KVecLanes, BlockQ4_K>(n, w, a, q4k_block, false); }
-float dot_q4_K_repacked(int64_t n, const void* w, const void* a) {
-    return q45_dot<Q4KRepackedLanes, BlockQ4_K>(n, w, a, q4k_block, true);
-}
-float dot_q4_K_repacked_gemm(int64_t n, const void* w, const void* a) {
-    return q45_dot<Q4KRepackedGemmLanes, BlockQ4_K>(n, w, a, q4k_block, true);
-}
-float dot_q5_K(int64_t n, const void* w, const void* a) { return q45_dot<Q5KVecLanes, BlockQ5_K>(n, w, a, q5k_block, false); }
+using Q45 = Q45Dots<q45_block>;
 
 // 32 * (pair sums of the activations), per 32-element chunk: the "-32" half of ggml's (q - 32) * y, which
 // depends on the activations only, so a row loop computes it once.
@@ -322,8 +293,8 @@ void fill_avx2_table(KernelTable& t) {
     t.dot[1] = dot_f16;
     t.dot[2] = dot_q4_0;
     t.dot[8] = dot_q8_0;
-    t.dot[12] = dot_q4_K;
-    t.dot[13] = dot_q5_K;
+    t.dot[12] = Q45::q4_K;
+    t.dot[13] = Q45::q5_K;
     t.dot[14] = dot_q6_K;
     t.dot[30] = dot_bf16;
     t.dot_rows[0] = dot_rows_of<dot_f32>;
@@ -335,11 +306,11 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_batch[30] = dot_bf16_batch;
     t.dot_repacked[2] = dot_q4_0_repacked;
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
-    t.dot_repacked[12] = dot_q4_K_repacked;
-    t.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm;
-    t.dot_rows_repacked[12] = dot_rows_of<dot_q4_K_repacked>;
-    t.dot_rows[12] = dot_rows_of<dot_q4_K>;
-    t.dot_rows[13] = dot_rows_of<dot_q5_K>;
+    t.dot_repacked[12] = Q45::q4_K_repacked;
+    t.dot_repacked_gemm[12] = Q45::q4_K_repacked_gemm;
+    t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
+    t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
+    t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
     t.dot_rows[14] = dot_rows_q6_K;
     t.dot_rows[30] = dot_rows_of<dot_bf16>;
 }

@@ -54,21 +54,7 @@ inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, b
     return out;
 }
 
-KBlockLanes q4k_block(const BlockQ4_K& x, const BlockQ8_K& y) {
-    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ4_K, qs), 0, false, y);
-}
-KBlockLanes q5k_block(const BlockQ5_K& x, const BlockQ8_K& y) {
-    return q45_block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ5_K, qs), offsetof(BlockQ5_K, qh), true, y);
-}
-
-float dot_q4_K(int64_t n, const void* w, const void* a) { return q45_dot<Q4KVecLanes, BlockQ4_K>(n, w, a, q4k_block, false); }
-float dot_q4_K_repacked(int64_t n, const void* w, const void* a) {
-    return q45_dot<Q4KRepackedLanes, BlockQ4_K>(n, w, a, q4k_block, true);
-}
-float dot_q4_K_repacked_gemm(int64_t n, const void* w, const void* a) {
-    return q45_dot<Q4KRepackedGemmLanes, BlockQ4_K>(n, w, a, q4k_block, true);
-}
-float dot_q5_K(int64_t n, const void* w, const void* a) { return q45_dot<Q5KVecLanes, BlockQ5_K>(n, w, a, q5k_block, false); }
+using Q45 = Q45Dots<q45_block>;
 
 // 32 * (pair sums of the activations) per 64-element chunk: activation-only, so a row loop computes it once.
 inline void q6_y32(const BlockQ8_K& y, __m512i out[4]) {
@@ -189,15 +175,15 @@ void fill_avx512_table(KernelTable& t) {
         t.dot_rows[30] = dot_rows_of<dot_bf16_native>;
         t.dot_batch[30] = dot_bf16_batch_native;
     }
-    t.dot[12] = dot_q4_K;
-    t.dot[13] = dot_q5_K;
+    t.dot[12] = Q45::q4_K;
+    t.dot[13] = Q45::q5_K;
     t.dot[14] = dot_q6_K;
-    t.dot_rows[12] = dot_rows_of<dot_q4_K>;
-    t.dot_rows[13] = dot_rows_of<dot_q5_K>;
+    t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
+    t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
     t.dot_rows[14] = dot_rows_q6_K;
-    t.dot_repacked[12] = dot_q4_K_repacked;
-    t.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm;
-    t.dot_rows_repacked[12] = dot_rows_of<dot_q4_K_repacked>;
+    t.dot_repacked[12] = Q45::q4_K_repacked;
+    t.dot_repacked_gemm[12] = Q45::q4_K_repacked_gemm;
+    t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
 }
 
 }  // namespace moe::kernels

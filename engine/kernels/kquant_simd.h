@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace moe::kernels {
@@ -94,6 +95,27 @@ float q45_dot(int64_t n, const void* w, const void* a, Block block, bool repacke
     }
     return o.result();
 }
+
+// The Q4_K/Q5_K entry points over a translation unit's block function (its integer sums in this layout).
+using Q45BlockFn = KBlockLanes (*)(const uint8_t* blk, size_t qs_off, size_t qh_off, bool five, const BlockQ8_K& y);
+
+template <Q45BlockFn Block>
+struct Q45Dots {
+    static KBlockLanes q4k(const BlockQ4_K& x, const BlockQ8_K& y) {
+        return Block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ4_K, qs), 0, false, y);
+    }
+    static KBlockLanes q5k(const BlockQ5_K& x, const BlockQ8_K& y) {
+        return Block(reinterpret_cast<const uint8_t*>(&x), offsetof(BlockQ5_K, qs), offsetof(BlockQ5_K, qh), true, y);
+    }
+    static float q4_K(int64_t n, const void* w, const void* a) { return q45_dot<Q4KVecLanes, BlockQ4_K>(n, w, a, q4k, false); }
+    static float q4_K_repacked(int64_t n, const void* w, const void* a) {
+        return q45_dot<Q4KRepackedLanes, BlockQ4_K>(n, w, a, q4k, true);
+    }
+    static float q4_K_repacked_gemm(int64_t n, const void* w, const void* a) {
+        return q45_dot<Q4KRepackedGemmLanes, BlockQ4_K>(n, w, a, q4k, true);
+    }
+    static float q5_K(int64_t n, const void* w, const void* a) { return q45_dot<Q5KVecLanes, BlockQ5_K>(n, w, a, q5k, false); }
+};
 
 }  // namespace
 }  // namespace moe::kernels
