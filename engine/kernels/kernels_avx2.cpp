@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kernels_internal.h"
@@ -214,13 +213,15 @@ using Q45 = Q45Dots<q45_block>;
 
 // 32 * (pair sums of the activations), per 32-element chunk: the "-32" half of ggml's (q - 32) * y, which
 // depends on the activations only, so a row loop computes it once.
-inline void q6_y32(const BlockQ8_K& y, __m256i out[8]) {
+void q6_y32(const BlockQ8_K& y, int16_t* out) {
     const __m256i m32 = _mm256_set1_epi8(32);
-    for (int c = 0; c < 8; ++c) out[c] = _mm256_maddubs_epi16(m32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c)));
+    for (int c = 0; c < 8; ++c)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * c),
+                            _mm256_maddubs_epi16(m32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c))));
 }
 
 // Lanes of sum((q - 32) * y * scale) over one block, in ggml's layout.
-inline __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
+__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
     const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
     __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
@@ -250,40 +251,7 @@ inline __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y
     return sumi;
 }
 
-float dot_q6_K(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockQ6_K*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        __m256i t[8];
-        q6_y32(y[b], t);
-        alignas(32) int16_t y32[8 * 16];
-        for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(y32 + 16 * c), t[c]);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
-    }
-    return hsum_float_8(acc);
-}
-
-void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    const int64_t nb = n / QK_K;
-    // Activation-only terms for every block, stored as int16 (a vector of SIMD types would drop their alignment).
-    thread_local std::vector<int16_t> y32;
-    y32.resize(static_cast<size_t>(nb) * 8 * 16);
-    for (int64_t b = 0; b < nb; ++b) {
-        __m256i t[8];
-        q6_y32(y[b], t);
-        for (int c = 0; c < 8; ++c) _mm256_storeu_si256(reinterpret_cast<__m256i*>(&y32[(static_cast<size_t>(b) * 8 + c) * 16]), t[c]);
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-        auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)),
-                                  _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], &y32[static_cast<size_t>(b) * 8 * 16])), acc);
-        out[r] = hsum_float_8(acc);
-    }
-}
+using Q6 = Q6Dots<q6_y32, q6_lanes>;
 
 }  // namespace
 
@@ -295,7 +263,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot[8] = dot_q8_0;
     t.dot[12] = Q45::q4_K;
     t.dot[13] = Q45::q5_K;
-    t.dot[14] = dot_q6_K;
+    t.dot[14] = Q6::dot;
     t.dot[30] = dot_bf16;
     t.dot_rows[0] = dot_rows_of<dot_f32>;
     t.dot_rows[1] = dot_rows_of<dot_f16>;
@@ -311,7 +279,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
     t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
     t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
-    t.dot_rows[14] = dot_rows_q6_K;
+    t.dot_rows[14] = Q6::rows;
     t.dot_rows[30] = dot_rows_of<dot_bf16>;
 }
 

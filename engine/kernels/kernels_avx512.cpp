@@ -2,7 +2,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kernels_internal.h"
@@ -57,13 +56,13 @@ inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, b
 using Q45 = Q45Dots<q45_block>;
 
 // 32 * (pair sums of the activations) per 64-element chunk: activation-only, so a row loop computes it once.
-inline void q6_y32(const BlockQ8_K& y, __m512i out[4]) {
+void q6_y32(const BlockQ8_K& y, int16_t* out) {
     const __m512i m32 = _mm512_set1_epi8(32);
-    for (int c = 0; c < 4; ++c) out[c] = _mm512_maddubs_epi16(m32, _mm512_loadu_si512(y.qs + 64 * c));
+    for (int c = 0; c < 4; ++c) _mm512_storeu_si512(out + 32 * c, _mm512_maddubs_epi16(m32, _mm512_loadu_si512(y.qs + 64 * c)));
 }
 
 // Lanes of sum((q - 32) * y * scale) over one block, folded to ggml's eight.
-inline __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
+__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
     const __m512i low4 = _mm512_set1_epi8(0xF);
     __m512i sumi = _mm512_setzero_si512();
     for (int half = 0; half < 2; ++half) {
@@ -93,40 +92,7 @@ inline __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y
     return fold(sumi);
 }
 
-float dot_q6_K(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockQ6_K*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        __m512i t[4];
-        q6_y32(y[b], t);
-        alignas(64) int16_t y32[4 * 32];
-        for (int c = 0; c < 4; ++c) _mm512_store_si512(y32 + 32 * c, t[c]);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], y32)), acc);
-    }
-    return hsum_float_8(acc);
-}
-
-void dot_rows_q6_K(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    const int64_t nb = n / QK_K;
-    // Activation-only terms for every block, stored as int16 (a vector of SIMD types would drop their alignment).
-    thread_local std::vector<int16_t> y32;
-    y32.resize(static_cast<size_t>(nb) * 4 * 32);
-    for (int64_t b = 0; b < nb; ++b) {
-        __m512i t[4];
-        q6_y32(y[b], t);
-        for (int c = 0; c < 4; ++c) _mm512_storeu_si512(reinterpret_cast<__m512i*>(&y32[(static_cast<size_t>(b) * 4 + c) * 32]), t[c]);
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-        auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)),
-                                  _mm256_cvtepi32_ps(q6_lanes(x[b], y[b], &y32[static_cast<size_t>(b) * 4 * 32])), acc);
-        out[r] = hsum_float_8(acc);
-    }
-}
+using Q6 = Q6Dots<q6_y32, q6_lanes>;
 
 // BF16 on CPUs with AVX512-BF16: VDPBF16PS itself, the instruction llama.cpp's BF16 kernels use (the AVX2
 // table emulates it; the kernel tests hold the two equal).
@@ -177,10 +143,10 @@ void fill_avx512_table(KernelTable& t) {
     }
     t.dot[12] = Q45::q4_K;
     t.dot[13] = Q45::q5_K;
-    t.dot[14] = dot_q6_K;
+    t.dot[14] = Q6::dot;
     t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
     t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
-    t.dot_rows[14] = dot_rows_q6_K;
+    t.dot_rows[14] = Q6::rows;
     t.dot_repacked[12] = Q45::q4_K_repacked;
     t.dot_repacked_gemm[12] = Q45::q4_K_repacked_gemm;
     t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
