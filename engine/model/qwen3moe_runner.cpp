@@ -126,6 +126,7 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
     for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
+    last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
 
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Qwen3MoeLayer& L = m_.layers[l];
@@ -177,7 +178,7 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
         // the router's summation order depends on how many rows it sees.
         int n_ffn = n;
         if (l + 1 == hp.n_layer && !want_all_logits) {
-            n_ffn = out_base == -2 ? 0 : 1;
+            n_ffn = last_layer_rows_;
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
         for (int t = 0; t < n_ffn; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
@@ -255,8 +256,12 @@ void Qwen3MoeRunner::predict_and_prefetch(uint32_t l, int n) {
     const auto& hp = m_.hp;
     const Qwen3MoeLayer& L = m_.layers[l];
     const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.n_expert), U = static_cast<int>(hp.n_expert_used);
+    // The last layer's feed-forward runs only for the rows whose logits are wanted (eval_chunk): the last ones.
+    const int first = l + 1 == hp.n_layer ? n - std::min(n, last_layer_rows_) : 0;
+    n -= first;
+    if (n == 0) return;
     std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X);
-    for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    for (int t = 0; t < n; ++t) ops::rms_norm(&x_[(first + t) * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
     matmul(L.gate_inp, norm.data(), E, n, logits.data(), X);
     std::vector<char> chosen(static_cast<size_t>(X), 0);
     std::vector<int> top(static_cast<size_t>(U));

@@ -67,6 +67,7 @@ private:
     ThreadPool pool_;
     const kernels::KernelTable& kt_;
     int n_past_ = 0;
+    int last_layer_rows_ = 0;  // rows of the current chunk whose last-layer feed-forward runs (the last ones)
     RunnerStats stats_;
 
     // KV cache, fp16: [n_layer][n_ctx][n_head_kv*head_dim]
