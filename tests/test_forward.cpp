@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/kernels.h"
 #include "engine/model/ops.h"
 #include "engine/model/qwen3moe_ref.h"
 #include "engine/model/qwen3moe_runner.h"
@@ -97,6 +99,14 @@ TEST(Attention, TiledPathRoundsDifferentlyFromOneRowPath) {
         }
     }
     EXPECT_GT(differ, 0);
+    // The SIMD variant of the tiled path gives the reference's bits (dims a multiple of 8, tails of positions).
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variant";
+    for (int n : {1, 7, 64, 65, 150}) {
+        for (auto& x : q) x = nd(rng);
+        ops::attend_head_tiled(q.data(), k.data(), v.data(), dim, n, dim, 0.125f, a.data());
+        kernels::attend_head_tiled_f16c(q.data(), k.data(), v.data(), dim, n, dim, 0.125f, b.data());
+        for (int d = 0; d < dim; ++d) EXPECT_EQ(a[d], b[d]) << "n_kv " << n << " d " << d;
+    }
     EXPECT_TRUE(ops::tiled_attention(64, 128));
     EXPECT_FALSE(ops::tiled_attention(63, 128));
     EXPECT_FALSE(ops::tiled_attention(64, 72));

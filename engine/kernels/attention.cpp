@@ -15,4 +15,12 @@ AttendFn attention_kernel() {
     return fn;
 }
 
+AttendTiledFn tiled_attention_kernel() {
+    static const AttendTiledFn fn = [] {
+        if (active_table().isa != Isa::Scalar) return &attend_head_tiled_f16c;
+        return static_cast<AttendTiledFn>(&ops::attend_head_tiled);
+    }();
+    return fn;
+}
+
 }  // namespace moe::kernels

@@ -158,13 +158,14 @@ void Qwen3MoeRunner::eval_chunk(const int32_t* tokens, int n, bool want_all_logi
         // Causal attention: token t sees positions 0..n_past+t. Work split over (token, head) pairs.
         const kernels::AttendFn attend = kernels::attention_kernel();
         const bool tiled = ops::tiled_attention(n, hd);  // as llama.cpp for a batch of n query rows
+        const kernels::AttendTiledFn attend_tiled = kernels::tiled_attention_kernel();
         pool_.parallel_for(static_cast<int64_t>(n) * nh, [&](int64_t i0, int64_t i1) {
             std::vector<uint16_t> q16, acc16;
             for (int64_t i = i0; i < i1; ++i) {
                 const int t = static_cast<int>(i / nh), h = static_cast<int>(i % nh), kvh = h / (nh / nkv);
                 if (tiled)
-                    ops::attend_head_tiled(&q_[t * Qd + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, n_past_ + t + 1, hd, scale,
-                                           &att_[t * Qd + h * hd]);
+                    attend_tiled(&q_[t * Qd + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, n_past_ + t + 1, hd, scale,
+                                 &att_[t * Qd + h * hd]);
                 else
                     attend(&q_[t * Qd + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, n_past_ + t + 1, hd, scale,
                            &att_[t * Qd + h * hd], q16, acc16);
