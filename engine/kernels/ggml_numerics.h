@@ -10,6 +10,9 @@
 #include "engine/kernels/fp16.h"
 
 namespace moe::ggml {
+// Internal linkage: translation units built with other ISA flags include this too, and must not share these
+// functions with baseline code through the linker.
+namespace {
 
 // GCC's _mm512_reduce_add_ps: upper and lower halves added pairwise down to one lane.
 inline float reduce16(const float* v) {
@@ -72,4 +75,5 @@ inline float expf_v(float x) {
 // ggml_v_silu: x / (1 + exp(-x)) with the vector exp.
 inline float silu_v(float x) { return x / (1.0f + expf_v(0.0f - x)); }
 
+}  // namespace
 }  // namespace moe::ggml

@@ -9,12 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/kernels/simd_common.h"
+
 namespace moe::kernels {
 namespace {
-
-// fp16 to float through F16C: the same value as fp16.h's portable conversion, without its branches (and
-// without using an inline function of baseline code in a translation unit built with other flags).
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // A block's integer sums in kquant_order.h's layout.
 struct KBlockLanes {
@@ -27,21 +25,6 @@ struct KBlockLanes {
         return t;
     }
 };
-
-inline int32_t hsum_lanes(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-// hsum_float_8's order: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
-inline float hsum_float_8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 struct Q4KVecLanes {
     __m256 acc = _mm256_setzero_ps();
