@@ -103,22 +103,7 @@ void attend_head_tiled_f16c(const float* q, const uint16_t* k, const uint16_t* v
             for (int d = 0; d < dim; ++d) s = std::fma(h2f(kt[d]), q[d], s);
             kq[t] = s * scale;
         }
-        float tile_max = -std::numeric_limits<float>::infinity();
-        for (int i = 0; i < visible; ++i) tile_max = std::max(tile_max, kq[i]);
-        for (int i = visible; i < kTile; ++i) kq[i] = -std::numeric_limits<float>::infinity();
-        const float m_new = std::fmax(M, tile_max);
-        if (m_new > M) {
-            const float ms = std::exp(M - m_new);
-            for (int d = 0; d < dim; ++d) acc[d] *= ms;
-            S *= ms;
-        }
-        M = m_new;
-        double sum = 0.0;
-        for (int g = 0; g < kTile; g += 16) {
-            for (int i = g; i < g + 16; ++i) kq[i] = ggml::expf_v(kq[i] - M);
-            sum += static_cast<double>(ggml::reduce16(kq + g));
-        }
-        S = static_cast<float>(static_cast<double>(S) + sum);
+        ggml::tiled_softmax_step(kq, visible, M, S, acc.data(), dim);
         for (int d = 0; d + 8 <= dim; d += 8) {
             __m256 a = _mm256_loadu_ps(&acc[d]);
             for (int i = 0; i < visible; ++i)

@@ -3,6 +3,7 @@
 // are llama.cpp's bit for bit: on these small-margin paths a one-ulp difference flips an fp16 or 8-bit
 // rounding later on and grows into a different token. The SIMD kernels must equal these.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -74,6 +75,29 @@ inline float expf_v(float x) {
 
 // ggml_v_silu: x / (1 + exp(-x)) with the vector exp.
 inline float silu_v(float x) { return x / (1.0f + expf_v(0.0f - x)); }
+
+// The online-softmax step of ggml's tiled flash attention for one tile of 64 scores, the first `visible` of
+// them real (the rest masked): the running max M grows to the tile's, rescaling the accumulator and the sum
+// S with expf; the scores become the vector exp of (score - M), summed per 16 into S in double.
+inline void tiled_softmax_step(float* kq, int visible, float& M, float& S, float* acc, int dim) {
+    constexpr int kTile = 64;
+    float tile_max = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < visible; ++i) tile_max = std::max(tile_max, kq[i]);
+    for (int i = visible; i < kTile; ++i) kq[i] = -std::numeric_limits<float>::infinity();
+    const float m_new = std::fmax(M, tile_max);
+    if (m_new > M) {
+        const float ms = std::exp(M - m_new);
+        for (int d = 0; d < dim; ++d) acc[d] *= ms;
+        S *= ms;
+    }
+    M = m_new;
+    double sum = 0.0;
+    for (int g = 0; g < kTile; g += 16) {
+        for (int i = g; i < g + 16; ++i) kq[i] = expf_v(kq[i] - M);
+        sum += static_cast<double>(reduce16(kq + g));
+    }
+    S = static_cast<float>(static_cast<double>(S) + sum);
+}
 
 }  // namespace
 }  // namespace moe::ggml

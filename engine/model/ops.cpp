@@ -76,31 +76,13 @@ MOE_FMA_CLONES void attend_head_tiled(const float* q, const uint16_t* k, const u
     float M = -std::numeric_limits<float>::infinity(), S = 0.f;
     for (int ic = 0; ic < n_kv; ic += kTile) {
         const int visible = std::min(kTile, n_kv - ic);  // the rest of the tile is masked (-inf)
-        float tile_max = -std::numeric_limits<float>::infinity();
-        for (int t = 0; t < kTile; ++t) {
-            if (t >= visible) {
-                kq[t] = -std::numeric_limits<float>::infinity();
-                continue;
-            }
+        for (int t = 0; t < visible; ++t) {
             const uint16_t* kt = k + static_cast<size_t>(ic + t) * stride;
             float s = 0.f;
             for (int d = 0; d < dim; ++d) s = std::fma(fp16_to_fp32_lut(kt[d]), q[d], s);
             kq[t] = s * scale;
-            tile_max = std::max(tile_max, kq[t]);
         }
-        const float m_new = std::fmax(M, tile_max);
-        if (m_new > M) {
-            const float ms = std::exp(M - m_new);
-            for (int d = 0; d < dim; ++d) acc[d] *= ms;
-            S *= ms;
-        }
-        M = m_new;
-        double sum = 0.0;
-        for (int g = 0; g < kTile; g += 16) {
-            for (int t = g; t < g + 16; ++t) kq[t] = ggml::expf_v(kq[t] - M);
-            sum += static_cast<double>(ggml::reduce16(kq + g));
-        }
-        S = static_cast<float>(static_cast<double>(S) + sum);
+        ggml::tiled_softmax_step(kq, visible, M, S, acc.data(), dim);
         for (int d = 0; d < dim; ++d) {
             float a = acc[d];
             for (int t = 0; t < visible; ++t) a = std::fma(fp16_to_fp32_lut(v[static_cast<size_t>(ic + t) * stride + d]), kq[t], a);
