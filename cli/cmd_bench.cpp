@@ -14,7 +14,7 @@
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/storage_probe.h"
@@ -73,7 +73,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t cache_before = page_cache_bytes();
     LoadedEngine le = load_engine(model_path, ef, n_ctx);
     ModelFacts facts = model_facts(le.file);
-    Qwen3MoeRunner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads});
+    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();
@@ -92,7 +92,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t rss = rss_bytes(), cache_after = page_cache_bytes();
     const double pp = n_prompt / t_pp, tg = n_gen / t_tg;
 
-    json out = {{"model", model_path}, {"threads", threads}, {"kernels", kernels::isa_name(kernels::active_table().isa)},
+    json out = {{"model", model_path}, {"threads", threads}, {"kernels", kernels::isa_name(kernels::active_table(le.flavor).isa)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
     if (!le.streaming) {

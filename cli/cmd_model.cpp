@@ -13,8 +13,8 @@
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
-#include "engine/model/qwen3moe_ref.h"
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/reference.h"
+#include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -49,7 +49,8 @@ std::string read_stdin() { return std::string(std::istreambuf_iterator<char>(std
 
 struct Loaded {
     GgufModel file;
-    std::unique_ptr<Qwen3MoeModel> model;
+    std::unique_ptr<Model> model;
+    kernels::Flavor flavor = kernels::default_flavor();
     std::shared_ptr<const Tokenizer> tok;
     std::string summary;
 };
@@ -59,6 +60,7 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     LoadedEngine e = load_engine(path, ef, n_ctx);
     l.file = std::move(e.file);
     l.model = std::move(e.model);
+    l.flavor = e.flavor;
     l.summary = e.summary;
     l.tok = Tokenizer::from_gguf(l.file.meta());
     if (l.tok->n_vocab() != static_cast<int32_t>(l.model->hp.n_vocab))
@@ -162,15 +164,15 @@ int cmd_run(const std::vector<std::string>& args) {
                        " does not fit the context of " + std::to_string(n_ctx) + " positions (--ctx)");
 
     // Both paths behind one small interface: evaluate tokens, read logits.
-    std::unique_ptr<Qwen3MoeRunner> runner;
+    std::unique_ptr<Runner> runner;
     RefState ref_state;
     std::vector<float> ref_logits;
     std::vector<std::vector<float>> ref_all;
     if (use_ref) {
-        ref_state = make_ref_state(*L.model, n_ctx);
+        ref_state = make_ref_state(*L.model, n_ctx, L.flavor);
         ref_logits.resize(hp.n_vocab);
     } else {
-        runner = std::make_unique<Qwen3MoeRunner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads});
+        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor});
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);
@@ -230,13 +232,14 @@ int cmd_run(const std::vector<std::string>& args) {
         json out = {{"prompt_tokens", prompt_ids}, {"tokens", generated}, {"text", L.tok->decode(generated)},
                     {"stopped_eog", stopped_eog}, {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
-                    {"kernels", kernels::isa_name(kernels::active_table().isa)}, {"reference", use_ref}};
+                    {"kernels", kernels::isa_name(kernels::active_table(L.flavor).isa)},
+                    {"numerics", kernels::flavor_name(L.flavor)}, {"reference", use_ref}};
         std::cout << json_text(out) << "\n";
     } else {
         std::cout << stream.flush() << "\n";
         std::cerr << L.summary << "\n";
         std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
-                  << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table().isa)
+                  << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table(L.flavor).isa)
                   << (use_ref ? " (reference)" : "") << "\n";
     }
     return 0;

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -44,10 +44,10 @@ int cmd_profile(const std::vector<std::string>& args) {
     LoadedEngine le = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx));
     auto tok = Tokenizer::from_gguf(le.file.meta());
     const auto& hp = le.model->hp;
-    std::vector<uint64_t> totals(size_t{hp.n_layer} * hp.n_expert, 0);
+    std::vector<uint64_t> totals(size_t{hp.n_layer} * hp.moe.n_expert, 0);
     uint64_t tokens = 0;
     for (const auto& p : prompts) {
-        Qwen3MoeRunner r(*le.model, {.n_ctx = n_ctx, .n_threads = threads});
+        Runner r(*le.model, {.n_ctx = n_ctx, .n_threads = threads, .flavor = le.flavor});
         auto ids = tok->encode(p, true, true);
         if (ids.empty()) continue;
         if (static_cast<int>(ids.size()) + gen > n_ctx) ids.resize(static_cast<size_t>(std::max(1, n_ctx - gen)));
@@ -63,17 +63,17 @@ int cmd_profile(const std::vector<std::string>& args) {
     struct Hot { uint32_t layer, expert; uint64_t count; };
     std::vector<Hot> hot;
     for (uint32_t l = 0; l < hp.n_layer; ++l)
-        for (uint32_t e = 0; e < hp.n_expert; ++e)
-            if (uint64_t c = totals[size_t{l} * hp.n_expert + e]) hot.push_back({l, e, c});
+        for (uint32_t e = 0; e < hp.moe.n_expert; ++e)
+            if (uint64_t c = totals[size_t{l} * hp.moe.n_expert + e]) hot.push_back({l, e, c});
     std::stable_sort(hot.begin(), hot.end(), [](const Hot& a, const Hot& b) { return a.count > b.count; });
     YAML::Emitter y;
     y << YAML::BeginMap << YAML::Key << "moestream_profile" << YAML::Value << 1 << YAML::Key << "model" << YAML::Value << model_path
       << YAML::Key << "prompts" << YAML::Value << prompts.size() << YAML::Key << "tokens" << YAML::Value << tokens << YAML::Key
-      << "layers" << YAML::Value << hp.n_layer << YAML::Key << "experts" << YAML::Value << hp.n_expert << YAML::Key << "counts"
+      << "layers" << YAML::Value << hp.n_layer << YAML::Key << "experts" << YAML::Value << hp.moe.n_expert << YAML::Key << "counts"
       << YAML::Value << YAML::BeginSeq;
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
-        std::vector<uint64_t> row(totals.begin() + static_cast<long>(size_t{l} * hp.n_expert),
-                                  totals.begin() + static_cast<long>(size_t{l + 1} * hp.n_expert));
+        std::vector<uint64_t> row(totals.begin() + static_cast<long>(size_t{l} * hp.moe.n_expert),
+                                  totals.begin() + static_cast<long>(size_t{l + 1} * hp.moe.n_expert));
         y << YAML::Flow << row;
     }
     y << YAML::EndSeq << YAML::Key << "hottest" << YAML::Value << YAML::BeginSeq;

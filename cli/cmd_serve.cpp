@@ -14,7 +14,7 @@
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "engine/gguf/gguf.h"
-#include "engine/model/qwen3moe.h"
+#include "engine/model/model.h"
 #include "engine/server/generation.h"
 #include "engine/server/http_server.h"
 #include "engine/server/openai_api.h"
@@ -125,7 +125,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx));
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
         std::cerr << "moestream serve: " << engine.summary << "\n";
-        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads},
+        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();

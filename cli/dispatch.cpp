@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "engine/gguf/gguf.h"
-#include "engine/model/weights.h"
+#include "engine/weights/weights.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace moe::cli {

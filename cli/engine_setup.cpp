@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "cli/commands.h"
+#include "engine/model/loader.h"
 #include "engine/model/model_facts.h"
+#include "engine/runtime/expert_cache.h"
 #include "tune/check.h"
 
 namespace po = boost::program_options;
@@ -19,7 +21,9 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         ("read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")
         ("policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")
         ("no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")
-        ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident");
+        ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")
+        ("numerics", po::value(&f.numerics), "follow the float arithmetic of llama.cpp's avx512 or avx2 CPU build "
+                                             "(default: the build for this CPU, or MOESTREAM_NUMERICS)");
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path) {
@@ -34,11 +38,24 @@ std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path)
     return out;
 }
 
+ExpertSourceFactory streaming_experts(StreamingOptions so) {
+    return [so](const GgufModel& file, const std::vector<ExpertLayer>& layers, const Hparams& hp) -> std::unique_ptr<ExpertSource> {
+        std::vector<std::string> paths;
+        for (const auto& f : file.files) paths.push_back(f.path);
+        return std::make_unique<StreamingExpertSource>(paths, layers, hp.moe.n_expert, hp.moe.n_expert_used, so);
+    };
+}
+
 LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx) {
     LoadedEngine le;
     le.file = open_gguf_model(path);
     ModelFacts facts = model_facts(le.file);
-    LoadOptions lo;
+    if (!f.numerics.empty()) {
+        auto fl = kernels::parse_flavor(f.numerics);
+        if (!fl) throw CliError("--numerics " + f.numerics + " is not avx512 or avx2");
+        le.flavor = *fl;
+    }
+    std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
         const uint64_t kv = facts.kv_bytes(n_ctx);
@@ -59,12 +76,14 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
             so.io.queue_depth = f.io_depth;
             so.io.use_uring = !f.no_uring;
             if (!f.profile.empty()) so.pinned = read_profile(f.profile);
-            lo.streaming = so;
+            streaming = so;
             le.streaming = true;
             le.cache_bytes = cache;
         }
     }
-    le.model = load_qwen3moe(le.file, lo);
+    LoadOptions lo;
+    if (streaming) lo.experts = streaming_experts(*streaming);
+    le.model = load_model(le.file, lo);
     const uint64_t unlocked = le.model->resident->try_lock();
     std::string where;
     if (le.streaming) {
@@ -72,7 +91,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         where = "experts streamed: " + std::to_string(src.slot_count()) + " slots of " + human_bytes(static_cast<double>(src.slot_bytes())) +
                 " (" + human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) +
                 "), " + (src.uring() ? "io_uring" : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
-                (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(lo.streaming->policy) +
+                (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(streaming->policy) +
                 (src.io_note().empty() ? "" : " (" + src.io_note() + ")");
     } else {
         where = "experts in RAM (" + human_bytes(static_cast<double>(facts.expert_bytes)) + ")";

@@ -6,7 +6,10 @@
 #include <string>
 
 #include "engine/gguf/gguf.h"
-#include "engine/model/qwen3moe.h"
+#include "engine/kernels/flavor.h"
+#include "engine/model/loader.h"
+#include "engine/model/model.h"
+#include "engine/runtime/expert_cache.h"
 
 namespace moe::cli {
 
@@ -17,13 +20,15 @@ struct EngineFlags {
     std::string policy = "lru-freq";
     bool no_uring = false;
     std::string profile;      // routing profile: its hottest experts stay resident
+    std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2
 };
 
 void add_engine_options(boost::program_options::options_description& opts, EngineFlags& f);
 
 struct LoadedEngine {
     GgufModel file;
-    std::unique_ptr<Qwen3MoeModel> model;
+    std::unique_ptr<Model> model;
+    kernels::Flavor flavor = kernels::default_flavor();
     bool streaming = false;
     uint64_t cache_bytes = 0;
     std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
@@ -31,6 +36,9 @@ struct LoadedEngine {
 
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
 LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx);
+
+// The expert source of a model streamed from disk into a cache of these options (tests use it too).
+ExpertSourceFactory streaming_experts(StreamingOptions so);
 
 // Reads `moestream profile` output: (layer, expert) hottest first.
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path);

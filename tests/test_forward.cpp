@@ -8,9 +8,9 @@
 #include "cli/commands.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/kernels.h"
-#include "engine/model/ops.h"
-#include "engine/model/qwen3moe_ref.h"
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/reference.h"
+#include "engine/forward/runner.h"
+#include "engine/model/loader.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -31,13 +31,13 @@ class FastVsReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(FastVsReference, SameLogits) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, GetParam(), {"--tie-output"}));
-    auto m = load_qwen3moe(file);
+    auto m = load_model(file);
     std::vector<int32_t> toks = {1, 17, 200, 42, 99, 3, 250, 7, 7, 64};
     // Integer block sums are exact and float expressions follow the reference: bit-identical, in each of
     // llama.cpp's orders.
     const double budget = 0.0;
     {  // prompt processing: batches of 4 cross chunk edges (4, 4, 2), every token's logits
-        Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
+        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
         fast.eval(toks, true);
         RefState st = make_ref_state(*m, 64);
         std::vector<float> ref(m->hp.n_vocab);
@@ -53,7 +53,7 @@ TEST_P(FastVsReference, SameLogits) {
     {  // a 70-token prompt: llama.cpp's tiled flash attention (64 or more query rows)
         std::vector<int32_t> long_toks;
         for (int i = 0; i < 70; ++i) long_toks.push_back((i * 37 + 11) % 256);
-        Qwen3MoeRunner fast(*m, {.n_ctx = 128, .n_threads = 2});
+        Runner fast(*m, {.n_ctx = 128, .n_threads = 2});
         fast.eval(long_toks, true);
         RefState st = make_ref_state(*m, 128);
         std::vector<float> ref(m->hp.n_vocab);
@@ -65,7 +65,7 @@ TEST_P(FastVsReference, SameLogits) {
         EXPECT_LE(worst, budget) << GetParam() << " tiled attention";
     }
     {  // decoding: one token at a time
-        Qwen3MoeRunner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
+        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4});
         RefState st = make_ref_state(*m, 64);
         std::vector<float> ref(m->hp.n_vocab);
         double worst = 0;
@@ -76,40 +76,6 @@ TEST_P(FastVsReference, SameLogits) {
         }
         EXPECT_LE(worst, budget) << GetParam() << " one token at a time";
     }
-}
-
-// The two flash-attention paths agree to rounding, and do round differently (q in f32, f32 accumulators).
-TEST(Attention, TiledPathRoundsDifferentlyFromOneRowPath) {
-    std::mt19937 rng(3);
-    std::normal_distribution<float> nd;
-    const int dim = 64, n_kv = 150;
-    std::vector<uint16_t> k(static_cast<size_t>(n_kv) * dim), v(k.size());
-    for (auto& x : k) x = fp32_to_fp16(nd(rng));
-    for (auto& x : v) x = fp32_to_fp16(nd(rng));
-    std::vector<float> q(dim), a(dim), b(dim);
-    std::vector<uint16_t> q16, acc16;
-    int differ = 0;
-    for (int rep = 0; rep < 20; ++rep) {
-        for (auto& x : q) x = nd(rng);
-        ops::attend_head(q.data(), k.data(), v.data(), dim, n_kv, dim, 0.125f, a.data(), q16, acc16);
-        ops::attend_head_tiled(q.data(), k.data(), v.data(), dim, n_kv, dim, 0.125f, b.data());
-        for (int d = 0; d < dim; ++d) {
-            EXPECT_NEAR(a[d], b[d], 2e-2) << d;
-            differ += a[d] != b[d];
-        }
-    }
-    EXPECT_GT(differ, 0);
-    // The SIMD variant of the tiled path gives the reference's bits (dims a multiple of 8, tails of positions).
-    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variant";
-    for (int n : {1, 7, 64, 65, 150}) {
-        for (auto& x : q) x = nd(rng);
-        ops::attend_head_tiled(q.data(), k.data(), v.data(), dim, n, dim, 0.125f, a.data());
-        kernels::attend_head_tiled_f16c(q.data(), k.data(), v.data(), dim, n, dim, 0.125f, b.data());
-        for (int d = 0; d < dim; ++d) EXPECT_EQ(a[d], b[d]) << "n_kv " << n << " d " << d;
-    }
-    EXPECT_TRUE(ops::tiled_attention(64, 128));
-    EXPECT_FALSE(ops::tiled_attention(63, 128));
-    EXPECT_FALSE(ops::tiled_attention(64, 72));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, FastVsReference,
@@ -132,7 +98,7 @@ TEST(ModelErrors, UnsupportedTypeNamesTypeAndTensor) {
     }
     write_gguf(dir / "bad.gguf", kv, tensors);
     try {
-        load_qwen3moe(open_gguf_model(dir / "bad.gguf"));
+        load_model(open_gguf_model(dir / "bad.gguf"));
         FAIL() << "accepted";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
@@ -150,7 +116,7 @@ TEST(ModelErrors, ShapeDisagreeingWithMetadataNamesBoth) {
     for (const auto& t : f.tensors) tensors.push_back({t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)});
     write_gguf(dir / "bad.gguf", kv, tensors);
     try {
-        load_qwen3moe(open_gguf_model(dir / "bad.gguf"));
+        load_model(open_gguf_model(dir / "bad.gguf"));
         FAIL() << "accepted";
     } catch (const ModelError& e) {
         std::string msg = e.what();
@@ -167,7 +133,7 @@ TEST(ModelErrors, UnsupportedArchitecture) {
         if (k == "general.architecture") v = GgufValue::string("mamba");
     write_gguf(dir / "arch.gguf", kv, {});
     try {
-        load_qwen3moe(open_gguf_model(dir / "arch.gguf"));
+        load_model(open_gguf_model(dir / "arch.gguf"));
         FAIL() << "accepted";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("'mamba'"), std::string::npos) << e.what();
@@ -177,8 +143,8 @@ TEST(ModelErrors, UnsupportedArchitecture) {
 TEST(ModelErrors, PromptLongerThanContext) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, "q8_0"));
-    auto m = load_qwen3moe(file);
-    Qwen3MoeRunner r(*m, {.n_ctx = 8, .n_threads = 1, .n_batch = 4});
+    auto m = load_model(file);
+    Runner r(*m, {.n_ctx = 8, .n_threads = 1, .n_batch = 4});
     std::vector<int32_t> toks(9, 1);
     EXPECT_THROW(r.eval(toks), std::length_error);
     std::vector<int32_t> bad = {1, 100000};

@@ -12,7 +12,8 @@
 
 #include "cli/commands.h"
 #include "engine/model/model_facts.h"
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/runner.h"
+#include "engine/model/loader.h"
 #include "cli/engine_setup.h"
 #include "tests/test_support.h"
 
@@ -30,8 +31,8 @@ std::string make_model(const test::TempDir& dir, const std::string& type) {
     return out;
 }
 
-std::vector<float> run_logits(const Qwen3MoeModel& m, const std::vector<int32_t>& prompt, int gen) {
-    Qwen3MoeRunner r(m, {.n_ctx = 128, .n_threads = 2, .n_batch = 8});
+std::vector<float> run_logits(const Model& m, const std::vector<int32_t>& prompt, int gen) {
+    Runner r(m, {.n_ctx = 128, .n_threads = 2, .n_batch = 8});
     r.eval(prompt, true);
     std::vector<float> all(r.logits(0), r.logits(0) + static_cast<size_t>(prompt.size()) * m.hp.n_vocab);
     for (int i = 0; i < gen; ++i) {
@@ -55,7 +56,7 @@ StreamingOptions small_cache(const GgufModel& file, double fraction) {
 TEST(Streaming, SameLogitsAsInRamAtSmallBudgets) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, "q4_k_m"));
-    auto ram = load_qwen3moe(file);
+    auto ram = load_model(file);
     const std::vector<int32_t> prompt = {5, 77, 200, 31, 31, 9, 120, 64, 3, 250, 17, 99};
     const auto want = run_logits(*ram, prompt, 12);
     for (bool uring : {true, false}) {
@@ -63,7 +64,7 @@ TEST(Streaming, SameLogitsAsInRamAtSmallBudgets) {
             StreamingOptions o = small_cache(file, 0.15);  // about 7 of 48 experts' slots
             o.io.use_uring = uring;
             o.policy = policy;
-            auto m = load_qwen3moe(file, {.streaming = o});
+            auto m = load_model(file, {.experts = cli::streaming_experts(o)});
             auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
             EXPECT_LT(src.bytes_in_ram(), model_facts(file).expert_bytes / 4);
             EXPECT_EQ(run_logits(*m, prompt, 12), want) << "uring=" << uring << " policy=" << policy_name(policy);
@@ -82,17 +83,17 @@ TEST(Streaming, MinimumBudgetIsStated) {
     StreamingOptions o;
     o.cache_bytes = 64 << 10;
     try {
-        load_qwen3moe(file, {.streaming = o});
+        load_model(file, {.experts = cli::streaming_experts(o)});
         FAIL() << "accepted";
     } catch (const ModelError& e) {
         EXPECT_NE(std::string(e.what()).find("the minimum is"), std::string::npos) << e.what();
     }
     // Exactly the minimum works: one layer's selected experts, a prompt batch needing more waits for slots.
-    auto probe = load_qwen3moe(file, {.streaming = small_cache(file, 1.0)});
+    auto probe = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 1.0))});
     const uint64_t slot = dynamic_cast<StreamingExpertSource&>(*probe->experts).slot_bytes();
     o.cache_bytes = slot * 4;
-    auto m = load_qwen3moe(file, {.streaming = o});
-    auto ram = load_qwen3moe(file);
+    auto m = load_model(file, {.experts = cli::streaming_experts(o)});
+    auto ram = load_model(file);
     const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     EXPECT_EQ(run_logits(*m, prompt, 4), run_logits(*ram, prompt, 4));
 }
@@ -103,10 +104,10 @@ TEST(Streaming, ReadErrorsFailTheRequestAndTheEngineRecovers) {
     auto fail = std::make_shared<std::atomic<bool>>(false);
     StreamingOptions o = small_cache(file, 0.2);
     o.io.fault = [fail](uint64_t, uint32_t) { return fail->load() ? -EIO : 0; };
-    auto m = load_qwen3moe(file, {.streaming = o});
-    auto ram = load_qwen3moe(file);
+    auto m = load_model(file, {.experts = cli::streaming_experts(o)});
+    auto ram = load_model(file);
     const std::vector<int32_t> prompt = {10, 20, 30, 40};
-    Qwen3MoeRunner r(*m, {.n_ctx = 64, .n_threads = 1, .n_batch = 8});
+    Runner r(*m, {.n_ctx = 64, .n_threads = 1, .n_batch = 8});
     fail->store(true);
     try {
         r.eval(prompt);
@@ -123,11 +124,11 @@ TEST(Streaming, TruncatedModelFileIsAClearError) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q8_0");
     GgufModel file = open_gguf_model(path);
-    auto m = load_qwen3moe(file, {.streaming = small_cache(file, 0.2)});
+    auto m = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 0.2))});
     // The file is cut while "serving": the last layer's experts are gone.
     const auto* last = file.find_tensor("blk.2.ffn_down_exps.weight");
     ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(last->file_offset + 4096)), 0);
-    Qwen3MoeRunner r(*m, {.n_ctx = 64, .n_threads = 1, .n_batch = 8});
+    Runner r(*m, {.n_ctx = 64, .n_threads = 1, .n_batch = 8});
     std::vector<int32_t> prompt = {10, 20, 30, 40};
     try {
         r.eval(prompt);
@@ -149,7 +150,7 @@ TEST(Streaming, DirectReadsLeaveNoPageCache) {
         ::close(fd);
     }
     GgufModel file = open_gguf_model(path);
-    auto m = load_qwen3moe(file, {.streaming = small_cache(file, 0.3)});
+    auto m = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 0.3))});
     auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
     if (!src.direct_io()) GTEST_SKIP() << "O_DIRECT refused here: " << src.io_note();
     run_logits(*m, {1, 2, 3, 4, 5, 6}, 6);
@@ -259,8 +260,8 @@ TEST(Streaming, SplitFilesStreamLikeOneFile) {
     }
     GgufModel split = open_gguf_model(dir / "split-00001-of-00002.gguf");
     ASSERT_EQ(split.files.size(), 2u);
-    auto ram = load_qwen3moe(open_gguf_model(whole));
-    auto streamed = load_qwen3moe(split, {.streaming = small_cache(split, 0.2)});
+    auto ram = load_model(open_gguf_model(whole));
+    auto streamed = load_model(split, {.experts = cli::streaming_experts(small_cache(split, 0.2))});
     const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
     EXPECT_EQ(run_logits(*streamed, prompt, 6), run_logits(*ram, prompt, 6));
     EXPECT_GT(streamed->experts->stats().bytes_read, 0u);

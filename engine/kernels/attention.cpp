@@ -1,26 +1,19 @@
 #include "engine/kernels/attention.h"
 
 #include "engine/kernels/kernels.h"
-#include "engine/model/ops.h"
 
 namespace moe::kernels {
 
-AttendFn attention_kernel() {
-    static const AttendFn fn = [] {
-        // The F16C variant is chosen with the AVX2 table (same CPUID requirements); MOESTREAM_ISA=scalar keeps
-        // the reference so a whole run can be checked against it.
-        if (active_table().isa != Isa::Scalar) return &attend_head_f16c;
-        return static_cast<AttendFn>(&ops::attend_head);
-    }();
-    return fn;
+// The F16C variants come with the AVX2 table (same CPUID requirements); MOESTREAM_ISA=scalar keeps the
+// reference so a whole run can be checked against it.
+ops::AttendFn attention_kernel(Flavor f) {
+    if (active_table(f).isa != Isa::Scalar) return attend_f16c(f);
+    return ops::float_ops(f).attend;
 }
 
-AttendTiledFn tiled_attention_kernel() {
-    static const AttendTiledFn fn = [] {
-        if (active_table().isa != Isa::Scalar) return &attend_head_tiled_f16c;
-        return static_cast<AttendTiledFn>(&ops::attend_head_tiled);
-    }();
-    return fn;
+ops::AttendFn tiled_attention_kernel(Flavor f) {
+    if (active_table(f).isa != Isa::Scalar) return attend_tiled_f16c(f);
+    return ops::float_ops(f).attend_tiled;
 }
 
 }  // namespace moe::kernels

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/gguf/ggml_types.h"
+#include "engine/kernels/flavor.h"
 
 namespace moe::kernels {
 
@@ -21,14 +22,18 @@ using DotFn = float (*)(int64_t n, const void* weights, const void* activations)
 using DotRowsFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const void* activations, float* out);
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
+// Indexed by ggml type id (every id below 64).
+constexpr int kTypeSlots = 64;
+
 struct KernelTable {
     Isa isa;
-    DotFn dot[32] = {};  // indexed by ggml type id
-    DotRowsFn dot_rows[32] = {};  // same results as calling dot per row; null where not provided
-    DotFn dot_batch[32] = {};  // llama.cpp's order for two or more tokens where it differs from dot
-    DotFn dot_repacked[32] = {};  // llama.cpp's order for weights it repacks (row count a multiple of 8)
-    DotFn dot_repacked_gemm[32] = {};  // the same weights, activation rows in groups of four (its GEMM)
-    DotRowsFn dot_rows_repacked[32] = {};  // dot_repacked over consecutive rows
+    Flavor flavor;  // the llama.cpp build whose float orders the float-weight kernels follow
+    DotFn dot[kTypeSlots] = {};
+    DotRowsFn dot_rows[kTypeSlots] = {};  // same results as calling dot per row; null where not provided
+    DotFn dot_batch[kTypeSlots] = {};  // llama.cpp's order for two or more tokens where it differs from dot
+    DotFn dot_repacked[kTypeSlots] = {};  // llama.cpp's order for weights it repacks (row count a multiple of 8)
+    DotFn dot_repacked_gemm[kTypeSlots] = {};  // the same weights, activation rows in groups of four (its GEMM)
+    DotRowsFn dot_rows_repacked[kTypeSlots] = {};  // dot_repacked over consecutive rows
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
@@ -43,7 +48,9 @@ void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
 //    interleaved GEMM for the activation rows in whole groups of four of a dense matmul, and a GEMV for the
 //    others (the same order for Q4_0);
 //  - a dense matmul (MUL_MAT) of two or more rows takes llamafile's GEMM for float weights with cols a multiple
-//    of its vector step (16, 32 for BF16) and rows of 4;
+//    of its vector step (the build's lane count; 32 for BF16 on AVX512-BF16) and rows of 4; `dense` is false
+//    for matmuls whose F32 activations llama.cpp reads through a strided view (it only reaches the GEMM for
+//    them after converting the activations, which F32 weights never need);
 //  - everything else (one row, and every expert matmul, MUL_MAT_ID) uses its vec_dot.
 struct MatmulDots {
     DotFn grouped = nullptr;  // activation rows [0, n_grouped)
@@ -58,17 +65,18 @@ inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows,
     if (t.dot_repacked[i] && rows % 8 == 0)
         return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
                 t.dot_rows_repacked[i]};
-    const int64_t gemm_k = type == GgmlType::BF16 ? 32 : 16;  // llamafile's vector step for the type
+    // llamafile's vector step for the type in that build
+    const int64_t gemm_k = t.flavor == Flavor::Avx2 ? 8 : type == GgmlType::BF16 ? 32 : 16;
     if (dense && n_tok >= 2 && t.dot_batch[i] && cols % gemm_k == 0 && rows % 4 == 0) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
     return {nullptr, t.dot[i], 0, t.dot_rows[i]};
 }
 
 // The scalar reference table (the oracle for every other path).
-const KernelTable& reference_table();
+const KernelTable& reference_table(Flavor f = default_flavor());
 // The best table this CPU supports (or the one named by MOESTREAM_ISA=scalar|avx2|avx512).
-const KernelTable& active_table();
+const KernelTable& active_table(Flavor f = default_flavor());
 // A table for a given ISA; nullptr when this CPU lacks it.
-const KernelTable* table_for(Isa isa);
+const KernelTable* table_for(Isa isa, Flavor f = default_flavor());
 
 // Activation type consumed by the dot product of weight type t.
 GgmlType activation_type(GgmlType weight);

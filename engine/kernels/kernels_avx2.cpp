@@ -72,6 +72,45 @@ float dot_gemm_order(const Elem* x, const Elem* y, int64_t n) {
     return reduce16(_mm256_load_ps(acc), _mm256_load_ps(acc + 8));
 }
 
+// The AVX2 build's orders: ggml_vec_dot_f32/_f16 run four 8-lane accumulators over 32-element steps and reduce
+// with two hadds (GGML_F32x8_REDUCE); tinyBLAS runs one 8-lane accumulator reduced by hsum_float_8.
+inline float hadd_reduce(__m256 v) {
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+template <class Elem>
+float dot_vec_order_avx2(const Elem* x, const Elem* y, int64_t n, bool double_tail) {
+    __m256 acc[4];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const int64_t np = n & ~int64_t{31};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(load8(x + i + 8 * j), load8(y + i + 8 * j), acc[j]);
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    const float head = hadd_reduce(_mm256_add_ps(acc[0], acc[1]));
+    if (double_tail) {
+        double s = head;
+        for (int64_t i = np; i < n; ++i) s += static_cast<double>(to_float(x[i]) * to_float(y[i]));
+        return static_cast<float>(s);
+    }
+    float s = head;
+    for (int64_t i = np; i < n; ++i) s = std::fma(to_float(x[i]), to_float(y[i]), s);
+    return s;
+}
+
+template <class Elem>
+float dot_gemm_order_avx2(const Elem* x, const Elem* y, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load8(x + i), load8(y + i), acc);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (; i < n; ++i) lanes[i % 8] = std::fma(to_float(x[i]), to_float(y[i]), lanes[i % 8]);
+    return hsum_float_8(_mm256_load_ps(lanes));
+}
+
 float dot_f32(int64_t n, const void* w, const void* a) {
     return dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, false);
 }
@@ -83,6 +122,18 @@ float dot_f16(int64_t n, const void* w, const void* a) {
 }
 float dot_f16_batch(int64_t n, const void* w, const void* a) {
     return dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
+}
+float dot_f32_a2(int64_t n, const void* w, const void* a) {
+    return dot_vec_order_avx2(static_cast<const float*>(w), static_cast<const float*>(a), n, false);
+}
+float dot_f32_batch_a2(int64_t n, const void* w, const void* a) {
+    return dot_gemm_order_avx2(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+float dot_f16_a2(int64_t n, const void* w, const void* a) {
+    return dot_vec_order_avx2(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, true);
+}
+float dot_f16_batch_a2(int64_t n, const void* w, const void* a) {
+    return dot_gemm_order_avx2(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
 }
 
 // BF16 weights as VDPBF16PS sums them (kernels_ref.cpp dpbf16_lane), emulated on 8 lanes: each 32-bit lane
@@ -142,6 +193,33 @@ float dot_bf16_batch(int64_t n, const void* w, const void* a) {
         hi = dpbf16(hi, load_bf16x16(x + i + 16), load_bf16x16(y + i + 16));
     }
     return reduce16(lo, hi);
+}
+
+// BF16 in the AVX2 build: widened to f32, four 8-lane FMA accumulators over 32-element steps, (c1+c3)+(c2+c4)
+// reduced by hsum_float_8 into a double, the tail in double; its tinyBLAS: one 8-lane FMA accumulator.
+inline __m256 load_bf16x8(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+float dot_bf16_a2(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m256 c[4];
+    for (auto& v : c) v = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k) c[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), c[k]);
+    double s = hsum_float_8(_mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
+    for (; i < n; ++i) s += static_cast<double>(bf2f(x[i]) * bf2f(y[i]));
+    return static_cast<float>(s);
+}
+
+float dot_bf16_batch_a2(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc);
+    return hsum_float_8(acc);
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
@@ -257,21 +335,22 @@ using Q6 = Q6Dots<q6_y32, q6_lanes>;
 
 void fill_avx2_table(KernelTable& t) {
     t.isa = Isa::Avx2;
-    t.dot[0] = dot_f32;
-    t.dot[1] = dot_f16;
+    const bool a2 = t.flavor == Flavor::Avx2;
+    t.dot[0] = a2 ? dot_f32_a2 : dot_f32;
+    t.dot[1] = a2 ? dot_f16_a2 : dot_f16;
     t.dot[2] = dot_q4_0;
     t.dot[8] = dot_q8_0;
     t.dot[12] = Q45::q4_K;
     t.dot[13] = Q45::q5_K;
     t.dot[14] = Q6::dot;
-    t.dot[30] = dot_bf16;
-    t.dot_rows[0] = dot_rows_of<dot_f32>;
-    t.dot_rows[1] = dot_rows_of<dot_f16>;
+    t.dot[30] = a2 ? dot_bf16_a2 : dot_bf16;
+    t.dot_rows[0] = a2 ? dot_rows_of<dot_f32_a2> : dot_rows_of<dot_f32>;
+    t.dot_rows[1] = a2 ? dot_rows_of<dot_f16_a2> : dot_rows_of<dot_f16>;
     t.dot_rows[2] = dot_rows_of<dot_q4_0>;
     t.dot_rows[8] = dot_rows_q8_0;
-    t.dot_batch[0] = dot_f32_batch;
-    t.dot_batch[1] = dot_f16_batch;
-    t.dot_batch[30] = dot_bf16_batch;
+    t.dot_batch[0] = a2 ? dot_f32_batch_a2 : dot_f32_batch;
+    t.dot_batch[1] = a2 ? dot_f16_batch_a2 : dot_f16_batch;
+    t.dot_batch[30] = a2 ? dot_bf16_batch_a2 : dot_bf16_batch;
     t.dot_repacked[2] = dot_q4_0_repacked;
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
     t.dot_repacked[12] = Q45::q4_K_repacked;
@@ -280,7 +359,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
     t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
     t.dot_rows[14] = Q6::rows;
-    t.dot_rows[30] = dot_rows_of<dot_bf16>;
+    t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
 }
 
 }  // namespace moe::kernels

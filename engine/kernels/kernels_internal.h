@@ -6,12 +6,14 @@
 
 namespace moe::kernels {
 
-float dot_f32_ref(int64_t n, const void* w, const void* a);
-float dot_f32_batch_ref(int64_t n, const void* w, const void* a);
-float dot_f16_ref(int64_t n, const void* w, const void* a);
-float dot_f16_batch_ref(int64_t n, const void* w, const void* a);
-float dot_bf16_ref(int64_t n, const void* w, const void* a);
-float dot_bf16_batch_ref(int64_t n, const void* w, const void* a);
+template <Flavor F> float dot_f32_ref(int64_t n, const void* w, const void* a);
+template <Flavor F> float dot_f32_batch_ref(int64_t n, const void* w, const void* a);
+template <Flavor F> float dot_f16_ref(int64_t n, const void* w, const void* a);
+template <Flavor F> float dot_f16_batch_ref(int64_t n, const void* w, const void* a);
+float dot_bf16_ref_avx512(int64_t n, const void* w, const void* a);
+float dot_bf16_batch_ref_avx512(int64_t n, const void* w, const void* a);
+float dot_bf16_ref_avx2(int64_t n, const void* w, const void* a);
+float dot_bf16_batch_ref_avx2(int64_t n, const void* w, const void* a);
 float dot_q8_0_ref(int64_t n, const void* w, const void* a);
 float dot_q4_0_ref(int64_t n, const void* w, const void* a);
 float dot_q4_0_repacked_ref(int64_t n, const void* w, const void* a);
@@ -22,7 +24,7 @@ float dot_q5_K_ref(int64_t n, const void* w, const void* a);
 float dot_q6_K_ref(int64_t n, const void* w, const void* a);
 
 // Filled by kernels_avx2.cpp / kernels_avx512.cpp (compiled with their own -m flags).
-void fill_avx2_table(KernelTable& t);
+void fill_avx2_table(KernelTable& t);  // t.flavor chosen by the caller
 void fill_avx512_table(KernelTable& t);
 
 }  // namespace moe::kernels

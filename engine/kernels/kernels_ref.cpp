@@ -101,25 +101,34 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
 // ---- reference dot products ----
 
 // F32 and F16 weights: llama.cpp's one-token order (ggml_vec_dot_*) and, for dense matmuls of two or more
-// tokens, llamafile's (see kernels.h dense_dot).
+// tokens, llamafile's (see kernels.h matmul_dots), in the flavor's register width.
+template <Flavor F>
 float dot_f32_ref(int64_t n, const void* w, const void* a) {
-    return ggml::dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float, false);
+    return ggml::dot_vec_order<F>(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float, false);
 }
-
+template <Flavor F>
 float dot_f32_batch_ref(int64_t n, const void* w, const void* a) {
-    return ggml::dot_gemm_order(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float);
+    return ggml::dot_gemm_order<F>(static_cast<const float*>(w), static_cast<const float*>(a), n, ggml::as_float);
 }
-
+template <Flavor F>
 float dot_f16_ref(int64_t n, const void* w, const void* a) {
-    return ggml::dot_vec_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float, true);
+    return ggml::dot_vec_order<F>(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float, true);
 }
-
+template <Flavor F>
 float dot_f16_batch_ref(int64_t n, const void* w, const void* a) {
-    return ggml::dot_gemm_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float);
+    return ggml::dot_gemm_order<F>(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, ggml::half_as_float);
 }
+template float dot_f32_ref<Flavor::Avx512>(int64_t, const void*, const void*);
+template float dot_f32_ref<Flavor::Avx2>(int64_t, const void*, const void*);
+template float dot_f32_batch_ref<Flavor::Avx512>(int64_t, const void*, const void*);
+template float dot_f32_batch_ref<Flavor::Avx2>(int64_t, const void*, const void*);
+template float dot_f16_ref<Flavor::Avx512>(int64_t, const void*, const void*);
+template float dot_f16_ref<Flavor::Avx2>(int64_t, const void*, const void*);
+template float dot_f16_batch_ref<Flavor::Avx512>(int64_t, const void*, const void*);
+template float dot_f16_batch_ref<Flavor::Avx2>(int64_t, const void*, const void*);
 
-// BF16 weights: llama.cpp on AVX512-BF16 CPUs sums with VDPBF16PS, which adds each lane's odd then even
-// product to an f32 accumulator, each addition rounded, denormal inputs and results flushed to zero.
+// BF16 weights, AVX-512 build: llama.cpp on CPUs with AVX512-BF16 sums with VDPBF16PS, which adds each lane's
+// odd then even product to an f32 accumulator, each addition rounded, denormal inputs and results flushed to zero.
 inline float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
 
 inline float dpbf16_lane(float acc, const uint16_t* a, const uint16_t* b) {
@@ -129,7 +138,7 @@ inline float dpbf16_lane(float acc, const uint16_t* a, const uint16_t* b) {
 
 // ggml_vec_dot_bf16 (AVX512-BF16): two 16-lane accumulators over 64-element steps, each reduced as one
 // register into a double; the tail in double.
-float dot_bf16_ref(int64_t n, const void* w, const void* a) {
+float dot_bf16_ref_avx512(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
     float c[2][16] = {};
@@ -143,14 +152,37 @@ float dot_bf16_ref(int64_t n, const void* w, const void* a) {
     return static_cast<float>(s);
 }
 
-// llamafile's tinyBLAS for BF16 (two or more tokens, n % 32 == 0): one VDPBF16PS accumulator.
-float dot_bf16_batch_ref(int64_t n, const void* w, const void* a) {
+// llamafile's tinyBLAS for BF16 on AVX512-BF16 (two or more tokens, n % 32 == 0): one VDPBF16PS accumulator.
+float dot_bf16_batch_ref_avx512(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
     float c[16] = {};
     for (int64_t i = 0; i + 32 <= n; i += 32)
         for (int j = 0; j < 16; ++j) c[j] = dpbf16_lane(c[j], x + i + 2 * j, y + i + 2 * j);
     return ggml::reduce16(c);
+}
+
+// BF16 weights, AVX2 build: ggml_vec_dot_bf16 widens to f32 and runs four 8-lane accumulators over 32-element
+// steps (product and sum fused, as GCC contracts ggml's C++), adds them as (c1+c3)+(c2+c4), reduces one
+// register into a double; the tail in double.
+float dot_bf16_ref_avx2(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    float c[4][8] = {};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 8; ++l) c[k][l] = std::fma(bf16_to_fp32(x[i + 8 * k + l]), bf16_to_fp32(y[i + 8 * k + l]), c[k][l]);
+    float r[8];
+    for (int l = 0; l < 8; ++l) r[l] = (c[0][l] + c[2][l]) + (c[1][l] + c[3][l]);
+    double s = ggml::hsum8(r);
+    for (; i < n; ++i) s += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+    return static_cast<float>(s);
+}
+
+// tinyBLAS for BF16 on AVX2 (n % 8 == 0): one 8-lane FMA accumulator of widened values.
+float dot_bf16_batch_ref_avx2(int64_t n, const void* w, const void* a) {
+    return ggml::dot_gemm_order<Flavor::Avx2>(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, bf16_to_fp32);
 }
 
 // Q8_0 and Q4_0 as llama.cpp's x86 kernels sum them: eight lanes of four-product integer sums, each
@@ -282,26 +314,30 @@ float dot_q6_K_ref(int64_t n, const void* w, const void* a) {
     return o.result();
 }
 
-const KernelTable& reference_table() {
-    static const KernelTable t = [] {
-        KernelTable k{Isa::Scalar};
-        k.dot[0] = dot_f32_ref;
-        k.dot_batch[0] = dot_f32_batch_ref;
-        k.dot_batch[1] = dot_f16_batch_ref;
-        k.dot_batch[30] = dot_bf16_batch_ref;
-        k.dot_repacked[2] = dot_q4_0_repacked_ref;
-        k.dot_repacked[12] = dot_q4_K_repacked_ref;
-        k.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm_ref;
-        k.dot[1] = dot_f16_ref;
-        k.dot[2] = dot_q4_0_ref;
-        k.dot[8] = dot_q8_0_ref;
-        k.dot[12] = dot_q4_K_ref;
-        k.dot[13] = dot_q5_K_ref;
-        k.dot[14] = dot_q6_K_ref;
-        k.dot[30] = dot_bf16_ref;
-        return k;
-    }();
-    return t;
+template <Flavor F>
+KernelTable make_reference_table() {
+    KernelTable k{Isa::Scalar, F};
+    k.dot[0] = dot_f32_ref<F>;
+    k.dot_batch[0] = dot_f32_batch_ref<F>;
+    k.dot[1] = dot_f16_ref<F>;
+    k.dot_batch[1] = dot_f16_batch_ref<F>;
+    k.dot[30] = F == Flavor::Avx512 ? dot_bf16_ref_avx512 : dot_bf16_ref_avx2;
+    k.dot_batch[30] = F == Flavor::Avx512 ? dot_bf16_batch_ref_avx512 : dot_bf16_batch_ref_avx2;
+    k.dot_repacked[2] = dot_q4_0_repacked_ref;
+    k.dot_repacked[12] = dot_q4_K_repacked_ref;
+    k.dot_repacked_gemm[12] = dot_q4_K_repacked_gemm_ref;
+    k.dot[2] = dot_q4_0_ref;
+    k.dot[8] = dot_q8_0_ref;
+    k.dot[12] = dot_q4_K_ref;
+    k.dot[13] = dot_q5_K_ref;
+    k.dot[14] = dot_q6_K_ref;
+    return k;
+}
+
+const KernelTable& reference_table(Flavor f) {
+    static const KernelTable avx512 = make_reference_table<Flavor::Avx512>();
+    static const KernelTable avx2 = make_reference_table<Flavor::Avx2>();
+    return f == Flavor::Avx512 ? avx512 : avx2;
 }
 
 // ---- dequantization ----

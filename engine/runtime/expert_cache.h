@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/model/weights.h"
+#include "engine/weights/weights.h"
 #include "engine/runtime/block_reader.h"
 
 namespace moe {
@@ -30,7 +30,7 @@ struct StreamingOptions {
 
 class StreamingExpertSource : public ExpertSource {
 public:
-    struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };  // null: dense layer
+    using LayerTensors = ExpertLayer;  // null: dense layer
 
     // Throws ModelError when the budget cannot hold one layer's selected experts (the minimum is stated).
     StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers, uint32_t n_expert,

@@ -13,7 +13,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 constexpr size_t kMemoryTurns = 256;
 }  // namespace
 
-Generator::Generator(const Qwen3MoeModel& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
+Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
     : model_(model), tok_(std::move(tok)), runner_(model, opt), max_queue_(max_queue) {
     thread_ = std::thread([this] { worker(); });
 }

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model/qwen3moe_runner.h"
+#include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -48,7 +48,7 @@ struct GenerationStats {
 
 class Generator {
 public:
-    Generator(const Qwen3MoeModel& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
+    Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
     ~Generator();
 
     // Queues a request; nullopt when the queue is full (the caller answers 503).
@@ -72,9 +72,9 @@ private:
     GenerationResult run(GenerationRequest& req);
     void remember(const std::string& text, const std::vector<int32_t>& tokens);
 
-    const Qwen3MoeModel& model_;
+    const Model& model_;
     std::shared_ptr<const Tokenizer> tok_;
-    Qwen3MoeRunner runner_;
+    Runner runner_;
     std::vector<int32_t> cached_;  // tokens whose K/V the runner holds, in order
     size_t max_queue_;
     mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <span>
 #include <string>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,14 @@ struct ExpertTensor {
     size_t expert_bytes = 0;
     uint32_t file_index = 0;
     uint64_t file_offset = 0;
+};
+
+// The three routed-expert tensors of one layer (all null for a dense layer).
+struct ExpertLayer {
+    const ExpertTensor* gate = nullptr;
+    const ExpertTensor* up = nullptr;
+    const ExpertTensor* down = nullptr;
+    bool present() const { return gate != nullptr; }
 };
 
 // Holds resident tensors, read with plain pread into one 64-byte-aligned buffer.
@@ -107,8 +116,7 @@ public:
 // Reads every expert tensor into RAM at load (when the budget allows it, or no budget is given).
 class InRamExpertSource : public ExpertSource {
 public:
-    struct LayerTensors { const ExpertTensor* gate; const ExpertTensor* up; const ExpertTensor* down; };
-    InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers);
+    InRamExpertSource(const GgufModel& model, const std::vector<ExpertLayer>& layers);
     void request(uint32_t layer, std::span<const uint32_t> experts) override;
     std::pair<uint32_t, ExpertView> next_ready(uint32_t layer) override;
     void release(uint32_t, uint32_t) override {}
@@ -120,7 +128,7 @@ private:
     ExpertView view(uint32_t layer, uint32_t expert) const;
     struct Slot { std::vector<uint8_t> gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
     std::vector<Slot> layers_;
-    std::vector<uint32_t> pending_;
+    std::deque<uint32_t> pending_;
     uint64_t bytes_ = 0;
     ExpertSourceStats stats_;
 };

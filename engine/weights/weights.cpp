@@ -1,6 +1,6 @@
-#include "engine/model/weights.h"
+#include "engine/weights/weights.h"
 
-#include "engine/runtime/progress.h"
+#include "engine/util/progress.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -91,7 +91,7 @@ uint64_t ResidentArena::try_lock() {
     return size_;
 }
 
-InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<LayerTensors>& layers) {
+InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<ExpertLayer>& layers) {
     layers_.resize(layers.size());
     uint64_t total = 0;
     for (const auto& l : layers)
@@ -125,7 +125,7 @@ void InRamExpertSource::request(uint32_t, std::span<const uint32_t> experts) {
 std::pair<uint32_t, ExpertView> InRamExpertSource::next_ready(uint32_t layer) {
     if (pending_.empty()) throw ModelError("next_ready without a pending request (layer " + std::to_string(layer) + ")");
     const uint32_t e = pending_.front();
-    pending_.erase(pending_.begin());
+    pending_.pop_front();
     stats_.hits++;
     return {e, view(layer, e)};
 }

@@ -1,0 +1,55 @@
+// Grouped-query attention (qwen3moe, glm4moe): q/k/v projections (+ biases), per-head q/k RMSNorm where the
+// model has it, RoPE on the first n_rot dims, fp16 K/V cache, flash attention, output projection.
+#include "engine/forward/runner.h"
+
+namespace moe {
+
+void Runner::attention_gqa(uint32_t l, int n) {
+    const Hparams& hp = m_.hp;
+    const GqaConfig& g = hp.gqa;
+    const GqaWeights& w = m_.layers[l].gqa;
+    const int E = static_cast<int>(hp.n_embd), hd = static_cast<int>(g.head_dim);
+    const int nh = static_cast<int>(g.n_head), nkv = static_cast<int>(g.n_head_kv);
+    const int Qd = nh * hd, kv_dim = nkv * hd;
+
+    matmul3(w.wq, q_.data(), Qd, w.wk, k_.data(), kv_dim, w.wv, v_.data(), kv_dim, xn_.data(), E, n);
+    // Biases are separate adds in llama.cpp's graph (build_qkv), after the matmul.
+    auto add_bias = [n](std::vector<float>& y, const Tensor& b, int width) {
+        if (!b.present()) return;
+        for (int t = 0; t < n; ++t)
+            for (int i = 0; i < width; ++i) y[t * width + i] += b.f32()[i];
+    };
+    add_bias(q_, w.bq, Qd);
+    add_bias(k_, w.bk, kv_dim);
+    add_bias(v_, w.bv, kv_dim);
+
+    uint16_t* kc = cache_.k[l].data();
+    uint16_t* vc = cache_.v[l].data();
+    pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
+        std::vector<float> cs;
+        for (int64_t t = t0; t < t1; ++t) {
+            const int pos = n_past_ + static_cast<int>(t);
+            ops::rope_cache(hp.rope, pos, cs);
+            for (int h = 0; h < nh; ++h) {
+                float* qh = &q_[t * Qd + h * hd];
+                if (w.q_norm.present()) ops::rms_norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
+                ops::rope(qh, hp.rope, cs);
+            }
+            for (int h = 0; h < nkv; ++h) {
+                float* kh = &k_[t * kv_dim + h * hd];
+                if (w.k_norm.present()) ops::rms_norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
+                ops::rope(kh, hp.rope, cs);
+            }
+            for (int i = 0; i < kv_dim; ++i) {
+                kc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(k_[t * kv_dim + i]);
+                vc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(v_[t * kv_dim + i]);
+            }
+        }
+    });
+    // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
+    const ops::KvView view{kc, vc, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, 0, nullptr};
+    attention_heads(view, q_.data(), Qd, hd, nh, nkv, n, 1.0f / std::sqrt(static_cast<float>(hd)), att_.data(), Qd, hd, false);
+    matmul(w.wo, att_.data(), Qd, n, tmp_.data(), E);
+}
+
+}  // namespace moe

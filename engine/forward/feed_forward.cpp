@@ -1,0 +1,183 @@
+// Feed-forward kinds: a dense SwiGLU FFN, and MoE (routing in routing.cpp; routed experts from the expert
+// source, grouped by expert so each is fetched once per batch; an optional shared expert).
+#include <algorithm>
+
+#include "engine/forward/routing.h"
+#include "engine/forward/runner.h"
+
+namespace moe {
+
+// build_ffn(SILU, PAR): up and gate projections, silu(gate) * up, down; out = that + x.
+void Runner::ffn_dense(uint32_t l, int n) {
+    const DenseFfnWeights& w = m_.layers[l].dense;
+    const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate.ne1);
+    matmul(w.up, xn_.data(), E, n, ffn_u_.data(), F);
+    matmul(w.gate, xn_.data(), E, n, ffn_g_.data(), F);
+    for (int t = 0; t < n; ++t) fops_.swiglu(&ffn_g_[t * F], &ffn_u_[t * F], F);
+    matmul(w.down, ffn_g_.data(), F, n, tmp_.data(), E);
+    for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
+}
+
+// The shared expert: the same SwiGLU as a dense FFN over every token, into out.
+void Runner::shared_expert(uint32_t l, int n, float* out) {
+    const MoeWeights& w = m_.layers[l].experts;
+    const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate_sh.ne1);
+    matmul(w.up_sh, xn_.data(), E, n, ffn_u_.data(), F);
+    matmul(w.gate_sh, xn_.data(), E, n, ffn_g_.data(), F);
+    for (int t = 0; t < n; ++t) fops_.swiglu(&ffn_g_[t * F], &ffn_u_[t * F], F);
+    matmul(w.down_sh, ffn_g_.data(), F, n, out, E);
+}
+
+// out[r] = W[r,:] . x on the calling thread (inside a parallel loop), activations prepared into `act`.
+void Runner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
+                           uint8_t* act) const {
+    kernels::prepare_activations(type, x, act, cols);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, 1, false);
+    if (dots.single_rows) {
+        dots.single_rows(cols, w, row_bytes, rows, act, out);
+        return;
+    }
+    const kernels::DotFn dot = dots.single;
+    for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
+}
+
+// Decode (a few tokens, every expert already in RAM): one parallel loop over the experts instead of three
+// row-parallel matmuls per expert, each expert in its own scratch. Same kernels and expressions per row, so
+// the results are the same bits as the row-parallel path.
+void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users) {
+    const MoeWeights& L = m_.layers[l].experts;
+    const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(L.gate.n_out), U = static_cast<int>(m_.hp.moe.n_expert_used);
+    std::vector<std::pair<uint32_t, ExpertView>> ready;
+    for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
+    const size_t act_bytes = std::max(kernels::activation_bytes(L.gate.type, E), kernels::activation_bytes(L.down.type, F));
+    size_t pairs = 0;
+    for (const auto& [e, v] : ready) pairs += users[e].size();
+    if (par_scratch_.size() < pairs * (2 * F + E)) par_scratch_.resize(pairs * (2 * F + E));
+    if (par_act_.size() < pairs * act_bytes) par_act_.resize(pairs * act_bytes);
+    std::vector<size_t> first(ready.size() + 1, 0);
+    for (size_t k = 0; k < ready.size(); ++k) first[k + 1] = first[k] + users[ready[k].first].size();
+    pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+            const auto& [e, ev] = ready[k];
+            const auto& who = users[e];
+            for (size_t j = 0; j < who.size(); ++j) {
+                const size_t slot = first[k] + j;
+                float* g = &par_scratch_[slot * (2 * F + E)];
+                float* u = g + F;
+                float* y = u + F;
+                uint8_t* act = &par_act_[slot * act_bytes];
+                const float* x = &xn_[(who[j] / U) * E];
+                matvec_serial(ev.gate, L.gate.type, L.gate.row_bytes, F, E, x, g, act);
+                matvec_serial(ev.up, L.up.type, L.up.row_bytes, F, E, x, u, act);
+                fops_.swiglu(g, u, F);
+                matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
+                std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+            }
+        }
+    });
+    for (const auto& [e, v] : ready) {
+        m_.experts->release(l, e);
+        stats_.expert_loads++;
+        stats_.expert_activations += users[e].size();
+    }
+}
+
+// Speculative prefetch of layer l's experts: its router applied to the current residual stream (which changes
+// slowly between layers), the union of every token's selection.
+void Runner::predict_and_prefetch(uint32_t l, int n) {
+    const Hparams& hp = m_.hp;
+    const Layer& L = m_.layers[l];
+    if (!L.moe) return;
+    const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
+    // The last layer's feed-forward runs only for the rows whose logits are wanted (eval_chunk): the last ones.
+    const int first = l + 1 == hp.n_layer ? n - std::min(n, last_layer_rows_) : 0;
+    n -= first;
+    if (n == 0) return;
+    std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
+    for (int t = 0; t < n; ++t) ops::rms_norm(&x_[(first + t) * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    matmul(L.experts.router, norm.data(), E, n, logits.data(), X);
+    std::vector<char> chosen(static_cast<size_t>(X), 0);
+    std::vector<int> top(static_cast<size_t>(U));
+    for (int t = 0; t < n; ++t) {
+        route_token(hp.moe, fops_, &logits[t * X], L.experts.probs_bias.present() ? L.experts.probs_bias.f32() : nullptr, top.data(), w.data());
+        for (int e : top) chosen[e] = 1;
+    }
+    predicted_.clear();
+    for (int e = 0; e < X; ++e)
+        if (chosen[e]) predicted_.push_back(static_cast<uint32_t>(e));
+    predicted_layer_ = static_cast<int>(l);
+    m_.experts->prefetch(l, predicted_);
+}
+
+// Router, selection and experts for n tokens in xn_; adds (routed + shared) to x_.
+void Runner::ffn_moe(uint32_t l, int n) {
+    const Hparams& hp = m_.hp;
+    const MoeWeights& L = m_.layers[l].experts;
+    const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(L.gate.n_out);
+    const int X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
+    if (L.gate_sh.present()) shared_expert(l, n, sh_out_.data());  // before the routed experts reuse the scratch
+    matmul(L.router, xn_.data(), E, n, probs_.data(), X);
+    const float* bias = L.probs_bias.present() ? L.probs_bias.f32() : nullptr;
+    for (int t = 0; t < n; ++t) route_token(hp.moe, fops_, &probs_[t * X], bias, &sel_[t * U], &sel_w_[t * U]);
+    // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
+    std::vector<std::vector<int>> users(X);
+    for (int i = 0; i < n * U; ++i) {
+        users[sel_[i]].push_back(i);
+        selections_[static_cast<size_t>(l) * X + sel_[i]]++;
+    }
+    // Every expert this layer needs is requested at once; each is computed as soon as its bytes are in RAM
+    // (completion order). The weighted sum below is in selection order, so the order here cannot change it.
+    std::vector<uint32_t> needed;
+    for (int e = 0; e < X; ++e)
+        if (!users[e].empty()) needed.push_back(static_cast<uint32_t>(e));
+    ExpertSource& src = *m_.experts;
+    if (!predicted_.empty() && predicted_layer_ == static_cast<int>(l)) {
+        for (uint32_t e : needed) stats_.prefetch_predicted_hits += std::count(predicted_.begin(), predicted_.end(), e) ? 1 : 0;
+        stats_.prefetch_predicted_total += needed.size();
+    }
+    src.request(l, needed);
+    if (src.streams()) {
+        // The next MoE layer's likely experts go in flight behind this layer's demand reads.
+        for (uint32_t next = l + 1; next < hp.n_layer; ++next)
+            if (m_.layers[next].moe) {
+                predict_and_prefetch(next, n);
+                break;
+            }
+    }
+    try {
+        if (!src.streams() && n <= 4) {
+            decode_experts_in_parallel(l, needed, users);
+        } else {
+            for (size_t k = 0; k < needed.size(); ++k) {
+                auto [e, ev] = src.next_ready(l);
+                const auto& who = users[e];
+                const int c = static_cast<int>(who.size());
+                for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
+                matmul(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F, false);
+                matmul(ev.up, L.up.type, L.up.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F, false);
+                for (int j = 0; j < c; ++j) fops_.swiglu(&gg_[j * F], &gu_[j * F], F);
+                matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
+                src.release(l, e);
+                for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+                stats_.expert_loads++;
+                stats_.expert_activations += static_cast<uint64_t>(c);
+            }
+        }
+    } catch (...) {
+        src.abandon();
+        throw;
+    }
+    // Weighted sum in selection order, as llama.cpp adds the experts' views one after another; then the shared
+    // expert; then the residual.
+    const bool shared = L.gate_sh.present();
+    for (int t = 0; t < n; ++t) {
+        for (int i = 0; i < E; ++i) {
+            float acc = expert_out_[(static_cast<size_t>(t) * U) * E + i] * sel_w_[t * U];
+            for (int s = 1; s < U; ++s) acc += expert_out_[(static_cast<size_t>(t) * U + s) * E + i] * sel_w_[t * U + s];
+            if (shared) acc += sh_out_[t * E + i];
+            x_[t * E + i] += acc;
+        }
+    }
+}
+
+}  // namespace moe

@@ -1,0 +1,252 @@
+// Reference forward, top to bottom like the papers (model.h has the tensor shapes). Each step names the
+// llama.cpp graph node it reproduces.
+#include "engine/forward/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "engine/forward/routing.h"
+#include "engine/kernels/float_ops.h"
+#include "engine/kernels/kernels.h"
+
+namespace moe {
+namespace {
+
+using Vec = std::vector<float>;
+
+struct Ctx {
+    const Model& m;
+    RefState& st;
+    RefBatch batch;
+    const kernels::KernelTable& kt;
+    const ops::FloatOps& fops;
+    int pos;
+};
+
+// out[r] = W[r,:] . x for every row r, with x prepared as W's activation type (scalar kernels), summed in the
+// order llama.cpp gives activation row `index` of `n_tok` (n_tok 0: an expert matmul, MUL_MAT_ID). `strided`:
+// the activations are a strided view in llama.cpp's graph (F32 weights then keep the one-token order).
+void matvec(const Ctx& c, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
+            int n_tok = 0, int index = 0, bool strided = false) {
+    std::vector<uint8_t> act(kernels::activation_bytes(type, cols));
+    kernels::prepare_activations(type, x, act.data(), cols);
+    const bool dense = n_tok > 0 && !(strided && type == GgmlType::F32);
+    auto dot = kernels::matmul_dots(c.kt, type, rows, cols, std::max(n_tok, 1), dense).at(index);
+    for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
+}
+
+// A dense matmul of the layer at this token's place in its batch.
+void dense(const Ctx& c, const Tensor& t, const float* x, float* out) {
+    matvec(c, t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, out, c.batch.n_tok, c.batch.index);
+}
+
+// Attention of one query against this layer's cached positions 0..pos (those in `visible` when given).
+void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, float* out) {
+    ops::AttnScratch scratch;
+    const bool tiled = ops::tiled_attention(c.fops.flavor, c.batch.n_tok, kv.dv);
+    (tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
+}
+
+// GQA: projections (+ biases), per-head q/k norm, RoPE, fp16 cache, attention per head, output projection.
+void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
+    const Hparams& hp = c.m.hp;
+    const GqaWeights& w = c.m.layers[l].gqa;
+    const int hd = static_cast<int>(hp.gqa.head_dim), nh = static_cast<int>(hp.gqa.n_head), nkv = static_cast<int>(hp.gqa.n_head_kv);
+    const int kv_dim = nkv * hd;
+    Vec q(nh * hd), k(kv_dim), v(kv_dim), att(nh * hd), cs;
+    dense(c, w.wq, xn.data(), q.data());
+    dense(c, w.wk, xn.data(), k.data());
+    dense(c, w.wv, xn.data(), v.data());
+    if (w.bq.present()) for (int i = 0; i < nh * hd; ++i) q[i] += w.bq.f32()[i];
+    if (w.bk.present()) for (int i = 0; i < kv_dim; ++i) k[i] += w.bk.f32()[i];
+    if (w.bv.present()) for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
+    ops::rope_cache(hp.rope, c.pos, cs);
+    for (int h = 0; h < nh; ++h) {
+        if (w.q_norm.present()) ops::rms_norm(&q[h * hd], w.q_norm.f32(), &q[h * hd], hd, hp.rms_eps);
+        ops::rope(&q[h * hd], hp.rope, cs);
+    }
+    for (int h = 0; h < nkv; ++h) {
+        if (w.k_norm.present()) ops::rms_norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
+        ops::rope(&k[h * hd], hp.rope, cs);
+    }
+    uint16_t* kc = c.st.cache.k[l].data();
+    uint16_t* vc = c.st.cache.v[l].data();
+    for (int i = 0; i < kv_dim; ++i) {
+        kc[static_cast<size_t>(c.pos) * kv_dim + i] = fp32_to_fp16(k[i]);
+        vc[static_cast<size_t>(c.pos) * kv_dim + i] = fp32_to_fp16(v[i]);
+    }
+    // Query head h reads kv head h / (nh / nkv).
+    for (int h = 0; h < nh; ++h) {
+        const int kvh = h / (nh / nkv);
+        const ops::KvView kv{kc + kvh * hd, vc + kvh * hd, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, c.pos + 1, nullptr};
+        attend(c, kv, &q[h * hd], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
+    }
+    dense(c, w.wo, att.data(), out.data());
+}
+
+// The DSA lightning indexer of a full layer: which past positions this token's attention may see.
+std::vector<uint8_t> dsa_select(const Ctx& c, uint32_t l, const Vec& xn, const Vec& qr) {
+    const Hparams& hp = c.m.hp;
+    const IndexerConfig& ic = hp.indexer;
+    const MlaWeights& w = c.m.layers[l].mla;
+    const int IH = static_cast<int>(ic.n_head), ID = static_cast<int>(ic.head_dim);
+    Vec iq(IH * ID), ik(ID), hw(IH), normed(ID), cs, kf(ID);
+    dense(c, w.ix_q_b, qr.data(), iq.data());
+    dense(c, w.ix_k, xn.data(), ik.data());
+    dense(c, w.ix_proj, xn.data(), hw.data());
+    ops::rope_cache(hp.rope, c.pos, cs);
+    // Queries and the key: RoPE on the first n_rot dims, then the Walsh-Hadamard rotation.
+    for (int h = 0; h < IH; ++h) {
+        ops::rope(&iq[h * ID], hp.rope, cs);
+        ops::hadamard(&iq[h * ID], ID);
+    }
+    ops::layer_norm(c.fops.flavor, ik.data(), w.ix_k_norm.f32(), w.ix_k_norm_b.f32(), normed.data(), ID, 0.0f);
+    ops::rope(normed.data(), hp.rope, cs);
+    ops::hadamard(normed.data(), ID);
+    uint16_t* keys = c.st.cache.ix[l].data();
+    for (int i = 0; i < ID; ++i) keys[static_cast<size_t>(c.pos) * ID + i] = fp32_to_fp16(normed[i]);
+    const float w_scale = 1.0f / std::sqrt(static_cast<float>(ID * IH));
+    for (float& x : hw) x *= w_scale;
+    // score[s] = sum_h w[h] * relu(q[h] . k[s]) over positions 0..pos, in a row as long as llama.cpp's cache view.
+    const int used = c.pos - c.batch.index + c.batch.n_tok;
+    const int view = std::max(256, (used + 255) / 256 * 256);
+    Vec score(view, -std::numeric_limits<float>::infinity());
+    for (int s = 0; s <= c.pos; ++s) {
+        for (int i = 0; i < ID; ++i) kf[i] = fp16_to_fp32_lut(keys[static_cast<size_t>(s) * ID + i]);
+        float acc = 0.f;
+        for (int h = 0; h < IH; ++h) acc = std::fma(std::max(c.fops.dot_f32(&iq[h * ID], kf.data(), ID), 0.0f), hw[h], acc);
+        score[s] = acc + 0.0f;
+    }
+    const int k = std::min(view, static_cast<int>(ic.top_k));
+    std::vector<int> pick(k);
+    ops::top_k(score.data(), view, k, pick.data());
+    std::vector<uint8_t> visible(c.pos + 1, 0);
+    for (int p : pick)
+        if (p <= c.pos) visible[p] = 1;
+    return visible;
+}
+
+// MLA in the absorbed form (see forward/attention_mla.cpp for the equations).
+void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vector<uint8_t>& dsa_visible) {
+    const Hparams& hp = c.m.hp;
+    const MlaConfig& mc = hp.mla;
+    const MlaWeights& w = c.m.layers[l].mla;
+    const int H = static_cast<int>(mc.n_head), nope = static_cast<int>(mc.qk_nope), rope = static_cast<int>(mc.qk_rope);
+    const int qk = nope + rope, lora = static_cast<int>(mc.kv_lora_rank), dk = lora + rope, vh = static_cast<int>(mc.v_head);
+    Vec q(H * qk), qr(std::max<uint32_t>(mc.q_lora_rank, 1)), kv(dk), qh(dk), lat(lora), att(H * vh), cs;
+    // 1. queries, through the normed q-LoRA latent when there is one
+    if (mc.q_lora_rank) {
+        dense(c, w.wq_a, xn.data(), qr.data());
+        ops::rms_norm(qr.data(), w.q_a_norm.f32(), qr.data(), static_cast<int>(mc.q_lora_rank), hp.rms_eps);
+        dense(c, w.wq_b, qr.data(), q.data());
+    } else {
+        dense(c, w.wq, xn.data(), q.data());
+    }
+    // 2. the compressed KV: [latent | k_pe]; RoPE on q_pe and k_pe, RMSNorm on the latent; cached as fp16
+    dense(c, w.wkv_a, xn.data(), kv.data());
+    ops::rope_cache(hp.rope, c.pos, cs);
+    for (int h = 0; h < H; ++h) ops::rope(&q[h * qk + nope], hp.rope, cs);
+    ops::rope(&kv[lora], hp.rope, cs);
+    ops::rms_norm(kv.data(), w.kv_a_norm.f32(), kv.data(), lora, hp.rms_eps);
+    uint16_t* cache = c.st.cache.k[l].data();
+    for (int i = 0; i < dk; ++i) cache[static_cast<size_t>(c.pos) * dk + i] = fp32_to_fp16(kv[i]);
+    // 3. DSA: a full layer picks the visible positions; a shared layer keeps the last full layer's pick
+    if (c.m.has_indexer() && c.m.layers[l].indexer_full) dsa_visible = dsa_select(c, l, xn, qr);
+    // 4. per head: absorb k_b into the query, attend over the latent cache (values: its first kv_lora), project
+    //    through v_b
+    for (int h = 0; h < H; ++h) {
+        matvec(c, w.wk_b.row(static_cast<int64_t>(h) * lora), w.wk_b.type, w.wk_b.row_bytes, lora, nope, &q[h * qk], qh.data(),
+               c.batch.n_tok, c.batch.index, true);
+        std::copy_n(&q[h * qk + nope], rope, &qh[lora]);
+        const ops::KvView view{cache, cache, static_cast<size_t>(dk), static_cast<size_t>(dk), dk, lora, c.pos + 1,
+                               c.m.has_indexer() ? dsa_visible.data() : nullptr};
+        attend(c, view, qh.data(), mc.kq_scale, lat.data());
+        matvec(c, w.wv_b.row(static_cast<int64_t>(h) * vh), w.wv_b.type, w.wv_b.row_bytes, vh, lora, lat.data(), &att[h * vh],
+               c.batch.n_tok, c.batch.index, true);
+    }
+    dense(c, w.wo, att.data(), out.data());
+}
+
+// SwiGLU FFN: down(silu(gate . x) * (up . x)).
+void swiglu_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out) {
+    const int F = static_cast<int>(gate.ne1);
+    Vec g(F), u(F);
+    dense(c, up, xn.data(), u.data());
+    dense(c, gate, xn.data(), g.data());
+    c.fops.swiglu(g.data(), u.data(), F);
+    dense(c, down, g.data(), out.data());
+}
+
+// MoE: route, run the chosen experts, sum their outputs weighted in routing order, add the shared expert.
+void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_batch) {
+    const Hparams& hp = c.m.hp;
+    const MoeWeights& w = c.m.layers[l].experts;
+    const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
+    Vec probs(X), weight(U);
+    std::vector<int> sel(U);
+    matvec(c, w.router.data, w.router.type, w.router.row_bytes, X, E, xn.data(), probs.data(), router_batch.n_tok, router_batch.index);
+    route_token(hp.moe, c.fops, probs.data(), w.probs_bias.present() ? w.probs_bias.f32() : nullptr, sel.data(), weight.data());
+    const int F = static_cast<int>(w.gate.n_out);
+    Vec g(F), u(F), y(E);
+    for (int s = 0; s < U; ++s) {
+        ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
+        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data());
+        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data());
+        c.fops.swiglu(g.data(), u.data(), F);
+        matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data());
+        c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
+        for (int i = 0; i < E; ++i) out[i] = s == 0 ? y[i] * weight[s] : out[i] + y[i] * weight[s];
+    }
+    if (w.gate_sh.present()) {
+        Vec sh(E);
+        swiglu_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh);
+        for (int i = 0; i < E; ++i) out[i] += sh[i];
+    }
+}
+
+}  // namespace
+
+RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor) {
+    RefState st;
+    st.flavor = flavor;
+    st.cache = SequenceCache::make(m, n_ctx);
+    return st;
+}
+
+void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatch batch) {
+    const Hparams& hp = m.hp;
+    const int E = static_cast<int>(hp.n_embd);
+    if (st.n_past >= st.cache.n_ctx) throw std::out_of_range("context full");
+    if (token < 0 || token >= static_cast<int>(hp.n_vocab)) throw std::out_of_range("token id out of range");
+    const Ctx c{m, st, batch, kernels::reference_table(st.flavor), ops::float_ops(st.flavor), st.n_past};
+
+    Vec x(E), xn(E), out(E);
+    std::vector<uint8_t> dsa_visible;
+    // 1. token embedding
+    kernels::dequantize_row(m.tok_embd.type, m.tok_embd.row(token), x.data(), E);
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const Layer& L = m.layers[l];
+        // 2. attention block on the normed input, then the residual
+        ops::rms_norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
+        if (L.attn == AttentionKind::Mla) attention_mla(c, l, xn, out, dsa_visible);
+        else attention_gqa(c, l, xn, out);
+        for (int i = 0; i < E; ++i) x[i] += out[i];
+        // 3. feed-forward block on the normed input, then the residual. llama.cpp keeps only the output rows
+        //    for the last layer's feed-forward, so its dense matmuls see that batch.
+        ops::rms_norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
+        const bool last = l + 1 == hp.n_layer;
+        Ctx fc = c;
+        if (last) fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index};
+        if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
+        else swiglu_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
+        for (int i = 0; i < E; ++i) x[i] += out[i];
+    }
+    // 4. final norm and output head
+    ops::rms_norm(x.data(), m.output_norm.f32(), xn.data(), E, hp.rms_eps);
+    matvec(c, m.output.data, m.output.type, m.output.row_bytes, m.output.ne1, m.output.ne0, xn.data(), logits, batch.n_out, batch.out_index);
+    st.n_past++;
+}
+
+}  // namespace moe

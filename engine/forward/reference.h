@@ -1,0 +1,31 @@
+// The plain reference forward pass: one token at a time, scalar kernels, no threads, every architecture. It is
+// the oracle the fast path (runner.h) is tested against; keep it simple, never optimise it.
+#pragma once
+#include <vector>
+
+#include "engine/forward/sequence_cache.h"
+#include "engine/kernels/flavor.h"
+#include "engine/model/model.h"
+
+namespace moe {
+
+struct RefState {
+    kernels::Flavor flavor = kernels::default_flavor();
+    int n_past = 0;
+    SequenceCache cache;
+};
+
+// llama.cpp's summation order for a matmul depends on how many activation rows it multiplies at once and on
+// the row's place among them (see kernels::matmul_dots). The reference runs one token at a time, so it is told
+// the batch the fast path would put the token in: its size and the token's index, for the layers (dense
+// matmuls) and for the output head (which sees only the rows whose logits are wanted).
+struct RefBatch {
+    int n_tok = 1, index = 0;
+    int n_out = 1, out_index = 0;
+};
+
+RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor = kernels::default_flavor());
+// Runs `token` at position st.n_past, appends to the cache, writes n_vocab logits.
+void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatch batch = {});
+
+}  // namespace moe

@@ -1,0 +1,47 @@
+#include "engine/forward/routing.h"
+
+#include <limits>
+#include <vector>
+
+namespace moe {
+
+void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const float* probs_bias, int* selected, float* weights) {
+    const int X = static_cast<int>(c.n_expert), U = static_cast<int>(c.n_expert_used);
+    if (c.gating == Gating::Softmax) ops.softmax(p, X);
+    else for (int e = 0; e < X; ++e) p[e] = ops::sigmoid(p[e]);
+
+    // Selection scores: the probabilities plus the bias (DeepSeek-V3); the weights stay unbiased.
+    std::vector<float> score(p, p + X);
+    if (probs_bias)
+        for (int e = 0; e < X; ++e) score[e] = p[e] + probs_bias[e];
+
+    if (c.n_group > 1) {
+        // A group scores the sum of its two best; experts outside the best n_group_used groups are masked.
+        const int G = static_cast<int>(c.n_group), per = X / G;
+        std::vector<float> group_score(G);
+        int two[2];
+        for (int g = 0; g < G; ++g) {
+            ops::top_k(&score[g * per], per, 2, two);
+            group_score[g] = static_cast<float>(static_cast<double>(score[g * per + two[0]]) + static_cast<double>(score[g * per + two[1]]));
+        }
+        std::vector<int> keep(c.n_group_used);
+        ops::top_k(group_score.data(), G, static_cast<int>(c.n_group_used), keep.data());
+        std::vector<char> kept(G, 0);
+        for (int g : keep) kept[g] = 1;
+        for (int g = 0; g < G; ++g)
+            if (!kept[g]) std::fill_n(&score[g * per], per, -std::numeric_limits<float>::infinity());
+    }
+
+    ops::top_k(score.data(), X, U, selected);
+    for (int s = 0; s < U; ++s) weights[s] = p[selected[s]];
+    if (c.norm_weights) {
+        double sum = 0;
+        for (int s = 0; s < U; ++s) sum += weights[s];
+        const float norm = std::max(static_cast<float>(sum), 6.103515625e-5f);
+        for (int s = 0; s < U; ++s) weights[s] /= norm;
+    }
+    if (c.weights_scale != 0.f && c.weights_scale != 1.f)
+        for (int s = 0; s < U; ++s) weights[s] *= c.weights_scale;
+}
+
+}  // namespace moe

@@ -1,0 +1,242 @@
+// The layer loop of the fast forward pass and its matmul helpers; attention and feed-forward kinds live in
+// their own files.
+#include "engine/forward/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/kernels/attention.h"
+
+namespace moe {
+
+Runner::Runner(const Model& model, RunnerOptions opt)
+    : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table(opt.flavor)), fops_(ops::float_ops(opt.flavor)),
+      attend_(kernels::attention_kernel(opt.flavor)), attend_tiled_(kernels::tiled_attention_kernel(opt.flavor)) {
+    const Hparams& hp = m_.hp;
+    if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
+    if (opt_.n_batch <= 0) opt_.n_batch = 512;
+    cache_ = SequenceCache::make(m_, opt_.n_ctx);
+    const size_t B = static_cast<size_t>(opt_.n_batch), E = hp.n_embd;
+    x_.resize(B * E);
+    xn_.resize(B * E);
+    tmp_.resize(B * E);
+    bool any_gqa = false, any_mla = false;
+    for (const Layer& L : m_.layers) {
+        any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
+        any_mla = any_mla || L.attn == AttentionKind::Mla;
+    }
+    if (any_gqa) {
+        const GqaConfig& g = hp.gqa;
+        const size_t qd = size_t{g.n_head} * g.head_dim, kvd = size_t{g.n_head_kv} * g.head_dim;
+        q_.resize(B * qd * (g.output_gate ? 2 : 1));
+        k_.resize(B * kvd);
+        v_.resize(B * kvd);
+        att_.resize(B * qd);
+    }
+    if (any_mla) {
+        const MlaConfig& c = hp.mla;
+        const size_t H = c.n_head, qk = c.qk_nope + c.qk_rope, dk = c.kv_lora_rank + c.qk_rope;
+        q_.resize(std::max(q_.size(), B * H * qk));
+        qa_.resize(B * std::max<uint32_t>(c.q_lora_rank, 1));
+        kva_.resize(B * dk);
+        qabs_.resize(B * H * dk);
+        lat_.resize(B * H * c.kv_lora_rank);
+        att_.resize(std::max(att_.size(), B * H * c.v_head));
+        if (m_.has_indexer()) {
+            const IndexerConfig& ix = hp.indexer;
+            ixq_.resize(B * ix.n_head * ix.head_dim);
+            ixk_.resize(B * ix.head_dim);
+            ixw_.resize(B * ix.n_head);
+            dsa_sel_.resize(B * ix.top_k);
+            dsa_count_.resize(B);
+        }
+    }
+    const MoeConfig& mc = hp.moe;
+    const size_t ff = std::max({hp.n_ff_dense, mc.n_ff_shexp, 1u});
+    ffn_g_.resize(B * ff);
+    ffn_u_.resize(B * ff);
+    sh_out_.resize(B * E);
+    if (mc.n_expert) {
+        probs_.resize(B * mc.n_expert);
+        sel_.resize(B * mc.n_expert_used);
+        sel_w_.resize(B * mc.n_expert_used);
+        expert_out_.resize(B * mc.n_expert_used * E);
+        gx_.resize(B * E);
+        gg_.resize(B * mc.n_ff_exp);
+        gu_.resize(B * mc.n_ff_exp);
+        gy_.resize(B * E);
+    }
+    selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
+}
+
+void Runner::truncate(int n) {
+    if (n < 0 || n > n_past_) throw std::out_of_range("truncate beyond the cached positions");
+    n_past_ = n;
+}
+
+const float* Runner::logits(int i) const {
+    if (logits_rows_ == 0) throw std::logic_error("no logits: eval() has not run");
+    if (i < 0) i = logits_rows_ - 1;
+    return logits_.data() + static_cast<size_t>(i) * m_.hp.n_vocab;
+}
+
+void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride,
+                    int n_tok, float* out, int64_t out_stride, bool dense, bool strided) {
+    const size_t ab = kernels::activation_bytes(type, cols);
+    if (act_.size() < ab * n_tok) act_.resize(ab * n_tok);
+    for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
+    // F32 weights read strided activations directly in llama.cpp, which keeps them off llamafile's GEMM.
+    const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok);
+    const kernels::DotRowsFn dot_rows = dots.single_rows;
+    const uint8_t* act = act_.data();
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        if (n_tok == 1 && dot_rows) {  // decode: the row loop inside the kernel
+            dot_rows(cols, w + r0 * row_bytes, row_bytes, r1 - r0, act, out + r0);
+            return;
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* row = w + r * row_bytes;
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dots.at(t)(cols, row, act + t * ab);
+        }
+    });
+}
+
+// Three matmuls of the same input (q, k, v) as one parallel loop over their rows together.
+void Runner::matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
+                     int64_t sc, const float* x, int64_t x_stride, int n_tok) {
+    const Tensor* w[3] = {&a, &b, &c};
+    float* out[3] = {oa, ob, oc};
+    const int64_t stride[3] = {sa, sb, sc};
+    size_t ab[3], off[3], total = 0;
+    for (int i = 0; i < 3; ++i) {
+        ab[i] = kernels::activation_bytes(w[i]->type, w[i]->ne0);
+        off[i] = total;
+        total += ab[i] * static_cast<size_t>(n_tok);
+    }
+    if (act_.size() < total) act_.resize(total);
+    for (int i = 0; i < 3; ++i)
+        for (int t = 0; t < n_tok; ++t)
+            kernels::prepare_activations(w[i]->type, x + t * x_stride, act_.data() + off[i] + t * ab[i], w[i]->ne0);
+    const int64_t rows = a.ne1 + b.ne1 + c.ne1;
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            int i = 0;
+            int64_t rr = r;
+            while (rr >= w[i]->ne1) rr -= w[i++]->ne1;
+            const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w[i]->type, w[i]->ne1, w[i]->ne0, n_tok, true);
+            const uint8_t* row = w[i]->row(rr);
+            for (int t = 0; t < n_tok; ++t) out[i][t * stride[i] + rr] = dots.at(t)(w[i]->ne0, row, act_.data() + off[i] + t * ab[i]);
+        }
+    });
+}
+
+void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
+                          float* out, int64_t out_head, int64_t out_stride) {
+    const int64_t cols = w.ne0;
+    const size_t ab = kernels::activation_bytes(w.type, cols);
+    const size_t need = ab * static_cast<size_t>(n_tok) * heads;
+    if (act_.size() < need) act_.resize(need);
+    for (int h = 0; h < heads; ++h)
+        for (int t = 0; t < n_tok; ++t)
+            kernels::prepare_activations(w.type, x + h * x_head + t * x_stride, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab, cols);
+    // Each head is a MUL_MAT over a strided view of the activations (permuted heads).
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, n_tok, w.type != GgmlType::F32);
+    pool_.parallel_for(static_cast<int64_t>(heads) * rows, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t h = i / rows, r = i % rows;
+            const uint8_t* row = w.row(h * rows + r);
+            for (int t = 0; t < n_tok; ++t)
+                out[h * out_head + t * out_stride + r] = dots.at(t)(cols, row, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab);
+        }
+    });
+}
+
+void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits) {
+    if (tokens.empty()) return;
+    if (static_cast<int64_t>(n_past_) + static_cast<int64_t>(tokens.size()) > opt_.n_ctx)
+        throw std::length_error("the prompt needs " + std::to_string(n_past_ + tokens.size()) + " positions but the context holds " +
+                                std::to_string(opt_.n_ctx));
+    for (int32_t t : tokens)
+        if (t < 0 || t >= static_cast<int32_t>(m_.hp.n_vocab))
+            throw std::out_of_range("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(m_.hp.n_vocab - 1) + ")");
+    const int total = static_cast<int>(tokens.size());
+    logits_rows_ = want_all_logits ? total : 1;
+    logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
+    for (int off = 0; off < total; off += opt_.n_batch) {
+        const int n = std::min(opt_.n_batch, total - off);
+        const bool last_chunk = off + n == total;
+        if (want_all_logits || last_chunk) eval_chunk(tokens.data() + off, n, want_all_logits, want_all_logits ? off : -1);
+        else eval_chunk(tokens.data() + off, n, false, -2);
+    }
+}
+
+// out_base >= 0: write logits of all n tokens at row out_base; -1: last token only at row 0; -2: none.
+void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base) {
+    const Hparams& hp = m_.hp;
+    const int E = static_cast<int>(hp.n_embd);
+    for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
+    last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
+
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const Layer& L = m_.layers[l];
+        for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        if (L.attn == AttentionKind::Mla) attention_mla(l, n);
+        else attention_gqa(l, n);
+        for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
+
+        // As llama.cpp: the last layer's feed-forward runs only for the rows whose logits are wanted (moved to
+        // the front): none in a middle chunk, else the last token, else all. Nothing else reads the others, and
+        // the router's summation order depends on how many rows it sees.
+        int n_ffn = n;
+        if (l + 1 == hp.n_layer && !want_all_logits) {
+            n_ffn = last_layer_rows_;
+            if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
+        }
+        for (int t = 0; t < n_ffn; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        if (n_ffn == 0) continue;
+        if (L.moe) ffn_moe(l, n_ffn);
+        else ffn_dense(l, n_ffn);
+    }
+    n_past_ += n;
+    stats_.tokens_evaluated += static_cast<uint64_t>(n);
+    if (out_base == -2) return;
+    const int rows = want_all_logits ? n : 1;
+    for (int t = 0; t < rows; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+    float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
+    matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
+}
+
+// One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads
+// map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
+void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
+                             int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked) {
+    const bool tiled = ops::tiled_attention(opt_.flavor, n, base.dv);  // as llama.cpp for a batch of n query rows
+    const ops::AttendFn fn = tiled ? attend_tiled_ : attend_;
+    const int group = heads / kv_heads;
+    pool_.parallel_for(static_cast<int64_t>(n) * heads, [&](int64_t i0, int64_t i1) {
+        ops::AttnScratch scratch;
+        std::vector<uint8_t> visible;
+        int visible_for = -1;
+        for (int64_t i = i0; i < i1; ++i) {
+            const int t = static_cast<int>(i / heads), h = static_cast<int>(i % heads), kvh = h / group;
+            ops::KvView kv = base;
+            kv.k += static_cast<size_t>(kvh) * base.dk;
+            kv.v += static_cast<size_t>(kvh) * base.dv;
+            kv.n_kv = n_past_ + t + 1;
+            if (masked) {
+                if (visible_for != t) {
+                    visible.assign(static_cast<size_t>(kv.n_kv), 0);
+                    for (int s = 0; s < dsa_count_[t]; ++s) visible[dsa_sel_[static_cast<size_t>(t) * m_.hp.indexer.top_k + s]] = 1;
+                    visible_for = t;
+                }
+                kv.visible = visible.data();
+            }
+            fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
+        }
+    });
+}
+
+}  // namespace moe

@@ -1,0 +1,123 @@
+// The fast forward pass, one for every architecture: batched prompt processing, threaded matmuls with the SIMD
+// kernels, tokens grouped by expert so each expert's weights are fetched once per batch. Each layer runs its
+// attention kind (attention_gqa.cpp, attention_mla.cpp) and its feed-forward kind (feed_forward.cpp). The
+// numerics are the reference's (reference.h): same formulas, same summation orders, the same bits.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/forward/sequence_cache.h"
+#include "engine/kernels/float_ops.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model/model.h"
+#include "engine/runtime/thread_pool.h"
+
+namespace moe {
+
+struct RunnerOptions {
+    int n_ctx = 4096;    // cache positions
+    int n_threads = 2;
+    // Prompt tokens per forward chunk: llama.cpp's default micro-batch, so that a prompt's matmuls sum in the
+    // same order as there (one token and several differ, see kernels::matmul_dots).
+    int n_batch = 512;
+    kernels::Flavor flavor = kernels::default_flavor();  // which llama.cpp build's float arithmetic to follow
+};
+
+struct RunnerStats {
+    uint64_t tokens_evaluated = 0;
+    uint64_t expert_activations = 0;  // (token, expert) pairs computed
+    uint64_t expert_loads = 0;        // distinct experts fetched per batch
+    uint64_t prefetch_predicted_hits = 0, prefetch_predicted_total = 0;  // next-layer router prediction accuracy
+};
+
+class Runner {
+public:
+    Runner(const Model& model, RunnerOptions opt);
+
+    // Evaluates `tokens` at positions n_past().. and appends them to the cache. Logits are kept for every
+    // token when want_all_logits, else for the last one only. Throws std::length_error when the context would
+    // overflow and std::out_of_range for a token id outside the vocabulary.
+    void eval(std::span<const int32_t> tokens, bool want_all_logits = false);
+    // Logits of token i of the last eval (i = -1: the last token).
+    const float* logits(int i = -1) const;
+    int n_past() const { return n_past_; }
+    int n_ctx() const { return opt_.n_ctx; }
+    int n_vocab() const { return static_cast<int>(m_.hp.n_vocab); }
+    const Model& model() const { return m_; }
+    // Forgets cache positions >= n (prefix reuse keeps what is below).
+    void truncate(int n);
+    const RunnerStats& stats() const { return stats_; }
+    // How often the router chose each expert: [layer * n_expert + expert], for routing profiles.
+    const std::vector<uint64_t>& expert_selections() const { return selections_; }
+
+private:
+    // Per-chunk row counts: n tokens, and the rows whose last-layer feed-forward runs (llama.cpp's inp_out_ids).
+    void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base);
+
+    // Matmuls. `dense`: a MUL_MAT in llama.cpp's graph (its batched order may differ from one token's);
+    // otherwise an expert's MUL_MAT_ID. `strided`: the activations are a strided view in llama.cpp, which keeps
+    // F32 weights on the one-token order even for batches.
+    void matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride,
+                int n_tok, float* out, int64_t out_stride, bool dense, bool strided = false);
+    void matmul(const Tensor& t, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
+        matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride, true);
+    }
+    void matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
+                 int64_t sc, const float* x, int64_t x_stride, int n_tok);
+    // Per-head matmuls of a 3-D weight (MLA's k_b and v_b): head h multiplies `rows` rows starting at h*rows
+    // with the activations of head h (x + h*x_head), for every token.
+    void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
+                      float* out, int64_t out_head, int64_t out_stride);
+
+    // Attention kinds: read xn_ (normed input, n rows), write tmp_ (n rows of n_embd).
+    void attention_gqa(uint32_t l, int n);
+    void attention_mla(uint32_t l, int n);
+    void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills dsa_sel_
+    void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
+                         int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked);
+
+    // Feed-forward kinds: read xn_ (n rows), add their output to x_.
+    void ffn_dense(uint32_t l, int n);
+    void ffn_moe(uint32_t l, int n);
+    void shared_expert(uint32_t l, int n, float* out);
+    void predict_and_prefetch(uint32_t layer, int n);
+    void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
+    void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
+                       uint8_t* act) const;
+
+    const Model& m_;
+    RunnerOptions opt_;
+    ThreadPool pool_;
+    const kernels::KernelTable& kt_;
+    const ops::FloatOps& fops_;
+    ops::AttendFn attend_, attend_tiled_;
+    int n_past_ = 0;
+    int last_layer_rows_ = 0;  // rows of the current chunk whose last-layer feed-forward runs (the last ones)
+    RunnerStats stats_;
+    SequenceCache cache_;
+
+    // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
+    std::vector<float> x_, xn_, tmp_;                     // [n][n_embd]
+    std::vector<float> q_, k_, v_, att_;                  // attention projections and outputs
+    std::vector<float> qa_, kva_, qabs_, lat_;            // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
+    std::vector<float> ixq_, ixk_, ixw_, ixs_;            // DSA indexer: queries, keys, head weights, scores
+    std::vector<int> dsa_sel_;                            // [n][top_k] positions each query may attend to
+    std::vector<int> dsa_count_;                          // [n] how many of them
+    std::vector<float> ffn_g_, ffn_u_, sh_out_;           // dense / shared-expert hidden and output
+    std::vector<float> probs_;               // [n][n_expert]
+    std::vector<int> sel_;                   // [n][n_expert_used] chosen experts, llama.cpp's order
+    std::vector<float> sel_w_;               // [n][n_expert_used] their weights
+    std::vector<float> expert_out_;          // [n][n_expert_used][n_embd]
+    std::vector<float> gx_, gg_, gu_, gy_;   // per-expert gathered inputs / hidden / outputs
+    std::vector<uint8_t> act_;               // prepared activations
+    std::vector<float> par_scratch_;         // decode_experts_in_parallel: per (expert, token) gate|up|out
+    std::vector<uint8_t> par_act_;           // ... and its activation bytes
+    std::vector<float> logits_;              // [kept][n_vocab]
+    int logits_rows_ = 0;
+    std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
+    std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
+    int predicted_layer_ = -1;
+};
+
+}  // namespace moe

@@ -1,0 +1,247 @@
+// The FMA-heavy building blocks of float_ops.h. Each is built twice (target_clones): with hardware FMA where the
+// CPU has it, and for baseline x86-64, where std::fma is a library call; both give the same bits. The flavored
+// ones are written once as templates and instantiated per llama.cpp build.
+#include "engine/kernels/float_ops.h"
+
+#include <limits>
+
+#include "engine/kernels/ggml_numerics.h"
+
+#define MOE_FMA_CLONES __attribute__((target_clones("fma", "default")))
+
+namespace moe::ops {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float rope_yarn_ramp(float low, float high, int i0) {
+    const float y = (static_cast<float>(i0 / 2) - low) / std::max(0.001f, high - low);
+    return 1 - std::min(1.f, std::max(0.f, y));
+}
+
+template <Flavor F>
+void softmax_impl(float* x, int n) {
+    float max = kNegInf;
+    for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+    const double sum = ggml::vec_soft_max<F>(n, x, x, max);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int k = 0; k < n; ++k) x[k] *= inv;
+}
+
+template <Flavor F>
+void swiglu_impl(float* g, const float* u, int n) {
+    constexpr int L = kernels::f32_lanes(F);
+    int i = 0;
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; ++l) g[i + l] = ggml::silu_v<F>(g[i + l]) * u[i + l];
+    for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+template <Flavor F>
+void silu_impl(float* x, int n) {
+    constexpr int L = kernels::f32_lanes(F);
+    int i = 0;
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; ++l) x[i + l] = ggml::silu_v<F>(x[i + l]);
+    for (; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+template <Flavor F>
+float dot_f32_impl(const float* x, const float* y, int n) {
+    return ggml::dot_vec_order<F>(x, y, n, ggml::as_float, false);
+}
+
+template <Flavor F>
+void attend_impl(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    s.q16.resize(static_cast<size_t>(kv.dk));
+    s.acc16.assign(static_cast<size_t>(kv.dv), 0);
+    for (int d = 0; d < kv.dk; ++d) s.q16[d] = fp32_to_fp16(q[d]);
+    uint16_t* acc = s.acc16.data();
+    float M = kNegInf, S = 0.f;
+    for (int j = 0; j < kv.n_kv; ++j) {
+        if (kv.visible && !kv.visible[j]) continue;
+        const uint16_t* kj = kv.k + static_cast<size_t>(j) * kv.k_stride;
+        const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
+        float sc = ggml::dot_vec_order<F>(kj, s.q16.data(), kv.dk, ggml::half_as_float, true) * scale;  // ggml_vec_dot_f16
+        sc += 0.0f;  // the mask's zero
+        float ms = 1.f, vs = 1.f;
+        if (sc > M) {
+            const float m_old = M;
+            M = sc;
+            ms = std::exp(m_old - M);
+            for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32_lut(acc[d]) * ms);
+        } else {
+            vs = std::exp(sc - M);
+        }
+        for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc[d])));
+        S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc[d]) * inv;
+}
+
+template <Flavor F>
+void attend_tiled_impl(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    constexpr int kTile = ggml::kFaTile;
+    s.acc.assign(static_cast<size_t>(kv.dv), 0.f);
+    float* acc = s.acc.data();
+    float kq[kTile];
+    float M = kNegInf, S = 0.f;
+    for (int ic = 0; ic < kv.n_kv; ic += kTile) {
+        const int in_tile = std::min(kTile, kv.n_kv - ic);
+        for (int t = 0; t < kTile; ++t) {
+            if (t >= in_tile || (kv.visible && !kv.visible[ic + t])) {
+                kq[t] = kNegInf;
+                continue;
+            }
+            const uint16_t* kt = kv.k + static_cast<size_t>(ic + t) * kv.k_stride;
+            float sc = 0.f;
+            for (int d = 0; d < kv.dk; ++d) sc = std::fma(fp16_to_fp32_lut(kt[d]), q[d], sc);
+            kq[t] = sc * scale;
+        }
+        if (!ggml::tiled_softmax_step<F>(kq, M, S, acc, kv.dv)) continue;
+        for (int d = 0; d < kv.dv; ++d) {
+            float a = acc[d];
+            for (int t = 0; t < in_tile; ++t)
+                if (kq[t] != 0.f) a = std::fma(fp16_to_fp32_lut(kv.v[static_cast<size_t>(ic + t) * kv.v_stride + d]), kq[t], a);
+            acc[d] = a;
+        }
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * inv;
+}
+
+// Entry points with FMA clones, per flavor.
+MOE_FMA_CLONES void softmax_512(float* x, int n) { softmax_impl<Flavor::Avx512>(x, n); }
+MOE_FMA_CLONES void softmax_256(float* x, int n) { softmax_impl<Flavor::Avx2>(x, n); }
+MOE_FMA_CLONES void swiglu_512(float* g, const float* u, int n) { swiglu_impl<Flavor::Avx512>(g, u, n); }
+MOE_FMA_CLONES void swiglu_256(float* g, const float* u, int n) { swiglu_impl<Flavor::Avx2>(g, u, n); }
+MOE_FMA_CLONES void silu_512(float* x, int n) { silu_impl<Flavor::Avx512>(x, n); }
+MOE_FMA_CLONES void silu_256(float* x, int n) { silu_impl<Flavor::Avx2>(x, n); }
+MOE_FMA_CLONES float dot_f32_512(const float* x, const float* y, int n) { return dot_f32_impl<Flavor::Avx512>(x, y, n); }
+MOE_FMA_CLONES float dot_f32_256(const float* x, const float* y, int n) { return dot_f32_impl<Flavor::Avx2>(x, y, n); }
+MOE_FMA_CLONES void attend_512(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    attend_impl<Flavor::Avx512>(q, kv, scale, out, s);
+}
+MOE_FMA_CLONES void attend_256(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    attend_impl<Flavor::Avx2>(q, kv, scale, out, s);
+}
+MOE_FMA_CLONES void attend_tiled_512(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    attend_tiled_impl<Flavor::Avx512>(q, kv, scale, out, s);
+}
+MOE_FMA_CLONES void attend_tiled_256(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    attend_tiled_impl<Flavor::Avx2>(q, kv, scale, out, s);
+}
+
+}  // namespace
+
+MOE_FMA_CLONES void rope_cache(const RopeParams& p, int pos, std::vector<float>& cs) {
+    cs.resize(static_cast<size_t>(p.n_rot));
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    float theta = static_cast<float>(pos);
+    for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+        // rope_yarn, with GCC's contractions of ggml's C++.
+        const float theta_extrap = theta;
+        const float theta_interp = p.freq_scale * theta_extrap;
+        float t = theta_interp;
+        float mscale = p.attn_factor;
+        if (p.ext_factor != 0.0f) {
+            const float ramp_mix = rope_yarn_ramp(p.corr_dims[0], p.corr_dims[1], i0) * p.ext_factor;
+            t = std::fma(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
+            mscale *= std::fma(0.1f, std::log(1.0f / p.freq_scale), 1.0f);
+        }
+        cs[i0] = std::cos(t) * mscale;
+        cs[i0 + 1] = std::sin(t) * mscale;
+        theta *= theta_scale;
+    }
+}
+
+MOE_FMA_CLONES void rope(float* x, const RopeParams& p, const std::vector<float>& cs) {
+    const int n = p.n_rot;
+    for (int i0 = 0; i0 < n; i0 += 2) {
+        // NEOX pairs (i0/2, i0/2 + n/2); NORM pairs (i0, i0 + 1).
+        const int ic = p.neox ? i0 / 2 : i0;
+        const int off = p.neox ? n / 2 : 1;
+        const float c = cs[i0], s = cs[i0 + 1];
+        const float x0 = x[ic], x1 = x[ic + off];
+        // As GCC contracts ggml's rotate_pairs (x0*c - x1*s, x0*s + x1*c): the first product fused.
+        x[ic] = std::fma(x0, c, -(x1 * s));
+        x[ic + off] = std::fma(x0, s, x1 * c);
+    }
+}
+
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
+    // ggml.c is ISO C: nothing contracted.
+    auto corr_dim = [&](float beta) {
+        const float num = static_cast<float>(n_rot) * std::log(static_cast<float>(n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI)));
+        return num / (2 * std::log(freq_base));
+    };
+    const float start = std::floor(corr_dim(beta_fast));
+    const float end = std::ceil(corr_dim(beta_slow));
+    dims[0] = std::max(0.f, start);
+    dims[1] = std::min(static_cast<float>(n_rot - 1), end);
+}
+
+void top_k(const float* v, int n, int k, int* idx) {
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [v](int a, int b) { return v[a] > v[b]; });
+    std::copy_n(order.begin(), k, idx);
+    if (k > 1) std::swap(idx[0], idx[1]);
+}
+
+template <Flavor F>
+static void layer_norm_impl(const float* x, const float* w, const float* b, float* y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
+    const float mean = static_cast<float>(sum) / static_cast<float>(n);
+    // ggml_vec_cvar_f32: deviations, their squares summed per register into a double.
+    constexpr int L = kernels::f32_lanes(F);
+    double var = 0.0;
+    int i = 0;
+    for (; i + L <= n; i += L) {
+        float sq[L];
+        for (int l = 0; l < L; ++l) {
+            y[i + l] = x[i + l] - mean;
+            sq[l] = y[i + l] * y[i + l];
+        }
+        var += static_cast<double>(ggml::reduce_register<F>(sq));
+    }
+    for (; i < n; ++i) {
+        y[i] = x[i] - mean;
+        var += static_cast<double>(y[i] * y[i]);
+    }
+    const float variance = static_cast<float>(var / n);
+    const float scale = 1.0f / std::sqrt(variance + eps);
+    for (int j = 0; j < n; ++j) y[j] *= scale;
+    if (w)
+        for (int j = 0; j < n; ++j) y[j] *= w[j];
+    if (b)
+        for (int j = 0; j < n; ++j) y[j] += b[j];
+}
+
+void layer_norm(Flavor f, const float* x, const float* w, const float* b, float* y, int n, float eps) {
+    if (f == Flavor::Avx512) layer_norm_impl<Flavor::Avx512>(x, w, b, y, n, eps);
+    else layer_norm_impl<Flavor::Avx2>(x, w, b, y, n, eps);
+}
+
+void hadamard(float* x, int n) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+    for (int j = 0; j < n; ++j) x[j] *= scale;
+    // Butterflies: u + v and u - v are exact in every order ggml runs them.
+    for (int len = 1; len < n; len <<= 1)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = 0; j < len; ++j) {
+                const float u = x[i + j], v = x[i + len + j];
+                x[i + j] = u + v;
+                x[i + len + j] = u - v;
+            }
+}
+
+const FloatOps& float_ops(Flavor f) {
+    static const FloatOps avx512{Flavor::Avx512, softmax_512, swiglu_512, silu_512, dot_f32_512, attend_512, attend_tiled_512};
+    static const FloatOps avx2{Flavor::Avx2, softmax_256, swiglu_256, silu_256, dot_f32_256, attend_256, attend_tiled_256};
+    return f == Flavor::Avx512 ? avx512 : avx2;
+}
+
+}  // namespace moe::ops

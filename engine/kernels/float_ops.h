@@ -1,0 +1,101 @@
+// The float building blocks of every forward pass, written to reproduce ggml's CPU numerics: double sums
+// where ggml uses ggml_float, fp16 KV caches, fp16 accumulation in flash attention, FMAs where GCC fuses
+// ggml's C++. The reference and fast passes share them; the fast path differs in kernels, batching and
+// threads, not in these formulas. Where llama.cpp's AVX2 and AVX-512 builds differ (vector exp, register
+// width), the function comes from the flavor's FloatOps table. The FMA-heavy ones live in float_ops.cpp.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/kernels/flavor.h"
+#include "engine/kernels/fp16.h"
+
+namespace moe::ops {
+using kernels::Flavor;
+
+// y = x / sqrt(mean(x^2) + eps) * w   (w may be null; y may be x)
+inline void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float mean = static_cast<float>(sum / n);
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int i = 0; i < n; ++i) y[i] = x[i] * scale;
+    if (w)
+        for (int i = 0; i < n; ++i) y[i] *= w[i];
+}
+
+// x / max(||x||, eps), as ggml_l2_norm.
+inline void l2_norm(float* x, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float scale = 1.0f / std::fmax(std::sqrt(static_cast<float>(sum)), eps);
+    for (int i = 0; i < n; ++i) x[i] *= scale;
+}
+
+// 1 / (1 + expf(-x)), as ggml_sigmoid (libm's expf, not the vector one).
+inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+// RoPE as ggml_rope_ext: the first n_rot dims of a head rotate; NORM pairs adjacent dims (2i, 2i+1), NEOX pairs
+// i with i + n_rot/2. YaRN mixes interpolated and extrapolated angles per pair between corr_dims and scales
+// cos/sin by attn_factor (times its own log correction when ext_factor is on).
+struct RopeParams {
+    int n_rot = 0;
+    bool neox = true;
+    float freq_base = 10000.f;
+    float freq_scale = 1.f;
+    float ext_factor = 0.f;
+    float attn_factor = 1.f;
+    float corr_dims[2] = {0.f, 0.f};
+};
+// cos/sin pairs for one position: cs[2i] = cos, cs[2i+1] = sin of pair i.
+void rope_cache(const RopeParams& p, int pos, std::vector<float>& cs);
+void rope(float* x, const RopeParams& p, const std::vector<float>& cs);
+// ggml_rope_yarn_corr_dims: the dims where YaRN's ramp starts and ends.
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
+
+// Indices of the k largest of n values, as ggml_top_k: std::partial_sort of 0..n-1 by value (ties as
+// libstdc++ leaves them), then the first two swapped ("the order is not important"; it is for sums).
+void top_k(const float* v, int n, int k, int* idx);
+
+// ggml_norm (mean and variance, eps) then * w + b, each a separate rounding as llama.cpp's graph has them.
+void layer_norm(Flavor f, const float* x, const float* w, const float* b, float* y, int n, float eps);
+
+// ggml_compute_forward_fwht: the orthonormal Walsh-Hadamard transform of a power-of-two row, in place.
+void hadamard(float* x, int n);
+
+// One query row against a view of an fp16 cache: keys and values `*_stride` halves apart (V may alias the
+// first dv values of K, as MLA's latent cache does), positions 0..n_kv-1, of which those with visible[j] == 0
+// are masked (visible null: all). ggml's flash attention: the one-row path (q rounded to fp16, K.Q as
+// ggml_vec_dot_f16, online softmax with expf, V accumulated in fp16) below 64 query rows, the tiled path (q in
+// f32, 64-position tiles, vector exp, f32 accumulator) from 64 rows when dv is a multiple of the register width.
+struct KvView {
+    const uint16_t* k = nullptr;
+    const uint16_t* v = nullptr;
+    size_t k_stride = 0, v_stride = 0;
+    int dk = 0, dv = 0;
+    int n_kv = 0;
+    const uint8_t* visible = nullptr;
+};
+struct AttnScratch {
+    std::vector<uint16_t> q16, acc16;
+    std::vector<float> acc;
+};
+inline bool tiled_attention(Flavor f, int n_query_rows, int dv) { return n_query_rows >= 64 && dv % kernels::f32_lanes(f) == 0; }
+
+using AttendFn = void (*)(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s);
+
+// The flavor-dependent operations, scalar (the reference); kernels/attention.h has the SIMD attention.
+struct FloatOps {
+    Flavor flavor;
+    void (*softmax)(float* x, int n);                     // ggml_soft_max of a row (no scale, no mask)
+    void (*swiglu)(float* g, const float* u, int n);     // g = silu(g) * u   (ggml_vec_swiglu_f32)
+    void (*silu)(float* x, int n);                        // ggml_vec_silu_f32
+    float (*dot_f32)(const float* x, const float* y, int n);  // ggml_vec_dot_f32
+    AttendFn attend;                                      // one-row flash attention
+    AttendFn attend_tiled;                                // tiled flash attention, one row of a 64+ row batch
+};
+const FloatOps& float_ops(Flavor f);
+
+}  // namespace moe::ops

@@ -1,0 +1,31 @@
+// Architecture descriptions: each reads its hyperparameter keys and tensor names into the one Model layout,
+// choosing per layer an attention kind and a feed-forward kind. Adding an architecture means a description
+// here and, where its layers are new, one attention or gating kind in engine/forward.
+#pragma once
+#include "engine/model/arch/arch_loader.h"
+
+namespace moe::arch {
+
+void load_qwen3moe(ArchLoader& ld, Model& m);
+void load_glm4moe(ArchLoader& ld, Model& m);
+void load_deepseek2(ArchLoader& ld, Model& m);  // deepseek2 (DeepSeek-V2/V3, Kimi-K2) and glm-dsa (GLM-5.x)
+
+// Shared pieces (common.cpp).
+
+// block_count minus nextn_predict_layers, with the NextN blocks' tensors recognised and skipped.
+void load_layer_count(ArchLoader& ld, Hparams& hp);
+// token_embd (sets n_vocab), output_norm, output (tied to token_embd when absent).
+void load_embeddings(ArchLoader& ld, Model& m);
+// RoPE on n_rot dims: base, linear or YaRN scaling (rope.scaling.*). Returns YaRN's attention mscale for
+// deepseek2's kq_scale (1 without YaRN); `deepseek_log_mul` reads rope.scaling.yarn_log_multiplier as
+// deepseek2 does.
+float load_rope(ArchLoader& ld, Hparams& hp, uint32_t n_rot, bool neox, bool deepseek_log_mul);
+// expert_count/used/ffn, shared experts, gating (default when the key is absent), weight norm/scale, groups.
+void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool force_norm = false);
+// One MoE layer's router, selection bias, routed experts and shared expert.
+void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& prefix);
+void load_dense_ffn(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& prefix);
+
+inline std::string blk(uint32_t l) { return "blk." + std::to_string(l) + "."; }
+
+}  // namespace moe::arch

@@ -1,0 +1,150 @@
+#include "engine/model/arch/arch_loader.h"
+
+#include "engine/model/model_facts.h"
+
+namespace moe {
+
+std::string shape_string(const std::vector<uint64_t>& ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+ArchLoader::ArchLoader(const GgufModel& file)
+    : file_(file), meta_(file.meta()), arch_(meta_.get_string("general.architecture").value_or("")) {}
+
+void ArchLoader::fail(const std::string& what) const { throw ModelError(meta_.path + ": " + what); }
+
+bool ArchLoader::has(const std::string& key) const { return meta_.find(key_name(key)) != nullptr; }
+
+uint32_t ArchLoader::u32(const std::string& key, std::optional<uint32_t> fallback) const {
+    const std::string k = key_name(key);
+    auto v = meta_.get_int(k);
+    if (!v) {
+        if (meta_.find(k)) fail("metadata " + k + " is not an integer");
+        if (!fallback) fail("metadata " + k + " is missing");
+        return *fallback;
+    }
+    if (*v <= 0 || *v > (1 << 30)) fail("metadata " + k + " = " + std::to_string(*v) + " is out of range");
+    return static_cast<uint32_t>(*v);
+}
+
+uint32_t ArchLoader::u32_or_zero(const std::string& key, uint32_t fallback) const {
+    const std::string k = key_name(key);
+    auto v = meta_.get_int(k);
+    if (!v) {
+        if (meta_.find(k)) fail("metadata " + k + " is not an integer");
+        return fallback;
+    }
+    if (*v < 0 || *v > (1 << 30)) fail("metadata " + k + " = " + std::to_string(*v) + " is out of range");
+    return static_cast<uint32_t>(*v);
+}
+
+float ArchLoader::f32(const std::string& key, float fallback) const {
+    const std::string k = key_name(key);
+    auto v = meta_.get_double(k);
+    if (!v) {
+        if (meta_.find(k)) fail("metadata " + k + " is not a number");
+        return fallback;
+    }
+    if (!std::isfinite(*v)) fail("metadata " + k + " = " + std::to_string(*v) + " is not finite");
+    return static_cast<float>(*v);
+}
+
+bool ArchLoader::flag(const std::string& key, bool fallback) const {
+    auto v = meta_.get_int(key_name(key));
+    return v ? *v != 0 : fallback;
+}
+
+std::optional<std::string> ArchLoader::str(const std::string& key) const { return meta_.get_string(key_name(key)); }
+
+std::optional<std::vector<bool>> ArchLoader::bool_array(const std::string& key, size_t n) const {
+    const std::string k = key_name(key);
+    const GgufValue* v = meta_.find(k);
+    if (!v) return std::nullopt;
+    if (!v->is_array() || v->elem_type == GgufValueType::STRING)
+        fail("metadata " + k + " is not an array of flags");
+    if (v->count != n) fail("metadata " + k + " has " + std::to_string(v->count) + " entries but the model has " + std::to_string(n) + " layers");
+    const size_t width = v->raw.size() / std::max<uint64_t>(v->count, 1);
+    std::vector<bool> out(n);
+    for (size_t i = 0; i < n; ++i) {
+        bool any = false;
+        for (size_t b = 0; b < width; ++b) any = any || v->raw[i * width + b] != 0;
+        out[i] = any;
+    }
+    return out;
+}
+
+const GgufTensorInfo* ArchLoader::info(const std::string& name, bool required) {
+    const GgufTensorInfo* t = file_.find_tensor(name);
+    if (!t && required) fail("tensor '" + name + "' is missing");
+    if (t) {
+        auto ti = type_info(t->raw_type);
+        if (!ti || !ti->computable)
+            fail("tensor '" + name + "' has type " + type_name(t->raw_type) +
+                 ", which this engine has no kernel for (supported: f32 f16 bf16 q8_0 q4_0 q4_K q5_K q6_K)");
+        claimed_.insert(name);
+    }
+    return t;
+}
+
+void ArchLoader::expect_shape(const GgufTensorInfo* t, const std::vector<uint64_t>& want, const std::string& why) const {
+    std::vector<uint64_t> got = t->ne;
+    while (got.size() > want.size() && got.back() == 1) got.pop_back();
+    if (got != want)
+        fail("tensor '" + t->name + "' has shape " + shape_string(t->ne) + " but metadata (" + why + ") implies " + shape_string(want));
+}
+
+void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, const std::string& why, bool required) {
+    dst = Tensor{};
+    dst.name = name;
+    const GgufTensorInfo* t = info(name, required);
+    if (!t) return;
+    expect_shape(t, shape, why);
+    dst.type = t->type();
+    dst.ne0 = static_cast<int64_t>(shape[0]);
+    dst.ne1 = 1;
+    for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
+    dst.row_bytes = *row_bytes(dst.type, shape[0]);
+    if (shape.size() == 1 && dst.type != GgmlType::F32)
+        fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
+    resident_list_.push_back(t);
+    bindings_.emplace_back(&dst, name);
+}
+
+ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_t n_out, uint64_t n_expert, const std::string& why) {
+    const GgufTensorInfo* t = info(name, true);
+    expect_shape(t, {n_in, n_out, n_expert}, why);
+    ExpertTensor e;
+    e.name = name;
+    e.type = t->type();
+    e.n_in = static_cast<int64_t>(n_in);
+    e.n_out = static_cast<int64_t>(n_out);
+    e.n_expert = static_cast<int64_t>(n_expert);
+    e.row_bytes = *row_bytes(e.type, n_in);
+    e.expert_bytes = e.row_bytes * n_out;
+    e.file_index = t->file_index;
+    e.file_offset = t->file_offset;
+    return e;
+}
+
+void ArchLoader::skip_blocks(uint32_t first, uint32_t count) {
+    for (const auto& t : file_.tensors) {
+        const int l = tensor_layer(t.name);
+        if (l >= static_cast<int>(first) && l < static_cast<int>(first + count)) claimed_.insert(t.name);
+    }
+}
+
+void ArchLoader::finish(Model& m) {
+    for (const auto& t : file_.tensors) {
+        if (claimed_.count(t.name)) continue;
+        const int l = tensor_layer(t.name);
+        if (l >= static_cast<int>(m.hp.n_layer))
+            fail("tensor '" + t.name + "' is beyond block_count " + std::to_string(m.hp.n_layer + m.hp.n_layer_nextn));
+        fail("tensor '" + t.name + "' is not used by architecture " + arch_ + " (a newer or different layout?)");
+    }
+    m.resident = std::make_unique<ResidentArena>(file_, resident_list_);
+    for (auto& [tensor, name] : bindings_) tensor->data = m.resident->data_of(name);
+}
+
+}  // namespace moe

@@ -1,0 +1,65 @@
+// What an architecture description uses to read a GGUF file: typed metadata keys under the architecture's
+// prefix, and tensors checked against the shapes the metadata implies before anything is read. Every error
+// is a ModelError that names the file, the key or tensor, and both values.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
+
+namespace moe {
+
+class ArchLoader {
+public:
+    explicit ArchLoader(const GgufModel& file);
+
+    const std::string& arch() const { return arch_; }
+    const GgufModel& file() const { return file_; }
+
+    // "<arch>.<key>" as a positive integer (<= 2^30); required keys throw when missing.
+    uint32_t u32(const std::string& key, std::optional<uint32_t> fallback = std::nullopt) const;
+    // Like u32 but 0 is a valid value.
+    uint32_t u32_or_zero(const std::string& key, uint32_t fallback = 0) const;
+    float f32(const std::string& key, float fallback) const;
+    bool flag(const std::string& key, bool fallback) const;
+    std::optional<std::string> str(const std::string& key) const;
+    bool has(const std::string& key) const;
+    // A bool (or integer) array with exactly n entries; nullopt when the key is absent.
+    std::optional<std::vector<bool>> bool_array(const std::string& key, size_t n) const;
+
+    // A tensor the forward pass reads from RAM: checks name, shape and type and records it for the arena.
+    // Optional tensors that are absent leave `dst` empty (not present()).
+    void resident(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, const std::string& why, bool required = true);
+    bool has_tensor(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+    // A routed-expert tensor [n_in, n_out, n_expert]: located, never read here.
+    ExpertTensor experts(const std::string& name, uint64_t n_in, uint64_t n_out, uint64_t n_expert, const std::string& why);
+    // Tensors of blocks [first, first + count): a NextN/MTP block the engine recognises but does not run.
+    void skip_blocks(uint32_t first, uint32_t count);
+
+    [[noreturn]] void fail(const std::string& what) const;
+    std::string key_name(const std::string& key) const { return arch_ + "." + key; }
+
+    // Rejects tensors no description claimed (a block beyond block_count, an unknown name in a known block),
+    // then reads the resident tensors into one arena and points every recorded Tensor at its bytes.
+    void finish(Model& m);
+
+private:
+    const GgufTensorInfo* info(const std::string& name, bool required);
+    void expect_shape(const GgufTensorInfo* t, const std::vector<uint64_t>& want, const std::string& why) const;
+
+    const GgufModel& file_;
+    const GgufFile& meta_;
+    std::string arch_;
+    std::set<std::string> claimed_;
+    std::vector<const GgufTensorInfo*> resident_list_;
+    std::vector<std::pair<Tensor*, std::string>> bindings_;
+};
+
+// "[a, b, c]"
+std::string shape_string(const std::vector<uint64_t>& ne);
+
+}  // namespace moe

@@ -1,0 +1,55 @@
+// glm4moe (GLM-4.5/4.6/4.7): GQA with q/k/v biases, optional q/k RMSNorm, NeoX RoPE on the first
+// rope.dimension_count dims; leading dense layers, then MoE with sigmoid routing, a selection bias
+// (exp_probs_b), renormalised and scaled weights, and a shared expert. A NextN block may follow the trunk.
+#include "engine/model/arch/arch.h"
+
+namespace moe::arch {
+
+void load_glm4moe(ArchLoader& ld, Model& m) {
+    Hparams& hp = m.hp;
+    load_layer_count(ld, hp);
+    GqaConfig& g = hp.gqa;
+    g.n_head = ld.u32("attention.head_count");
+    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
+    g.head_dim = ld.u32("attention.key_length", hp.n_embd / g.n_head);
+    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
+    if (v_dim != g.head_dim)
+        ld.fail("attention.value_length " + std::to_string(v_dim) + " differs from key_length " + std::to_string(g.head_dim));
+    if (g.n_head % g.n_head_kv)
+        ld.fail("head_count " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " + std::to_string(g.n_head_kv));
+    load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
+    if (hp.rope.n_rot > static_cast<int>(g.head_dim))
+        ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
+    load_moe_config(ld, hp, Gating::Sigmoid);
+    hp.n_layer_dense_lead = ld.u32_or_zero("leading_dense_block_count");
+    if (hp.n_layer_dense_lead > hp.n_layer)
+        ld.fail("leading_dense_block_count " + std::to_string(hp.n_layer_dense_lead) + " exceeds the " + std::to_string(hp.n_layer) + " layers");
+    if (hp.n_layer_dense_lead) hp.n_ff_dense = ld.u32("feed_forward_length");
+    load_embeddings(ld, m);
+
+    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const std::string e_why = "embedding_length " + std::to_string(E);
+    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
+    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
+    m.layers.resize(hp.n_layer);
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const std::string p = blk(l);
+        Layer& L = m.layers[l];
+        L.attn = AttentionKind::Gqa;
+        ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
+        ld.resident(L.gqa.wq, p + "attn_q.weight", {E, Q}, qwhy);
+        ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
+        ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
+        ld.resident(L.gqa.bq, p + "attn_q.bias", {Q}, qwhy, false);
+        ld.resident(L.gqa.bk, p + "attn_k.bias", {KV}, kvwhy, false);
+        ld.resident(L.gqa.bv, p + "attn_v.bias", {KV}, kvwhy, false);
+        ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, qwhy);
+        ld.resident(L.gqa.q_norm, p + "attn_q_norm.weight", {g.head_dim}, "key_length", false);
+        ld.resident(L.gqa.k_norm, p + "attn_k_norm.weight", {g.head_dim}, "key_length", false);
+        ld.resident(L.ffn_norm, p + "post_attention_norm.weight", {E}, e_why);
+        if (l < hp.n_layer_dense_lead) load_dense_ffn(ld, hp, L, p);
+        else load_moe_layer(ld, hp, L, p);
+    }
+}
+
+}  // namespace moe::arch

@@ -1,0 +1,50 @@
+// qwen3moe (Qwen3-30B-A3B, Qwen3-235B-A22B): GQA with per-head q/k RMSNorm and NeoX RoPE on the whole head;
+// every layer MoE with softmax routing and renormalised weights; no shared expert.
+#include "engine/model/arch/arch.h"
+
+namespace moe::arch {
+
+void load_qwen3moe(ArchLoader& ld, Model& m) {
+    Hparams& hp = m.hp;
+    load_layer_count(ld, hp);
+    GqaConfig& g = hp.gqa;
+    g.n_head = ld.u32("attention.head_count");
+    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
+    g.head_dim = ld.u32("attention.key_length", hp.n_embd / g.n_head);
+    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
+    if (v_dim != g.head_dim)
+        ld.fail("attention.value_length " + std::to_string(v_dim) + " differs from key_length " + std::to_string(g.head_dim) +
+                " (not a qwen3moe shape)");
+    if (g.n_head % g.n_head_kv)
+        ld.fail("head_count " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " + std::to_string(g.n_head_kv));
+    if (g.head_dim % 2) ld.fail("key_length " + std::to_string(g.head_dim) + " is odd (RoPE needs pairs)");
+    load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
+    if (hp.rope.n_rot > static_cast<int>(g.head_dim))
+        ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
+    // qwen3moe routes with softmax and always renormalises the chosen weights.
+    load_moe_config(ld, hp, Gating::Softmax, /*force_norm=*/true);
+    hp.moe.n_ff_shexp = 0;
+    load_embeddings(ld, m);
+
+    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const std::string e_why = "embedding_length " + std::to_string(E);
+    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
+    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
+    m.layers.resize(hp.n_layer);
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const std::string p = blk(l);
+        Layer& L = m.layers[l];
+        L.attn = AttentionKind::Gqa;
+        ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
+        ld.resident(L.gqa.wq, p + "attn_q.weight", {E, Q}, qwhy);
+        ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
+        ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
+        ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, qwhy);
+        ld.resident(L.gqa.q_norm, p + "attn_q_norm.weight", {g.head_dim}, "key_length");
+        ld.resident(L.gqa.k_norm, p + "attn_k_norm.weight", {g.head_dim}, "key_length");
+        ld.resident(L.ffn_norm, p + "ffn_norm.weight", {E}, e_why);
+        load_moe_layer(ld, hp, L, p);
+    }
+}
+
+}  // namespace moe::arch

@@ -1,0 +1,78 @@
+// Hyperparameters of a MoE model, for every architecture the engine runs: one plain struct, read from GGUF
+// metadata by an architecture description (model/arch/), consumed by the one forward pass (engine/forward).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/float_ops.h"
+
+namespace moe {
+
+// What a layer's attention block is.
+enum class AttentionKind {
+    Gqa,            // grouped-query attention; optional q/k norm, q/k/v biases, partial RoPE, output gate
+    Mla,            // multi-head latent attention with absorbed k_b/v_b (deepseek2), optionally the DSA indexer
+    GatedDeltaNet,  // linear attention with a recurrent state (qwen35moe)
+};
+
+enum class Gating { Softmax, Sigmoid };
+
+struct GqaConfig {
+    uint32_t n_head = 0, n_head_kv = 0;
+    uint32_t head_dim = 0;  // key_length == value_length
+    bool output_gate = false;  // qwen35moe: attn_q also yields a per-head gate, out *= sigmoid(gate)
+};
+
+struct MlaConfig {
+    uint32_t n_head = 0;
+    uint32_t q_lora_rank = 0;   // 0: plain attn_q
+    uint32_t kv_lora_rank = 0;  // latent width: the cache holds kv_lora + qk_rope halves per token
+    uint32_t qk_nope = 0, qk_rope = 0, v_head = 0;
+    float kq_scale = 0.f;       // mscale^2 / sqrt(qk_nope + qk_rope)
+};
+
+// The DSA lightning indexer (glm-dsa): per query, the top_k past positions the main attention may see.
+struct IndexerConfig {
+    uint32_t n_head = 0, head_dim = 0, top_k = 0;
+    std::vector<bool> full;  // per trunk layer: a full indexer layer (else it reuses the last full layer's picks)
+};
+
+struct DeltaNetConfig {
+    uint32_t conv_kernel = 0;  // K: taps of the causal conv over recent tokens
+    uint32_t state = 0;        // S: head dim of q/k/v
+    uint32_t n_k_heads = 0;    // Hk: q/k heads (ssm.group_count)
+    uint32_t n_v_heads = 0;    // Hv: v heads (ssm.time_step_rank); v head j uses k head j % Hk
+    uint32_t conv_dim() const { return 2 * state * n_k_heads + state * n_v_heads; }
+};
+
+struct MoeConfig {
+    uint32_t n_expert = 0, n_expert_used = 0;
+    uint32_t n_ff_exp = 0;      // routed expert hidden width
+    uint32_t n_ff_shexp = 0;    // shared expert hidden width (0: none)
+    Gating gating = Gating::Softmax;
+    bool norm_weights = false;  // renormalise the selected weights to sum 1
+    float weights_scale = 0.f;  // multiply the weights (0 or 1: no scaling)
+    uint32_t n_group = 0, n_group_used = 0;  // group-limited routing (DeepSeek-V3) when n_group > 1
+    bool shared_gate = false;   // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
+};
+
+struct Hparams {
+    std::string arch;
+    uint32_t n_layer = 0;        // trunk layers (NextN/MTP blocks excluded)
+    uint32_t n_layer_nextn = 0;  // appended NextN/MTP blocks: recognised, not run
+    uint32_t n_embd = 0;
+    uint32_t n_vocab = 0;
+    uint32_t n_ctx_train = 0;
+    float rms_eps = 1e-6f;
+    ops::RopeParams rope;        // n_rot, style, base, YaRN
+    uint32_t n_layer_dense_lead = 0;  // leading layers with a dense FFN
+    uint32_t n_ff_dense = 0;          // their hidden width
+    GqaConfig gqa;
+    MlaConfig mla;
+    IndexerConfig indexer;
+    DeltaNetConfig ssm;
+    MoeConfig moe;
+};
+
+}  // namespace moe

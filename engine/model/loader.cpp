@@ -1,0 +1,54 @@
+#include "engine/model/loader.h"
+
+#include "engine/model/arch/arch.h"
+
+namespace moe {
+namespace {
+
+struct ArchEntry {
+    const char* name;
+    void (*load)(ArchLoader&, Model&);
+};
+
+constexpr ArchEntry kArchs[] = {
+    {"qwen3moe", arch::load_qwen3moe},
+    {"glm4moe", arch::load_glm4moe},
+    {"deepseek2", arch::load_deepseek2},
+    {"glm-dsa", arch::load_deepseek2},
+};
+
+}  // namespace
+
+const std::vector<std::string>& supported_architectures() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const auto& a : kArchs) v.emplace_back(a.name);
+        return v;
+    }();
+    return names;
+}
+
+std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt) {
+    ArchLoader ld(file);
+    const ArchEntry* entry = nullptr;
+    for (const auto& a : kArchs)
+        if (ld.arch() == a.name) entry = &a;
+    if (!entry) {
+        std::string list;
+        for (const auto& n : supported_architectures()) list += (list.empty() ? "" : ", ") + n;
+        ld.fail("architecture '" + (ld.arch().empty() ? std::string("(missing)") : ld.arch()) + "' is not supported (supported: " + list + ")");
+    }
+    auto m = std::make_unique<Model>();
+    m->hp.arch = ld.arch();
+    entry->load(ld, *m);
+    ld.finish(*m);
+    if (!m->output.present()) m->output = m->tok_embd;  // tied embeddings
+
+    std::vector<ExpertLayer> layers(m->layers.size());
+    for (size_t l = 0; l < m->layers.size(); ++l)
+        if (m->layers[l].moe) layers[l] = {&m->layers[l].experts.gate, &m->layers[l].experts.up, &m->layers[l].experts.down};
+    m->experts = opt.experts ? opt.experts(file, layers, m->hp) : std::make_unique<InRamExpertSource>(file, layers);
+    return m;
+}
+
+}  // namespace moe

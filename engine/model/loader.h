@@ -1,0 +1,31 @@
+// Loading a model: dispatch on general.architecture to its description (model/arch/), validate every key
+// against every tensor shape before a byte of weights is read, then read the resident tensors and hand the
+// routed experts to an expert source.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
+
+namespace moe {
+
+// Builds the model's expert source from its per-layer expert tensors (null entries: dense layers). The
+// default reads every expert into RAM; the streaming cache (runtime/expert_cache.h) is the other one.
+using ExpertSourceFactory =
+    std::function<std::unique_ptr<ExpertSource>(const GgufModel& file, const std::vector<ExpertLayer>& layers, const Hparams& hp)>;
+
+struct LoadOptions {
+    ExpertSourceFactory experts;
+};
+
+// Throws ModelError naming the key or tensor and both values when the file contradicts itself, or naming the
+// architecture and the supported ones when it is not one of them.
+std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt = {});
+
+// Architectures load_model accepts, in GGUF's spelling.
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace moe
