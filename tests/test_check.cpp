@@ -45,6 +45,7 @@ ModelFacts big_model() {
     m.layer_expert_bytes.assign(94, 128ull * (12ull << 20));
     m.expert_bytes = 94ull * 128 * (12ull << 20);
     m.moe_layers = 94;
+    m.cache_bytes_per_token = 94ull * 4 * (128 + 128) * 2;
     return m;
 }
 

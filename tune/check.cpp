@@ -86,6 +86,12 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     // Memory: resident weights, KV cache and the expert cache must fit without swapping.
     if (in.model) {
         const ModelFacts& m = *in.model;
+        add({"engine_support", "this engine runs the model", m.supported ? CheckStatus::Pass : CheckStatus::Fail,
+             m.supported ? m.arch + (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
+                                                           " recognised, not loaded)" : "")
+                         : m.unsupported_reason,
+             "a supported architecture and weight types",
+             m.supported ? "" : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
         const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
         const uint64_t need = m.resident_bytes + kv + reserve;
         CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;

@@ -112,6 +112,8 @@ Fingerprint fingerprint_of(const HostFacts& h, const std::string& model_path) {
 Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) {
     if (opt.target != "engine" && opt.target != "llama-server")
         throw PlanError("--target '" + opt.target + "' is not engine or llama-server");
+    if (opt.target == "engine" && !m.supported)
+        throw PlanError("the engine cannot run " + opt.model_path + ": " + m.unsupported_reason + " (plan with --target llama-server)");
     Plan p;
     p.created_by = opt.created_by;
     p.target = opt.target;
@@ -197,7 +199,8 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
                         " for the expert cache; one layer's selected experts need " + mib(need));
     why("ram_budget", std::to_string(budget),
         opt.ram_budget ? "given by --ram-budget" : mib(ram) + " RAM minus an OS reserve of " + mib(reserve) + " (5%, at least 1 GiB)");
-    why("kv_cache", std::to_string(p.kv_bytes), "fp16 K and V for " + std::to_string(opt.n_ctx) + " positions");
+    why("kv_cache", std::to_string(p.kv_bytes),
+        std::to_string(opt.n_ctx) + " positions x " + std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")");
     why("expert_cache", std::to_string(p.expert_cache_bytes),
         "budget minus resident weights (" + mib(m.resident_bytes) + ") and KV cache; holds " +
             std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +

@@ -3,10 +3,17 @@
 #include <algorithm>
 #include <regex>
 
+#include "engine/model/loader.h"
+
 namespace moe {
 
 bool is_routed_expert_tensor(const std::string& name) {
     static const std::regex re(R"(blk\.\d+\.ffn_(gate|up|down|gate_up)_exps\.weight)");
+    return std::regex_match(name, re);
+}
+
+bool is_shared_expert_tensor(const std::string& name) {
+    static const std::regex re(R"(blk\.\d+\.ffn_(gate|up|down)_shexp\.weight)");
     return std::regex_match(name, re);
 }
 
@@ -38,9 +45,41 @@ uint64_t ModelFacts::active_bytes_per_token() const {
     return resident_bytes - embd_unused + expert_bytes_per_token();
 }
 
-uint64_t ModelFacts::kv_bytes(uint32_t n_ctx) const {
-    return 2ull * n_layer * n_ctx * n_head_kv * head_dim * 2;
+uint64_t ModelFacts::kv_bytes(uint32_t n_ctx) const { return cache_bytes_per_token * n_ctx; }
+
+namespace {
+
+// Per-sequence cache per token, from the architecture's keys: MLA keeps one fp16 latent row per layer (and DSA
+// its fp16 indexer keys on full-indexer layers); GQA keeps fp16 K and V rows.
+void cache_facts(const GgufFile& meta, ModelFacts& f) {
+    auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
+    const uint64_t L = f.n_layer;
+    if (u("attention.kv_lora_rank") && u("attention.key_length_mla")) {
+        const uint64_t lora = u("attention.kv_lora_rank"), rope = u("rope.dimension_count");
+        f.cache_bytes_per_token = L * (lora + rope) * 2;
+        f.cache_layout = "MLA latent (" + std::to_string(lora) + " + " + std::to_string(rope) + ") fp16 x " + std::to_string(L) + " layers";
+        if (const uint64_t ix = u("attention.indexer.key_length")) {
+            uint64_t full = L;
+            if (const GgufValue* types = meta.find(f.arch + ".attention.indexer.types"); types && types->is_array() && types->count == L) {
+                full = 0;
+                const size_t w = types->raw.size() / std::max<uint64_t>(types->count, 1);
+                for (uint64_t i = 0; i < L; ++i)
+                    full += std::any_of(types->raw.begin() + i * w, types->raw.begin() + (i + 1) * w, [](uint8_t b) { return b != 0; });
+            } else if (f.n_ctx_train >= 1048576) {  // GLM-5.2's built-in pattern
+                full = 0;
+                for (uint64_t l = 0; l < L; ++l) full += l < 2 || (l - 2) % 4 == 0;
+            }
+            f.cache_bytes_per_token += full * ix * 2;
+            f.cache_layout += " + DSA keys " + std::to_string(ix) + " fp16 x " + std::to_string(full) + " layers";
+        }
+        return;
+    }
+    const uint64_t k = f.head_dim, v = u("attention.value_length") ? u("attention.value_length") : f.head_dim;
+    f.cache_bytes_per_token = L * f.n_head_kv * (k + v) * 2;
+    f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(L) + " layers";
 }
+
+}  // namespace
 
 ModelFacts model_facts(const GgufModel& model) {
     const GgufFile& meta = model.meta();
@@ -53,7 +92,11 @@ ModelFacts model_facts(const GgufModel& model) {
     if (f.arch.empty()) throw GgufError(meta.path + ": metadata general.architecture is missing");
     f.name = meta.get_string("general.name").value_or("");
     auto u = [&](const std::string& key) { return static_cast<uint32_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
-    f.n_layer = u("block_count");
+    const uint32_t blocks = u("block_count");
+    if (blocks == 0 || blocks > 4096)
+        throw GgufError(meta.path + ": metadata " + f.arch + ".block_count = " + std::to_string(blocks) + " is not a layer count");
+    f.n_layer_nextn = std::min(u("nextn_predict_layers"), blocks - 1);
+    f.n_layer = blocks - f.n_layer_nextn;
     f.n_embd = u("embedding_length");
     f.n_head = u("attention.head_count");
     f.n_head_kv = u("attention.head_count_kv");
@@ -64,25 +107,40 @@ ModelFacts model_facts(const GgufModel& model) {
     f.n_expert_used = u("expert_used_count");
     f.n_ctx_train = u("context_length");
     if (const GgufValue* tokens = meta.find("tokenizer.ggml.tokens")) f.n_vocab = static_cast<uint32_t>(tokens->count);
-    if (f.n_layer == 0 || f.n_layer > 4096)
-        throw GgufError(meta.path + ": metadata " + f.arch + ".block_count = " + std::to_string(f.n_layer) + " is not a layer count");
     f.layer_expert_bytes.assign(f.n_layer, 0);
     f.tensor_count = model.tensors.size();
     for (const auto& t : model.tensors) {
-        if (is_routed_expert_tensor(t.name)) {
-            int layer = tensor_layer(t.name);
-            if (layer < 0 || static_cast<uint32_t>(layer) >= f.n_layer)
-                throw GgufError(meta.path + ": tensor '" + t.name + "' names layer " + std::to_string(layer) +
-                                " but block_count is " + std::to_string(f.n_layer));
+        const int layer = tensor_layer(t.name);
+        if (layer >= static_cast<int>(blocks))
+            throw GgufError(meta.path + ": tensor '" + t.name + "' names layer " + std::to_string(layer) + " but block_count is " +
+                            std::to_string(blocks));
+        if (layer >= static_cast<int>(f.n_layer)) {
+            f.nextn_bytes += t.nbytes;
+        } else if (is_routed_expert_tensor(t.name)) {
             f.layer_expert_bytes[layer] += t.nbytes;
             f.expert_bytes += t.nbytes;
         } else {
             f.resident_bytes += t.nbytes;
+            if (is_shared_expert_tensor(t.name)) f.shared_expert_bytes += t.nbytes;
             if (t.name == "token_embd.weight") {
                 f.token_embd_bytes = t.nbytes;
                 f.n_vocab_rows = static_cast<uint32_t>(t.ne.size() > 1 ? t.ne[1] : 1);
             }
         }
+        if (f.supported) {
+            auto ti = type_info(t.raw_type);
+            if (!ti || !ti->computable) {
+                f.supported = false;
+                f.unsupported_reason = "tensor '" + t.name + "' has type " + type_name(t.raw_type) + ", which this engine has no kernel for";
+            }
+        }
+    }
+    const auto& archs = supported_architectures();
+    if (std::find(archs.begin(), archs.end(), f.arch) == archs.end()) {
+        std::string list;
+        for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+        f.supported = false;
+        f.unsupported_reason = "architecture '" + f.arch + "' is not one this engine runs (" + list + ")";
     }
     f.tied_output = model.find_tensor("output.weight") == nullptr;
     bool seen_moe = false;
@@ -94,6 +152,7 @@ ModelFacts model_facts(const GgufModel& model) {
             ++f.first_moe_layer;
         }
     }
+    cache_facts(meta, f);
     return f;
 }
 

@@ -1,4 +1,7 @@
-// What the planner and `check` need to know about a model, from its GGUF header alone (no weights read).
+// What the planner and `check` need to know about a model, from its GGUF header alone (no weights read), for
+// every architecture: resident and streamed bytes, bytes a token touches, cache bytes per token of context.
+// Unlike the loader it accepts files the engine cannot run (an unknown architecture or weight type): planning
+// for llama-server must still work on them, and `supported`/`unsupported_reason` say why the engine cannot.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,7 +21,8 @@ struct ModelFacts {
     std::string arch;
     std::string name;
     uint64_t file_bytes = 0;
-    uint32_t n_layer = 0;
+    uint32_t n_layer = 0;                     // trunk layers (what runs per token)
+    uint32_t n_layer_nextn = 0;               // NextN/MTP blocks after the trunk: recognised, not read, not run
     uint32_t n_embd = 0;
     uint32_t n_head = 0;
     uint32_t n_head_kv = 0;
@@ -27,15 +31,23 @@ struct ModelFacts {
     uint32_t n_expert_used = 0;
     uint32_t n_ctx_train = 0;
     uint32_t n_vocab = 0;
-    uint64_t resident_bytes = 0;              // everything but routed experts
-    uint64_t expert_bytes = 0;                // all routed-expert tensors
-    std::vector<uint64_t> layer_expert_bytes; // per layer, all experts (0 for dense layers)
+    uint64_t resident_bytes = 0;              // read into RAM: everything but routed experts and NextN blocks
+    uint64_t expert_bytes = 0;                // routed-expert tensors of the trunk
+    uint64_t nextn_bytes = 0;                 // NextN/MTP blocks (not loaded)
+    uint64_t shared_expert_bytes = 0;         // shared experts (resident; every token runs them)
+    std::vector<uint64_t> layer_expert_bytes; // per trunk layer, all its experts (0 for dense layers)
     uint32_t first_moe_layer = 0;             // leading dense layers
     uint32_t moe_layers = 0;
     uint64_t tensor_count = 0;
-    uint64_t token_embd_bytes = 0;           // the embedding table (one row read per token)
+    uint64_t token_embd_bytes = 0;            // the embedding table (one row read per token)
     uint32_t n_vocab_rows = 0;
-    bool tied_output = false;                // no output.weight: the head reads token_embd whole
+    bool tied_output = false;                 // no output.weight: the head reads token_embd whole
+    // Per-sequence cache: bytes per token of context, and what they hold.
+    uint64_t cache_bytes_per_token = 0;
+    std::string cache_layout;                 // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
+    // Whether this engine runs the file, and if not, why (one line).
+    bool supported = true;
+    std::string unsupported_reason;
 
     // Bytes of one expert (gate+up+down) in a given layer, 0 when dense.
     uint64_t bytes_per_expert(uint32_t layer) const;
@@ -43,7 +55,7 @@ struct ModelFacts {
     uint64_t active_bytes_per_token() const;
     // Expert bytes read per token with no cache hits.
     uint64_t expert_bytes_per_token() const;
-    // KV cache bytes (F16 K and V) for a context of n_ctx tokens.
+    // Cache bytes for a context of n_ctx tokens.
     uint64_t kv_bytes(uint32_t n_ctx) const;
 };
 

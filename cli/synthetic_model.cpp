@@ -1,0 +1,316 @@
+// Weights are uniform with variance 1/fan_in, so activations stay healthy through the layers; norms are
+// around 1 but not 1, so a forgotten norm weight shows.
+#include "cli/synthetic_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "cli/commands.h"
+#include "engine/kernels/kernels.h"
+
+namespace moe::cli {
+
+MetadataList builtin_vocab() {
+    std::vector<std::string> tokens;
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+        bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+        std::string s;
+        if (cp < 0x80) s += static_cast<char>(cp);
+        else { s += static_cast<char>(0xC0 | (cp >> 6)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
+        tokens.push_back(s);
+    }
+    std::vector<int32_t> types(tokens.size(), 1);
+    for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+        tokens.push_back(special);
+        types.push_back(3);
+    }
+    const int32_t eot = 256, im_end = 258;
+    return {
+        {"tokenizer.ggml.model", GgufValue::string("gpt2")},
+        {"tokenizer.ggml.pre", GgufValue::string("qwen2")},
+        {"tokenizer.ggml.tokens", GgufValue::string_array(tokens)},
+        {"tokenizer.ggml.token_type", GgufValue::i32_array_of(types)},
+        {"tokenizer.ggml.merges", GgufValue::string_array({})},
+        {"tokenizer.ggml.eos_token_id", GgufValue::u32(im_end)},
+        {"tokenizer.ggml.padding_token_id", GgufValue::u32(eot)},
+        {"tokenizer.ggml.bos_token_id", GgufValue::u32(eot)},
+        {"tokenizer.ggml.add_bos_token", GgufValue::boolean(false)},
+        {"tokenizer.chat_template",
+         GgufValue::string("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                           "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")},
+    };
+}
+
+MetadataList vocab_from(const std::string& path) {
+    GgufFile f = read_gguf_header(path);
+    MetadataList out;
+    for (const auto& [k, v] : f.kv)
+        if (k.rfind("tokenizer.", 0) == 0) out.emplace_back(k, v);
+    if (!f.find("tokenizer.ggml.tokens")) throw CliError(path + ": no tokenizer.ggml.tokens to copy");
+    return out;
+}
+
+namespace {
+
+class Writer {
+public:
+    Writer(const SyntheticSpec& s, GgmlType base, bool mix) : s_(s), rng_(s.seed), base_(base), mix_(mix) {}
+
+    // A matrix [fan_in, rows...] of the base type (q6_K for the q4_k_m mix's "sensitive" tensors). Rows that are
+    // not whole blocks of it fall back to q8_0, then f16, as llama-quantize falls back for such tensors.
+    void matrix(const std::string& name, std::vector<uint64_t> ne, float gain = 1.f, bool sensitive = false,
+                const std::function<bool(uint64_t)>& zero_row = {}) {
+        GgmlType t = mix_ && sensitive ? GgmlType::Q6_K : base_;
+        if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
+        add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row);
+    }
+    // An f32 vector around `center`.
+    void vec(const std::string& name, uint64_t n, float center = 1.f, float spread = 0.2f) { add(name, {n}, GgmlType::F32, spread, center); }
+    void f32_matrix(const std::string& name, std::vector<uint64_t> ne, float gain) {
+        add(name, std::move(ne), GgmlType::F32, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f);
+    }
+
+    std::vector<GgufTensorData> tensors;
+
+private:
+    void add(const std::string& name, std::vector<uint64_t> ne, GgmlType type, float scale, float offset,
+             const std::function<bool(uint64_t)>& zero_row = {}) {
+        auto rb = row_bytes(type, ne[0]);
+        if (!rb)
+            throw CliError("tensor " + name + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
+                           std::string(type_info(type).name) + " block (" + std::to_string(type_info(type).block_elems) +
+                           "); choose another --type or width");
+        uint64_t rows = 1;
+        for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
+        GgufTensorData t{name, ne, type, std::vector<uint8_t>(*rb * rows)};
+        std::vector<float> row(ne[0]);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        for (uint64_t r = 0; r < rows; ++r) {
+            for (auto& x : row) x = offset + scale * uni(rng_);
+            if (zero_row && zero_row(r)) std::fill(row.begin(), row.end(), 0.f);
+            kernels::quantize_row(type, row.data(), t.bytes.data() + r * *rb, static_cast<int64_t>(ne[0]));
+        }
+        tensors.push_back(std::move(t));
+    }
+
+    const SyntheticSpec& s_;
+    std::mt19937_64 rng_;
+    GgmlType base_;
+    bool mix_;
+};
+
+void check_positive(std::initializer_list<std::pair<const char*, uint32_t>> values) {
+    for (auto [name, v] : values)
+        if (v == 0 || v > 65536) throw CliError(std::string("--") + name + " " + std::to_string(v) + " is out of range (1..65536)");
+}
+
+bool is_mla(const std::string& arch) { return arch == "deepseek2" || arch == "glm-dsa"; }
+
+// Router, selection bias, routed experts and shared expert of one MoE block.
+void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    w.f32_matrix(p + "ffn_gate_inp.weight", {s.embd, s.experts}, 2.f);
+    if (s.probs_bias) w.vec(p + "exp_probs_b.bias", s.experts, 0.f, 0.05f);
+    w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts});
+    w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts});
+    w.matrix(p + "ffn_down_exps.weight", {s.ffn, s.embd, s.experts}, 1.f, true);
+    if (s.shared) {
+        const uint32_t f = s.ffn * s.shared;
+        w.matrix(p + "ffn_gate_shexp.weight", {s.embd, f});
+        w.matrix(p + "ffn_up_shexp.weight", {s.embd, f});
+        w.matrix(p + "ffn_down_shexp.weight", {f, s.embd}, 1.f, true);
+    }
+}
+
+void dense_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    w.matrix(p + "ffn_gate.weight", {s.embd, s.dense_ffn});
+    w.matrix(p + "ffn_up.weight", {s.embd, s.dense_ffn});
+    w.matrix(p + "ffn_down.weight", {s.dense_ffn, s.embd}, 1.f, true);
+}
+
+void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool biases) {
+    const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+    w.matrix(p + "attn_q.weight", {s.embd, Q});
+    w.matrix(p + "attn_k.weight", {s.embd, KV});
+    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
+    if (biases) {
+        w.vec(p + "attn_q.bias", Q, 0.f, 0.1f);
+        w.vec(p + "attn_k.bias", KV, 0.f, 0.1f);
+        w.vec(p + "attn_v.bias", KV, 0.f, 0.1f);
+    }
+    w.matrix(p + "attn_output.weight", {Q, s.embd});
+    w.vec(p + "attn_q_norm.weight", s.head_dim);
+    w.vec(p + "attn_k_norm.weight", s.head_dim);
+}
+
+void mla_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool indexer) {
+    const uint32_t qk = s.qk_nope + s.qk_rope;
+    if (s.q_lora) {
+        w.matrix(p + "attn_q_a.weight", {s.embd, s.q_lora});
+        w.vec(p + "attn_q_a_norm.weight", s.q_lora);
+        w.matrix(p + "attn_q_b.weight", {s.q_lora, s.heads * qk});
+    } else {
+        w.matrix(p + "attn_q.weight", {s.embd, s.heads * qk});
+    }
+    w.matrix(p + "attn_kv_a_mqa.weight", {s.embd, s.kv_lora + s.qk_rope});
+    w.vec(p + "attn_kv_a_norm.weight", s.kv_lora);
+    w.matrix(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora, s.heads});
+    w.matrix(p + "attn_v_b.weight", {s.kv_lora, s.v_head, s.heads}, 1.f, true);
+    w.matrix(p + "attn_output.weight", {s.heads * s.v_head, s.embd});
+    if (indexer) {
+        w.matrix(p + "indexer.attn_q_b.weight", {s.q_lora, s.ix_heads * s.ix_dim});
+        w.matrix(p + "indexer.attn_k.weight", {s.embd, s.ix_dim});
+        w.vec(p + "indexer.k_norm.weight", s.ix_dim);
+        w.vec(p + "indexer.k_norm.bias", s.ix_dim, 0.f, 0.1f);
+        w.matrix(p + "indexer.proj.weight", {s.embd, s.ix_heads});
+    }
+}
+
+}  // namespace
+
+uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vocab, const std::string& out) {
+    SyntheticSpec s = s_in;
+    const std::string& A = s.arch;
+    if (A != "qwen3moe" && A != "glm4moe" && !is_mla(A)) throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, deepseek2, glm-dsa)");
+    check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
+    if (s.used > s.experts) throw CliError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
+    if (s.dense_layers >= s.layers && s.dense_layers) throw CliError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
+    if (s.dense_layers && !s.dense_ffn) s.dense_ffn = s.ffn * std::max(s.used, 1u);
+    if (A == "qwen3moe" && (s.dense_layers || s.shared)) throw CliError("qwen3moe has no dense layers or shared experts");
+    if (!is_mla(A)) {
+        if (!s.kv_heads) s.kv_heads = s.heads;
+        if (!s.head_dim) s.head_dim = s.embd / s.heads;
+        check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
+        if (s.heads % s.kv_heads) throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
+        if (!s.rope_dims) s.rope_dims = A == "glm4moe" ? s.head_dim / 2 : s.head_dim;
+        if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw CliError("--rope-dims must be even and at most --head-dim");
+    } else {
+        check_positive({{"kv-lora", s.kv_lora}, {"qk-nope", s.qk_nope}, {"qk-rope", s.qk_rope}, {"v-head", s.v_head}});
+        if (s.qk_rope % 2) throw CliError("--qk-rope must be even (RoPE rotates pairs)");
+        if (A == "glm-dsa") {
+            if (!s.q_lora) throw CliError("glm-dsa needs --q-lora (the indexer reads the q-LoRA latent)");
+            check_positive({{"indexer-heads", s.ix_heads}, {"indexer-dim", s.ix_dim}, {"indexer-top-k", s.ix_top_k}});
+            if (s.ix_dim < 64 || (s.ix_dim & (s.ix_dim - 1)) || s.ix_dim < s.qk_rope)
+                throw CliError("--indexer-dim must be a power of two of at least 64 and at least --qk-rope");
+            if (!s.ix_full.empty() && (s.ix_full.size() != s.layers || !s.ix_full[0]))
+                throw CliError("--indexer-types needs one flag per layer, the first one full");
+        }
+    }
+    if (s.groups && (s.experts % s.groups || !s.groups_used || s.groups_used > s.groups))
+        throw CliError("--groups must divide --experts and --groups-used must be in 1..--groups");
+
+    std::string tn = s.type;
+    for (char& c : tn) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool mix = tn == "q4_k_m";
+    if (mix) tn = "q4_k";
+    auto base = parse_type_name(tn);
+    if (!base || !type_info(*base).computable) throw CliError("--type " + s.type + " is not one the engine computes");
+
+    uint32_t n_vocab = 0;
+    for (const auto& [k, v] : vocab)
+        if (k == "tokenizer.ggml.tokens") n_vocab = static_cast<uint32_t>(v.count);
+
+    // Metadata
+    MetadataList kv = {{"general.architecture", GgufValue::string(A)},
+                       {"general.name", GgufValue::string("moestream synthetic " + A)},
+                       {"general.description", GgufValue::string("synthetic random-weight MoE model (moestream mkmodel seed=" + std::to_string(s.seed) + ")")}};
+    kv.insert(kv.end(), vocab.begin(), vocab.end());
+    auto key = [&](const std::string& k, GgufValue v) { kv.emplace_back(A + "." + k, std::move(v)); };
+    auto u32 = [](uint32_t v) { return GgufValue::u32(v); };
+    key("vocab_size", u32(n_vocab));
+    key("context_length", u32(4096));
+    key("embedding_length", u32(s.embd));
+    key("block_count", u32(s.layers + s.nextn));
+    key("attention.head_count", u32(s.heads));
+    key("attention.layer_norm_rms_epsilon", GgufValue::f32(1e-6f));
+    key("rope.freq_base", GgufValue::f32(s.rope_base));
+    key("expert_count", u32(s.experts));
+    key("expert_used_count", u32(s.used));
+    key("expert_feed_forward_length", u32(s.ffn));
+    if (!is_mla(A)) {
+        key("feed_forward_length", u32(s.dense_layers ? s.dense_ffn : s.ffn * s.used));
+        key("attention.head_count_kv", u32(s.kv_heads));
+        key("attention.key_length", u32(s.head_dim));
+        key("attention.value_length", u32(s.head_dim));
+        if (A != "qwen3moe" || s.rope_dims != s.head_dim) key("rope.dimension_count", u32(s.rope_dims));
+    } else {
+        key("feed_forward_length", u32(s.dense_ffn ? s.dense_ffn : s.ffn * s.used));
+        key("attention.head_count_kv", u32(1));
+        key("attention.key_length", u32(s.kv_lora + s.qk_rope));
+        key("attention.value_length", u32(s.kv_lora));
+        key("attention.key_length_mla", u32(s.qk_nope + s.qk_rope));
+        key("attention.value_length_mla", u32(s.v_head));
+        key("attention.q_lora_rank", u32(s.q_lora));
+        key("attention.kv_lora_rank", u32(s.kv_lora));
+        key("rope.dimension_count", u32(s.qk_rope));
+        if (A == "glm-dsa") {
+            key("attention.indexer.head_count", u32(s.ix_heads));
+            key("attention.indexer.key_length", u32(s.ix_dim));
+            key("attention.indexer.top_k", u32(s.ix_top_k));
+            if (!s.ix_full.empty()) {
+                GgufValue types;
+                types.type = GgufValueType::ARRAY;
+                types.elem_type = GgufValueType::BOOL;
+                types.count = s.ix_full.size();
+                for (bool f : s.ix_full) types.raw.push_back(f ? 1 : 0);
+                key("attention.indexer.types", types);
+            }
+        }
+    }
+    if (A != "qwen3moe") {
+        key("leading_dense_block_count", u32(s.dense_layers));
+        key("expert_shared_count", u32(s.shared));
+        key("expert_weights_norm", GgufValue::boolean(s.norm_weights));
+        key("expert_weights_scale", GgufValue::f32(s.weights_scale));
+        key("nextn_predict_layers", u32(s.nextn));
+        if (s.groups) {
+            key("expert_group_count", u32(s.groups));
+            key("expert_group_used_count", u32(s.groups_used));
+        }
+    }
+    if (!s.gating.empty()) {
+        if (s.gating != "softmax" && s.gating != "sigmoid") throw CliError("--gating " + s.gating + " is not softmax or sigmoid");
+        key("expert_gating_func", u32(s.gating == "softmax" ? 1 : 2));
+    }
+    if (s.yarn_factor > 1.f) {
+        key("rope.scaling.type", GgufValue::string("yarn"));
+        key("rope.scaling.factor", GgufValue::f32(s.yarn_factor));
+        key("rope.scaling.original_context_length", u32(s.yarn_orig_ctx));
+        if (s.yarn_log_mul != 0.f) key("rope.scaling.yarn_log_multiplier", GgufValue::f32(s.yarn_log_mul));
+    }
+
+    // Tensors
+    Writer w(s, *base, mix);
+    w.matrix("token_embd.weight", {s.embd, n_vocab}, std::sqrt(static_cast<float>(s.embd) / 3.f));
+    w.vec("output_norm.weight", s.embd);
+    // With the built-in byte vocabulary the demo's output head has rows only for printable ASCII, newline and
+    // <|im_end|> (258): its random text then prints as characters rather than stray bytes.
+    std::function<bool(uint64_t)> unprintable;
+    if (s.printable_head) unprintable = [](uint64_t id) { return !((id >= 32 && id <= 126) || id == 10 || id == 258); };
+    if (!s.tie_output) w.matrix("output.weight", {s.embd, n_vocab}, 4.f, true, unprintable);
+    const std::string ffn_norm = A == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight";
+    for (uint32_t l = 0; l < s.layers + s.nextn; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        w.vec(p + "attn_norm.weight", s.embd);
+        if (is_mla(A)) mla_block(w, s, p, A == "glm-dsa" && (s.ix_full.empty() || (l < s.layers && s.ix_full[l]) || l >= s.layers));
+        else gqa_block(w, s, p, A == "glm4moe");
+        w.vec(p + ffn_norm, s.embd);
+        if (l < s.dense_layers) dense_block(w, s, p);
+        else moe_block(w, s, p);
+        if (l >= s.layers) {  // a NextN/MTP block's own tensors
+            w.matrix(p + "nextn.eh_proj.weight", {2ull * s.embd, s.embd});
+            w.vec(p + "nextn.enorm.weight", s.embd);
+            w.vec(p + "nextn.hnorm.weight", s.embd);
+            w.vec(p + "nextn.shared_head_norm.weight", s.embd);
+        }
+    }
+    write_gguf(out, kv, w.tensors);
+    uint64_t bytes = 0;
+    for (const auto& t : w.tensors) bytes += t.bytes.size();
+    return bytes;
+}
+
+}  // namespace moe::cli

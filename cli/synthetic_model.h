@@ -1,0 +1,54 @@
+// Synthetic MoE models with seeded random weights, for tests, the demo and benchmarks: any supported
+// architecture, shape and weight type, written as a GGUF file llama.cpp would accept.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+
+namespace moe::cli {
+
+struct SyntheticSpec {
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | deepseek2 | glm-dsa
+    uint32_t layers = 0, embd = 0, vocab = 0;
+    uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
+    // GQA (qwen3moe, glm4moe)
+    uint32_t heads = 0, kv_heads = 0, head_dim = 0;
+    uint32_t rope_dims = 0;  // 0: the whole head (qwen3moe) / half of it (glm4moe)
+    // MLA (deepseek2, glm-dsa)
+    uint32_t q_lora = 96, kv_lora = 64, qk_nope = 32, qk_rope = 16, v_head = 32;
+    // DSA indexer (glm-dsa)
+    uint32_t ix_heads = 8, ix_dim = 64, ix_top_k = 16;
+    std::vector<bool> ix_full;  // empty: no indexer.types key (every layer full)
+    // MoE extras
+    uint32_t dense_layers = 0, dense_ffn = 0, shared = 0, groups = 0, groups_used = 0;
+    std::string gating;  // "", softmax, sigmoid: written as expert_gating_func when set
+    bool probs_bias = false;
+    bool norm_weights = false;
+    float weights_scale = 0.f;
+    uint32_t nextn = 0;  // NextN/MTP blocks appended after the trunk
+    // RoPE
+    float rope_base = 1e6f;
+    float yarn_factor = 0.f;  // > 1: rope.scaling.type yarn with this factor
+    uint32_t yarn_orig_ctx = 4096;
+    float yarn_log_mul = 0.f;  // deepseek2's stored value (0.1 * mscale_all_dim)
+    // Weights
+    std::string type = "f32";  // a type the engine computes, or q4_k_m (q4_K with q6_K attn_v/ffn_down/output)
+    bool tie_output = false;
+    bool printable_head = false;  // only printable ASCII tokens get an output row (the demo's readable noise)
+    uint64_t seed = 1;
+};
+
+using MetadataList = std::vector<std::pair<std::string, GgufValue>>;
+
+// 256 byte tokens of GPT-2's byte-level alphabet plus the ChatML control tokens.
+MetadataList builtin_vocab();
+// The tokenizer.* keys of another GGUF file.
+MetadataList vocab_from(const std::string& path);
+
+// Throws CliError naming the option when the spec is inconsistent; returns the weight bytes written.
+uint64_t write_synthetic_model(const SyntheticSpec& spec, const MetadataList& vocab, const std::string& out);
+
+}  // namespace moe::cli

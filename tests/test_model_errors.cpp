@@ -1,0 +1,180 @@
+// The model loader's refusals: unsupported architectures and types, and files whose metadata contradicts
+// their tensors. Each is one ModelError naming the file, the key or tensor and both values, before any
+// weights are read; the CLI turns it into one line and exit code 2.
+#include <algorithm>
+#include <functional>
+
+#include "cli/commands.h"
+#include "engine/forward/runner.h"
+#include "engine/model/loader.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+std::string make_model(const test::TempDir& dir, const std::string& name, std::vector<std::string> options) {
+    std::string out = dir / (name + ".gguf");
+    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256", "--heads", "8", "--experts", "8",
+                                     "--experts-used", "3", "--ffn", "256", "--seed", "5", "--out", out};
+    args.insert(args.end(), options.begin(), options.end());
+    EXPECT_EQ(cli::dispatch(args), 0);
+    return out;
+}
+
+using KvEdit = std::function<void(std::vector<std::pair<std::string, GgufValue>>&)>;
+using TensorEdit = std::function<bool(GgufTensorData&)>;  // false: drop the tensor
+
+// Writes a copy of `path` with edited metadata and tensors (data zero-filled, `extra` appended) and loads it;
+// returns the error.
+std::string load_error(const test::TempDir& dir, const std::string& path, const KvEdit& kv_edit, const TensorEdit& tensor_edit = {},
+                       std::vector<GgufTensorData> extra = {}) {
+    GgufFile f = read_gguf_header(path);
+    auto kv = f.kv;
+    if (kv_edit) kv_edit(kv);
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : f.tensors) {
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        if (tensor_edit && !tensor_edit(d)) continue;
+        tensors.push_back(std::move(d));
+    }
+    for (auto& t : extra) tensors.push_back(std::move(t));
+    const std::string out = dir / "edited.gguf";
+    write_gguf(out, kv, tensors);
+    try {
+        load_model(open_gguf_model(out));
+    } catch (const ModelError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+KvEdit set_key(const std::string& key, GgufValue v) {
+    return [key, v](auto& kv) {
+        for (auto& [k, val] : kv)
+            if (k == key) { val = v; return; }
+        kv.emplace_back(key, v);
+    };
+}
+
+void expect_mentions(const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+TEST(ModelErrors, UnsupportedTypeNamesTypeAndTensor) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "q", {"--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
+    const std::string msg = load_error(dir, path, {}, [](GgufTensorData& d) {
+        if (d.name == "blk.0.attn_q.weight") {  // q4_1: no kernel yet
+            d.type = GgmlType::Q4_1;
+            d.bytes.resize(*row_bytes(GgmlType::Q4_1, d.ne[0]) * d.ne[1]);
+        }
+        return true;
+    });
+    expect_mentions(msg, {"blk.0.attn_q.weight", "q4_1"});
+}
+
+TEST(ModelErrors, ShapeDisagreeingWithMetadataNamesBoth) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "q", {"--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
+    expect_mentions(load_error(dir, path, set_key("qwen3moe.attention.head_count", GgufValue::u32(16))), {"attn_q.weight", "head_count 16"});
+}
+
+TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "q", {"--layers", "2"});
+    expect_mentions(load_error(dir, path, set_key("general.architecture", GgufValue::string("mamba"))),
+                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa"});
+}
+
+TEST(ModelErrors, MoeKeysThatContradictEachOther) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "g", {"--arch", "glm4moe", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
+    expect_mentions(load_error(dir, path, set_key("glm4moe.expert_used_count", GgufValue::u32(9))),
+                    {"glm4moe.expert_used_count = 9", "expert_count = 8"});
+    expect_mentions(load_error(dir, path, [](auto& kv) {
+                        set_key("glm4moe.expert_group_count", GgufValue::u32(3))(kv);
+                        set_key("glm4moe.expert_group_used_count", GgufValue::u32(1))(kv);
+                    }),
+                    {"expert_group_count = 3", "expert_count = 8"});
+    expect_mentions(load_error(dir, path, set_key("glm4moe.expert_gating_func", GgufValue::u32(7))), {"expert_gating_func = 7"});
+}
+
+TEST(ModelErrors, MlaDimensionsThatContradictTheTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "d", {"--arch", "deepseek2", "--layers", "2"});
+    // kv_lora_rank against attn_kv_a_mqa's shape: the tensor and both values named.
+    expect_mentions(load_error(dir, path, [](auto& kv) {
+                        set_key("deepseek2.attention.kv_lora_rank", GgufValue::u32(48))(kv);
+                        set_key("deepseek2.attention.key_length", GgufValue::u32(64))(kv);
+                        set_key("deepseek2.attention.value_length", GgufValue::u32(48))(kv);
+                    }),
+                    {"attn_kv_a_mqa.weight", "[256, 80]", "kv_lora_rank 48"});
+    // The absorbed-form keys against the split ones.
+    expect_mentions(load_error(dir, path, set_key("deepseek2.attention.key_length", GgufValue::u32(99))),
+                    {"deepseek2.attention.key_length = 99", "kv_lora_rank 64", "= 80"});
+    // An older conversion without the split k_b / v_b.
+    expect_mentions(load_error(dir, path, [](auto& kv) {
+                        kv.erase(std::remove_if(kv.begin(), kv.end(), [](auto& p) { return p.first == "deepseek2.attention.key_length_mla"; }), kv.end());
+                    }),
+                    {"key_length_mla", "attn_kv_b", "re-convert"});
+    expect_mentions(load_error(dir, path, set_key("deepseek2.nextn_predict_layers", GgufValue::u32(2))),
+                    {"nextn_predict_layers = 2", "block_count 2"});
+}
+
+TEST(ModelErrors, IndexerTensorsAndKeys) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "x", {"--arch", "glm-dsa", "--layers", "2"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& d) { return d.name != "blk.1.indexer.proj.weight"; }),
+                    {"blk.1.indexer.proj.weight", "missing"});
+    expect_mentions(load_error(dir, path, set_key("glm-dsa.attention.indexer.key_length", GgufValue::u32(96))),
+                    {"glm-dsa.attention.indexer.key_length = 96", "power of two"});
+    GgufValue types;
+    types.type = GgufValueType::ARRAY;
+    types.elem_type = GgufValueType::BOOL;
+    types.count = 3;
+    types.raw = {1, 0, 1};
+    expect_mentions(load_error(dir, path, set_key("glm-dsa.attention.indexer.types", types)),
+                    {"glm-dsa.attention.indexer.types", "3 entries", "2 layers"});
+    types.count = 2;
+    types.raw = {0, 1};
+    expect_mentions(load_error(dir, path, set_key("glm-dsa.attention.indexer.types", types)), {"layer 0", "full"});
+}
+
+TEST(ModelErrors, TensorsNoArchitectureClaims) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "q", {"--layers", "2"});
+    expect_mentions(load_error(dir, path, {}, {}, {{"blk.5.attn_norm.weight", {256}, GgmlType::F32, std::vector<uint8_t>(1024)}}),
+                    {"blk.5.attn_norm.weight", "beyond block_count 2"});
+    expect_mentions(load_error(dir, path, {}, {}, {{"blk.1.attn_gate.weight", {256}, GgmlType::F32, std::vector<uint8_t>(1024)}}),
+                    {"blk.1.attn_gate.weight", "not used by architecture qwen3moe"});
+}
+
+TEST(ModelErrors, CliSaysOneLineAndExits2) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "d", {"--arch", "deepseek2", "--layers", "2"});
+    GgufFile f = read_gguf_header(path);
+    auto kv = f.kv;
+    set_key("deepseek2.expert_used_count", GgufValue::u32(12))(kv);
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : f.tensors) tensors.push_back({t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)});
+    write_gguf(dir / "bad.gguf", kv, tensors);
+    auto [rc, out] = test::run_moestream("run -m " + dir / "bad.gguf" + " -p hi -n 1");
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    EXPECT_NE(out.find("expert_used_count = 12"), std::string::npos) << out;
+}
+
+TEST(ModelErrors, PromptLongerThanContext) {
+    test::TempDir dir;
+    GgufModel file = open_gguf_model(make_model(dir, "q", {"--layers", "2", "--type", "q8_0"}));
+    auto m = load_model(file);
+    Runner r(*m, {.n_ctx = 8, .n_threads = 1, .n_batch = 4});
+    std::vector<int32_t> toks(9, 1);
+    EXPECT_THROW(r.eval(toks), std::length_error);
+    std::vector<int32_t> bad = {1, 100000};
+    EXPECT_THROW(r.eval(bad), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,105 @@
+// ModelFacts from the header alone agree with what the loader builds, for every architecture: cache bytes
+// per token (GQA K/V, MLA latent, DSA indexer keys), expert and resident bytes, NextN blocks counted apart;
+// and a file the engine cannot run is still planned for llama-server, with the reason in check's FAIL row.
+#include <fstream>
+
+#include "cli/commands.h"
+#include "engine/forward/sequence_cache.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
+#include "tests/test_support.h"
+#include "tune/check.h"
+
+namespace moe {
+namespace {
+
+std::string make_model(const test::TempDir& dir, const std::string& name, std::vector<std::string> options) {
+    std::string out = dir / (name + ".gguf");
+    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256", "--heads", "8", "--experts", "8",
+                                     "--experts-used", "3", "--ffn", "128", "--seed", "3", "--type", "q8_0", "--out", out};
+    args.insert(args.end(), options.begin(), options.end());
+    EXPECT_EQ(cli::dispatch(args), 0);
+    return out;
+}
+
+class FactsVsLoader : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(FactsVsLoader, HeaderFactsMatchTheLoadedModel) {
+    test::TempDir dir;
+    GgufModel file = open_gguf_model(make_model(dir, "m", GetParam()));
+    const ModelFacts f = model_facts(file);
+    auto m = load_model(file);
+    EXPECT_TRUE(f.supported) << f.unsupported_reason;
+    EXPECT_EQ(f.n_layer, m->hp.n_layer);
+    EXPECT_EQ(f.n_layer_nextn, m->hp.n_layer_nextn);
+    EXPECT_EQ(f.cache_bytes_per_token * 64, SequenceCache::make(*m, 64).bytes()) << f.cache_layout;
+    EXPECT_EQ(f.kv_bytes(64), SequenceCache::make(*m, 64).bytes());
+    EXPECT_EQ(f.expert_bytes, m->experts->bytes_in_ram());
+    // The arena pads each tensor to 64 bytes.
+    EXPECT_LE(f.resident_bytes, m->resident->bytes());
+    EXPECT_GT(f.resident_bytes + 64 * f.tensor_count, m->resident->bytes());
+    EXPECT_EQ(f.nextn_bytes > 0, m->hp.n_layer_nextn > 0);
+    uint32_t dense = 0;
+    for (const Layer& L : m->layers) dense += L.moe ? 0 : 1;
+    EXPECT_EQ(f.first_moe_layer, dense);
+    EXPECT_EQ(f.moe_layers, m->hp.n_layer - dense);
+    EXPECT_EQ(f.shared_expert_bytes > 0, m->hp.moe.n_ff_shexp > 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
+                         ::testing::Values(std::vector<std::string>{"--arch", "qwen3moe", "--layers", "2", "--kv-heads", "2", "--head-dim", "64"},
+                                           std::vector<std::string>{"--arch", "glm4moe", "--layers", "3", "--kv-heads", "2", "--dense-layers", "1",
+                                                                    "--shared-experts", "1", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "deepseek2", "--layers", "3", "--dense-layers", "1",
+                                                                    "--shared-experts", "2", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "glm-dsa", "--layers", "4", "--indexer-types", "1010",
+                                                                    "--indexer-dim", "128", "--nextn", "1"}),
+                         [](const auto& info) { return info.param[1] == "glm-dsa" ? std::string("glm_dsa") : info.param[1]; });
+
+// GLM-5-like cache arithmetic: the latent and the indexer keys, per token.
+TEST(ModelFacts, MlaCacheIsTheLatentPlusIndexerKeys) {
+    test::TempDir dir;
+    const ModelFacts f = read_model_facts(make_model(dir, "x", {"--arch", "glm-dsa", "--layers", "4", "--kv-lora", "64", "--qk-rope", "16",
+                                                                "--indexer-dim", "128", "--indexer-types", "1010"}));
+    EXPECT_EQ(f.cache_bytes_per_token, 4u * (64 + 16) * 2 + 2u * 128 * 2);
+    EXPECT_NE(f.cache_layout.find("MLA latent (64 + 16)"), std::string::npos) << f.cache_layout;
+    EXPECT_NE(f.cache_layout.find("DSA keys 128 fp16 x 2 layers"), std::string::npos) << f.cache_layout;
+}
+
+// A weight type without a kernel: facts still read (llama-server can run it), check fails the engine row
+// with the reason and the fix, and planning for the engine names the tensor.
+TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "q", {"--layers", "2"});
+    GgufFile g = read_gguf_header(path);
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : g.tensors) {
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        if (t.name == "blk.1.ffn_down_exps.weight") {
+            d.type = GgmlType::Q4_1;
+            d.bytes.resize(*row_bytes(GgmlType::Q4_1, t.ne[0]) * t.ne[1] * t.ne[2]);
+        }
+        tensors.push_back(std::move(d));
+    }
+    write_gguf(dir / "q41.gguf", g.kv, tensors);
+    const ModelFacts f = read_model_facts(dir / "q41.gguf");
+    EXPECT_FALSE(f.supported);
+    EXPECT_NE(f.unsupported_reason.find("blk.1.ffn_down_exps.weight"), std::string::npos) << f.unsupported_reason;
+    EXPECT_NE(f.unsupported_reason.find("q4_1"), std::string::npos) << f.unsupported_reason;
+    auto [rc, out] = test::run_moestream("check --model " + dir / "q41.gguf" + " --no-fio --no-storage --json", false);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find("\"engine_support\""), std::string::npos) << out;
+    EXPECT_NE(out.find("--target llama-server"), std::string::npos) << out;
+    auto [pc, host] = test::run_moestream("probe --yaml --root " + std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/laptop-1node-smt", false);
+    ASSERT_EQ(pc, 0) << host;
+    { std::ofstream(dir / "host.yaml") << host; }
+    auto [rc2, out2] = test::run_moestream("plan --model " + dir / "q41.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
+    EXPECT_EQ(rc2, 2) << out2;
+    EXPECT_NE(out2.find("blk.1.ffn_down_exps.weight"), std::string::npos) << out2;
+    auto [rc3, out3] = test::run_moestream("plan --model " + dir / "q41.gguf" + " --host " + dir / "host.yaml" +
+                                           " --target llama-server --gpu-mem 0=1G --out " + dir / "plan2");
+    EXPECT_EQ(rc3, 0) << out3;
+}
+
+}  // namespace
+}  // namespace moe
