@@ -16,7 +16,7 @@ std::vector<ChatMessage> conversation() {
 TEST(ChatTemplate, DetectsFamilies) {
     EXPECT_EQ(detect_chat_family("{%- if enable_thinking %}<|im_start|>..."), ChatFamily::Qwen3);
     EXPECT_EQ(detect_chat_family("{{'<|im_start|>' + message['role']}}"), ChatFamily::ChatML);
-    EXPECT_EQ(detect_chat_family("[gMASK]<sop>{% for m in messages %}<|user|>"), ChatFamily::Glm4);
+    EXPECT_EQ(detect_chat_family("[gMASK]<sop>{% for m in messages %}<|user|>{{ '/nothink' }}"), ChatFamily::Glm4);
     EXPECT_EQ(detect_chat_family("{{'<｜User｜>' + message['content']}}"), ChatFamily::DeepSeek);
     EXPECT_EQ(detect_chat_family(""), ChatFamily::ChatML);
 }
@@ -48,12 +48,61 @@ TEST(ChatTemplate, DeepSeekV3) {
               "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
 }
 
+// GLM-4.7 / GLM-5.x (llama.cpp's GLM-4.7 template port; GLM-5.1's chat_template.jinja has the same shape):
+// no newline after role tags, "</think>" before a history answer, reasoning kept after the last user turn.
+TEST(ChatTemplate, Glm5) {
+    EXPECT_EQ(detect_chat_family("[gMASK]<sop>{%- if tools -%}...{{- '</think>' }}..."), ChatFamily::Glm47);
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, conversation(), {})),
+              "[gMASK]<sop><|system|>You are terse.<|user|>Hi<|assistant|></think>Hello!<|user|>Bye<|assistant|><think>");
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+              "[gMASK]<sop><|user|>Hi<|assistant|></think>");
+    // A tool cycle: the turn after the last user message keeps its reasoning; consecutive tool results share
+    // one <|observation|>.
+    const std::vector<ChatMessage> tools = {{"user", "Weather?", {}},
+                                            {"assistant", "<think>\nneed a tool\n</think>\nChecking.", {}},
+                                            {"tool", "sunny", {}},
+                                            {"tool", "warm", {}}};
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, tools, {})),
+              "[gMASK]<sop><|user|>Weather?<|assistant|><think>need a tool</think>Checking."
+              "<|observation|><tool_response>sunny</tool_response><tool_response>warm</tool_response><|assistant|><think>");
+}
+
+// DeepSeek-V3.1 (llama.cpp's models/templates/deepseek-ai-DeepSeek-V3.1.jinja): thinking off by default.
+TEST(ChatTemplate, DeepSeekV31) {
+    EXPECT_EQ(detect_chat_family("{%- if not thinking is defined -%}...{{'<｜Assistant｜></think>'}}"), ChatFamily::DeepSeekV31);
+    const std::string bos = "<｜begin▁of▁sentence｜>";
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, conversation(), {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos})),
+              bos + "You are terse.<｜User｜>Hi<｜Assistant｜></think>\n\nHello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜></think>");
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = true, .bos_text = bos})),
+              bos + "<｜User｜>Hi<｜Assistant｜><think>");
+    // After a tool result the assistant continues without a tag, and no generation prompt follows a tool turn.
+    const std::vector<ChatMessage> tools = {{"system", "A", {}}, {"system", "B", {}}, {"user", "Weather?", {}}, {"assistant", "Checking.", {}},
+                                            {"tool", "sunny", {}}, {"assistant", "It is sunny.", {}}, {"tool", "ok", {}}};
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, tools, {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos})),
+              bos + "A\n\nB<｜User｜>Weather?<｜Assistant｜></think>Checking.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
+                    "It is sunny.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>ok<｜tool▁output▁end｜>");
+}
+
+// Kimi-K2 (llama.cpp's models/templates/moonshotai-Kimi-K2.jinja): role header and <|im_middle|>, a default
+// system prompt when the conversation has none.
+TEST(ChatTemplate, KimiK2) {
+    EXPECT_EQ(detect_chat_family("{{ '<|im_user|>user<|im_middle|>' }}"), ChatFamily::KimiK2);
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::KimiK2, conversation(), {})),
+              "<|im_system|>system<|im_middle|>You are terse.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
+              "<|im_assistant|>assistant<|im_middle|><think>\nThe user greets.\n</think>\n\nHello!<|im_end|>"
+              "<|im_user|>user<|im_middle|>Bye<|im_end|><|im_assistant|>assistant<|im_middle|>");
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::KimiK2, {{"user", "Hi", {}}, {"tool", "42", {}}}, {})),
+              "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
+              "<|im_system|>tool<|im_middle|>42<|im_end|><|im_assistant|>assistant<|im_middle|>");
+}
+
 TEST(ChatTemplate, GeneratedTurnsAreSplicedAsTokens) {
     // The server generated the assistant turn (with its reasoning); the client sends back only the answer.
     auto msgs = conversation();
     msgs[2].content = "Hello!";
     msgs[2].generated = std::vector<int32_t>{11, 12, 13, 14};
-    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::ChatML, ChatFamily::Glm4, ChatFamily::DeepSeek}) {
+    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::ChatML, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeek,
+                         ChatFamily::DeepSeekV31, ChatFamily::KimiK2}) {
         auto segs = render_chat(f, msgs, {});
         int spliced = 0;
         for (const auto& s : segs) spliced += s.tokens == std::vector<int32_t>{11, 12, 13, 14};

@@ -7,15 +7,21 @@ const char* family_name(ChatFamily f) {
         case ChatFamily::ChatML: return "chatml";
         case ChatFamily::Qwen3: return "qwen3";
         case ChatFamily::Glm4: return "glm4";
+        case ChatFamily::Glm47: return "glm47";
         case ChatFamily::DeepSeek: return "deepseek";
+        case ChatFamily::DeepSeekV31: return "deepseek-v3.1";
+        case ChatFamily::KimiK2: return "kimi-k2";
     }
     return "?";
 }
 
 ChatFamily detect_chat_family(const std::string& t) {
-    if (t.find("<｜User｜>") != std::string::npos || t.find("<｜Assistant｜>") != std::string::npos) return ChatFamily::DeepSeek;
-    if (t.find("[gMASK]") != std::string::npos || (t.find("<|user|>") != std::string::npos && t.find("<|assistant|>") != std::string::npos))
-        return ChatFamily::Glm4;
+    auto has = [&t](const char* s) { return t.find(s) != std::string::npos; };
+    // DeepSeek-V3.1 and later close the think block after <｜Assistant｜> unless thinking is asked for.
+    if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
+    if (has("<|im_middle|>")) return ChatFamily::KimiK2;
+    // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
+    if (has("[gMASK]") || (has("<|user|>") && has("<|assistant|>"))) return has("/nothink") ? ChatFamily::Glm4 : ChatFamily::Glm47;
     if (t.find("<|im_start|>") != std::string::npos)
         return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3
                                                                                                          : ChatFamily::ChatML;
@@ -50,6 +56,33 @@ private:
     std::vector<ChatSegment> segs_;
 };
 
+std::string trim(const std::string& s) {
+    const size_t a = s.find_first_not_of(" \t\n\r"), b = s.find_last_not_of(" \t\n\r");
+    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+std::string lstrip_newlines(const std::string& s) {
+    const size_t p = s.find_first_not_of('\n');
+    return p == std::string::npos ? std::string() : s.substr(p);
+}
+
+// A turn's reasoning and answer as GLM's templates split them: around the first </think>, the reasoning after
+// its <think>, newlines at the seams dropped.
+std::pair<std::string, std::string> split_thinking(const std::string& content) {
+    const size_t close = content.find("</think>");
+    if (close == std::string::npos) return {"", content};
+    std::string before = content.substr(0, close);
+    while (!before.empty() && before.back() == '\n') before.pop_back();
+    const size_t open = before.rfind("<think>");
+    return {lstrip_newlines(open == std::string::npos ? before : before.substr(open + 7)), lstrip_newlines(content.substr(close + 8))};
+}
+
+// DeepSeek-V3.1's split: whatever follows the first </think>, as it is.
+std::string after_think(const std::string& content) {
+    const size_t close = content.find("</think>");
+    return close == std::string::npos ? content : content.substr(close + 8);
+}
+
 // Index of the last user message: assistant turns before it are history.
 size_t last_user(const std::vector<ChatMessage>& ms) {
     size_t idx = ms.size();
@@ -60,8 +93,12 @@ size_t last_user(const std::vector<ChatMessage>& ms) {
 
 }  // namespace
 
-std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
+std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {
     Out o;
+    struct {
+        bool add_generation_prompt, enable_thinking;
+        std::string bos_text;
+    } opt{options.add_generation_prompt, options.enable_thinking.value_or(family != ChatFamily::DeepSeekV31), options.bos_text};
     const size_t lu = last_user(ms);
     switch (family) {
         case ChatFamily::ChatML:
@@ -110,6 +147,87 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                 }
             }
             if (opt.add_generation_prompt) o.text(opt.enable_thinking ? "<|assistant|>" : "<|assistant|>\n<think></think>");
+            break;
+        }
+        case ChatFamily::Glm47: {
+            // GLM-4.7 / GLM-5.x: no newlines after role tags; a history turn shows "</think>" and its answer, the
+            // turns after the last user message keep their reasoning; tool results are <tool_response> blocks.
+            const std::string prefill = opt.enable_thinking ? "<think>" : "</think>";
+            o.text("[gMASK]<sop>");
+            for (size_t i = 0; i < ms.size(); ++i) {
+                const ChatMessage& m = ms[i];
+                if (m.role == "assistant") {
+                    o.text("<|assistant|>");
+                    if (m.generated && !m.generated->empty()) {
+                        o.text(prefill);
+                        o.tokens(*m.generated);
+                        continue;
+                    }
+                    const auto [reasoning, answer] = split_thinking(m.content);
+                    const std::string r = trim(reasoning);
+                    o.text(i > lu && !r.empty() ? "<think>" + r + "</think>" : "</think>");
+                    o.text(trim(answer));
+                } else if (m.role == "system") {
+                    o.text("<|system|>" + m.content);
+                } else if (m.role == "tool") {
+                    if (i == 0 || ms[i - 1].role != "tool") o.text("<|observation|>");
+                    o.text("<tool_response>" + m.content + "</tool_response>");
+                } else {
+                    o.text("<|user|>" + m.content);
+                }
+            }
+            if (opt.add_generation_prompt) o.text("<|assistant|>" + prefill);
+            break;
+        }
+        case ChatFamily::DeepSeekV31: {
+            // System prompts joined first; an assistant turn right after a user turn opens with <｜Assistant｜></think>
+            // (thinking off, the default) and shows only the answer; after a tool result the turn continues bare.
+            const std::string prefill = opt.enable_thinking ? "<think>" : "</think>";
+            o.text(opt.bos_text);
+            std::string system;
+            for (const ChatMessage& m : ms)
+                if (m.role == "system") system += (system.empty() ? "" : "\n\n") + m.content;
+            o.text(system);
+            bool last_user = false, after_tool = false;
+            for (const ChatMessage& m : ms) {
+                if (m.role == "user") {
+                    o.text("<｜User｜>" + m.content);
+                    last_user = true;
+                    after_tool = false;
+                } else if (m.role == "assistant") {
+                    // A turn this server generated went out after the generation prompt's prefill; any other
+                    // history turn shows "</think>" and its answer.
+                    const bool spliced = m.generated && !m.generated->empty();
+                    if (last_user) o.text("<｜Assistant｜>" + (spliced ? prefill : std::string("</think>")));
+                    last_user = false;
+                    if (spliced) o.tokens(*m.generated);
+                    else o.text(after_tool ? m.content : after_think(m.content));
+                    o.text("<｜end▁of▁sentence｜>");
+                    after_tool = false;
+                } else if (m.role == "tool") {
+                    o.text("<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>");
+                    last_user = false;
+                    after_tool = true;
+                }
+            }
+            if (opt.add_generation_prompt && last_user) o.text("<｜Assistant｜>" + prefill);
+            break;
+        }
+        case ChatFamily::KimiK2: {
+            // Kimi-K2: role header, <|im_middle|>, content, <|im_end|>; a default system prompt when none is given.
+            for (size_t i = 0; i < ms.size(); ++i) {
+                const ChatMessage& m = ms[i];
+                if (i == 0 && m.role != "system") o.text("<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>");
+                if (m.role == "system") o.text("<|im_system|>system<|im_middle|>" + m.content + "<|im_end|>");
+                else if (m.role == "user") o.text("<|im_user|>user<|im_middle|>" + m.content + "<|im_end|>");
+                else if (m.role == "tool") o.text("<|im_system|>tool<|im_middle|>" + m.content + "<|im_end|>");
+                else if (m.role == "assistant") {
+                    o.text("<|im_assistant|>assistant<|im_middle|>");
+                    o.assistant_body(m, m.content);
+                    o.text("<|im_end|>");
+                }
+            }
+            if (opt.add_generation_prompt) o.text("<|im_assistant|>assistant<|im_middle|>");
             break;
         }
         case ChatFamily::DeepSeek: {

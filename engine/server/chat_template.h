@@ -1,5 +1,6 @@
 // Chat templates of the families the engine serves, rendered natively (no Jinja): Qwen3 ChatML (with and
-// without thinking), plain ChatML, GLM-4.x and DeepSeek-V3/R1, chosen from `tokenizer.chat_template`.
+// without thinking), plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1 and Kimi-K2,
+// chosen from `tokenizer.chat_template`.
 //
 // Rendering yields segments: text (tokenized with special tokens parsed) or exact token ids. Earlier
 // assistant turns the server generated itself are spliced in as the very tokens it generated, so a
@@ -13,7 +14,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Glm4, DeepSeek };
+enum class ChatFamily { ChatML, Qwen3, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2 };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);
@@ -31,7 +32,9 @@ struct ChatSegment {
 
 struct ChatRenderOptions {
     bool add_generation_prompt = true;
-    bool enable_thinking = true;  // Qwen3 / GLM: false pre-fills an empty think block
+    // Thinking on or off (chat_template_kwargs.enable_thinking / thinking); unset: the family's own default (on
+    // for Qwen3 and GLM, off for DeepSeek-V3.1). Off pre-fills an empty or closed think block.
+    std::optional<bool> enable_thinking;
     std::string bos_text;         // the model's BOS text for families that write it (DeepSeek)
 };
 

@@ -178,9 +178,12 @@ void OpenAiService::completions(const HttpRequest& req, HttpResponder& res, bool
             if (cm.role == "assistant") cm.generated = gen_->remembered_turn(cm.content);
             msgs.push_back(std::move(cm));
         }
-        bool thinking = true;
-        if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
-            thinking = body["chat_template_kwargs"].value("enable_thinking", true);
+        std::optional<bool> thinking;
+        if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
+            const json& kw = body["chat_template_kwargs"];
+            for (const char* key : {"enable_thinking", "thinking"})
+                if (kw.contains(key) && kw[key].is_boolean()) thinking = kw[key].get<bool>();
+        }
         for (const auto& seg : render_chat(opt_.family, msgs, {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = opt_.bos_text})) {
             if (!seg.tokens.empty()) g.prompt.insert(g.prompt.end(), seg.tokens.begin(), seg.tokens.end());
             else {
