@@ -1,28 +1,45 @@
 #!/usr/bin/env bash
-# Streaming-bound benchmark: a synthetic qwen3moe with ~5 GB of Q4_K experts (64 per layer, 8 used), run
-# with an expert cache of ~15% of the expert bytes inside a cgroup v1 memory limit, so neither the cache nor
-# the page cache can hide the disk. Prints `moestream bench` for each eviction policy; the engine's read
-# GB/s is reported as a ratio of fio's on the same file, same read size and depth, in the same run.
+# Streaming-bound benchmark: a synthetic MoE with a few GB of Q4_K experts, run with an expert cache of 15%
+# of the expert bytes inside a cgroup v1 memory limit, so neither the cache nor the page cache can hide the
+# disk. Prints `moestream bench` for each eviction policy; the engine's read GB/s is reported as a ratio of
+# fio's on the same file, same read size and depth, in the same run.
 #
-#   bench/streaming.sh [build dir] [work dir]      (root; cgroup v1 memory controller writable)
+#   bench/streaming.sh [--shape qwen3|glm5] [build dir] [work dir]   (root; cgroup v1 memory controller writable)
+#
+# Shapes:
+#   qwen3  qwen3moe, 24 layers x 64 experts (8 used), d=2048, expert ffn 1024: 5.1 GiB of experts
+#   glm5   glm-dsa shaped like GLM-5.x scaled down: MLA (q_lora 512, kv_lora 512, rope 64), the DSA indexer
+#          (16 heads x 128, top-k 256), 2 dense + 14 MoE layers x 128 experts (8 used, 1 shared), d=2048,
+#          expert ffn 512, a NextN block: 2.8 GiB of experts
 set -euo pipefail
+shape=qwen3
+if [ "${1:-}" = "--shape" ]; then shape=$2; shift 2; fi
 build=${1:-build}
 work=${2:-/var/tmp/moestream-bench}
 bin=$(realpath "$build/moestream")
 mkdir -p "$work"
-model=$work/stream-q4k.gguf
+case "$shape" in
+  qwen3)
+    model=$work/stream-q4k.gguf
+    make_model=("$bin" mkmodel --layers 24 --embd 2048 --heads 16 --kv-heads 4 --head-dim 128 --experts 64 --experts-used 8
+                --ffn 1024 --vocab-builtin --type q4_k --seed 5 --out "$model") ;;
+  glm5)
+    model=$work/stream-glm5-q4k.gguf
+    make_model=("$bin" mkmodel --arch glm-dsa --layers 16 --dense-layers 2 --dense-ffn 4096 --embd 2048 --heads 16
+                --q-lora 512 --kv-lora 512 --qk-nope 128 --qk-rope 64 --v-head 128 --experts 128 --experts-used 8 --ffn 512
+                --shared-experts 1 --probs-bias --norm-weights --weights-scale 2.5 --indexer-heads 16 --indexer-dim 128
+                --indexer-top-k 256 --nextn 1 --vocab-builtin --type q4_k --seed 5 --out "$model") ;;
+  *) echo "--shape $shape is not qwen3 or glm5" >&2; exit 2 ;;
+esac
 if [ ! -f "$model" ]; then
-  echo "building $model (about 5 GB of experts; takes a few minutes)" >&2
-  "$bin" mkmodel --layers 24 --embd 2048 --heads 16 --kv-heads 4 --head-dim 128 --experts 64 --experts-used 8 \
-    --ffn 1024 --vocab-builtin --type q4_k --seed 5 --out "$model"
+  echo "building $model (a few GB of experts; takes a few minutes)" >&2
+  "${make_model[@]}"
 fi
-# Budget: resident weights + KV cache + 15% of the expert bytes. mkmodel's shape is known here:
-# 24 layers x 64 experts x 3 matrices of 2048 x 1024 Q4_K (144 bytes per 256 weights).
-expert_bytes=$((24 * 64 * 3 * 2048 * 1024 / 256 * 144))
-resident_bytes=$(( $(stat -c %s "$model") - expert_bytes ))
-cache=$((expert_bytes * 15 / 100))
-kv=$((2 * 24 * 97 * 4 * 128 * 2))   # fp16 K and V, 4 KV heads x 128, 97 positions (bench's context)
-budget=$((resident_bytes + kv + cache))
+# The model's bytes from its header: the cgroup limit is the engine's budget plus room for the process itself.
+read -r resident experts cache_per_token < <("$bin" check --model "$model" --no-fio --no-storage --json |
+  python3 -c 'import json,sys; m=json.load(sys.stdin)["model"]; print(m["resident_bytes"], m["expert_bytes"], m["cache_bytes_per_token"])')
+cache=$((experts * 15 / 100))
+budget=$((resident + cache + 97 * cache_per_token))   # 97 positions: bench's context
 limit=$((budget + 384 * 1024 * 1024))   # the process itself, libraries, fio's own small buffers
 
 cg=/sys/fs/cgroup/memory/moestream-bench
@@ -35,8 +52,8 @@ else
   echo "cgroup v1 memory controller not writable: running without a limit" >&2
 fi
 sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true
-echo "model: $model; experts $((expert_bytes >> 20)) MiB; cache $((cache >> 20)) MiB (15%); budget $((budget >> 20)) MiB"
+echo "model: $model; experts $((experts >> 20)) MiB; cache $((cache >> 20)) MiB (15%); budget $((budget >> 20)) MiB"
 for policy in lru lru-freq; do
   echo "== policy $policy"
-  "$bin" bench --model "$model" --ram-budget "$budget" --policy "$policy" --tokens 64 --prompt-tokens 32 --io-depth 32 --read-size 1M
+  "$bin" bench --model "$model" --cache-fraction 0.15 --policy "$policy" --tokens 64 --prompt-tokens 32 --io-depth 32 --read-size 1M
 done

@@ -49,7 +49,7 @@ uint64_t page_cache_bytes() { return proc_kib_field("/proc/meminfo", "Cached:");
 int cmd_bench(const std::vector<std::string>& args) {
     std::string model_path, fio_bin = "fio";
     int threads = 2, n_gen = 32, n_prompt = 64;
-    double fio_seconds = 5;
+    double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
     EngineFlags ef;
     po::options_description opts("moestream bench options");
@@ -58,7 +58,9 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("prompt-tokens", po::value(&n_prompt)->default_value(64), "prompt tokens")
         ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
         ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
-        ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline");
+        ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline")
+        ("cache-fraction", po::value(&cache_fraction), "stream experts through a cache of this share of their bytes (0..1); "
+                                                       "sets --ram-budget to resident + cache + that");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -67,6 +69,12 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
 
     const uint32_t n_ctx = static_cast<uint32_t>(n_prompt + n_gen + 1);
+    if (vm.count("cache-fraction")) {
+        if (!ef.ram_budget.empty()) throw CliError("give --cache-fraction or --ram-budget, not both");
+        if (!(cache_fraction > 0 && cache_fraction < 1)) throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
+        const ModelFacts f = read_model_facts(model_path);
+        ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx) + static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
+    }
     // RAM bandwidth first, with a buffer far larger than the caches, and freed before the model loads (a
     // benchmark inside a cgroup memory limit has no room for it next to the expert cache).
     const double bw = measure_memory_read_bandwidth(threads, size_t{256} << 20);
@@ -92,7 +100,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t rss = rss_bytes(), cache_after = page_cache_bytes();
     const double pp = n_prompt / t_pp, tg = n_gen / t_tg;
 
-    json out = {{"model", model_path}, {"threads", threads}, {"kernels", kernels::isa_name(kernels::active_table(le.flavor).isa)},
+    json out = {{"model", model_path}, {"arch", facts.arch}, {"threads", threads},
+                {"kernels", kernels::isa_name(kernels::active_table(le.flavor).isa)},
+                {"cache_bytes_per_token", facts.cache_bytes_per_token}, {"cache_layout", facts.cache_layout},
+                {"cache_bytes_4k", facts.kv_bytes(4096)}, {"cache_bytes_32k", facts.kv_bytes(32768)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
     if (!le.streaming) {
@@ -144,10 +155,13 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::cout << out.dump(2) << "\n";
         return 0;
     }
-    std::printf("model            %s\nkernels          %s, %d threads\nexperts          %s\nprompt           %d tokens, %.1f tok/s\n"
+    std::printf("model            %s (%s)\nkernels          %s, %d threads\nexperts          %s\n"
+                "context cache    %s per token (%s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
                 "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
-                model_path.c_str(), kernels::isa_name(kernels::active_table().isa), threads, le.summary.c_str(), n_prompt, pp, n_gen, tg,
-                bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+                model_path.c_str(), facts.arch.c_str(), kernels::isa_name(kernels::active_table(le.flavor).isa), threads, le.summary.c_str(),
+                human_bytes(static_cast<double>(facts.cache_bytes_per_token)).c_str(), facts.cache_layout.c_str(),
+                human_bytes(static_cast<double>(facts.kv_bytes(4096))).c_str(), human_bytes(static_cast<double>(facts.kv_bytes(32768))).c_str(),
+                n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
     if (!le.streaming) {
         std::printf("bound            %.1f tok/s = bandwidth / active bytes (%s per token)\nratio            %.2f of the bound\n",
                     out["gen_bound_tokens_per_s"].get<double>(), human_bytes(static_cast<double>(facts.active_bytes_per_token())).c_str(),

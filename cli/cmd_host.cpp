@@ -174,7 +174,20 @@ int cmd_check(const std::vector<std::string>& args) {
     in.mem_bytes_per_s = measure_memory_read_bandwidth(std::max(1, in.host.cpu.physical_cores.value.value_or(1)), 256u << 20);
     in.tuned_running = tuned_running(fs, in.tuned_profile);
     auto rows = run_checks(in, fs);
-    if (as_json) std::cout << rows_to_json(rows).dump(2) << "\n";
+    if (as_json) {
+        auto out = rows_to_json(rows);
+        if (in.model) {
+            const ModelFacts& m = *in.model;
+            out["model"] = {{"arch", m.arch}, {"name", m.name}, {"layers", m.n_layer}, {"nextn_layers", m.n_layer_nextn},
+                            {"experts", m.n_expert}, {"experts_used", m.n_expert_used}, {"resident_bytes", m.resident_bytes},
+                            {"expert_bytes", m.expert_bytes}, {"shared_expert_bytes", m.shared_expert_bytes},
+                            {"nextn_bytes", m.nextn_bytes}, {"expert_bytes_per_token", m.expert_bytes_per_token()},
+                            {"active_bytes_per_token", m.active_bytes_per_token()}, {"cache_bytes_per_token", m.cache_bytes_per_token},
+                            {"cache_layout", m.cache_layout}, {"supported", m.supported}};
+            if (!m.supported) out["model"]["unsupported_reason"] = m.unsupported_reason;
+        }
+        std::cout << out.dump(2) << "\n";
+    }
     else std::cout << rows_to_table(rows);
     return check_exit_code(rows);
 }

@@ -12,7 +12,7 @@ void Runner::attention_gqa(uint32_t l, int n) {
     const int nh = static_cast<int>(g.n_head), nkv = static_cast<int>(g.n_head_kv);
     const int Qd = nh * hd, kv_dim = nkv * hd;
 
-    matmul3(w.wq, q_.data(), Qd, w.wk, k_.data(), kv_dim, w.wv, v_.data(), kv_dim, xn_.data(), E, n);
+    matmul_group({{&w.wq, q_.data(), Qd}, {&w.wk, k_.data(), kv_dim}, {&w.wv, v_.data(), kv_dim}}, xn_.data(), E, n);
     // Biases are separate adds in llama.cpp's graph (build_qkv), after the matmul.
     auto add_bias = [n](std::vector<float>& y, const Tensor& b, int width) {
         if (!b.present()) return;

@@ -24,13 +24,12 @@ void Runner::attention_mla(uint32_t l, int n) {
 
     // Queries: through the normed q-LoRA latent (which the DSA indexer reads too), or directly.
     if (ql) {
-        matmul(w.wq_a, xn_.data(), E, n, qa_.data(), ql);
+        matmul_group({{&w.wq_a, qa_.data(), ql}, {&w.wkv_a, kva_.data(), dk}}, xn_.data(), E, n);
         for (int t = 0; t < n; ++t) ops::rms_norm(&qa_[t * ql], w.q_a_norm.f32(), &qa_[t * ql], ql, hp.rms_eps);
         matmul(w.wq_b, qa_.data(), ql, n, q_.data(), H * qk);
     } else {
-        matmul(w.wq, xn_.data(), E, n, q_.data(), H * qk);
+        matmul_group({{&w.wq, q_.data(), H * qk}, {&w.wkv_a, kva_.data(), dk}}, xn_.data(), E, n);
     }
-    matmul(w.wkv_a, xn_.data(), E, n, kva_.data(), dk);
 
     uint16_t* cache = cache_.k[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
@@ -69,8 +68,7 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     const int E = static_cast<int>(hp.n_embd), IH = static_cast<int>(ic.n_head), ID = static_cast<int>(ic.head_dim);
     const int top_k = static_cast<int>(ic.top_k);
     matmul(w.ix_q_b, qr, qr_stride, n, ixq_.data(), static_cast<int64_t>(IH) * ID);
-    matmul(w.ix_k, xn_.data(), E, n, ixk_.data(), ID);
-    matmul(w.ix_proj, xn_.data(), E, n, ixw_.data(), IH);
+    matmul_group({{&w.ix_k, ixk_.data(), ID}, {&w.ix_proj, ixw_.data(), IH}}, xn_.data(), E, n);
     const float w_scale = 1.0f / std::sqrt(static_cast<float>(ID * IH));
     uint16_t* keys = cache_.ix[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
@@ -95,19 +93,19 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     // masked cells at -inf); the same row length keeps its choice among exact ties.
     const int used = n_past_ + n;
     const int view = std::max(256, (used + 255) / 256 * 256);
+    if (ixkf_.size() < static_cast<size_t>(used) * ID) ixkf_.resize(static_cast<size_t>(used) * ID);
+    for (size_t i = 0; i < static_cast<size_t>(used) * ID; ++i) ixkf_[i] = fp16_to_fp32_lut(keys[i]);
+    const kernels::DotFn dot = kt_.dot[static_cast<int>(GgmlType::F32)];  // ggml_vec_dot_f32
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
-        std::vector<float> score(static_cast<size_t>(view)), kf(static_cast<size_t>(ID));
+        std::vector<float> score(static_cast<size_t>(view));
         std::vector<int> pick(static_cast<size_t>(top_k));
         for (int64_t t = t0; t < t1; ++t) {
             const int visible = n_past_ + static_cast<int>(t) + 1;
             std::fill(score.begin(), score.end(), -std::numeric_limits<float>::infinity());
             for (int s = 0; s < visible; ++s) {
-                for (int i = 0; i < ID; ++i) kf[i] = fp16_to_fp32_lut(keys[static_cast<size_t>(s) * ID + i]);
+                const float* kf = &ixkf_[static_cast<size_t>(s) * ID];
                 float acc = 0.f;
-                for (int h = 0; h < IH; ++h) {
-                    const float qk = fops_.dot_f32(&ixq_[(t * IH + h) * ID], kf.data(), ID);
-                    acc = std::fma(std::max(qk, 0.0f), ixw_[t * IH + h], acc);
-                }
+                for (int h = 0; h < IH; ++h) acc = std::fma(std::max(dot(ID, &ixq_[(t * IH + h) * ID], kf), 0.0f), ixw_[t * IH + h], acc);
                 score[s] = acc + 0.0f;  // the mask's zero
             }
             const int k = std::min(view, top_k);

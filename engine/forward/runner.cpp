@@ -104,31 +104,39 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     });
 }
 
-// Three matmuls of the same input (q, k, v) as one parallel loop over their rows together.
-void Runner::matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
-                     int64_t sc, const float* x, int64_t x_stride, int n_tok) {
-    const Tensor* w[3] = {&a, &b, &c};
-    float* out[3] = {oa, ob, oc};
-    const int64_t stride[3] = {sa, sb, sc};
-    size_t ab[3], off[3], total = 0;
-    for (int i = 0; i < 3; ++i) {
-        ab[i] = kernels::activation_bytes(w[i]->type, w[i]->ne0);
-        off[i] = total;
-        total += ab[i] * static_cast<size_t>(n_tok);
+void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok) {
+    struct Part {
+        MatmulOut o;
+        size_t act_bytes, act_off;
+        int64_t first_row;
+        kernels::MatmulDots dots;
+    };
+    std::vector<Part> parts;
+    size_t total = 0;
+    int64_t rows = 0;
+    for (const MatmulOut& o : outs) {
+        const size_t ab = kernels::activation_bytes(o.w->type, o.w->ne0);
+        parts.push_back({o, ab, total, rows, kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true)});
+        total += ab * static_cast<size_t>(n_tok);
+        rows += o.w->ne1;
     }
     if (act_.size() < total) act_.resize(total);
-    for (int i = 0; i < 3; ++i)
+    for (const Part& p : parts)
         for (int t = 0; t < n_tok; ++t)
-            kernels::prepare_activations(w[i]->type, x + t * x_stride, act_.data() + off[i] + t * ab[i], w[i]->ne0);
-    const int64_t rows = a.ne1 + b.ne1 + c.ne1;
+            kernels::prepare_activations(p.o.w->type, x + t * x_stride, act_.data() + p.act_off + t * p.act_bytes, p.o.w->ne0);
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            int i = 0;
-            int64_t rr = r;
-            while (rr >= w[i]->ne1) rr -= w[i++]->ne1;
-            const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w[i]->type, w[i]->ne1, w[i]->ne0, n_tok, true);
-            const uint8_t* row = w[i]->row(rr);
-            for (int t = 0; t < n_tok; ++t) out[i][t * stride[i] + rr] = dots.at(t)(w[i]->ne0, row, act_.data() + off[i] + t * ab[i]);
+        for (const Part& p : parts) {
+            // This thread's share of this tensor's rows.
+            const int64_t a = std::max(r0, p.first_row) - p.first_row, b = std::min(r1, p.first_row + p.o.w->ne1) - p.first_row;
+            if (a >= b) continue;
+            const Tensor& w = *p.o.w;
+            const uint8_t* act = act_.data() + p.act_off;
+            if (n_tok == 1 && p.dots.single_rows) {
+                p.dots.single_rows(w.ne0, w.row(a), w.row_bytes, b - a, act, p.o.out + a);
+                continue;
+            }
+            for (int64_t r = a; r < b; ++r)
+                for (int t = 0; t < n_tok; ++t) p.o.out[t * p.o.out_stride + r] = p.dots.at(t)(w.ne0, w.row(r), act + t * p.act_bytes);
         }
     });
 }
@@ -144,6 +152,13 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
             kernels::prepare_activations(w.type, x + h * x_head + t * x_stride, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab, cols);
     // Each head is a MUL_MAT over a strided view of the activations (permuted heads).
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, n_tok, w.type != GgmlType::F32);
+    if (n_tok == 1 && dots.single_rows) {  // decode: each head's rows in one kernel call
+        pool_.parallel_for(heads, [&](int64_t h0, int64_t h1) {
+            for (int64_t h = h0; h < h1; ++h)
+                dots.single_rows(cols, w.row(h * rows), w.row_bytes, rows, act_.data() + static_cast<size_t>(h) * ab, out + h * out_head);
+        });
+        return;
+    }
     pool_.parallel_for(static_cast<int64_t>(heads) * rows, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t h = i / rows, r = i % rows;

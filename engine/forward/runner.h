@@ -63,8 +63,14 @@ private:
     void matmul(const Tensor& t, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
         matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride, true);
     }
-    void matmul3(const Tensor& a, float* oa, int64_t sa, const Tensor& b, float* ob, int64_t sb, const Tensor& c, float* oc,
-                 int64_t sc, const float* x, int64_t x_stride, int n_tok);
+    // Several dense matmuls of the same input as one parallel loop over all their rows (q/k/v; MLA's q_a and
+    // kv_a; the indexer's projections): one thread-pool round instead of one per matmul.
+    struct MatmulOut {
+        const Tensor* w;
+        float* out;
+        int64_t out_stride;
+    };
+    void matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok);
     // Per-head matmuls of a 3-D weight (MLA's k_b and v_b): head h multiplies `rows` rows starting at h*rows
     // with the activations of head h (x + h*x_head), for every token.
     void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
@@ -101,7 +107,7 @@ private:
     std::vector<float> x_, xn_, tmp_;                     // [n][n_embd]
     std::vector<float> q_, k_, v_, att_;                  // attention projections and outputs
     std::vector<float> qa_, kva_, qabs_, lat_;            // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
-    std::vector<float> ixq_, ixk_, ixw_, ixs_;            // DSA indexer: queries, keys, head weights, scores
+    std::vector<float> ixq_, ixk_, ixw_, ixkf_;           // DSA indexer: queries, new keys, head weights, cached keys in f32
     std::vector<int> dsa_sel_;                            // [n][top_k] positions each query may attend to
     std::vector<int> dsa_count_;                          // [n] how many of them
     std::vector<float> ffn_g_, ffn_u_, sh_out_;           // dense / shared-expert hidden and output

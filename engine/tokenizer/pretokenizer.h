@@ -7,6 +7,13 @@
 
 namespace moe {
 
+// How llama.cpp treats a `tokenizer.ggml.pre` name beyond its regexes.
+struct PreTokenizerTraits {
+    bool ignore_merges = false;    // a word that is itself a token is taken whole
+    bool add_bos_default = false;  // BOS added when tokenizer.ggml.add_bos_token is absent
+    bool merges_optional = false;  // tokenizer.ggml.merges may be absent
+};
+
 class PreTokenizer {
 public:
     // Throws TokenizerError for a pre-tokenizer name this build does not know.
@@ -17,6 +24,7 @@ public:
     // Each regex in turn splits every piece further; unmatched gaps stay as pieces.
     std::vector<std::string> split(std::string_view text) const;
     static std::vector<std::string> known_names();
+    static PreTokenizerTraits traits(const std::string& pre_name);
 
 private:
     struct Compiled;

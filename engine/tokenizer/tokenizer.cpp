@@ -122,16 +122,20 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& meta) {
     } else {
         t->bos_ = id_key("tokenizer.ggml.bos_token_id", -1);
         t->eos_ = id_key("tokenizer.ggml.eos_token_id", -1);
-        t->add_bos_ = meta.get_int("tokenizer.ggml.add_bos_token").value_or(0) != 0;
         t->pre_name_ = meta.get_string("tokenizer.ggml.pre").value_or("default");
         t->pre_ = std::make_unique<PreTokenizer>(t->pre_name_);
-        // llama.cpp takes a whole word that is itself a token without merging, for the Llama 3 family only.
-        t->ignore_merges_ = t->pre_name_ == "llama3" || t->pre_name_ == "llama-v3" || t->pre_name_ == "llama-bpe";
+        const PreTokenizerTraits traits = PreTokenizer::traits(t->pre_name_);
+        t->add_bos_ = meta.get_int("tokenizer.ggml.add_bos_token").value_or(traits.add_bos_default) != 0;
+        t->ignore_merges_ = traits.ignore_merges;
         const GgufValue* merges = meta.find("tokenizer.ggml.merges");
-        if (!merges || merges->elem_type != GgufValueType::STRING)
+        if (merges && merges->elem_type != GgufValueType::STRING)
+            throw TokenizerError(meta.path + ": metadata tokenizer.ggml.merges is not an array of strings");
+        if (!merges && !traits.merges_optional)
             throw TokenizerError(meta.path + ": metadata tokenizer.ggml.merges is missing (needed by gpt2 tokenizers)");
-        t->merge_rank_.reserve(merges->strs.size());
-        for (size_t i = 0; i < merges->strs.size(); ++i) t->merge_rank_.emplace(merges->strs[i], static_cast<int32_t>(i));
+        static const std::vector<std::string> no_merges;
+        const std::vector<std::string>& merge_list = merges ? merges->strs : no_merges;
+        t->merge_rank_.reserve(merge_list.size());
+        for (size_t i = 0; i < merge_list.size(); ++i) t->merge_rank_.emplace(merge_list[i], static_cast<int32_t>(i));
     }
     if (t->add_bos_ && t->bos_ < 0)
         throw TokenizerError(meta.path + ": tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
