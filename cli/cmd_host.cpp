@@ -183,6 +183,7 @@ int cmd_check(const std::vector<std::string>& args) {
                             {"expert_bytes", m.expert_bytes}, {"shared_expert_bytes", m.shared_expert_bytes},
                             {"nextn_bytes", m.nextn_bytes}, {"expert_bytes_per_token", m.expert_bytes_per_token()},
                             {"active_bytes_per_token", m.active_bytes_per_token()}, {"cache_bytes_per_token", m.cache_bytes_per_token},
+                            {"state_bytes_per_sequence", m.state_bytes}, {"recurrent_layers", m.recurrent_layers},
                             {"cache_layout", m.cache_layout}, {"supported", m.supported}};
             if (!m.supported) out["model"]["unsupported_reason"] = m.unsupported_reason;
         }

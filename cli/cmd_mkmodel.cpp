@@ -17,7 +17,7 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")
-        ("arch", po::value(&s.arch)->default_value("qwen3moe"), "architecture: qwen3moe glm4moe deepseek2 glm-dsa")
+        ("arch", po::value(&s.arch)->default_value("qwen3moe"), "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa")
         ("layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")
         ("embd", po::value(&s.embd)->required(), "model width")
         ("heads", po::value(&s.heads)->required(), "query heads")
@@ -36,6 +36,11 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         ("indexer-dim", po::value(&s.ix_dim)->default_value(64), "glm-dsa: indexer key width (power of two >= 64)")
         ("indexer-top-k", po::value(&s.ix_top_k)->default_value(16), "glm-dsa: positions each query attends to")
         ("indexer-types", po::value(&ix_types), "glm-dsa: per layer 1 (full) or 0 (shared), e.g. 1010 (default: no key, all full)")
+        ("ssm-state", po::value(&s.ssm_state)->default_value(32), "qwen35moe: DeltaNet head dim (state S x S per v head)")
+        ("ssm-k-heads", po::value(&s.ssm_k_heads)->default_value(2), "qwen35moe: DeltaNet q/k heads")
+        ("ssm-v-heads", po::value(&s.ssm_v_heads)->default_value(4), "qwen35moe: DeltaNet v heads (a multiple of the k heads)")
+        ("ssm-conv", po::value(&s.ssm_conv)->default_value(4), "qwen35moe: causal conv taps")
+        ("full-attention-interval", po::value(&s.full_interval)->default_value(4), "qwen35moe: every n-th layer is full attention")
         ("dense-layers", po::value(&s.dense_layers)->default_value(0), "leading layers with a dense FFN")
         ("dense-ffn", po::value(&s.dense_ffn)->default_value(0), "their hidden width (default: ffn x experts-used)")
         ("shared-experts", po::value(&s.shared)->default_value(0), "shared experts (width ffn x count)")

@@ -146,6 +146,32 @@ void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool bia
     w.vec(p + "attn_k_norm.weight", s.head_dim);
 }
 
+// qwen35moe's gated DeltaNet block, with the value ranges of real checkpoints' initialisation: -exp(A_log)
+// for A ~ U(0, 16), dt bias for dt in [1e-3, 1e-1].
+void deltanet_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    const uint32_t S = s.ssm_state, V = S * s.ssm_v_heads, C = 2 * S * s.ssm_k_heads + V;
+    w.matrix(p + "attn_qkv.weight", {s.embd, C});
+    w.matrix(p + "attn_gate.weight", {s.embd, V});
+    w.f32_matrix(p + "ssm_conv1d.weight", {s.ssm_conv, C}, 1.f);
+    w.vec(p + "ssm_dt.bias", s.ssm_v_heads, -4.5f, 2.2f);
+    w.vec(p + "ssm_a", s.ssm_v_heads, -8.f, 7.9f);
+    w.matrix(p + "ssm_alpha.weight", {s.embd, s.ssm_v_heads});
+    w.matrix(p + "ssm_beta.weight", {s.embd, s.ssm_v_heads});
+    w.vec(p + "ssm_norm.weight", S);
+    w.matrix(p + "ssm_out.weight", {V, s.embd}, 1.f, true);
+}
+
+// qwen35moe's gated full attention: attn_q yields per head the query then the output gate.
+void gated_attention_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+    w.matrix(p + "attn_q.weight", {s.embd, 2 * Q});
+    w.matrix(p + "attn_k.weight", {s.embd, KV});
+    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
+    w.matrix(p + "attn_output.weight", {Q, s.embd});
+    w.vec(p + "attn_q_norm.weight", s.head_dim);
+    w.vec(p + "attn_k_norm.weight", s.head_dim);
+}
+
 void mla_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool indexer) {
     const uint32_t qk = s.qk_nope + s.qk_rope;
     if (s.q_lora) {
@@ -174,18 +200,27 @@ void mla_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool ind
 uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vocab, const std::string& out) {
     SyntheticSpec s = s_in;
     const std::string& A = s.arch;
-    if (A != "qwen3moe" && A != "glm4moe" && !is_mla(A)) throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, deepseek2, glm-dsa)");
+    const bool hybrid = A == "qwen35moe";
+    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A))
+        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa)");
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
     if (s.used > s.experts) throw CliError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
     if (s.dense_layers >= s.layers && s.dense_layers) throw CliError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
     if (s.dense_layers && !s.dense_ffn) s.dense_ffn = s.ffn * std::max(s.used, 1u);
     if (A == "qwen3moe" && (s.dense_layers || s.shared)) throw CliError("qwen3moe has no dense layers or shared experts");
+    if (hybrid) {
+        if (s.dense_layers) throw CliError("qwen35moe has no dense layers");
+        check_positive({{"ssm-state", s.ssm_state}, {"ssm-k-heads", s.ssm_k_heads}, {"ssm-v-heads", s.ssm_v_heads},
+                        {"full-attention-interval", s.full_interval}});
+        if (s.ssm_v_heads % s.ssm_k_heads) throw CliError("--ssm-v-heads must be a multiple of --ssm-k-heads");
+        if (s.ssm_conv < 2 || s.ssm_conv > 64) throw CliError("--ssm-conv must be in 2..64");
+    }
     if (!is_mla(A)) {
         if (!s.kv_heads) s.kv_heads = s.heads;
         if (!s.head_dim) s.head_dim = s.embd / s.heads;
         check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
         if (s.heads % s.kv_heads) throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
-        if (!s.rope_dims) s.rope_dims = A == "glm4moe" ? s.head_dim / 2 : s.head_dim;
+        if (!s.rope_dims) s.rope_dims = A == "glm4moe" ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
         if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw CliError("--rope-dims must be even and at most --head-dim");
     } else {
         check_positive({{"kv-lora", s.kv_lora}, {"qk-nope", s.qk_nope}, {"qk-rope", s.qk_rope}, {"v-head", s.v_head}});
@@ -230,7 +265,25 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     key("expert_count", u32(s.experts));
     key("expert_used_count", u32(s.used));
     key("expert_feed_forward_length", u32(s.ffn));
-    if (!is_mla(A)) {
+    if (hybrid) {
+        key("attention.head_count_kv", u32(s.kv_heads));
+        key("attention.key_length", u32(s.head_dim));
+        key("attention.value_length", u32(s.head_dim));
+        key("rope.dimension_count", u32(s.rope_dims));
+        // Qwen3.5's interleaved sections, in proportion 11:11:10 of the rotated pairs
+        const uint32_t pairs = s.rope_dims / 2, t = (pairs * 11 + 31) / 32, h = (pairs * 11 + 31) / 32;
+        GgufValue sections = GgufValue::i32_array_of({static_cast<int32_t>(t), static_cast<int32_t>(std::min(h, pairs - t)),
+                                                      static_cast<int32_t>(pairs - t - std::min(h, pairs - t)), 0});
+        key("rope.dimension_sections", sections);
+        key("ssm.conv_kernel", u32(s.ssm_conv));
+        key("ssm.state_size", u32(s.ssm_state));
+        key("ssm.group_count", u32(s.ssm_k_heads));
+        key("ssm.time_step_rank", u32(s.ssm_v_heads));
+        key("ssm.inner_size", u32(s.ssm_state * s.ssm_v_heads));
+        key("full_attention_interval", u32(s.full_interval));
+        if (s.shared) key("expert_shared_feed_forward_length", u32(s.ffn * s.shared));
+        key("nextn_predict_layers", u32(s.nextn));
+    } else if (!is_mla(A)) {
         key("feed_forward_length", u32(s.dense_layers ? s.dense_ffn : s.ffn * s.used));
         key("attention.head_count_kv", u32(s.kv_heads));
         key("attention.key_length", u32(s.head_dim));
@@ -260,7 +313,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
             }
         }
     }
-    if (A != "qwen3moe") {
+    if (A != "qwen3moe" && !hybrid) {
         key("leading_dense_block_count", u32(s.dense_layers));
         key("expert_shared_count", u32(s.shared));
         key("expert_weights_norm", GgufValue::boolean(s.norm_weights));
@@ -291,15 +344,18 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     std::function<bool(uint64_t)> unprintable;
     if (s.printable_head) unprintable = [](uint64_t id) { return !((id >= 32 && id <= 126) || id == 10 || id == 258); };
     if (!s.tie_output) w.matrix("output.weight", {s.embd, n_vocab}, 4.f, true, unprintable);
-    const std::string ffn_norm = A == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight";
+    const std::string ffn_norm = A == "glm4moe" || hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
     for (uint32_t l = 0; l < s.layers + s.nextn; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         w.vec(p + "attn_norm.weight", s.embd);
         if (is_mla(A)) mla_block(w, s, p, A == "glm-dsa" && (s.ix_full.empty() || (l < s.layers && s.ix_full[l]) || l >= s.layers));
+        else if (hybrid && l < s.layers && (l + 1) % s.full_interval != 0) deltanet_block(w, s, p);
+        else if (hybrid) gated_attention_block(w, s, p);
         else gqa_block(w, s, p, A == "glm4moe");
         w.vec(p + ffn_norm, s.embd);
         if (l < s.dense_layers) dense_block(w, s, p);
         else moe_block(w, s, p);
+        if (hybrid && s.shared) w.vec(p + "ffn_gate_inp_shexp.weight", s.embd, 0.f, 0.3f);
         if (l >= s.layers) {  // a NextN/MTP block's own tensors
             w.matrix(p + "nextn.eh_proj.weight", {2ull * s.embd, s.embd});
             w.vec(p + "nextn.enorm.weight", s.embd);

@@ -11,7 +11,7 @@
 namespace moe::cli {
 
 struct SyntheticSpec {
-    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | deepseek2 | glm-dsa
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa
     uint32_t layers = 0, embd = 0, vocab = 0;
     uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
     // GQA (qwen3moe, glm4moe)
@@ -22,6 +22,9 @@ struct SyntheticSpec {
     // DSA indexer (glm-dsa)
     uint32_t ix_heads = 8, ix_dim = 64, ix_top_k = 16;
     std::vector<bool> ix_full;  // empty: no indexer.types key (every layer full)
+    // Gated DeltaNet (qwen35moe): state size S, q/k heads, v heads, conv taps; every full_interval-th layer is
+    // gated full attention
+    uint32_t ssm_state = 32, ssm_k_heads = 2, ssm_v_heads = 4, ssm_conv = 4, full_interval = 4;
     // MoE extras
     uint32_t dense_layers = 0, dense_ffn = 0, shared = 0, groups = 0, groups_used = 0;
     std::string gating;  // "", softmax, sigmoid: written as expert_gating_func when set

@@ -19,6 +19,33 @@ TEST(ChatTemplate, DetectsFamilies) {
     EXPECT_EQ(detect_chat_family("[gMASK]<sop>{% for m in messages %}<|user|>{{ '/nothink' }}"), ChatFamily::Glm4);
     EXPECT_EQ(detect_chat_family("{{'<｜User｜>' + message['content']}}"), ChatFamily::DeepSeek);
     EXPECT_EQ(detect_chat_family(""), ChatFamily::ChatML);
+    EXPECT_EQ(detect_chat_family("<|im_start|>... <tool_call>\\n<function=example_function_name> ... {{- '<think>\\n' }}"), ChatFamily::Qwen35);
+    // Qwen3-Coder's XML tool calls without thinking stay Qwen3/ChatML.
+    EXPECT_EQ(detect_chat_family("<|im_start|>... <function=example_function_name>"), ChatFamily::ChatML);
+}
+
+// Qwen3.5's template (its tokenizer_config's chat_template): contents trimmed, reasoning shown only after the
+// last real user query, consecutive tool results in one user turn, "<think>\n" opened by the generation prompt.
+TEST(ChatTemplate, Qwen35) {
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, conversation(), {})),
+              "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    std::vector<ChatMessage> tool_loop = {{"user", " Weather? ", {}},
+                                          {"assistant", "<think>\nneed a tool\n</think>\n\nChecking.", {}},
+                                          {"tool", "sunny", {}},
+                                          {"tool", "25C", {}}};
+    const std::string expected_loop =
+        "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\nneed a tool\n</think>\n\nChecking.<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>\n";
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {})), expected_loop + "<|im_start|>assistant\n<think>\n");
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+              expected_loop + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    // A turn the server generated, still in the current query: its tokens follow the "<think>\n" prefill.
+    tool_loop[1].generated = std::vector<int32_t>{5, 6, 7};
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {})),
+              "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\n<tokens:3><|im_end|>\n"
+              "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n");
 }
 
 TEST(ChatTemplate, Qwen3DropsEarlierReasoning) {

@@ -78,6 +78,16 @@ const ArchCase kArchCases[] = {
                                    "--nextn", "1", "--type", "f16"}},
     {"glm-dsa-q8_0", Flavor::Avx512, {"--arch", "glm-dsa", "--layers", "3", "--indexer-heads", "4", "--indexer-dim", "128",
                                       "--indexer-top-k", "7", "--indexer-types", "110", "--type", "q8_0"}},
+    // Hybrid: gated DeltaNet layers (tiled v heads, conv window, recurrent state across chunks) and gated full
+    // attention with partial interleaved RoPE; the shared expert behind its sigmoid gate; an MTP block.
+    {"qwen35moe-q8_0", Flavor::Avx2, {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
+                                      "--shared-experts", "1", "--type", "q8_0"}},
+    {"qwen35moe-f32", Flavor::Avx512, {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "4", "--head-dim", "32",
+                                       "--ssm-state", "64", "--ssm-k-heads", "2", "--ssm-v-heads", "8", "--ssm-conv", "3",
+                                       "--full-attention-interval", "2", "--shared-experts", "2", "--nextn", "1", "--type", "f32"}},
+    {"qwen35moe-q4_k_m", Flavor::Avx2, {"--arch", "qwen35moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "64",
+                                        "--ssm-state", "128", "--ssm-k-heads", "1", "--ssm-v-heads", "2", "--full-attention-interval", "3",
+                                        "--shared-experts", "1", "--type", "q4_k_m"}},
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};
@@ -142,6 +152,76 @@ INSTANTIATE_TEST_SUITE_P(Archs, FastVsReference, ::testing::ValuesIn(kArchCases)
     for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return n;
 });
+
+// A recurrent model's prompt at once, in two parts and token by token: the state carries over every boundary.
+// Parts of two or more tokens give the same bits; single tokens differ where llama.cpp's summation order
+// depends on the batch (GEMM against one-row dots), by float rounding.
+TEST(HybridModel, PromptAtOnceInPartsAndTokenByTokenAgree) {
+    test::TempDir dir;
+    // F32 weights: with 8-bit activations a last-bit difference can flip a rounding and move logits by 0.05.
+    GgufModel file = open_gguf_model(make_model(dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
+                                                             "--shared-experts", "1", "--type", "f32"}));
+    auto m = load_model(file);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 23; ++i) toks.push_back((i * 53 + 7) % 256);
+    const uint32_t V = m->hp.n_vocab;
+    Runner once(*m, {.n_ctx = 64});
+    once.eval(toks);
+    std::vector<float> want(once.logits(), once.logits() + V);
+    auto worst = [&](const float* got) {
+        double w = 0;
+        for (uint32_t v = 0; v < V; ++v) w = std::max(w, static_cast<double>(std::fabs(got[v] - want[v])));
+        return w;
+    };
+    Runner parts(*m, {.n_ctx = 64});
+    parts.eval(std::span<const int32_t>(toks.data(), 9));
+    parts.eval(std::span<const int32_t>(toks.data() + 9, toks.size() - 9));
+    EXPECT_EQ(worst(parts.logits()), 0.0);  // as llama.cpp: parts of two or more tokens keep the batch's orders
+    std::printf("[ hybrid   ] two parts: %.2e, token by token: ", worst(parts.logits()));
+    Runner single(*m, {.n_ctx = 64});
+    for (int32_t t : toks) single.eval(std::span<const int32_t>(&t, 1));
+    EXPECT_LT(worst(single.logits()), 1e-3);
+    std::printf("%.2e (largest logit difference to the prompt at once)\n", worst(single.logits()));
+    // And a different prompt gives different logits (the comparison can fail).
+    Runner other(*m, {.n_ctx = 64});
+    toks[3] ^= 1;
+    other.eval(toks);
+    EXPECT_GT(worst(other.logits()), 1e-2);
+}
+
+// Prefix reuse on a recurrent model: truncate() can only go back to a checkpoint; re-evaluating from there
+// gives exactly what a fresh runner with the same batches gives.
+TEST(HybridModel, TruncateRestoresTheNewestCheckpointAtOrBelow) {
+    test::TempDir dir;
+    GgufModel file = open_gguf_model(make_model(dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
+                                                             "--type", "f32"}));
+    auto m = load_model(file);
+    std::vector<int32_t> a;
+    for (int i = 0; i < 30; ++i) a.push_back((i * 29 + 3) % 256);
+    Runner r(*m, {.n_ctx = 64, .max_checkpoints = 2});
+    ASSERT_TRUE(r.has_recurrent_state());
+    r.eval(std::span<const int32_t>(a.data(), 8));
+    r.checkpoint();  // at 8
+    r.eval(std::span<const int32_t>(a.data() + 8, 8));
+    r.checkpoint();  // at 16
+    r.eval(std::span<const int32_t>(a.data() + 16, 4));
+    r.checkpoint();  // at 20: the one at 8 is dropped (max 2)
+    r.eval(std::span<const int32_t>(a.data() + 20, 10));
+    EXPECT_EQ(r.checkpoint_count(), 2u);
+    EXPECT_EQ(r.truncate(30), 30);   // nothing to cut
+    EXPECT_EQ(r.truncate(18), 16);   // newest checkpoint at or below 18
+    EXPECT_EQ(r.checkpoint_count(), 1u);
+    std::vector<int32_t> b(a.begin(), a.begin() + 16);
+    for (int i = 0; i < 6; ++i) b.push_back((i * 7 + 100) % 256);  // a different continuation
+    r.eval(std::span<const int32_t>(b.data() + 16, b.size() - 16));
+    Runner fresh(*m, {.n_ctx = 64});
+    fresh.eval(std::span<const int32_t>(b.data(), 8));
+    fresh.eval(std::span<const int32_t>(b.data() + 8, 8));
+    fresh.eval(std::span<const int32_t>(b.data() + 16, b.size() - 16));
+    for (uint32_t v = 0; v < m->hp.n_vocab; ++v) ASSERT_EQ(r.logits()[v], fresh.logits()[v]) << v;
+    EXPECT_EQ(r.truncate(5), 0);  // below every checkpoint: back to the start
+    EXPECT_EQ(r.checkpoint_count(), 0u);
+}
 
 
 }  // namespace

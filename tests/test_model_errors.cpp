@@ -141,6 +141,38 @@ TEST(ModelErrors, IndexerTensorsAndKeys) {
     expect_mentions(load_error(dir, path, set_key("glm-dsa.attention.indexer.types", types)), {"layer 0", "full"});
 }
 
+TEST(ModelErrors, DeltaNetStateAndLayerPattern) {
+    test::TempDir dir;
+    // 4 layers: DeltaNet, DeltaNet, DeltaNet, full attention; S 32, 2 k heads, 4 v heads.
+    const std::string path = make_model(dir, "h", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.state_size", GgufValue::u32(16))),
+                    {"qwen35moe.ssm.inner_size = 128", "ssm.state_size 16"});
+    expect_mentions(load_error(dir, path, [](auto& kv) {
+                        set_key("qwen35moe.ssm.state_size", GgufValue::u32(16))(kv);
+                        set_key("qwen35moe.ssm.inner_size", GgufValue::u32(64))(kv);
+                    }),
+                    {"blk.0.attn_qkv.weight", "[256, 256]", "[256, 128]"});
+    expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.time_step_rank", GgufValue::u32(3))),
+                    {"qwen35moe.ssm.inner_size = 128", "time_step_rank 3"});
+    expect_mentions(load_error(dir, path, [](auto& kv) {
+                        set_key("qwen35moe.ssm.time_step_rank", GgufValue::u32(3))(kv);
+                        set_key("qwen35moe.ssm.inner_size", GgufValue::u32(96))(kv);
+                    }),
+                    {"time_step_rank = 3", "not a multiple", "group_count = 2"});
+    expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.conv_kernel", GgufValue::u32(9))), {"blk.0.ssm_conv1d.weight", "conv_kernel 9"});
+    // The layer pattern: a different interval makes layer 1 full attention, whose tensors are not there.
+    expect_mentions(load_error(dir, path, set_key("qwen35moe.full_attention_interval", GgufValue::u32(2))), {"blk.1.attn_q.weight", "missing"});
+    GgufValue flags;
+    flags.type = GgufValueType::ARRAY;
+    flags.elem_type = GgufValueType::BOOL;
+    flags.count = 3;
+    flags.raw = {1, 1, 1};
+    expect_mentions(load_error(dir, path, set_key("qwen35moe.attention.recurrent_layers", flags)),
+                    {"qwen35moe.attention.recurrent_layers", "3 entries", "4 layers"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.2.ssm_a"; }), {"blk.2.ssm_a", "missing"});
+}
+
 TEST(ModelErrors, TensorsNoArchitectureClaims) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2"});

@@ -32,8 +32,11 @@ TEST_P(FactsVsLoader, HeaderFactsMatchTheLoadedModel) {
     EXPECT_TRUE(f.supported) << f.unsupported_reason;
     EXPECT_EQ(f.n_layer, m->hp.n_layer);
     EXPECT_EQ(f.n_layer_nextn, m->hp.n_layer_nextn);
-    EXPECT_EQ(f.cache_bytes_per_token * 64, SequenceCache::make(*m, 64).bytes()) << f.cache_layout;
-    EXPECT_EQ(f.kv_bytes(64), SequenceCache::make(*m, 64).bytes());
+    const SequenceCache cache = SequenceCache::make(*m, 64);
+    EXPECT_EQ(f.cache_bytes_per_token * 64 + f.state_bytes, cache.bytes()) << f.cache_layout;
+    EXPECT_EQ(f.state_bytes, cache.recurrent_bytes());
+    EXPECT_EQ(f.kv_bytes(64, 0), cache.bytes());
+    EXPECT_EQ(f.kv_bytes(64, 3), cache.bytes() + 3 * cache.recurrent_bytes());  // checkpoints of the state
     EXPECT_EQ(f.expert_bytes, m->experts->bytes_in_ram());
     // The arena pads each tensor to 64 bytes.
     EXPECT_LE(f.resident_bytes, m->resident->bytes());
@@ -53,7 +56,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
                                            std::vector<std::string>{"--arch", "deepseek2", "--layers", "3", "--dense-layers", "1",
                                                                     "--shared-experts", "2", "--nextn", "1"},
                                            std::vector<std::string>{"--arch", "glm-dsa", "--layers", "4", "--indexer-types", "1010",
-                                                                    "--indexer-dim", "128", "--nextn", "1"}),
+                                                                    "--indexer-dim", "128", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "qwen35moe", "--layers", "6", "--kv-heads", "2", "--head-dim", "64",
+                                                                    "--full-attention-interval", "3", "--shared-experts", "1", "--nextn", "1"}),
                          [](const auto& info) { return info.param[1] == "glm-dsa" ? std::string("glm_dsa") : info.param[1]; });
 
 // GLM-5-like cache arithmetic: the latent and the indexer keys, per token.

@@ -38,6 +38,8 @@ const Case kCases[] = {
     {"shared-deepseek2-gpt2-s64-Q8_0", Flavor::Avx2, 1e-4},
     {"shared-glm-dsa-spm-s64-F16", Flavor::Avx2, 1e-4},
     {"shared-glm-dsa-gpt2-s64-Q8_0", Flavor::Avx2, 1e-4},
+    {"shared-qwen35moe-spm-s64-F32", Flavor::Avx2, 1e-4},
+    {"shared-qwen35moe-spm-s64-Q8_0", Flavor::Avx2, 1e-4},
 };
 
 class OracleModel : public ::testing::TestWithParam<Case> {

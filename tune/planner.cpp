@@ -200,7 +200,10 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     why("ram_budget", std::to_string(budget),
         opt.ram_budget ? "given by --ram-budget" : mib(ram) + " RAM minus an OS reserve of " + mib(reserve) + " (5%, at least 1 GiB)");
     why("kv_cache", std::to_string(p.kv_bytes),
-        std::to_string(opt.n_ctx) + " positions x " + std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")");
+        std::to_string(opt.n_ctx) + " positions x " + std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")" +
+            (m.state_bytes ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) +
+                                 " checkpoints)"
+                           : ""));
     why("expert_cache", std::to_string(p.expert_cache_bytes),
         "budget minus resident weights (" + mib(m.resident_bytes) + ") and KV cache; holds " +
             std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +

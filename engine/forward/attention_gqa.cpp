@@ -1,5 +1,6 @@
-// Grouped-query attention (qwen3moe, glm4moe): q/k/v projections (+ biases), per-head q/k RMSNorm where the
-// model has it, RoPE on the first n_rot dims, fp16 K/V cache, flash attention, output projection.
+// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers): q/k/v projections (+ biases), per-head
+// q/k RMSNorm where the model has it, RoPE on the first n_rot dims, fp16 K/V cache, flash attention, an output
+// gate where attn_q yields one (each head's q then its gate: out *= sigmoid(gate)), output projection.
 #include "engine/forward/runner.h"
 
 namespace moe {
@@ -11,15 +12,16 @@ void Runner::attention_gqa(uint32_t l, int n) {
     const int E = static_cast<int>(hp.n_embd), hd = static_cast<int>(g.head_dim);
     const int nh = static_cast<int>(g.n_head), nkv = static_cast<int>(g.n_head_kv);
     const int Qd = nh * hd, kv_dim = nkv * hd;
+    const int q_head = g.output_gate ? 2 * hd : hd, q_row = nh * q_head;  // strides in q_
 
-    matmul_group({{&w.wq, q_.data(), Qd}, {&w.wk, k_.data(), kv_dim}, {&w.wv, v_.data(), kv_dim}}, xn_.data(), E, n);
+    matmul_group({{&w.wq, q_.data(), q_row}, {&w.wk, k_.data(), kv_dim}, {&w.wv, v_.data(), kv_dim}}, xn_.data(), E, n);
     // Biases are separate adds in llama.cpp's graph (build_qkv), after the matmul.
     auto add_bias = [n](std::vector<float>& y, const Tensor& b, int width) {
         if (!b.present()) return;
         for (int t = 0; t < n; ++t)
             for (int i = 0; i < width; ++i) y[t * width + i] += b.f32()[i];
     };
-    add_bias(q_, w.bq, Qd);
+    add_bias(q_, w.bq, q_row);
     add_bias(k_, w.bk, kv_dim);
     add_bias(v_, w.bv, kv_dim);
 
@@ -31,7 +33,7 @@ void Runner::attention_gqa(uint32_t l, int n) {
             const int pos = n_past_ + static_cast<int>(t);
             ops::rope_cache(hp.rope, pos, cs);
             for (int h = 0; h < nh; ++h) {
-                float* qh = &q_[t * Qd + h * hd];
+                float* qh = &q_[t * q_row + h * q_head];
                 if (w.q_norm.present()) ops::rms_norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
                 ops::rope(qh, hp.rope, cs);
             }
@@ -48,7 +50,11 @@ void Runner::attention_gqa(uint32_t l, int n) {
     });
     // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
     const ops::KvView view{kc, vc, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, 0, nullptr};
-    attention_heads(view, q_.data(), Qd, hd, nh, nkv, n, 1.0f / std::sqrt(static_cast<float>(hd)), att_.data(), Qd, hd, false);
+    attention_heads(view, q_.data(), q_row, q_head, nh, nkv, n, 1.0f / std::sqrt(static_cast<float>(hd)), att_.data(), Qd, hd, false);
+    if (g.output_gate)
+        for (int t = 0; t < n; ++t)
+            for (int h = 0; h < nh; ++h)
+                for (int i = 0; i < hd; ++i) att_[t * Qd + h * hd + i] *= ops::sigmoid(q_[t * q_row + h * q_head + hd + i]);
     matmul(w.wo, att_.data(), Qd, n, tmp_.data(), E);
 }
 

@@ -90,7 +90,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n) {
     if (!L.moe) return;
     const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
     // The last layer's feed-forward runs only for the rows whose logits are wanted (eval_chunk): the last ones.
-    const int first = l + 1 == hp.n_layer ? n - std::min(n, last_layer_rows_) : 0;
+    const int first = l + 1 == hp.n_layer && !hp.output_rows_after_norm ? n - std::min(n, last_layer_rows_) : 0;
     n -= first;
     if (n == 0) return;
     std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
@@ -115,7 +115,17 @@ void Runner::ffn_moe(uint32_t l, int n) {
     const MoeWeights& L = m_.layers[l].experts;
     const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(L.gate.n_out);
     const int X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
-    if (L.gate_sh.present()) shared_expert(l, n, sh_out_.data());  // before the routed experts reuse the scratch
+    if (L.gate_sh.present()) {
+        shared_expert(l, n, sh_out_.data());  // before the routed experts reuse the scratch
+        if (L.gate_inp_sh.present()) {  // qwen35moe: the shared expert scaled by sigmoid(gate_inp_sh . x)
+            std::vector<float> gate(static_cast<size_t>(n));
+            matmul(L.gate_inp_sh, xn_.data(), E, n, gate.data(), 1);
+            for (int t = 0; t < n; ++t) {
+                const float s = ops::sigmoid(gate[t]);
+                for (int i = 0; i < E; ++i) sh_out_[t * E + i] *= s;
+            }
+        }
+    }
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
     const float* bias = L.probs_bias.present() ? L.probs_bias.f32() : nullptr;
     for (int t = 0; t < n; ++t) route_token(hp.moe, fops_, &probs_[t * X], bias, &sel_[t * U], &sel_w_[t * U]);

@@ -49,23 +49,24 @@ void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, fl
     (tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
 }
 
-// GQA: projections (+ biases), per-head q/k norm, RoPE, fp16 cache, attention per head, output projection.
+// GQA: projections (+ biases), per-head q/k norm, RoPE, fp16 cache, attention per head, output gate (qwen35moe:
+// attn_q gives each head's query then its gate), output projection.
 void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     const Hparams& hp = c.m.hp;
     const GqaWeights& w = c.m.layers[l].gqa;
     const int hd = static_cast<int>(hp.gqa.head_dim), nh = static_cast<int>(hp.gqa.n_head), nkv = static_cast<int>(hp.gqa.n_head_kv);
-    const int kv_dim = nkv * hd;
-    Vec q(nh * hd), k(kv_dim), v(kv_dim), att(nh * hd), cs;
-    dense(c, w.wq, xn.data(), q.data());
+    const int kv_dim = nkv * hd, qh = hp.gqa.output_gate ? 2 * hd : hd;  // q's per-head stride
+    Vec qg(nh * qh), k(kv_dim), v(kv_dim), att(nh * hd), cs;
+    dense(c, w.wq, xn.data(), qg.data());
     dense(c, w.wk, xn.data(), k.data());
     dense(c, w.wv, xn.data(), v.data());
-    if (w.bq.present()) for (int i = 0; i < nh * hd; ++i) q[i] += w.bq.f32()[i];
+    if (w.bq.present()) for (int i = 0; i < nh * qh; ++i) qg[i] += w.bq.f32()[i];
     if (w.bk.present()) for (int i = 0; i < kv_dim; ++i) k[i] += w.bk.f32()[i];
     if (w.bv.present()) for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
     ops::rope_cache(hp.rope, c.pos, cs);
     for (int h = 0; h < nh; ++h) {
-        if (w.q_norm.present()) ops::rms_norm(&q[h * hd], w.q_norm.f32(), &q[h * hd], hd, hp.rms_eps);
-        ops::rope(&q[h * hd], hp.rope, cs);
+        if (w.q_norm.present()) ops::rms_norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
+        ops::rope(&qg[h * qh], hp.rope, cs);
     }
     for (int h = 0; h < nkv; ++h) {
         if (w.k_norm.present()) ops::rms_norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
@@ -81,9 +82,45 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     for (int h = 0; h < nh; ++h) {
         const int kvh = h / (nh / nkv);
         const ops::KvView kv{kc + kvh * hd, vc + kvh * hd, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, c.pos + 1, nullptr};
-        attend(c, kv, &q[h * hd], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
+        attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
+        if (hp.gqa.output_gate)
+            for (int i = 0; i < hd; ++i) att[h * hd + i] *= ops::sigmoid(qg[h * qh + hd + i]);
     }
     dense(c, w.wo, att.data(), out.data());
+}
+
+// Gated DeltaNet (see forward/attention_deltanet.cpp for the equations), one token: projections and gates, the
+// causal conv over the cached window, SiLU, per-head L2 norms, the delta rule per v head, the gated RMSNorm,
+// the output projection.
+void attention_deltanet(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
+    const Hparams& hp = c.m.hp;
+    const DeltaNetConfig& dc = hp.ssm;
+    const DeltaNetWeights& w = c.m.layers[l].ssm;
+    const int S = static_cast<int>(dc.state), K = static_cast<int>(dc.conv_kernel), Hk = static_cast<int>(dc.n_k_heads);
+    const int Hv = static_cast<int>(dc.n_v_heads), C = static_cast<int>(dc.conv_dim()), V = S * Hv;
+    Vec qkv(C), conv(C), z(V), beta(Hv), g(Hv), o(V), delta(S);
+    dense(c, w.qkv, xn.data(), qkv.data());
+    dense(c, w.z, xn.data(), z.data());
+    dense(c, w.beta, xn.data(), beta.data());
+    dense(c, w.alpha, xn.data(), g.data());
+    for (int h = 0; h < Hv; ++h) {
+        beta[h] = ops::sigmoid(beta[h]);
+        g[h] = ops::softplus(g[h] + w.dt_bias.f32()[h]) * w.a.f32()[h];
+    }
+    float* window = c.st.cache.conv[l].data();
+    for (int ch = 0; ch < C; ++ch) ops::causal_conv(window + ch * (K - 1), &qkv[ch], 1, w.conv1d.f32() + ch * K, K, 1, &conv[ch], 1);
+    c.fops.silu(conv.data(), C);
+    for (int h = 0; h < 2 * Hk; ++h) ops::l2_norm(&conv[h * S], S, hp.rms_eps);
+    float* state = c.st.cache.ssm[l].data();
+    for (int h = 0; h < Hv; ++h) {
+        const int kh = h % Hk;  // the converter's tiled v-head order
+        ops::gated_delta_step(state + static_cast<size_t>(h) * S * S, &conv[kh * S], &conv[(Hk + kh) * S], &conv[2 * Hk * S + h * S], g[h],
+                              beta[h], &o[h * S], S, c.kt.dot[static_cast<int>(GgmlType::F32)], delta.data());
+        ops::rms_norm(&o[h * S], w.norm.f32(), &o[h * S], S, hp.rms_eps);
+        c.fops.silu(&z[h * S], S);
+        for (int i = 0; i < S; ++i) o[h * S + i] *= z[h * S + i];
+    }
+    dense(c, w.out, o.data(), out.data());
 }
 
 // The DSA lightning indexer of a full layer: which past positions this token's attention may see.
@@ -202,6 +239,12 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     if (w.gate_sh.present()) {
         Vec sh(E);
         swiglu_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh);
+        if (w.gate_inp_sh.present()) {  // qwen35moe: scaled by sigmoid(gate_inp_sh . x)
+            float gate = 0.f;
+            dense(c, w.gate_inp_sh, xn.data(), &gate);
+            const float s = ops::sigmoid(gate);
+            for (int i = 0; i < E; ++i) sh[i] *= s;
+        }
         for (int i = 0; i < E; ++i) out[i] += sh[i];
     }
 }
@@ -231,6 +274,7 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         // 2. attention block on the normed input, then the residual
         ops::rms_norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
         if (L.attn == AttentionKind::Mla) attention_mla(c, l, xn, out, dsa_visible);
+        else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(c, l, xn, out);
         else attention_gqa(c, l, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];
         // 3. feed-forward block on the normed input, then the residual. llama.cpp keeps only the output rows
@@ -238,7 +282,7 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         ops::rms_norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
         const bool last = l + 1 == hp.n_layer;
         Ctx fc = c;
-        if (last) fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index};
+        if (last && !hp.output_rows_after_norm) fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index};
         if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
         else swiglu_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];

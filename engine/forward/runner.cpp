@@ -22,10 +22,21 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     x_.resize(B * E);
     xn_.resize(B * E);
     tmp_.resize(B * E);
-    bool any_gqa = false, any_mla = false;
+    bool any_gqa = false, any_mla = false, any_dn = false;
     for (const Layer& L : m_.layers) {
         any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
         any_mla = any_mla || L.attn == AttentionKind::Mla;
+        any_dn = any_dn || L.attn == AttentionKind::GatedDeltaNet;
+    }
+    if (any_dn) {
+        const DeltaNetConfig& c = hp.ssm;
+        const size_t C = c.conv_dim(), V = size_t{c.state} * c.n_v_heads;
+        dn_qkv_.resize(B * C);
+        dn_conv_.resize(B * C);
+        dn_z_.resize(B * V);
+        dn_out_.resize(B * V);
+        dn_g_.resize(B * c.n_v_heads);
+        dn_beta_.resize(B * c.n_v_heads);
     }
     if (any_gqa) {
         const GqaConfig& g = hp.gqa;
@@ -71,9 +82,25 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
 }
 
-void Runner::truncate(int n) {
+int Runner::truncate(int n) {
     if (n < 0 || n > n_past_) throw std::out_of_range("truncate beyond the cached positions");
-    n_past_ = n;
+    if (n == n_past_ || !cache_.has_recurrent()) return n_past_ = n;
+    while (!checkpoints_.empty() && checkpoints_.back().pos > n) checkpoints_.pop_back();
+    if (checkpoints_.empty()) {
+        cache_.reset_recurrent();
+        return n_past_ = 0;
+    }
+    cache_.restore_recurrent(checkpoints_.back().state);
+    return n_past_ = checkpoints_.back().pos;
+}
+
+void Runner::checkpoint() {
+    if (!cache_.has_recurrent() || opt_.max_checkpoints <= 0) return;
+    while (!checkpoints_.empty() && checkpoints_.back().pos >= n_past_) checkpoints_.pop_back();
+    if (static_cast<int>(checkpoints_.size()) >= opt_.max_checkpoints) checkpoints_.erase(checkpoints_.begin());
+    Checkpoint c{n_past_, {}};
+    cache_.save_recurrent(c.state);
+    checkpoints_.push_back(std::move(c));
 }
 
 const float* Runner::logits(int i) const {
@@ -199,6 +226,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         const Layer& L = m_.layers[l];
         for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
         if (L.attn == AttentionKind::Mla) attention_mla(l, n);
+        else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
         else attention_gqa(l, n);
         for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
@@ -206,7 +234,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         // the front): none in a middle chunk, else the last token, else all. Nothing else reads the others, and
         // the router's summation order depends on how many rows it sees.
         int n_ffn = n;
-        if (l + 1 == hp.n_layer && !want_all_logits) {
+        if (l + 1 == hp.n_layer && !want_all_logits && !hp.output_rows_after_norm) {
             n_ffn = last_layer_rows_;
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
@@ -219,6 +247,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     stats_.tokens_evaluated += static_cast<uint64_t>(n);
     if (out_base == -2) return;
     const int rows = want_all_logits ? n : 1;
+    if (!want_all_logits && n > 1 && hp.output_rows_after_norm) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
     for (int t = 0; t < rows; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);

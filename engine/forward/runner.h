@@ -11,6 +11,7 @@
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model.h"
+#include "engine/model/model_facts.h"
 #include "engine/runtime/thread_pool.h"
 
 namespace moe {
@@ -22,6 +23,8 @@ struct RunnerOptions {
     // same order as there (one token and several differ, see kernels::matmul_dots).
     int n_batch = 512;
     kernels::Flavor flavor = kernels::default_flavor();  // which llama.cpp build's float arithmetic to follow
+    // Recurrent-state snapshots kept for prefix reuse (recurrent models only); the planner budgets this many.
+    int max_checkpoints = ModelFacts::kDefaultCheckpoints;
 };
 
 struct RunnerStats {
@@ -45,8 +48,16 @@ public:
     int n_ctx() const { return opt_.n_ctx; }
     int n_vocab() const { return static_cast<int>(m_.hp.n_vocab); }
     const Model& model() const { return m_; }
-    // Forgets cache positions >= n (prefix reuse keeps what is below).
-    void truncate(int n);
+    // Forgets cache positions >= n (prefix reuse keeps what is below) and returns the positions kept. That is n,
+    // except on models with recurrent layers (qwen35moe), whose state cannot be cut back: there the newest
+    // checkpoint at or below n is restored (0 when there is none) and later checkpoints are dropped.
+    int truncate(int n);
+    // Recurrent models: keeps a snapshot of the recurrent state at n_past (replacing an older snapshot at the
+    // same position; the oldest go beyond max_checkpoints). No-op for models without recurrent layers.
+    void checkpoint();
+    bool has_recurrent_state() const { return cache_.has_recurrent(); }
+    size_t checkpoint_count() const { return checkpoints_.size(); }
+    uint64_t checkpoint_bytes() const { return checkpoints_.size() * cache_.recurrent_bytes(); }
     const RunnerStats& stats() const { return stats_; }
     // How often the router chose each expert: [layer * n_expert + expert], for routing profiles.
     const std::vector<uint64_t>& expert_selections() const { return selections_; }
@@ -79,6 +90,7 @@ private:
     // Attention kinds: read xn_ (normed input, n rows), write tmp_ (n rows of n_embd).
     void attention_gqa(uint32_t l, int n);
     void attention_mla(uint32_t l, int n);
+    void attention_deltanet(uint32_t l, int n);
     void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills dsa_sel_
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
                          int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked);
@@ -110,6 +122,7 @@ private:
     std::vector<float> ixq_, ixk_, ixw_, ixkf_;           // DSA indexer: queries, new keys, head weights, cached keys in f32
     std::vector<int> dsa_sel_;                            // [n][top_k] positions each query may attend to
     std::vector<int> dsa_count_;                          // [n] how many of them
+    std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet: projections, conv output, gates, heads
     std::vector<float> ffn_g_, ffn_u_, sh_out_;           // dense / shared-expert hidden and output
     std::vector<float> probs_;               // [n][n_expert]
     std::vector<int> sel_;                   // [n][n_expert_used] chosen experts, llama.cpp's order
@@ -124,6 +137,11 @@ private:
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
     std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
     int predicted_layer_ = -1;
+    struct Checkpoint {
+        int pos;
+        std::vector<float> state;
+    };
+    std::vector<Checkpoint> checkpoints_;  // by position, oldest first
 };
 
 }  // namespace moe

@@ -139,9 +139,19 @@ MOE_FMA_CLONES void rope_cache(const RopeParams& p, int pos, std::vector<float>&
     cs.resize(static_cast<size_t>(p.n_rot));
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
     float theta = static_cast<float>(pos);
+    const int sect_dims = p.sections[0] + p.sections[1] + p.sections[2] + p.sections[3];
     for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+        // ggml_mrope_cache_init's interleaved sectors: t, h, w take `pos`, anything else the 4th stream's 0.
+        bool still = false;
+        if (p.imrope && sect_dims > 0) {
+            const int sector = (i0 / 2) % sect_dims;
+            const bool h = sector % 3 == 1 && sector < 3 * p.sections[1];
+            const bool w = sector % 3 == 2 && sector < 3 * p.sections[2];
+            const bool t = sector % 3 == 0 && sector < 3 * p.sections[0];
+            still = !(h || w || t);
+        }
         // rope_yarn, with GCC's contractions of ggml's C++.
-        const float theta_extrap = theta;
+        const float theta_extrap = still ? 0.0f : theta;
         const float theta_interp = p.freq_scale * theta_extrap;
         float t = theta_interp;
         float mscale = p.attn_factor;
@@ -168,6 +178,37 @@ MOE_FMA_CLONES void rope(float* x, const RopeParams& p, const std::vector<float>
         x[ic] = std::fma(x0, c, -(x1 * s));
         x[ic + off] = std::fma(x0, s, x1 * c);
     }
+}
+
+MOE_FMA_CLONES void gated_delta_step(float* M, const float* q, const float* k, const float* v, float g, float beta, float* out, int S,
+                                     float (*dot)(int64_t, const void*, const void*), float* delta) {
+    const float decay = std::exp(g);
+    for (int i = 0; i < S * S; ++i) M[i] *= decay;
+    for (int j = 0; j < S; ++j) delta[j] = (v[j] - dot(S, M + static_cast<size_t>(j) * S, k)) * beta;
+    // ggml_vec_mad_f32: y += x * v as one FMA per element.
+    for (int j = 0; j < S; ++j) {
+        float* row = M + static_cast<size_t>(j) * S;
+        const float d = delta[j];
+        for (int i = 0; i < S; ++i) row[i] = std::fma(k[i], d, row[i]);
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+    for (int j = 0; j < S; ++j) out[j] = dot(S, M + static_cast<size_t>(j) * S, q) * scale;
+}
+
+MOE_FMA_CLONES void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y,
+                                int64_t y_stride) {
+    float window[64];  // K <= 64 (the loader checks)
+    std::copy_n(window_state, K - 1, window);
+    for (int t = 0; t < n; ++t) {
+        window[K - 1] = x[t * x_stride];
+        // A plain float sum in ggml (not its double vec_dot), and not fused into FMAs in its builds: with
+        // fused taps the oracle models' logits move by 1e-4 (F32) and flip a Q8_0 rounding by step 5.
+        float sum = 0.0f;
+        for (int i = 0; i < K; ++i) sum = sum + window[i] * w[i];
+        y[t * y_stride] = sum;
+        std::copy(window + 1, window + K, window);
+    }
+    std::copy_n(window, K - 1, window_state);
 }
 
 void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {

@@ -36,6 +36,8 @@ inline void l2_norm(float* x, int n, float eps) {
 
 // 1 / (1 + expf(-x)), as ggml_sigmoid (libm's expf, not the vector one).
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+// log(1 + exp(x)), linear above 20, as ggml_softplus.
+inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
 // RoPE as ggml_rope_ext: the first n_rot dims of a head rotate; NORM pairs adjacent dims (2i, 2i+1), NEOX pairs
 // i with i + n_rot/2. YaRN mixes interpolated and extrapolated angles per pair between corr_dims and scales
@@ -48,6 +50,11 @@ struct RopeParams {
     float ext_factor = 0.f;
     float attn_factor = 1.f;
     float corr_dims[2] = {0.f, 0.f};
+    // Interleaved multi-section RoPE (qwen35moe's IMROPE): for text, llama.cpp gives the t, h and w position
+    // streams the token's position and the 4th stream 0, so pairs whose sector falls in the 4th stream do not
+    // rotate; the others rotate NEOX-style exactly as above.
+    bool imrope = false;
+    int sections[4] = {0, 0, 0, 0};
 };
 // cos/sin pairs for one position: cs[2i] = cos, cs[2i+1] = sin of pair i.
 void rope_cache(const RopeParams& p, int pos, std::vector<float>& cs);
@@ -59,6 +66,15 @@ void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_
 // libstdc++ leaves them), then the first two swapped ("the order is not important"; it is for sums).
 void top_k(const float* v, int n, int k, int* idx);
 
+// One token of the gated delta rule for one v head, as ggml_compute_forward_gated_delta_net_one_chunk: the S x S
+// state M (row j = the state's column j) decays by exp(g), takes the rank-1 update k (beta (v - M^T k))^T, and
+// out = M^T q / sqrt(S) reads the updated state. `dot` is the build's ggml_vec_dot_f32 (a KernelTable's F32
+// dot); `delta` is S floats of scratch.
+void gated_delta_step(float* M, const float* q, const float* k, const float* v, float g, float beta, float* out, int S,
+                      float (*dot)(int64_t, const void*, const void*), float* delta);
+// ggml_ssm_conv for one channel over n new inputs: window = the K-1 previous inputs (oldest first) then x;
+// y[t] = sum_i w[i] * window[t + i], then the window keeps its last K-1 values.
+void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y, int64_t y_stride);
 // ggml_norm (mean and variance, eps) then * w + b, each a separate rounding as llama.cpp's graph has them.
 void layer_norm(Flavor f, const float* x, const float* w, const float* b, float* y, int n, float eps);
 

@@ -66,6 +66,9 @@ struct Hparams {
     uint32_t n_ctx_train = 0;
     float rms_eps = 1e-6f;
     ops::RopeParams rope;        // n_rot, style, base, YaRN
+    // llama.cpp's graphs keep only the rows whose logits are wanted from the last layer's feed-forward on (most
+    // architectures), or only after the final norm (qwen35moe): that changes what its last router sees.
+    bool output_rows_after_norm = false;
     uint32_t n_layer_dense_lead = 0;  // leading layers with a dense FFN
     uint32_t n_ff_dense = 0;          // their hidden width
     GqaConfig gqa;

@@ -45,7 +45,9 @@ uint64_t ModelFacts::active_bytes_per_token() const {
     return resident_bytes - embd_unused + expert_bytes_per_token();
 }
 
-uint64_t ModelFacts::kv_bytes(uint32_t n_ctx) const { return cache_bytes_per_token * n_ctx; }
+uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, uint32_t checkpoints) const {
+    return cache_bytes_per_token * n_ctx + state_bytes * (1 + uint64_t{checkpoints});
+}
 
 namespace {
 
@@ -75,8 +77,30 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
         return;
     }
     const uint64_t k = f.head_dim, v = u("attention.value_length") ? u("attention.value_length") : f.head_dim;
-    f.cache_bytes_per_token = L * f.n_head_kv * (k + v) * 2;
-    f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(L) + " layers";
+    // Hybrid models (qwen35moe): only the full-attention layers keep positions; DeltaNet layers a fixed state
+    // of (K-1) conv rows and S x S per v head, f32.
+    uint64_t attn_layers = L;
+    if (const uint64_t S = u("ssm.state_size")) {
+        const uint64_t Hk = u("ssm.group_count"), Hv = u("ssm.time_step_rank"), K = u("ssm.conv_kernel");
+        uint64_t recurrent = 0;
+        if (const GgufValue* flags = meta.find(f.arch + ".attention.recurrent_layers"); flags && flags->is_array() && flags->count >= L) {
+            const size_t w = flags->raw.size() / std::max<uint64_t>(flags->count, 1);
+            for (uint64_t i = 0; i < L; ++i)
+                recurrent += std::any_of(flags->raw.begin() + i * w, flags->raw.begin() + (i + 1) * w, [](uint8_t b) { return b != 0; });
+        } else {
+            const uint64_t interval = u("full_attention_interval") ? u("full_attention_interval") : 4;
+            for (uint64_t i = 0; i < L; ++i) recurrent += (i + 1) % interval != 0;
+        }
+        attn_layers = L - recurrent;
+        f.recurrent_layers = static_cast<uint32_t>(recurrent);
+        f.state_bytes = recurrent * ((K > 0 ? K - 1 : 0) * (2 * S * Hk + S * Hv) + Hv * S * S) * 4;
+    }
+    f.cache_bytes_per_token = attn_layers * f.n_head_kv * (k + v) * 2;
+    f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(attn_layers) +
+                     (f.recurrent_layers ? " full-attention" : "") + " layers";
+    if (f.recurrent_layers)
+        f.cache_layout += " + a " + std::to_string((f.state_bytes + 1023) / 1024) + " KiB f32 recurrent state (" +
+                          std::to_string(f.recurrent_layers) + " DeltaNet layers) per sequence and per checkpoint";
 }
 
 }  // namespace

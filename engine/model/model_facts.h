@@ -44,6 +44,10 @@ struct ModelFacts {
     bool tied_output = false;                 // no output.weight: the head reads token_embd whole
     // Per-sequence cache: bytes per token of context, and what they hold.
     uint64_t cache_bytes_per_token = 0;
+    // Recurrent layers (qwen35moe's DeltaNet): a fixed-size state per sequence, plus the snapshots the server
+    // keeps of it for prefix reuse (kDefaultCheckpoints unless told otherwise).
+    uint64_t state_bytes = 0;
+    uint32_t recurrent_layers = 0;
     std::string cache_layout;                 // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
     // Whether this engine runs the file, and if not, why (one line).
     bool supported = true;
@@ -55,8 +59,9 @@ struct ModelFacts {
     uint64_t active_bytes_per_token() const;
     // Expert bytes read per token with no cache hits.
     uint64_t expert_bytes_per_token() const;
-    // Cache bytes for a context of n_ctx tokens.
-    uint64_t kv_bytes(uint32_t n_ctx) const;
+    // Cache bytes for a context of n_ctx tokens: positions, the recurrent state and its checkpoints.
+    uint64_t kv_bytes(uint32_t n_ctx, uint32_t checkpoints = kDefaultCheckpoints) const;
+    static constexpr uint32_t kDefaultCheckpoints = 8;
 };
 
 // Reads facts from a model's header (and its split siblings). Throws GgufError on a bad file.

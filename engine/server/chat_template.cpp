@@ -6,6 +6,7 @@ const char* family_name(ChatFamily f) {
     switch (f) {
         case ChatFamily::ChatML: return "chatml";
         case ChatFamily::Qwen3: return "qwen3";
+        case ChatFamily::Qwen35: return "qwen3.5";
         case ChatFamily::Glm4: return "glm4";
         case ChatFamily::Glm47: return "glm47";
         case ChatFamily::DeepSeek: return "deepseek";
@@ -22,6 +23,8 @@ ChatFamily detect_chat_family(const std::string& t) {
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
     // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
     if (has("[gMASK]") || (has("<|user|>") && has("<|assistant|>"))) return has("/nothink") ? ChatFamily::Glm4 : ChatFamily::Glm47;
+    // Qwen3.5: XML tool calls (<function=...>) and a think block opened by the generation prompt.
+    if (has("<|im_start|>") && has("<function=") && has("<think>")) return ChatFamily::Qwen35;
     if (t.find("<|im_start|>") != std::string::npos)
         return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3
                                                                                                          : ChatFamily::ChatML;
@@ -119,6 +122,54 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                 o.text("<|im_start|>assistant\n");
                 if (family == ChatFamily::Qwen3 && !opt.enable_thinking) o.text("<think>\n\n</think>\n\n");
             }
+            break;
+        }
+        case ChatFamily::Qwen35: {
+            // Qwen3.5: contents trimmed; the turns after the last real user query (not a tool result) show
+            // "<think>\n" reasoning "\n</think>\n\n" and their answer, earlier ones only the answer; tool
+            // results are <tool_response> blocks inside one user turn; the generation prompt opens a think block
+            // (or pre-fills an empty one when thinking is off).
+            size_t last_query = ms.size();
+            for (size_t i = ms.size(); i-- > 0;) {
+                if (ms[i].role != "user") continue;
+                const std::string c = trim(ms[i].content);
+                const bool tool_result = c.rfind("<tool_response>", 0) == 0 && c.size() >= 16 && c.substr(c.size() - 16) == "</tool_response>";
+                if (!tool_result) {
+                    last_query = i;
+                    break;
+                }
+            }
+            for (size_t i = 0; i < ms.size(); ++i) {
+                const ChatMessage& m = ms[i];
+                std::string content = trim(m.content);
+                if (m.role == "assistant") {
+                    const bool keeps_thinking = last_query < ms.size() && i > last_query;
+                    if (keeps_thinking && m.generated && !m.generated->empty()) {  // what followed the "<think>\n" prefill
+                        o.text("<|im_start|>assistant\n<think>\n");
+                        o.tokens(*m.generated);
+                        o.text("<|im_end|>\n");
+                        continue;
+                    }
+                    std::string reasoning;
+                    if (const size_t close = content.find("</think>"); close != std::string::npos) {
+                        std::string before = content.substr(0, close);
+                        while (!before.empty() && before.back() == '\n') before.pop_back();
+                        const size_t open = before.rfind("<think>");
+                        reasoning = lstrip_newlines(open == std::string::npos ? before : before.substr(open + 7));
+                        content = lstrip_newlines(content.substr(content.rfind("</think>") + 8));
+                    }
+                    o.text(keeps_thinking ? "<|im_start|>assistant\n<think>\n" + trim(reasoning) + "\n</think>\n\n" + content
+                                          : "<|im_start|>assistant\n" + content);
+                    o.text("<|im_end|>\n");
+                } else if (m.role == "tool") {
+                    if (i > 0 && ms[i - 1].role != "tool") o.text("<|im_start|>user");
+                    o.text("\n<tool_response>\n" + content + "\n</tool_response>");
+                    if (i + 1 == ms.size() || ms[i + 1].role != "tool") o.text("<|im_end|>\n");
+                } else {
+                    o.text("<|im_start|>" + m.role + "\n" + content + "<|im_end|>\n");
+                }
+            }
+            if (opt.add_generation_prompt) o.text(opt.enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
             break;
         }
         case ChatFamily::Glm4: {

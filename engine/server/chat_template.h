@@ -1,5 +1,5 @@
 // Chat templates of the families the engine serves, rendered natively (no Jinja): Qwen3 ChatML (with and
-// without thinking), plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1 and Kimi-K2,
+// without thinking), Qwen3.5, plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1 and Kimi-K2,
 // chosen from `tokenizer.chat_template`.
 //
 // Rendering yields segments: text (tokenized with special tokens parsed) or exact token ids. Earlier
@@ -14,7 +14,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2 };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2 };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);

@@ -1,5 +1,6 @@
 #include "engine/server/generation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -14,7 +15,7 @@ constexpr size_t kMemoryTurns = 256;
 }  // namespace
 
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
-    : model_(model), tok_(std::move(tok)), runner_(model, opt), max_queue_(max_queue) {
+    : model_(model), tok_(std::move(tok)), runner_(model, opt), recurrent_(runner_.has_recurrent_state()), max_queue_(max_queue) {
     thread_ = std::thread([this] { worker(); });
 }
 
@@ -99,11 +100,26 @@ GenerationResult Generator::run(GenerationRequest& req) {
     size_t common = 0;
     while (common < cached_.size() && common < prompt.size() && cached_[common] == prompt[common]) ++common;
     if (common == prompt.size()) --common;
-    runner_.truncate(static_cast<int>(common));
+    common = static_cast<size_t>(runner_.truncate(static_cast<int>(common)));  // a recurrent model may go back further
     cached_.resize(common);
     r.prompt_reused = static_cast<int>(common);
     auto t0 = Clock::now();
-    runner_.eval(std::span<const int32_t>(prompt.data() + common, prompt.size() - common));
+    const int P = static_cast<int>(prompt.size());
+    std::vector<int> cuts;
+    if (runner_.has_recurrent_state()) {
+        for (int h : req.checkpoint_at) cuts.push_back(h);
+        cuts.push_back(P - 4);
+        for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) cuts.push_back(p);
+        std::erase_if(cuts, [&](int c) { return c <= static_cast<int>(common) || c >= P; });
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    }
+    cuts.push_back(P);
+    for (int end : cuts) {
+        const int begin = runner_.n_past();
+        runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
+        if (end < P) runner_.checkpoint();
+    }
     cached_.insert(cached_.end(), prompt.begin() + static_cast<long>(common), prompt.end());
     r.prompt_ms = ms_since(t0);
 

@@ -1,6 +1,11 @@
 // One model, one generation at a time: a bounded queue of requests in front of a single worker thread that
 // owns the runner and its KV cache. A request's prompt reuses the longest prefix it shares with what the
 // cache holds. Cancellation (client gone, shutdown) is checked between tokens.
+//
+// Recurrent models (qwen35moe) cannot cut their state back to an arbitrary prefix: the worker evaluates a
+// prompt in pieces that end at checkpoint positions (the request's hints, every kCheckpointEvery tokens, and
+// 4 tokens before the prompt's end, as llama-server does) and snapshots the state there; a later request
+// restarts from the newest snapshot at or below the prefix it shares.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -27,6 +32,9 @@ struct GenerationRequest {
     std::vector<std::string> stop;                          // stop strings (not included in the text)
     std::function<bool(const std::string&)> on_text;        // streaming: each complete UTF-8 piece; false cancels
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+    // Prompt positions worth a recurrent-state checkpoint (recurrent models): where a later request is likely
+    // to diverge, such as the start of the last user message.
+    std::vector<int> checkpoint_at;
 };
 
 struct GenerationResult {
@@ -48,6 +56,7 @@ struct GenerationStats {
 
 class Generator {
 public:
+    static constexpr int kCheckpointEvery = 4096;  // long prompts: a snapshot every this many tokens
     Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
     ~Generator();
 
@@ -56,6 +65,7 @@ public:
     size_t queued() const;
     bool busy() const { return busy_.load(); }
     int n_ctx() const { return runner_.n_ctx(); }
+    bool recurrent() const { return recurrent_; }
     const RunnerStats& runner_stats() const { return runner_.stats(); }
     GenerationStats& stats() { return stats_; }
     // The expert source's counters as of the last finished request (safe from any thread).
@@ -75,6 +85,7 @@ private:
     const Model& model_;
     std::shared_ptr<const Tokenizer> tok_;
     Runner runner_;
+    const bool recurrent_;  // the model has recurrent layers (fixed at construction; read from request threads)
     std::vector<int32_t> cached_;  // tokens whose K/V the runner holds, in order
     size_t max_queue_;
     mutable std::mutex mu_;

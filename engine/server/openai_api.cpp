@@ -184,11 +184,28 @@ void OpenAiService::completions(const HttpRequest& req, HttpResponder& res, bool
             for (const char* key : {"enable_thinking", "thinking"})
                 if (kw.contains(key) && kw[key].is_boolean()) thinking = kw[key].get<bool>();
         }
-        for (const auto& seg : render_chat(opt_.family, msgs, {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = opt_.bos_text})) {
-            if (!seg.tokens.empty()) g.prompt.insert(g.prompt.end(), seg.tokens.begin(), seg.tokens.end());
-            else {
-                auto ids = tok_->encode(seg.text, g.prompt.empty(), true);
-                g.prompt.insert(g.prompt.end(), ids.begin(), ids.end());
+        auto tokens_of = [&](const std::vector<ChatMessage>& ms, bool generation_prompt) {
+            std::vector<int32_t> out;
+            for (const auto& seg : render_chat(opt_.family, ms, {.add_generation_prompt = generation_prompt, .enable_thinking = thinking,
+                                                                 .bos_text = opt_.bos_text})) {
+                if (!seg.tokens.empty()) out.insert(out.end(), seg.tokens.begin(), seg.tokens.end());
+                else {
+                    auto ids = tok_->encode(seg.text, out.empty(), true);
+                    out.insert(out.end(), ids.begin(), ids.end());
+                }
+            }
+            return out;
+        };
+        g.prompt = tokens_of(msgs, true);
+        // A recurrent model keeps a state snapshot where the last user message starts: the next conversation
+        // with the same system prompt and history, or a retry of this turn, restarts from there.
+        if (gen_->recurrent()) {
+            size_t last_user = msgs.size();
+            while (last_user > 0 && msgs[last_user - 1].role != "user") --last_user;
+            if (last_user > 1) {
+                const auto head = tokens_of(std::vector<ChatMessage>(msgs.begin(), msgs.begin() + static_cast<long>(last_user - 1)), false);
+                if (!head.empty() && head.size() < g.prompt.size() && std::equal(head.begin(), head.end(), g.prompt.begin()))
+                    g.checkpoint_at.push_back(static_cast<int>(head.size()));
             }
         }
     } else {

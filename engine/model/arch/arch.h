@@ -8,6 +8,7 @@ namespace moe::arch {
 
 void load_qwen3moe(ArchLoader& ld, Model& m);
 void load_glm4moe(ArchLoader& ld, Model& m);
+void load_qwen35moe(ArchLoader& ld, Model& m);
 void load_deepseek2(ArchLoader& ld, Model& m);  // deepseek2 (DeepSeek-V2/V3, Kimi-K2) and glm-dsa (GLM-5.x)
 
 // Shared pieces (common.cpp).

@@ -75,6 +75,20 @@ std::optional<std::vector<bool>> ArchLoader::bool_array(const std::string& key, 
     return out;
 }
 
+std::optional<std::vector<uint32_t>> ArchLoader::u32_array(const std::string& key, size_t n) const {
+    const std::string k = key_name(key);
+    const GgufValue* v = meta_.find(k);
+    if (!v) return std::nullopt;
+    const std::vector<int32_t> ints = v->is_array() ? v->i32_array() : std::vector<int32_t>{};
+    if (ints.size() != n || v->count != n) fail("metadata " + k + " is not an array of " + std::to_string(n) + " integers");
+    std::vector<uint32_t> out(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (ints[i] < 0 || ints[i] > (1 << 30)) fail("metadata " + k + "[" + std::to_string(i) + "] = " + std::to_string(ints[i]) + " is out of range");
+        out[i] = static_cast<uint32_t>(ints[i]);
+    }
+    return out;
+}
+
 const GgufTensorInfo* ArchLoader::info(const std::string& name, bool required) {
     const GgufTensorInfo* t = file_.find_tensor(name);
     if (!t && required) fail("tensor '" + name + "' is missing");

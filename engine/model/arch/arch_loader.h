@@ -30,6 +30,8 @@ public:
     bool has(const std::string& key) const;
     // A bool (or integer) array with exactly n entries; nullopt when the key is absent.
     std::optional<std::vector<bool>> bool_array(const std::string& key, size_t n) const;
+    // An integer array with exactly n entries (each 0..2^30); nullopt when the key is absent.
+    std::optional<std::vector<uint32_t>> u32_array(const std::string& key, size_t n) const;
 
     // A tensor the forward pass reads from RAM: checks name, shape and type and records it for the arena.
     // Optional tensors that are absent leave `dst` empty (not present()).
