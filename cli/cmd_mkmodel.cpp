@@ -2,6 +2,7 @@
 // tokenizer metadata copied from a vocab GGUF or a built-in byte-level vocabulary (the demo model: nothing is
 // downloaded). See cli/synthetic_model.h.
 #include <boost/program_options.hpp>
+#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -13,7 +14,7 @@ namespace moe::cli {
 
 int cmd_mkmodel(const std::vector<std::string>& args) {
     SyntheticSpec s;
-    std::string vocab, ix_types;
+    std::string vocab, ix_types, template_file;
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")
@@ -57,6 +58,7 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         ("vocab-from", po::value(&vocab), "copy tokenizer metadata from this GGUF")
         ("vocab-builtin", po::bool_switch(&builtin), "use a built-in byte-level vocabulary (259 tokens)")
         ("type", po::value(&s.type)->default_value("f32"), "f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k, or q4_k_m (q4_K with q6_K attn_v/ffn_down/output)")
+        ("chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")
         ("tie-output", po::bool_switch(&s.tie_output), "no output.weight: the head reuses token_embd (as small Qwen3 files)")
         ("rope-base", po::value(&s.rope_base)->default_value(1e6f), "rope.freq_base")
         ("seed", po::value(&s.seed)->default_value(1), "random seed")
@@ -71,6 +73,12 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         s.ix_full.push_back(c == '1');
     }
     s.printable_head = builtin;
+    if (!template_file.empty()) {
+        std::ifstream f(template_file, std::ios::binary);
+        if (!f) throw CliError("--chat-template-file " + template_file + ": cannot read it");
+        s.chat_template.assign(std::istreambuf_iterator<char>(f), {});
+        if (s.chat_template.empty()) throw CliError("--chat-template-file " + template_file + " is empty");
+    }
     const MetadataList vocab_kv = builtin ? builtin_vocab() : vocab_from(vocab);
     const std::string out = vm["out"].as<std::string>();
     const uint64_t bytes = write_synthetic_model(s, vocab_kv, out);

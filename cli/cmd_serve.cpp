@@ -42,7 +42,7 @@ std::string read_key_file(const std::string& path) {
 int cmd_serve(const std::vector<std::string>& args) {
     std::string model_path, host = "127.0.0.1", alias, api_key, key_file, port_file;
     EngineFlags ef;
-    int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256;
+    int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256, checkpoints = ModelFacts::kDefaultCheckpoints;
     size_t max_body = 4u << 20;
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
@@ -54,6 +54,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("threads,t", po::value(&threads)->default_value(2), "threads")
         ("ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")
         ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond the running one (then 503)")
+        ("ctx-checkpoints", po::value(&checkpoints)->default_value(ModelFacts::kDefaultCheckpoints),
+         "recurrent models: state snapshots kept for prefix reuse (0: none; a changed prefix then re-evaluates from the start)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
         ("port-file", po::value(&port_file), "write the bound port here once listening");
@@ -65,6 +67,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (port < 0 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
+    if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
     if (!key_file.empty()) api_key = read_key_file(key_file);
     if (api_key.empty())
         if (const char* env = std::getenv("MOESTREAM_API_KEY")) api_key = env;
@@ -125,7 +128,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx));
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
         std::cerr << "moestream serve: " << engine.summary << "\n";
-        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor},
+        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();

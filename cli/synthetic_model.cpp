@@ -253,6 +253,10 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
                        {"general.name", GgufValue::string("moestream synthetic " + A)},
                        {"general.description", GgufValue::string("synthetic random-weight MoE model (moestream mkmodel seed=" + std::to_string(s.seed) + ")")}};
     kv.insert(kv.end(), vocab.begin(), vocab.end());
+    if (!s.chat_template.empty()) {
+        std::erase_if(kv, [](const auto& e) { return e.first == "tokenizer.chat_template"; });
+        kv.emplace_back("tokenizer.chat_template", GgufValue::string(s.chat_template));
+    }
     auto key = [&](const std::string& k, GgufValue v) { kv.emplace_back(A + "." + k, std::move(v)); };
     auto u32 = [](uint32_t v) { return GgufValue::u32(v); };
     key("vocab_size", u32(n_vocab));

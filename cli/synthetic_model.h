@@ -40,7 +40,8 @@ struct SyntheticSpec {
     // Weights
     std::string type = "f32";  // a type the engine computes, or q4_k_m (q4_K with q6_K attn_v/ffn_down/output)
     bool tie_output = false;
-    bool printable_head = false;  // only printable ASCII tokens get an output row (the demo's readable noise)
+    bool printable_head = false;
+    std::string chat_template;    // replaces the vocabulary's tokenizer.chat_template when set  // only printable ASCII tokens get an output row (the demo's readable noise)
     uint64_t seed = 1;
 };
 

@@ -1,0 +1,37 @@
+// The llama.cpp peer for benchmarks: node-llama-cpp's prebuilt llama.cpp (CPU) on the same GGUF file, same
+// thread count, same prompt length and generated tokens as `moestream bench`. Prints one JSON line:
+// {"prompt_tokens_per_s", "gen_tokens_per_s", "n_prompt", "n_gen", "threads", "llama_cpp"}.
+//
+//   node bench/llamacpp_peer.mjs MODEL.gguf PROMPT_TOKENS GEN_TOKENS THREADS
+// Needs `npm install node-llama-cpp` (bench/vs_llamacpp.sh does it in a scratch folder).
+import {getLlama} from "node-llama-cpp";
+
+const [model_path, n_prompt_s, n_gen_s, threads_s] = process.argv.slice(2);
+if (!model_path) {
+    console.error("usage: node llamacpp_peer.mjs MODEL.gguf PROMPT_TOKENS GEN_TOKENS THREADS");
+    process.exit(2);
+}
+const n_prompt = Number(n_prompt_s ?? 128), n_gen = Number(n_gen_s ?? 64), threads = Number(threads_s ?? 2);
+const llama = await getLlama({gpu: false, build: "never", maxThreads: threads, logLevel: "error"});
+const model = await llama.loadModel({modelPath: model_path, gpuLayers: 0, useMmap: true});
+const context = await model.createContext({contextSize: n_prompt + n_gen + 16, batchSize: 512, threads, flashAttention: true});
+const vocab = model.tokens;
+// The same prompt ids moestream bench feeds: (i * 7919 + 13) mod n_vocab.
+const n_vocab = model.fileInfo.tensorInfo.find(t => t.name === "token_embd.weight").dimensions[1];
+const prompt = Array.from({length: n_prompt}, (_, i) => (i * 7919 + 13) % Number(n_vocab));
+
+const seq = context.getSequence();
+let t0 = performance.now();
+await seq.evaluateWithoutGeneratingNewTokens(prompt);
+const t_pp = (performance.now() - t0) / 1000;
+
+// Generation speed: one-token evaluations (what each decoded token costs), without a sampler or an
+// end-of-generation token cutting the run short on a random-weight model.
+let generated = 0;
+t0 = performance.now();
+for (let i = 0; i < n_gen; ++i, ++generated) await seq.evaluateWithoutGeneratingNewTokens([prompt[i % n_prompt]]);
+const t_tg = (performance.now() - t0) / 1000;
+console.log(JSON.stringify({prompt_tokens_per_s: n_prompt / t_pp, gen_tokens_per_s: generated / t_tg, n_prompt, n_gen: generated, threads,
+                            llama_cpp: "node-llama-cpp's llama.cpp build " + llama.llamaCppRelease.release + ", " + llama.cpuMathCores + " math cores"}));
+await context.dispose();
+await model.dispose();
