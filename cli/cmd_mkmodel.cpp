@@ -58,6 +58,7 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         ("vocab-from", po::value(&vocab), "copy tokenizer metadata from this GGUF")
         ("vocab-builtin", po::bool_switch(&builtin), "use a built-in byte-level vocabulary (259 tokens)")
         ("type", po::value(&s.type)->default_value("f32"), "f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k, or q4_k_m (q4_K with q6_K attn_v/ffn_down/output)")
+        ("fused-gate-up", po::bool_switch(&s.fused_gate_up), "write the experts' gate and up as one ffn_gate_up_exps tensor")
         ("chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")
         ("tie-output", po::bool_switch(&s.tie_output), "no output.weight: the head reuses token_embd (as small Qwen3 files)")
         ("rope-base", po::value(&s.rope_base)->default_value(1e6f), "rope.freq_base")

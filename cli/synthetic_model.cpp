@@ -116,6 +116,19 @@ void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
     if (s.probs_bias) w.vec(p + "exp_probs_b.bias", s.experts, 0.f, 0.05f);
     w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts});
     w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts});
+    if (s.fused_gate_up) {  // the same weights as one ffn_gate_up_exps: per expert its gate rows, then its up rows
+        GgufTensorData up = std::move(w.tensors.back());
+        w.tensors.pop_back();
+        GgufTensorData gate = std::move(w.tensors.back());
+        w.tensors.pop_back();
+        const size_t per = gate.bytes.size() / s.experts;
+        GgufTensorData fused{p + "ffn_gate_up_exps.weight", {s.embd, 2ull * s.ffn, s.experts}, gate.type, {}};
+        for (uint32_t e = 0; e < s.experts; ++e) {
+            fused.bytes.insert(fused.bytes.end(), gate.bytes.begin() + e * per, gate.bytes.begin() + (e + 1) * per);
+            fused.bytes.insert(fused.bytes.end(), up.bytes.begin() + e * per, up.bytes.begin() + (e + 1) * per);
+        }
+        w.tensors.push_back(std::move(fused));
+    }
     w.matrix(p + "ffn_down_exps.weight", {s.ffn, s.embd, s.experts}, 1.f, true);
     if (s.shared) {
         const uint32_t f = s.ffn * s.shared;

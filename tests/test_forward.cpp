@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
+#include "engine/runtime/expert_cache.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/kernels.h"
 #include "engine/forward/reference.h"
@@ -187,6 +189,38 @@ TEST(HybridModel, PromptAtOnceInPartsAndTokenByTokenAgree) {
     toks[3] ^= 1;
     other.eval(toks);
     EXPECT_GT(worst(other.logits()), 1e-2);
+}
+
+// Newer converters write the experts' gate and up as one ffn_gate_up_exps tensor: the same weights give the
+// same logits, from RAM and streamed from disk.
+TEST(FusedGateUp, SameLogitsAsSeparateTensorsInRamAndStreamed) {
+    test::TempDir dir;
+    const std::vector<std::string> shape = {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--shared-experts", "1",
+                                            "--type", "q8_0"};
+    std::vector<std::string> fused_shape = shape;
+    fused_shape.push_back("--fused-gate-up");
+    GgufModel separate = open_gguf_model(make_model(dir, "separate", shape));
+    GgufModel fused = open_gguf_model(make_model(dir, "fused", fused_shape));
+    ASSERT_NE(fused.find_tensor("blk.0.ffn_gate_up_exps.weight"), nullptr);
+    ASSERT_EQ(fused.find_tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+    StreamingOptions so;
+    so.cache_bytes = model_facts(fused).expert_bytes / 4;
+    so.read_size = 64 << 10;
+    auto a = load_model(separate);
+    auto b = load_model(fused);
+    auto c = load_model(fused, {.experts = cli::streaming_experts(so)});
+    EXPECT_EQ(model_facts(fused).expert_bytes, model_facts(separate).expert_bytes);
+    std::vector<int32_t> toks = {1, 17, 200, 42, 99, 3, 250, 7};
+    std::vector<std::vector<float>> out;
+    for (const Model* m : {a.get(), b.get(), c.get()}) {
+        Runner r(*m, {.n_ctx = 32});
+        r.eval(toks);
+        int32_t next = 5;
+        r.eval(std::span<const int32_t>(&next, 1));
+        out.emplace_back(r.logits(), r.logits() + m->hp.n_vocab);
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(out[0], out[2]);
 }
 
 // Prefix reuse on a recurrent model: truncate() can only go back to a checkpoint; re-evaluating from there

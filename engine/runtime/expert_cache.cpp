@@ -96,7 +96,7 @@ StreamingExpertSource::~StreamingExpertSource() {
 StreamingExpertSource::Window StreamingExpertSource::window(uint32_t layer, uint32_t expert, int kind) const {
     const LayerTensors& l = layers_.at(layer);
     const ExpertTensor* t = kind == 0 ? l.gate : kind == 1 ? l.up : l.down;
-    const uint64_t off = t->file_offset + static_cast<uint64_t>(expert) * t->expert_bytes;
+    const uint64_t off = t->file_offset + static_cast<uint64_t>(expert) * t->expert_stride;
     const uint64_t start = off / kAlign * kAlign;
     return {t->file_index, start, align_up(off + t->expert_bytes) - start, off - start, off + t->expert_bytes};
 }

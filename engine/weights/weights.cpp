@@ -101,7 +101,13 @@ InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<E
         if (!layers[l].gate) continue;
         auto load = [&](const ExpertTensor* t, std::vector<uint8_t>& dst, size_t& per_expert) {
             dst.resize(t->expert_bytes * t->n_expert);
-            read_file_range(model.files[t->file_index].path, t->file_offset, dst.size(), dst.data());
+            if (t->expert_stride == t->expert_bytes) {
+                read_file_range(model.files[t->file_index].path, t->file_offset, dst.size(), dst.data());
+            } else {  // half of a fused tensor: each expert's part on its own
+                for (int64_t e = 0; e < t->n_expert; ++e)
+                    read_file_range(model.files[t->file_index].path, t->file_offset + e * t->expert_stride, t->expert_bytes,
+                                    dst.data() + e * t->expert_bytes);
+            }
             progress.add(dst.size());
             per_expert = t->expert_bytes;
             bytes_ += dst.size();

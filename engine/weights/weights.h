@@ -32,13 +32,15 @@ struct Tensor {
 };
 
 // A routed-expert tensor [n_in, n_out, n_expert]: expert e is the contiguous byte range
-// [file_offset + e*expert_bytes, +expert_bytes) in file `file_index`.
+// [file_offset + e*expert_stride, +expert_bytes) in file `file_index`. The stride exceeds the size where one
+// file tensor holds two matrices per expert (a fused ffn_gate_up_exps: gate rows, then up rows).
 struct ExpertTensor {
     std::string name;
     GgmlType type = GgmlType::F32;
     int64_t n_in = 0, n_out = 0, n_expert = 0;
     size_t row_bytes = 0;
     size_t expert_bytes = 0;
+    size_t expert_stride = 0;
     uint32_t file_index = 0;
     uint64_t file_offset = 0;
 };

@@ -136,7 +136,7 @@ ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_
     e.n_out = static_cast<int64_t>(n_out);
     e.n_expert = static_cast<int64_t>(n_expert);
     e.row_bytes = *row_bytes(e.type, n_in);
-    e.expert_bytes = e.row_bytes * n_out;
+    e.expert_bytes = e.expert_stride = e.row_bytes * n_out;
     e.file_index = t->file_index;
     e.file_offset = t->file_offset;
     return e;

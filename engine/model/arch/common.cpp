@@ -119,8 +119,20 @@ void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::stri
     ld.resident(w.router, p + "ffn_gate_inp.weight", {E, c.n_expert}, "expert_count " + std::to_string(c.n_expert));
     ld.resident(w.probs_bias, p + "exp_probs_b.bias", {c.n_expert}, "expert_count " + std::to_string(c.n_expert), false);
     const std::string why = "expert_count " + std::to_string(c.n_expert) + ", expert_feed_forward_length " + std::to_string(c.n_ff_exp);
-    w.gate = ld.experts(p + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, why);
-    w.up = ld.experts(p + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, why);
+    if (ld.has_tensor(p + "ffn_gate_up_exps.weight")) {
+        // Newer converters fuse gate and up: per expert 2 x n_ff_exp rows, gate first (llama.cpp splits the
+        // product the same way), so each half is an expert tensor with twice the stride.
+        const ExpertTensor fused = ld.experts(p + "ffn_gate_up_exps.weight", E, 2ull * c.n_ff_exp, c.n_expert, "2 x " + why);
+        w.gate = w.up = fused;
+        w.gate.n_out = w.up.n_out = c.n_ff_exp;
+        w.gate.expert_bytes = w.up.expert_bytes = fused.row_bytes * c.n_ff_exp;
+        w.up.file_offset += w.up.expert_bytes;
+        if (ld.has_tensor(p + "ffn_gate_exps.weight") || ld.has_tensor(p + "ffn_up_exps.weight"))
+            ld.fail("tensor '" + p + "ffn_gate_up_exps.weight' is present together with separate gate/up expert tensors");
+    } else {
+        w.gate = ld.experts(p + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, why);
+        w.up = ld.experts(p + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, why);
+    }
     w.down = ld.experts(p + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, why);
     if (c.n_ff_shexp) {
         const std::string swhy = "shared expert width " + std::to_string(c.n_ff_shexp);
