@@ -5,6 +5,8 @@
 
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/blocks.h"
+#include "engine/kernels/fp16.h"
+#include <cstring>
 #include "engine/kernels/kernels_internal.h"
 #include "tests/test_support.h"
 
@@ -222,6 +224,37 @@ TEST(Kernels, Q8KActivationsKeepBlockSums) {
             for (int i = 0; i < 16; ++i) sum += blocks[b].qs[g * 16 + i];
             EXPECT_EQ(sum, blocks[b].bsums[g]);
         }
+}
+
+}  // namespace
+}  // namespace moe
+
+#include <immintrin.h>
+
+namespace moe {
+namespace {
+
+__attribute__((target("f16c"))) uint16_t hardware_fp16(float f) { return static_cast<uint16_t>(_cvtss_sh(f, 0)); }
+
+// The portable fp32 -> fp16 conversion (KV cache, F16 activations) against the F16C instruction llama.cpp uses:
+// every exponent, both signs, random mantissas, the rounding ties and the tiny values that round to zero (a
+// shift count overflow there once turned 1e-11 into garbage in the KV cache).
+TEST(Fp16, ConversionMatchesF16cEverywhere) {
+    if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU to compare with";
+    std::mt19937 rng(16);
+    int checked = 0;
+    for (uint32_t exp = 0; exp < 256; ++exp)
+        for (uint32_t sign : {0u, 1u})
+            for (int k = 0; k < 64; ++k) {
+                uint32_t mant = k < 4 ? (k == 0 ? 0u : k == 1 ? 0x7fffffu : k == 2 ? 0x001000u : 0x002000u) : (rng() & 0x7fffffu);
+                const uint32_t bits = (sign << 31) | (exp << 23) | mant;
+                float f;
+                std::memcpy(&f, &bits, 4);
+                if (std::isnan(f)) continue;
+                ASSERT_EQ(fp32_to_fp16(f), hardware_fp16(f)) << "bits 0x" << std::hex << bits;
+                ++checked;
+            }
+    EXPECT_GT(checked, 30000);
 }
 
 }  // namespace

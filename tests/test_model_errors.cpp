@@ -65,13 +65,13 @@ TEST(ModelErrors, UnsupportedTypeNamesTypeAndTensor) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
     const std::string msg = load_error(dir, path, {}, [](GgufTensorData& d) {
-        if (d.name == "blk.0.attn_q.weight") {  // q4_1: no kernel yet
-            d.type = GgmlType::Q4_1;
-            d.bytes.resize(*row_bytes(GgmlType::Q4_1, d.ne[0]) * d.ne[1]);
+        if (d.name == "blk.0.attn_q.weight") {  // ik_llama.cpp's IQ4_KS (id 144): sizes known, no kernel
+            d.type = static_cast<GgmlType>(144);
+            d.bytes.resize(*row_bytes(d.type, d.ne[0]) * d.ne[1]);
         }
         return true;
     });
-    expect_mentions(msg, {"blk.0.attn_q.weight", "q4_1"});
+    expect_mentions(msg, {"blk.0.attn_q.weight", "iq4_ks", "ik_llama.cpp"});
 }
 
 TEST(ModelErrors, ShapeDisagreeingWithMetadataNamesBoth) {

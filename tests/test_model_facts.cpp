@@ -80,28 +80,28 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     std::vector<GgufTensorData> tensors;
     for (const auto& t : g.tensors) {
         GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
-        if (t.name == "blk.1.ffn_down_exps.weight") {
-            d.type = GgmlType::Q4_1;
-            d.bytes.resize(*row_bytes(GgmlType::Q4_1, t.ne[0]) * t.ne[1] * t.ne[2]);
+        if (t.name == "blk.1.ffn_gate_exps.weight") {
+            d.type = static_cast<GgmlType>(144);  // ik_llama.cpp's IQ4_KS
+            d.bytes.resize(*row_bytes(d.type, t.ne[0]) * t.ne[1] * t.ne[2]);
         }
         tensors.push_back(std::move(d));
     }
-    write_gguf(dir / "q41.gguf", g.kv, tensors);
-    const ModelFacts f = read_model_facts(dir / "q41.gguf");
+    write_gguf(dir / "iq4ks.gguf", g.kv, tensors);
+    const ModelFacts f = read_model_facts(dir / "iq4ks.gguf");
     EXPECT_FALSE(f.supported);
-    EXPECT_NE(f.unsupported_reason.find("blk.1.ffn_down_exps.weight"), std::string::npos) << f.unsupported_reason;
-    EXPECT_NE(f.unsupported_reason.find("q4_1"), std::string::npos) << f.unsupported_reason;
-    auto [rc, out] = test::run_moestream("check --model " + dir / "q41.gguf" + " --no-fio --no-storage --json", false);
+    EXPECT_NE(f.unsupported_reason.find("blk.1.ffn_gate_exps.weight"), std::string::npos) << f.unsupported_reason;
+    EXPECT_NE(f.unsupported_reason.find("iq4_ks"), std::string::npos) << f.unsupported_reason;
+    auto [rc, out] = test::run_moestream("check --model " + dir / "iq4ks.gguf" + " --no-fio --no-storage --json", false);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("\"engine_support\""), std::string::npos) << out;
     EXPECT_NE(out.find("--target llama-server"), std::string::npos) << out;
     auto [pc, host] = test::run_moestream("probe --yaml --root " + std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/laptop-1node-smt", false);
     ASSERT_EQ(pc, 0) << host;
     { std::ofstream(dir / "host.yaml") << host; }
-    auto [rc2, out2] = test::run_moestream("plan --model " + dir / "q41.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
+    auto [rc2, out2] = test::run_moestream("plan --model " + dir / "iq4ks.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
     EXPECT_EQ(rc2, 2) << out2;
-    EXPECT_NE(out2.find("blk.1.ffn_down_exps.weight"), std::string::npos) << out2;
-    auto [rc3, out3] = test::run_moestream("plan --model " + dir / "q41.gguf" + " --host " + dir / "host.yaml" +
+    EXPECT_NE(out2.find("blk.1.ffn_gate_exps.weight"), std::string::npos) << out2;
+    auto [rc3, out3] = test::run_moestream("plan --model " + dir / "iq4ks.gguf" + " --host " + dir / "host.yaml" +
                                            " --target llama-server --gpu-mem 0=1G --out " + dir / "plan2");
     EXPECT_EQ(rc3, 0) << out3;
 }

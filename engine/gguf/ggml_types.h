@@ -1,14 +1,18 @@
-// ggml tensor types as stored in GGUF files: ids, block geometry, names.
-// Block layouts match llama.cpp's ggml-common.h byte for byte (see kernels/blocks.h).
+// ggml tensor types as stored in GGUF files: ids, block geometry, names, for every type llama.cpp's GGUF format
+// defines and for ik_llama.cpp's own (ids 133 and up, its row-interleaved _R4/_R8 forms, trellis _KT types).
+// Block layouts of the types the engine computes match llama.cpp's ggml-common.h byte for byte (kernels/blocks.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace moe {
 
+// The types the engine has kernels for (and the activation-only ones), by their llama.cpp ids. Other ids are
+// known to type_info() for their sizes only.
 enum class GgmlType : uint32_t {
     F32 = 0,
     F16 = 1,
@@ -24,24 +28,43 @@ enum class GgmlType : uint32_t {
     Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    IQ1_M = 29,
     BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
+    MXFP4 = 39,
 };
+
+enum class TypeOrigin { Ggml, IkLlama };
 
 struct TypeInfo {
-    std::string_view name;  // llama.cpp's spelling, lower case ("q4_K")
-    uint32_t block_elems;   // elements per block (1 for plain floats)
+    std::string_view name;  // the spelling of the defining project ("q4_K", "iq4_ks")
+    uint32_t block_elems;   // elements per block (1 for plain numbers)
     uint32_t block_bytes;   // bytes per block
+    uint32_t row_meta;      // bytes in front of every row (ik_llama.cpp's per-row scales), usually 0
     bool computable;        // the engine has kernels for it
+    TypeOrigin origin = TypeOrigin::Ggml;
 };
 
-// Known geometry for a raw type id, or nullopt for ids this build does not know.
+// Known geometry for a raw type id, or nullopt for ids no known project defines.
 std::optional<TypeInfo> type_info(uint32_t raw_type);
 TypeInfo type_info(GgmlType t);
 std::string type_name(uint32_t raw_type);  // "q4_K", or "type#N" for unknown ids
-// Parses "f32", "q4_k", "Q8_0", ... (case-insensitive); nullopt when unknown.
+// Parses "f32", "q4_k", "Q8_0", "iq4_xs", ... (case-insensitive); nullopt when unknown.
 std::optional<GgmlType> parse_type_name(std::string_view name);
+// The weight types the engine computes, in id order ("f32 f16 q4_0 ..."), for error messages.
+std::string computable_type_list();
 
 // Bytes of one row of n elements; nullopt if n is not a multiple of the block size or overflows.
 std::optional<uint64_t> row_bytes(GgmlType t, uint64_t n);
+std::optional<uint64_t> row_bytes_raw(uint32_t raw_type, uint64_t n);
 
 }  // namespace moe

@@ -196,9 +196,12 @@ GgufFile parse(Source& src) {
         if (t.ne[0] % info->block_elems != 0)
             src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
                      std::string(info->name) + " block size " + std::to_string(info->block_elems));
-        uint64_t blocks = elems / info->block_elems;
-        if (blocks > UINT64_MAX / info->block_bytes) src.fail("tensor '" + t.name + "': byte size overflows");
-        t.nbytes = blocks * info->block_bytes;
+        // Rows of ne[0] elements (with ik_llama.cpp's per-row scales where its type has them).
+        const auto row = row_bytes_raw(t.raw_type, t.ne[0]);
+        const uint64_t rows = elems / t.ne[0];
+        if (!row || rows > UINT64_MAX / *row) src.fail("tensor '" + t.name + "': byte size overflows");
+        t.nbytes = rows * *row;
+        if (t.raw_type == 36) t.nbytes += 32;  // ik_llama.cpp's I2_S ends each tensor in a 32-byte scale trailer
         t.offset = src.get<uint64_t>("tensor offset");
         if (t.offset % f.alignment != 0)
             src.fail("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " not aligned to " +

@@ -212,7 +212,7 @@ MOE_FMA_CLONES void causal_conv(float* window_state, const float* x, int64_t x_s
 }
 
 void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
-    // ggml.c is ISO C: nothing contracted.
+    // (as ggml.c: no multiply-add here that a compiler could contract)
     auto corr_dim = [&](float beta) {
         const float num = static_cast<float>(n_rot) * std::log(static_cast<float>(n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI)));
         return num / (2 * std::log(freq_base));

@@ -33,8 +33,10 @@ inline uint16_t fp32_to_fp16(float f) {
     if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
     if (absx < 0x38800000u) {  // result is subnormal or zero
+        // The result is mant >> (shift + 13), rounded to nearest even: below 2^-25 (shift >= 12) that is zero,
+        // and larger shifts would overflow the 32-bit shift counts below.
         int shift = 113 - static_cast<int>(absx >> 23);
-        if (shift > 24) return static_cast<uint16_t>(sign);
+        if (shift >= 12) return static_cast<uint16_t>(sign);
         uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
         uint32_t half = mant >> (shift + 13);
         uint32_t rem = mant & ((1u << (shift + 13)) - 1);

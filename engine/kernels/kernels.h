@@ -67,7 +67,10 @@ inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows,
                 t.dot_rows_repacked[i]};
     // llamafile's vector step for the type in that build
     const int64_t gemm_k = t.flavor == Flavor::Avx2 ? 8 : type == GgmlType::BF16 ? 32 : 16;
-    if (dense && n_tok >= 2 && t.dot_batch[i] && cols % gemm_k == 0 && rows % 4 == 0) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
+    // (its quantized GEMM, of which only IQ4_NL's order differs from vec_dot's, takes any shape)
+    const bool float_weights = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
+    const bool gemm_shape = float_weights ? cols % gemm_k == 0 && rows % 4 == 0 : true;
+    if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
     return {nullptr, t.dot[i], 0, t.dot_rows[i]};
 }
 

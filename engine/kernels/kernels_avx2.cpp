@@ -9,6 +9,7 @@
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/q8_0_simd.h"
+#include "engine/kernels/quants_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -289,17 +290,9 @@ inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, b
 
 using Q45 = Q45Dots<q45_block>;
 
-// 32 * (pair sums of the activations), per 32-element chunk: the "-32" half of ggml's (q - 32) * y, which
-// depends on the activations only, so a row loop computes it once.
-void q6_y32(const BlockQ8_K& y, int16_t* out) {
-    const __m256i m32 = _mm256_set1_epi8(32);
-    for (int c = 0; c < 8; ++c)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * c),
-                            _mm256_maddubs_epi16(m32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c))));
-}
-
-// Lanes of sum((q - 32) * y * scale) over one block, in ggml's layout.
-__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
+// Lanes of sum(scale * q * y) over one block with q unsigned, minus 32 * (scale-weighted activation sums of
+// sub-block pairs), in ggml's layout (see dot_q6_K_ref).
+__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y) {
     const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
     __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
@@ -319,17 +312,18 @@ __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
         };
         for (int k = 0; k < 4; ++k) {
             const __m256i yk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-            // (q - 32) * y per pair, as ggml: both products through maddubs, then subtracted.
-            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y32 + 16 * (4 * half + k))));
+            const __m256i p = _mm256_maddubs_epi16(q[k], yk);
             // Low 128-bit lane holds elements 0..15 (scale 2k), high lane 16..31 (scale 2k+1).
             const __m256i scale_v = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
         }
     }
-    return sumi;
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    return _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5));
 }
 
-using Q6 = Q6Dots<q6_y32, q6_lanes>;
+using Q6 = Q6Dots<q6_lanes>;
 
 }  // namespace
 
@@ -360,6 +354,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
     t.dot_rows[14] = Q6::rows;
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
+    add_simd_quant_kernels(t);
 }
 
 }  // namespace moe::kernels

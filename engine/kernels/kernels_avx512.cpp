@@ -7,6 +7,7 @@
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/q8_0_simd.h"
+#include "engine/kernels/quants_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -55,14 +56,9 @@ inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, b
 
 using Q45 = Q45Dots<q45_block>;
 
-// 32 * (pair sums of the activations) per 64-element chunk: activation-only, so a row loop computes it once.
-void q6_y32(const BlockQ8_K& y, int16_t* out) {
-    const __m512i m32 = _mm512_set1_epi8(32);
-    for (int c = 0; c < 4; ++c) _mm512_storeu_si512(out + 32 * c, _mm512_maddubs_epi16(m32, _mm512_loadu_si512(y.qs + 64 * c)));
-}
-
-// Lanes of sum((q - 32) * y * scale) over one block, folded to ggml's eight.
-__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
+// Lanes of sum(scale * q * y) with q unsigned, folded to ggml's eight, minus the sub-block pairs' 32 * scaled
+// activation sums (see dot_q6_K_ref).
+__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y) {
     const __m512i low4 = _mm512_set1_epi8(0xF);
     __m512i sumi = _mm512_setzero_si512();
     for (int half = 0; half < 2; ++half) {
@@ -83,16 +79,15 @@ __m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
                                                 _mm256_set_m128i(_mm_set1_epi16(sc[3]), _mm_set1_epi16(sc[2])), 1);
         const __m512i s_hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[5]), _mm_set1_epi16(sc[4]))),
                                                 _mm256_set_m128i(_mm_set1_epi16(sc[7]), _mm_set1_epi16(sc[6])), 1);
-        // (q - 32) * y per pair, as ggml: both products through maddubs, then subtracted.
-        const __m512i p_lo = _mm512_sub_epi16(_mm512_maddubs_epi16(q_lo, y_lo), _mm512_loadu_si512(y32 + 32 * (2 * half)));
-        const __m512i p_hi = _mm512_sub_epi16(_mm512_maddubs_epi16(q_hi, y_hi), _mm512_loadu_si512(y32 + 32 * (2 * half + 1)));
-        sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p_lo, s_lo));
-        sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p_hi, s_hi));
+        sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q_lo, y_lo), s_lo));
+        sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q_hi, y_hi), s_hi));
     }
-    return fold(sumi);
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    return _mm256_sub_epi32(fold(sumi), _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5));
 }
 
-using Q6 = Q6Dots<q6_y32, q6_lanes>;
+using Q6 = Q6Dots<q6_lanes>;
 
 // BF16 on CPUs with AVX512-BF16: VDPBF16PS itself, the instruction llama.cpp's BF16 kernels use (the AVX2
 // table emulates it; the kernel tests hold the two equal).
@@ -130,7 +125,7 @@ __attribute__((target("avx512bf16"))) float dot_bf16_batch_native(int64_t n, con
 
 // Float and Q4_0 kernels come from the AVX2 table: their summation order is llama.cpp's 8-lane one (16-lane
 // for floats, as pairs of halves), so wider registers would only change the order. Integer sums are
-// order-free: VPDPBUSD computes Q8_0's, 512-bit registers the K-quants'.
+// order-free: VPDPBUSD computes Q8_0's and the low-bit formats', 512-bit registers the K-quants'.
 void fill_avx512_table(KernelTable& t) {
     fill_avx2_table(t);
     t.isa = Isa::Avx512;
@@ -150,6 +145,7 @@ void fill_avx512_table(KernelTable& t) {
     t.dot_repacked[12] = Q45::q4_K_repacked;
     t.dot_repacked_gemm[12] = Q45::q4_K_repacked_gemm;
     t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
+    add_simd_quant_kernels(t);  // the same kernels, their byte products through VPDPBUSD
 }
 
 }  // namespace moe::kernels

@@ -23,6 +23,10 @@ float dot_q4_K_repacked_gemm_ref(int64_t n, const void* w, const void* a);
 float dot_q5_K_ref(int64_t n, const void* w, const void* a);
 float dot_q6_K_ref(int64_t n, const void* w, const void* a);
 
+// The low-bit formats' reference kernels (kernels_ref_quants.cpp), into a reference table of k.flavor.
+void add_quant_reference_kernels(KernelTable& k);
+void quantize_q8_1(const float* x, void* out, int64_t n);
+
 // Filled by kernels_avx2.cpp / kernels_avx512.cpp (compiled with their own -m flags).
 void fill_avx2_table(KernelTable& t);  // t.flavor chosen by the caller
 void fill_avx512_table(KernelTable& t);

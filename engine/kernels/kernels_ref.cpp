@@ -10,6 +10,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_order.h"
+#include "engine/kernels/quant_decode.h"
 
 namespace moe::kernels {
 namespace {
@@ -63,13 +64,38 @@ void quantize_q8_K(const float* x, void* out, int64_t n) {
     }
 }
 
+// llama.cpp's x86 quantize_row_q8_1: as Q8_0 (scale fp16(amax/127), values x*127/amax rounded to nearest even)
+// plus s = fp16(d * sum of the values) with the unrounded d.
+void quantize_q8_1(const float* x, void* out, int64_t n) {
+    auto* y = static_cast<BlockQ8_1*>(out);
+    for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+        float amax = 0.f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[b].d = fp32_to_fp16(d);
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            y[b].qs[j] = static_cast<int8_t>(nearest_int(x[j] * id));
+            sum += y[b].qs[j];
+        }
+        y[b].s = fp32_to_fp16(d * static_cast<float>(sum));
+    }
+}
+
+// The activation type llama.cpp pairs with each weight type (type_traits_cpu[].vec_dot_type).
 GgmlType activation_type(GgmlType w) {
     switch (w) {
         case GgmlType::F32: return GgmlType::F32;
         case GgmlType::F16: return GgmlType::F16;
         case GgmlType::BF16: return GgmlType::BF16;
-        case GgmlType::Q8_0: case GgmlType::Q4_0: return GgmlType::Q8_0;
-        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return GgmlType::Q8_K;
+        case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::MXFP4:
+            return GgmlType::Q8_0;
+        case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
+        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ4_XS: case GgmlType::TQ1_0: case GgmlType::TQ2_0:
+            return GgmlType::Q8_K;
         default: throw std::invalid_argument("no kernel for tensor type " + type_name(static_cast<uint32_t>(w)));
     }
 }
@@ -94,6 +120,7 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
             break;
         }
         case GgmlType::Q8_0: quantize_q8_0(x, out, n); break;
+        case GgmlType::Q8_1: quantize_q8_1(x, out, n); break;
         default: quantize_q8_K(x, out, n); break;
     }
 }
@@ -291,24 +318,18 @@ float dot_q5_K_ref(int64_t n, const void* w, const void* a) {
     return o.result();
 }
 
-// Q6_K weight index e (0..255) -> 6-bit value 0..63, following the ql/qh interleave of llama.cpp.
-static inline int q6_value(const BlockQ6_K& blk, int e) {
-    int half = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
-    const uint8_t* ql = blk.ql + half * 64;
-    const uint8_t* qh = blk.qh + half * 32;
-    int low = (quarter & 1) ? ql[l + 32] : ql[l];
-    low = (quarter >= 2) ? (low >> 4) : (low & 0xF);
-    int high = (qh[l] >> (2 * quarter)) & 3;
-    return low | (high << 4);
-}
-
+// ggml_vec_dot_q6_K_q8_K (x86): lanes of scale * q * y with q unsigned (0..63), then the "-32" part as
+// 32 * (bsums[2l] * scale[2l] + bsums[2l+1] * scale[2l+1]) subtracted from lane l: the block total is
+// sum((q - 32) * y * scale), but the lanes split it by sub-block pairs, not by element.
 float dot_q6_K_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
     Q6KVecOrder o;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         int32_t lanes[8] = {};
-        for (int e = 0; e < QK_K; ++e) lanes[(e % 32) / 4] += x[b].scales[e / 16] * (q6_value(x[b], e) - 32) * y[b].qs[e];
+        for (int e = 0; e < QK_K; ++e) lanes[(e % 32) / 4] += x[b].scales[e / 16] * quant::q6_value(x[b], e) * y[b].qs[e];
+        for (int l = 0; l < 8; ++l)
+            lanes[l] -= 32 * (y[b].bsums[2 * l] * x[b].scales[2 * l] + y[b].bsums[2 * l + 1] * x[b].scales[2 * l + 1]);
         o.add(lanes, y[b].d * fp16_to_fp32(x[b].d));
     }
     return o.result();
@@ -331,6 +352,7 @@ KernelTable make_reference_table() {
     k.dot[12] = dot_q4_K_ref;
     k.dot[13] = dot_q5_K_ref;
     k.dot[14] = dot_q6_K_ref;
+    add_quant_reference_kernels(k);
     return k;
 }
 
@@ -338,78 +360,6 @@ const KernelTable& reference_table(Flavor f) {
     static const KernelTable avx512 = make_reference_table<Flavor::Avx512>();
     static const KernelTable avx2 = make_reference_table<Flavor::Avx2>();
     return f == Flavor::Avx512 ? avx512 : avx2;
-}
-
-// ---- dequantization ----
-
-void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
-    switch (t) {
-        case GgmlType::F32: std::memcpy(y, src, static_cast<size_t>(n) * 4); return;
-        case GgmlType::F16: {
-            auto* x = static_cast<const uint16_t*>(src);
-            for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
-            return;
-        }
-        case GgmlType::BF16: {
-            auto* x = static_cast<const uint16_t*>(src);
-            for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(x[i]);
-            return;
-        }
-        case GgmlType::Q8_0: {
-            auto* x = static_cast<const BlockQ8_0*>(src);
-            for (int64_t b = 0; b < n / QK8_0; ++b)
-                for (int j = 0; j < QK8_0; ++j) y[b * QK8_0 + j] = fp16_to_fp32(x[b].d) * x[b].qs[j];
-            return;
-        }
-        case GgmlType::Q4_0: {
-            auto* x = static_cast<const BlockQ4_0*>(src);
-            for (int64_t b = 0; b < n / QK4_0; ++b) {
-                float d = fp16_to_fp32(x[b].d);
-                for (int j = 0; j < QK4_0 / 2; ++j) {
-                    y[b * QK4_0 + j] = ((x[b].qs[j] & 0xF) - 8) * d;
-                    y[b * QK4_0 + j + 16] = ((x[b].qs[j] >> 4) - 8) * d;
-                }
-            }
-            return;
-        }
-        case GgmlType::Q4_K: case GgmlType::Q5_K: {
-            bool five = t == GgmlType::Q5_K;
-            for (int64_t b = 0; b < n / QK_K; ++b) {
-                const uint8_t *scales, *qs, *qh = nullptr;
-                float d, dmin;
-                if (five) {
-                    auto& blk = static_cast<const BlockQ5_K*>(src)[b];
-                    scales = blk.scales; qs = blk.qs; qh = blk.qh;
-                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
-                } else {
-                    auto& blk = static_cast<const BlockQ4_K*>(src)[b];
-                    scales = blk.scales; qs = blk.qs;
-                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
-                }
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t sc, m;
-                    k_scale_min(j, scales, sc, m);
-                    const float d1 = d * sc, m1 = dmin * m;
-                    for (int l = 0; l < 32; ++l) {
-                        int q = (j & 1) ? (qs[(j / 2) * 32 + l] >> 4) : (qs[(j / 2) * 32 + l] & 0xF);
-                        if (five) q |= ((qh[l] >> j) & 1) << 4;
-                        y[b * QK_K + j * 32 + l] = d1 * q - m1;
-                    }
-                }
-            }
-            return;
-        }
-        case GgmlType::Q6_K: {
-            auto* x = static_cast<const BlockQ6_K*>(src);
-            for (int64_t b = 0; b < n / QK_K; ++b) {
-                float d = fp16_to_fp32(x[b].d);
-                for (int e = 0; e < QK_K; ++e)
-                    y[b * QK_K + e] = d * x[b].scales[e / 16] * (q6_value(x[b], e) - 32);
-            }
-            return;
-        }
-        default: throw std::invalid_argument("cannot dequantize type " + type_name(static_cast<uint32_t>(t)));
-    }
 }
 
 }  // namespace moe::kernels

@@ -63,12 +63,12 @@ struct Q4KRepackedGemmOrder {
     float result() const { return acc - acc_m; }
 };
 
-// ggml_vec_dot_q5_K_q8_K (AVX2): value lanes as Q4_K; the mins as one float, `summs += dmin * sum` per block
-// (not fused: ggml's C files build as ISO C11, where GCC does not contract; its C++ files are contracted).
+// ggml_vec_dot_q5_K_q8_K (AVX2): value lanes as Q4_K; the mins as one float, `summs += dmin * sum` per block,
+// which GCC contracts into an FMA (ggml's C files build as gnu11, where -ffp-contract=fast is the default).
 struct Q5KVecOrder {
     float acc[8] = {}, summs = 0.f;
     void add(const KBlockSums& s, float d, float dmin_neg) {
-        summs += dmin_neg * static_cast<float>(s.mins_total());
+        summs = std::fma(dmin_neg, static_cast<float>(s.mins_total()), summs);
         for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(s.lane(l)), acc[l]);
     }
     float result() const { return hsum_float_8(acc) + summs; }

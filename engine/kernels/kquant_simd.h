@@ -60,7 +60,7 @@ struct Q5KVecLanes {
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.f;
     void add(const KBlockLanes& s, float d, float dmin_neg) {
-        summs += dmin_neg * static_cast<float>(s.mins_total());
+        summs = std::fma(dmin_neg, static_cast<float>(s.mins_total()), summs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s.lanes()), acc);
     }
     float result() const { return hsum_float_8(acc) + summs; }
@@ -101,38 +101,29 @@ struct Q45Dots {
     static float q5_K(int64_t n, const void* w, const void* a) { return q45_dot<Q5KVecLanes, BlockQ5_K>(n, w, a, q5k, false); }
 };
 
-// Q6_K entry points over a translation unit's two functions: `Y32` writes a block's activation-only terms
-// (32 * pair sums, 128 int16 per block), `Lanes` returns a block's lanes of sum((q - 32) * y * scale).
-using Q6Y32Fn = void (*)(const BlockQ8_K& y, int16_t* out);
-using Q6LanesFn = __m256i (*)(const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32);
+// Q6_K entry points over a translation unit's block function: `Lanes` returns a block's eight int32 lanes of
+// sum((q - 32) * y * scale) in ggml's split (dot_q6_K_ref).
+using Q6LanesFn = __m256i (*)(const BlockQ6_K& x, const BlockQ8_K& y);
 
-template <Q6Y32Fn Y32, Q6LanesFn Lanes>
+template <Q6LanesFn Lanes>
 struct Q6Dots {
-    static __m256 add_block(__m256 acc, const BlockQ6_K& x, const BlockQ8_K& y, const int16_t* y32) {
-        return _mm256_fmadd_ps(_mm256_set1_ps(y.d * h2f(x.d)), _mm256_cvtepi32_ps(Lanes(x, y, y32)), acc);
+    static __m256 add_block(__m256 acc, const BlockQ6_K& x, const BlockQ8_K& y) {
+        return _mm256_fmadd_ps(_mm256_set1_ps(y.d * h2f(x.d)), _mm256_cvtepi32_ps(Lanes(x, y)), acc);
     }
     static float dot(int64_t n, const void* w, const void* a) {
         auto* x = static_cast<const BlockQ6_K*>(w);
         auto* y = static_cast<const BlockQ8_K*>(a);
         __m256 acc = _mm256_setzero_ps();
-        alignas(64) int16_t y32[128];
-        for (int64_t b = 0; b < n / QK_K; ++b) {
-            Y32(y[b], y32);
-            acc = add_block(acc, x[b], y[b], y32);
-        }
+        for (int64_t b = 0; b < n / QK_K; ++b) acc = add_block(acc, x[b], y[b]);
         return hsum_float_8(acc);
     }
-    // Many rows against one activation vector: its terms computed once.
     static void rows(int64_t n, const uint8_t* w, size_t row_bytes, int64_t n_rows, const void* a, float* out) {
         auto* y = static_cast<const BlockQ8_K*>(a);
         const int64_t nb = n / QK_K;
-        thread_local std::vector<int16_t> y32;
-        y32.resize(static_cast<size_t>(nb) * 128);
-        for (int64_t b = 0; b < nb; ++b) Y32(y[b], &y32[static_cast<size_t>(b) * 128]);
         for (int64_t r = 0; r < n_rows; ++r) {
             auto* x = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(r) * row_bytes);
             __m256 acc = _mm256_setzero_ps();
-            for (int64_t b = 0; b < nb; ++b) acc = add_block(acc, x[b], y[b], &y32[static_cast<size_t>(b) * 128]);
+            for (int64_t b = 0; b < nb; ++b) acc = add_block(acc, x[b], y[b]);
             out[r] = hsum_float_8(acc);
         }
     }

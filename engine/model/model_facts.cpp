@@ -155,7 +155,9 @@ ModelFacts model_facts(const GgufModel& model) {
             auto ti = type_info(t.raw_type);
             if (!ti || !ti->computable) {
                 f.supported = false;
-                f.unsupported_reason = "tensor '" + t.name + "' has type " + type_name(t.raw_type) + ", which this engine has no kernel for";
+                f.unsupported_reason = "tensor '" + t.name + "' has type " + type_name(t.raw_type) +
+                                       (ti && ti->origin == TypeOrigin::IkLlama ? " (an ik_llama.cpp type)" : "") +
+                                       ", which this engine has no kernel for";
             }
         }
     }

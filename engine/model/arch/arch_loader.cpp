@@ -94,9 +94,14 @@ const GgufTensorInfo* ArchLoader::info(const std::string& name, bool required) {
     if (!t && required) fail("tensor '" + name + "' is missing");
     if (t) {
         auto ti = type_info(t->raw_type);
-        if (!ti || !ti->computable)
-            fail("tensor '" + name + "' has type " + type_name(t->raw_type) +
-                 ", which this engine has no kernel for (supported: f32 f16 bf16 q8_0 q4_0 q4_K q5_K q6_K)");
+        if (!ti || !ti->computable) {
+            // ik_llama.cpp's own types run only in its fork's llama-server, which takes the same plan.
+            const bool ik = ti && ti->origin == TypeOrigin::IkLlama;
+            fail("tensor '" + name + "' has type " + type_name(t->raw_type) + (ik ? " (an ik_llama.cpp type)" : "") +
+                 ", which this engine has no kernel for (it computes " + computable_type_list() +
+                 "); use another quantization of the model, or plan for " + (ik ? "ik_llama.cpp's" : "llama.cpp's") +
+                 " server: moestream plan --target llama-server");
+        }
         claimed_.insert(name);
     }
     return t;
@@ -119,7 +124,7 @@ void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint
     dst.ne0 = static_cast<int64_t>(shape[0]);
     dst.ne1 = 1;
     for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
-    dst.row_bytes = *row_bytes(dst.type, shape[0]);
+    dst.row_bytes = *row_bytes(dst.type, shape[0]);  // checked computable above
     if (shape.size() == 1 && dst.type != GgmlType::F32)
         fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
     resident_list_.push_back(t);

@@ -1,0 +1,276 @@
+// The low-bit formats (Q4_1 ... MXFP4, the i-quants, the ternary types): the reference dot products against float
+// math on dequantized weights, and every SIMD kernel slot against the reference, bit for bit, on random
+// well-formed blocks and on edge blocks (zero and extreme scales, all-zero and all-ones bits, large and
+// one-hot activations, odd block counts, row counts off the 8-row groups).
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/fp16.h"
+#include "engine/kernels/kernels.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+// Random but well-formed weight rows of any block type: random bytes with every scale field set to a moderate
+// fp16 (or E8M0) value, so that the i-quants (whose quantizers need an importance matrix) are covered too.
+std::vector<uint8_t> random_row(GgmlType t, size_t n, std::mt19937& rng) {
+    std::vector<uint8_t> row(*row_bytes(t, n));
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
+    const TypeInfo info = type_info(t);
+    std::uniform_real_distribution<float> scale(0.002f, 0.05f);
+    for (size_t off = 0; off < row.size(); off += info.block_bytes) {
+        uint8_t* blk = row.data() + off;
+        auto put = [&](size_t at) {
+            const uint16_t h = fp32_to_fp16(scale(rng) * (byte(rng) % 2 ? 1.f : -1.f));
+            std::memcpy(blk + at, &h, 2);
+        };
+        switch (t) {
+            case GgmlType::Q4_1: case GgmlType::Q5_1: put(0); put(2); break;
+            case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8); break;
+            case GgmlType::Q2_K: put(80); put(82); break;
+            case GgmlType::Q3_K: put(108); break;
+            case GgmlType::TQ1_0: put(52); break;
+            case GgmlType::TQ2_0: put(64); break;
+            case GgmlType::IQ1_M: {  // the fp16 scale lives in the top nibbles of the four scale words
+                const uint16_t h = fp32_to_fp16(scale(rng));
+                for (int k = 0; k < 4; ++k) blk[48 + 2 * k + 1] = static_cast<uint8_t>((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+                break;
+            }
+            case GgmlType::Q4_K: case GgmlType::Q5_K: put(0); put(2); break;
+            case GgmlType::Q6_K: put(208); break;
+            case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: break;
+            default: put(0); break;  // d first: Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS IQ2_* IQ3_* IQ1_S
+        }
+    }
+    if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
+        std::vector<float> x(n);
+        std::normal_distribution<float> nd;
+        for (auto& v : x) v = nd(rng);
+        kernels::quantize_row(t, x.data(), row.data(), static_cast<int64_t>(n));
+    }
+    return row;
+}
+
+// Byte offsets of a block's fp16 (or E8M0) scale fields, as laid out in blocks.h.
+std::vector<size_t> scale_bytes(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 1, 2, 3};
+        case GgmlType::MXFP4: return {0};
+        case GgmlType::Q2_K: return {80, 81, 82, 83};
+        case GgmlType::Q3_K: return {108, 109};
+        case GgmlType::TQ1_0: return {52, 53};
+        case GgmlType::TQ2_0: return {64, 65};
+        case GgmlType::IQ1_M: return {49, 51, 53, 55};
+        case GgmlType::Q6_K: return {208, 209};
+        default: return {0, 1};
+    }
+}
+
+
+// Every computable block type (the float types have their own tests in test_kernels.cpp).
+std::vector<GgmlType> block_types() {
+    std::vector<GgmlType> out;
+    for (uint32_t id = 0; id < kernels::kTypeSlots; ++id) {
+        const auto info = type_info(id);
+        if (info && info->computable && info->block_elems > 1) out.push_back(static_cast<GgmlType>(id));
+    }
+    return out;
+}
+
+enum class Edge { None, ZeroScales, HugeScales, AllZeroBits, AllOneBits };
+
+// Overwrites a random row's scales or bits: a zero or a large fp16 super-block scale (MXFP4: the smallest and a
+// large exponent), or every other byte 0x00 / 0xFF with the scale fields kept.
+void apply_edge(GgmlType t, Edge e, std::vector<uint8_t>& row) {
+    if (e == Edge::None) return;
+    const TypeInfo info = type_info(t);
+    if (e == Edge::AllZeroBits || e == Edge::AllOneBits) {
+        std::vector<uint8_t> keep = row;
+        std::memset(row.data(), e == Edge::AllZeroBits ? 0x00 : 0xFF, row.size());
+        // The scale fields keep their random values (the bits of IQ1_M's scale nibbles included).
+        for (size_t off = 0; off < row.size(); off += info.block_bytes)
+            for (size_t i : scale_bytes(t)) row[off + i] = keep[off + i];
+        return;
+    }
+    const uint16_t h = e == Edge::ZeroScales ? 0 : fp32_to_fp16(30000.f);
+    for (size_t off = 0; off < row.size(); off += info.block_bytes) {
+        if (t == GgmlType::MXFP4) {
+            row[off] = e == Edge::ZeroScales ? 0 : 140;
+            continue;
+        }
+        if (t == GgmlType::IQ1_M) {
+            for (int k = 0; k < 4; ++k) row[off + 48 + 2 * k + 1] = static_cast<uint8_t>((row[off + 48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+            continue;
+        }
+        const size_t at = scale_bytes(t).front();
+        std::memcpy(row.data() + off + at, &h, 2);
+    }
+}
+
+std::vector<size_t> block_lengths(GgmlType t) {
+    if (type_info(t).block_elems == 32) return {32, 96, 256, 544, 4096};  // odd block counts: IQ4_NL/MXFP4's tail
+    return {256, 512, 1792, 4096};
+}
+
+enum class Act { Random, Large, Zeros, OneHot };
+std::vector<float> activations(size_t n, Act f, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) {
+        switch (f) {
+            case Act::Random: v[i] = nd(rng); break;
+            case Act::Large: v[i] = 3e4f * nd(rng); break;
+            case Act::Zeros: v[i] = 0.f; break;
+            case Act::OneHot: v[i] = i == n / 3 ? -5.f : 0.f; break;
+        }
+    }
+    return v;
+}
+
+TEST(QuantKernels, SimdMatchesScalarReference) {
+    std::mt19937 rng(4321);
+    const kernels::KernelTable& ref = kernels::reference_table();
+    int compared = 0;
+    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+        const kernels::KernelTable* t = kernels::table_for(isa);
+        if (!t) {
+            std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
+            continue;
+        }
+        for (GgmlType type : block_types()) {
+            const int id = static_cast<int>(type);
+            const std::pair<const char*, const kernels::DotFn*> slots[] = {
+                {"dot", t->dot}, {"batch", t->dot_batch}, {"repacked", t->dot_repacked}, {"repacked-gemm", t->dot_repacked_gemm}};
+            const kernels::DotFn* ref_slots[] = {ref.dot, ref.dot_batch, ref.dot_repacked, ref.dot_repacked_gemm};
+            for (size_t k = 0; k < 4; ++k) {
+                const kernels::DotFn got_fn = slots[k].second[id], want_fn = ref_slots[k][id];
+                ASSERT_EQ(got_fn == nullptr, want_fn == nullptr) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first;
+                if (!got_fn) continue;
+                for (Edge e : {Edge::None, Edge::ZeroScales, Edge::HugeScales, Edge::AllZeroBits, Edge::AllOneBits})
+                    for (Act act : {Act::Random, Act::Large, Act::Zeros, Act::OneHot})
+                        for (size_t n : block_lengths(type)) {
+                            std::vector<uint8_t> w = random_row(type, n, rng);
+                            apply_edge(type, e, w);
+                            const auto x = activations(n, act, rng);
+                            std::vector<uint8_t> a(kernels::activation_bytes(type, static_cast<int64_t>(n)));
+                            kernels::prepare_activations(type, x.data(), a.data(), static_cast<int64_t>(n));
+                            const float want = want_fn(static_cast<int64_t>(n), w.data(), a.data());
+                            const float got = got_fn(static_cast<int64_t>(n), w.data(), a.data());
+                            EXPECT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
+                                << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first << " n=" << n << " edge "
+                                << static_cast<int>(e) << " act " << static_cast<int>(act) << ": " << got << " vs " << want;
+                            ++compared;
+                        }
+            }
+        }
+    }
+    EXPECT_GT(compared, 0) << "no SIMD table on this CPU to compare";
+}
+
+// The multi-row entry points equal the per-row kernels for row counts on and off the 8-row groups.
+TEST(QuantKernels, DotRowsEqualsDotPerRow) {
+    std::mt19937 rng(99);
+    int compared = 0;
+    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+        const kernels::KernelTable* t = kernels::table_for(isa);
+        if (!t) continue;
+        for (GgmlType type : block_types()) {
+            const int id = static_cast<int>(type);
+            for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]}}) {
+                if (!rows_fn) continue;
+                for (int64_t rows : {1, 3, 8, 13}) {
+                    const size_t n = 512, rb = *row_bytes(type, n);
+                    std::vector<uint8_t> w;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        auto row = random_row(type, n, rng);
+                        w.insert(w.end(), row.begin(), row.end());
+                    }
+                    const auto x = activations(n, Act::Random, rng);
+                    std::vector<uint8_t> a(kernels::activation_bytes(type, static_cast<int64_t>(n)));
+                    kernels::prepare_activations(type, x.data(), a.data(), static_cast<int64_t>(n));
+                    std::vector<float> out(static_cast<size_t>(rows));
+                    rows_fn(static_cast<int64_t>(n), w.data(), rb, rows, a.data(), out.data());
+                    for (int64_t r = 0; r < rows; ++r)
+                        EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data()))
+                            << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows;
+                    ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GT(compared, 0);
+}
+
+// IQ4_NL's three llama.cpp orders (vec_dot's two accumulators, the repacked single float, llamafile's GEMM) are
+// distinct, else the slots would be pointless.
+TEST(QuantKernels, Iq4nlOrdersAreDistinct) {
+    std::mt19937 rng(7);
+    const kernels::KernelTable& ref = kernels::reference_table();
+    const int id = static_cast<int>(GgmlType::IQ4_NL);
+    int batch_differs = 0, repacked_differs = 0;
+    for (int rep = 0; rep < 50; ++rep) {
+        auto w = random_row(GgmlType::IQ4_NL, 4096, rng);
+        const auto x = activations(4096, Act::Random, rng);
+        std::vector<uint8_t> a(kernels::activation_bytes(GgmlType::IQ4_NL, 4096));
+        kernels::prepare_activations(GgmlType::IQ4_NL, x.data(), a.data(), 4096);
+        const float vec = ref.dot[id](4096, w.data(), a.data());
+        batch_differs += ref.dot_batch[id](4096, w.data(), a.data()) != vec;
+        repacked_differs += ref.dot_repacked[id](4096, w.data(), a.data()) != vec;
+    }
+    EXPECT_GT(batch_differs, 0);
+    EXPECT_GT(repacked_differs, 0);
+}
+// Every computable type's reference dot against the float sum of its dequantized weights times the dequantized
+// activations: only float rounding may separate them (the integer products are exact), so a wrong element
+// order, sign or scale in either shows at once.
+TEST(Kernels, ReferenceDotEqualsDequantizedFloatSum) {
+    std::mt19937 rng(2026);
+    for (uint32_t id = 0; id < kernels::kTypeSlots; ++id) {
+        const auto info = type_info(id);
+        if (!info || !info->computable) continue;
+        const auto t = static_cast<GgmlType>(id);
+        const size_t n = 1024;
+        for (int rep = 0; rep < 8; ++rep) {
+            std::vector<uint8_t> w = random_row(t, n, rng);
+            std::vector<float> x(n), wd(n), ad(n);
+            std::normal_distribution<float> nd;
+            for (auto& v : x) v = nd(rng);
+            std::vector<uint8_t> act(kernels::activation_bytes(t, n));
+            kernels::prepare_activations(t, x.data(), act.data(), n);
+            kernels::dequantize_row(t, w.data(), wd.data(), n);
+            const GgmlType at = kernels::activation_type(t);
+            if (at == GgmlType::Q8_1) {  // Q8_1 and Q8_K are activation-only: dequantized here
+                for (size_t b = 0; b < n / 32; ++b) {
+                    const auto& blk = reinterpret_cast<const BlockQ8_1*>(act.data())[b];
+                    for (int j = 0; j < 32; ++j) ad[b * 32 + j] = fp16_to_fp32(blk.d) * blk.qs[j];
+                }
+            } else if (at == GgmlType::Q8_K) {
+                for (size_t b = 0; b < n / QK_K; ++b) {
+                    const auto& blk = reinterpret_cast<const BlockQ8_K*>(act.data())[b];
+                    for (int j = 0; j < QK_K; ++j) ad[b * QK_K + j] = blk.d * blk.qs[j];
+                }
+            } else {
+                kernels::dequantize_row(at, act.data(), ad.data(), n);
+            }
+            double want = 0, mag = 0;
+            for (size_t i = 0; i < n; ++i) {
+                want += static_cast<double>(wd[i]) * ad[i];
+                mag += std::fabs(static_cast<double>(wd[i]) * ad[i]);
+            }
+            const kernels::KernelTable& ref = kernels::reference_table();
+            for (kernels::DotFn f : {ref.dot[id], ref.dot_batch[id], ref.dot_repacked[id], ref.dot_repacked_gemm[id]}) {
+                if (!f) continue;
+                const double got = f(static_cast<int64_t>(n), w.data(), act.data());
+                EXPECT_NEAR(got, want, 1e-5 * mag + 1e-6) << type_name(id) << " rep " << rep;
+            }
+        }
+    }
+}
+
+
+}  // namespace
+}  // namespace moe
