@@ -21,7 +21,8 @@ const char* isa_name(Isa isa) {
 static bool cpu_has(Isa isa) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+                __builtin_cpu_supports("bmi2");
     switch (isa) {
         case Isa::Scalar: return true;
         case Isa::Avx2: return avx2;

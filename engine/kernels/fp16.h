@@ -1,11 +1,12 @@
 // IEEE half and bfloat16 conversions with round-to-nearest-even, bit-identical to F16C / ggml.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
 namespace moe {
 
-inline float fp16_to_fp32(uint16_t h) {
+constexpr float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
     if (exp == 0) {
         if (mant == 0) {
@@ -20,10 +21,22 @@ inline float fp16_to_fp32(uint16_t h) {
     } else {
         bits = sign | ((exp + 112) << 23) | (mant << 13);
     }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return std::bit_cast<float>(bits);
 }
+
+// Every fp16 value as float (256 KiB, built at compile time), for hot loops: the KV cache, and the kernels'
+// per-block scales, where a load is cheaper than VCVTPH2PS's shuffle-port uops (llama.cpp's x86 kernels use a
+// table for the same reason).
+namespace detail {
+struct Fp16Table {
+    float v[65536];
+    constexpr Fp16Table() : v() {
+        for (uint32_t h = 0; h < 65536; ++h) v[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+    }
+};
+extern const Fp16Table kFp16Table;
+}  // namespace detail
+inline float fp16_to_fp32_lut(uint16_t h) { return detail::kFp16Table.v[h]; }
 
 inline uint16_t fp32_to_fp16(float f) {
     uint32_t x;
@@ -48,16 +61,6 @@ inline uint16_t fp32_to_fp16(float f) {
     uint32_t rem = absx & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
     return static_cast<uint16_t>(sign | half);
-}
-
-// Table lookup with the same results as fp16_to_fp32, for hot loops (the KV cache is fp16). 256 KiB.
-inline float fp16_to_fp32_lut(uint16_t h) {
-    static const float* table = [] {
-        static float t[65536];
-        for (uint32_t i = 0; i < 65536; ++i) t[i] = fp16_to_fp32(static_cast<uint16_t>(i));
-        return t;
-    }();
-    return table[h];
 }
 
 inline float bf16_to_fp32(uint16_t h) {

@@ -8,6 +8,7 @@
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
+#include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
 
@@ -258,72 +259,6 @@ float dot_q4_0_repacked(int64_t n, const void* w, const void* a) {
     return acc;
 }
 
-// K-quants: the integer sums of a block in ggml's lane layout (kquant_order.h) through maddubs/madd, then the
-// shared float orders.
-inline KBlockLanes q45_block(const uint8_t* blk, size_t qs_off, size_t qh_off, bool five, const BlockQ8_K& y) {
-    const __m256i low4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    KBlockLanes out;
-    const uint8_t* scales = blk + 4;
-    const uint8_t* qs = blk + qs_off;
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) {
-        k_scale_min(j, scales, sc[j], mn[j]);
-        out.mins[j] = mn[j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-    }
-    const __m256i hbits = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qh_off)) : _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-        __m256i lo = _mm256_and_si256(bits, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
-        if (five) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
-        }
-        const __m256i ylo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
-        const __m256i yhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
-        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(sc[2 * j]));
-        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(sc[2 * j + 1]));
-        out.pair[j] = _mm256_add_epi32(plo, phi);
-    }
-    return out;
-}
-
-using Q45 = Q45Dots<q45_block>;
-
-// Lanes of sum(scale * q * y) over one block with q unsigned, minus 32 * (scale-weighted activation sums of
-// sub-block pairs), in ggml's layout (see dot_q6_K_ref).
-__m256i q6_lanes(const BlockQ6_K& x, const BlockQ8_K& y) {
-    const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-        const uint8_t* ql = x.ql + 64 * half;
-        const int8_t* q8 = y.qs + 128 * half;
-        const int8_t* sc = x.scales + 8 * half;
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * half));
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
-            _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4)),
-        };
-        for (int k = 0; k < 4; ++k) {
-            const __m256i yk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-            const __m256i p = _mm256_maddubs_epi16(q[k], yk);
-            // Low 128-bit lane holds elements 0..15 (scale 2k), high lane 16..31 (scale 2k+1).
-            const __m256i scale_v = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_v));
-        }
-    }
-    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-    return _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5));
-}
-
-using Q6 = Q6Dots<q6_lanes>;
 
 }  // namespace
 
@@ -334,9 +269,6 @@ void fill_avx2_table(KernelTable& t) {
     t.dot[1] = a2 ? dot_f16_a2 : dot_f16;
     t.dot[2] = dot_q4_0;
     t.dot[8] = dot_q8_0;
-    t.dot[12] = Q45::q4_K;
-    t.dot[13] = Q45::q5_K;
-    t.dot[14] = Q6::dot;
     t.dot[30] = a2 ? dot_bf16_a2 : dot_bf16;
     t.dot_rows[0] = a2 ? dot_rows_of<dot_f32_a2> : dot_rows_of<dot_f32>;
     t.dot_rows[1] = a2 ? dot_rows_of<dot_f16_a2> : dot_rows_of<dot_f16>;
@@ -347,14 +279,10 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_batch[30] = a2 ? dot_bf16_batch_a2 : dot_bf16_batch;
     t.dot_repacked[2] = dot_q4_0_repacked;
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
-    t.dot_repacked[12] = Q45::q4_K_repacked;
-    t.dot_repacked_gemm[12] = Q45::q4_K_repacked_gemm;
-    t.dot_rows_repacked[12] = dot_rows_of<Q45::q4_K_repacked>;
-    t.dot_rows[12] = dot_rows_of<Q45::q4_K>;
-    t.dot_rows[13] = dot_rows_of<Q45::q5_K>;
-    t.dot_rows[14] = Q6::rows;
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
+    add_simd_kquant_kernels(t);
     add_simd_quant_kernels(t);
+    add_simd_iquant_kernels(t);
 }
 
 }  // namespace moe::kernels

@@ -3,6 +3,7 @@
 // reference dot products (kernels_ref_quants.cpp) and the dequantizer (dequantize.cpp) are written on these;
 // the SIMD kernels compute the same integers with shuffles and are tested equal to the reference.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -168,12 +169,19 @@ inline int tq1_value(const BlockTQ1_0& b, int e) {
 }
 inline int tq2_value(const BlockTQ2_0& b, int e) { return (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
 
-// E8M0 exponent to float, halved (MXFP4's table holds doubled values), as ggml_e8m0_to_fp32_half.
-inline float e8m0_half(uint8_t x) {
+// E8M0 exponent to float, halved (MXFP4's table holds doubled values), as ggml_e8m0_to_fp32_half; a table of
+// all 256, since the kernels read one per 32 weights.
+constexpr float e8m0_half_of(uint8_t x) {
     const uint32_t bits = x < 2 ? (0x00200000u << x) : (static_cast<uint32_t>(x - 1) << 23);
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return std::bit_cast<float>(bits);
 }
+struct E8m0HalfTable {
+    float v[256];
+    constexpr E8m0HalfTable() : v() {
+        for (int x = 0; x < 256; ++x) v[x] = e8m0_half_of(static_cast<uint8_t>(x));
+    }
+};
+inline constexpr E8m0HalfTable kE8m0Half{};
+inline float e8m0_half(uint8_t x) { return kE8m0Half.v[x]; }
 
 }  // namespace moe::quant

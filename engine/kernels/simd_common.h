@@ -4,12 +4,15 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/fp16.h"
 
 namespace moe::kernels {
 namespace {
 
-// fp16 to float through F16C: the same value as fp16.h's portable conversion, without its branches.
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+// A block's fp16 scale as float: fp16.h's table (a load, where F16C's VCVTPH2PS would cost shuffle-port uops).
+inline float h2f(uint16_t h) { return fp16_to_fp32_lut(h); }
 inline __m256 load_f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 inline int32_t hsum_lanes(__m256i v) {
@@ -17,6 +20,48 @@ inline int32_t hsum_lanes(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return _mm_cvtsi128_si32(s);
+}
+
+// ---- integer building blocks ----
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Unsigned x signed bytes, four consecutive products summed into each of eight int32 lanes. Callers keep
+// u * s pair sums inside int16 (PMADDUBSW saturates; VPDPBUSD does not), so both forms agree.
+inline __m256i dot_us8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// Signed x signed: the sign moved onto the activations.
+inline __m256i dot_ss8(__m256i x, __m256i y) { return dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
+
+// Pair sums times an int16 multiplier per half group: elements 0..15 by `lo`, 16..31 by `hi`.
+inline __m256i halves16(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo))); }
+inline __m256i dot_us8_scaled(__m256i u, __m256i s, __m256i scale) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale); }
+inline __m256i dot_ss8_scaled(__m256i x, __m256i y, __m256i scale) {
+    return dot_us8_scaled(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), scale);
+}
+
+// A 32-weight group's 4-bit values: the low nibbles of 16 bytes are elements 0..15, the high ones 16..31.
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+// The same through a 16-entry signed table.
+inline __m256i table_nibbles32(const uint8_t* qs, __m128i table) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), low4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low4)), _mm_shuffle_epi8(table, _mm_and_si128(b, low4)));
+}
+
+// 0xFF in byte e where bit e of `bits` is set.
+inline __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
 // llama.cpp's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
