@@ -1,5 +1,5 @@
 // `moestream bench`: prompt and generation tokens/s against the bound of ../shared/design.md section 4, in
-// one run. All in RAM: the bound is RAM bandwidth / active bytes. Streaming (--ram-budget below the model):
+// one run, and each weight type's kernel speed against the scalar reference. All in RAM: the bound is RAM bandwidth / active bytes. Streaming (--ram-budget below the model):
 // also expert bytes read per token, achieved read GB/s as a ratio of fio's on the same file with the same
 // read size and depth (run in the same invocation), hit rate, prefetch accuracy, time blocked on I/O, RSS.
 #include <sys/stat.h>
@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_kernels.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
@@ -151,6 +152,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         out["bound_formula"] = e.formula();
         out["gen_ratio_of_bound"] = e.tokens_per_s > 0 ? tg / e.tokens_per_s : 0.0;
     }
+    // After the timed generation, so that its cache and branch state do not colour the figures above.
+    out["weight_kernels"] = bench_weight_kernels(le.file, le.flavor);
     if (as_json) {
         std::cout << out.dump(2) << "\n";
         return 0;
@@ -162,6 +165,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                 human_bytes(static_cast<double>(facts.cache_bytes_per_token)).c_str(), facts.cache_layout.c_str(),
                 human_bytes(static_cast<double>(facts.kv_bytes(4096))).c_str(), human_bytes(static_cast<double>(facts.kv_bytes(32768))).c_str(),
                 n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+    print_weight_kernels(out["weight_kernels"]);
     if (!le.streaming) {
         std::printf("bound            %.1f tok/s = bandwidth / active bytes (%s per token)\nratio            %.2f of the bound\n",
                     out["gen_bound_tokens_per_s"].get<double>(), human_bytes(static_cast<double>(facts.active_bytes_per_token())).c_str(),

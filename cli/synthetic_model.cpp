@@ -3,6 +3,8 @@
 #include "cli/synthetic_model.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -56,15 +58,58 @@ MetadataList vocab_from(const std::string& path) {
 
 namespace {
 
+// The weight type of each matrix: one type everywhere, or one of two mixes. q4_k_m: q4_K with q6_K for the
+// "sensitive" tensors (attn_v, ffn_down, output). dynamic: like the per-tensor dynamic quants of big MoE uploads,
+// q2_K expert gate/up, expert down projections alternating iq4_xs / q3_K by layer, q4_K elsewhere, q6_K attn_v
+// and output.
+struct TypePlan {
+    enum class Mix { Pure, Q4KM, Dynamic } mix = Mix::Pure;
+    GgmlType base = GgmlType::F32;
+
+    GgmlType of(const std::string& name, bool sensitive) const {
+        auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+        switch (mix) {
+            case Mix::Pure: return base;
+            case Mix::Q4KM: return sensitive ? GgmlType::Q6_K : GgmlType::Q4_K;
+            case Mix::Dynamic:
+                if (has("_exps.")) {
+                    if (!has("ffn_down")) return GgmlType::Q2_K;
+                    const int layer = std::atoi(name.c_str() + 4);  // "blk.N."
+                    return layer % 2 == 0 ? GgmlType::IQ4_XS : GgmlType::Q3_K;
+                }
+                return has("attn_v.") || name == "output.weight" ? GgmlType::Q6_K : GgmlType::Q4_K;
+        }
+        return base;
+    }
+};
+
+// --type as a plan: a type mkmodel can write, or a mix; the types whose quantizers need an importance matrix
+// are refused with that reason.
+TypePlan type_plan(const std::string& spelled) {
+    std::string tn = spelled;
+    for (char& c : tn) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (tn == "q4_k_m") return {TypePlan::Mix::Q4KM, GgmlType::Q4_K};
+    if (tn == "dynamic") return {TypePlan::Mix::Dynamic, GgmlType::Q4_K};
+    auto t = parse_type_name(tn);
+    if (!t) throw CliError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
+    switch (*t) {
+        case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+            throw CliError("--type " + spelled + ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
+                           "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic");
+        default: return {TypePlan::Mix::Pure, *t};
+    }
+}
+
 class Writer {
 public:
-    Writer(const SyntheticSpec& s, GgmlType base, bool mix) : s_(s), rng_(s.seed), base_(base), mix_(mix) {}
+    Writer(const SyntheticSpec& s, TypePlan plan) : s_(s), rng_(s.seed), plan_(plan) {}
 
-    // A matrix [fan_in, rows...] of the base type (q6_K for the q4_k_m mix's "sensitive" tensors). Rows that are
-    // not whole blocks of it fall back to q8_0, then f16, as llama-quantize falls back for such tensors.
+    // A matrix [fan_in, rows...] of the plan's type for it. Rows that are not whole blocks of it fall back to q8_0,
+    // then f16, as llama-quantize falls back for such tensors.
     void matrix(const std::string& name, std::vector<uint64_t> ne, float gain = 1.f, bool sensitive = false,
                 const std::function<bool(uint64_t)>& zero_row = {}) {
-        GgmlType t = mix_ && sensitive ? GgmlType::Q6_K : base_;
+        GgmlType t = plan_.of(name, sensitive);
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
         add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row);
     }
@@ -99,8 +144,7 @@ private:
 
     const SyntheticSpec& s_;
     std::mt19937_64 rng_;
-    GgmlType base_;
-    bool mix_;
+    TypePlan plan_;
 };
 
 void check_positive(std::initializer_list<std::pair<const char*, uint32_t>> values) {
@@ -250,12 +294,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     if (s.groups && (s.experts % s.groups || !s.groups_used || s.groups_used > s.groups))
         throw CliError("--groups must divide --experts and --groups-used must be in 1..--groups");
 
-    std::string tn = s.type;
-    for (char& c : tn) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    const bool mix = tn == "q4_k_m";
-    if (mix) tn = "q4_k";
-    auto base = parse_type_name(tn);
-    if (!base || !type_info(*base).computable) throw CliError("--type " + s.type + " is not one the engine computes");
+    const TypePlan plan = type_plan(s.type);
 
     uint32_t n_vocab = 0;
     for (const auto& [k, v] : vocab)
@@ -353,7 +392,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     }
 
     // Tensors
-    Writer w(s, *base, mix);
+    Writer w(s, plan);
     w.matrix("token_embd.weight", {s.embd, n_vocab}, std::sqrt(static_cast<float>(s.embd) / 3.f));
     w.vec("output_norm.weight", s.embd);
     // With the built-in byte vocabulary the demo's output head has rows only for printable ASCII, newline and

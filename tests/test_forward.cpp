@@ -1,5 +1,5 @@
 // The fast forward against the plain reference on synthetic models of every architecture, attention and
-// feed-forward kind and weight type, in both llama.cpp builds' arithmetic: bit for bit.
+// feed-forward kind and every weight type mkmodel writes, in both llama.cpp builds' arithmetic: bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -57,6 +57,21 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q5_k", Flavor::Avx2, qwen3("q5_k")},
     {"qwen3moe-q6_k", Flavor::Avx512, qwen3("q6_k")},
     {"qwen3moe-q4_k_m", Flavor::Avx2, qwen3("q4_k_m")},
+    {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
+    {"qwen3moe-q5_0", Flavor::Avx512, qwen3("q5_0")},
+    {"qwen3moe-q5_1", Flavor::Avx2, qwen3("q5_1")},
+    {"qwen3moe-q2_k", Flavor::Avx512, qwen3("q2_k")},  // AVX-512 builds repack Q2_K
+    {"qwen3moe-q2_k", Flavor::Avx2, qwen3("q2_k")},
+    {"qwen3moe-q3_k", Flavor::Avx2, qwen3("q3_k")},
+    {"qwen3moe-iq4_nl", Flavor::Avx2, qwen3("iq4_nl")},
+    // 5 heads of 34: attn_q has 170 rows, not repacked, so batches take llamafile's IQ4_NL GEMM
+    {"qwen3moe-iq4_nl-odd-rows", Flavor::Avx2, {"--arch", "qwen3moe", "--layers", "2", "--heads", "5", "--kv-heads", "1",
+                                                 "--head-dim", "34", "--tie-output", "--type", "iq4_nl"}},
+    {"qwen3moe-iq4_xs", Flavor::Avx512, qwen3("iq4_xs")},
+    {"qwen3moe-mxfp4", Flavor::Avx2, qwen3("mxfp4")},
+    {"qwen3moe-tq1_0", Flavor::Avx2, qwen3("tq1_0")},
+    {"qwen3moe-tq2_0", Flavor::Avx512, qwen3("tq2_0")},
+    {"qwen3moe-dynamic", Flavor::Avx2, {"--arch", "qwen3moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--type", "dynamic"}},
     // GQA with biases, partial RoPE, q/k norm; a dense first layer; sigmoid routing with a bias, norm and scale;
     // a shared expert.
     {"glm4moe-q8_0", Flavor::Avx2, {"--arch", "glm4moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--rope-dims", "16",
@@ -221,6 +236,30 @@ TEST(FusedGateUp, SameLogitsAsSeparateTensorsInRamAndStreamed) {
     }
     EXPECT_EQ(out[0], out[1]);
     EXPECT_EQ(out[0], out[2]);
+}
+
+// Streaming reads expert byte ranges that follow from each type's block size: every type mkmodel writes (the
+// dynamic mix changes type from tensor to tensor and layer to layer) gives the in-RAM logits when streamed
+// through a cache of a quarter of the experts.
+TEST(StreamedTypes, SameLogitsAsInRamForEveryWritableType) {
+    test::TempDir dir;
+    for (const char* type : {"q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs", "mxfp4", "tq1_0", "tq2_0", "dynamic"}) {
+        GgufModel file = open_gguf_model(make_model(dir, type, {"--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--type", type}));
+        StreamingOptions so;
+        so.cache_bytes = model_facts(file).expert_bytes / 4;
+        so.read_size = 64 << 10;
+        auto ram = load_model(file);
+        auto streamed = load_model(file, {.experts = cli::streaming_experts(so)});
+        std::vector<int32_t> toks = {1, 17, 200, 42, 99, 3, 250, 7};
+        std::vector<std::vector<float>> out;
+        for (const Model* m : {ram.get(), streamed.get()}) {
+            Runner r(*m, {.n_ctx = 32});
+            r.eval(toks);
+            for (int32_t next : {5, 77, 130}) r.eval(std::span<const int32_t>(&next, 1));
+            out.emplace_back(r.logits(), r.logits() + m->hp.n_vocab);
+        }
+        EXPECT_EQ(out[0], out[1]) << type;
+    }
 }
 
 // Prefix reuse on a recurrent model: truncate() can only go back to a checkpoint; re-evaluating from there

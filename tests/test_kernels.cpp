@@ -199,7 +199,10 @@ TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
     std::mt19937 rng(7);
     struct Budget { GgmlType t; double rms; };
     const Budget budgets[] = {{GgmlType::F32, 0}, {GgmlType::F16, 1e-3}, {GgmlType::BF16, 8e-3}, {GgmlType::Q8_0, 1e-2},
-                              {GgmlType::Q6_K, 5e-2}, {GgmlType::Q5_K, 8e-2}, {GgmlType::Q4_K, 1.6e-1}, {GgmlType::Q4_0, 1.6e-1}};
+                              {GgmlType::Q6_K, 5e-2}, {GgmlType::Q5_K, 8e-2}, {GgmlType::Q4_K, 1.6e-1}, {GgmlType::Q4_0, 1.6e-1},
+                              {GgmlType::Q4_1, 1.3e-1}, {GgmlType::Q5_0, 8e-2}, {GgmlType::Q5_1, 7e-2}, {GgmlType::Q2_K, 4.5e-1},
+                              {GgmlType::Q3_K, 3e-1}, {GgmlType::IQ4_NL, 1.6e-1}, {GgmlType::IQ4_XS, 1.6e-1}, {GgmlType::MXFP4, 2.5e-1},
+                              {GgmlType::TQ1_0, 6e-1}, {GgmlType::TQ2_0, 6e-1}};
     for (auto [type, budget] : budgets) {
         auto x = make(4096, Fill::Random, rng);
         std::vector<uint8_t> q(*row_bytes(type, x.size()));
@@ -209,6 +212,7 @@ TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
         double err = 0;
         for (size_t i = 0; i < x.size(); ++i) err += (x[i] - y[i]) * (x[i] - y[i]);
         EXPECT_LE(std::sqrt(err / x.size()), budget) << type_name(static_cast<uint32_t>(type));
+        std::printf("[ quantize ] %-7s rms error %.3f (budget %.3f)\n", std::string(type_info(type).name).c_str(), std::sqrt(err / x.size()), budget);
     }
 }
 

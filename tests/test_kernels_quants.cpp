@@ -14,46 +14,7 @@
 namespace moe {
 namespace {
 
-// Random but well-formed weight rows of any block type: random bytes with every scale field set to a moderate
-// fp16 (or E8M0) value, so that the i-quants (whose quantizers need an importance matrix) are covered too.
-std::vector<uint8_t> random_row(GgmlType t, size_t n, std::mt19937& rng) {
-    std::vector<uint8_t> row(*row_bytes(t, n));
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
-    const TypeInfo info = type_info(t);
-    std::uniform_real_distribution<float> scale(0.002f, 0.05f);
-    for (size_t off = 0; off < row.size(); off += info.block_bytes) {
-        uint8_t* blk = row.data() + off;
-        auto put = [&](size_t at) {
-            const uint16_t h = fp32_to_fp16(scale(rng) * (byte(rng) % 2 ? 1.f : -1.f));
-            std::memcpy(blk + at, &h, 2);
-        };
-        switch (t) {
-            case GgmlType::Q4_1: case GgmlType::Q5_1: put(0); put(2); break;
-            case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8); break;
-            case GgmlType::Q2_K: put(80); put(82); break;
-            case GgmlType::Q3_K: put(108); break;
-            case GgmlType::TQ1_0: put(52); break;
-            case GgmlType::TQ2_0: put(64); break;
-            case GgmlType::IQ1_M: {  // the fp16 scale lives in the top nibbles of the four scale words
-                const uint16_t h = fp32_to_fp16(scale(rng));
-                for (int k = 0; k < 4; ++k) blk[48 + 2 * k + 1] = static_cast<uint8_t>((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
-                break;
-            }
-            case GgmlType::Q4_K: case GgmlType::Q5_K: put(0); put(2); break;
-            case GgmlType::Q6_K: put(208); break;
-            case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: break;
-            default: put(0); break;  // d first: Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS IQ2_* IQ3_* IQ1_S
-        }
-    }
-    if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
-        std::vector<float> x(n);
-        std::normal_distribution<float> nd;
-        for (auto& v : x) v = nd(rng);
-        kernels::quantize_row(t, x.data(), row.data(), static_cast<int64_t>(n));
-    }
-    return row;
-}
+std::vector<uint8_t> random_row(GgmlType t, size_t n, std::mt19937& rng) { return kernels::random_weight_row(t, n, rng()); }
 
 // Byte offsets of a block's fp16 (or E8M0) scale fields, as laid out in blocks.h.
 std::vector<size_t> scale_bytes(GgmlType t) {

@@ -1,6 +1,7 @@
 // The model loader's refusals: unsupported architectures and types, and files whose metadata contradicts
 // their tensors. Each is one ModelError naming the file, the key or tensor and both values, before any
 // weights are read; the CLI turns it into one line and exit code 2.
+#include <filesystem>
 #include <algorithm>
 #include <functional>
 
@@ -195,6 +196,20 @@ TEST(ModelErrors, CliSaysOneLineAndExits2) {
     EXPECT_EQ(rc, 2) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
     EXPECT_NE(out.find("expert_used_count = 12"), std::string::npos) << out;
+}
+
+// mkmodel writes the types with a plain quantizer; the lattice i-quants need an importance matrix, and asking for
+// one says so in a line (no file written).
+TEST(ModelErrors, MkmodelRefusesImatrixOnlyTypesWithTheReason) {
+    test::TempDir dir;
+    for (const char* type : {"iq2_xxs", "IQ1_S", "iq3_s"}) {
+        auto [rc, out] = test::run_moestream(std::string("mkmodel --vocab-builtin --layers 2 --embd 256 --heads 4 --experts 4 --experts-used 2 --ffn 256 --type ") +
+                                             type + " --out " + dir / "x.gguf");
+        EXPECT_NE(rc, 0) << out;
+        EXPECT_NE(out.find("importance matrix"), std::string::npos) << out;
+        EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+        EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
+    }
 }
 
 TEST(ModelErrors, PromptLongerThanContext) {

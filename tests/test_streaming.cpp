@@ -230,6 +230,17 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     EXPECT_GT(j["fio_bytes_per_s"].get<double>(), 0) << out;
     EXPECT_GT(j["engine_read_ratio_of_fio"].get<double>(), 0);
     EXPECT_TRUE(j.contains("bound_formula"));
+    // One row per matmul weight type, largest share first, each measured against the scalar reference.
+    const auto& kernels = j["weight_kernels"];
+    ASSERT_FALSE(kernels.empty()) << out;
+    EXPECT_EQ(kernels[0]["type"], "q8_0");
+    double share = 0;
+    for (const auto& row : kernels) {
+        share += row["share"].get<double>();
+        EXPECT_GT(row["scalar_bytes_per_s"].get<double>(), 0) << row.dump();
+        EXPECT_GT(row["active_bytes_per_s"].get<double>(), 0) << row.dump();
+    }
+    EXPECT_NEAR(share, 1.0, 1e-9);
     auto [bad, msg] = run_quiet("bench -m " + model + " --ram-budget 1K");
     EXPECT_EQ(bad, 2);
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/gguf/ggml_types.h"
 #include "engine/kernels/flavor.h"
@@ -92,6 +93,9 @@ void prepare_activations(GgmlType weight, const float* x, void* out, int64_t n);
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 // Quantizes n floats into type t (simple, valid encoders used to build synthetic models).
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+// A random, well-formed row of n elements of type t (random codes, moderate scales), for tests and benchmarks.
+std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed);
 
 // Activation quantizers, exposed for tests.
 void quantize_q8_0(const float* x, void* out, int64_t n);

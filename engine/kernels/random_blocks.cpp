@@ -1,0 +1,60 @@
+// Random but well-formed weight rows of any block type, for kernel tests and the per-type kernel benchmark:
+// random bytes with every scale field set to a moderate fp16 (or E8M0) value. Random bytes reach every code,
+// grid index and sign pattern, which is how the i-quants (whose quantizers need an importance matrix) get
+// covered; the scales are tamed so that sums stay in a range where float rounding is not the whole answer.
+#include <cstring>
+#include <random>
+
+#include "engine/gguf/ggml_types.h"
+#include "engine/kernels/fp16.h"
+#include "engine/kernels/kernels.h"
+
+namespace moe::kernels {
+
+std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const auto bytes = row_bytes(t, n);
+    if (!bytes) return {};
+    std::vector<uint8_t> row(*bytes);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
+    if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
+        std::vector<float> x(n);
+        std::normal_distribution<float> normal;
+        for (auto& v : x) v = normal(rng);
+        quantize_row(t, x.data(), row.data(), static_cast<int64_t>(n));
+        return row;
+    }
+    std::uniform_real_distribution<float> magnitude(0.002f, 0.05f);
+    auto random_scale = [&] { return fp32_to_fp16(magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f)); };
+    const TypeInfo info = type_info(t);
+    for (size_t off = 0; off < row.size(); off += info.block_bytes) {
+        uint8_t* blk = row.data() + off;
+        auto put = [&](size_t at) {
+            const uint16_t h = random_scale();
+            std::memcpy(blk + at, &h, 2);
+        };
+        switch (t) {
+            case GgmlType::Q4_1: case GgmlType::Q5_1: put(0); put(2); break;
+            case GgmlType::Q4_K: case GgmlType::Q5_K: put(0); put(2); break;
+            case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8); break;  // E8M0 2^-9..2^-2
+            case GgmlType::Q2_K: put(80); put(82); break;
+            case GgmlType::Q3_K: put(108); break;
+            case GgmlType::Q6_K: put(208); break;
+            case GgmlType::TQ1_0: put(52); break;
+            case GgmlType::TQ2_0: put(64); break;
+            case GgmlType::IQ1_M: {  // the fp16 scale lives in the top nibbles of the four scale words
+                const uint16_t h = fp32_to_fp16(magnitude(rng));
+                for (int k = 0; k < 4; ++k) {
+                    uint8_t& hi = blk[48 + 2 * k + 1];
+                    hi = static_cast<uint8_t>((hi & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+                }
+                break;
+            }
+            default: put(0); break;  // the scale comes first: Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS IQ2_* IQ3_* IQ1_S
+        }
+    }
+    return row;
+}
+
+}  // namespace moe::kernels
