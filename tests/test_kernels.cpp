@@ -123,7 +123,8 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
         if (!t) continue;
         for (GgmlType type : kTypes) {
           const int id = static_cast<int>(type);
-          for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]}}) {
+          for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
+                                           std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
             if (!rows_fn) continue;
             for (int64_t rows : {1, 7, 8, 19}) {
               for (size_t n : {256u, 512u}) {  // Q8_0's 8-row path takes short rows; also check a 64-wide row below

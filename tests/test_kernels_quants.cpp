@@ -141,9 +141,10 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
         if (!t) continue;
         for (GgmlType type : block_types()) {
             const int id = static_cast<int>(type);
-            for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]}}) {
+            for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
+                                           std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
                 if (!rows_fn) continue;
-                for (int64_t rows : {1, 3, 8, 13}) {
+                for (int64_t rows : {1, 3, 8, 13, 16, 23}) {
                     const size_t n = 512, rb = *row_bytes(type, n);
                     std::vector<uint8_t> w;
                     for (int64_t r = 0; r < rows; ++r) {
@@ -159,6 +160,52 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
                         EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data()))
                             << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows;
                     ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GT(compared, 0);
+}
+
+// Tile kernels (rows x tokens) give every (row, token) the bits of the dot they tile, at tile edges too: rows and
+// tokens that are not multiples of the tile, and a token count past one tile.
+TEST(QuantKernels, TileEqualsDotPerPair) {
+    std::mt19937 rng(31);
+    int compared = 0;
+    for (kernels::Flavor flavor : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
+        for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+            const kernels::KernelTable* t = kernels::table_for(isa, flavor);
+            if (!t) continue;
+            for (int id = 0; id < kernels::kTypeSlots; ++id) {
+                for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
+                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
+                    if (!tile_fn) continue;
+                    const GgmlType type = static_cast<GgmlType>(id);
+                    const size_t n = 512, rb = *row_bytes(type, n), ab = kernels::activation_bytes(type, static_cast<int64_t>(n));
+                    for (int64_t rows : {1, 7, 8, 19}) {
+                        std::vector<uint8_t> w;
+                        for (int64_t r = 0; r < rows; ++r) {
+                            auto row = random_row(type, n, rng);
+                            w.insert(w.end(), row.begin(), row.end());
+                        }
+                        for (int n_tok : {1, 2, 3, 4, 5, 9}) {
+                            std::vector<uint8_t> a(ab * static_cast<size_t>(n_tok));
+                            for (int k = 0; k < n_tok; ++k) {
+                                const auto x = activations(n, k == 2 ? Act::Zeros : Act::Random, rng);
+                                kernels::prepare_activations(type, x.data(), a.data() + k * ab, static_cast<int64_t>(n));
+                            }
+                            const int64_t stride = rows + 3;  // outputs of one token apart by more than `rows`
+                            std::vector<float> out(static_cast<size_t>(stride * n_tok), -1.f);
+                            tile_fn(static_cast<int64_t>(n), w.data(), rb, rows, a.data(), ab, n_tok, out.data(), stride);
+                            for (int k = 0; k < n_tok; ++k) {
+                                for (int64_t r = 0; r < rows; ++r)
+                                    ASSERT_EQ(out[k * stride + r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data() + k * ab))
+                                        << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows << ", token " << k << " of " << n_tok;
+                                for (int64_t r = rows; r < stride; ++r) ASSERT_EQ(out[k * stride + r], -1.f) << "wrote past the rows";
+                            }
+                            ++compared;
+                        }
+                    }
                 }
             }
         }

@@ -41,6 +41,27 @@ void Runner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, in
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
 }
 
+// An expert's gate and up projections of the c tokens in gx_ into gg_ and gu_: the activations quantized once
+// for both (when their types agree) and one parallel loop over both tensors' rows.
+void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, int c) {
+    const int64_t E = m_.hp.n_embd, F = L.gate.n_out;
+    if (L.gate.type != L.up.type) {
+        matmul(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F, false);
+        matmul(ev.up, L.up.type, L.up.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F, false);
+        return;
+    }
+    const GgmlType type = L.gate.type;
+    const size_t ab = kernels::activation_bytes(type, E);
+    if (act_.size() < ab * c) act_.resize(ab * c);
+    for (int t = 0; t < c; ++t) kernels::prepare_activations(type, &gx_[t * E], act_.data() + t * ab, E);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, F, E, c, false);
+    const uint8_t* act = act_.data();
+    pool_.parallel_for(2 * F, [&](int64_t r0, int64_t r1) {
+        if (r0 < F) matmul_rows(dots, ev.gate, L.gate.row_bytes, E, r0, std::min(r1, F), act, ab, c, gg_.data(), F);
+        if (r1 > F) matmul_rows(dots, ev.up, L.up.row_bytes, E, std::max(r0, F) - F, r1 - F, act, ab, c, gu_.data(), F);
+    });
+}
+
 // Decode (a few tokens, every expert already in RAM): one parallel loop over the experts instead of three
 // row-parallel matmuls per expert, each expert in its own scratch. Same kernels and expressions per row, so
 // the results are the same bits as the row-parallel path.
@@ -73,6 +94,46 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
             }
+        }
+    });
+    for (const auto& [e, v] : ready) {
+        m_.experts->release(l, e);
+        stats_.expert_loads++;
+        stats_.expert_activations += users[e].size();
+    }
+}
+
+// A prompt batch with every expert in RAM: one parallel loop over the experts, each thread running whole
+// experts over all their tokens with the tile kernels (one thread-pool round per layer instead of two per
+// expert). The same kernels and orders per (row, token) as the row-parallel path, so the same bits.
+void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users) {
+    const MoeWeights& L = m_.layers[l].experts;
+    const int64_t E = m_.hp.n_embd, F = L.gate.n_out;
+    const int U = static_cast<int>(m_.hp.moe.n_expert_used);
+    std::vector<std::pair<uint32_t, ExpertView>> ready;
+    for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
+    size_t most = 0;
+    for (const auto& [e, v] : ready) most = std::max(most, users[e].size());
+    const size_t ab_in = kernels::activation_bytes(L.gate.type, E), ab_up = kernels::activation_bytes(L.up.type, E);
+    const size_t ab_down = kernels::activation_bytes(L.down.type, F);
+    pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
+        std::vector<float> x(most * E), g(most * F), u(most * F), y(most * E);
+        std::vector<uint8_t> act(most * std::max({ab_in, ab_up, ab_down}));
+        auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, const float* in, int c, float* out) {
+            const size_t ab = kernels::activation_bytes(t.type, cols);
+            for (int j = 0; j < c; ++j) kernels::prepare_activations(t.type, in + j * cols, act.data() + j * ab, cols);
+            matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, c, false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
+        };
+        for (int64_t k = k0; k < k1; ++k) {
+            const auto& [e, ev] = ready[k];
+            const auto& who = users[e];
+            const int c = static_cast<int>(who.size());
+            for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &x[j * E]);
+            project(ev.gate, L.gate, F, E, x.data(), c, g.data());
+            project(ev.up, L.up, F, E, x.data(), c, u.data());
+            for (int j = 0; j < c; ++j) fops_.swiglu(&g[j * F], &u[j * F], F);
+            project(ev.down, L.down, E, F, g.data(), c, y.data());
+            for (int j = 0; j < c; ++j) std::copy_n(&y[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
         }
     });
     for (const auto& [e, v] : ready) {
@@ -157,14 +218,15 @@ void Runner::ffn_moe(uint32_t l, int n) {
     try {
         if (!src.streams() && n <= 4) {
             decode_experts_in_parallel(l, needed, users);
+        } else if (!src.streams()) {
+            prompt_experts_in_parallel(l, needed, users);
         } else {
             for (size_t k = 0; k < needed.size(); ++k) {
                 auto [e, ev] = src.next_ready(l);
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
                 for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
-                matmul(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F, false);
-                matmul(ev.up, L.up.type, L.up.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F, false);
+                expert_gate_up(ev, L, c);
                 for (int j = 0; j < c; ++j) fops_.swiglu(&gg_[j * F], &gu_[j * F], F);
                 matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
                 src.release(l, e);

@@ -117,18 +117,42 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     // F32 weights read strided activations directly in llama.cpp, which keeps them off llamafile's GEMM.
     const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok);
-    const kernels::DotRowsFn dot_rows = dots.single_rows;
     const uint8_t* act = act_.data();
-    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        if (n_tok == 1 && dot_rows) {  // decode: the row loop inside the kernel
-            dot_rows(cols, w + r0 * row_bytes, row_bytes, r1 - r0, act, out + r0);
-            return;
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
+}
+
+// Rows [r0, r1) of a matmul for n_tok prepared activation rows: out[t * out_stride + r]. With row kernels, a
+// slice of rows small enough to stay in cache meets every token before the next slice is read, and each kernel
+// call covers the slice (several rows per register where the kernel can). Results are the per-row dot's bits.
+void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1,
+                 const uint8_t* act, size_t act_bytes, int n_tok, float* out, int64_t out_stride) {
+    const int n_grouped = std::min(dots.n_grouped, n_tok);
+    if (n_tok > 1 && dots.single_tile && (n_grouped == 0 || dots.grouped_tile)) {
+        const int64_t slice = std::max<int64_t>(8, static_cast<int64_t>((size_t{96} << 10) / row_bytes) & ~int64_t{7});
+        for (int64_t a = r0; a < r1; a += slice) {
+            const int64_t b = std::min(r1, a + slice);
+            const uint8_t* wa = w + a * row_bytes;
+            if (n_grouped > 0) dots.grouped_tile(cols, wa, row_bytes, b - a, act, act_bytes, n_grouped, out + a, out_stride);
+            if (n_grouped < n_tok)
+                dots.single_tile(cols, wa, row_bytes, b - a, act + n_grouped * act_bytes, act_bytes, n_tok - n_grouped,
+                                 out + n_grouped * out_stride + a, out_stride);
         }
+        return;
+    }
+    bool row_kernels = true;
+    for (int t = 0; t < n_tok && row_kernels; ++t) row_kernels = dots.rows_at(t) != nullptr;
+    if (!row_kernels) {
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t* row = w + r * row_bytes;
-            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dots.at(t)(cols, row, act + t * ab);
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dots.at(t)(cols, row, act + t * act_bytes);
         }
-    });
+        return;
+    }
+    const int64_t slice = n_tok == 1 ? r1 - r0 : std::max<int64_t>(8, static_cast<int64_t>((size_t{96} << 10) / row_bytes) & ~int64_t{7});
+    for (int64_t a = r0; a < r1; a += slice) {
+        const int64_t b = std::min(r1, a + slice);
+        for (int t = 0; t < n_tok; ++t) dots.rows_at(t)(cols, w + a * row_bytes, row_bytes, b - a, act + t * act_bytes, out + t * out_stride + a);
+    }
 }
 
 void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok) {
@@ -158,12 +182,7 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
             if (a >= b) continue;
             const Tensor& w = *p.o.w;
             const uint8_t* act = act_.data() + p.act_off;
-            if (n_tok == 1 && p.dots.single_rows) {
-                p.dots.single_rows(w.ne0, w.row(a), w.row_bytes, b - a, act, p.o.out + a);
-                continue;
-            }
-            for (int64_t r = a; r < b; ++r)
-                for (int t = 0; t < n_tok; ++t) p.o.out[t * p.o.out_stride + r] = p.dots.at(t)(w.ne0, w.row(r), act + t * p.act_bytes);
+            matmul_rows(p.dots, w.data, w.row_bytes, w.ne0, a, b, act, p.act_bytes, n_tok, p.o.out, p.o.out_stride);
         }
     });
 }
@@ -187,11 +206,11 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         return;
     }
     pool_.parallel_for(static_cast<int64_t>(heads) * rows, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t h = i / rows, r = i % rows;
-            const uint8_t* row = w.row(h * rows + r);
-            for (int t = 0; t < n_tok; ++t)
-                out[h * out_head + t * out_stride + r] = dots.at(t)(cols, row, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab);
+        while (i0 < i1) {  // this thread's rows, head by head
+            const int64_t h = i0 / rows, r = i0 % rows, end = std::min(i1, (h + 1) * rows) - h * rows;
+            matmul_rows(dots, w.row(h * rows), w.row_bytes, cols, r, end, act_.data() + static_cast<size_t>(h) * n_tok * ab, ab, n_tok,
+                        out + h * out_head, out_stride);
+            i0 += end - r;
         }
     });
 }

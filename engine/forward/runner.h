@@ -34,6 +34,10 @@ struct RunnerStats {
     uint64_t prefetch_predicted_hits = 0, prefetch_predicted_total = 0;  // next-layer router prediction accuracy
 };
 
+// Rows [r0, r1) of a matmul with prepared activations (n_tok rows act_bytes apart) into out[t * out_stride + r].
+void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1,
+                 const uint8_t* act, size_t act_bytes, int n_tok, float* out, int64_t out_stride);
+
 class Runner {
 public:
     Runner(const Model& model, RunnerOptions opt);
@@ -101,6 +105,8 @@ private:
     void shared_expert(uint32_t l, int n, float* out);
     void predict_and_prefetch(uint32_t layer, int n);
     void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
+    void expert_gate_up(const ExpertView& ev, const MoeWeights& L, int c);
+    void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
                        uint8_t* act) const;
 

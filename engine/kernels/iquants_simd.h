@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/iq_tables.h"
@@ -17,6 +18,7 @@
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/quant_decode.h"
 #include "engine/kernels/simd_common.h"
+#include "engine/kernels/tile_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -49,20 +51,23 @@ inline __m256i grid32(const uint32_t* grid, const uint32_t* idx) {
 inline __m256i set16(uint32_t v) { return _mm256_set1_epi16(static_cast<int16_t>(v)); }
 
 // Per block: sum over its eight groups of Group(x, g, y_g) (lanes already times their multipliers, two
-// accumulators for ILP), FMA'd with x.d * y.d; the final sum times `factor` (the i-quants' 1/8 and 1/4).
-template <class Block, class Group>
-float iquant_dot(int64_t n, const void* w, const void* a, Group group, float factor) {
-    auto* x = static_cast<const Block*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b) {
+// accumulators for ILP), FMA'd with x.d * y.d; the final sum times `Factor` (the i-quants' 1/8 and 1/4). A step
+// kernel (tile_simd.h), so that tiles of tokens share each block's grid lookups.
+template <class B, class Group, float Factor>
+struct IquantStep {
+    using Block = B;
+    using Act = BlockQ8_K;
+    static constexpr int64_t kBlockElems = QK_K;
+    using State = Acc8State;
+    static State init() { return {_mm256_setzero_ps()}; }
+    static void step(State& s, const B& x, const BlockQ8_K& y) {
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
-        for (int g = 0; g < QK_K / 32; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], group(x[b], g, load32(y[b].qs + 32 * g)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[b].d) * y[b].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), acc);
+        for (int g = 0; g < QK_K / 32; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], Group{}(x, g, load32(y.qs + 32 * g)));
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
     }
-    return factor * hsum_float_8(acc);
-}
+    static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
+};
 
 // The sixteen 4-bit scales of IQ2_XS / IQ2_S (one per 16 weights) as 2s + 1, eight int16 per half block in both
 // lanes: scales[h] serves groups 4h..4h+3 through scale_pair.
@@ -78,18 +83,15 @@ inline HalfScales iq2_scales(const uint8_t* s8) {
     return {{both_lanes(_mm_cvtepu8_epi16(odd)), both_lanes(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(odd, odd)))}};
 }
 
-float simd_iq2_xxs(int64_t n, const void* w, const void* a) {
-    return iquant_dot<BlockIQ2_XXS>(
-        n, w, a,
-        [](const BlockIQ2_XXS& x, int g, __m256i yg) {
-            uint32_t aux[2];
-            quant::iq2xxs_words(x, g, aux);
-            const __m256i grid = grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24);
-            const __m256i signs = grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127);
-            return dot_us8_scaled(grid, _mm256_sign_epi8(yg, signs), set16(2 * (aux[1] >> 28) + 1));
-        },
-        0.125f);
-}
+inline constexpr auto simd_iq2_xxs_group = [](const BlockIQ2_XXS& x, int g, __m256i yg) {
+        uint32_t aux[2];
+        quant::iq2xxs_words(x, g, aux);
+        const __m256i grid = grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24);
+        const __m256i signs = grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127);
+        return dot_us8_scaled(grid, _mm256_sign_epi8(yg, signs), set16(2 * (aux[1] >> 28) + 1));
+    };
+using simd_iq2_xxs_step = IquantStep<BlockIQ2_XXS, std::remove_const_t<decltype(simd_iq2_xxs_group)>, 0.125f>;
+constexpr auto simd_iq2_xxs = step_dot<simd_iq2_xxs_step>;
 
 // IQ2_XS: 16-bit words of a 9-bit grid index and a 7-bit sign index per 8 weights; 4-bit scales per 16.
 float simd_iq2_xs(int64_t n, const void* w, const void* a) {
@@ -135,43 +137,34 @@ float simd_iq2_s(int64_t n, const void* w, const void* a) {
     return 0.125f * hsum_float_8(acc);
 }
 
-float simd_iq3_xxs(int64_t n, const void* w, const void* a) {
-    return iquant_dot<BlockIQ3_XXS>(
-        n, w, a,
-        [](const BlockIQ3_XXS& x, int g, __m256i yg) {
-            const uint8_t* q = x.qs + 8 * g;
-            const uint32_t idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
-            const uint32_t word = quant::iq3xxs_word(x, g);
-            const __m256i signs = grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127);
-            return dot_us8_scaled(grid32(iq::kIq3xxsGrid, idx), _mm256_sign_epi8(yg, signs), set16(2 * (word >> 28) + 1));
-        },
-        0.25f);
-}
+inline constexpr auto simd_iq3_xxs_group = [](const BlockIQ3_XXS& x, int g, __m256i yg) {
+        const uint8_t* q = x.qs + 8 * g;
+        const uint32_t idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+        const uint32_t word = quant::iq3xxs_word(x, g);
+        const __m256i signs = grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127);
+        return dot_us8_scaled(grid32(iq::kIq3xxsGrid, idx), _mm256_sign_epi8(yg, signs), set16(2 * (word >> 28) + 1));
+    };
+using simd_iq3_xxs_step = IquantStep<BlockIQ3_XXS, std::remove_const_t<decltype(simd_iq3_xxs_group)>, 0.25f>;
+constexpr auto simd_iq3_xxs = step_dot<simd_iq3_xxs_step>;
 
-float simd_iq3_s(int64_t n, const void* w, const void* a) {
-    return iquant_dot<BlockIQ3_S>(
-        n, w, a,
-        [](const BlockIQ3_S& x, int g, __m256i yg) {
-            const uint8_t* q = x.qs + 8 * g;
-            const uint32_t h = x.qh[g];
-            uint32_t idx[8];
-            for (int k = 0; k < 8; ++k) idx[k] = q[k] | ((h << (8 - k)) & 256);
-            uint32_t masks;
-            std::memcpy(&masks, x.signs + 4 * g, 4);
-            return dot_us8_scaled(grid32(iq::kIq3sGrid, idx), negate_where(yg, masks), set16(2 * quant::iq3s_scale(x, g) + 1));
-        },
-        1.0f);
-}
+inline constexpr auto simd_iq3_s_group = [](const BlockIQ3_S& x, int g, __m256i yg) {
+        const uint8_t* q = x.qs + 8 * g;
+        const uint32_t h = x.qh[g];
+        uint32_t idx[8];
+        for (int k = 0; k < 8; ++k) idx[k] = q[k] | ((h << (8 - k)) & 256);
+        uint32_t masks;
+        std::memcpy(&masks, x.signs + 4 * g, 4);
+        return dot_us8_scaled(grid32(iq::kIq3sGrid, idx), negate_where(yg, masks), set16(2 * quant::iq3s_scale(x, g) + 1));
+    };
+using simd_iq3_s_step = IquantStep<BlockIQ3_S, std::remove_const_t<decltype(simd_iq3_s_group)>, 1.0f>;
+constexpr auto simd_iq3_s = step_dot<simd_iq3_s_step>;
 
-float simd_iq4_xs(int64_t n, const void* w, const void* a) {
-    return iquant_dot<BlockIQ4_XS>(
-        n, w, a,
-        [](const BlockIQ4_XS& x, int g, __m256i yg) {
-            const __m256i v = table_nibbles32(x.qs + 16 * g, _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kValuesIq4nl)));
-            return dot_ss8_scaled(v, yg, set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
-        },
-        1.0f);
-}
+inline constexpr auto simd_iq4_xs_group = [](const BlockIQ4_XS& x, int g, __m256i yg) {
+        const __m256i v = table_nibbles32(x.qs + 16 * g, _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kValuesIq4nl)));
+        return dot_ss8_scaled(v, yg, set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
+    };
+using simd_iq4_xs_step = IquantStep<BlockIQ4_XS, std::remove_const_t<decltype(simd_iq4_xs_group)>, 1.0f>;
+constexpr auto simd_iq4_xs = step_dot<simd_iq4_xs_step>;
 
 // IQ1_S / IQ1_M grid indices of one group: qs bytes with three high bits each, spread by PDEP into bits 8..10
 // of each 16-bit index: `high_mask` says where the bits sit in `high` (IQ1_S: 3k..3k+2 of a 12-bit field;
@@ -266,6 +259,10 @@ inline void add_simd_iquant_kernels(KernelTable& t) {
     set(GgmlType::IQ4_XS, simd_iq4_xs, dot_rows_of<simd_iq4_xs>);
     set(GgmlType::IQ1_S, simd_iq1_s, dot_rows_of<simd_iq1_s>);
     set(GgmlType::IQ1_M, simd_iq1_m, dot_rows_of<simd_iq1_m>);
+    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = step_tile<simd_iq2_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = step_tile<simd_iq3_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ3_S)] = step_tile<simd_iq3_s_step>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = step_tile<simd_iq4_xs_step>;
 }
 
 }  // namespace

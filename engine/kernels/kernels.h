@@ -21,6 +21,11 @@ const char* isa_name(Isa isa);
 using DotFn = float (*)(int64_t n, const void* weights, const void* activations);
 // out[r] = dot(row r, activations) for `rows` consecutive rows `row_bytes` apart: the per-row call inlined.
 using DotRowsFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const void* activations, float* out);
+// out[t * out_stride + r] = dot(row r, activation row t) for `rows` weight rows and `n_tok` activation rows
+// `act_bytes` apart; each output the same bits as the dot it tiles (tiling shares the weight unpacking between
+// tokens and the reductions between rows, never the sums of one output).
+using DotTileFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const uint8_t* activations,
+                           size_t act_bytes, int n_tok, float* out, int64_t out_stride);
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 // Indexed by ggml type id (every id below 64).
@@ -35,6 +40,10 @@ struct KernelTable {
     DotFn dot_repacked[kTypeSlots] = {};  // llama.cpp's order for weights it repacks (row count a multiple of 8)
     DotFn dot_repacked_gemm[kTypeSlots] = {};  // the same weights, activation rows in groups of four (its GEMM)
     DotRowsFn dot_rows_repacked[kTypeSlots] = {};  // dot_repacked over consecutive rows
+    DotRowsFn dot_rows_repacked_gemm[kTypeSlots] = {};  // dot_repacked_gemm over consecutive rows
+    DotTileFn tile[kTypeSlots] = {};  // dot over rows x tokens, where provided
+    DotTileFn tile_repacked[kTypeSlots] = {};
+    DotTileFn tile_repacked_gemm[kTypeSlots] = {};
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
@@ -58,21 +67,26 @@ struct MatmulDots {
     DotFn single = nullptr;   // the rest
     int n_grouped = 0;
     DotRowsFn single_rows = nullptr;  // `single` over consecutive weight rows, where provided
+    DotRowsFn grouped_rows = nullptr;  // `grouped` over consecutive weight rows, where provided
+    DotTileFn single_tile = nullptr;   // `single` over rows x tokens, where provided
+    DotTileFn grouped_tile = nullptr;  // `grouped` over rows x tokens, where provided
     DotFn at(int row) const { return row < n_grouped ? grouped : single; }
+    // The row kernel for activation row t, or null where there is none (then call at(t) per weight row).
+    DotRowsFn rows_at(int t) const { return t < n_grouped ? grouped_rows : single_rows; }
 };
 
 inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense) {
     const int i = static_cast<int>(type);
     if (t.dot_repacked[i] && rows % 8 == 0)
         return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
-                t.dot_rows_repacked[i]};
+                t.dot_rows_repacked[i], t.dot_rows_repacked_gemm[i], t.tile_repacked[i], t.tile_repacked_gemm[i]};
     // llamafile's vector step for the type in that build
     const int64_t gemm_k = t.flavor == Flavor::Avx2 ? 8 : type == GgmlType::BF16 ? 32 : 16;
     // (its quantized GEMM, of which only IQ4_NL's order differs from vec_dot's, takes any shape)
     const bool float_weights = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
     const bool gemm_shape = float_weights ? cols % gemm_k == 0 && rows % 4 == 0 : true;
     if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
-    return {nullptr, t.dot[i], 0, t.dot_rows[i]};
+    return {nullptr, t.dot[i], 0, t.dot_rows[i], nullptr, t.tile[i]};
 }
 
 // The scalar reference table (the oracle for every other path).

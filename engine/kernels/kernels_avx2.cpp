@@ -229,36 +229,37 @@ void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     q8_0_dot_rows(n, w, row_bytes, rows, a, out, dot_i8);
 }
 
-float dot_q4_0(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockQ4_0*>(w);
-    auto* y = static_cast<const BlockQ8_0*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
-    for (int64_t b = 0; b < n / QK4_0; ++b) {
-        __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-        __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
-        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const __m256 d = _mm256_set1_ps(h2f(x[b].d) * h2f(y[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    return hsum_float_8(acc);
+struct DotI8 {
+    __m256i operator()(__m256i x, __m256i y) const { return dot_i8(x, y); }
+};
+
+// Q4_0's 32 weights as signed bytes (nibble - 8).
+inline __m256i q4_0_bytes(const BlockQ4_0& x) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+    return _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
 }
 
-// Q4_0 weights llama.cpp repacks (rows % 8 == 0): one FMA per block of its whole integer sum.
-float dot_q4_0_repacked(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockQ4_0*>(w);
-    auto* y = static_cast<const BlockQ8_0*>(a);
-    float acc = 0.f;
-    const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
-    for (int64_t b = 0; b < n / QK4_0; ++b) {
-        __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
-        __m256i qx = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4), eight);
-        __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        acc = std::fma(static_cast<float>(hsum_lanes(dot_i8(qx, qy))), h2f(x[b].d) * h2f(y[b].d), acc);
+// Q4_0: vec_dot's eight float lanes; with `Repacked`, the order of weights llama.cpp repacks (rows % 8 == 0):
+// one FMA per block of its whole integer sum.
+template <bool Repacked>
+struct Q4_0Step {
+    using Block = BlockQ4_0;
+    using Act = BlockQ8_0;
+    static constexpr int64_t kBlockElems = QK4_0;
+    struct State {
+        __m256 acc;
+        float acc1;
+    };
+    static State init() { return {_mm256_setzero_ps(), 0.f}; }
+    static void step(State& s, const BlockQ4_0& x, const BlockQ8_0& y) {
+        const __m256i lanes = dot_i8(q4_0_bytes(x), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs)));
+        if constexpr (Repacked) s.acc1 = std::fma(static_cast<float>(hsum_lanes(lanes)), h2f(x.d) * h2f(y.d), s.acc1);
+        else s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * h2f(y.d)), _mm256_cvtepi32_ps(lanes), s.acc);
     }
-    return acc;
-}
-
+    static float finish(const State& s) { return Repacked ? s.acc1 : hsum_float_8(s.acc); }
+};
+constexpr auto dot_q4_0 = step_dot<Q4_0Step<false>>;
+constexpr auto dot_q4_0_repacked = step_dot<Q4_0Step<true>>;
 
 }  // namespace
 
@@ -279,6 +280,9 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_batch[30] = a2 ? dot_bf16_batch_a2 : dot_bf16_batch;
     t.dot_repacked[2] = dot_q4_0_repacked;
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
+    t.tile[2] = step_tile<Q4_0Step<false>>;
+    t.tile_repacked[2] = step_tile<Q4_0Step<true>>;
+    t.tile[8] = step_tile<Q8_0Step<DotI8>>;
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
     add_simd_kquant_kernels(t);
     add_simd_quant_kernels(t);

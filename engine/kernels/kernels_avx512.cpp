@@ -20,6 +20,10 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
+struct DotI8 {
+    __m256i operator()(__m256i x, __m256i y) const { return dot_i8(x, y); }
+};
+
 float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
 void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     q8_0_dot_rows(n, w, row_bytes, rows, a, out, dot_i8);
@@ -68,6 +72,7 @@ void fill_avx512_table(KernelTable& t) {
     t.isa = Isa::Avx512;
     t.dot[8] = dot_q8_0;
     t.dot_rows[8] = dot_rows_q8_0;
+    t.tile[8] = step_tile<Q8_0Step<DotI8>>;
     if (t.flavor == Flavor::Avx512 && __builtin_cpu_supports("avx512bf16")) {
         t.dot[30] = dot_bf16_native;
         t.dot_rows[30] = dot_rows_of<dot_bf16_native>;

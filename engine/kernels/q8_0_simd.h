@@ -8,6 +8,7 @@
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kquant_simd.h"
+#include "engine/kernels/tile_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -27,6 +28,22 @@ float q8_0_dot(int64_t n, const void* w, const void* a, DotI8 dot_i8) {
     }
     return hsum_float_8(acc);
 }
+
+// The same chain as a step kernel (tile_simd.h) for prompt tiles; DotI8 is the translation unit's 8-bit dot.
+template <class DotI8>
+struct Q8_0Step {
+    using Block = BlockQ8_0;
+    using Act = BlockQ8_0;
+    static constexpr int64_t kBlockElems = QK8_0;
+    using State = Acc8State;
+    static State init() { return {_mm256_setzero_ps()}; }
+    static void step(State& s, const BlockQ8_0& x, const BlockQ8_0& y) {
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * h2f(y.d)), _mm256_cvtepi32_ps(DotI8{}(qx, qy)), s.acc);
+    }
+    static float finish(const State& s) { return hsum_float_8(s.acc); }
+};
 
 // Eight rows at once: their eight accumulators transposed so that each output lane is one row, then added
 // in hsum_float_8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); every row equals dot_q8_0 bit for bit.

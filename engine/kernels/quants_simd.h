@@ -17,6 +17,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant_decode.h"
 #include "engine/kernels/simd_common.h"
+#include "engine/kernels/tile_simd.h"
 
 namespace moe::kernels {
 namespace {
@@ -79,8 +80,9 @@ float simd_q5_1(int64_t n, const void* w, const void* a) {
 inline float iq4nl_scale(const BlockIQ4_NL& b) { return h2f(b.d); }
 inline float mxfp4_scale(const BlockMXFP4& b) { return quant::e8m0_half(b.e); }
 
-template <class Block, float (*Scale)(const Block&), const int8_t* Table>
+template <class B, float (*Scale)(const B&), const int8_t* Table>
 struct Table32 {
+    using Block = B;
     static __m256i lanes(const Block& x, const BlockQ8_0& y) {
         return dot_ss8(table_nibbles32(x.qs, _mm_loadu_si128(reinterpret_cast<const __m128i*>(Table))), load32(y.qs));
     }
@@ -96,14 +98,21 @@ struct Table32 {
         for (; b < nb; ++b) sumf += h2f(y[b].d) * Scale(x[b]) * static_cast<float>(hsum_lanes(lanes(x[b], y[b])));
         return sumf;
     }
-    static float repacked(int64_t n, const void* w, const void* a) {
-        auto* x = static_cast<const Block*>(w);
-        auto* y = static_cast<const BlockQ8_0*>(a);
-        float acc = 0.f;
-        for (int64_t b = 0; b < n / 32; ++b)
-            acc = std::fma(static_cast<float>(hsum_lanes(lanes(x[b], y[b]))), Scale(x[b]) * h2f(y[b].d), acc);
-        return acc;
-    }
+    // The order of weights llama.cpp repacks (rows % 8 == 0), as a step kernel (tile_simd.h).
+    struct RepackedStep {
+        using Block = B;
+        using Act = BlockQ8_0;
+        static constexpr int64_t kBlockElems = 32;
+        struct State {
+            float acc;
+        };
+        static State init() { return {0.f}; }
+        static void step(State& s, const Block& x, const BlockQ8_0& y) {
+            s.acc = std::fma(static_cast<float>(hsum_lanes(lanes(x, y))), Scale(x) * h2f(y.d), s.acc);
+        }
+        static float finish(const State& s) { return s.acc; }
+    };
+    static float repacked(int64_t n, const void* w, const void* a) { return step_dot<RepackedStep>(n, w, a); }
     static float gemm(int64_t n, const void* w, const void* a) {
         auto* x = static_cast<const Block*>(w);
         auto* y = static_cast<const BlockQ8_0*>(a);
@@ -192,6 +201,8 @@ inline void add_simd_quant_kernels(KernelTable& t) {
     t.dot_rows_repacked[iq4nl] = dot_rows_of<IQ4NL::repacked>;
     t.dot_repacked[mxfp4] = MXFP4::repacked;
     t.dot_rows_repacked[mxfp4] = dot_rows_of<MXFP4::repacked>;
+    t.tile_repacked[iq4nl] = step_tile<IQ4NL::RepackedStep>;
+    t.tile_repacked[mxfp4] = step_tile<MXFP4::RepackedStep>;
     t.dot_batch[iq4nl] = IQ4NL::gemm;
 }
 

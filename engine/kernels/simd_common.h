@@ -88,5 +88,16 @@ inline void transpose8(const __m256 r[8], __m256 out[8]) {
     out[3] = _mm256_permute2f128_ps(v3, v7, 0x20), out[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
 }
 
+// Lane i = the sum of v[i]'s eight int32 lanes (integer sums: every order gives the same value). Eight
+// horizontal sums for the price of one transpose, for kernels that keep one row per lane.
+inline __m256i row_sums8(const __m256i v[8]) {
+    __m256 f[8], t[8];
+    for (int i = 0; i < 8; ++i) f[i] = _mm256_castsi256_ps(v[i]);
+    transpose8(f, t);
+    __m256i s = _mm256_castps_si256(t[0]);
+    for (int k = 1; k < 8; ++k) s = _mm256_add_epi32(s, _mm256_castps_si256(t[k]));
+    return s;
+}
+
 }  // namespace
 }  // namespace moe::kernels
