@@ -365,7 +365,7 @@ inline __m128i q3_scales(const uint8_t* s) {
 }
 
 // q = low two bits - (high bit clear ? 4 : 0), times the signed 6-bit scale of each 16.
-inline __m256i q3_lanes(const BlockQ3_K& x, const BlockQ8_K& y) {
+__attribute__((always_inline)) inline __m256i q3_lanes(const BlockQ3_K& x, const BlockQ8_K& y) {
     const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m128i scales8 = q3_scales(x.scales);
     const __m256i hmask = load32(x.hmask);
@@ -406,7 +406,37 @@ struct Q3KStep : KQuantStep<BlockQ3_K> {
     }
     static float finish(const State& s) { return hsum_float_8(s.acc); }
 };
-constexpr auto q3_K_dot = step_dot<Q3KStep>;
+// The one-row dot as its own loop: written through Q3KStep, GCC schedules it 15-25% slower.
+float q3_K_dot(int64_t n, const void* w, const void* a) {
+    auto* x = static_cast<const BlockQ3_K*>(w);
+    auto* y = static_cast<const BlockQ8_K*>(a);
+    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const __m128i scales8 = q3_scales(x[b].scales);
+        const __m256i hmask = load32(x[b].hmask);
+        __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+            const __m256i scales = both_lanes(_mm_cvtepi8_epi16(half ? _mm_unpackhi_epi64(scales8, scales8) : scales8));
+            const __m256i bits = load32(x[b].qs + 32 * half);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const int g = 4 * half + k;
+                const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), three);
+                // 4 where bit g of the element's hmask byte is clear
+                const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << g));
+                const __m256i minus4 = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit), four);
+                const __m256i yg = load32(y[b].qs + 32 * g);
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(low, yg), _mm256_maddubs_epi16(minus4, yg));
+                s[k & 1] = _mm256_add_epi32(s[k & 1], _mm256_madd_epi16(p, scale_pair(scales, k)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1])), acc);
+    }
+    return hsum_float_8(acc);
+}
+
 
 // Q2_K: the mins' lanes, then the values' lanes, into one accumulator.
 struct Q2KStep : KQuantStep<BlockQ2_K> {
