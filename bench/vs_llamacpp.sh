@@ -3,7 +3,7 @@
 # ids, same number of tokens, runs interleaved so both see the same host. The peer is node-llama-cpp's
 # prebuilt CPU llama.cpp (installed with npm into the work dir on first use).
 #
-#   bench/vs_llamacpp.sh MODEL.gguf [prompt tokens=128] [generated tokens=64] [rounds=3] [build dir] [work dir]
+#   bench/vs_llamacpp.sh MODEL.gguf [prompt tokens=128] [generated tokens=64] [rounds=3] [build dir] [work dir] [threads=nproc]
 #
 # Prints one line per round and engine, then the ratios moestream / llama.cpp of the medians.
 set -euo pipefail
@@ -13,7 +13,7 @@ n_gen=${3:-64}
 rounds=${4:-3}
 build=${5:-build}
 work=${6:-/var/tmp/moestream-bench/peer}
-threads=$(nproc)
+threads=${7:-$(nproc)}
 bin=$(realpath "$build/moestream")
 here=$(dirname "$(realpath "$0")")
 mkdir -p "$work"

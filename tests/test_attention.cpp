@@ -2,9 +2,13 @@
 // reference (bit for bit), MLA's shape (values aliasing the keys' first dims) and DSA's sparse masks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "engine/kernels/attention.h"
+#include "engine/kernels/ggml_numerics.h"
 #include "engine/kernels/kernels.h"
 
 namespace moe {
@@ -111,8 +115,11 @@ TEST(Attention, SimdEqualsReference) {
         ops::AttnScratch s1, s2;
         for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
             for (int n : {1, 7, 64, 65, 150}) {
-                for (bool masked : {false, true}) {
-                    for (auto& v : visible) v = coin(rng);
+                // Masks: none, random, a causal prefix (whole tiles masked after it), a masked tile between visible ones.
+                for (int mode : {0, 1, 2, 3}) {
+                    const bool masked = mode != 0;
+                    for (int j = 0; j < 150; ++j)
+                        visible[j] = mode == 1 ? coin(rng) : mode == 2 ? j <= n / 3 : mode == 3 ? (j < 64 || j >= 128) : 1;
                     visible[n - 1] = 1;
                     for (auto& x : q) x = nd(rng);
                     const ops::KvView kv = latent ? c.latent_view(n, masked ? visible.data() : nullptr) : c.view(n, masked ? visible.data() : nullptr);
@@ -120,13 +127,55 @@ TEST(Attention, SimdEqualsReference) {
                         (tiled ? ops::float_ops(f).attend_tiled : ops::float_ops(f).attend)(q.data(), kv, 0.125f, a.data(), s1);
                         (tiled ? kernels::attend_tiled_f16c(f) : kernels::attend_f16c(f))(q.data(), kv, 0.125f, b.data(), s2);
                         for (int d = 0; d < dv; ++d)
-                            ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " dk " << dk << " n_kv " << n << " masked " << masked
+                            ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " dk " << dk << " n_kv " << n << " mask " << mode
                                                   << " tiled " << tiled << " d " << d;
                     }
+                    // The tiled kernel again from the batch's f32 copies of keys and values.
+                    std::vector<float> k_tiles(static_cast<size_t>((n + 63) / 64 * 64 * dk)), v_f32(static_cast<size_t>(n * dv));
+                    ops::convert_kv_for_tiles(kv, k_tiles.data(), v_f32.data());
+                    ops::KvView kv32 = kv;
+                    kv32.k_tiles = k_tiles.data();
+                    kv32.v_f32 = v_f32.data();
+                    ops::float_ops(f).attend_tiled(q.data(), kv, 0.125f, a.data(), s1);
+                    kernels::attend_tiled_f16c(f)(q.data(), kv32, 0.125f, b.data(), s2);
+                    for (int d = 0; d < dv; ++d)
+                        ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " f32 copies, dk " << dk << " n_kv " << n << " mask " << mode << " d " << d;
                 }
             }
         }
     }
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// The vector exp of both builds stays within 2 ulp of exp over its whole range, across the boundary where the
+// AVX-512 build's power of two stops being a normal float (results down to subnormals, and 0 / inf beyond).
+TEST(VectorExp, WithinTwoUlpOfExpAcrossTheRange) {
+    auto ulp_distance = [](float a, float b) {
+        int32_t ia, ib;
+        std::memcpy(&ia, &a, 4);
+        std::memcpy(&ib, &b, 4);
+        return std::abs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
+    };
+    int checked = 0;
+    for (float x = -103.0f; x < 88.5f; x += 0.0173f) {
+        const float want = std::exp(x);
+        for (float got : {ggml::expf_v<kernels::Flavor::Avx512>(x), ggml::expf_v<kernels::Flavor::Avx2>(x)}) {
+            if (want < std::numeric_limits<float>::min()) {  // subnormal: compare absolutely
+                EXPECT_NEAR(got, want, 2 * std::numeric_limits<float>::denorm_min()) << x;
+            } else {
+                EXPECT_LE(ulp_distance(got, want), 2) << "x " << x << " got " << got << " want " << want;
+            }
+            ++checked;
+        }
+    }
+    EXPECT_EQ(ggml::expf_v<kernels::Flavor::Avx512>(-200.f), 0.f);
+    EXPECT_TRUE(std::isinf(ggml::expf_v<kernels::Flavor::Avx512>(200.f)));
+    EXPECT_GT(checked, 10000);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The layer loop of the fast forward pass and its matmul helpers; attention and feed-forward kinds live in
 // their own files.
 #include "engine/forward/runner.h"
+#include "engine/kernels/ggml_numerics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -279,6 +280,24 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     const bool tiled = ops::tiled_attention(opt_.flavor, n, base.dv);  // as llama.cpp for a batch of n query rows
     const ops::AttendFn fn = tiled ? attend_tiled_ : attend_;
     const int group = heads / kv_heads;
+    // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
+    size_t k_tile_floats = 0, v_floats = 0;
+    if (tiled) {
+        const int n_kv = n_past_ + n, tiles = (n_kv + ggml::kFaTile - 1) / ggml::kFaTile;
+        k_tile_floats = static_cast<size_t>(tiles) * ggml::kFaTile * base.dk;
+        v_floats = static_cast<size_t>(n_kv) * base.dv;
+        if (kv_f32_.size() < (k_tile_floats + v_floats) * kv_heads) kv_f32_.resize((k_tile_floats + v_floats) * kv_heads);
+        pool_.parallel_for(kv_heads, [&](int64_t h0, int64_t h1) {
+            for (int64_t h = h0; h < h1; ++h) {
+                ops::KvView kv = base;
+                kv.k += static_cast<size_t>(h) * base.dk;
+                kv.v += static_cast<size_t>(h) * base.dv;
+                kv.n_kv = n_kv;
+                float* k_tiles = kv_f32_.data() + static_cast<size_t>(h) * (k_tile_floats + v_floats);
+                ops::convert_kv_for_tiles(kv, k_tiles, k_tiles + k_tile_floats);
+            }
+        });
+    }
     pool_.parallel_for(static_cast<int64_t>(n) * heads, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
         std::vector<uint8_t> visible;
@@ -289,6 +308,10 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             kv.k += static_cast<size_t>(kvh) * base.dk;
             kv.v += static_cast<size_t>(kvh) * base.dv;
             kv.n_kv = n_past_ + t + 1;
+            if (tiled) {
+                kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
+                kv.v_f32 = kv.k_tiles + k_tile_floats;
+            }
             if (masked) {
                 if (visible_for != t) {
                     visible.assign(static_cast<size_t>(kv.n_kv), 0);

@@ -110,7 +110,24 @@ void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
     float M = kNegInf, S = 0.f;
     for (int ic = 0; ic < kv.n_kv; ic += kTile) {
         const int in_tile = std::min(kTile, kv.n_kv - ic);
+        // A tile with no visible position (the future of a causal prompt row, about half of a long prompt's
+        // work) leaves the softmax state as it is (tiled_softmax_step returns false): skip its scores.
+        if (kv.visible && std::none_of(kv.visible + ic, kv.visible + ic + in_tile, [](uint8_t v) { return v != 0; })) continue;
         int t = 0;
+        if (kv.k_tiles && in_tile == kTile) {
+            // The same FMA chain per position, its keys already f32 with positions side by side; the tile's eight
+            // groups of eight positions as independent chains, so the FMA latency overlaps.
+            const float* kt = kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile;
+            __m256 sc[kTile / 8];
+            for (auto& v : sc) v = _mm256_setzero_ps();
+            for (int d = 0; d < dk; ++d) {
+                const __m256 qd = _mm256_set1_ps(q[d]);
+                const float* row = kt + static_cast<size_t>(d) * kTile;
+                for (int j = 0; j < kTile / 8; ++j) sc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), qd, sc[j]);
+            }
+            for (int j = 0; j < kTile / 8; ++j) _mm256_store_ps(kq + 8 * j, _mm256_mul_ps(sc[j], _mm256_set1_ps(scale)));
+            t = kTile;
+        }
         for (; t + 8 <= in_tile; t += 8) {
             __m256 sc = _mm256_setzero_ps();
             int d = 0;
@@ -135,10 +152,29 @@ void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
         for (t = 0; t < kTile; ++t)
             if (t >= in_tile || (kv.visible && !kv.visible[ic + t])) kq[t] = kNegInf;
         if (!ggml::tiled_softmax_step<F>(kq, M, S, acc, dv)) continue;
-        for (int d = 0; d + 8 <= dv; d += 8) {
+        int d = 0;
+        if (kv.v_f32) {  // eight accumulators of 8 at a time: the same chain over positions per lane, overlapped
+            for (; d + 64 <= dv; d += 64) {
+                __m256 a[8];
+                for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(&acc[d + 8 * j]);
+                for (int i = 0; i < in_tile; ++i) {
+                    if (kq[i] == 0.f) continue;
+                    const __m256 w = _mm256_set1_ps(kq[i]);
+                    const float* v = kv.v_f32 + static_cast<size_t>(ic + i) * dv + d;
+                    for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * j), w, a[j]);
+                }
+                for (int j = 0; j < 8; ++j) _mm256_storeu_ps(&acc[d + 8 * j], a[j]);
+            }
+        }
+        for (; d + 8 <= dv; d += 8) {
             __m256 a = _mm256_loadu_ps(&acc[d]);
-            for (int i = 0; i < in_tile; ++i)
-                if (kq[i] != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
+            if (kv.v_f32) {
+                for (int i = 0; i < in_tile; ++i)
+                    if (kq[i] != 0.f) a = _mm256_fmadd_ps(_mm256_loadu_ps(kv.v_f32 + static_cast<size_t>(ic + i) * dv + d), _mm256_set1_ps(kq[i]), a);
+            } else {
+                for (int i = 0; i < in_tile; ++i)
+                    if (kq[i] != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
+            }
             _mm256_storeu_ps(&acc[d], a);
         }
         for (int d = dv - dv % 8; d < dv; ++d) {

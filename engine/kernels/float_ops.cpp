@@ -279,6 +279,21 @@ void hadamard(float* x, int n) {
             }
 }
 
+void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32) {
+    constexpr int kTile = ggml::kFaTile;
+    const int tiles = (kv.n_kv + kTile - 1) / kTile;
+    for (int tile = 0; tile < tiles; ++tile) {
+        float* kt = k_tiles + static_cast<size_t>(tile) * kv.dk * kTile;
+        for (int p = 0; p < kTile; ++p) {
+            const int pos = tile * kTile + p;
+            const uint16_t* k = kv.k + static_cast<size_t>(pos) * kv.k_stride;
+            for (int d = 0; d < kv.dk; ++d) kt[static_cast<size_t>(d) * kTile + p] = pos < kv.n_kv ? fp16_to_fp32_lut(k[d]) : 0.f;
+        }
+    }
+    for (int pos = 0; pos < kv.n_kv; ++pos)
+        for (int d = 0; d < kv.dv; ++d) v_f32[static_cast<size_t>(pos) * kv.dv + d] = fp16_to_fp32_lut(kv.v[static_cast<size_t>(pos) * kv.v_stride + d]);
+}
+
 const FloatOps& float_ops(Flavor f) {
     static const FloatOps avx512{Flavor::Avx512, softmax_512, swiglu_512, silu_512, dot_f32_512, attend_512, attend_tiled_512};
     static const FloatOps avx2{Flavor::Avx2, softmax_256, swiglu_256, silu_256, dot_f32_256, attend_256, attend_tiled_256};

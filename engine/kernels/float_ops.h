@@ -93,7 +93,14 @@ struct KvView {
     int dk = 0, dv = 0;
     int n_kv = 0;
     const uint8_t* visible = nullptr;
+    // Optional f32 copies for the tiled path's SIMD kernel, made once per batch and shared by all its query rows:
+    // keys per 64-position tile as [dk][64] (position fastest), values as [n_kv][dv]. Same values as the fp16.
+    const float* k_tiles = nullptr;
+    const float* v_f32 = nullptr;
 };
+// Fills the two f32 copies above for positions [0, n_kv) of a view: k_tiles needs ceil(n_kv / 64) * 64 * dk
+// floats, v_f32 n_kv * dv.
+void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32);
 struct AttnScratch {
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;

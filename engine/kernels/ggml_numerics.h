@@ -107,7 +107,11 @@ inline float expf_v(float x) {
         if (std::fabs(n) > 192.f) return n <= 0.f ? 0.f : std::numeric_limits<float>::infinity();
         const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
                                  u, std::fma(0x1.ffffecp-1f, b, 1.0f));
-        return std::ldexp(j, static_cast<int>(n));
+        // j * 2^n: one multiply by the power of two where it is a normal float (one rounding, as ldexp's);
+        // ldexp itself below that, where the power would be subnormal.
+        const int ni = static_cast<int>(n);
+        if (ni >= -126 && ni <= 127) return j * bits_to_float(static_cast<uint32_t>(ni + 127) << 23);
+        return std::ldexp(j, ni);
     } else {
         const uint32_t e = float_to_bits(z) << 23;
         const float k = bits_to_float(e + float_to_bits(1.0f));
