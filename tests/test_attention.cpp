@@ -107,7 +107,7 @@ TEST(Attention, SimdEqualsReference) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd;
     std::bernoulli_distribution coin(0.3);
-    for (auto [dk, dv, latent] : {std::tuple{64, 64, false}, {72, 72, false}, {56, 40, true}, {96, 64, true}}) {
+    for (auto [dk, dv, latent] : {std::tuple{64, 64, false}, {72, 72, false}, {56, 40, true}, {96, 64, true}, {136, 200, false}}) {
         Cache c(dk, latent ? dk : dv, 150, rng);
         c.dv = dv;
         std::vector<float> q(dk), a(dv), b(dv);
@@ -137,9 +137,33 @@ TEST(Attention, SimdEqualsReference) {
                     kv32.k_tiles = k_tiles.data();
                     kv32.v_f32 = v_f32.data();
                     ops::float_ops(f).attend_tiled(q.data(), kv, 0.125f, a.data(), s1);
-                    kernels::attend_tiled_f16c(f)(q.data(), kv32, 0.125f, b.data(), s2);
-                    for (int d = 0; d < dv; ++d)
-                        ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " f32 copies, dk " << dk << " n_kv " << n << " mask " << mode << " d " << d;
+                    // Three query rows through the group kernel (fp16 view and f32 copies, 256- and 512-bit loops):
+                    // each row equals the reference for that row alone.
+                    {
+                        std::vector<float> qs(3 * static_cast<size_t>(dk) + 5), outs(3 * static_cast<size_t>(dv) + 7), want(dv);
+                        for (auto& x : qs) x = nd(rng);
+                        for (bool wide : {false, true}) {
+                            const ops::AttendGroupFn group = kernels::attend_tiled_group(f, wide);
+                            if (!group) continue;
+                            for (const ops::KvView* view : {&kv, static_cast<const ops::KvView*>(&kv32)}) {
+                                group(qs.data(), dk + 2, 3, *view, 0.125f, outs.data(), dv + 3, s2);
+                                for (int r = 0; r < 3; ++r) {
+                                    ops::float_ops(f).attend_tiled(qs.data() + r * (dk + 2), kv, 0.125f, want.data(), s1);
+                                    for (int d = 0; d < dv; ++d)
+                                        ASSERT_EQ(outs[r * (dv + 3) + d], want[d]) << kernels::flavor_name(f) << " group row " << r << " wide " << wide
+                                                                               << " f32 " << (view == &kv32) << " dk " << dk << " n_kv " << n
+                                                                               << " mask " << mode << " d " << d;
+                                }
+                            }
+                        }
+                    }
+                    for (ops::AttendFn fn : {kernels::attend_tiled_f16c(f), kernels::attend_tiled_avx512(f)}) {
+                        if (!fn) continue;  // no AVX-512 on this CPU
+                        fn(q.data(), kv32, 0.125f, b.data(), s2);
+                        for (int d = 0; d < dv; ++d)
+                            ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " f32 copies, dk " << dk << " n_kv " << n << " mask " << mode
+                                                  << " wide " << (fn == kernels::attend_tiled_avx512(f)) << " d " << d;
+                    }
                 }
             }
         }

@@ -14,7 +14,8 @@ namespace moe {
 
 Runner::Runner(const Model& model, RunnerOptions opt)
     : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table(opt.flavor)), fops_(ops::float_ops(opt.flavor)),
-      attend_(kernels::attention_kernel(opt.flavor)), attend_tiled_(kernels::tiled_attention_kernel(opt.flavor)) {
+      attend_(kernels::attention_kernel(opt.flavor)), attend_tiled_(kernels::tiled_attention_kernel(opt.flavor)),
+      attend_tiled_group_(kernels::tiled_attention_group_kernel(opt.flavor)) {
     const Hparams& hp = m_.hp;
     if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
     if (opt_.n_batch <= 0) opt_.n_batch = 512;
@@ -298,12 +299,16 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             }
         });
     }
-    pool_.parallel_for(static_cast<int64_t>(n) * heads, [&](int64_t i0, int64_t i1) {
+    // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
+    const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : nullptr;
+    const int per_token = group_fn ? kv_heads : heads;
+    pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
         std::vector<uint8_t> visible;
         int visible_for = -1;
         for (int64_t i = i0; i < i1; ++i) {
-            const int t = static_cast<int>(i / heads), h = static_cast<int>(i % heads), kvh = h / group;
+            const int t = static_cast<int>(i / per_token);
+            const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
             ops::KvView kv = base;
             kv.k += static_cast<size_t>(kvh) * base.dk;
             kv.v += static_cast<size_t>(kvh) * base.dv;
@@ -320,7 +325,11 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                 }
                 kv.visible = visible.data();
             }
-            fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
+            if (group_fn)
+                group_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, group, kv, scale, out + t * out_tok_stride + h * out_head_stride,
+                         out_head_stride, scratch);
+            else
+                fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
         }
     });
 }

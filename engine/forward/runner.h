@@ -116,6 +116,7 @@ private:
     const kernels::KernelTable& kt_;
     const ops::FloatOps& fops_;
     ops::AttendFn attend_, attend_tiled_;
+    ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;  // the tiled attention's f32 keys and values of the current batch
     int n_past_ = 0;
     int last_layer_rows_ = 0;  // rows of the current chunk whose last-layer feed-forward runs (the last ones)

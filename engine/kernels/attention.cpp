@@ -12,8 +12,17 @@ ops::AttendFn attention_kernel(Flavor f) {
 }
 
 ops::AttendFn tiled_attention_kernel(Flavor f) {
+    if (active_table(f).isa == Isa::Avx512)
+        if (const ops::AttendFn wide = attend_tiled_avx512(f)) return wide;
     if (active_table(f).isa != Isa::Scalar) return attend_tiled_f16c(f);
     return ops::float_ops(f).attend_tiled;
+}
+
+ops::AttendGroupFn tiled_attention_group_kernel(Flavor f) {
+    if (active_table(f).isa == Isa::Avx512)
+        if (const ops::AttendGroupFn wide = attend_tiled_group(f, true)) return wide;
+    if (active_table(f).isa != Isa::Scalar) return attend_tiled_group(f, false);
+    return nullptr;
 }
 
 }  // namespace moe::kernels

@@ -100,92 +100,147 @@ void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float*
 
 // The reference's tiled path with the same operations per value: the score chains of eight positions run side
 // by side (their K rows transposed eight dimensions at a time), V is added eight dimensions at a time.
-template <Flavor F>
-void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+// The f32-copy loops of the tiled path, in 256-bit registers and (for AVX-512 CPUs, by function target) in
+// 512-bit ones: the same FMA per lane in the same order, so the same bits. Scores of a full 64-position tile
+// from keys laid out [dk][64]: independent chains of 8 (or 16) positions.
+inline void tile_scores_256(const float* kt, const float* q, int dk, float scale, float* kq) {
+    __m256 sc[8];
+    for (auto& v : sc) v = _mm256_setzero_ps();
+    for (int d = 0; d < dk; ++d) {
+        const __m256 qd = _mm256_set1_ps(q[d]);
+        for (int j = 0; j < 8; ++j) sc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kt + static_cast<size_t>(d) * 64 + 8 * j), qd, sc[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_store_ps(kq + 8 * j, _mm256_mul_ps(sc[j], _mm256_set1_ps(scale)));
+}
+__attribute__((target("avx512f"))) void tile_scores_512(const float* kt, const float* q, int dk, float scale, float* kq) {
+    __m512 sc[4];
+    for (auto& v : sc) v = _mm512_setzero_ps();
+    for (int d = 0; d < dk; ++d) {
+        const __m512 qd = _mm512_set1_ps(q[d]);
+        for (int j = 0; j < 4; ++j) sc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(kt + static_cast<size_t>(d) * 64 + 16 * j), qd, sc[j]);
+    }
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(kq + 16 * j, _mm512_mul_ps(sc[j], _mm512_set1_ps(scale)));
+}
+// acc[d..) += sum over the tile's positions of kq[i] * v[i][d] (v: the tile's first position, rows dv apart), in
+// chunks of 128 and then 64 values from d; returns where it stopped (the rest take the 8-wide loop).
+inline int tile_values_256(const float* v, int dv, const float* kq, int in_tile, float* acc, int d = 0) {
+    for (; d + 64 <= dv; d += 64) {
+        __m256 a[8];
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(&acc[d + 8 * j]);
+        for (int i = 0; i < in_tile; ++i) {
+            if (kq[i] == 0.f) continue;
+            const __m256 w = _mm256_set1_ps(kq[i]);
+            const float* vi = v + static_cast<size_t>(i) * dv + d;
+            for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(vi + 8 * j), w, a[j]);
+        }
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(&acc[d + 8 * j], a[j]);
+    }
+    return d;
+}
+__attribute__((target("avx512f"))) int tile_values_512(const float* v, int dv, const float* kq, int in_tile, float* acc) {
+    int d = 0;
+    for (; d + 128 <= dv; d += 128) {
+        __m512 a[8];
+        for (int j = 0; j < 8; ++j) a[j] = _mm512_loadu_ps(&acc[d + 16 * j]);
+        for (int i = 0; i < in_tile; ++i) {
+            if (kq[i] == 0.f) continue;
+            const __m512 w = _mm512_set1_ps(kq[i]);
+            const float* vi = v + static_cast<size_t>(i) * dv + d;
+            for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(vi + 16 * j), w, a[j]);
+        }
+        for (int j = 0; j < 8; ++j) _mm512_storeu_ps(&acc[d + 16 * j], a[j]);
+    }
+    return tile_values_256(v, dv, kq, in_tile, acc, d);
+}
+
+// Several query rows (the heads that share a kv head) against one view, tile by tile, so that each tile of
+// keys and values is read from memory once for all of them; each row's arithmetic is the one-row path's.
+template <Flavor F, bool Wide>
+void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, const ops::KvView& kv, float scale, float* out_rows,
+                             int64_t out_stride, ops::AttnScratch& s) {
     constexpr int kTile = ggml::kFaTile;
     const int dk = kv.dk, dv = kv.dv;
-    s.acc.assign(static_cast<size_t>(dv), 0.f);
-    float* acc = s.acc.data();
+    s.acc.assign(static_cast<size_t>(rows) * dv, 0.f);
+    s.max_sum.assign(static_cast<size_t>(rows) * 2, 0.f);
+    for (int r = 0; r < rows; ++r) s.max_sum[2 * r] = kNegInf;
     alignas(32) float kq[kTile];
-    float M = kNegInf, S = 0.f;
     for (int ic = 0; ic < kv.n_kv; ic += kTile) {
         const int in_tile = std::min(kTile, kv.n_kv - ic);
-        // A tile with no visible position (the future of a causal prompt row, about half of a long prompt's
-        // work) leaves the softmax state as it is (tiled_softmax_step returns false): skip its scores.
+        // A tile with no visible position (DSA's sparse selection) leaves the softmax state as it is
+        // (tiled_softmax_step returns false): skip its scores.
         if (kv.visible && std::none_of(kv.visible + ic, kv.visible + ic + in_tile, [](uint8_t v) { return v != 0; })) continue;
-        int t = 0;
-        if (kv.k_tiles && in_tile == kTile) {
-            // The same FMA chain per position, its keys already f32 with positions side by side; the tile's eight
-            // groups of eight positions as independent chains, so the FMA latency overlaps.
-            const float* kt = kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile;
-            __m256 sc[kTile / 8];
-            for (auto& v : sc) v = _mm256_setzero_ps();
-            for (int d = 0; d < dk; ++d) {
-                const __m256 qd = _mm256_set1_ps(q[d]);
-                const float* row = kt + static_cast<size_t>(d) * kTile;
-                for (int j = 0; j < kTile / 8; ++j) sc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), qd, sc[j]);
+        for (int r = 0; r < rows; ++r) {
+            const float* q = q_rows + r * q_stride;
+            float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
+            float& M = s.max_sum[2 * r];
+            float& S = s.max_sum[2 * r + 1];
+            int t = 0;
+            if (kv.k_tiles && in_tile == kTile) {
+                // The same FMA chain per position, its keys already f32 with positions side by side.
+                const float* kt = kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile;
+                if constexpr (Wide) tile_scores_512(kt, q, dk, scale, kq);
+                else tile_scores_256(kt, q, dk, scale, kq);
+                t = kTile;
             }
-            for (int j = 0; j < kTile / 8; ++j) _mm256_store_ps(kq + 8 * j, _mm256_mul_ps(sc[j], _mm256_set1_ps(scale)));
-            t = kTile;
-        }
-        for (; t + 8 <= in_tile; t += 8) {
-            __m256 sc = _mm256_setzero_ps();
-            int d = 0;
-            for (; d + 8 <= dk; d += 8) {
-                __m256 rows[8], cols[8];
-                for (int p = 0; p < 8; ++p) rows[p] = load_f16x8(kv.k + static_cast<size_t>(ic + t + p) * kv.k_stride + d);
-                transpose8(rows, cols);
-                for (int j = 0; j < 8; ++j) sc = _mm256_fmadd_ps(cols[j], _mm256_set1_ps(q[d + j]), sc);
-            }
-            alignas(32) float part[8];
-            _mm256_store_ps(part, sc);
-            for (; d < dk; ++d)
-                for (int p = 0; p < 8; ++p) part[p] = std::fma(h2f(kv.k[static_cast<size_t>(ic + t + p) * kv.k_stride + d]), q[d], part[p]);
-            _mm256_store_ps(kq + t, _mm256_mul_ps(_mm256_load_ps(part), _mm256_set1_ps(scale)));
-        }
-        for (; t < in_tile; ++t) {
-            const uint16_t* kt = kv.k + static_cast<size_t>(ic + t) * kv.k_stride;
-            float sc = 0.f;
-            for (int d = 0; d < dk; ++d) sc = std::fma(h2f(kt[d]), q[d], sc);
-            kq[t] = sc * scale;
-        }
-        for (t = 0; t < kTile; ++t)
-            if (t >= in_tile || (kv.visible && !kv.visible[ic + t])) kq[t] = kNegInf;
-        if (!ggml::tiled_softmax_step<F>(kq, M, S, acc, dv)) continue;
-        int d = 0;
-        if (kv.v_f32) {  // eight accumulators of 8 at a time: the same chain over positions per lane, overlapped
-            for (; d + 64 <= dv; d += 64) {
-                __m256 a[8];
-                for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(&acc[d + 8 * j]);
-                for (int i = 0; i < in_tile; ++i) {
-                    if (kq[i] == 0.f) continue;
-                    const __m256 w = _mm256_set1_ps(kq[i]);
-                    const float* v = kv.v_f32 + static_cast<size_t>(ic + i) * dv + d;
-                    for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * j), w, a[j]);
+            for (; t + 8 <= in_tile; t += 8) {
+                __m256 sc = _mm256_setzero_ps();
+                int d = 0;
+                for (; d + 8 <= dk; d += 8) {
+                    __m256 rows[8], cols[8];
+                    for (int p = 0; p < 8; ++p) rows[p] = load_f16x8(kv.k + static_cast<size_t>(ic + t + p) * kv.k_stride + d);
+                    transpose8(rows, cols);
+                    for (int j = 0; j < 8; ++j) sc = _mm256_fmadd_ps(cols[j], _mm256_set1_ps(q[d + j]), sc);
                 }
-                for (int j = 0; j < 8; ++j) _mm256_storeu_ps(&acc[d + 8 * j], a[j]);
+                alignas(32) float part[8];
+                _mm256_store_ps(part, sc);
+                for (; d < dk; ++d)
+                    for (int p = 0; p < 8; ++p) part[p] = std::fma(h2f(kv.k[static_cast<size_t>(ic + t + p) * kv.k_stride + d]), q[d], part[p]);
+                _mm256_store_ps(kq + t, _mm256_mul_ps(_mm256_load_ps(part), _mm256_set1_ps(scale)));
             }
-        }
-        for (; d + 8 <= dv; d += 8) {
-            __m256 a = _mm256_loadu_ps(&acc[d]);
+            for (; t < in_tile; ++t) {
+                const uint16_t* kt = kv.k + static_cast<size_t>(ic + t) * kv.k_stride;
+                float sc = 0.f;
+                for (int d = 0; d < dk; ++d) sc = std::fma(h2f(kt[d]), q[d], sc);
+                kq[t] = sc * scale;
+            }
+            for (t = 0; t < kTile; ++t)
+                if (t >= in_tile || (kv.visible && !kv.visible[ic + t])) kq[t] = kNegInf;
+            if (!ggml::tiled_softmax_step<F>(kq, M, S, acc, dv)) continue;
+            int d = 0;
             if (kv.v_f32) {
-                for (int i = 0; i < in_tile; ++i)
-                    if (kq[i] != 0.f) a = _mm256_fmadd_ps(_mm256_loadu_ps(kv.v_f32 + static_cast<size_t>(ic + i) * dv + d), _mm256_set1_ps(kq[i]), a);
-            } else {
-                for (int i = 0; i < in_tile; ++i)
-                    if (kq[i] != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
+                const float* v = kv.v_f32 + static_cast<size_t>(ic) * dv;
+                d = Wide ? tile_values_512(v, dv, kq, in_tile, acc) : tile_values_256(v, dv, kq, in_tile, acc);
             }
-            _mm256_storeu_ps(&acc[d], a);
-        }
-        for (int d = dv - dv % 8; d < dv; ++d) {
-            float a = acc[d];
-            for (int i = 0; i < in_tile; ++i)
-                if (kq[i] != 0.f) a = std::fma(h2f(kv.v[static_cast<size_t>(ic + i) * kv.v_stride + d]), kq[i], a);
-            acc[d] = a;
+            for (; d + 8 <= dv; d += 8) {
+                __m256 a = _mm256_loadu_ps(&acc[d]);
+                if (kv.v_f32) {
+                    for (int i = 0; i < in_tile; ++i)
+                        if (kq[i] != 0.f) a = _mm256_fmadd_ps(_mm256_loadu_ps(kv.v_f32 + static_cast<size_t>(ic + i) * dv + d), _mm256_set1_ps(kq[i]), a);
+                } else {
+                    for (int i = 0; i < in_tile; ++i)
+                        if (kq[i] != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
+                }
+                _mm256_storeu_ps(&acc[d], a);
+            }
+            for (int d = dv - dv % 8; d < dv; ++d) {
+                float a = acc[d];
+                for (int i = 0; i < in_tile; ++i)
+                    if (kq[i] != 0.f) a = std::fma(h2f(kv.v[static_cast<size_t>(ic + i) * kv.v_stride + d]), kq[i], a);
+                acc[d] = a;
+            }
         }
     }
-    const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < dv; ++d) out[d] = acc[d] * inv;
+    for (int r = 0; r < rows; ++r) {
+        const float S = s.max_sum[2 * r + 1];
+        const float inv = S == 0.f ? 0.f : 1.0f / S;
+        const float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
+        for (int d = 0; d < dv; ++d) out_rows[r * out_stride + d] = acc[d] * inv;
+    }
+}
+
+template <Flavor F, bool Wide>
+void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+    attend_tiled_group_impl<F, Wide>(q, 0, 1, kv, scale, out, 0, s);
 }
 
 }  // namespace
@@ -195,7 +250,18 @@ ops::AttendFn attend_f16c(Flavor f) {
 }
 
 ops::AttendFn attend_tiled_f16c(Flavor f) {
-    return f == Flavor::Avx512 ? &attend_tiled_f16c_impl<Flavor::Avx512> : &attend_tiled_f16c_impl<Flavor::Avx2>;
+    return f == Flavor::Avx512 ? &attend_tiled_f16c_impl<Flavor::Avx512, false> : &attend_tiled_f16c_impl<Flavor::Avx2, false>;
+}
+
+ops::AttendGroupFn attend_tiled_group(Flavor f, bool wide) {
+    if (wide && !__builtin_cpu_supports("avx512f")) return nullptr;
+    if (wide) return f == Flavor::Avx512 ? &attend_tiled_group_impl<Flavor::Avx512, true> : &attend_tiled_group_impl<Flavor::Avx2, true>;
+    return f == Flavor::Avx512 ? &attend_tiled_group_impl<Flavor::Avx512, false> : &attend_tiled_group_impl<Flavor::Avx2, false>;
+}
+
+ops::AttendFn attend_tiled_avx512(Flavor f) {
+    if (!__builtin_cpu_supports("avx512f")) return nullptr;
+    return f == Flavor::Avx512 ? &attend_tiled_f16c_impl<Flavor::Avx512, true> : &attend_tiled_f16c_impl<Flavor::Avx2, true>;
 }
 
 }  // namespace moe::kernels

@@ -104,10 +104,14 @@ void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32);
 struct AttnScratch {
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;
+    std::vector<float> max_sum;  // per query row of a group: the running max and sum
 };
 inline bool tiled_attention(Flavor f, int n_query_rows, int dv) { return n_query_rows >= 64 && dv % kernels::f32_lanes(f) == 0; }
 
 using AttendFn = void (*)(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s);
+// `rows` query rows q_stride apart (heads sharing one kv head) against one view, outputs out_stride apart.
+using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int rows, const KvView& kv, float scale, float* out, int64_t out_stride,
+                               AttnScratch& s);
 
 // The flavor-dependent operations, scalar (the reference); kernels/attention.h has the SIMD attention.
 struct FloatOps {
