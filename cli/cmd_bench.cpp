@@ -90,12 +90,15 @@ int cmd_bench(const std::vector<std::string>& args) {
     const double t_pp = std::chrono::duration<double>(Clock::now() - t0).count();
     const ExpertSourceStats s0 = le.model->experts->stats();
     const RunnerStats r0 = runner.stats();
+    std::vector<ReadRecord> reads;  // the generation's disk reads, for fio to replay
+    le.model->experts->trace_reads(&reads);
     auto t1 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
         int32_t next = argmax({runner.logits(), le.model->hp.n_vocab});
         runner.eval(std::span<const int32_t>(&next, 1));
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();
+    le.model->experts->trace_reads(nullptr);
     const ExpertSourceStats s1 = le.model->experts->stats();
     const RunnerStats r1 = runner.stats();
     const uint64_t rss = rss_bytes(), cache_after = page_cache_bytes();
@@ -146,6 +149,18 @@ int cmd_bench(const std::vector<std::string>& args) {
             } catch (const StorageProbeError& e) {
                 out["fio_note"] = e.what();
             }
+            // The same reads the engine issued, in its order and at its depth, with no compute between them.
+            try {
+                if (auto r = run_fio_replay(fio_bin, facts.files, reads, ef.io_depth, why)) {
+                    out["fio_replay_bytes_per_s"] = r->bytes_per_s;
+                    out["fio_replay_reads"] = reads.size();
+                    out["engine_read_ratio_of_replay"] = r->bytes_per_s > 0 ? (bytes / t_tg) / r->bytes_per_s : 0.0;
+                } else {
+                    out["fio_replay_note"] = why;
+                }
+            } catch (const StorageProbeError& e) {
+                out["fio_replay_note"] = e.what();
+            }
         }
         DecodeEstimate e = estimate_decode_with_hit_rate(facts, hit, fio_bw, bw);  // the hit rate measured in this run
         out["bound_tokens_per_s"] = e.tokens_per_s;
@@ -185,7 +200,13 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (out.contains("fio_bytes_per_s"))
         std::printf("fio baseline     %.2f GB/s (randread, O_DIRECT, io_uring, bs %s, depth %d, this file)\nengine/fio       %.2f\n",
                     out["fio_bytes_per_s"].get<double>() / 1e9, ef.read_size.c_str(), ef.io_depth, out["engine_read_ratio_of_fio"].get<double>());
-    else if (out.contains("fio_note"))
+    if (out.contains("fio_replay_bytes_per_s"))
+        std::printf("fio replay       %.2f GB/s (the generation's %llu reads, same order and depth, no compute between)\nengine/replay    %.2f\n",
+                    out["fio_replay_bytes_per_s"].get<double>() / 1e9, static_cast<unsigned long long>(out["fio_replay_reads"].get<uint64_t>()),
+                    out["engine_read_ratio_of_replay"].get<double>());
+    else if (out.contains("fio_replay_note"))
+        std::printf("fio replay       not run: %s\n", out["fio_replay_note"].get<std::string>().c_str());
+    if (!out.contains("fio_bytes_per_s") && out.contains("fio_note"))
         std::printf("fio baseline     not run: %s\n", out["fio_note"].get<std::string>().c_str());
     std::printf("bound            %.2f tok/s = %s\nratio            %.2f of the bound\n", out["bound_tokens_per_s"].get<double>(),
                 out["bound_formula"].get<std::string>().c_str(), out["gen_ratio_of_bound"].get<double>());

@@ -3,6 +3,7 @@
 // read-only when one is given; otherwise a scratch file written in full first (never fallocate-only,
 // whose unwritten extents read back as zeros without touching the disk) and removed afterwards.
 #pragma once
+#include "engine/runtime/block_reader.h"
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +36,11 @@ StorageFacts probe_storage(const StorageProbeOptions& opt);
 // One fio random-read run on `file` (read-only when asked); nullopt with `why` set when fio is missing.
 std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly,
                                        uint64_t block, int qd, double seconds, std::string& why);
+// fio replaying a recorded read sequence (its iolog v2 format) at depth qd, O_DIRECT through io_uring, with no
+// think time: the same work the engine did, at the device's pace. nullopt with `why` when fio is missing.
+std::optional<BandwidthResult> run_fio_replay(const std::string& fio, const std::vector<std::string>& files, const std::vector<ReadRecord>& reads,
+                                              int qd, std::string& why);
+void write_fio_iolog(const std::string& path, const std::vector<std::string>& files, const std::vector<ReadRecord>& reads);
 // Parses `fio --output-format=json` output; throws StorageProbeError naming what is missing.
 BandwidthResult parse_fio_json(const std::string& text);
 // Runs the built-in probe: random `block` reads at depth `qd` with O_DIRECT through io_uring.

@@ -182,5 +182,19 @@ TEST(StorageProbe, RefusesTmpfs) {
     }
 }
 
+// The replay log is fio's iolog v2: every file added and opened, the reads in submission order, then closed;
+// a read naming a file the model does not have is an error, not a silent skip.
+TEST(FioReplay, WritesTheReadsAsAnIologV2) {
+    test::TempDir dir;
+    const std::string log = dir / "replay.log";
+    write_fio_iolog(log, {"/m/a.gguf", "/m/b.gguf"}, {{0, 4096, 1048576}, {1, 0, 8192}, {0, 8192, 4096}});
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(text,
+              "fio version 2 iolog\n/m/a.gguf add\n/m/b.gguf add\n/m/a.gguf open\n/m/b.gguf open\n"
+              "/m/a.gguf read 4096 1048576\n/m/b.gguf read 0 8192\n/m/a.gguf read 8192 4096\n/m/a.gguf close\n/m/b.gguf close\n");
+    EXPECT_THROW(write_fio_iolog(log, {"/m/a.gguf"}, {{3, 0, 4096}}), StorageProbeError);
+}
+
 }  // namespace
 }  // namespace moe

@@ -230,6 +230,10 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     EXPECT_GT(j["fio_bytes_per_s"].get<double>(), 0) << out;
     EXPECT_GT(j["engine_read_ratio_of_fio"].get<double>(), 0);
     EXPECT_TRUE(j.contains("bound_formula"));
+    // fio replays exactly the generation's reads: as many as the engine submitted, at a real bandwidth.
+    EXPECT_GT(j["fio_replay_bytes_per_s"].get<double>(), 0) << out;
+    EXPECT_GT(j["fio_replay_reads"].get<uint64_t>(), 0u);
+    EXPECT_GT(j["engine_read_ratio_of_replay"].get<double>(), 0);
     // One row per matmul weight type, largest share first, each measured against the scalar reference.
     const auto& kernels = j["weight_kernels"];
     ASSERT_FALSE(kernels.empty()) << out;

@@ -74,6 +74,7 @@ void BlockReader::read(uint32_t file, uint64_t offset, uint32_t len, void* dst, 
 }
 
 void BlockReader::submit_one(const Pending& p) {
+    if (trace_) trace_->push_back({p.file, p.offset, p.len});
     if (opt_.fault) {
         if (int err = opt_.fault(p.offset, p.len); err < 0) {
             done_.push_back({p.tag, err});

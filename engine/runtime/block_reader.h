@@ -14,6 +14,13 @@ struct ReadCompletion {
     int result;    // bytes read, or -errno
 };
 
+// One read as submitted (for replaying the same sequence with fio).
+struct ReadRecord {
+    uint32_t file;
+    uint64_t offset;
+    uint32_t len;
+};
+
 struct BlockReaderOptions {
     int queue_depth = 32;
     bool use_uring = true;   // false: pread (also chosen when io_uring cannot be set up)
@@ -45,6 +52,8 @@ public:
     bool direct() const { return direct_; }
     bool uring() const { return ring_ != nullptr; }
     const std::string& mode_note() const { return note_; }
+    // Appends every read submitted from now on to `sink` (nullptr stops).
+    void trace(std::vector<ReadRecord>* sink) { trace_ = sink; }
 
 private:
     struct Pending { uint32_t file; uint64_t offset; uint32_t len; void* dst; uint64_t tag; int buffer_index; };
@@ -60,6 +69,7 @@ private:
     std::vector<Pending> urgent_, queued_;
     std::vector<ReadCompletion> done_;  // pread completions and injected faults
     std::string note_;
+    std::vector<ReadRecord>* trace_ = nullptr;
 };
 
 }  // namespace moe

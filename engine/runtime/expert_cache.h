@@ -45,6 +45,7 @@ public:
     void abandon() override;
     uint64_t bytes_in_ram() const override { return arena_bytes_; }
     ExpertSourceStats stats() const override { return stats_; }
+    void trace_reads(std::vector<ReadRecord>* sink) override { reader_->trace(sink); }
 
     size_t slot_count() const { return slots_.size(); }
     uint64_t slot_bytes() const { return slot_bytes_; }

@@ -1,6 +1,7 @@
 // Weight views: resident tensors in an arena read once from the file, and routed experts behind an
 // ExpertSource: every expert in RAM (InRamExpertSource) or streamed from disk (runtime/expert_cache.h).
 #pragma once
+#include "engine/runtime/block_reader.h"
 #include <cstdint>
 #include <stdexcept>
 #include <span>
@@ -107,6 +108,8 @@ public:
     virtual void abandon() {}
     virtual uint64_t bytes_in_ram() const = 0;
     virtual ExpertSourceStats stats() const = 0;
+    // Records every disk read from now on into `sink` (nullptr stops); sources that do not read ignore it.
+    virtual void trace_reads(std::vector<ReadRecord>* /*sink*/) {}
 
     // One expert, synchronously (the reference forward). Release it when done.
     ExpertView get(uint32_t layer, uint32_t expert) {
