@@ -247,18 +247,14 @@ float simd_iq1_m(int64_t n, const void* w, const void* a) {
 }
 
 inline void add_simd_iquant_kernels(KernelTable& t) {
-    auto set = [&](GgmlType type, DotFn f, DotRowsFn rows) {
-        t.dot[static_cast<int>(type)] = f;
-        t.dot_rows[static_cast<int>(type)] = rows;
-    };
-    set(GgmlType::IQ2_XXS, simd_iq2_xxs, dot_rows_of<simd_iq2_xxs>);
-    set(GgmlType::IQ2_XS, simd_iq2_xs, dot_rows_of<simd_iq2_xs>);
-    set(GgmlType::IQ2_S, simd_iq2_s, dot_rows_of<simd_iq2_s>);
-    set(GgmlType::IQ3_XXS, simd_iq3_xxs, dot_rows_of<simd_iq3_xxs>);
-    set(GgmlType::IQ3_S, simd_iq3_s, dot_rows_of<simd_iq3_s>);
-    set(GgmlType::IQ4_XS, simd_iq4_xs, dot_rows_of<simd_iq4_xs>);
-    set(GgmlType::IQ1_S, simd_iq1_s, dot_rows_of<simd_iq1_s>);
-    set(GgmlType::IQ1_M, simd_iq1_m, dot_rows_of<simd_iq1_m>);
+    set_dot<simd_iq2_xxs>(t, GgmlType::IQ2_XXS);
+    set_dot<simd_iq2_xs>(t, GgmlType::IQ2_XS);
+    set_dot<simd_iq2_s>(t, GgmlType::IQ2_S);
+    set_dot<simd_iq3_xxs>(t, GgmlType::IQ3_XXS);
+    set_dot<simd_iq3_s>(t, GgmlType::IQ3_S);
+    set_dot<simd_iq4_xs>(t, GgmlType::IQ4_XS);
+    set_dot<simd_iq1_s>(t, GgmlType::IQ1_S);
+    set_dot<simd_iq1_m>(t, GgmlType::IQ1_M);
     t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = step_tile<simd_iq2_xxs_step>;
     t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = step_tile<simd_iq3_xxs_step>;
     t.tile[static_cast<int>(GgmlType::IQ3_S)] = step_tile<simd_iq3_s_step>;

@@ -52,6 +52,13 @@ void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
     for (int64_t r = 0; r < rows; ++r) out[r] = Dot(n, w + static_cast<size_t>(r) * row_bytes, a);
 }
 
+// Installs a type's dot kernel and the row loop built from it.
+template <float (*Dot)(int64_t, const void*, const void*)>
+void set_dot(KernelTable& t, GgmlType type) {
+    t.dot[static_cast<int>(type)] = Dot;
+    t.dot_rows[static_cast<int>(type)] = dot_rows_of<Dot>;
+}
+
 // The dot kernels llama.cpp's CPU backend uses for a matmul of n_tok activation rows with a rows x cols weight.
 // Its summation order depends on the weight, the matmul and the row:
 //  - weights it repacks at load (Q4_0 and Q4_K with rows a multiple of 8, on AVX2 CPUs) go through an

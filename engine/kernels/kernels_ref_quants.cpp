@@ -33,6 +33,14 @@ struct LaneAcc {
 
 // ---- 32-weight blocks with Q8_0 / Q8_1 activations ----
 
+// Lane sums of a block's 32 products weight(e) * y[e].
+template <class Weight>
+Lanes lanes32(Weight weight, const int8_t* y) {
+    Lanes s;
+    for (int e = 0; e < 32; ++e) s.add(e, weight(e) * y[e]);
+    return s;
+}
+
 // Q4_1 x Q8_1: lanes FMA'd with x.d*y.d; the mins as `summs += x.m * y.s`, added last (unfused: GCC's gnu11
 // build of ggml contracts a*b+c elsewhere in this file, but not this one).
 float dot_q4_1_ref(int64_t n, const void* w, const void* a) {
@@ -42,9 +50,7 @@ float dot_q4_1_ref(int64_t n, const void* w, const void* a) {
     float summs = 0.f;
     for (int64_t b = 0; b < n / 32; ++b) {
         summs += fp16_to_fp32(x[b].m) * fp16_to_fp32(y[b].s);
-        Lanes s;
-        for (int e = 0; e < 32; ++e) s.add(e, nibble(x[b].qs, e) * y[b].qs[e]);
-        acc.add(s, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return nibble(x[b].qs, e); }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum() + summs;
 }
@@ -55,9 +61,7 @@ float dot_q5_0_ref(int64_t n, const void* w, const void* a) {
     auto* y = static_cast<const BlockQ8_0*>(a);
     LaneAcc acc;
     for (int64_t b = 0; b < n / 32; ++b) {
-        Lanes s;
-        for (int e = 0; e < 32; ++e) s.add(e, ((nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4)) - 16) * y[b].qs[e]);
-        acc.add(s, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return (nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4)) - 16; }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum();
 }
@@ -70,9 +74,7 @@ float dot_q5_1_ref(int64_t n, const void* w, const void* a) {
     float summs = 0.f;
     for (int64_t b = 0; b < n / 32; ++b) {
         summs += fp16_to_fp32(x[b].m) * fp16_to_fp32(y[b].s);
-        Lanes s;
-        for (int e = 0; e < 32; ++e) s.add(e, (nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4)) * y[b].qs[e]);
-        acc.add(s, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4); }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum() + summs;
 }
@@ -88,9 +90,7 @@ float dot_table32_ref(int64_t n, const void* w, const void* a, const int8_t* tab
     int64_t b = 0;
     for (; b + 1 < nb; b += 2)
         for (int k = 0; k < 2; ++k) {
-            Lanes s;
-            for (int e = 0; e < 32; ++e) s.add(e, table[nibble(x[b + k].qs, e)] * y[b + k].qs[e]);
-            acc[k].add(s, fp16_to_fp32(y[b + k].d) * scale(x[b + k]));
+            acc[k].add(lanes32([&](int e) { return table[nibble(x[b + k].qs, e)]; }, y[b + k].qs), fp16_to_fp32(y[b + k].d) * scale(x[b + k]));
         }
     float both[8];
     for (int l = 0; l < 8; ++l) both[l] = acc[0].acc[l] + acc[1].acc[l];
@@ -137,9 +137,7 @@ float dot_iq4_nl_batch_ref(int64_t n, const void* w, const void* a) {
     auto* y = static_cast<const BlockQ8_0*>(a);
     LaneAcc acc;
     for (int64_t b = 0; b < n / 32; ++b) {
-        Lanes s;
-        for (int e = 0; e < 32; ++e) s.add(e, iq::kValuesIq4nl[nibble(x[b].qs, e)] * y[b].qs[e]);
-        acc.add(s, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return iq::kValuesIq4nl[nibble(x[b].qs, e)]; }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum();
 }

@@ -196,17 +196,13 @@ constexpr auto simd_tq1_0 = step_dot<TQ1_0Step>;
 
 // Fills a SIMD table's low-bit entries (the float-order variants as in add_quant_reference_kernels).
 inline void add_simd_quant_kernels(KernelTable& t) {
-    auto set = [&](GgmlType type, DotFn f, DotRowsFn rows) {
-        t.dot[static_cast<int>(type)] = f;
-        t.dot_rows[static_cast<int>(type)] = rows;
-    };
-    set(GgmlType::Q4_1, simd_q4_1, dot_rows_of<simd_q4_1>);
-    set(GgmlType::Q5_0, simd_q5_0, dot_rows_of<simd_q5_0>);
-    set(GgmlType::Q5_1, simd_q5_1, dot_rows_of<simd_q5_1>);
-    set(GgmlType::IQ4_NL, IQ4NL::vec, dot_rows_of<IQ4NL::vec>);
-    set(GgmlType::MXFP4, MXFP4::vec, dot_rows_of<MXFP4::vec>);
-    set(GgmlType::TQ1_0, simd_tq1_0, dot_rows_of<simd_tq1_0>);
-    set(GgmlType::TQ2_0, simd_tq2_0, dot_rows_of<simd_tq2_0>);
+    set_dot<simd_q4_1>(t, GgmlType::Q4_1);
+    set_dot<simd_q5_0>(t, GgmlType::Q5_0);
+    set_dot<simd_q5_1>(t, GgmlType::Q5_1);
+    set_dot<IQ4NL::vec>(t, GgmlType::IQ4_NL);
+    set_dot<MXFP4::vec>(t, GgmlType::MXFP4);
+    set_dot<simd_tq1_0>(t, GgmlType::TQ1_0);
+    set_dot<simd_tq2_0>(t, GgmlType::TQ2_0);
     const int iq4nl = static_cast<int>(GgmlType::IQ4_NL), mxfp4 = static_cast<int>(GgmlType::MXFP4);
     t.dot_repacked[iq4nl] = IQ4NL::repacked;
     t.dot_rows_repacked[iq4nl] = dot_rows_of<IQ4NL::repacked>;
