@@ -17,7 +17,7 @@
 #include "engine/model/model.h"
 #include "engine/server/generation.h"
 #include "engine/server/http_server.h"
-#include "engine/server/openai_api.h"
+#include "engine/server/api_service.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
@@ -88,7 +88,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     ApiOptions api{.alias = name, .model_file = model_path, .api_key = api_key,
                    .family = detect_chat_family(file.meta().get_string("tokenizer.chat_template").value_or("")),
                    .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "", .max_tokens_default = max_tokens};
-    OpenAiService service(api, tok, nullptr);
+    ApiService service(api, tok, nullptr);
     std::atomic<Generator*> served{nullptr};
     service.extra_metrics = [&]() -> std::string {
         Generator* g = served.load();

@@ -38,7 +38,7 @@ TEST(ChatTemplate, Qwen35) {
         "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\nneed a tool\n</think>\n\nChecking.<|im_end|>\n"
         "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>\n";
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {})), expected_loop + "<|im_start|>assistant\n<think>\n");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               expected_loop + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     // A turn the server generated, still in the current query: its tokens follow the "<think>\n" prefill.
     tool_loop[1].generated = std::vector<int32_t>{5, 6, 7};
@@ -52,7 +52,7 @@ TEST(ChatTemplate, Qwen3DropsEarlierReasoning) {
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, conversation(), {})),
               "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
               "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
@@ -66,12 +66,12 @@ TEST(ChatTemplate, ChatMLKeepsTurnsVerbatim) {
 TEST(ChatTemplate, Glm45) {
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, conversation(), {})),
               "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHi<|assistant|>\n<think></think>\nHello!<|user|>\nBye<|assistant|>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "[gMASK]<sop><|user|>\nHi/nothink<|assistant|>\n<think></think>");
 }
 
 TEST(ChatTemplate, DeepSeekV3) {
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeek, conversation(), {.add_generation_prompt = true, .enable_thinking = true, .bos_text = "<｜begin▁of▁sentence｜>"})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeek, conversation(), {.add_generation_prompt = true, .enable_thinking = true, .bos_text = "<｜begin▁of▁sentence｜>", .tools = {}})),
               "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
 }
 
@@ -81,7 +81,7 @@ TEST(ChatTemplate, Glm5) {
     EXPECT_EQ(detect_chat_family("[gMASK]<sop>{%- if tools -%}...{{- '</think>' }}..."), ChatFamily::Glm47);
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, conversation(), {})),
               "[gMASK]<sop><|system|>You are terse.<|user|>Hi<|assistant|></think>Hello!<|user|>Bye<|assistant|><think>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = ""})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "[gMASK]<sop><|user|>Hi<|assistant|></think>");
     // A tool cycle: the turn after the last user message keeps its reasoning; consecutive tool results share
     // one <|observation|>.
@@ -98,14 +98,14 @@ TEST(ChatTemplate, Glm5) {
 TEST(ChatTemplate, DeepSeekV31) {
     EXPECT_EQ(detect_chat_family("{%- if not thinking is defined -%}...{{'<｜Assistant｜></think>'}}"), ChatFamily::DeepSeekV31);
     const std::string bos = "<｜begin▁of▁sentence｜>";
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, conversation(), {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, conversation(), {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
               bos + "You are terse.<｜User｜>Hi<｜Assistant｜></think>\n\nHello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜></think>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = true, .bos_text = bos})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = true, .bos_text = bos, .tools = {}})),
               bos + "<｜User｜>Hi<｜Assistant｜><think>");
     // After a tool result the assistant continues without a tag, and no generation prompt follows a tool turn.
     const std::vector<ChatMessage> tools = {{"system", "A", {}}, {"system", "B", {}}, {"user", "Weather?", {}}, {"assistant", "Checking.", {}},
                                             {"tool", "sunny", {}}, {"assistant", "It is sunny.", {}}, {"tool", "ok", {}}};
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, tools, {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, tools, {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
               bos + "A\n\nB<｜User｜>Weather?<｜Assistant｜></think>Checking.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
                     "It is sunny.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>ok<｜tool▁output▁end｜>");
 }
@@ -120,7 +120,7 @@ TEST(ChatTemplate, KimiK2) {
               "<|im_user|>user<|im_middle|>Bye<|im_end|><|im_assistant|>assistant<|im_middle|>");
     EXPECT_EQ(segments_text(render_chat(ChatFamily::KimiK2, {{"user", "Hi", {}}, {"tool", "42", {}}}, {})),
               "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"
-              "<|im_system|>tool<|im_middle|>42<|im_end|><|im_assistant|>assistant<|im_middle|>");
+              "<|im_system|>tool<|im_middle|>## Return of functions.unknown:0\n42<|im_end|><|im_assistant|>assistant<|im_middle|>");
 }
 
 TEST(ChatTemplate, GeneratedTurnsAreSplicedAsTokens) {

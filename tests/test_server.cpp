@@ -301,7 +301,7 @@ TEST_F(ServeTest, DisconnectCancelsAndSigtermExitsCleanly) {
 
 #include <sys/un.h>
 
-#include "engine/server/openai_api.h"
+#include "engine/server/api_service.h"
 
 namespace moe {
 namespace {
@@ -320,8 +320,8 @@ public:
     std::string body;
 };
 
-TEST(OpenAiServiceUnit, HealthAndCompletionsAre503WhileLoading) {
-    OpenAiService svc({.alias = "m", .model_file = "m.gguf", .api_key = "", .family = ChatFamily::ChatML, .bos_text = "",
+TEST(ApiServiceUnit, HealthAndCompletionsAre503WhileLoading) {
+    ApiService svc({.alias = "m", .model_file = "m.gguf", .api_key = "", .family = ChatFamily::ChatML, .bos_text = "",
                        .max_tokens_default = 8},
                       nullptr, nullptr);
     CapturingResponder r;

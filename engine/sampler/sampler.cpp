@@ -37,6 +37,25 @@ std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits,
     return out;
 }
 
+std::pair<double, std::vector<std::pair<int32_t, double>>> token_logprobs(std::span<const float> logits, int32_t chosen, int n, float temperature) {
+    const double inv_t = 1.0 / static_cast<double>(temperature);
+    const double max = *std::max_element(logits.begin(), logits.end()) * inv_t;
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) * inv_t - max);
+    const double log_z = max + std::log(sum);
+    auto logprob = [&](int32_t id) { return static_cast<double>(logits[static_cast<size_t>(id)]) * inv_t - log_z; };
+    std::vector<std::pair<int32_t, double>> top;
+    if (n > 0) {
+        std::vector<int32_t> idx(logits.size());
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+        n = std::min<int>(n, static_cast<int>(idx.size()));
+        std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                          [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        for (int i = 0; i < n; ++i) top.emplace_back(idx[i], logprob(idx[i]));
+    }
+    return {logprob(chosen), std::move(top)};
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     if (p_.temperature <= 0.f && p_.repeat_penalty == 1.f) return argmax(logits);  // greedy: no candidate list
     cand_.clear();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace moe {
@@ -34,5 +35,9 @@ private:
 int32_t argmax(std::span<const float> logits);
 // Softmax in double over all logits; returns the top n (id, probability), largest first.
 std::vector<std::pair<int32_t, double>> top_probs(std::span<const float> logits, int n);
+
+// log-softmax of logits / temperature (in double): the chosen token's logprob and the top n (id, logprob),
+// most likely first, lowest id on ties.
+std::pair<double, std::vector<std::pair<int32_t, double>>> token_logprobs(std::span<const float> logits, int32_t chosen, int n, float temperature);
 
 }  // namespace moe

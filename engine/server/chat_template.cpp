@@ -1,5 +1,7 @@
 #include "engine/server/chat_template.h"
 
+#include <deque>
+
 namespace moe {
 
 const char* family_name(ChatFamily f) {
@@ -94,7 +96,127 @@ size_t last_user(const std::vector<ChatMessage>& ms) {
     return idx;
 }
 
+// The tool declarations, one JSON object per line, as Qwen's and GLM's templates list them.
+std::string tool_lines(const std::vector<ToolSpec>& tools, const char* before, const char* after) {
+    std::string s;
+    for (const auto& t : tools) s += before + python_json(t.declaration) + after;
+    return s;
+}
+
+// A call's argument value as GLM's and Qwen3.5's templates write it: strings bare.
+std::string argument_text(const ordered_json& v, bool glm) {
+    if (v.is_string()) return v.get<std::string>();
+    return glm || v.is_object() || v.is_array() ? python_json(v) : python_str(v);
+}
+
+const char* const kQwen3ToolsIntro =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+const char* const kQwen3ToolsOutro =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+const char* const kQwen35ToolsIntro = "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+const char* const kQwen35ToolsOutro =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n"
+    "</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n"
+    "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n"
+    "- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n"
+    "- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n"
+    "</IMPORTANT>";
+const char* const kGlmToolsIntro =
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
+const char* const kGlm4ToolsOutro =
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+    "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>";
+const char* const kGlm47ToolsOutro =
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
+
+// DeepSeek's templates declare no tools; the model card's tool description follows the system prompt.
+std::string deepseek_tools(const std::vector<ToolSpec>& tools) {
+    std::string s = "## Tools\nYou have access to the following tools:\n";
+    for (const auto& t : tools) s += "\n### " + t.name + "\nDescription: " + t.description + "\n\nParameters: " + python_json(t.parameters) + "\n";
+    return s +
+           "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\n"
+           "Where:\n\n"
+           "- `tool_call_name` must be an exact match to one of the available tools\n"
+           "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+           "- For multiple tool calls, chain them directly without separators or spaces\n";
+}
+
+// Earlier calls in each family's own format (the arguments as the template's tojson writes the object).
+std::string qwen3_calls(const std::vector<ToolCall>& calls, bool has_content) {
+    std::string s;
+    for (size_t k = 0; k < calls.size(); ++k)
+        s += std::string(k || has_content ? "\n" : "") + "<tool_call>\n{\"name\": \"" + calls[k].name +
+             "\", \"arguments\": " + python_json(arguments_object(calls[k].arguments)) + "}\n</tool_call>";
+    return s;
+}
+
+std::string qwen35_calls(const std::vector<ToolCall>& calls, bool has_content) {
+    std::string s;
+    for (size_t k = 0; k < calls.size(); ++k) {
+        s += std::string(k ? "\n" : has_content ? "\n\n" : "") + "<tool_call>\n<function=" + calls[k].name + ">\n";
+        const ordered_json args = arguments_object(calls[k].arguments);  // (kept alive for the loop)
+        for (const auto& [key, v] : args.items())
+            s += "<parameter=" + key + ">\n" + argument_text(v, false) + "\n</parameter>\n";
+        s += "</function>\n</tool_call>";
+    }
+    return s;
+}
+
+std::string glm_calls(const std::vector<ToolCall>& calls, bool newlines) {
+    const std::string nl = newlines ? "\n" : "";
+    std::string s;
+    for (const auto& c : calls) {
+        s += nl + "<tool_call>" + c.name + nl;
+        const ordered_json args = arguments_object(c.arguments);
+        for (const auto& [key, v] : args.items())
+            s += "<arg_key>" + key + "</arg_key>" + nl + "<arg_value>" + argument_text(v, true) + "</arg_value>" + nl;
+        s += "</tool_call>";
+    }
+    return s;
+}
+
+std::string deepseek_calls(const std::vector<ToolCall>& calls, bool v3) {
+    std::string s = "<｜tool▁calls▁begin｜>";
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const std::string args = python_json(arguments_object(calls[k].arguments));
+        s += v3 ? std::string(k ? "\n" : "") + "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + calls[k].name + "\n```json\n" + args + "\n```<｜tool▁call▁end｜>"
+                : "<｜tool▁call▁begin｜>" + calls[k].name + "<｜tool▁sep｜>" + args + "<｜tool▁call▁end｜>";
+    }
+    return s + "<｜tool▁calls▁end｜>";
+}
+
+// Tool results grouped in one user turn as <tool_response> blocks (Qwen3, Qwen3.5, ChatML).
+void qwen_tool_result(Out& o, const std::vector<ChatMessage>& ms, size_t i, const std::string& content) {
+    if (i == 0 || ms[i - 1].role != "tool") o.text("<|im_start|>user");
+    o.text("\n<tool_response>\n" + content + "\n</tool_response>");
+    if (i + 1 == ms.size() || ms[i + 1].role != "tool") o.text("<|im_end|>\n");
+}
+
 }  // namespace
+
+std::string forced_call_prefix(ChatFamily family, const std::string& name) {
+    switch (family) {
+        case ChatFamily::ChatML:
+        case ChatFamily::Qwen3: return name.empty() ? "<tool_call>\n{\"name\": \"" : "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ";
+        case ChatFamily::Qwen35: return "<tool_call>\n<function=" + (name.empty() ? "" : name + ">\n");
+        case ChatFamily::Glm4: return "\n<tool_call>" + (name.empty() ? "" : name + "\n");
+        case ChatFamily::Glm47: return "<tool_call>" + name;
+        case ChatFamily::DeepSeek:
+        case ChatFamily::DeepSeekV31: return "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + (name.empty() ? "" : name + "<｜tool▁sep｜>");
+        case ChatFamily::KimiK2: return "<|tool_calls_section_begin|><|tool_call_begin|>functions." + (name.empty() ? "" : name + ":");
+    }
+    return "";
+}
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {
     Out o;
@@ -102,18 +224,28 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
         bool add_generation_prompt, enable_thinking;
         std::string bos_text;
     } opt{options.add_generation_prompt, options.enable_thinking.value_or(family != ChatFamily::DeepSeekV31), options.bos_text};
+    const auto& tools = options.tools;
     const size_t lu = last_user(ms);
+    // Families that fold the first system message into the tool declaration skip it in the loop.
+    const bool system_first = !ms.empty() && ms[0].role == "system";
     switch (family) {
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {
-            for (size_t i = 0; i < ms.size(); ++i) {
+            size_t first = 0;
+            if (!tools.empty()) {
+                o.text("<|im_start|>system\n" + (system_first ? ms[0].content + "\n\n" : "") + kQwen3ToolsIntro + tool_lines(tools, "\n", "") + kQwen3ToolsOutro);
+                first = system_first ? 1 : 0;
+            }
+            for (size_t i = first; i < ms.size(); ++i) {
                 const ChatMessage& m = ms[i];
                 if (m.role == "assistant") {
                     o.text("<|im_start|>assistant\n");
                     // Qwen3 shows earlier turns without their reasoning; the turn after the last user message keeps it.
                     std::string body = family == ChatFamily::Qwen3 && i < lu ? strip_thinking(m.content) : m.content;
-                    o.assistant_body(m, body);
+                    o.assistant_body(m, body + qwen3_calls(m.tool_calls, !strip_thinking(m.content).empty()));
                     o.text("<|im_end|>\n");
+                } else if (m.role == "tool") {
+                    qwen_tool_result(o, ms, i, m.content);
                 } else {
                     o.text("<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n");
                 }
@@ -129,6 +261,13 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
             // "<think>\n" reasoning "\n</think>\n\n" and their answer, earlier ones only the answer; tool
             // results are <tool_response> blocks inside one user turn; the generation prompt opens a think block
             // (or pre-fills an empty one when thinking is off).
+            size_t first = 0;
+            if (!tools.empty()) {
+                const std::string system = system_first ? trim(ms[0].content) : "";
+                o.text(std::string("<|im_start|>system\n") + kQwen35ToolsIntro + tool_lines(tools, "\n", "") + kQwen35ToolsOutro +
+                       (system.empty() ? "" : "\n\n" + system) + "<|im_end|>\n");
+                first = system_first ? 1 : 0;
+            }
             size_t last_query = ms.size();
             for (size_t i = ms.size(); i-- > 0;) {
                 if (ms[i].role != "user") continue;
@@ -139,7 +278,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     break;
                 }
             }
-            for (size_t i = 0; i < ms.size(); ++i) {
+            for (size_t i = first; i < ms.size(); ++i) {
                 const ChatMessage& m = ms[i];
                 std::string content = trim(m.content);
                 if (m.role == "assistant") {
@@ -160,11 +299,9 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     }
                     o.text(keeps_thinking ? "<|im_start|>assistant\n<think>\n" + trim(reasoning) + "\n</think>\n\n" + content
                                           : "<|im_start|>assistant\n" + content);
-                    o.text("<|im_end|>\n");
+                    o.text(qwen35_calls(m.tool_calls, !trim(content).empty()) + "<|im_end|>\n");
                 } else if (m.role == "tool") {
-                    if (i > 0 && ms[i - 1].role != "tool") o.text("<|im_start|>user");
-                    o.text("\n<tool_response>\n" + content + "\n</tool_response>");
-                    if (i + 1 == ms.size() || ms[i + 1].role != "tool") o.text("<|im_end|>\n");
+                    qwen_tool_result(o, ms, i, content);
                 } else {
                     o.text("<|im_start|>" + m.role + "\n" + content + "<|im_end|>\n");
                 }
@@ -174,8 +311,10 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
         }
         case ChatFamily::Glm4: {
             // GLM-4.5/4.6: no newline after <|assistant|> in the generation prompt; history turns carry an
-            // empty think block; with thinking off, user turns end in /nothink.
+            // empty think block (the turns after the last user message their reasoning); with thinking off, user
+            // turns end in /nothink.
             o.text("[gMASK]<sop>");
+            if (!tools.empty()) o.text(kGlmToolsIntro + tool_lines(tools, "", "\n") + kGlm4ToolsOutro);
             for (size_t i = 0; i < ms.size(); ++i) {
                 const ChatMessage& m = ms[i];
                 if (m.role == "assistant") {
@@ -183,15 +322,17 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     if (m.generated && !m.generated->empty()) {
                         o.tokens(*m.generated);
                     } else {
-                        o.text("\n<think></think>");
-                        std::string body = strip_thinking(m.content);
-                        const size_t a = body.find_first_not_of(" \n\t"), b = body.find_last_not_of(" \n\t");
-                        if (a != std::string::npos) o.text("\n" + body.substr(a, b - a + 1));
+                        const auto [reasoning, answer] = split_thinking(m.content);
+                        const std::string r = trim(reasoning), a = trim(answer);
+                        o.text(i > lu && !r.empty() ? "\n<think>" + r + "</think>" : "\n<think></think>");
+                        if (!a.empty()) o.text("\n" + a);
+                        o.text(glm_calls(m.tool_calls, true));
                     }
                 } else if (m.role == "system") {
                     o.text("<|system|>\n" + m.content);
                 } else if (m.role == "tool") {
-                    o.text("<|observation|>\n" + m.content);
+                    if (i == 0 || ms[i - 1].role != "tool") o.text("<|observation|>");
+                    o.text("\n<tool_response>\n" + m.content + "\n</tool_response>");
                 } else {
                     const bool nothink = !opt.enable_thinking && (m.content.size() < 8 || m.content.substr(m.content.size() - 8) != "/nothink");
                     o.text("<|user|>\n" + m.content + (nothink ? "/nothink" : ""));
@@ -205,6 +346,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
             // turns after the last user message keep their reasoning; tool results are <tool_response> blocks.
             const std::string prefill = opt.enable_thinking ? "<think>" : "</think>";
             o.text("[gMASK]<sop>");
+            if (!tools.empty()) o.text(kGlmToolsIntro + tool_lines(tools, "", "\n") + kGlm47ToolsOutro);
             for (size_t i = 0; i < ms.size(); ++i) {
                 const ChatMessage& m = ms[i];
                 if (m.role == "assistant") {
@@ -217,7 +359,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     const auto [reasoning, answer] = split_thinking(m.content);
                     const std::string r = trim(reasoning);
                     o.text(i > lu && !r.empty() ? "<think>" + r + "</think>" : "</think>");
-                    o.text(trim(answer));
+                    o.text(trim(answer) + glm_calls(m.tool_calls, false));
                 } else if (m.role == "system") {
                     o.text("<|system|>" + m.content);
                 } else if (m.role == "tool") {
@@ -238,6 +380,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
             std::string system;
             for (const ChatMessage& m : ms)
                 if (m.role == "system") system += (system.empty() ? "" : "\n\n") + m.content;
+            if (!tools.empty()) system += (system.empty() ? "" : "\n\n") + deepseek_tools(tools);
             o.text(system);
             bool last_user = false, after_tool = false;
             for (const ChatMessage& m : ms) {
@@ -252,6 +395,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     if (last_user) o.text("<｜Assistant｜>" + (spliced ? prefill : std::string("</think>")));
                     last_user = false;
                     if (spliced) o.tokens(*m.generated);
+                    else if (!m.tool_calls.empty()) o.text(after_think(m.content) + deepseek_calls(m.tool_calls, false));
                     else o.text(after_tool ? m.content : after_think(m.content));
                     o.text("<｜end▁of▁sentence｜>");
                     after_tool = false;
@@ -265,16 +409,40 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
             break;
         }
         case ChatFamily::KimiK2: {
-            // Kimi-K2: role header, <|im_middle|>, content, <|im_end|>; a default system prompt when none is given.
+            // Kimi-K2: role header, <|im_middle|>, content, <|im_end|>; a default system prompt when none is given;
+            // calls numbered across the conversation (functions.NAME:N), results answering them in order.
+            if (!tools.empty()) {
+                std::string list = "[";
+                for (size_t k = 0; k < tools.size(); ++k) list += (k ? ", " : "") + python_json(tools[k].declaration);
+                o.text("<|im_system|>tool_declare<|im_middle|>" + list + "]<|im_end|>");
+            }
+            std::deque<std::string> pending_ids;
+            int counter = 0;
             for (size_t i = 0; i < ms.size(); ++i) {
                 const ChatMessage& m = ms[i];
                 if (i == 0 && m.role != "system") o.text("<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>");
                 if (m.role == "system") o.text("<|im_system|>system<|im_middle|>" + m.content + "<|im_end|>");
                 else if (m.role == "user") o.text("<|im_user|>user<|im_middle|>" + m.content + "<|im_end|>");
-                else if (m.role == "tool") o.text("<|im_system|>tool<|im_middle|>" + m.content + "<|im_end|>");
-                else if (m.role == "assistant") {
+                else if (m.role == "tool") {
+                    std::string id = "functions.unknown:" + std::to_string(counter);
+                    if (!pending_ids.empty()) {
+                        id = pending_ids.front();
+                        pending_ids.pop_front();
+                    }
+                    o.text("<|im_system|>tool<|im_middle|>## Return of " + id + "\n" + m.content + "<|im_end|>");
+                } else if (m.role == "assistant") {
                     o.text("<|im_assistant|>assistant<|im_middle|>");
-                    o.assistant_body(m, m.content);
+                    std::string body = m.content;
+                    if (!m.tool_calls.empty()) {
+                        body += "<|tool_calls_section_begin|>";
+                        for (const auto& c : m.tool_calls) {
+                            const std::string id = "functions." + c.name + ":" + std::to_string(counter++);
+                            pending_ids.push_back(id);
+                            body += "<|tool_call_begin|>" + id + "<|tool_call_argument_begin|>" + python_json(arguments_object(c.arguments)) + "<|tool_call_end|>";
+                        }
+                        body += "<|tool_calls_section_end|>";
+                    }
+                    o.assistant_body(m, body);
                     o.text("<|im_end|>");
                 }
             }
@@ -285,12 +453,13 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
             o.text(opt.bos_text);
             for (const ChatMessage& m : ms)
                 if (m.role == "system") o.text(m.content);
+            if (!tools.empty()) o.text(std::string(system_first ? "\n\n" : "") + deepseek_tools(tools));
             for (const ChatMessage& m : ms) {
                 if (m.role == "user") {
                     o.text("<｜User｜>" + m.content);
                 } else if (m.role == "assistant") {
                     o.text("<｜Assistant｜>");
-                    o.assistant_body(m, strip_thinking(m.content));
+                    o.assistant_body(m, strip_thinking(m.content) + (m.tool_calls.empty() ? "" : deepseek_calls(m.tool_calls, true)));
                     o.text("<｜end▁of▁sentence｜>");
                 } else if (m.role == "tool") {
                     o.text("<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>");

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/server/chat_tools.h"
+
 namespace moe {
 
 enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2 };
@@ -20,9 +22,14 @@ const char* family_name(ChatFamily f);
 ChatFamily detect_chat_family(const std::string& chat_template);
 
 struct ChatMessage {
+    ChatMessage() = default;
+    ChatMessage(std::string r, std::string c, std::optional<std::vector<int32_t>> g = {}, std::vector<ToolCall> calls = {})
+        : role(std::move(r)), content(std::move(c)), generated(std::move(g)), tool_calls(std::move(calls)) {}
     std::string role;     // system | user | assistant | tool
     std::string content;
     std::optional<std::vector<int32_t>> generated;  // assistant turns this server produced: its exact tokens
+    std::vector<ToolCall> tool_calls;  // assistant turns that called tools
+    std::string tool_call_id;          // tool results: the call they answer
 };
 
 struct ChatSegment {
@@ -36,11 +43,16 @@ struct ChatRenderOptions {
     // for Qwen3 and GLM, off for DeepSeek-V3.1). Off pre-fills an empty or closed think block.
     std::optional<bool> enable_thinking;
     std::string bos_text;         // the model's BOS text for families that write it (DeepSeek)
+    std::vector<ToolSpec> tools;  // declared in the prompt as the family's template does
 };
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& messages, const ChatRenderOptions& opt);
 // The segments as one string (spliced turns shown as `<tokens:N>`), for tests and logs.
 std::string segments_text(const std::vector<ChatSegment>& segs);
+
+// Text that opens a tool call in the family's own format, appended after the generation prompt to make the
+// model call a tool (`name` given: that function; empty: any). Thinking is off for such a turn.
+std::string forced_call_prefix(ChatFamily family, const std::string& name);
 
 // What a family's template shows of an earlier assistant turn: the answer after any think block.
 std::string strip_thinking(const std::string& content);

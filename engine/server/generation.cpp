@@ -133,8 +133,15 @@ GenerationResult Generator::run(GenerationRequest& req) {
     for (const auto& s : req.stop) max_stop = std::max(max_stop, s.size());
     for (int i = 0; i < req.max_tokens; ++i) {
         if (req.cancel->load()) { r.finish_reason = "cancelled"; break; }
-        const int32_t next = sampler.sample({runner_.logits(), static_cast<size_t>(runner_.n_vocab())}, history);
+        const std::span<const float> logits{runner_.logits(), static_cast<size_t>(runner_.n_vocab())};
+        const int32_t next = sampler.sample(logits, history);
         if (tok_->is_eog(next)) { r.finish_reason = "stop"; break; }
+        if (req.logprobs >= 0) {
+            const auto lp = token_logprobs(logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
+            TokenLogprob t{next, lp.first, lp.second};
+            if (req.on_logprob) req.on_logprob(t);
+            r.logprobs.push_back(std::move(t));
+        }
         r.tokens.push_back(next);
         history.push_back(next);
         held += stream.push(next);
@@ -144,6 +151,7 @@ GenerationResult Generator::run(GenerationRequest& req) {
             if (!s.empty() && pos != std::string::npos) {
                 held.resize(pos);
                 stopped = true;
+                r.stop_string = s;
             }
         }
         // Send what can no longer be the beginning of a stop string.
@@ -153,7 +161,7 @@ GenerationResult Generator::run(GenerationRequest& req) {
         held.erase(0, ready.size());
         r.text += ready;
         if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = "cancelled"; break; }
-        if (stopped) { r.finish_reason = "stop"; break; }
+        if (stopped || req.finish_now->load()) { r.finish_reason = "stop"; break; }
         if (runner_.n_past() >= runner_.n_ctx()) break;  // context full: finish as "length"
         if (i + 1 < req.max_tokens) {
             runner_.eval(std::span<const int32_t>(&next, 1));
@@ -178,14 +186,16 @@ GenerationResult Generator::run(GenerationRequest& req) {
 }
 
 void Generator::remember(const std::string& raw_text, const std::vector<int32_t>& tokens) {
+    for (const std::string& key : {raw_text, strip_thinking(raw_text)}) remember_turn(key, tokens);
+}
+
+void Generator::remember_turn(const std::string& raw_key, const std::vector<int32_t>& tokens) {
     // Key by the text as the client receives it: invalid UTF-8 replaced by U+FFFD on the wire.
     using json = nlohmann::json;
-    const std::string text = json::parse(json(raw_text).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
+    const std::string key = json::parse(json(raw_key).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
     std::lock_guard<std::mutex> lk(memory_mu_);
-    for (const std::string& key : {text, strip_thinking(text)}) {
-        if (!memory_.count(key)) memory_order_.push_back(key);
-        memory_[key] = tokens;
-    }
+    if (!memory_.count(key)) memory_order_.push_back(key);
+    memory_[key] = tokens;
     while (memory_order_.size() > kMemoryTurns) {
         memory_.erase(memory_order_.front());
         memory_order_.pop_front();
@@ -197,9 +207,9 @@ ExpertSourceStats Generator::expert_stats() const {
     return expert_stats_;
 }
 
-std::optional<std::vector<int32_t>> Generator::remembered_turn(const std::string& content) const {
+std::optional<std::vector<int32_t>> Generator::remembered_turn(const std::string& key) const {
     std::lock_guard<std::mutex> lk(memory_mu_);
-    auto it = memory_.find(content);
+    auto it = memory_.find(key);
     if (it == memory_.end()) return std::nullopt;
     return it->second;
 }

@@ -25,6 +25,14 @@
 
 namespace moe {
 
+// A generated token's log-probability and the most likely alternatives, from the distribution the sampler
+// drew from before truncation: log-softmax of the logits over the temperature (1 when greedy).
+struct TokenLogprob {
+    int32_t id = 0;
+    double logprob = 0;
+    std::vector<std::pair<int32_t, double>> top;  // (id, logprob), most likely first
+};
+
 struct GenerationRequest {
     std::vector<int32_t> prompt;
     SamplerParams sampling;
@@ -32,6 +40,11 @@ struct GenerationRequest {
     std::vector<std::string> stop;                          // stop strings (not included in the text)
     std::function<bool(const std::string&)> on_text;        // streaming: each complete UTF-8 piece; false cancels
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+    // Set by the consumer (from on_text) when the answer is complete, e.g. one tool call was asked for: the
+    // generation ends with finish_reason "stop".
+    std::shared_ptr<std::atomic<bool>> finish_now = std::make_shared<std::atomic<bool>>(false);
+    int logprobs = -1;  // -1: none; else each token's logprob with this many alternatives (0-20)
+    std::function<void(const TokenLogprob&)> on_logprob;  // streaming: called before on_text gets the token's text
     // Prompt positions worth a recurrent-state checkpoint (recurrent models): where a later request is likely
     // to diverge, such as the start of the last user message.
     std::vector<int> checkpoint_at;
@@ -40,7 +53,9 @@ struct GenerationRequest {
 struct GenerationResult {
     std::string text;
     std::vector<int32_t> tokens;     // generated, without the end-of-generation token
+    std::vector<TokenLogprob> logprobs;  // one per generated token when asked for
     std::string finish_reason;       // stop | length | cancelled | error
+    std::string stop_string;         // the stop string that ended it, if one did
     std::string error;
     int prompt_tokens = 0;
     int prompt_reused = 0;           // taken from the KV cache instead of evaluated
@@ -75,7 +90,9 @@ public:
 
     // Assistant turns this server generated, by the text it returned (and by that text without its think
     // block): the chat renderer splices the exact tokens back in.
-    std::optional<std::vector<int32_t>> remembered_turn(const std::string& content) const;
+    std::optional<std::vector<int32_t>> remembered_turn(const std::string& key) const;
+    // Remembers a generated turn under another key too (its answer and tool calls as parsed, see turn_key).
+    void remember_turn(const std::string& key, const std::vector<int32_t>& tokens);
 
 private:
     void worker();

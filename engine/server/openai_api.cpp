@@ -1,40 +1,12 @@
-#include "engine/server/openai_api.h"
-
-#include <chrono>
+// OpenAI's chat completions and completions: request fields to a ChatInput / GenerationRequest, the output
+// parser's events to message fields or chat.completion.chunk deltas (reasoning_content, content, tool_calls).
 #include <mutex>
-#include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "engine/server/api_service.h"
 
 namespace moe {
 
-using json = nlohmann::json;
-
 namespace {
-
-// A request the client got wrong: status plus OpenAI's error fields.
-struct ApiError {
-    int status;
-    std::string message, type, param, code;
-};
-
-ApiError bad(const std::string& msg, const std::string& param = "", const std::string& code = "") {
-    return {400, msg, "invalid_request_error", param, code};
-}
-
-json error_body(const ApiError& e) {
-    json err = {{"message", e.message}, {"type", e.type}};
-    err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
-    err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
-    return {{"error", err}};
-}
-
-// Model output may hold bytes that are not UTF-8 (a byte-level vocabulary can emit any byte): replace them
-// with U+FFFD rather than fail the response.
-std::string wire(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-int64_t now_s() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string text_of(const json& content, const std::string& param) {
     if (content.is_string()) return content.get<std::string>();
@@ -51,97 +23,10 @@ std::string text_of(const json& content, const std::string& param) {
     throw bad(param + " must be a string or an array of text parts", param);
 }
 
-template <typename T>
-std::optional<T> number(const json& body, const char* key, T lo, T hi) {
-    if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-    if (!body[key].is_number()) throw bad(std::string(key) + " must be a number", key);
-    const double v = body[key].get<double>();
-    if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)))
-        throw bad(std::string(key) + " = " + body[key].dump() + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", key);
-    if constexpr (std::is_integral_v<T>)
-        if (v != static_cast<double>(static_cast<T>(v))) throw bad(std::string(key) + " must be an integer", key);
-    return static_cast<T>(v);
-}
-
-}  // namespace
-
-bool keys_equal(const std::string& a, const std::string& b) {
-    unsigned char diff = static_cast<unsigned char>(a.size() != b.size());
-    const std::string& longer = a.size() >= b.size() ? a : b;
-    for (size_t i = 0; i < longer.size(); ++i)
-        diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
-    return diff == 0;
-}
-
-OpenAiService::OpenAiService(ApiOptions opt, std::shared_ptr<const Tokenizer> tok, Generator* gen)
-    : opt_(std::move(opt)), tok_(std::move(tok)), gen_(gen) {}
-
-void OpenAiService::count(int status) {
-    std::lock_guard<std::mutex> lk(status_mu_);
-    by_status_[status]++;
-}
-
-void OpenAiService::handle(const HttpRequest& req, HttpResponder& res) {
-    auto send_json = [&](int status, const json& body, const std::map<std::string, std::string>& extra = {}) {
-        count(status);
-        res.send(status, "application/json", wire(body), extra);
-    };
-    try {
-        if (req.target == "/health") {
-            if (req.method != "GET") throw ApiError{405, "use GET", "invalid_request_error", "", ""};
-            if (!ready_) return send_json(503, {{"status", "loading"}});
-            return send_json(200, {{"status", "ok"}});
-        }
-        if (!opt_.api_key.empty()) {
-            auto it = req.headers.find("authorization");
-            const std::string given = it == req.headers.end() ? "" : it->second;
-            if (!keys_equal(given, "Bearer " + opt_.api_key))
-                throw ApiError{401, "missing or wrong API key (Authorization: Bearer <key>)", "invalid_request_error", "", "invalid_api_key"};
-        }
-        if (req.target == "/metrics") {
-            count(200);
-            return res.send(200, "text/plain; version=0.0.4", metrics_text());
-        }
-        if (req.target == "/v1/models") {
-            if (req.method != "GET") throw ApiError{405, "use GET", "invalid_request_error", "", ""};
-            return send_json(200, {{"object", "list"},
-                                   {"data", json::array({{{"id", opt_.alias}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"}}})}});
-        }
-        if (req.target == "/v1/chat/completions" || req.target == "/v1/completions") {
-            if (req.method != "POST") throw ApiError{405, "use POST", "invalid_request_error", "", ""};
-            if (!ready_) throw ApiError{503, "the model is still loading", "server_error", "", ""};
-            return completions(req, res, req.target == "/v1/chat/completions");
-        }
-        throw ApiError{404, "no route " + req.method + " " + req.target, "invalid_request_error", "", ""};
-    } catch (const ApiError& e) {
-        std::map<std::string, std::string> extra;
-        if (e.status == 503) extra["Retry-After"] = "1";
-        if (e.status == 401) extra["WWW-Authenticate"] = "Bearer";
-        send_json(e.status, error_body(e), extra);
-    }
-}
-
-void OpenAiService::completions(const HttpRequest& req, HttpResponder& res, bool chat) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) throw bad("the body is not valid JSON");
-    if (!body.is_object()) throw bad("the body must be a JSON object");
-    if (body.contains("model")) {
-        if (!body["model"].is_string()) throw bad("model must be a string", "model");
-        const std::string m = body["model"].get<std::string>();
-        const std::string base = opt_.model_file.substr(opt_.model_file.rfind('/') + 1);
-        if (m != opt_.alias && m != base && m != opt_.model_file)
-            throw ApiError{404, "model '" + m + "' does not exist; this server serves '" + opt_.alias + "'", "invalid_request_error", "model", "model_not_found"};
-    }
-    bool stream = false;
-    if (body.contains("stream") && !body["stream"].is_null()) {
-        if (!body["stream"].is_boolean()) throw bad("stream must be a boolean", "stream");
-        stream = body["stream"].get<bool>();
-    }
-    GenerationRequest g;
-    const int n_ctx = gen_->n_ctx();
+void read_sampling(const json& body, GenerationRequest& g, int n_ctx, int max_tokens_default) {
     auto mt = number<int>(body, "max_tokens", 1, n_ctx);
     if (!mt) mt = number<int>(body, "max_completion_tokens", 1, n_ctx);
-    g.max_tokens = mt.value_or(opt_.max_tokens_default);
+    g.max_tokens = mt.value_or(max_tokens_default);
     g.sampling.temperature = number<float>(body, "temperature", 0.f, 2.f).value_or(1.f);
     g.sampling.top_p = number<float>(body, "top_p", 0.f, 1.f).value_or(1.f);
     g.sampling.top_k = number<int>(body, "top_k", 0, 1 << 20).value_or(0);
@@ -159,180 +44,307 @@ void OpenAiService::completions(const HttpRequest& req, HttpResponder& res, bool
             throw bad("stop must be a string or up to 4 strings", "stop");
         }
     }
+}
 
-    // Prompt tokens.
-    if (chat) {
-        if (!body.contains("messages") || !body["messages"].is_array()) throw bad("messages must be an array", "messages");
-        if (body["messages"].empty()) throw bad("messages is empty", "messages");
-        std::vector<ChatMessage> msgs;
-        for (size_t i = 0; i < body["messages"].size(); ++i) {
-            const auto& m = body["messages"][i];
-            const std::string where = "messages[" + std::to_string(i) + "]";
-            if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad(where + ".role must be a string", where);
-            ChatMessage cm;
-            cm.role = m["role"].get<std::string>();
-            if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool" && cm.role != "developer")
-                throw bad(where + ".role '" + cm.role + "' is not system, user, assistant or tool", where);
-            if (cm.role == "developer") cm.role = "system";
-            cm.content = text_of(m.contains("content") ? m["content"] : json(nullptr), where + ".content");
-            if (cm.role == "assistant") cm.generated = gen_->remembered_turn(cm.content);
-            msgs.push_back(std::move(cm));
-        }
-        std::optional<bool> thinking;
-        if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
-            const json& kw = body["chat_template_kwargs"];
-            for (const char* key : {"enable_thinking", "thinking"})
-                if (kw.contains(key) && kw[key].is_boolean()) thinking = kw[key].get<bool>();
-        }
-        auto tokens_of = [&](const std::vector<ChatMessage>& ms, bool generation_prompt) {
-            std::vector<int32_t> out;
-            for (const auto& seg : render_chat(opt_.family, ms, {.add_generation_prompt = generation_prompt, .enable_thinking = thinking,
-                                                                 .bos_text = opt_.bos_text})) {
-                if (!seg.tokens.empty()) out.insert(out.end(), seg.tokens.begin(), seg.tokens.end());
-                else {
-                    auto ids = tok_->encode(seg.text, out.empty(), true);
-                    out.insert(out.end(), ids.begin(), ids.end());
-                }
-            }
-            return out;
-        };
-        g.prompt = tokens_of(msgs, true);
-        // A recurrent model keeps a state snapshot where the last user message starts: the next conversation
-        // with the same system prompt and history, or a retry of this turn, restarts from there.
-        if (gen_->recurrent()) {
-            size_t last_user = msgs.size();
-            while (last_user > 0 && msgs[last_user - 1].role != "user") --last_user;
-            if (last_user > 1) {
-                const auto head = tokens_of(std::vector<ChatMessage>(msgs.begin(), msgs.begin() + static_cast<long>(last_user - 1)), false);
-                if (!head.empty() && head.size() < g.prompt.size() && std::equal(head.begin(), head.end(), g.prompt.begin()))
-                    g.checkpoint_at.push_back(static_cast<int>(head.size()));
-            }
-        }
+// tools: [{"type":"function","function":{"name","description","parameters"}}], key order kept for the prompt.
+std::vector<ToolSpec> read_tools(const ordered_json& body) {
+    std::vector<ToolSpec> tools;
+    if (!body.contains("tools") || body["tools"].is_null()) return tools;
+    if (!body["tools"].is_array()) throw bad("tools must be an array", "tools");
+    for (size_t i = 0; i < body["tools"].size(); ++i) {
+        const auto& t = body["tools"][i];
+        const std::string where = "tools[" + std::to_string(i) + "]";
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+            throw bad(where + " must be {\"type\": \"function\", \"function\": {...}}", where);
+        const auto& f = t["function"];
+        if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+            throw bad(where + ".function.name must be a non-empty string", where);
+        if (f.contains("parameters") && !f["parameters"].is_object()) throw bad(where + ".function.parameters must be a JSON schema object", where);
+        tools.push_back({f["name"].get<std::string>(), f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
+                         f.value("parameters", ordered_json::object())});
+    }
+    return tools;
+}
+
+void read_tool_choice(const json& body, ChatInput& in) {
+    if (body.contains("parallel_tool_calls")) in.parallel_tool_calls = boolean(body, "parallel_tool_calls").value_or(true);
+    if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return;
+    const json& c = body["tool_choice"];
+    if (c.is_string()) {
+        const std::string s = c.get<std::string>();
+        if (s == "none") in.tool_choice = ToolChoice::None;
+        else if (s == "auto") in.tool_choice = ToolChoice::Auto;
+        else if (s == "required") in.tool_choice = ToolChoice::Required;
+        else throw bad("tool_choice '" + s + "' is not none, auto, required or a named function", "tool_choice");
+    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+        in.tool_choice = ToolChoice::Named;
+        in.forced_tool = c["function"]["name"].get<std::string>();
+        if (!find_tool(in.tools, in.forced_tool)) throw bad("tool_choice names '" + in.forced_tool + "', which is not in tools", "tool_choice");
     } else {
-        if (!body.contains("prompt")) throw bad("prompt is required", "prompt");
-        if (body["prompt"].is_string()) {
-            g.prompt = tok_->encode(body["prompt"].get<std::string>(), true, true);
-        } else if (body["prompt"].is_array() && !body["prompt"].empty() && body["prompt"][0].is_number_integer()) {
-            for (const auto& t : body["prompt"]) {
-                if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_->n_vocab())
-                    throw bad("prompt token " + t.dump() + " is outside the vocabulary", "prompt");
-                g.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
-            }
-        } else {
-            throw bad("prompt must be a string or an array of token ids", "prompt");
-        }
-        if (g.prompt.empty()) throw bad("prompt is empty", "prompt");
+        throw bad("tool_choice must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
     }
-    if (static_cast<int>(g.prompt.size()) + 1 > n_ctx)
-        throw bad("the prompt has " + std::to_string(g.prompt.size()) + " tokens; the context holds " + std::to_string(n_ctx),
-                  chat ? "messages" : "prompt", "context_length_exceeded");
-    g.max_tokens = std::min(g.max_tokens, n_ctx - static_cast<int>(g.prompt.size()));
+    if (in.tool_choice != ToolChoice::None && in.tool_choice != ToolChoice::Auto && in.tools.empty())
+        throw bad("tool_choice asks for a tool call but tools is empty", "tool_choice");
+}
 
-    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-    const int64_t created = now_s();
-    auto chunk = [&](const json& delta_or_text, const json& finish) {
-        json c = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", opt_.alias}};
-        json choice = {{"index", 0}, {"finish_reason", finish}};
-        if (chat) choice["delta"] = delta_or_text;
-        else choice["text"] = delta_or_text;
-        c["choices"] = json::array({choice});
-        return c;
-    };
-    // Streaming: the worker thread produces pieces while this thread writes the response header, so every
-    // socket write goes through one lock, and pieces that arrive before the header are held until it is out.
-    struct StreamState {
-        std::mutex mu;
-        bool started = false, ok = true;
-        std::string held;
-    };
-    auto ss = std::make_shared<StreamState>();
-    if (stream) {
-        g.on_text = [&res, ss, chunk, chat](const std::string& piece) {
-            const std::string event = "data: " + wire(chunk(chat ? json{{"content", piece}} : json(piece), nullptr)) + "\n\n";
-            std::lock_guard<std::mutex> lk(ss->mu);
-            if (!ss->started) {
-                ss->held += event;
-                return true;
+json token_json(const Tokenizer& tok, int32_t id, double logprob) {
+    const std::string piece = tok.piece(id);
+    json bytes = json::array();
+    for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+    return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+json logprob_content(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+    json content = json::array();
+    for (const auto& t : lps) {
+        json e = token_json(tok, t.id, t.logprob);
+        e["top_logprobs"] = json::array();
+        for (const auto& [id, lp] : t.top) e["top_logprobs"].push_back(token_json(tok, id, lp));
+        content.push_back(std::move(e));
+    }
+    return content;
+}
+
+json tool_call_json(const ToolCall& c) {
+    return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+json usage_json(const GenerationResult& r) {
+    return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens}, {"total_tokens", r.prompt_tokens + r.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", r.prompt_reused}}}};
+}
+
+json timings_json(const GenerationResult& r) {
+    return {{"prompt_n", r.prompt_tokens - r.prompt_reused}, {"prompt_reused", r.prompt_reused}, {"prompt_ms", r.prompt_ms},
+            {"predicted_n", r.completion_tokens}, {"predicted_ms", r.gen_ms},
+            {"predicted_per_second", r.completion_tokens > 1 && r.gen_ms > 0 ? (r.completion_tokens - 1) * 1000.0 / r.gen_ms : 0.0}};
+}
+
+void read_logprobs(const json& body, GenerationRequest& g, bool chat) {
+    if (chat) {
+        const bool on = boolean(body, "logprobs").value_or(false);
+        const auto top = number<int>(body, "top_logprobs", 0, 20);
+        if (top && !on) throw bad("top_logprobs needs logprobs: true", "top_logprobs");
+        if (on) g.logprobs = top.value_or(0);
+    } else if (auto n = number<int>(body, "logprobs", 0, 5)) {
+        g.logprobs = *n;
+    }
+}
+
+}  // namespace
+
+void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
+    const ordered_json body = ordered_json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) throw bad("the body is not valid JSON");
+    if (!body.is_object()) throw bad("the body must be a JSON object");
+    const json flat = json::parse(req.body);  // the same, for the typed readers
+    check_model(flat);
+    const bool stream = boolean(flat, "stream").value_or(false);
+    GenerationRequest g;
+    read_sampling(flat, g, gen_->n_ctx(), opt_.max_tokens_default);
+    read_logprobs(flat, g, true);
+    if (flat.contains("response_format") && !flat["response_format"].is_null()) {
+        const json& rf = flat["response_format"];
+        if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) throw bad("response_format must be {\"type\": ...}", "response_format");
+        if (rf["type"] != "text") throw bad("response_format type '" + rf["type"].get<std::string>() + "' is not supported by this server", "response_format");
+    }
+
+    ChatInput in;
+    in.tools = read_tools(body);
+    read_tool_choice(flat, in);
+    if (!flat.contains("messages") || !flat["messages"].is_array()) throw bad("messages must be an array", "messages");
+    if (flat["messages"].empty()) throw bad("messages is empty", "messages");
+    for (size_t i = 0; i < body["messages"].size(); ++i) {
+        const auto& m = body["messages"][i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad(where + ".role must be a string", where);
+        ChatMessage cm;
+        cm.role = m["role"].get<std::string>();
+        if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool" && cm.role != "developer")
+            throw bad(where + ".role '" + cm.role + "' is not system, user, assistant or tool", where);
+        if (cm.role == "developer") cm.role = "system";
+        cm.content = text_of(m.contains("content") ? json::parse(m["content"].dump()) : json(nullptr), where + ".content");
+        if (cm.role == "tool" && m.contains("tool_call_id") && m["tool_call_id"].is_string()) cm.tool_call_id = m["tool_call_id"].get<std::string>();
+        if (cm.role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array()) {
+            for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+                const auto& tc = m["tool_calls"][k];
+                const std::string w = where + ".tool_calls[" + std::to_string(k) + "]";
+                if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+                    throw bad(w + ".function.name must be a string", w);
+                const auto& f = tc["function"];
+                std::string args = f.contains("arguments") ? (f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump()) : "{}";
+                cm.tool_calls.push_back({tc.value("id", ""), f["name"].get<std::string>(), args});
             }
-            ss->ok = ss->ok && res.write_chunk(event);
-            return ss->ok;
-        };
+        }
+        if (cm.role == "assistant") {
+            cm.generated = recall(cm.content, cm.tool_calls);
+            // Reasoning a client sends back separately goes where the templates look for it.
+            if (m.contains("reasoning_content") && m["reasoning_content"].is_string() && !m["reasoning_content"].get<std::string>().empty() &&
+                cm.content.find("</think>") == std::string::npos)
+                cm.content = "<think>\n" + m["reasoning_content"].get<std::string>() + "\n</think>\n\n" + cm.content;
+        }
+        in.messages.push_back(std::move(cm));
     }
-    auto cancel = g.cancel;
-    auto fut = gen_->submit(std::move(g));
-    if (!fut) throw ApiError{503, "the request queue is full; retry shortly", "server_error", "", ""};
-    if (stream) {
-        std::lock_guard<std::mutex> lk(ss->mu);
-        ss->ok = res.begin_stream("text/event-stream");
-        if (ss->ok && chat) ss->ok = res.write_chunk("data: " + wire(chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n");
-        if (ss->ok && !ss->held.empty()) ss->ok = res.write_chunk(ss->held);
-        ss->held.clear();
-        ss->started = true;
-        if (!ss->ok) cancel->store(true);
-        count(200);
+    if (flat.contains("chat_template_kwargs") && flat["chat_template_kwargs"].is_object()) {
+        const json& kw = flat["chat_template_kwargs"];
+        for (const char* key : {"enable_thinking", "thinking"})
+            if (kw.contains(key) && kw[key].is_boolean()) in.thinking = kw[key].get<bool>();
     }
-    // Non-streaming: watch for the client going away while the worker computes.
-    while (fut->wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
-        if (!stream && res.client_gone()) cancel->store(true);
-    GenerationResult r = fut->get();
-    const bool stream_ok = ss->ok;
+    const PreparedChat chat = prepare(in, g, "messages");
+
+    const std::string id = "chatcmpl-" + std::to_string(next_id_++);
+    const int64_t created = now_s();
+    auto chunk = [&, id, created](const json& delta, const json& finish) {
+        return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", opt_.alias},
+                    {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
+    };
+    // Output events, from the worker thread while it generates and from this thread at the end.
+    OutputParserOptions popt = chat.parser;
+    popt.call_id_prefix = "call_" + id.substr(9) + "_";
+    auto parser = std::make_shared<ChatOutputParser>(opt_.family, popt);
+    SseStream sse(res);
+    std::vector<TokenLogprob> pending_lp;  // streaming: logprobs not yet attached to a chunk
+    int calls_sent = 0;
+    const bool one_call = !in.parallel_tool_calls;
+    auto finish_now = g.finish_now;
+    auto handle_events = [&](const std::vector<OutputEvent>& events) {
+        for (const auto& e : events) {
+            if (e.kind == OutputEvent::Call) {
+                if (one_call && calls_sent > 0) continue;
+                if (one_call) finish_now->store(true);
+                json tc = tool_call_json(e.call);
+                tc["index"] = calls_sent++;
+                if (stream) sse.send("data: " + wire(chunk({{"tool_calls", json::array({tc})}}, nullptr)) + "\n\n");
+                continue;
+            }
+            if (!stream) continue;
+            json c = chunk({{e.kind == OutputEvent::Reasoning ? "reasoning_content" : "content", e.text}}, nullptr);
+            if (!pending_lp.empty()) {
+                c["choices"][0]["logprobs"] = {{"content", logprob_content(*tok_, pending_lp)}};
+                pending_lp.clear();
+            }
+            if (!sse.send("data: " + wire(c) + "\n\n")) return false;
+        }
+        return true;
+    };
+    parser->push(chat.prefill);
+    const bool want_logprobs = g.logprobs >= 0;
+    g.on_text = [&](const std::string& piece) { return handle_events(parser->push(piece)); };
+    if (stream && g.logprobs >= 0) g.on_logprob = [&](const TokenLogprob& t) { pending_lp.push_back(t); };
+    GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
+                                  stream ? "data: " + wire(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n" : "");
     if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
         if (stream) {
-            if (stream_ok) res.write_chunk("data: " + wire(error_body({500, r.error, "server_error", "", ""})) + "\n\n");
-            res.end_stream();
+            if (sse.ok()) sse.send("data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n");
+            sse.end();
             return;
         }
         throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
     }
-    const json usage = {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
-                        {"total_tokens", r.prompt_tokens + r.completion_tokens}};
-    const json timings = {{"prompt_n", r.prompt_tokens - r.prompt_reused}, {"prompt_reused", r.prompt_reused}, {"prompt_ms", r.prompt_ms},
-                          {"predicted_n", r.completion_tokens}, {"predicted_ms", r.gen_ms},
-                          {"predicted_per_second", r.completion_tokens > 1 && r.gen_ms > 0 ? (r.completion_tokens - 1) * 1000.0 / r.gen_ms : 0.0}};
-    const std::string finish = r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
+    if (r.finish_reason != "cancelled") handle_events(parser->finish());
+    remember(*parser, chat, r);
+    std::vector<ToolCall> calls = parser->calls();
+    if (one_call && calls.size() > 1) calls.resize(1);
+    const std::string finish = !calls.empty() ? "tool_calls" : r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
     if (stream) {
-        if (stream_ok) {
-            json last = chunk(chat ? json::object() : json(""), finish);
-            last["usage"] = usage;
-            last["timings"] = timings;
-            res.write_chunk("data: " + wire(last) + "\n\n");
-            res.write_chunk("data: [DONE]\n\n");
+        if (sse.ok()) {
+            json last = chunk(json::object(), finish);
+            if (!pending_lp.empty()) last["choices"][0]["logprobs"] = {{"content", logprob_content(*tok_, pending_lp)}};
+            last["usage"] = usage_json(r);
+            last["timings"] = timings_json(r);
+            sse.send("data: " + wire(last) + "\n\n");
+            sse.send("data: [DONE]\n\n");
         }
-        res.end_stream();
+        sse.end();
         return;
     }
-    json out = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created}, {"model", opt_.alias},
-                {"usage", usage}, {"timings", timings}};
-    json choice = {{"index", 0}, {"finish_reason", finish}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-    else choice["text"] = r.text;
-    out["choices"] = json::array({choice});
+    json message = {{"role", "assistant"}, {"content", calls.empty() || !parser->content().empty() ? json(parser->content()) : json(nullptr)}};
+    if (!parser->reasoning().empty()) message["reasoning_content"] = parser->reasoning();
+    if (!calls.empty()) {
+        message["tool_calls"] = json::array();
+        for (const auto& c : calls) message["tool_calls"].push_back(tool_call_json(c));
+    }
+    json choice = {{"index", 0}, {"message", message}, {"finish_reason", finish}};
+    choice["logprobs"] = !want_logprobs ? json(nullptr) : json{{"content", logprob_content(*tok_, r.logprobs)}};
+    json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", opt_.alias}, {"choices", json::array({choice})},
+                {"usage", usage_json(r)}, {"timings", timings_json(r)}};
     count(200);
     res.send(200, "application/json", wire(out));
 }
 
-std::string OpenAiService::metrics_text() {
-    std::ostringstream m;
-    m << "# HELP moestream_ready 1 once the model is loaded.\n# TYPE moestream_ready gauge\nmoestream_ready " << (ready_ ? 1 : 0) << "\n";
-    if (!gen_) return m.str();
-    auto& s = gen_->stats();
-    auto metric = [&](const char* name, const char* type, const char* help, double v) {
-        m << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+void ApiService::openai_completions(const HttpRequest& req, HttpResponder& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) throw bad("the body is not valid JSON");
+    if (!body.is_object()) throw bad("the body must be a JSON object");
+    check_model(body);
+    const bool stream = boolean(body, "stream").value_or(false);
+    GenerationRequest g;
+    const int n_ctx = gen_->n_ctx();
+    read_sampling(body, g, n_ctx, opt_.max_tokens_default);
+    read_logprobs(body, g, false);
+    if (!body.contains("prompt")) throw bad("prompt is required", "prompt");
+    if (body["prompt"].is_string()) {
+        g.prompt = tok_->encode(body["prompt"].get<std::string>(), true, true);
+    } else if (body["prompt"].is_array() && !body["prompt"].empty() && body["prompt"][0].is_number_integer()) {
+        for (const auto& t : body["prompt"]) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_->n_vocab())
+                throw bad("prompt token " + t.dump() + " is outside the vocabulary", "prompt");
+            g.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
+    } else {
+        throw bad("prompt must be a string or an array of token ids", "prompt");
+    }
+    if (g.prompt.empty()) throw bad("prompt is empty", "prompt");
+    if (static_cast<int>(g.prompt.size()) + 1 > n_ctx)
+        throw bad("the prompt has " + std::to_string(g.prompt.size()) + " tokens; the context holds " + std::to_string(n_ctx), "prompt",
+                  "context_length_exceeded");
+    g.max_tokens = std::min(g.max_tokens, n_ctx - static_cast<int>(g.prompt.size()));
+    const int logprobs = g.logprobs;
+
+    const std::string id = "cmpl-" + std::to_string(next_id_++);
+    const int64_t created = now_s();
+    auto chunk = [&, id, created](const std::string& text, const json& finish) {
+        return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", opt_.alias},
+                    {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish}}})}};
     };
-    metric("moestream_prompt_tokens_total", "counter", "Prompt tokens received.", static_cast<double>(s.prompt_tokens.load()));
-    metric("moestream_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the KV cache.", static_cast<double>(s.prompt_reused.load()));
-    metric("moestream_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens.load()));
-    metric("moestream_generation_tokens_per_second", "gauge", "Decode speed of the last request.", s.last_tok_per_s.load());
-    metric("moestream_queue_depth", "gauge", "Requests waiting for the generator.", static_cast<double>(gen_->queued()));
-    metric("moestream_busy", "gauge", "1 while a generation runs.", gen_->busy() ? 1 : 0);
-    const auto& rs = gen_->runner_stats();
-    metric("moestream_expert_loads_total", "counter", "Experts fetched (once per batch each).", static_cast<double>(rs.expert_loads));
-    metric("moestream_expert_activations_total", "counter", "Token-expert pairs computed.", static_cast<double>(rs.expert_activations));
-    if (extra_metrics) m << extra_metrics();
-    m << "# HELP moestream_requests_total Requests answered, by HTTP status.\n# TYPE moestream_requests_total counter\n";
-    std::lock_guard<std::mutex> lk(status_mu_);
-    for (const auto& [status, n] : by_status_) m << "moestream_requests_total{status=\"" << status << "\"} " << n << "\n";
-    return m.str();
+    // The legacy completions logprobs shape: parallel arrays.
+    auto legacy_logprobs = [&](const std::vector<TokenLogprob>& lps) {
+        json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
+        for (const auto& t : lps) {
+            out["tokens"].push_back(tok_->piece(t.id));
+            out["token_logprobs"].push_back(t.logprob);
+            json top = json::object();
+            for (const auto& [tid, lp] : t.top) top[tok_->piece(tid)] = lp;
+            out["top_logprobs"].push_back(top);
+        }
+        return out;
+    };
+    SseStream sse(res);
+    if (stream) g.on_text = [&sse, chunk](const std::string& piece) { return sse.send("data: " + wire(chunk(piece, nullptr)) + "\n\n"); };
+    GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr, "");
+    if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
+        if (stream) {
+            if (sse.ok()) sse.send("data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n");
+            sse.end();
+            return;
+        }
+        throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
+    }
+    const std::string finish = r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
+    json last = chunk(stream ? "" : r.text, finish);
+    if (logprobs >= 0) last["choices"][0]["logprobs"] = legacy_logprobs(r.logprobs);
+    last["usage"] = usage_json(r);
+    last["timings"] = timings_json(r);
+    if (stream) {
+        if (sse.ok()) {
+            sse.send("data: " + wire(last) + "\n\n");
+            sse.send("data: [DONE]\n\n");
+        }
+        sse.end();
+        return;
+    }
+    count(200);
+    res.send(200, "application/json", wire(last));
 }
 
 }  // namespace moe

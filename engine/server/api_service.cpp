@@ -1,0 +1,196 @@
+#include "engine/server/api_service.h"
+
+#include <sstream>
+
+namespace moe {
+
+namespace {
+
+json openai_error(const ApiError& e) {
+    json err = {{"message", e.message}, {"type", e.type}};
+    err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+    err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+    return {{"error", err}};
+}
+
+// Anthropic's shape: {"type":"error","error":{"type":...,"message":...}} with its own type names.
+json anthropic_error(const ApiError& e) {
+    const char* type = e.status == 401 ? "authentication_error"
+                       : e.status == 404 ? "not_found_error"
+                       : e.status == 413 ? "request_too_large"
+                       : e.status == 429 ? "rate_limit_error"
+                       : e.status == 503 ? "overloaded_error"
+                       : e.status >= 500 ? "api_error"
+                                         : "invalid_request_error";
+    return {{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+}
+
+}  // namespace
+
+bool keys_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = static_cast<unsigned char>(a.size() != b.size());
+    const std::string& longer = a.size() >= b.size() ? a : b;
+    for (size_t i = 0; i < longer.size(); ++i)
+        diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
+}
+
+bool SseStream::start(const std::string& opening) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ok_ = res_.begin_stream("text/event-stream");
+    if (ok_ && !opening.empty()) ok_ = res_.write_chunk(opening);
+    if (ok_ && !held_.empty()) ok_ = res_.write_chunk(held_);
+    held_.clear();
+    started_ = true;
+    return ok_;
+}
+
+bool SseStream::send(const std::string& event) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!started_) {
+        held_ += event;
+        return true;
+    }
+    ok_ = ok_ && res_.write_chunk(event);
+    return ok_;
+}
+
+bool SseStream::ok() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return ok_;
+}
+
+ApiService::ApiService(ApiOptions opt, std::shared_ptr<const Tokenizer> tok, Generator* gen)
+    : opt_(std::move(opt)), tok_(std::move(tok)), gen_(gen) {}
+
+void ApiService::count(int status) {
+    std::lock_guard<std::mutex> lk(status_mu_);
+    by_status_[status]++;
+}
+
+void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
+    const bool anthropic = req.target.rfind("/v1/messages", 0) == 0;
+    auto send_json = [&](int status, const json& body, const std::map<std::string, std::string>& extra = {}) {
+        count(status);
+        res.send(status, "application/json", wire(body), extra);
+    };
+    auto method = [&](const char* m) {
+        if (req.method != m) throw ApiError{405, std::string("use ") + m, "invalid_request_error", "", ""};
+    };
+    try {
+        if (req.target == "/health") {
+            method("GET");
+            if (!ready_) return send_json(503, {{"status", "loading"}});
+            return send_json(200, {{"status", "ok"}});
+        }
+        if (!opt_.api_key.empty()) {
+            // OpenAI clients send "Authorization: Bearer KEY", Anthropic's send "x-api-key: KEY"; either works.
+            auto header = [&](const char* name) {
+                auto it = req.headers.find(name);
+                return it == req.headers.end() ? std::string() : it->second;
+            };
+            const bool bearer_ok = keys_equal(header("authorization"), "Bearer " + opt_.api_key);
+            const bool x_key_ok = keys_equal(header("x-api-key"), opt_.api_key);
+            if (!bearer_ok && !x_key_ok)
+                throw ApiError{401, "missing or wrong API key (Authorization: Bearer <key> or x-api-key: <key>)", "invalid_request_error", "", "invalid_api_key"};
+        }
+        if (req.target == "/metrics") {
+            count(200);
+            return res.send(200, "text/plain; version=0.0.4", metrics_text());
+        }
+        if (req.target == "/v1/models") {
+            method("GET");
+            return send_json(200, {{"object", "list"},
+                                   {"data", json::array({{{"id", opt_.alias}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
+                                                          {"type", "model"}, {"display_name", opt_.alias}}})}});
+        }
+        using Handler = void (ApiService::*)(const HttpRequest&, HttpResponder&);
+        static const std::map<std::string, Handler> routes = {{"/v1/chat/completions", &ApiService::openai_chat},
+                                                              {"/v1/completions", &ApiService::openai_completions},
+                                                              {"/v1/messages", &ApiService::anthropic_messages},
+                                                              {"/v1/messages/count_tokens", &ApiService::anthropic_count_tokens}};
+        if (auto it = routes.find(req.target); it != routes.end()) {
+            method("POST");
+            if (!ready_) throw ApiError{503, "the model is still loading", "server_error", "", ""};
+            return (this->*(it->second))(req, res);
+        }
+        throw ApiError{404, "no route " + req.method + " " + req.target, "invalid_request_error", "", ""};
+    } catch (const ApiError& e) {
+        std::map<std::string, std::string> extra;
+        if (e.status == 503) extra["Retry-After"] = "1";
+        if (e.status == 401) extra["WWW-Authenticate"] = "Bearer";
+        send_json(e.status, anthropic ? anthropic_error(e) : openai_error(e), extra);
+    }
+}
+
+void ApiService::check_model(const json& body) {
+    if (!body.contains("model")) return;
+    if (!body["model"].is_string()) throw bad("model must be a string", "model");
+    const std::string m = body["model"].get<std::string>();
+    const std::string base = opt_.model_file.substr(opt_.model_file.rfind('/') + 1);
+    if (m != opt_.alias && m != base && m != opt_.model_file)
+        throw ApiError{404, "model '" + m + "' does not exist; this server serves '" + opt_.alias + "'", "invalid_request_error", "model", "model_not_found"};
+}
+
+PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, const std::string& param) {
+    PreparedChat chat = prepare_chat(in, format(), *tok_, gen_->recurrent());
+    const int n_ctx = gen_->n_ctx();
+    if (static_cast<int>(chat.prompt.size()) + 1 > n_ctx)
+        throw bad("the prompt has " + std::to_string(chat.prompt.size()) + " tokens; the context holds " + std::to_string(n_ctx), param,
+                  "context_length_exceeded");
+    g.prompt = chat.prompt;
+    g.checkpoint_at = chat.checkpoint_at;
+    g.max_tokens = std::min(g.max_tokens, n_ctx - static_cast<int>(g.prompt.size()));
+    return chat;
+}
+
+void ApiService::remember(const ChatOutputParser& parser, const PreparedChat& chat, const GenerationResult& r) {
+    // A forced call's opening sits in the prompt, not in the generated tokens: such a turn is not spliced.
+    if (r.finish_reason == "cancelled" || r.finish_reason == "error" || !chat.prefill.empty()) return;
+    gen_->remember_turn(turn_key(parser.content(), parser.calls()), r.tokens);
+}
+
+std::optional<std::vector<int32_t>> ApiService::recall(const std::string& content, const std::vector<ToolCall>& calls) const {
+    if (auto t = gen_->remembered_turn(turn_key(content, calls))) return t;
+    return calls.empty() ? std::nullopt : gen_->remembered_turn(turn_key(strip_thinking(content), calls));
+}
+
+GenerationResult ApiService::generate(GenerationRequest g, HttpResponder& res, SseStream* stream, const std::string& opening) {
+    auto cancel = g.cancel;
+    auto fut = gen_->submit(std::move(g));
+    if (!fut) throw ApiError{503, "the request queue is full; retry shortly", "server_error", "", ""};
+    if (stream) {
+        if (!stream->start(opening)) cancel->store(true);
+        count(200);
+    }
+    // Non-streaming: watch for the client going away while the worker computes.
+    while (fut->wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
+        if ((!stream && res.client_gone()) || (stream && !stream->ok())) cancel->store(true);
+    return fut->get();
+}
+
+std::string ApiService::metrics_text() {
+    std::ostringstream m;
+    m << "# HELP moestream_ready 1 once the model is loaded.\n# TYPE moestream_ready gauge\nmoestream_ready " << (ready_ ? 1 : 0) << "\n";
+    if (!gen_) return m.str();
+    auto& s = gen_->stats();
+    auto metric = [&](const char* name, const char* type, const char* help, double v) {
+        m << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+    };
+    metric("moestream_prompt_tokens_total", "counter", "Prompt tokens received.", static_cast<double>(s.prompt_tokens.load()));
+    metric("moestream_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the KV cache.", static_cast<double>(s.prompt_reused.load()));
+    metric("moestream_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens.load()));
+    metric("moestream_generation_tokens_per_second", "gauge", "Decode speed of the last request.", s.last_tok_per_s.load());
+    metric("moestream_queue_depth", "gauge", "Requests waiting for the generator.", static_cast<double>(gen_->queued()));
+    metric("moestream_busy", "gauge", "1 while a generation runs.", gen_->busy() ? 1 : 0);
+    const auto& rs = gen_->runner_stats();
+    metric("moestream_expert_loads_total", "counter", "Experts fetched (once per batch each).", static_cast<double>(rs.expert_loads));
+    metric("moestream_expert_activations_total", "counter", "Token-expert pairs computed.", static_cast<double>(rs.expert_activations));
+    if (extra_metrics) m << extra_metrics();
+    m << "# HELP moestream_requests_total Requests answered, by HTTP status.\n# TYPE moestream_requests_total counter\n";
+    std::lock_guard<std::mutex> lk(status_mu_);
+    for (const auto& [status, n] : by_status_) m << "moestream_requests_total{status=\"" << status << "\"} " << n << "\n";
+    return m.str();
+}
+
+}  // namespace moe

@@ -1,0 +1,59 @@
+// The model's output split the way agents expect it: reasoning (the think block), the answer, and tool calls
+// parsed from each family's own call format into OpenAI's {id, name, arguments}. It works on a stream of text
+// pieces, so a streaming response sends reasoning and answer as they come and each call once it is complete;
+// text that could be the start of a marker is held back until it is known not to be one. A call that cannot be
+// parsed comes back as answer text, never as an error.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/server/chat_template.h"
+
+namespace moe {
+
+struct OutputEvent {
+    enum Kind { Reasoning, Content, Call } kind;
+    std::string text;  // Reasoning, Content
+    ToolCall call;     // Call
+};
+
+struct OutputParserOptions {
+    bool split_reasoning = true;       // false: think blocks stay in the answer (--reasoning-format none)
+    bool starts_in_reasoning = false;  // the prompt ended by opening a think block
+    bool parse_tools = false;          // the request declared tools
+    std::vector<ToolSpec> tools;       // their schemas type the values of tag-style calls
+    std::string call_id_prefix = "call_";
+};
+
+class ChatOutputParser {
+public:
+    ChatOutputParser(ChatFamily family, OutputParserOptions opt);
+    std::vector<OutputEvent> push(const std::string& piece);
+    // The end of the output: what was held back, and a call cut short (parsed if it is whole, else text).
+    std::vector<OutputEvent> finish();
+
+    const std::string& reasoning() const { return reasoning_; }
+    const std::string& content() const { return content_; }
+    const std::vector<ToolCall>& calls() const { return calls_; }
+
+private:
+    enum class State { Start, Reasoning, Content, Call };
+    void step(std::vector<OutputEvent>& out, bool final);
+    void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string text, bool section_end);
+    bool parse_call_body(const std::string& body, std::vector<ToolCall>& out) const;
+    bool parse_one(const std::string& body, ToolCall& out) const;
+
+    ChatFamily family_;
+    OutputParserOptions opt_;
+    std::vector<std::string> call_open_;  // markers that start a call (or a section of calls)
+    std::string call_close_;
+    State state_ = State::Start;
+    std::string buf_;            // received, not yet handled
+    std::string open_marker_;    // the marker that opened the current call
+    std::string held_space_;     // trailing whitespace of the current section: sent only if more text follows
+    bool section_started_ = false;
+    std::string reasoning_, content_;
+    std::vector<ToolCall> calls_;
+};
+
+}  // namespace moe

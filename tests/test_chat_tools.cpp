@@ -1,0 +1,224 @@
+// Tools in the chat templates and in the model's output: a tool conversation rendered natively against the
+// text each family's own template produces (fixtures/chat_tools, rendered with jinja2), and each family's
+// call format parsed back into {name, arguments}, whole and in streamed pieces, with reasoning split off.
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "engine/server/chat_output.h"
+#include "engine/server/chat_session.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+std::string fixture(const std::string& name) {
+    std::ifstream f(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/chat_tools/" + name);
+    EXPECT_TRUE(f) << name;
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+std::vector<ToolSpec> tools() {
+    const auto decl = ordered_json::parse(R"([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "search", "description": "Web search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}, "opts": {"type": "object"}}, "required": ["q"]}}}])");
+    std::vector<ToolSpec> out;
+    for (const auto& t : decl) out.push_back({t["function"]["name"], t["function"]["description"], t, t["function"]["parameters"]});
+    return out;
+}
+
+// The conversation of fixtures/chat_tools/render.py.
+std::vector<ChatMessage> tool_conversation() {
+    std::vector<ChatMessage> ms = {
+        {"system", "You are terse."},
+        {"user", "Weather in Paris and news?"},
+        {"assistant", "Let me check.", {},
+         {{"call_1", "get_weather", R"({"city":"Paris","days":2})"}, {"call_2", "search", R"({"q":"news \"today\"","opts":{"n":3,"lang":"fr"}})"}}},
+        {"tool", R"({"temp": 21})"},
+        {"tool", "Nothing new."},
+        {"assistant", "21C; no news."},
+        {"user", "And Rome?"},
+        {"assistant", "", {}, {{"call_3", "get_weather", R"({"city":"Rome"})"}}},
+        {"tool", R"({"temp": 25})"}};
+    ms[3].tool_call_id = "call_1";
+    ms[4].tool_call_id = "call_2";
+    ms[8].tool_call_id = "call_3";
+    return ms;
+}
+
+std::string render(ChatFamily f, std::optional<bool> thinking = {}) {
+    return segments_text(render_chat(f, tool_conversation(), {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = "<｜begin▁of▁sentence｜>", .tools = tools()}));
+}
+
+TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
+    EXPECT_EQ(render(ChatFamily::Qwen3), fixture("qwen3.txt"));
+    EXPECT_EQ(render(ChatFamily::Qwen35), fixture("qwen35.txt"));
+    EXPECT_EQ(render(ChatFamily::Glm4), fixture("glm46.txt"));
+    EXPECT_EQ(render(ChatFamily::Glm47), fixture("glm47.txt"));
+    EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
+}
+
+TEST(ChatTools, DeepSeekGetsTheModelCardsToolDescription) {
+    const std::string text = render(ChatFamily::DeepSeekV31);
+    const std::string head = "<｜begin▁of▁sentence｜>You are terse.\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\n"
+                             "Description: Current weather for a city\n\nParameters: {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", "
+                             "\"description\": \"City name\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}\n\n### search\n";
+    EXPECT_EQ(text.substr(0, head.size()), head);
+    const std::string turns =
+        "<｜User｜>Weather in Paris and news?<｜Assistant｜></think>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        "{\"city\": \"Paris\", \"days\": 2}<｜tool▁call▁end｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"news \\\"today\\\"\", \"opts\": {\"n\": 3, "
+        "\"lang\": \"fr\"}}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>{\"temp\": 21}<｜tool▁output▁end｜>"
+        "<｜tool▁output▁begin｜>Nothing new.<｜tool▁output▁end｜>21C; no news.<｜end▁of▁sentence｜><｜User｜>And Rome?<｜Assistant｜></think>"
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Rome\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+        "<｜tool▁output▁begin｜>{\"temp\": 25}<｜tool▁output▁end｜>";
+    EXPECT_NE(text.find("- For multiple tool calls, chain them directly without separators or spaces\n<｜User｜>"), std::string::npos) << text;
+    EXPECT_EQ(text.substr(text.size() - turns.size()), turns);
+}
+
+TEST(ChatTools, PythonJsonMatchesJsonDumps) {
+    EXPECT_EQ(python_json(ordered_json::parse(R"({"b":1,"a":[true,null,2.5,"x\ny\u0001é"]})")), R"({"b": 1, "a": [true, null, 2.5, "x\ny\u0001é"]})");
+    EXPECT_EQ(python_str(ordered_json(true)), "True");
+    EXPECT_EQ(python_str(ordered_json(nullptr)), "None");
+    EXPECT_EQ(python_str(ordered_json("bare")), "bare");
+}
+
+// Feeds `text` to a parser in pieces of random size (cut at UTF-8 character boundaries, as the generator
+// sends them) and checks the streamed events add up to the parser's totals.
+ChatOutputParser parse_in_pieces(ChatFamily f, const OutputParserOptions& opt, const std::string& text, unsigned seed) {
+    ChatOutputParser p(f, opt);
+    std::mt19937 rng(seed);
+    std::string reasoning, content;
+    std::vector<ToolCall> calls;
+    auto take = [&](const std::vector<OutputEvent>& events) {
+        for (const auto& e : events) {
+            if (e.kind == OutputEvent::Reasoning) reasoning += e.text;
+            else if (e.kind == OutputEvent::Content) content += e.text;
+            else calls.push_back(e.call);
+        }
+    };
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t n = std::min(text.size() - pos, static_cast<size_t>(1 + rng() % 7));
+        while (pos + n < text.size() && (static_cast<unsigned char>(text[pos + n]) & 0xC0) == 0x80) ++n;
+        take(p.push(text.substr(pos, n)));
+        pos += n;
+    }
+    take(p.finish());
+    EXPECT_EQ(reasoning, p.reasoning());
+    EXPECT_EQ(content, p.content());
+    EXPECT_EQ(calls.size(), p.calls().size());
+    return p;
+}
+
+struct ParseCase {
+    ChatFamily family;
+    bool starts_in_reasoning;
+    std::string output;
+};
+
+TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
+    const std::string paris = R"({"city":"Paris","days":2})", news = R"({"q":"news \"today\"","opts":{"n":3,"lang":"fr"}})";
+    const std::vector<ParseCase> cases = {
+        {ChatFamily::Qwen3, false,
+         "<think>\nWeather and news.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"news \\\"today\\\"\", \"opts\": {\"n\": 3, \"lang\": \"fr\"}}}\n</tool_call>"},
+        {ChatFamily::Qwen35, true,
+         "Weather and news.\n</think>\n\nLet me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+         "</function>\n</tool_call>\n<tool_call>\n<function=search>\n<parameter=q>\nnews \"today\"\n</parameter>\n<parameter=opts>\n{\"n\": 3, \"lang\": \"fr\"}\n"
+         "</parameter>\n</function>\n</tool_call>"},
+        {ChatFamily::Glm4, false,
+         "\n<think>Weather and news.</think>\nLet me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+         "<arg_value>2</arg_value>\n</tool_call>\n<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>news \"today\"</arg_value>\n<arg_key>opts</arg_key>\n"
+         "<arg_value>{\"n\": 3, \"lang\": \"fr\"}</arg_value>\n</tool_call>"},
+        {ChatFamily::Glm47, true,
+         "Weather and news.</think>Let me check.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>2</arg_value>"
+         "</tool_call><tool_call>search<arg_key>q</arg_key><arg_value>news \"today\"</arg_value><arg_key>opts</arg_key><arg_value>{\"n\": 3, \"lang\": \"fr\"}</arg_value></tool_call>"},
+        {ChatFamily::DeepSeekV31, true,
+         "Weather and news.</think>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 2}<｜tool▁call▁end｜>"
+         "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"news \\\"today\\\"\", \"opts\": {\"n\": 3, \"lang\": \"fr\"}}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+        {ChatFamily::DeepSeek, false,
+         "<think>\nWeather and news.\n</think>\n\nLet me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 2}\n```"
+         "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": \"news \\\"today\\\"\", \"opts\": {\"n\": 3, \"lang\": \"fr\"}}\n```<｜tool▁call▁end｜>"
+         "<｜tool▁calls▁end｜>"},
+        {ChatFamily::KimiK2, false,
+         "<think>Weather and news.</think>Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+         "{\"city\": \"Paris\", \"days\": 2}<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{\"q\": \"news \\\"today\\\"\", "
+         "\"opts\": {\"n\": 3, \"lang\": \"fr\"}}<|tool_call_end|><|tool_calls_section_end|>"},
+    };
+    for (const auto& c : cases) {
+        for (unsigned seed = 0; seed < 20; ++seed) {
+            OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = c.starts_in_reasoning, .parse_tools = true, .tools = tools(), .call_id_prefix = "call_x_"};
+            auto p = parse_in_pieces(c.family, opt, c.output, seed);
+            SCOPED_TRACE(std::string(family_name(c.family)) + " seed " + std::to_string(seed));
+            EXPECT_EQ(p.reasoning(), "Weather and news.");
+            EXPECT_EQ(p.content(), "Let me check.");
+            ASSERT_EQ(p.calls().size(), 2u);
+            EXPECT_EQ(p.calls()[0].name, "get_weather");
+            EXPECT_EQ(p.calls()[0].arguments, paris);  // "days" typed as the schema's integer, "city" kept a string
+            EXPECT_EQ(p.calls()[0].id, "call_x_0");
+            EXPECT_EQ(p.calls()[1].name, "search");
+            EXPECT_EQ(p.calls()[1].arguments, news);
+            EXPECT_EQ(p.calls()[1].id, "call_x_1");
+        }
+    }
+}
+
+TEST(ChatTools, MalformedOrUnknownCallsStayText) {
+    OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"};
+    auto p = parse_in_pieces(ChatFamily::Qwen3, opt, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>", 1);
+    EXPECT_TRUE(p.calls().empty());
+    EXPECT_EQ(p.content(), "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>");
+    auto unknown = parse_in_pieces(ChatFamily::Glm47, opt, "<tool_call>rm_rf<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>", 2);
+    EXPECT_TRUE(unknown.calls().empty());
+    EXPECT_EQ(unknown.content(), "<tool_call>rm_rf<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>");
+    // Cut off mid-call (max_tokens): the partial call is text.
+    auto cut = parse_in_pieces(ChatFamily::Qwen35, opt, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", 3);
+    EXPECT_TRUE(cut.calls().empty());
+    EXPECT_EQ(cut.content(), "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
+    // Without tools in the request, call markers are plain text; without reasoning split, so are think tags.
+    OutputParserOptions plain{.split_reasoning = false, .starts_in_reasoning = false, .parse_tools = false, .tools = {}, .call_id_prefix = "c"};
+    auto none = parse_in_pieces(ChatFamily::Qwen3, plain, "<think>x</think>y <tool_call>{}</tool_call>", 4);
+    EXPECT_EQ(none.content(), "<think>x</think>y <tool_call>{}</tool_call>");
+    EXPECT_EQ(none.reasoning(), "");
+}
+
+TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
+    OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = true, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"};
+    auto unclosed = parse_in_pieces(ChatFamily::Qwen35, opt, "\nstill thinking when max_tokens hit", 5);
+    EXPECT_EQ(unclosed.reasoning(), "still thinking when max_tokens hit");
+    EXPECT_EQ(unclosed.content(), "");
+    auto lookalike = parse_in_pieces(ChatFamily::Qwen3, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"},
+                                     "a < b and <tool is not <tool_call", 6);
+    EXPECT_EQ(lookalike.content(), "a < b and <tool is not <tool_call");
+}
+
+TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
+    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2}) {
+        // What each model writes after its forced opening for get_weather.
+        const std::map<ChatFamily, std::string> rest = {
+            {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
+            {ChatFamily::Qwen35, "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"},
+            {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
+            {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
+            {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+            {ChatFamily::KimiK2, "0<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"}};
+        ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
+        EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
+        p.push(rest.at(f));
+        p.finish();
+        ASSERT_EQ(p.calls().size(), 1u) << family_name(f);
+        EXPECT_EQ(p.calls()[0].name, "get_weather");
+        EXPECT_EQ(p.calls()[0].arguments, R"({"city":"Oslo"})");
+    }
+}
+
+TEST(ChatTools, TurnKeysIgnoreArgumentFormatting) {
+    EXPECT_EQ(turn_key("ok", {{"a", "f", R"({"x": 1, "y": [1, 2]})"}}), turn_key("ok", {{"b", "f", R"({"x":1,"y":[1,2]})"}}));
+    EXPECT_NE(turn_key("ok", {{"a", "f", R"({"x": 1})"}}), turn_key("ok", {{"a", "f", R"({"x": 2})"}}));
+    EXPECT_EQ(turn_key("plain", {}), "plain");
+}
+
+}  // namespace
+}  // namespace moe
