@@ -203,7 +203,7 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
             {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
             {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
             {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
-            {ChatFamily::KimiK2, "0<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"}};
+            {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"}};
         ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
         EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
         p.push(rest.at(f));

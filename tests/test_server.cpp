@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "tests/http_client.h"
+#include "tests/serve_fixture.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -22,81 +23,8 @@ namespace {
 
 using json = nlohmann::json;
 
-class Server {
-public:
-    Server(const std::string& model, std::vector<std::string> extra) {
-        port_file_ = dir_ / "port";
-        std::vector<std::string> args = {MOESTREAM_BINARY, "serve", "--model", model, "--port", "0", "--port-file", port_file_,
-                                         "--threads", "1", "--alias", "m"};
-        args.insert(args.end(), extra.begin(), extra.end());
-        pid_ = ::fork();
-        if (pid_ == 0) {
-            std::vector<char*> argv;
-            for (auto& a : args) argv.push_back(a.data());
-            argv.push_back(nullptr);
-            ::freopen((dir_ / "log").c_str(), "w", stderr);
-            ::execv(argv[0], argv.data());
-            ::_exit(127);
-        }
-        for (int i = 0; i < 300 && port_ == 0; ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            std::ifstream f(port_file_);
-            f >> port_;
-        }
-        for (int i = 0; i < 500 && port_; ++i) {
-            if (test::request(port_, "GET", "/health").status == 200) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-    }
-    ~Server() {
-        if (pid_ > 0 && !exited_) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-    }
-    int port() const { return port_; }
-    // SIGTERM and wait (bounded); returns the exit status, or -1 when it did not exit.
-    int terminate() {
-        ::kill(pid_, SIGTERM);
-        for (int i = 0; i < 500; ++i) {
-            int st = 0;
-            if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-                exited_ = true;
-                return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return -1;
-    }
-    std::string log() const {
-        std::ifstream f(dir_ / "log");
-        return {std::istreambuf_iterator<char>(f), {}};
-    }
-
-private:
-    test::TempDir dir_;
-    std::string port_file_;
-    pid_t pid_ = -1;
-    int port_ = 0;
-    bool exited_ = false;
-};
-
-class ServeTest : public ::testing::Test {
-protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir;
-        model_ = *dir_ / "chat.gguf";
-        ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim",
-                                 "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--seed", "9",
-                                 "--out", model_}),
-                  0);
-    }
-    static void TearDownTestSuite() { delete dir_; }
-    static test::TempDir* dir_;
-    static std::string model_;
-};
-test::TempDir* ServeTest::dir_ = nullptr;
-std::string ServeTest::model_;
+using test::Server;
+using test::ServeTest;
 
 const std::string kChat = R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0})";
 

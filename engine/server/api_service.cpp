@@ -133,7 +133,13 @@ void ApiService::check_model(const json& body) {
 }
 
 PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, const std::string& param) {
-    PreparedChat chat = prepare_chat(in, format(), *tok_, gen_->recurrent());
+    PreparedChat chat;
+    try {
+        chat = prepare_chat(in, format(), *tok_, gen_->recurrent());
+    } catch (const GrammarError& e) {
+        throw bad(std::string("response_format: ") + e.what(), "response_format");
+    }
+    g.grammar = chat.grammar;
     const int n_ctx = gen_->n_ctx();
     if (static_cast<int>(chat.prompt.size()) + 1 > n_ctx)
         throw bad("the prompt has " + std::to_string(chat.prompt.size()) + " tokens; the context holds " + std::to_string(n_ctx), param,
@@ -145,9 +151,13 @@ PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, cons
 }
 
 void ApiService::remember(const ChatOutputParser& parser, const PreparedChat& chat, const GenerationResult& r) {
-    // A forced call's opening sits in the prompt, not in the generated tokens: such a turn is not spliced.
-    if (r.finish_reason == "cancelled" || r.finish_reason == "error" || !chat.prefill.empty()) return;
-    gen_->remember_turn(turn_key(parser.content(), parser.calls()), r.tokens);
+    if (r.finish_reason == "cancelled" || r.finish_reason == "error") return;
+    if (chat.prefill.empty()) return gen_->remember_turn(turn_key(parser.content(), parser.calls()), r.tokens);
+    // A forced call's opening sits in the prompt: the turn is the prompt's tail from the splice point on.
+    if (chat.splice_from < 0) return;
+    std::vector<int32_t> turn(chat.prompt.begin() + chat.splice_from, chat.prompt.end());
+    turn.insert(turn.end(), r.tokens.begin(), r.tokens.end());
+    gen_->remember_turn(turn_key(parser.content(), parser.calls()), turn);
 }
 
 std::optional<std::vector<int32_t>> ApiService::recall(const std::string& content, const std::vector<ToolCall>& calls) const {
@@ -183,6 +193,9 @@ std::string ApiService::metrics_text() {
     metric("moestream_generation_tokens_per_second", "gauge", "Decode speed of the last request.", s.last_tok_per_s.load());
     metric("moestream_queue_depth", "gauge", "Requests waiting for the generator.", static_cast<double>(gen_->queued()));
     metric("moestream_busy", "gauge", "1 while a generation runs.", gen_->busy() ? 1 : 0);
+    metric("moestream_grammar_tokens_total", "counter", "Tokens drawn under a grammar (response_format, forced tool calls).", static_cast<double>(s.grammar_tokens.load()));
+    metric("moestream_grammar_masks_total", "counter", "Full vocabulary masks built (the drawn token was not allowed).", static_cast<double>(s.grammar_masks.load()));
+    metric("moestream_grammar_seconds_total", "counter", "Time spent checking and masking tokens.", static_cast<double>(s.grammar_ns.load()) / 1e9);
     const auto& rs = gen_->runner_stats();
     metric("moestream_expert_loads_total", "counter", "Experts fetched (once per batch each).", static_cast<double>(rs.expert_loads));
     metric("moestream_expert_activations_total", "counter", "Token-expert pairs computed.", static_cast<double>(rs.expert_activations));

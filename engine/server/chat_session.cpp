@@ -10,31 +10,86 @@ std::vector<int32_t> tokens_of(const std::vector<ChatSegment>& segs, const std::
         auto ids = tok.encode(text, out.empty(), true);
         out.insert(out.end(), ids.begin(), ids.end());
     };
-    for (size_t i = 0; i < segs.size(); ++i) {
-        if (!segs[i].tokens.empty()) out.insert(out.end(), segs[i].tokens.begin(), segs[i].tokens.end());
-        else add_text(i + 1 == segs.size() ? segs[i].text + tail : segs[i].text);
+    for (const auto& seg : segs) {
+        if (!seg.tokens.empty()) out.insert(out.end(), seg.tokens.begin(), seg.tokens.end());
+        else add_text(seg.text);
     }
-    if ((segs.empty() || !segs.back().tokens.empty()) && !tail.empty()) add_text(tail);
+    if (!tail.empty()) add_text(tail);  // on its own: a forced call's opening is a separate run of tokens
     return out;
+}
+
+// A tool's arguments as a grammar: its parameter schema, or any object when the schema uses what constrained
+// decoding does not support (the call is still forced; its arguments are then only held to be an object).
+int arguments_grammar(JsonGrammar& g, const ToolSpec& tool) {
+    if (tool.parameters.empty()) return g.any_object();
+    try {
+        return g.from_schema(nlohmann::json::parse(tool.parameters.dump()));
+    } catch (const GrammarError&) {
+        return g.any_object();
+    }
+}
+
+// The rest of a forced call after its opening: [name head +] arguments + closing text.
+std::shared_ptr<const JsonGrammar> forced_call_grammar(const ChatInput& in, ChatFamily family) {
+    const CallSyntax syntax = call_syntax(family);
+    if (!syntax.json_arguments) return nullptr;
+    auto g = std::make_shared<JsonGrammar>();
+    int call;
+    if (in.tool_choice == ToolChoice::Named) {
+        call = arguments_grammar(*g, *find_tool(in.tools, in.forced_tool));
+    } else {
+        std::vector<int> alts;
+        for (const auto& t : in.tools) alts.push_back(g->sequence({g->literal(call_head(family, t.name)), arguments_grammar(*g, t)}));
+        call = g->any_of(std::move(alts));
+    }
+    g->set_root(g->sequence({call, g->literal(syntax.tail)}));
+    return g;
 }
 
 }  // namespace
 
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent) {
     PreparedChat p;
+    // tool_choice "none" keeps the tools in the prompt (the prefix stays the one the agent's other turns share)
+    // but parses no calls.
     const bool use_tools = !in.tools.empty() && in.tool_choice != ToolChoice::None;
     const bool forced = use_tools && (in.tool_choice == ToolChoice::Required || in.tool_choice == ToolChoice::Named);
-    ChatRenderOptions opt{.add_generation_prompt = true, .enable_thinking = forced ? std::optional<bool>(false) : in.thinking,
-                          .bos_text = format.bos_text, .tools = use_tools ? in.tools : std::vector<ToolSpec>{}};
+    // A constrained answer starts at the first token: no think block before it.
+    const bool constrained = forced || in.response_schema.has_value();
+    if (forced) {
+        p.grammar = forced_call_grammar(in, format.family);
+    } else if (in.response_schema) {
+        auto g = std::make_shared<JsonGrammar>();
+        g->set_root(g->from_schema(*in.response_schema));
+        p.grammar = g;
+    }
+    ChatRenderOptions opt{.add_generation_prompt = true, .enable_thinking = constrained ? std::optional<bool>(false) : in.thinking,
+                          .bos_text = format.bos_text, .tools = in.tools};
     const auto segs = render_chat(format.family, in.messages, opt);
     if (forced) p.prefill = forced_call_prefix(format.family, in.tool_choice == ToolChoice::Named ? in.forced_tool : "");
     p.prompt = tokens_of(segs, p.prefill, tok);
+
+    // Where a generated turn goes when the next request sends it back: render the history with a placeholder
+    // turn and see how much of this prompt comes before it.
+    if (forced) {
+        std::vector<ChatMessage> with_turn = in.messages;
+        with_turn.emplace_back("assistant", "", std::vector<int32_t>{-1});
+        ChatRenderOptions history_opt = opt;
+        history_opt.add_generation_prompt = false;
+        const auto hsegs = render_chat(format.family, with_turn, history_opt);
+        size_t k = 0;
+        while (k < hsegs.size() && hsegs[k].tokens != std::vector<int32_t>{-1}) ++k;
+        if (k < hsegs.size()) {
+            const auto head = tokens_of(std::vector<ChatSegment>(hsegs.begin(), hsegs.begin() + static_cast<long>(k)), "", tok);
+            if (head.size() <= p.prompt.size() && std::equal(head.begin(), head.end(), p.prompt.begin())) p.splice_from = static_cast<int>(head.size());
+        }
+    }
 
     // The output starts inside a think block when the generation prompt opened one.
     std::string end = segs.empty() || !segs.back().tokens.empty() ? "" : segs.back().text;
     while (!end.empty() && (end.back() == '\n' || end.back() == ' ')) end.pop_back();
     p.parser.split_reasoning = format.split_reasoning;
-    p.parser.starts_in_reasoning = !forced && end.size() >= 7 && end.compare(end.size() - 7, 7, "<think>") == 0;
+    p.parser.starts_in_reasoning = !constrained && end.size() >= 7 && end.compare(end.size() - 7, 7, "<think>") == 0;
     p.parser.parse_tools = use_tools;
     p.parser.tools = in.tools;
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/server/chat_output.h"
+#include "engine/sampler/json_grammar.h"
 #include "engine/server/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -21,6 +22,8 @@ struct ChatInput {
     std::string forced_tool;           // ToolChoice::Named
     bool parallel_tool_calls = true;
     std::optional<bool> thinking;      // unset: the family's default
+    // response_format: the answer is JSON matching this schema ({"type": "object"} for json_object).
+    std::optional<nlohmann::json> response_schema;
 };
 
 struct PreparedChat {
@@ -29,6 +32,11 @@ struct PreparedChat {
     OutputParserOptions parser;
     // A forced tool call's opening, already at the end of the prompt: fed to the parser before the output.
     std::string prefill;
+    // What the output is held to: the response schema, or a forced call's arguments and closing text.
+    std::shared_ptr<const JsonGrammar> grammar;
+    // Where a turn spliced into the next request's history starts in this prompt (-1: unknown). A forced
+    // call's turn is remembered as prompt[splice_from:] + its generated tokens, so its opening comes back too.
+    int splice_from = -1;
 };
 
 struct ChatFormat {
@@ -37,6 +45,7 @@ struct ChatFormat {
     bool split_reasoning = true;
 };
 
+// Throws GrammarError when response_schema uses what constrained decoding does not support.
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent);
 
 // Where a generated turn is remembered: its answer text, plus each call's name and arguments (canonical JSON)

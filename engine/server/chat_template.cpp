@@ -204,18 +204,36 @@ void qwen_tool_result(Out& o, const std::vector<ChatMessage>& ms, size_t i, cons
 
 }  // namespace
 
-std::string forced_call_prefix(ChatFamily family, const std::string& name) {
+CallSyntax call_syntax(ChatFamily family) {
     switch (family) {
         case ChatFamily::ChatML:
-        case ChatFamily::Qwen3: return name.empty() ? "<tool_call>\n{\"name\": \"" : "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ";
-        case ChatFamily::Qwen35: return "<tool_call>\n<function=" + (name.empty() ? "" : name + ">\n");
-        case ChatFamily::Glm4: return "\n<tool_call>" + (name.empty() ? "" : name + "\n");
-        case ChatFamily::Glm47: return "<tool_call>" + name;
+        case ChatFamily::Qwen3: return {"<tool_call>\n{\"name\": \"", "}\n</tool_call>", true};
+        case ChatFamily::Qwen35: return {"<tool_call>\n<function=", "", false};
+        case ChatFamily::Glm4: return {"\n<tool_call>", "", false};
+        case ChatFamily::Glm47: return {"<tool_call>", "", false};
         case ChatFamily::DeepSeek:
-        case ChatFamily::DeepSeekV31: return "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + (name.empty() ? "" : name + "<｜tool▁sep｜>");
-        case ChatFamily::KimiK2: return "<|tool_calls_section_begin|><|tool_call_begin|>functions." + (name.empty() ? "" : name + ":");
+        case ChatFamily::DeepSeekV31: return {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", true};
+        case ChatFamily::KimiK2: return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
     }
-    return "";
+    return {};
+}
+
+std::string call_head(ChatFamily family, const std::string& name) {
+    switch (family) {
+        case ChatFamily::ChatML:
+        case ChatFamily::Qwen3: return name + "\", \"arguments\": ";
+        case ChatFamily::Qwen35: return name + ">\n";
+        case ChatFamily::Glm4: return name + "\n";
+        case ChatFamily::Glm47: return name;
+        case ChatFamily::DeepSeek:
+        case ChatFamily::DeepSeekV31: return name + "<｜tool▁sep｜>";
+        case ChatFamily::KimiK2: return name + ":0<|tool_call_argument_begin|>";
+    }
+    return name;
+}
+
+std::string forced_call_prefix(ChatFamily family, const std::string& name) {
+    return call_syntax(family).open + (name.empty() ? "" : call_head(family, name));
 }
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {

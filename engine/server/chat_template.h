@@ -50,6 +50,14 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
 // The segments as one string (spliced turns shown as `<tokens:N>`), for tests and logs.
 std::string segments_text(const std::vector<ChatSegment>& segs);
 
+// A family's call format for forcing a call: `open` + call_head(name) + arguments + `tail`. Where the
+// arguments are JSON (json_arguments), a grammar can hold the model to the tool's schema.
+struct CallSyntax {
+    std::string open, tail;
+    bool json_arguments = false;
+};
+CallSyntax call_syntax(ChatFamily family);
+std::string call_head(ChatFamily family, const std::string& name);
 // Text that opens a tool call in the family's own format, appended after the generation prompt to make the
 // model call a tool (`name` given: that function; empty: any). Thinking is off for such a turn.
 std::string forced_call_prefix(ChatFamily family, const std::string& name);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "engine/server/chat_template.h"
@@ -124,6 +126,8 @@ GenerationResult Generator::run(GenerationRequest& req) {
     r.prompt_ms = ms_since(t0);
 
     Sampler sampler(req.sampling);
+    std::optional<TokenConstraint> constraint;
+    if (req.grammar) constraint.emplace(req.grammar, vocab_trie());
     std::vector<int32_t> history = prompt;
     StreamDecoder stream(*tok_);
     auto t1 = Clock::now();
@@ -134,7 +138,8 @@ GenerationResult Generator::run(GenerationRequest& req) {
     for (int i = 0; i < req.max_tokens; ++i) {
         if (req.cancel->load()) { r.finish_reason = "cancelled"; break; }
         const std::span<const float> logits{runner_.logits(), static_cast<size_t>(runner_.n_vocab())};
-        const int32_t next = sampler.sample(logits, history);
+        const int32_t next = constraint ? constrained_sample(sampler, logits, history, *constraint) : sampler.sample(logits, history);
+        if (next < 0) { r.finish_reason = "stop"; break; }  // the grammar allows nothing more
         if (tok_->is_eog(next)) { r.finish_reason = "stop"; break; }
         if (req.logprobs >= 0) {
             const auto lp = token_logprobs(logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
@@ -142,6 +147,7 @@ GenerationResult Generator::run(GenerationRequest& req) {
             if (req.on_logprob) req.on_logprob(t);
             r.logprobs.push_back(std::move(t));
         }
+        if (constraint) constraint->accept(next);
         r.tokens.push_back(next);
         history.push_back(next);
         held += stream.push(next);
@@ -200,6 +206,40 @@ void Generator::remember_turn(const std::string& raw_key, const std::vector<int3
         memory_.erase(memory_order_.front());
         memory_order_.pop_front();
     }
+}
+
+std::shared_ptr<const VocabTrie> Generator::vocab_trie() {
+    if (!trie_) {
+        // Special tokens by their text (a forced call's markers are special tokens in DeepSeek and Kimi);
+        // end-of-generation tokens empty: the grammar decides when the output may end.
+        std::vector<std::string> pieces(static_cast<size_t>(tok_->n_vocab()));
+        for (int32_t id = 0; id < tok_->n_vocab(); ++id)
+            if (!tok_->is_eog(id)) pieces[static_cast<size_t>(id)] = tok_->piece(id, true);
+        trie_ = std::make_shared<VocabTrie>(std::move(pieces));
+    }
+    return trie_;
+}
+
+int32_t Generator::constrained_sample(Sampler& sampler, std::span<const float> logits, const std::vector<int32_t>& history, TokenConstraint& constraint) {
+    const auto t0 = Clock::now();
+    int32_t next = sampler.sample(logits, history);
+    stats_.grammar_tokens++;
+    if (!constraint.allows(next, tok_->is_eog(next))) {
+        std::vector<uint8_t> allowed;
+        constraint.mask(allowed);
+        const bool can_end = constraint.can_end();
+        masked_.assign(logits.begin(), logits.end());
+        bool any = false;
+        for (size_t i = 0; i < masked_.size(); ++i) {
+            const bool ok = tok_->is_eog(static_cast<int32_t>(i)) ? can_end : allowed[i] != 0;
+            if (!ok) masked_[i] = -std::numeric_limits<float>::infinity();
+            any = any || ok;
+        }
+        next = any ? sampler.sample(masked_, history) : -1;
+        stats_.grammar_masks++;
+    }
+    stats_.grammar_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    return next;
 }
 
 ExpertSourceStats Generator::expert_stats() const {

@@ -21,6 +21,7 @@
 
 #include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
+#include "engine/sampler/token_constraint.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace moe {
@@ -43,6 +44,8 @@ struct GenerationRequest {
     // Set by the consumer (from on_text) when the answer is complete, e.g. one tool call was asked for: the
     // generation ends with finish_reason "stop".
     std::shared_ptr<std::atomic<bool>> finish_now = std::make_shared<std::atomic<bool>>(false);
+    // Constrained output (response_format, forced tool calls): only tokens the grammar allows are drawn.
+    std::shared_ptr<const JsonGrammar> grammar;
     int logprobs = -1;  // -1: none; else each token's logprob with this many alternatives (0-20)
     std::function<void(const TokenLogprob&)> on_logprob;  // streaming: called before on_text gets the token's text
     // Prompt positions worth a recurrent-state checkpoint (recurrent models): where a later request is likely
@@ -67,6 +70,9 @@ struct GenerationStats {
     std::atomic<uint64_t> prompt_tokens{0}, prompt_reused{0}, generated_tokens{0}, requests{0};
     std::atomic<uint64_t> gen_ms_total{0};
     std::atomic<double> last_tok_per_s{0};
+    // Constrained decoding: tokens checked against the grammar, full masks built (the drawn token was not
+    // allowed), and the time spent on both.
+    std::atomic<uint64_t> grammar_tokens{0}, grammar_masks{0}, grammar_ns{0};
 };
 
 class Generator {
@@ -98,6 +104,10 @@ private:
     void worker();
     GenerationResult run(GenerationRequest& req);
     void remember(const std::string& text, const std::vector<int32_t>& tokens);
+    // Draws the next token within the grammar: the sampler's choice when allowed, else a draw from the
+    // logits masked to the allowed tokens.
+    int32_t constrained_sample(Sampler& sampler, std::span<const float> logits, const std::vector<int32_t>& history, TokenConstraint& constraint);
+    std::shared_ptr<const VocabTrie> vocab_trie();
 
     const Model& model_;
     std::shared_ptr<const Tokenizer> tok_;
@@ -117,6 +127,8 @@ private:
     mutable std::mutex memory_mu_;
     std::map<std::string, std::vector<int32_t>> memory_;
     std::deque<std::string> memory_order_;
+    std::shared_ptr<const VocabTrie> trie_;  // built on the first constrained request (worker thread only)
+    std::vector<float> masked_;
     std::thread thread_;
 };
 

@@ -143,13 +143,22 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     GenerationRequest g;
     read_sampling(flat, g, gen_->n_ctx(), opt_.max_tokens_default);
     read_logprobs(flat, g, true);
+    ChatInput in;
     if (flat.contains("response_format") && !flat["response_format"].is_null()) {
         const json& rf = flat["response_format"];
         if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) throw bad("response_format must be {\"type\": ...}", "response_format");
-        if (rf["type"] != "text") throw bad("response_format type '" + rf["type"].get<std::string>() + "' is not supported by this server", "response_format");
+        const std::string type = rf["type"].get<std::string>();
+        if (type == "json_object") {
+            in.response_schema = json{{"type", "object"}};
+        } else if (type == "json_schema") {
+            if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
+                throw bad("response_format.json_schema.schema is required", "response_format");
+            in.response_schema = rf["json_schema"]["schema"];
+        } else if (type != "text") {
+            throw bad("response_format type '" + type + "' is not text, json_object or json_schema", "response_format");
+        }
     }
 
-    ChatInput in;
     in.tools = read_tools(body);
     read_tool_choice(flat, in);
     if (!flat.contains("messages") || !flat["messages"].is_array()) throw bad("messages must be an array", "messages");

@@ -1,0 +1,228 @@
+// What coding agents need from `moestream serve`, on a live server over loopback: tool calls (forced by a
+// grammar so a random test model makes them), the tool round trip with prefix reuse, reasoning and logprobs
+// fields, JSON-schema output, and Anthropic's Messages API plain and streaming.
+#include <nlohmann/json.hpp>
+
+#include "tests/serve_fixture.h"
+
+namespace moe {
+namespace {
+
+using json = nlohmann::json;
+using test::Server;
+using test::ServeTest;
+
+const json kTools = json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Weather",
+    "parameters":{"type":"object","properties":{"unit":{"enum":["c","f"]},"days":{"type":"integer"}},"required":["unit","days"]}}},
+    {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"utc":{"type":"boolean"}},"required":["utc"]}}}])");
+
+json chat(int port, const json& body, int expect = 200) {
+    auto r = test::request(port, "POST", "/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, expect) << r.body;
+    return json::parse(r.body, nullptr, false);
+}
+
+// The SSE payloads of a response ("data: ..." lines; Anthropic's "event:" lines skipped).
+std::vector<json> events(const std::string& body) {
+    std::vector<json> out;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+        const size_t end = body.find("\n\n", pos);
+        const std::string payload = body.substr(pos + 6, end - pos - 6);
+        pos = end;
+        if (payload != "[DONE]") out.push_back(json::parse(payload));
+    }
+    return out;
+}
+
+void expect_weather_arguments(const std::string& arguments) {
+    const json args = json::parse(arguments);
+    ASSERT_TRUE(args.is_object()) << arguments;
+    EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << arguments;
+    EXPECT_TRUE(args["days"].is_number_integer()) << arguments;
+    EXPECT_EQ(args.size(), 2u) << arguments;
+}
+
+TEST_F(ServeTest, ToolCallRoundTripReusesThePrefix) {
+    Server s(model_, {});
+    ASSERT_GT(s.port(), 0) << s.log();
+    json req = {{"messages", {{{"role", "system"}, {"content", "Use tools."}}, {{"role", "user"}, {"content", "Weather in Oslo?"}}}},
+                {"tools", kTools}, {"temperature", 0}, {"max_tokens", 200},
+                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+    const json a = chat(s.port(), req);
+    ASSERT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
+    const json& msg = a["choices"][0]["message"];
+    ASSERT_EQ(msg["tool_calls"].size(), 1u);
+    EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+    expect_weather_arguments(msg["tool_calls"][0]["function"]["arguments"]);
+    EXPECT_TRUE(msg["content"].is_null());
+
+    // Turn 2: the call and its result come back; only the new tokens are evaluated.
+    req["messages"].push_back(msg);
+    req["messages"].push_back({{"role", "tool"}, {"tool_call_id", msg["tool_calls"][0]["id"]}, {"content", "21C"}});
+    req["tool_choice"] = "required";
+    const json b = chat(s.port(), req);
+    const int held_a = a["usage"]["prompt_tokens"].get<int>() + a["usage"]["completion_tokens"].get<int>() - 1;
+    EXPECT_GE(b["timings"]["prompt_reused"].get<int>(), held_a) << b.dump();
+    ASSERT_EQ(b["choices"][0]["finish_reason"], "tool_calls") << b.dump();
+    const json& call_b = b["choices"][0]["message"]["tool_calls"][0];
+    const json args_b = json::parse(call_b["function"]["arguments"].get<std::string>());
+    if (call_b["function"]["name"] == "get_time") {
+        EXPECT_TRUE(args_b["utc"].is_boolean());
+    } else {
+        expect_weather_arguments(call_b["function"]["arguments"]);
+    }
+
+    // Turn 3: again.
+    req["messages"].push_back(b["choices"][0]["message"]);
+    req["messages"].push_back({{"role", "tool"}, {"tool_call_id", call_b["id"]}, {"content", "ok"}});
+    req["tool_choice"] = "none";
+    req["max_tokens"] = 4;
+    const json c = chat(s.port(), req);
+    const int held_b = b["usage"]["prompt_tokens"].get<int>() + b["usage"]["completion_tokens"].get<int>() - 1;
+    EXPECT_GE(c["timings"]["prompt_reused"].get<int>(), held_b) << c.dump();
+    EXPECT_EQ(c["choices"][0]["message"].count("tool_calls"), 0u);
+
+    // Streaming: the call arrives as a delta.tool_calls chunk, then finish_reason "tool_calls".
+    json st = req;
+    st["messages"] = {{{"role", "user"}, {"content", "Time?"}}};
+    st["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+    st["max_tokens"] = 200;
+    st["stream"] = true;
+    auto sr = test::request(s.port(), "POST", "/v1/chat/completions", st.dump());
+    ASSERT_EQ(sr.status, 200);
+    std::string name, arguments, finish;
+    for (const auto& e : events(sr.body)) {
+        const json& ch = e["choices"][0];
+        if (ch["delta"].contains("tool_calls")) {
+            EXPECT_EQ(ch["delta"]["tool_calls"][0]["index"], 0);
+            name += ch["delta"]["tool_calls"][0]["function"]["name"].get<std::string>();
+            arguments += ch["delta"]["tool_calls"][0]["function"]["arguments"].get<std::string>();
+        }
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_time");
+    EXPECT_TRUE(json::parse(arguments)["utc"].is_boolean()) << arguments;
+    EXPECT_EQ(finish, "tool_calls");
+
+    // Bad tool requests get a 400 naming the field.
+    json bad = req;
+    bad["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+    EXPECT_NE(chat(s.port(), bad, 400)["error"]["message"].get<std::string>().find("nope"), std::string::npos);
+    bad["tools"] = json::array({{{"type", "function"}, {"function", {{"description", "no name"}}}}});
+    EXPECT_EQ(chat(s.port(), bad, 400)["error"]["param"], "tools[0]");
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST_F(ServeTest, JsonSchemaOutputAndLogprobs) {
+    Server s(model_, {});
+    ASSERT_GT(s.port(), 0) << s.log();
+    const json schema = json::parse(R"({"type":"object","properties":{"ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3},
+        "n":{"type":"integer"}},"required":["ok","tags","n"],"additionalProperties":false})");
+    for (int seed = 1; seed <= 3; ++seed) {
+        json req = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}}, {"max_tokens", 300}, {"temperature", 1.0}, {"seed", seed},
+                    {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"schema", schema}, {"strict", true}}}}}};
+        const json r = chat(s.port(), req);
+        ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+        const json out = json::parse(r["choices"][0]["message"]["content"].get<std::string>());
+        EXPECT_TRUE(out["ok"].is_boolean());
+        EXPECT_TRUE(out["n"].is_number_integer());
+        ASSERT_TRUE(out["tags"].is_array());
+        EXPECT_LE(out["tags"].size(), 3u);
+        EXPECT_EQ(out.size(), 3u) << out.dump();
+    }
+    json obj = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"max_tokens", 300}, {"temperature", 0}, {"response_format", {{"type", "json_object"}}}};
+    const json o = chat(s.port(), obj);
+    if (o["choices"][0]["finish_reason"] == "stop") {
+        EXPECT_TRUE(json::parse(o["choices"][0]["message"]["content"].get<std::string>()).is_object());
+    }
+    json unsupported = obj;
+    unsupported["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}};
+    EXPECT_NE(chat(s.port(), unsupported, 400)["error"]["message"].get<std::string>().find("'pattern'"), std::string::npos);
+
+    // Logprobs: greedy picks the most likely token, so each token's logprob is its top alternative's.
+    json lp = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}};
+    const json l = chat(s.port(), lp);
+    const json& content = l["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(content.size(), static_cast<size_t>(l["usage"]["completion_tokens"].get<int>()));
+    for (const auto& t : content) {
+        ASSERT_EQ(t["top_logprobs"].size(), 3u);
+        EXPECT_DOUBLE_EQ(t["logprob"].get<double>(), t["top_logprobs"][0]["logprob"].get<double>());
+        EXPECT_LE(t["logprob"].get<double>(), 0.0);
+        EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(), t["top_logprobs"][2]["logprob"].get<double>());
+    }
+    lp["top_logprobs"] = 21;
+    chat(s.port(), lp, 400);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST_F(ServeTest, AnthropicMessages) {
+    Server s(model_, {"--api-key", "sk-test"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    auto post = [&](const std::string& path, const json& body) {
+        return test::request(s.port(), "POST", path, body.dump(), "x-api-key: sk-test\r\nanthropic-version: 2023-06-01\r\n");
+    };
+    const json tools = json::parse(R"([{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"unit":{"enum":["c","f"]},
+        "days":{"type":"integer"}},"required":["unit","days"]}}])");
+    json req = {{"model", "m"}, {"max_tokens", 200}, {"temperature", 0}, {"system", "Use tools."}, {"tools", tools},
+                {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
+                {"messages", {{{"role", "user"}, {"content", "Weather?"}}}}, {"metadata", {{"user_id", "u1"}}}};
+    auto r = post("/v1/messages", req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json m = json::parse(r.body);
+    EXPECT_EQ(m["type"], "message");
+    EXPECT_EQ(m["stop_reason"], "tool_use");
+    const json& use = m["content"].back();
+    ASSERT_EQ(use["type"], "tool_use") << m.dump();
+    EXPECT_EQ(use["name"], "get_weather");
+    expect_weather_arguments(use["input"].dump());
+
+    // The result comes back as a tool_result block; the turn before is reused from the cache.
+    req["messages"].push_back({{"role", "assistant"}, {"content", m["content"]}});
+    req["messages"].push_back({{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", use["id"]}, {"content", "21C"}}}}});
+    req["tool_choice"] = {{"type", "auto"}};
+    req["max_tokens"] = 5;
+    req["stream"] = true;
+    auto sr = post("/v1/messages", req);
+    ASSERT_EQ(sr.status, 200) << sr.body;
+    std::vector<std::string> types;
+    std::string text;
+    json final_usage;
+    for (const auto& e : events(sr.body)) {
+        types.push_back(e["type"]);
+        if (e["type"] == "content_block_delta" && e["delta"]["type"] == "text_delta") text += e["delta"]["text"].get<std::string>();
+        if (e["type"] == "message_delta") final_usage = e["usage"];
+    }
+    ASSERT_GE(types.size(), 3u);
+    EXPECT_EQ(types.front(), "message_start");
+    EXPECT_EQ(types.back(), "message_stop");
+    EXPECT_EQ(types[types.size() - 2], "message_delta");
+    const int held = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>() + m["usage"]["output_tokens"].get<int>() - 1;
+    EXPECT_GE(final_usage["cache_read_input_tokens"].get<int>(), held) << final_usage.dump();
+
+    // Streaming a forced tool_use: input_json_delta carries the arguments.
+    req["messages"] = {{{"role", "user"}, {"content", "Weather?"}}};
+    req["tool_choice"] = {{"type", "any"}};
+    req["max_tokens"] = 200;
+    std::string partial;
+    for (const auto& e : events(post("/v1/messages", req).body))
+        if (e["type"] == "content_block_delta" && e["delta"]["type"] == "input_json_delta") partial += e["delta"]["partial_json"].get<std::string>();
+    expect_weather_arguments(partial);
+
+    auto count = post("/v1/messages/count_tokens", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+    ASSERT_EQ(count.status, 200) << count.body;
+    EXPECT_GT(json::parse(count.body)["input_tokens"].get<int>(), 0);
+    // Errors in Anthropic's shape; a wrong key is an authentication_error.
+    auto bad = post("/v1/messages", {{"messages", {{{"role", "user"}, {"content", "x"}}}}});
+    EXPECT_EQ(bad.status, 400);
+    EXPECT_EQ(json::parse(bad.body)["type"], "error");
+    EXPECT_EQ(json::parse(bad.body)["error"]["type"], "invalid_request_error");
+    auto unauth = test::request(s.port(), "POST", "/v1/messages", req.dump(), "x-api-key: wrong\r\n");
+    EXPECT_EQ(unauth.status, 401);
+    EXPECT_EQ(json::parse(unauth.body)["error"]["type"], "authentication_error");
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+}  // namespace
+}  // namespace moe
