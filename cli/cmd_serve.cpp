@@ -44,6 +44,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     EngineFlags ef;
     int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256, checkpoints = ModelFacts::kDefaultCheckpoints;
     size_t max_body = 4u << 20;
+    HttpServerOptions http_opt;
+    std::string reasoning_format = "deepseek";
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("host", po::value(&host)->default_value("127.0.0.1"), "address to bind")
@@ -58,6 +60,13 @@ int cmd_serve(const std::vector<std::string>& args) {
          "recurrent models: state snapshots kept for prefix reuse (0: none; a changed prefix then re-evaluates from the start)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
+        ("reasoning-format", po::value(&reasoning_format)->default_value("deepseek"),
+         "deepseek: think blocks returned as reasoning_content (Anthropic: thinking blocks); none: left in the answer")
+        ("max-connections", po::value(&http_opt.max_connections)->default_value(128), "open connections (then the longest-idle one is closed)")
+        ("max-connections-per-client", po::value(&http_opt.max_connections_per_client)->default_value(32), "open connections per client address")
+        ("header-timeout", po::value(&http_opt.header_timeout_s)->default_value(10), "seconds to receive a request's header")
+        ("body-timeout", po::value(&http_opt.body_timeout_s)->default_value(60), "seconds to receive a request's body")
+        ("idle-timeout", po::value(&http_opt.idle_timeout_s)->default_value(60), "seconds a keep-alive connection may wait for its next request")
         ("port-file", po::value(&port_file), "write the bound port here once listening");
     add_engine_options(opts, ef);
     po::variables_map vm;
@@ -68,6 +77,11 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
+    if (reasoning_format != "deepseek" && reasoning_format != "none") throw CliError("--reasoning-format " + reasoning_format + " is not deepseek or none");
+    if (http_opt.max_connections < 1 || http_opt.max_connections > 100000) throw CliError("--max-connections " + std::to_string(http_opt.max_connections) + " is out of range");
+    if (http_opt.max_connections_per_client < 1) throw CliError("--max-connections-per-client must be at least 1");
+    for (const auto& [name, v] : {std::pair{"--header-timeout", http_opt.header_timeout_s}, {"--body-timeout", http_opt.body_timeout_s}, {"--idle-timeout", http_opt.idle_timeout_s}})
+        if (!(v > 0 && v <= 86400)) throw CliError(std::string(name) + " " + std::to_string(v) + " is out of range (0, 86400]");
     if (!key_file.empty()) api_key = read_key_file(key_file);
     if (api_key.empty())
         if (const char* env = std::getenv("MOESTREAM_API_KEY")) api_key = env;
@@ -87,7 +101,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string name = alias.empty() ? file.meta().get_string("general.name").value_or("moestream") : alias;
     ApiOptions api{.alias = name, .model_file = model_path, .api_key = api_key,
                    .family = detect_chat_family(file.meta().get_string("tokenizer.chat_template").value_or("")),
-                   .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "", .max_tokens_default = max_tokens};
+                   .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "", .max_tokens_default = max_tokens,
+                   .split_reasoning = reasoning_format != "none"};
     ApiService service(api, tok, nullptr);
     std::atomic<Generator*> served{nullptr};
     service.extra_metrics = [&]() -> std::string {
@@ -108,7 +123,10 @@ int cmd_serve(const std::vector<std::string>& args) {
         metric("moestream_expert_prefetch_used_total", "counter", "Speculative reads the router then asked for.", static_cast<double>(st.prefetch_used));
         return m;
     };
-    HttpServer server({.host = host, .port = port, .max_body_bytes = max_body, .max_connections = 64, .idle_timeout_s = 300},
+    http_opt.host = host;
+    http_opt.port = port;
+    http_opt.max_body_bytes = max_body;
+    HttpServer server(http_opt,
                       [&](const HttpRequest& rq, HttpResponder& rs) { service.handle(rq, rs); });
     try {
         server.listen();

@@ -49,6 +49,7 @@ public:
         }
     }
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     // SIGTERM and wait (bounded); returns the exit status, or -1 when it did not exit.
     int terminate() {
         ::kill(pid_, SIGTERM);

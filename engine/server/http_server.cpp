@@ -1,5 +1,6 @@
 #include "engine/server/http_server.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 #include <sys/socket.h>
@@ -7,7 +8,10 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <iostream>
+#include <sstream>
+#include <map>
 
 namespace moe {
 
@@ -18,9 +22,30 @@ using tcp = net::ip::tcp;
 
 namespace {
 
+// Writes all of `data` to a non-blocking socket, waiting for room with poll(); false when the client is gone
+// or did not take the bytes within the send timeout (a client that stops reading cannot stall a writer).
+bool write_all(int fd, const std::string& data, double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += static_cast<size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) return false;
+        struct pollfd p {fd, POLLOUT, 0};
+        ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    }
+    return true;
+}
+
 class SyncResponder : public HttpResponder {
 public:
-    SyncResponder(tcp::socket& s, unsigned version, bool keep_alive) : sock_(s), version_(version), keep_alive_(keep_alive) {}
+    SyncResponder(tcp::socket& s, unsigned version, bool keep_alive, double send_timeout_s)
+        : sock_(s), version_(version), keep_alive_(keep_alive), send_timeout_s_(send_timeout_s) {}
 
     void send(int status, const std::string& type, const std::string& body,
               const std::map<std::string, std::string>& extra = {}) override {
@@ -31,9 +56,9 @@ public:
         res.keep_alive(keep_alive_);
         res.body() = body;
         res.prepare_payload();
-        beast::error_code ec;
-        http::write(sock_, res, ec);
-        if (ec) failed_ = true;
+        std::ostringstream out;
+        out << res;
+        if (!write_all(sock_.native_handle(), out.str(), send_timeout_s_)) failed_ = true;
         sent_ = true;
     }
     bool begin_stream(const std::string& type) override {
@@ -43,26 +68,24 @@ public:
         res.set(http::field::cache_control, "no-cache");
         res.keep_alive(keep_alive_);
         res.chunked(true);
-        http::response_serializer<http::empty_body> sr{res};
-        beast::error_code ec;
-        http::write_header(sock_, sr, ec);
+        std::ostringstream out;
+        out << res.base();
         sent_ = true;
         streaming_ = true;
-        if (ec) failed_ = true;
+        if (!write_all(sock_.native_handle(), out.str(), send_timeout_s_)) failed_ = true;
         return !failed_;
     }
     bool write_chunk(const std::string& data) override {
         if (failed_) return false;
-        beast::error_code ec;
-        net::write(sock_, http::make_chunk(net::buffer(data)), ec);
-        if (ec) failed_ = true;
+        if (data.empty()) return true;  // an empty chunk would end the stream
+        std::ostringstream size;
+        size << std::hex << data.size() << "\r\n";
+        if (!write_all(sock_.native_handle(), size.str() + data + "\r\n", send_timeout_s_)) failed_ = true;
         return !failed_;
     }
     void end_stream() override {
         if (failed_) return;
-        beast::error_code ec;
-        net::write(sock_, http::make_chunk_last(), ec);
-        if (ec) failed_ = true;
+        if (!write_all(sock_.native_handle(), "0\r\n\r\n", send_timeout_s_)) failed_ = true;
     }
     bool client_gone() override {
         if (failed_) return true;
@@ -79,6 +102,7 @@ private:
     tcp::socket& sock_;
     unsigned version_;
     bool keep_alive_;
+    double send_timeout_s_;
     bool sent_ = false, streaming_ = false, failed_ = false;
 };
 
@@ -91,6 +115,13 @@ std::string json_error(const std::string& message, const std::string& type) {
 }  // namespace
 
 struct HttpServer::Impl {
+    using Clock = std::chrono::steady_clock;
+    struct Conn {
+        std::string client;       // remote address
+        bool busy = false;        // a request is being answered
+        Clock::time_point since;  // when it last became idle
+    };
+
     HttpServerOptions opt;
     HttpHandler handler;
     net::io_context io;
@@ -98,37 +129,83 @@ struct HttpServer::Impl {
     std::atomic<bool> stopping{false};
     std::atomic<int> active{0};
     std::mutex mu;
-    std::set<int> open_fds;
+    std::map<int, Conn> conns;  // by socket fd
+
+    void set_state(int fd, bool busy) {
+        std::lock_guard<std::mutex> lk(mu);
+        auto it = conns.find(fd);
+        if (it == conns.end()) return;
+        it->second.busy = busy;
+        it->second.since = Clock::now();
+    }
+
+    // Reads one request under deadlines: `first_wait` until its first byte, header_timeout for the header
+    // from then, body_timeout for the body.
+    beast::error_code read_request(tcp::socket& sock, beast::flat_buffer& buffer, http::request_parser<http::string_body>& parser, double first_wait) {
+        auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(first_wait));
+        auto after = [](double s) { return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+        bool started = buffer.size() > 0, header_done = false;
+        if (started) deadline = after(opt.header_timeout_s);
+        for (;;) {
+            beast::error_code ec;
+            const size_t before = buffer.size();
+            // The socket is non-blocking: read_some parses what is buffered and returns would_block when it
+            // needs bytes that have not arrived; poll() then waits for them up to the deadline.
+            http::read_some(sock, buffer, parser, ec);
+            if (!ec) {
+                if (parser.is_done()) return ec;
+                if (!started && (buffer.size() != before || parser.got_some())) {
+                    started = true;
+                    deadline = after(opt.header_timeout_s);
+                }
+                if (!header_done && parser.is_header_done()) {
+                    header_done = true;
+                    deadline = after(opt.body_timeout_s);
+                }
+                continue;
+            }
+            if (ec != net::error::would_block && ec != net::error::try_again) return ec;
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+            if (stopping || left <= 0) return net::error::timed_out;
+            struct pollfd p {sock.native_handle(), POLLIN, 0};
+            ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
+        }
+    }
 
     void session(tcp::socket sock) {
-        {
-            std::lock_guard<std::mutex> lk(mu);
-            open_fds.insert(sock.native_handle());
-        }
-        struct timeval tv {opt.idle_timeout_s, 0};
-        ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        const int fd = sock.native_handle();
+        beast::error_code nb;
+        sock.non_blocking(true, nb);  // reads and writes wait in poll() with deadlines, never block unbounded
         beast::flat_buffer buffer;
-        for (;;) {
+        for (bool first = true;; first = false) {
+            set_state(fd, false);
             http::request_parser<http::string_body> parser;
             parser.body_limit(opt.max_body_bytes);
             parser.header_limit(64 * 1024);
-            beast::error_code ec;
-            http::read(sock, buffer, parser, ec);
+            beast::error_code ec = read_request(sock, buffer, parser, first ? opt.header_timeout_s : opt.idle_timeout_s);
             if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) break;
             if (ec == http::error::body_limit) {
-                SyncResponder r(sock, 11, false);
+                SyncResponder r(sock, 11, false, opt.send_timeout_s);
                 r.send(413, "application/json",
                        json_error("request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes", "invalid_request_error"));
                 break;
             }
+            if (ec == net::error::timed_out) {
+                // Say why only to a client that had started a request; an idle keep-alive connection just closes.
+                if (parser.got_some() && !stopping) {
+                    SyncResponder r(sock, 11, false, opt.send_timeout_s);
+                    r.send(408, "application/json", json_error("request not received in time", "invalid_request_error"));
+                }
+                break;
+            }
             if (ec) {
-                if (ec != net::error::operation_aborted && ec != net::error::would_block && ec != net::error::timed_out &&
-                    ec != net::error::bad_descriptor) {
-                    SyncResponder r(sock, 11, false);
+                if (ec != net::error::operation_aborted && ec != net::error::bad_descriptor && ec != net::error::shut_down) {
+                    SyncResponder r(sock, 11, false, opt.send_timeout_s);
                     r.send(400, "application/json", json_error("malformed HTTP request: " + ec.message(), "invalid_request_error"));
                 }
                 break;
             }
+            set_state(fd, true);
             auto& req = parser.get();
             HttpRequest hr;
             hr.method = std::string(req.method_string());
@@ -141,7 +218,7 @@ struct HttpServer::Impl {
             }
             hr.body = std::move(req.body());
             const bool keep = req.keep_alive() && !stopping;
-            SyncResponder r(sock, req.version(), keep);
+            SyncResponder r(sock, req.version(), keep, opt.send_timeout_s);
             try {
                 handler(hr, r);
             } catch (const std::exception& e) {
@@ -154,20 +231,50 @@ struct HttpServer::Impl {
         sock.shutdown(tcp::socket::shutdown_both, ec);
         {
             std::lock_guard<std::mutex> lk(mu);
-            open_fds.erase(sock.native_handle());
+            conns.erase(fd);
         }
         sock.close(ec);
+    }
+
+    // Room for a connection from `client`: under both caps, or by closing the longest-idle connection (of that
+    // client when its own cap is the one reached). False when every candidate is busy.
+    bool make_room(const std::string& client) {
+        std::lock_guard<std::mutex> lk(mu);
+        int from_client = 0;
+        for (const auto& [fd, c] : conns) from_client += c.client == client;
+        const bool client_full = from_client >= opt.max_connections_per_client;
+        if (!client_full && static_cast<int>(conns.size()) < opt.max_connections) return true;
+        int victim = -1;
+        Clock::time_point oldest = Clock::time_point::max();
+        // A connection idle for less than 50 ms is most likely a client about to send its request: not a victim.
+        const auto young = Clock::now() - std::chrono::milliseconds(50);
+        for (const auto& [fd, c] : conns)
+            if (!c.busy && (!client_full || c.client == client) && c.since < oldest && c.since < young) {
+                oldest = c.since;
+                victim = fd;
+            }
+        if (victim < 0) return false;
+        ::shutdown(victim, SHUT_RDWR);  // its session's next read fails and it ends
+        conns[victim].busy = true;     // not chosen twice
+        return true;
     }
 
     void accept_next() {
         acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
             if (ec || stopping) return;
-            if (active.load() >= opt.max_connections) {
-                SyncResponder r(sock, 11, false);
+            beast::error_code aec;
+            const auto remote = sock.remote_endpoint(aec);
+            const std::string client = aec ? std::string("?") : remote.address().to_string();
+            if (!make_room(client)) {
+                SyncResponder r(sock, 11, false, opt.send_timeout_s);
                 r.send(503, "application/json", json_error("too many connections", "server_error"), {{"Retry-After", "1"}});
                 beast::error_code ignore;
                 sock.close(ignore);
             } else {
+                {
+                    std::lock_guard<std::mutex> lk(mu);
+                    conns[sock.native_handle()] = Conn{client, false, Clock::now()};
+                }
                 active++;
                 std::thread([this, s = std::move(sock)]() mutable {
                     session(std::move(s));
@@ -215,7 +322,7 @@ void HttpServer::stop() {
     {
         // Idle keep-alive connections block in read: shut their read side so they end.
         std::lock_guard<std::mutex> lk(impl_->mu);
-        for (int fd : impl_->open_fds) ::shutdown(fd, SHUT_RD);
+        for (const auto& [fd, c] : impl_->conns) ::shutdown(fd, SHUT_RD);
     }
     impl_->io.stop();
 }

@@ -1,5 +1,5 @@
 // A small HTTP/1.1 server on Boost.Beast: one thread per connection (bounded), keep-alive, a body size
-// limit, and a responder that can stream chunks (server-sent events) and tell when the client has gone.
+// limit, read deadlines, and a responder that can stream chunks (server-sent events) and tell when the client has gone.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -34,12 +34,20 @@ public:
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 
+// Connections are bounded in number, per client address and in time, so idle or slow clients cannot lock
+// others out: a new connection over a cap takes the place of the longest-idle connection (one between
+// requests or still sending its header) rather than being refused; only when every connection is busy
+// answering does it get 503.
 struct HttpServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;
     size_t max_body_bytes = 4u << 20;
-    int max_connections = 64;
-    int idle_timeout_s = 300;
+    int max_connections = 128;
+    int max_connections_per_client = 32;
+    double header_timeout_s = 10;   // from a request's first byte (or the connection's start) to its full header
+    double body_timeout_s = 60;     // from the header to the full body
+    double idle_timeout_s = 60;     // keep-alive: between one response and the next request's first byte
+    double send_timeout_s = 60;     // a client that stops reading a response is dropped after this long
 };
 
 class HttpServer {
