@@ -10,6 +10,10 @@ packages=(
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
   fio numactl systemd curl jq util-linux procps
 )
+# Node.js runs the official OpenAI/Anthropic SDK clients in the server tests: Debian's, unless a node is
+# already on PATH.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,3 +24,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all ${#packages[@]} packages present"
+# The SDKs at the versions pinned in tests/node/package-lock.json, into tests/node/node_modules (ignored by git).
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$here/tests/node/node_modules/openai" ] || [ ! -d "$here/tests/node/node_modules/@anthropic-ai/sdk" ] ||
+   [ "$here/tests/node/package-lock.json" -nt "$here/tests/node/node_modules/.package-lock.json" ]; then
+  npm ci --prefix "$here/tests/node" --no-audit --no-fund --loglevel=error
+fi
+echo "setup: SDK test clients in tests/node: openai $(node -p "require('$here/tests/node/node_modules/openai/package.json').version"), @anthropic-ai/sdk $(node -p "require('$here/tests/node/node_modules/@anthropic-ai/sdk/package.json').version")"
