@@ -30,7 +30,7 @@ void Runner::attention_deltanet(uint32_t l, int n) {
         }
 
     // Causal conv per channel over the chunk, then SiLU per token row.
-    float* conv_state = cache_.conv[l].data();
+    float* conv_state = cache_->conv[l].data();
     const float* taps = w.conv1d.f32();
     pool_.parallel_for(C, [&](int64_t c0, int64_t c1) {
         for (int64_t ch = c0; ch < c1; ++ch)
@@ -43,7 +43,7 @@ void Runner::attention_deltanet(uint32_t l, int n) {
     }
 
     // The delta rule: each v head's state runs through the chunk's tokens in order.
-    float* state = cache_.ssm[l].data();
+    float* state = cache_->ssm[l].data();
     const kernels::DotFn dot = kt_.dot[static_cast<int>(GgmlType::F32)];
     pool_.parallel_for(Hv, [&](int64_t h0, int64_t h1) {
         std::vector<float> delta(static_cast<size_t>(S));

@@ -25,8 +25,8 @@ void Runner::attention_gqa(uint32_t l, int n) {
     add_bias(k_, w.bk, kv_dim);
     add_bias(v_, w.bv, kv_dim);
 
-    uint16_t* kc = cache_.k[l].data();
-    uint16_t* vc = cache_.v[l].data();
+    uint16_t* kc = cache_->k[l].data();
+    uint16_t* vc = cache_->v[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> cs;
         for (int64_t t = t0; t < t1; ++t) {

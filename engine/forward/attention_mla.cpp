@@ -31,7 +31,7 @@ void Runner::attention_mla(uint32_t l, int n) {
         matmul_group({{&w.wq, q_.data(), H * qk}, {&w.wkv_a, kva_.data(), dk}}, xn_.data(), E, n);
     }
 
-    uint16_t* cache = cache_.k[l].data();
+    uint16_t* cache = cache_->k[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> cs;
         for (int64_t t = t0; t < t1; ++t) {
@@ -70,7 +70,7 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     matmul(w.ix_q_b, qr, qr_stride, n, ixq_.data(), static_cast<int64_t>(IH) * ID);
     matmul_group({{&w.ix_k, ixk_.data(), ID}, {&w.ix_proj, ixw_.data(), IH}}, xn_.data(), E, n);
     const float w_scale = 1.0f / std::sqrt(static_cast<float>(ID * IH));
-    uint16_t* keys = cache_.ix[l].data();
+    uint16_t* keys = cache_->ix[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> cs, normed(static_cast<size_t>(ID));
         for (int64_t t = t0; t < t1; ++t) {

@@ -19,9 +19,17 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     const Hparams& hp = m_.hp;
     if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
     if (opt_.n_batch <= 0) opt_.n_batch = 512;
-    cache_ = SequenceCache::make(m_, opt_.n_ctx);
+    if (opt_.n_seq < 1) throw std::invalid_argument("the number of sequences must be positive");
+    for (int i = 0; i < opt_.n_seq; ++i) caches_.push_back(SequenceCache::make(m_, opt_.n_ctx));
+    past_.assign(static_cast<size_t>(opt_.n_seq), 0);
+    seq_checkpoints_.resize(static_cast<size_t>(opt_.n_seq));
+    select_sequence(0);
     const size_t B = static_cast<size_t>(opt_.n_batch), E = hp.n_embd;
     x_.resize(B * E);
+    if (opt_.n_seq > 1) {
+        seg_in_.resize(B * E);
+        seg_out_.resize(B * E);
+    }
     xn_.resize(B * E);
     tmp_.resize(B * E);
     bool any_gqa = false, any_mla = false, any_dn = false;
@@ -84,25 +92,35 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
 }
 
+void Runner::select_sequence(int seq) {
+    if (seq < 0 || seq >= static_cast<int>(caches_.size()))
+        throw std::out_of_range("sequence " + std::to_string(seq) + " (the runner has " + std::to_string(caches_.size()) + ")");
+    active_ = seq;
+    cache_ = &caches_[static_cast<size_t>(seq)];
+    checkpoints_ = &seq_checkpoints_[static_cast<size_t>(seq)];
+    n_past_ = past_[static_cast<size_t>(seq)];
+}
+
 int Runner::truncate(int n) {
     if (n < 0 || n > n_past_) throw std::out_of_range("truncate beyond the cached positions");
-    if (n == n_past_ || !cache_.has_recurrent()) return n_past_ = n;
-    while (!checkpoints_.empty() && checkpoints_.back().pos > n) checkpoints_.pop_back();
-    if (checkpoints_.empty()) {
-        cache_.reset_recurrent();
-        return n_past_ = 0;
+    auto kept = [&](int p) { return past_[static_cast<size_t>(active_)] = n_past_ = p; };
+    if (n == n_past_ || !cache_->has_recurrent()) return kept(n);
+    while (!checkpoints_->empty() && checkpoints_->back().pos > n) checkpoints_->pop_back();
+    if (checkpoints_->empty()) {
+        cache_->reset_recurrent();
+        return kept(0);
     }
-    cache_.restore_recurrent(checkpoints_.back().state);
-    return n_past_ = checkpoints_.back().pos;
+    cache_->restore_recurrent(checkpoints_->back().state);
+    return kept(checkpoints_->back().pos);
 }
 
 void Runner::checkpoint() {
-    if (!cache_.has_recurrent() || opt_.max_checkpoints <= 0) return;
-    while (!checkpoints_.empty() && checkpoints_.back().pos >= n_past_) checkpoints_.pop_back();
-    if (static_cast<int>(checkpoints_.size()) >= opt_.max_checkpoints) checkpoints_.erase(checkpoints_.begin());
+    if (!cache_->has_recurrent() || opt_.max_checkpoints <= 0) return;
+    while (!checkpoints_->empty() && checkpoints_->back().pos >= n_past_) checkpoints_->pop_back();
+    if (static_cast<int>(checkpoints_->size()) >= opt_.max_checkpoints) checkpoints_->erase(checkpoints_->begin());
     Checkpoint c{n_past_, {}};
-    cache_.save_recurrent(c.state);
-    checkpoints_.push_back(std::move(c));
+    cache_->save_recurrent(c.state);
+    checkpoints_->push_back(std::move(c));
 }
 
 const float* Runner::logits(int i) const {
@@ -230,10 +248,58 @@ void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits) {
     logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
     for (int off = 0; off < total; off += opt_.n_batch) {
         const int n = std::min(opt_.n_batch, total - off);
+        segs_ = {{0, n, active_}};
         const bool last_chunk = off + n == total;
         if (want_all_logits || last_chunk) eval_chunk(tokens.data() + off, n, want_all_logits, want_all_logits ? off : -1);
         else eval_chunk(tokens.data() + off, n, false, -2);
     }
+}
+
+void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens) {
+    if (seqs.size() != tokens.size() || tokens.empty()) throw std::invalid_argument("eval_batch: one sequence per token");
+    if (tokens.size() > static_cast<size_t>(opt_.n_batch)) throw std::invalid_argument("eval_batch: more tokens than the batch holds");
+    segs_.clear();
+    std::vector<bool> seen(caches_.size(), false);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const int s = seqs[i];
+        if (s < 0 || s >= static_cast<int>(caches_.size()) || seen[static_cast<size_t>(s)]) throw std::invalid_argument("eval_batch: sequences must be distinct and valid");
+        seen[static_cast<size_t>(s)] = true;
+        if (past_[static_cast<size_t>(s)] + 1 > opt_.n_ctx) throw std::length_error("sequence " + std::to_string(s) + " has no context left");
+        if (tokens[i] < 0 || tokens[i] >= static_cast<int32_t>(m_.hp.n_vocab)) throw std::out_of_range("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+        segs_.push_back({static_cast<int>(i), 1, s});
+    }
+    const int n = static_cast<int>(tokens.size());
+    logits_rows_ = n;
+    logits_.resize(static_cast<size_t>(n) * m_.hp.n_vocab);
+    eval_chunk(tokens.data(), n, true, 0);
+}
+
+void Runner::attention_kind(uint32_t l, int n) {
+    const AttentionKind kind = m_.layers[l].attn;
+    if (kind == AttentionKind::Mla) attention_mla(l, n);
+    else if (kind == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
+    else attention_gqa(l, n);
+}
+
+void Runner::attention_by_sequence(uint32_t l, int n) {
+    if (segs_.size() == 1) {
+        select_sequence(segs_[0].seq);
+        return attention_kind(l, n);
+    }
+    // Each sequence's rows through the attention kind on their own (they read and write their own cache at
+    // their own positions): its rows moved to the front of xn_, its output collected from the front of tmp_.
+    const size_t E = m_.hp.n_embd;
+    const int keep = active_;
+    for (const Segment& sg : segs_) {
+        select_sequence(sg.seq);
+        std::copy_n(xn_.begin() + static_cast<long>(sg.row0 * E), sg.n * E, seg_in_.begin());
+        std::swap(xn_, seg_in_);
+        attention_kind(l, sg.n);
+        std::swap(xn_, seg_in_);
+        std::copy_n(tmp_.begin(), sg.n * E, seg_out_.begin() + static_cast<long>(sg.row0 * E));
+    }
+    std::copy_n(seg_out_.begin(), n * E, tmp_.begin());
+    select_sequence(keep);
 }
 
 // out_base >= 0: write logits of all n tokens at row out_base; -1: last token only at row 0; -2: none.
@@ -246,9 +312,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
         for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
-        if (L.attn == AttentionKind::Mla) attention_mla(l, n);
-        else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
-        else attention_gqa(l, n);
+        attention_by_sequence(l, n);
         for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
         // As llama.cpp: the last layer's feed-forward runs only for the rows whose logits are wanted (moved to
@@ -264,7 +328,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         if (L.moe) ffn_moe(l, n_ffn);
         else ffn_dense(l, n_ffn);
     }
-    n_past_ += n;
+    for (const Segment& sg : segs_) past_[static_cast<size_t>(sg.seq)] += sg.n;
+    select_sequence(active_);
     stats_.tokens_evaluated += static_cast<uint64_t>(n);
     if (out_base == -2) return;
     const int rows = want_all_logits ? n : 1;

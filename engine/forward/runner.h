@@ -25,6 +25,8 @@ struct RunnerOptions {
     kernels::Flavor flavor = kernels::default_flavor();  // which llama.cpp build's float arithmetic to follow
     // Recurrent-state snapshots kept for prefix reuse (recurrent models only); the planner budgets this many.
     int max_checkpoints = ModelFacts::kDefaultCheckpoints;
+    // Independent sequences (server slots), each with its own cache of n_ctx positions and checkpoints.
+    int n_seq = 1;
 };
 
 struct RunnerStats {
@@ -41,6 +43,16 @@ void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_b
 class Runner {
 public:
     Runner(const Model& model, RunnerOptions opt);
+
+    // The sequence that eval, truncate, checkpoint and n_past act on (0 .. n_seq-1).
+    void select_sequence(int seq);
+    int sequence() const { return active_; }
+    int n_seq() const { return static_cast<int>(caches_.size()); }
+    int n_past_of(int seq) const { return past_.at(static_cast<size_t>(seq)); }
+    // One decode step for several sequences at once: token i goes to sequence seqs[i] (all distinct) at that
+    // sequence's next position; logits(i) is row i. The feed-forward sees all rows together, so an expert
+    // chosen by several sequences is fetched and its weights read once; attention runs per sequence.
+    void eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens);
 
     // Evaluates `tokens` at positions n_past().. and appends them to the cache. Logits are kept for every
     // token when want_all_logits, else for the last one only. Throws std::length_error when the context would
@@ -59,9 +71,9 @@ public:
     // Recurrent models: keeps a snapshot of the recurrent state at n_past (replacing an older snapshot at the
     // same position; the oldest go beyond max_checkpoints). No-op for models without recurrent layers.
     void checkpoint();
-    bool has_recurrent_state() const { return cache_.has_recurrent(); }
-    size_t checkpoint_count() const { return checkpoints_.size(); }
-    uint64_t checkpoint_bytes() const { return checkpoints_.size() * cache_.recurrent_bytes(); }
+    bool has_recurrent_state() const { return cache_->has_recurrent(); }
+    size_t checkpoint_count() const { return checkpoints_->size(); }
+    uint64_t checkpoint_bytes() const { return checkpoints_->size() * cache_->recurrent_bytes(); }
     const RunnerStats& stats() const { return stats_; }
     // How often the router chose each expert: [layer * n_expert + expert], for routing profiles.
     const std::vector<uint64_t>& expert_selections() const { return selections_; }
@@ -91,6 +103,13 @@ private:
     void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
                       float* out, int64_t out_head, int64_t out_stride);
 
+    // Rows of a chunk that belong to one sequence (a decode batch has one per sequence; a prompt chunk one).
+    struct Segment {
+        int row0, n, seq;
+    };
+    // Runs layer l's attention kind for each segment against its own sequence's cache.
+    void attention_by_sequence(uint32_t l, int n);
+    void attention_kind(uint32_t l, int n);
     // Attention kinds: read xn_ (normed input, n rows), write tmp_ (n rows of n_embd).
     void attention_gqa(uint32_t l, int n);
     void attention_mla(uint32_t l, int n);
@@ -118,10 +137,15 @@ private:
     ops::AttendFn attend_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;  // the tiled attention's f32 keys and values of the current batch
-    int n_past_ = 0;
+    int n_past_ = 0;  // the positions the selected sequence (or the segment being computed) holds
+    std::vector<int> past_;  // per sequence
+    int active_ = 0;
+    std::vector<Segment> segs_;
+    std::vector<float> seg_in_, seg_out_;  // per-segment attention: its rows of xn_, and all segments' outputs
     int last_layer_rows_ = 0;  // rows of the current chunk whose last-layer feed-forward runs (the last ones)
     RunnerStats stats_;
-    SequenceCache cache_;
+    std::vector<SequenceCache> caches_;
+    SequenceCache* cache_ = nullptr;  // the selected sequence's
 
     // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
     std::vector<float> x_, xn_, tmp_;                     // [n][n_embd]
@@ -149,7 +173,8 @@ private:
         int pos;
         std::vector<float> state;
     };
-    std::vector<Checkpoint> checkpoints_;  // by position, oldest first
+    std::vector<std::vector<Checkpoint>> seq_checkpoints_;  // per sequence, by position, oldest first
+    std::vector<Checkpoint>* checkpoints_ = nullptr;         // the selected sequence's
 };
 
 }  // namespace moe
