@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_kernels.h"
+#include "cli/bench_serving.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
@@ -52,6 +53,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     int threads = 2, n_gen = 32, n_prompt = 64;
     double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
+    std::string parallel_list = "1,2,4", mask_vocab;
     EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
@@ -60,6 +62,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
         ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
         ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline")
+        ("mask-vocab", po::value(&mask_vocab), "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")
+        ("parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")
         ("cache-fraction", po::value(&cache_fraction), "stream experts through a cache of this share of their bytes (0..1); "
                                                        "sets --ram-budget to resident + cache + that");
     add_engine_options(opts, ef);
@@ -68,6 +72,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
+    std::vector<int> slot_counts;
+    for (size_t pos = 0; pos < parallel_list.size();) {
+        const size_t comma = std::min(parallel_list.find(',', pos), parallel_list.size());
+        const std::string item = parallel_list.substr(pos, comma - pos);
+        const int v = std::atoi(item.c_str());
+        if (v < 1 || v > 64 || item.find_first_not_of("0123456789") != std::string::npos)
+            throw CliError("--parallel '" + parallel_list + "': '" + item + "' is not a slot count in 1..64");
+        slot_counts.push_back(v);
+        pos = comma + 1;
+    }
 
     const uint32_t n_ctx = static_cast<uint32_t>(n_prompt + n_gen + 1);
     if (vm.count("cache-fraction")) {
@@ -162,13 +176,23 @@ int cmd_bench(const std::vector<std::string>& args) {
                 out["fio_replay_note"] = e.what();
             }
         }
-        DecodeEstimate e = estimate_decode_with_hit_rate(facts, hit, fio_bw, bw);  // the hit rate measured in this run
-        out["bound_tokens_per_s"] = e.tokens_per_s;
-        out["bound_formula"] = e.formula();
-        out["gen_ratio_of_bound"] = e.tokens_per_s > 0 ? tg / e.tokens_per_s : 0.0;
+        out["bound_tokens_per_s"] = 0.0;
+        if (fio_bw > 0) {
+            DecodeEstimate e = estimate_decode_with_hit_rate(facts, hit, fio_bw, bw);  // the hit rate measured in this run
+            out["bound_tokens_per_s"] = e.tokens_per_s;
+            out["bound_formula"] = e.formula();
+            out["gen_ratio_of_bound"] = e.tokens_per_s > 0 ? tg / e.tokens_per_s : 0.0;
+        }
     }
     // After the timed generation, so that its cache and branch state do not colour the figures above.
     out["weight_kernels"] = bench_weight_kernels(le.file, le.flavor);
+    if (!slot_counts.empty()) out["parallel_slots"] = bench_parallel_slots(le, threads, n_ctx, n_prompt, n_gen, slot_counts);
+    try {
+        out["grammar_mask"] = mask_vocab.empty() ? bench_grammar_mask(le.file.meta(), 1000.0 / tg)
+                                                 : bench_grammar_mask(read_gguf_header(mask_vocab), 1000.0 / tg);
+    } catch (const std::exception& e) {
+        out["grammar_mask"] = {{"note", e.what()}};
+    }
     if (as_json) {
         std::cout << out.dump(2) << "\n";
         return 0;
@@ -181,6 +205,15 @@ int cmd_bench(const std::vector<std::string>& args) {
                 human_bytes(static_cast<double>(facts.kv_bytes(4096))).c_str(), human_bytes(static_cast<double>(facts.kv_bytes(32768))).c_str(),
                 n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
     print_weight_kernels(out["weight_kernels"]);
+    if (out.contains("parallel_slots"))
+        for (const auto& row : out["parallel_slots"])
+            std::printf("slots %-10d %.1f tok/s summed, expert reads %s per token (%.2f of 1 slot's), %.1f expert loads per token\n",
+                        row["slots"].get<int>(), row["gen_tokens_per_s"].get<double>(), human_bytes(row["expert_bytes_read_per_token"].get<double>()).c_str(),
+                        row["expert_bytes_ratio_of_first"].get<double>(), row["expert_loads_per_token"].get<double>());
+    if (out["grammar_mask"].contains("mask_ms_mean"))
+        std::printf("grammar mask     %.2f ms per full mask (worst %.2f) over %d tokens = %.1f%% of a decode step\n",
+                    out["grammar_mask"]["mask_ms_mean"].get<double>(), out["grammar_mask"]["mask_ms_worst"].get<double>(),
+                    out["grammar_mask"]["vocab"].get<int>(), 100 * out["grammar_mask"]["mask_ratio_of_decode"].get<double>());
     if (!le.streaming) {
         std::printf("bound            %.1f tok/s = bandwidth / active bytes (%s per token)\nratio            %.2f of the bound\n",
                     out["gen_bound_tokens_per_s"].get<double>(), human_bytes(static_cast<double>(facts.active_bytes_per_token())).c_str(),
@@ -208,8 +241,11 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::printf("fio replay       not run: %s\n", out["fio_replay_note"].get<std::string>().c_str());
     if (!out.contains("fio_bytes_per_s") && out.contains("fio_note"))
         std::printf("fio baseline     not run: %s\n", out["fio_note"].get<std::string>().c_str());
-    std::printf("bound            %.2f tok/s = %s\nratio            %.2f of the bound\n", out["bound_tokens_per_s"].get<double>(),
-                out["bound_formula"].get<std::string>().c_str(), out["gen_ratio_of_bound"].get<double>());
+    if (out["bound_tokens_per_s"].get<double>() > 0)
+        std::printf("bound            %.2f tok/s = %s\nratio            %.2f of the bound\n", out["bound_tokens_per_s"].get<double>(),
+                    out["bound_formula"].get<std::string>().c_str(), out["gen_ratio_of_bound"].get<double>());
+    else
+        std::printf("bound            not computed: it needs the fio baseline's bandwidth\n");
     return 0;
 }
 

@@ -141,6 +141,7 @@ PlanOptions options_from(const Plan& p) {
     o.ram_budget = p.asked_ram_budget;
     o.threads = p.asked_threads;
     o.n_ctx = p.n_ctx;
+    o.parallel = p.parallel;
     if (!p.asked_gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(p.asked_gpu_mem);
     o.host = p.host;
     o.port = p.port;
@@ -177,6 +178,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias, profile;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
+    int parallel = 1;
     double seconds = 3;
     bool no_storage = false;
     po::options_description opts("moestream plan options");
@@ -187,6 +189,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("target", po::value(&target)->default_value("engine"), "engine | llama-server")
         ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory for routed experts, as 0=96G,1=96G")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
+        ("parallel", po::value(&parallel)->default_value(1), "server slots (serve --parallel); each holds a KV cache of --ctx")
         ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
         ("port", po::value(&port)->default_value(8000), "port the server listens on")
         ("alias", po::value(&alias), "model name the API reports")
@@ -208,6 +211,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (!budget.empty()) o.ram_budget = parse_bytes("--ram-budget", budget);
     if (vm.count("threads")) o.threads = threads;
     o.n_ctx = n_ctx;
+    o.parallel = parallel;
     try {
         if (!gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(gpu_mem);
     } catch (const PlanError& e) {

@@ -42,6 +42,7 @@ std::string read_key_file(const std::string& path) {
 int cmd_serve(const std::vector<std::string>& args) {
     std::string model_path, host = "127.0.0.1", alias, api_key, key_file, port_file;
     EngineFlags ef;
+    int parallel = 1;
     int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256, checkpoints = ModelFacts::kDefaultCheckpoints;
     size_t max_body = 4u << 20;
     HttpServerOptions http_opt;
@@ -55,7 +56,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("api-key-file", po::value(&key_file), "read the key from the first line of this file")
         ("threads,t", po::value(&threads)->default_value(2), "threads")
         ("ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")
-        ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond the running one (then 503)")
+        ("parallel", po::value(&parallel)->default_value(1),
+         "slots: requests generated at once, their decode steps batched (each slot holds a KV cache of --ctx)")
+        ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond those in slots (then 503)")
         ("ctx-checkpoints", po::value(&checkpoints)->default_value(ModelFacts::kDefaultCheckpoints),
          "recurrent models: state snapshots kept for prefix reuse (0: none; a changed prefix then re-evaluates from the start)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
@@ -74,6 +77,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
     if (port < 0 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
+    if (parallel < 1 || parallel > 256) throw CliError("--parallel " + std::to_string(parallel) + " is out of range (1..256)");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
@@ -143,10 +147,11 @@ int cmd_serve(const std::vector<std::string>& args) {
     LoadedEngine engine;
     std::unique_ptr<Generator> gen;
     try {
-        engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx));
+        engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx), parallel);
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
         std::cerr << "moestream serve: " << engine.summary << "\n";
-        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints},
+        gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
+                                                        .n_seq = parallel},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();

@@ -46,7 +46,7 @@ ExpertSourceFactory streaming_experts(StreamingOptions so) {
     };
 }
 
-LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx) {
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq) {
     LoadedEngine le;
     le.file = open_gguf_model(path);
     ModelFacts facts = model_facts(le.file);
@@ -58,7 +58,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
-        const uint64_t kv = facts.kv_bytes(n_ctx);
+        const uint64_t kv = facts.kv_bytes(n_ctx) * static_cast<uint64_t>(n_seq);  // one cache per server slot
         if (budget <= facts.resident_bytes + kv)
             throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
                            human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" +

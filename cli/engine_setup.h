@@ -35,7 +35,8 @@ struct LoadedEngine {
 };
 
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
-LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx);
+// n_seq: sequences (server slots) whose KV caches come out of --ram-budget.
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq = 1);
 
 // The expert source of a model streamed from disk into a cache of these options (tests use it too).
 ExpertSourceFactory streaming_experts(StreamingOptions so);

@@ -29,6 +29,7 @@ std::vector<std::string> launch_argv(const Plan& p) {
         a.insert(a.end(), {p.moestream_binary, "serve", "--model", p.model_path, "--threads", std::to_string(p.threads), "--ctx",
                            std::to_string(p.n_ctx), "--host", p.host, "--port", std::to_string(p.port), "--alias", p.alias,
                            "--ram-budget", std::to_string(p.ram_budget_bytes)});
+        if (p.parallel > 1) a.insert(a.end(), {"--parallel", std::to_string(p.parallel)});
         if (!p.profile_path.empty()) a.insert(a.end(), {"--profile", p.profile_path});
     }
     return a;

@@ -226,3 +226,46 @@ TEST_F(ServeTest, AnthropicMessages) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+double metric_value(const std::string& metrics, const std::string& name) {
+    const size_t p = metrics.find("\n" + name + " ");
+    return p == std::string::npos ? -1 : std::stod(metrics.substr(p + name.size() + 2));
+}
+
+// --parallel 3: three requests generate together; the decode steps are batched, so fewer expert fetches than
+// the same requests one after another, and every request still gets its whole answer.
+TEST_F(ServeTest, ParallelSlotsBatchDecodeSteps) {
+    auto run = [&](int parallel) {
+        Server s(model_, {"--parallel", std::to_string(parallel)});
+        EXPECT_GT(s.port(), 0) << s.log();
+        std::vector<std::thread> clients;
+        std::vector<json> answers(3);
+        for (int c = 0; c < 3; ++c)
+            clients.emplace_back([&, c] {
+                const json body = {{"messages", {{{"role", "user"}, {"content", "Tell story " + std::to_string(c)}}}}, {"max_tokens", 32},
+                                   {"temperature", 0.7}, {"seed", c}, {"stream", c == 1}};
+                auto r = test::request(s.port(), "POST", "/v1/chat/completions", body.dump());
+                EXPECT_EQ(r.status, 200) << r.body;
+                answers[static_cast<size_t>(c)] = c == 1 ? json::object() : json::parse(r.body, nullptr, false);
+            });
+        for (auto& t : clients) t.join();
+        for (int c : {0, 2}) EXPECT_GT(answers[static_cast<size_t>(c)]["usage"]["completion_tokens"].get<int>(), 0);
+        const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
+        EXPECT_EQ(metric_value(metrics, "moestream_slots"), parallel);
+        EXPECT_EQ(metric_value(metrics, "moestream_slots_busy"), 0);
+        EXPECT_EQ(s.terminate(), 0) << s.log();
+        return std::pair{metric_value(metrics, "moestream_expert_loads_total"), metric_value(metrics, "moestream_generated_tokens_total")};
+    };
+    const auto [loads_one, tokens_one] = run(1);
+    const auto [loads_three, tokens_three] = run(3);
+    ASSERT_GT(tokens_one, 0);
+    ASSERT_GT(tokens_three, 0);
+    // Expert fetches per generated token: lower when the slots' steps share experts.
+    EXPECT_LT(loads_three / tokens_three, loads_one / tokens_one) << loads_three << "/" << tokens_three << " vs " << loads_one << "/" << tokens_one;
+}
+
+}  // namespace
+}  // namespace moe

@@ -52,6 +52,7 @@ struct Plan {
     uint64_t ram_budget_bytes = 0;    // the engine's whole footprint
     uint64_t kv_bytes = 0;
     uint32_t n_ctx = 4096;
+    int parallel = 1;                 // serve --parallel: slots, each with a KV cache of n_ctx
     uint64_t expert_cache_bytes = 0;
     int io_queue_depth = 32;
     uint64_t read_size = 1 << 20;

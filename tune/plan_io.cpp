@@ -30,7 +30,7 @@ std::string plan_to_yaml(const Plan& p) {
     o << YAML::Key << "threads" << YAML::Value << p.threads << YAML::Key << "cpus" << YAML::Value << p.cpus;
     o << YAML::Key << "membind_node" << YAML::Value;
     if (p.membind_node) o << *p.membind_node; else o << YAML::Null;
-    o << YAML::Key << "ram_budget_bytes" << YAML::Value << p.ram_budget_bytes << YAML::Key << "n_ctx" << YAML::Value << p.n_ctx
+    o << YAML::Key << "ram_budget_bytes" << YAML::Value << p.ram_budget_bytes << YAML::Key << "n_ctx" << YAML::Value << p.n_ctx << YAML::Key << "parallel" << YAML::Value << p.parallel
       << YAML::Key << "kv_bytes" << YAML::Value << p.kv_bytes << YAML::Key << "expert_cache_bytes" << YAML::Value
       << p.expert_cache_bytes << YAML::Key << "io_queue_depth" << YAML::Value << p.io_queue_depth << YAML::Key << "read_size"
       << YAML::Value << p.read_size << YAML::Key << "mlock_bytes" << YAML::Value << p.mlock_bytes << YAML::Key
@@ -133,6 +133,8 @@ Plan load_plan(const std::string& path) {
         p.membind_node = field<int>(y, "decisions.membind_node", path);
     p.ram_budget_bytes = field<uint64_t>(y, "decisions.ram_budget_bytes", path);
     p.n_ctx = field<uint32_t>(y, "decisions.n_ctx", path);
+    if (y["decisions"]["parallel"]) p.parallel = field<int>(y, "decisions.parallel", path);  // absent in plans before it existed: 1
+    if (p.parallel < 1 || p.parallel > 256) throw PlanError(path + ": decisions.parallel " + std::to_string(p.parallel) + " is out of range (1..256)");
     p.kv_bytes = field<uint64_t>(y, "decisions.kv_bytes", path);
     p.expert_cache_bytes = field<uint64_t>(y, "decisions.expert_cache_bytes", path);
     p.io_queue_depth = field<int>(y, "decisions.io_queue_depth", path);

@@ -183,7 +183,9 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     const uint64_t ram = node && node->mem_total_bytes ? *node->mem_total_bytes : h.memory.total_bytes.value.value_or(0);
     if (ram == 0) throw PlanError("RAM size unknown (/proc/meminfo unreadable): give --ram-budget");
     const uint64_t reserve = std::max<uint64_t>(1ull << 30, ram / 20);
-    p.kv_bytes = m.kv_bytes(opt.n_ctx);
+    if (opt.parallel < 1 || opt.parallel > 256) throw PlanError("--parallel " + std::to_string(opt.parallel) + " is out of range (1..256)");
+    p.parallel = opt.parallel;
+    p.kv_bytes = m.kv_bytes(opt.n_ctx) * static_cast<uint64_t>(opt.parallel);
     if (opt.ram_budget && *opt.ram_budget > ram)
         throw PlanError("--ram-budget " + mib(*opt.ram_budget) + " exceeds the " + mib(ram) + " of RAM" +
                         (node ? " on node " + std::to_string(node->id) : ""));
@@ -200,10 +202,11 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     why("ram_budget", std::to_string(budget),
         opt.ram_budget ? "given by --ram-budget" : mib(ram) + " RAM minus an OS reserve of " + mib(reserve) + " (5%, at least 1 GiB)");
     why("kv_cache", std::to_string(p.kv_bytes),
-        std::to_string(opt.n_ctx) + " positions x " + std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")" +
+        (opt.parallel > 1 ? std::to_string(opt.parallel) + " slots x (" : "") + std::to_string(opt.n_ctx) + " positions x " +
+            std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")" +
             (m.state_bytes ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) +
                                  " checkpoints)"
-                           : ""));
+                           : "") + (opt.parallel > 1 ? ")" : ""));
     why("expert_cache", std::to_string(p.expert_cache_bytes),
         "budget minus resident weights (" + mib(m.resident_bytes) + ") and KV cache; holds " +
             std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +

@@ -22,6 +22,7 @@ struct PlanOptions {
     std::optional<uint64_t> ram_budget;            // whole engine footprint (resident + KV + expert cache)
     std::optional<int> threads;
     uint32_t n_ctx = 4096;
+    int parallel = 1;                              // server slots, each with its own KV cache of n_ctx
     std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes for routed experts
     std::string host = "127.0.0.1";
     int port = 8000;

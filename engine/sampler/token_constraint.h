@@ -27,9 +27,17 @@ private:
         int32_t first_token = -1;                    // tokens ending here, chained through next_token_
         uint8_t byte = 0;
     };
+    struct Trie {
+        std::vector<Node> nodes;
+        std::vector<int32_t> next_token;
+        void add(const std::string& piece, int32_t id);
+    };
     std::vector<std::string> pieces_;
-    std::vector<Node> nodes_;
-    std::vector<int32_t> next_token_;
+    Trie all_;       // every token
+    Trie special_;   // the tokens that are not plain string text
+    // plain_[id]: the token is whole UTF-8 characters, none of them '"', '\\' or a control character, so
+    // inside a JSON string of unbounded length it is always allowed: the mask there walks special_ only.
+    std::vector<uint8_t> plain_;
 };
 
 class TokenConstraint {
@@ -44,7 +52,9 @@ public:
     void accept(int32_t id);
 
 private:
-    void walk(uint32_t node, const std::vector<GrammarMatcher::Stack>& stacks, std::vector<uint8_t>& allowed) const;
+    void walk(const VocabTrie::Trie& trie, uint32_t node, const std::vector<GrammarMatcher::Stack>& stacks, std::vector<uint8_t>& allowed) const;
+    // Every alternative is inside the characters of an unbounded JSON string.
+    bool in_free_string() const;
     std::shared_ptr<const VocabTrie> vocab_;
     GrammarMatcher matcher_;
 };

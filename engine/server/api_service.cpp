@@ -193,6 +193,8 @@ std::string ApiService::metrics_text() {
     metric("moestream_generation_tokens_per_second", "gauge", "Decode speed of the last request.", s.last_tok_per_s.load());
     metric("moestream_queue_depth", "gauge", "Requests waiting for the generator.", static_cast<double>(gen_->queued()));
     metric("moestream_busy", "gauge", "1 while a generation runs.", gen_->busy() ? 1 : 0);
+    metric("moestream_slots", "gauge", "Slots (--parallel): requests generated at once.", gen_->slots());
+    metric("moestream_slots_busy", "gauge", "Slots generating now.", gen_->slots_busy());
     metric("moestream_grammar_tokens_total", "counter", "Tokens drawn under a grammar (response_format, forced tool calls).", static_cast<double>(s.grammar_tokens.load()));
     metric("moestream_grammar_masks_total", "counter", "Full vocabulary masks built (the drawn token was not allowed).", static_cast<double>(s.grammar_masks.load()));
     metric("moestream_grammar_seconds_total", "counter", "Time spent checking and masking tokens.", static_cast<double>(s.grammar_ns.load()) / 1e9);

@@ -16,8 +16,32 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 constexpr size_t kMemoryTurns = 256;
 }  // namespace
 
+// A request in a slot, with everything its generation carries between steps.
+struct Generator::Slot {
+    int seq = 0;
+    bool active = false;
+    std::vector<int32_t> cached;  // tokens whose K/V this slot's cache holds, in order
+    GenerationRequest req;
+    std::promise<GenerationResult> promise;
+    GenerationResult r;
+    std::optional<Sampler> sampler;
+    std::optional<TokenConstraint> constraint;
+    std::optional<StreamDecoder> stream;
+    std::vector<int32_t> history;
+    std::string held;  // text not yet sent: it may be the start of a stop string
+    size_t max_stop = 0;
+    int drawn = 0;                // tokens drawn so far (the end-of-generation token included)
+    std::vector<float> logits;    // for the next draw
+    Clock::time_point t1;         // generation start
+    uint64_t last_used = 0;       // for choosing among equally good free slots
+};
+
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
     : model_(model), tok_(std::move(tok)), runner_(model, opt), recurrent_(runner_.has_recurrent_state()), max_queue_(max_queue) {
+    for (int i = 0; i < runner_.n_seq(); ++i) {
+        slots_.push_back(std::make_unique<Slot>());
+        slots_.back()->seq = i;
+    }
     thread_ = std::thread([this] { worker(); });
 }
 
@@ -28,9 +52,9 @@ Generator::~Generator() {
 
 std::optional<std::future<GenerationResult>> Generator::submit(GenerationRequest req) {
     std::lock_guard<std::mutex> lk(mu_);
-    // max_queue counts requests waiting behind the running one; an idle worker always takes one.
-    const bool idle = !busy_ && queue_.empty();
-    if (stop_ || (!idle && queue_.size() >= max_queue_)) return std::nullopt;
+    // max_queue counts requests waiting beyond those a free slot takes at once.
+    const size_t free_slots = slots_.size() - static_cast<size_t>(slots_busy_.load());
+    if (stop_ || queue_.size() >= max_queue_ + free_slots) return std::nullopt;
     std::promise<GenerationResult> p;
     auto f = p.get_future();
     queue_.emplace_back(std::move(req), std::move(p));
@@ -48,7 +72,7 @@ void Generator::shutdown() {
     {
         std::lock_guard<std::mutex> lk(mu_);
         stop_ = true;
-        if (current_cancel_) current_cancel_->store(true);
+        for (auto& c : running_cancels_) c->store(true);
         dropped.swap(queue_);
     }
     cv_.notify_all();
@@ -62,124 +86,195 @@ void Generator::shutdown() {
 
 void Generator::worker() {
     for (;;) {
-        std::pair<GenerationRequest, std::promise<GenerationResult>> job;
+        std::vector<std::pair<GenerationRequest, std::promise<GenerationResult>>> admitted;
         {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-            if (stop_ && queue_.empty()) return;
-            job = std::move(queue_.front());
-            queue_.pop_front();
-            current_cancel_ = job.first.cancel;
-            busy_ = true;
+            cv_.wait(lk, [&] { return stop_ || !queue_.empty() || slots_busy_.load() > 0; });
+            if (stop_ && queue_.empty() && slots_busy_.load() == 0) return;
+            const int free_slots = static_cast<int>(slots_.size()) - slots_busy_.load();
+            while (!queue_.empty() && static_cast<int>(admitted.size()) < free_slots) {
+                admitted.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+                running_cancels_.push_back(admitted.back().first.cancel);
+            }
+            slots_busy_ += static_cast<int>(admitted.size());
+            busy_ = slots_busy_.load() > 0;
         }
-        GenerationResult r;
-        try {
-            r = run(job.first);
-        } catch (const std::exception& e) {
-            r.finish_reason = "error";
-            r.error = e.what();
-            cached_.clear();  // the runner's cache is in an unknown state: start over next time
-            runner_.truncate(0);
+        for (auto& job : admitted) {
+            // The free slot whose cache shares the longest prefix with this prompt (least recently used on ties).
+            Slot* best = nullptr;
+            size_t best_common = 0;
+            for (auto& sp : slots_) {
+                if (sp->active) continue;
+                size_t common = 0;
+                const auto& prompt = job.first.prompt;
+                while (common < sp->cached.size() && common < prompt.size() && sp->cached[common] == prompt[common]) ++common;
+                if (!best || common > best_common || (common == best_common && sp->last_used < best->last_used)) {
+                    best = sp.get();
+                    best_common = common;
+                }
+            }
+            best->req = std::move(job.first);
+            best->promise = std::move(job.second);
+            start(*best);
         }
-        {
-            std::lock_guard<std::mutex> lk(expert_stats_mu_);
-            expert_stats_ = model_.experts->stats();
-        }
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            current_cancel_.reset();
-            busy_ = false;
-        }
-        job.second.set_value(std::move(r));
+        step();
     }
 }
 
-GenerationResult Generator::run(GenerationRequest& req) {
-    GenerationResult r;
-    const auto& prompt = req.prompt;
+void Generator::start(Slot& slot) {
+    static uint64_t uses = 0;
+    slot.active = true;
+    slot.t1 = Clock::now();
+    slot.last_used = ++uses;
+    slot.r = GenerationResult{};
+    GenerationResult& r = slot.r;
+    const auto& prompt = slot.req.prompt;
     r.prompt_tokens = static_cast<int>(prompt.size());
-    // Reuse the longest common prefix; at least the last prompt token is evaluated to get logits.
-    size_t common = 0;
-    while (common < cached_.size() && common < prompt.size() && cached_[common] == prompt[common]) ++common;
-    if (common == prompt.size()) --common;
-    common = static_cast<size_t>(runner_.truncate(static_cast<int>(common)));  // a recurrent model may go back further
-    cached_.resize(common);
-    r.prompt_reused = static_cast<int>(common);
-    auto t0 = Clock::now();
-    const int P = static_cast<int>(prompt.size());
-    std::vector<int> cuts;
-    if (runner_.has_recurrent_state()) {
-        for (int h : req.checkpoint_at) cuts.push_back(h);
-        cuts.push_back(P - 4);
-        for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) cuts.push_back(p);
-        std::erase_if(cuts, [&](int c) { return c <= static_cast<int>(common) || c >= P; });
-        std::sort(cuts.begin(), cuts.end());
-        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    try {
+        runner_.select_sequence(slot.seq);
+        // Reuse the longest common prefix; at least the last prompt token is evaluated to get logits.
+        size_t common = 0;
+        while (common < slot.cached.size() && common < prompt.size() && slot.cached[common] == prompt[common]) ++common;
+        if (common == prompt.size()) --common;
+        common = static_cast<size_t>(runner_.truncate(static_cast<int>(common)));  // a recurrent model may go back further
+        slot.cached.resize(common);
+        r.prompt_reused = static_cast<int>(common);
+        const auto t0 = Clock::now();
+        const int P = static_cast<int>(prompt.size());
+        std::vector<int> cuts;
+        if (runner_.has_recurrent_state()) {
+            for (int h : slot.req.checkpoint_at) cuts.push_back(h);
+            cuts.push_back(P - 4);
+            for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) cuts.push_back(p);
+            std::erase_if(cuts, [&](int c) { return c <= static_cast<int>(common) || c >= P; });
+            std::sort(cuts.begin(), cuts.end());
+            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        }
+        cuts.push_back(P);
+        for (int end : cuts) {
+            const int begin = runner_.n_past();
+            runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
+            if (end < P) runner_.checkpoint();
+        }
+        slot.cached.insert(slot.cached.end(), prompt.begin() + static_cast<long>(common), prompt.end());
+        r.prompt_ms = ms_since(t0);
+        slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
+    } catch (const std::exception& e) {
+        r.finish_reason = "error";
+        r.error = e.what();
+        slot.cached.clear();  // the cache is in an unknown state: start over next time
+        runner_.truncate(0);
+        return finish(slot);
     }
-    cuts.push_back(P);
-    for (int end : cuts) {
-        const int begin = runner_.n_past();
-        runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
-        if (end < P) runner_.checkpoint();
-    }
-    cached_.insert(cached_.end(), prompt.begin() + static_cast<long>(common), prompt.end());
-    r.prompt_ms = ms_since(t0);
-
-    Sampler sampler(req.sampling);
-    std::optional<TokenConstraint> constraint;
-    if (req.grammar) constraint.emplace(req.grammar, vocab_trie());
-    std::vector<int32_t> history = prompt;
-    StreamDecoder stream(*tok_);
-    auto t1 = Clock::now();
+    slot.sampler.emplace(slot.req.sampling);
+    slot.constraint.reset();
+    if (slot.req.grammar) slot.constraint.emplace(slot.req.grammar, vocab_trie());
+    slot.stream.emplace(*tok_);
+    slot.history = prompt;
+    slot.held.clear();
+    slot.max_stop = 0;
+    for (const auto& st : slot.req.stop) slot.max_stop = std::max(slot.max_stop, st.size());
+    slot.drawn = 0;
+    slot.t1 = Clock::now();
     r.finish_reason = "length";
-    std::string held;  // text not yet sent: it may be the start of a stop string
-    size_t max_stop = 0;
-    for (const auto& s : req.stop) max_stop = std::max(max_stop, s.size());
-    for (int i = 0; i < req.max_tokens; ++i) {
-        if (req.cancel->load()) { r.finish_reason = "cancelled"; break; }
-        const std::span<const float> logits{runner_.logits(), static_cast<size_t>(runner_.n_vocab())};
-        const int32_t next = constraint ? constrained_sample(sampler, logits, history, *constraint) : sampler.sample(logits, history);
-        if (next < 0) { r.finish_reason = "stop"; break; }  // the grammar allows nothing more
-        if (tok_->is_eog(next)) { r.finish_reason = "stop"; break; }
-        if (req.logprobs >= 0) {
-            const auto lp = token_logprobs(logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
-            TokenLogprob t{next, lp.first, lp.second};
-            if (req.on_logprob) req.on_logprob(t);
-            r.logprobs.push_back(std::move(t));
-        }
-        if (constraint) constraint->accept(next);
-        r.tokens.push_back(next);
-        history.push_back(next);
-        held += stream.push(next);
-        bool stopped = false;
-        for (const auto& s : req.stop) {
-            auto pos = held.find(s);
-            if (!s.empty() && pos != std::string::npos) {
-                held.resize(pos);
-                stopped = true;
-                r.stop_string = s;
-            }
-        }
-        // Send what can no longer be the beginning of a stop string.
-        const size_t keep = stopped ? 0 : std::min(held.size(), max_stop ? max_stop - 1 : 0);
-        std::string ready = held.substr(0, held.size() - keep);
-        ready.resize(utf8_complete_prefix(ready));
-        held.erase(0, ready.size());
-        r.text += ready;
-        if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = "cancelled"; break; }
-        if (stopped || req.finish_now->load()) { r.finish_reason = "stop"; break; }
-        if (runner_.n_past() >= runner_.n_ctx()) break;  // context full: finish as "length"
-        if (i + 1 < req.max_tokens) {
-            runner_.eval(std::span<const int32_t>(&next, 1));
-            cached_.push_back(next);
+    if (slot.req.max_tokens <= 0) finish(slot);
+}
+
+bool Generator::take_token(Slot& slot, int32_t next) {
+    GenerationRequest& req = slot.req;
+    GenerationResult& r = slot.r;
+    ++slot.drawn;
+    if (next < 0) { r.finish_reason = "stop"; return false; }  // the grammar allows nothing more
+    if (tok_->is_eog(next)) { r.finish_reason = "stop"; return false; }
+    if (req.logprobs >= 0) {
+        const auto lp = token_logprobs(slot.logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
+        TokenLogprob t{next, lp.first, lp.second};
+        if (req.on_logprob) req.on_logprob(t);
+        r.logprobs.push_back(std::move(t));
+    }
+    if (slot.constraint) slot.constraint->accept(next);
+    r.tokens.push_back(next);
+    slot.history.push_back(next);
+    slot.held += slot.stream->push(next);
+    bool stopped = false;
+    for (const auto& s : req.stop) {
+        auto pos = slot.held.find(s);
+        if (!s.empty() && pos != std::string::npos) {
+            slot.held.resize(pos);
+            stopped = true;
+            r.stop_string = s;
         }
     }
-    if (r.finish_reason != "cancelled") {
-        held += stream.flush();
-        r.text += held;
-        if (req.on_text && !held.empty()) req.on_text(held);
+    // Send what can no longer be the beginning of a stop string.
+    const size_t keep = stopped ? 0 : std::min(slot.held.size(), slot.max_stop ? slot.max_stop - 1 : 0);
+    std::string ready = slot.held.substr(0, slot.held.size() - keep);
+    ready.resize(utf8_complete_prefix(ready));
+    slot.held.erase(0, ready.size());
+    r.text += ready;
+    if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = "cancelled"; return false; }
+    if (stopped || req.finish_now->load()) { r.finish_reason = "stop"; return false; }
+    if (runner_.n_past_of(slot.seq) >= runner_.n_ctx()) return false;  // context full: finish as "length"
+    return slot.drawn < req.max_tokens;
+}
+
+void Generator::step() {
+    std::vector<int> seqs;
+    std::vector<int32_t> tokens;
+    std::vector<Slot*> going;
+    for (auto& sp : slots_) {
+        Slot& slot = *sp;
+        if (!slot.active) continue;
+        if (slot.req.cancel->load()) {
+            slot.r.finish_reason = "cancelled";
+            finish(slot);
+            continue;
+        }
+        const int32_t next = slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)
+                                             : slot.sampler->sample(slot.logits, slot.history);
+        if (!take_token(slot, next)) {
+            finish(slot);
+            continue;
+        }
+        seqs.push_back(slot.seq);
+        tokens.push_back(next);
+        going.push_back(&slot);
     }
-    r.gen_ms = ms_since(t1);
+    if (tokens.empty()) return;
+    try {
+        if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
+            runner_.select_sequence(seqs[0]);
+            runner_.eval(tokens);
+        } else {
+            runner_.eval_batch(seqs, tokens);
+        }
+    } catch (const std::exception& e) {
+        for (Slot* slot : going) {
+            slot->r.finish_reason = "error";
+            slot->r.error = e.what();
+            slot->cached.clear();
+            runner_.select_sequence(slot->seq);
+            runner_.truncate(0);
+            finish(*slot);
+        }
+        return;
+    }
+    for (size_t i = 0; i < going.size(); ++i) {
+        const float* l = runner_.logits(tokens.size() == 1 ? -1 : static_cast<int>(i));
+        going[i]->logits.assign(l, l + runner_.n_vocab());
+        going[i]->cached.push_back(tokens[i]);
+    }
+}
+
+void Generator::finish(Slot& slot) {
+    GenerationResult r = std::move(slot.r);
+    if (slot.stream && r.finish_reason != "cancelled" && r.finish_reason != "error") {
+        slot.held += slot.stream->flush();
+        r.text += slot.held;
+        if (slot.req.on_text && !slot.held.empty()) slot.req.on_text(slot.held);
+    }
+    slot.held.clear();
+    r.gen_ms = ms_since(slot.t1);
     r.completion_tokens = static_cast<int>(r.tokens.size());
     stats_.requests++;
     stats_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
@@ -187,8 +282,24 @@ GenerationResult Generator::run(GenerationRequest& req) {
     stats_.generated_tokens += static_cast<uint64_t>(r.completion_tokens);
     stats_.gen_ms_total += static_cast<uint64_t>(r.gen_ms);
     if (r.completion_tokens > 1 && r.gen_ms > 0) stats_.last_tok_per_s = (r.completion_tokens - 1) * 1000.0 / r.gen_ms;
-    if (r.finish_reason != "cancelled") remember(r.text, r.tokens);
-    return r;
+    if (r.finish_reason != "cancelled" && r.finish_reason != "error") remember(r.text, r.tokens);
+    {
+        std::lock_guard<std::mutex> lk(expert_stats_mu_);
+        expert_stats_ = model_.experts->stats();
+    }
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        std::erase(running_cancels_, slot.req.cancel);
+        slots_busy_--;
+        busy_ = slots_busy_.load() > 0;
+    }
+    slot.active = false;
+    slot.sampler.reset();
+    slot.constraint.reset();
+    slot.stream.reset();
+    slot.req.on_text = nullptr;
+    slot.req.on_logprob = nullptr;
+    slot.promise.set_value(std::move(r));
 }
 
 void Generator::remember(const std::string& raw_text, const std::vector<int32_t>& tokens) {

@@ -1,6 +1,8 @@
-// One model, one generation at a time: a bounded queue of requests in front of a single worker thread that
-// owns the runner and its KV cache. A request's prompt reuses the longest prefix it shares with what the
-// cache holds. Cancellation (client gone, shutdown) is checked between tokens.
+// One model, up to n_seq generations at once: a bounded queue of requests in front of a single worker thread
+// that owns the runner and one KV cache per slot. A new request takes the free slot whose cache shares the
+// longest prefix with its prompt and evaluates the rest; then every running slot's next token goes through
+// the forward pass in one batch, so an expert several slots chose is read and computed once per step.
+// Requests are admitted in arrival order. Cancellation (client gone, shutdown) is checked between tokens.
 //
 // Recurrent models (qwen35moe) cannot cut their state back to an arbitrary prefix: the worker evaluates a
 // prompt in pieces that end at checkpoint positions (the request's hints, every kCheckpointEvery tokens, and
@@ -85,13 +87,15 @@ public:
     std::optional<std::future<GenerationResult>> submit(GenerationRequest req);
     size_t queued() const;
     bool busy() const { return busy_.load(); }
+    int slots() const { return runner_.n_seq(); }
+    int slots_busy() const { return slots_busy_.load(); }
     int n_ctx() const { return runner_.n_ctx(); }
     bool recurrent() const { return recurrent_; }
     const RunnerStats& runner_stats() const { return runner_.stats(); }
     GenerationStats& stats() { return stats_; }
     // The expert source's counters as of the last finished request (safe from any thread).
     ExpertSourceStats expert_stats() const;
-    // Cancels the running request and fails queued ones; the worker exits.
+    // Cancels the running requests and fails queued ones; the worker exits.
     void shutdown();
 
     // Assistant turns this server generated, by the text it returned (and by that text without its think
@@ -101,8 +105,15 @@ public:
     void remember_turn(const std::string& key, const std::vector<int32_t>& tokens);
 
 private:
+    struct Slot;
     void worker();
-    GenerationResult run(GenerationRequest& req);
+    // Takes a request into a slot: its prompt evaluated (after the prefix the slot's cache shares with it).
+    void start(Slot& slot);
+    // Draws and handles each running slot's next token, then evaluates those that go on in one batch.
+    void step();
+    // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
+    bool take_token(Slot& slot, int32_t next);
+    void finish(Slot& slot);
     void remember(const std::string& text, const std::vector<int32_t>& tokens);
     // Draws the next token within the grammar: the sampler's choice when allowed, else a draw from the
     // logits masked to the allowed tokens.
@@ -113,14 +124,15 @@ private:
     std::shared_ptr<const Tokenizer> tok_;
     Runner runner_;
     const bool recurrent_;  // the model has recurrent layers (fixed at construction; read from request threads)
-    std::vector<int32_t> cached_;  // tokens whose K/V the runner holds, in order
+    std::vector<std::unique_ptr<Slot>> slots_;
     size_t max_queue_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::pair<GenerationRequest, std::promise<GenerationResult>>> queue_;
-    std::shared_ptr<std::atomic<bool>> current_cancel_;
+    std::vector<std::shared_ptr<std::atomic<bool>>> running_cancels_;  // of the requests in slots (under mu_)
     bool stop_ = false;
     std::atomic<bool> busy_{false};
+    std::atomic<int> slots_busy_{0};
     GenerationStats stats_;
     mutable std::mutex expert_stats_mu_;
     ExpertSourceStats expert_stats_;
