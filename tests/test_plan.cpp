@@ -151,6 +151,27 @@ TEST(Planner, BadRequestsNameTheValue) {
     EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o), PlanError);
 }
 
+// serve --parallel N: every slot's KV cache comes out of the budget, and launch.sh passes the flag on.
+TEST(Planner, ParallelSlotsCountEverySlotsCache) {
+    PlanOptions o = opts();
+    const Plan one = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o);
+    o.parallel = 3;
+    const Plan three = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o);
+    EXPECT_EQ(three.kv_bytes, 3 * one.kv_bytes);
+    EXPECT_EQ(three.expert_cache_bytes + 2 * one.kv_bytes, one.expert_cache_bytes);
+    const auto argv = launch_argv(three);
+    const auto it = std::find(argv.begin(), argv.end(), "--parallel");
+    ASSERT_NE(it, argv.end());
+    EXPECT_EQ(*(it + 1), "3");
+    const auto argv_one = launch_argv(one);
+    EXPECT_EQ(std::find(argv_one.begin(), argv_one.end(), "--parallel"), argv_one.end());
+    test::TempDir dir;
+    std::ofstream(dir / "plan.yaml") << plan_to_yaml(three);
+    EXPECT_EQ(load_plan(dir / "plan.yaml").parallel, 3);
+    o.parallel = 0;
+    EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o), PlanError);
+}
+
 TEST(PlanFile, RoundTripAndBadFiles) {
     test::TempDir dir;
     Plan p = make_plan(fixture_host("server-2socket-nvme-node1", 1), moe_model(48, 0, 512, 4ull << 30), opts());

@@ -64,12 +64,7 @@ void read_message(const ordered_json& m, const std::string& where, std::vector<C
 }
 
 std::vector<ToolSpec> read_tools(const ordered_json& body) {
-    std::vector<ToolSpec> tools;
-    if (!body.contains("tools") || body["tools"].is_null()) return tools;
-    if (!body["tools"].is_array()) throw bad("tools must be an array", "tools");
-    for (size_t i = 0; i < body["tools"].size(); ++i) {
-        const auto& t = body["tools"][i];
-        const std::string where = "tools[" + std::to_string(i) + "]";
+    return read_tool_list(body, [](const ordered_json& t, const std::string& where) {
         if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
             throw bad(where + ".name must be a non-empty string", where);
         const ordered_json schema = t.contains("input_schema") ? t["input_schema"] : ordered_json::object();
@@ -77,9 +72,8 @@ std::vector<ToolSpec> read_tools(const ordered_json& body) {
         const std::string name = t["name"].get<std::string>(), description = t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
         // Declared to the model exactly as the same tool from an OpenAI client.
         ordered_json declaration = {{"type", "function"}, {"function", {{"name", name}, {"description", description}, {"parameters", schema}}}};
-        tools.push_back({name, description, declaration, schema});
-    }
-    return tools;
+        return ToolSpec{name, description, declaration, schema};
+    });
 }
 
 }  // namespace
@@ -176,16 +170,11 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
         open_kind = kind;
         sse.send(event("content_block_start", {{"type", "content_block_start"}, {"index", block}, {"content_block", start}}));
     };
-    int calls_sent = 0;
-    const bool one_call = !in.parallel_tool_calls;
-    auto finish_now = g.finish_now;
+    CallGate gate{!in.parallel_tool_calls, g.finish_now};
     auto handle_events = [&](const std::vector<OutputEvent>& events) {
         for (const auto& e : events) {
             if (e.kind == OutputEvent::Call) {
-                if (one_call && calls_sent > 0) continue;
-                if (one_call) finish_now->store(true);
-                ++calls_sent;
-                if (!stream) continue;
+                if (!gate.admit() || !stream) continue;
                 open_block("tool_use", {{"type", "tool_use"}, {"id", e.call.id}, {"name", e.call.name}, {"input", json::object()}});
                 sse.send(event("content_block_delta", {{"type", "content_block_delta"}, {"index", block},
                                                        {"delta", {{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}}));
@@ -208,18 +197,11 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
                                 {"usage", {{"input_tokens", chat.prompt.size()}, {"output_tokens", 0}}}};
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
                                   stream ? event("message_start", {{"type", "message_start"}, {"message", start_message}}) + event("ping", {{"type", "ping"}}) : "");
-    if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
-        if (stream) {
-            if (sse.ok()) sse.send(event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", r.error}}}}));
-            sse.end();
-            return;
-        }
-        throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
-    }
+    if (ended_in_error(r, stream, sse, event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", r.error}}}}))) return;
     if (r.finish_reason != "cancelled") handle_events(parser.finish());
     remember(parser, chat, r);
     std::vector<ToolCall> calls = parser.calls();
-    if (one_call && calls.size() > 1) calls.resize(1);
+    if (gate.one_call && calls.size() > 1) calls.resize(1);
     const std::string stop_reason = !calls.empty() ? "tool_use" : r.finish_reason == "length" ? "max_tokens" : !r.stop_string.empty() ? "stop_sequence" : "end_turn";
     const json stop_sequence = r.stop_string.empty() ? json(nullptr) : json(r.stop_string);
     const json usage = {{"input_tokens", r.prompt_tokens - r.prompt_reused}, {"cache_read_input_tokens", r.prompt_reused},

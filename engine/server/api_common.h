@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace moe {
 
@@ -48,6 +49,16 @@ std::optional<bool> boolean(const J& body, const char* key) {
     if (!body.contains(key) || body[key].is_null()) return std::nullopt;
     if (!body[key].is_boolean()) throw bad(std::string(key) + " must be a boolean", key);
     return body[key].template get<bool>();
+}
+
+// body["tools"] (absent or null: none), each element read by `one(element, "tools[i]")`.
+template <typename J, typename F>
+auto read_tool_list(const J& body, F one) {
+    std::vector<decltype(one(body, std::string()))> tools;
+    if (!body.contains("tools") || body["tools"].is_null()) return tools;
+    if (!body["tools"].is_array()) throw bad("tools must be an array", "tools");
+    for (size_t i = 0; i < body["tools"].size(); ++i) tools.push_back(one(body["tools"][i], "tools[" + std::to_string(i) + "]"));
+    return tools;
 }
 
 }  // namespace moe

@@ -165,6 +165,14 @@ std::optional<std::vector<int32_t>> ApiService::recall(const std::string& conten
     return calls.empty() ? std::nullopt : gen_->remembered_turn(turn_key(strip_thinking(content), calls));
 }
 
+bool ApiService::ended_in_error(const GenerationResult& r, bool stream, SseStream& sse, const std::string& error_event) {
+    if (r.finish_reason != "error" && (r.finish_reason != "cancelled" || r.error.empty())) return false;
+    if (!stream) throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
+    if (sse.ok()) sse.send(error_event);
+    sse.end();
+    return true;
+}
+
 GenerationResult ApiService::generate(GenerationRequest g, HttpResponder& res, SseStream* stream, const std::string& opening) {
     auto cancel = g.cancel;
     auto fut = gen_->submit(std::move(g));

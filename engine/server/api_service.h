@@ -68,6 +68,9 @@ private:
     // Queues g and waits for it, cancelling when the client goes away. With a stream, the stream is started
     // (header plus `opening`) once the request is queued. Throws ApiError 503 when the queue is full.
     GenerationResult generate(GenerationRequest g, HttpResponder& res, SseStream* stream, const std::string& opening);
+    // A generation that failed: the stream gets `error_event` and ends, a plain response becomes an ApiError
+    // (thrown). False when r did not fail.
+    bool ended_in_error(const GenerationResult& r, bool stream, SseStream& sse, const std::string& error_event);
     // Prepares a chat and checks it fits the context; g.prompt and g.checkpoint_at are filled.
     PreparedChat prepare(const ChatInput& in, GenerationRequest& g, const std::string& param);
     // Remembers a finished chat turn under its parsed answer and calls (prefix reuse across tool round trips).

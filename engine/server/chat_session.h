@@ -2,6 +2,8 @@
 // and the tool choice, turned into prompt tokens and the options of the output parser. Also the key under
 // which a generated turn is remembered, so the next request can splice its exact tokens back.
 #pragma once
+#include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +49,20 @@ struct ChatFormat {
 
 // Throws GrammarError when response_schema uses what constrained decoding does not support.
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent);
+
+// parallel_tool_calls: false: the first complete call is the last one; the generation is told to end there.
+struct CallGate {
+    bool one_call = false;
+    std::shared_ptr<std::atomic<bool>> finish_now;
+    int sent = 0;
+    // Whether this call goes out (counted), ending the generation when only one is wanted.
+    bool admit() {
+        if (one_call && sent > 0) return false;
+        if (one_call) finish_now->store(true);
+        ++sent;
+        return true;
+    }
+};
 
 // Where a generated turn is remembered: its answer text, plus each call's name and arguments (canonical JSON)
 // when it called tools. A turn without calls is keyed by its text alone.

@@ -48,22 +48,16 @@ void read_sampling(const json& body, GenerationRequest& g, int n_ctx, int max_to
 
 // tools: [{"type":"function","function":{"name","description","parameters"}}], key order kept for the prompt.
 std::vector<ToolSpec> read_tools(const ordered_json& body) {
-    std::vector<ToolSpec> tools;
-    if (!body.contains("tools") || body["tools"].is_null()) return tools;
-    if (!body["tools"].is_array()) throw bad("tools must be an array", "tools");
-    for (size_t i = 0; i < body["tools"].size(); ++i) {
-        const auto& t = body["tools"][i];
-        const std::string where = "tools[" + std::to_string(i) + "]";
+    return read_tool_list(body, [](const ordered_json& t, const std::string& where) {
         if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
             throw bad(where + " must be {\"type\": \"function\", \"function\": {...}}", where);
         const auto& f = t["function"];
         if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
             throw bad(where + ".function.name must be a non-empty string", where);
         if (f.contains("parameters") && !f["parameters"].is_object()) throw bad(where + ".function.parameters must be a JSON schema object", where);
-        tools.push_back({f["name"].get<std::string>(), f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
-                         f.value("parameters", ordered_json::object())});
-    }
-    return tools;
+        return ToolSpec{f["name"].get<std::string>(), f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
+                        f.value("parameters", ordered_json::object())};
+    });
 }
 
 void read_tool_choice(const json& body, ChatInput& in) {
@@ -213,16 +207,13 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     auto parser = std::make_shared<ChatOutputParser>(opt_.family, popt);
     SseStream sse(res);
     std::vector<TokenLogprob> pending_lp;  // streaming: logprobs not yet attached to a chunk
-    int calls_sent = 0;
-    const bool one_call = !in.parallel_tool_calls;
-    auto finish_now = g.finish_now;
+    CallGate gate{!in.parallel_tool_calls, g.finish_now};
     auto handle_events = [&](const std::vector<OutputEvent>& events) {
         for (const auto& e : events) {
             if (e.kind == OutputEvent::Call) {
-                if (one_call && calls_sent > 0) continue;
-                if (one_call) finish_now->store(true);
+                if (!gate.admit()) continue;
                 json tc = tool_call_json(e.call);
-                tc["index"] = calls_sent++;
+                tc["index"] = gate.sent - 1;
                 if (stream) sse.send("data: " + wire(chunk({{"tool_calls", json::array({tc})}}, nullptr)) + "\n\n");
                 continue;
             }
@@ -242,18 +233,11 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     if (stream && g.logprobs >= 0) g.on_logprob = [&](const TokenLogprob& t) { pending_lp.push_back(t); };
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
                                   stream ? "data: " + wire(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n" : "");
-    if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
-        if (stream) {
-            if (sse.ok()) sse.send("data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n");
-            sse.end();
-            return;
-        }
-        throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
-    }
+    if (ended_in_error(r, stream, sse, "data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n")) return;
     if (r.finish_reason != "cancelled") handle_events(parser->finish());
     remember(*parser, chat, r);
     std::vector<ToolCall> calls = parser->calls();
-    if (one_call && calls.size() > 1) calls.resize(1);
+    if (gate.one_call && calls.size() > 1) calls.resize(1);
     const std::string finish = !calls.empty() ? "tool_calls" : r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
     if (stream) {
         if (sse.ok()) {
@@ -331,14 +315,7 @@ void ApiService::openai_completions(const HttpRequest& req, HttpResponder& res) 
     SseStream sse(res);
     if (stream) g.on_text = [&sse, chunk](const std::string& piece) { return sse.send("data: " + wire(chunk(piece, nullptr)) + "\n\n"); };
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr, "");
-    if (r.finish_reason == "error" || (r.finish_reason == "cancelled" && !r.error.empty())) {
-        if (stream) {
-            if (sse.ok()) sse.send("data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n");
-            sse.end();
-            return;
-        }
-        throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
-    }
+    if (ended_in_error(r, stream, sse, "data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n")) return;
     const std::string finish = r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
     json last = chunk(stream ? "" : r.text, finish);
     if (logprobs >= 0) last["choices"][0]["logprobs"] = legacy_logprobs(r.logprobs);
