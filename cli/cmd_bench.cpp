@@ -12,6 +12,7 @@
 
 #include "cli/bench_kernels.h"
 #include "cli/bench_serving.h"
+#include "cli/bench_plot.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
@@ -44,6 +45,7 @@ uint64_t proc_kib_field(const char* path, const std::string& field) {
 }
 
 uint64_t rss_bytes() { return proc_kib_field("/proc/self/status", "VmRSS:"); }
+std::string fs_basename(const std::string& p) { return p.substr(p.rfind('/') + 1); }
 uint64_t page_cache_bytes() { return proc_kib_field("/proc/meminfo", "Cached:"); }
 
 }  // namespace
@@ -53,7 +55,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     int threads = 2, n_gen = 32, n_prompt = 64;
     double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
-    std::string parallel_list = "1,2,4", mask_vocab;
+    std::string parallel_list = "1,2,4", mask_vocab, plot_path;
     EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
@@ -62,6 +64,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
         ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
         ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline")
+        ("plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")
         ("mask-vocab", po::value(&mask_vocab), "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")
         ("parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")
         ("cache-fraction", po::value(&cache_fraction), "stream experts through a cache of this share of their bytes (0..1); "
@@ -106,10 +109,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     const RunnerStats r0 = runner.stats();
     std::vector<ReadRecord> reads;  // the generation's disk reads, for fio to replay
     le.model->experts->trace_reads(&reads);
+    std::vector<BenchPoint> timeline{BenchPoint{}};
     auto t1 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
         int32_t next = argmax({runner.logits(), le.model->hp.n_vocab});
         runner.eval(std::span<const int32_t>(&next, 1));
+        if (!plot_path.empty()) {
+            const ExpertSourceStats s = le.model->experts->stats();
+            timeline.push_back({std::chrono::duration<double>(Clock::now() - t1).count(), static_cast<double>(s.bytes_read - s0.bytes_read),
+                                static_cast<double>(s.hits - s0.hits), static_cast<double>((s.hits - s0.hits) + (s.misses - s0.misses))});
+        }
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();
     le.model->experts->trace_reads(nullptr);
@@ -192,6 +201,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                                                  : bench_grammar_mask(read_gguf_header(mask_vocab), 1000.0 / tg);
     } catch (const std::exception& e) {
         out["grammar_mask"] = {{"note", e.what()}};
+    }
+    if (!plot_path.empty()) {
+        std::ofstream svg(plot_path);
+        svg << render_bench_svg(timeline, out.value("fio_bytes_per_s", 0.0), "moestream bench: " + fs_basename(model_path) + ", " + std::to_string(threads) + " threads");
+        if (!svg) throw CliError("--plot " + plot_path + ": cannot write");
+        out["plot"] = plot_path;
     }
     if (as_json) {
         std::cout << out.dump(2) << "\n";

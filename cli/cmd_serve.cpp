@@ -18,6 +18,9 @@
 #include "engine/server/generation.h"
 #include "engine/server/http_server.h"
 #include "engine/server/api_service.h"
+#include "engine/model/model_facts.h"
+#include "tune/plan_io.h"
+#include <cstring>
 #include "engine/tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
@@ -37,6 +40,38 @@ std::string read_key_file(const std::string& path) {
     return key;
 }
 
+std::string status_field(const char* name) {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind(name, 0) == 0) {
+            const size_t v = line.find_first_not_of(" \t", std::strlen(name));
+            return v == std::string::npos ? "" : line.substr(v);
+        }
+    return "";
+}
+
+// What the web page shows beside the measured figures: this server's configuration and its plan's decisions.
+nlohmann::json engine_view_config(const std::string& name, const LoadedEngine& engine, const EngineFlags& ef, const std::string& plan_path,
+                                  int threads, int parallel, int n_ctx) {
+    const ModelFacts facts = model_facts(engine.file);
+    nlohmann::json c = {{"model", name}, {"arch", facts.arch}, {"threads", threads}, {"parallel", parallel}, {"n_ctx", n_ctx},
+                        {"resident_bytes", facts.resident_bytes}, {"kv_bytes", facts.kv_bytes(static_cast<uint32_t>(n_ctx)) * static_cast<uint64_t>(parallel)},
+                        {"expert_bytes", facts.expert_bytes}, {"expert_cache_bytes", engine.streaming ? engine.cache_bytes : facts.expert_bytes},
+                        {"streaming", engine.streaming}, {"experts", engine.summary},
+                        {"cpus_allowed", status_field("Cpus_allowed_list:")}, {"mems_allowed", status_field("Mems_allowed_list:")}};
+    if (!ef.ram_budget.empty()) c["ram_budget_bytes"] = parse_bytes("--ram-budget", ef.ram_budget);
+    if (!plan_path.empty()) {
+        const Plan p = load_plan(plan_path);
+        c["plan"] = {{"path", plan_path}, {"threads", p.threads}, {"cpus", p.cpus}, {"ram_budget_bytes", p.ram_budget_bytes},
+                     {"kv_bytes", p.kv_bytes}, {"expert_cache_bytes", p.expert_cache_bytes}, {"predicted_tok_s", p.predicted_tok_s},
+                     {"disk_bytes_per_s", p.disk_bytes_per_s}, {"io_queue_depth", p.io_queue_depth}, {"read_size", p.read_size},
+                     {"parallel", p.parallel}};
+        c["plan"]["membind_node"] = p.membind_node ? nlohmann::json(*p.membind_node) : nlohmann::json(nullptr);
+    }
+    return c;
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
@@ -46,7 +81,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256, checkpoints = ModelFacts::kDefaultCheckpoints;
     size_t max_body = 4u << 20;
     HttpServerOptions http_opt;
-    std::string reasoning_format = "deepseek";
+    std::string reasoning_format = "deepseek", plan_path;
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("host", po::value(&host)->default_value("127.0.0.1"), "address to bind")
@@ -63,6 +98,7 @@ int cmd_serve(const std::vector<std::string>& args) {
          "recurrent models: state snapshots kept for prefix reuse (0: none; a changed prefix then re-evaluates from the start)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
+        ("plan", po::value(&plan_path), "plan.yaml this server runs (moestream plan): the web page shows its decisions beside the measured figures")
         ("reasoning-format", po::value(&reasoning_format)->default_value("deepseek"),
          "deepseek: think blocks returned as reasoning_content (Anthropic: thinking blocks); none: left in the answer")
         ("max-connections", po::value(&http_opt.max_connections)->default_value(128), "open connections (then the longest-idle one is closed)")
@@ -81,6 +117,15 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
+    if (!plan_path.empty()) {
+        // Only the web page reads the plan: an unreadable one is reported and serving goes on without it.
+        try {
+            load_plan(plan_path);
+        } catch (const std::exception& e) {
+            std::cerr << "moestream serve: WARNING: --plan: " << e.what() << " (the web page shows no plan)\n";
+            plan_path.clear();
+        }
+    }
     if (reasoning_format != "deepseek" && reasoning_format != "none") throw CliError("--reasoning-format " + reasoning_format + " is not deepseek or none");
     if (http_opt.max_connections < 1 || http_opt.max_connections > 100000) throw CliError("--max-connections " + std::to_string(http_opt.max_connections) + " is out of range");
     if (http_opt.max_connections_per_client < 1) throw CliError("--max-connections-per-client must be at least 1");
@@ -160,6 +205,10 @@ int cmd_serve(const std::vector<std::string>& args) {
     }
     served = gen.get();
     service.set_generator(gen.get());
+    EngineMonitor monitor(gen.get(), engine_view_config(name, engine, ef, plan_path, threads, parallel, n_ctx),
+                          {engine.model->hp.n_layer, engine.model->hp.moe.n_expert},
+                          ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile));
+    service.set_monitor(&monitor);
     service.set_ready(true);
     sd_notify(0, "READY=1\nSTATUS=serving");
     std::cerr << "moestream serve: ready: " << name << " (" << family_name(api.family) << " chat template) on " << host << ":"
@@ -190,6 +239,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (watchdog.joinable()) watchdog.join();
     ::kill(::getpid(), SIGTERM);  // wake the signal thread if the server stopped another way
     signals.join();
+    service.set_monitor(nullptr);
+    monitor.stop();
     gen.reset();
     std::cerr << "moestream serve: stopped\n";
     return 0;

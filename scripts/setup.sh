@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
   fio numactl systemd curl jq util-linux procps
+  chromium                                      # the web page's tests run in it, headless
 )
 # Node.js runs the official OpenAI/Anthropic SDK clients in the server tests: Debian's, unless a node is
 # already on PATH.
@@ -24,9 +25,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all ${#packages[@]} packages present"
-# The SDKs at the versions pinned in tests/node/package-lock.json, into tests/node/node_modules (ignored by git).
+# The SDKs and playwright-core at the versions pinned in tests/node/package-lock.json, into tests/node/node_modules (ignored by git).
 here="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -d "$here/tests/node/node_modules/openai" ] || [ ! -d "$here/tests/node/node_modules/@anthropic-ai/sdk" ] ||
+   [ ! -d "$here/tests/node/node_modules/playwright-core" ] ||
    [ "$here/tests/node/package-lock.json" -nt "$here/tests/node/node_modules/.package-lock.json" ]; then
   npm ci --prefix "$here/tests/node" --no-audit --no-fund --loglevel=error
 fi

@@ -221,7 +221,9 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     test::TempDir dir;
     const std::string model = make_model(dir, "q8_0");
     const std::string budget = std::to_string(model_facts(open_gguf_model(model)).resident_bytes + (4u << 20));
-    auto [code, out] = run_quiet("bench -m " + model + " --ram-budget " + budget + " --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json");
+    const std::string svg_path = dir / "run.svg";
+    auto [code, out] = run_quiet("bench -m " + model + " --ram-budget " + budget + " --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " +
+                                 svg_path);
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);
     EXPECT_GT(j["expert_bytes_read_per_token"].get<double>(), 0);
@@ -245,8 +247,25 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
         EXPECT_GT(row["active_bytes_per_s"].get<double>(), 0) << row.dump();
     }
     EXPECT_NEAR(share, 1.0, 1e-9);
+    // Batched decode over slots: a row per slot count, the first the baseline of the byte ratio.
+    ASSERT_EQ(j["parallel_slots"].size(), 2u);
+    EXPECT_EQ(j["parallel_slots"][0]["expert_bytes_ratio_of_first"].get<double>(), 1.0);
+    EXPECT_GT(j["parallel_slots"][1]["gen_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(j["grammar_mask"]["mask_ms_mean"].get<double>(), 0) << j["grammar_mask"].dump();
+    // --plot: an SVG with the three curves and fio's reference line on the read panel.
+    std::ifstream f(svg_path);
+    const std::string svg{std::istreambuf_iterator<char>(f), {}};
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+    EXPECT_NE(svg.find("</svg>"), std::string::npos);
+    size_t curves = 0;
+    for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++curves;
+    EXPECT_EQ(curves, 3u) << svg;
+    EXPECT_NE(svg.find("class=\"reference\""), std::string::npos);
     auto [bad, msg] = run_quiet("bench -m " + model + " --ram-budget 1K");
     EXPECT_EQ(bad, 2);
+    auto [bad_slots, msg2] = test::run_moestream("bench -m " + model + " --parallel 1,x", true);
+    EXPECT_EQ(bad_slots, 2);
+    EXPECT_NE(msg2.find("--parallel"), std::string::npos) << msg2;
 }
 
 }  // namespace

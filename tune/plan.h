@@ -59,6 +59,7 @@ struct Plan {
     uint64_t mlock_bytes = 0;         // resident bytes to lock
     std::string memlock_limit;        // limits.d / LimitMEMLOCK value
     double predicted_tok_s = 0;
+    double disk_bytes_per_s = 0;      // the probe's fio bandwidth the plan used (0: none measured)
     std::string prediction_formula;
     std::vector<std::pair<std::string, PlanValue>> reasons;  // decision name -> value + reason, in order
     std::vector<SysctlSetting> sysctl;

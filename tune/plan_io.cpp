@@ -34,7 +34,7 @@ std::string plan_to_yaml(const Plan& p) {
       << YAML::Key << "kv_bytes" << YAML::Value << p.kv_bytes << YAML::Key << "expert_cache_bytes" << YAML::Value
       << p.expert_cache_bytes << YAML::Key << "io_queue_depth" << YAML::Value << p.io_queue_depth << YAML::Key << "read_size"
       << YAML::Value << p.read_size << YAML::Key << "mlock_bytes" << YAML::Value << p.mlock_bytes << YAML::Key
-      << "memlock_limit" << YAML::Value << p.memlock_limit << YAML::Key << "predicted_tok_s" << YAML::Value << p.predicted_tok_s
+      << "memlock_limit" << YAML::Value << p.memlock_limit << YAML::Key << "predicted_tok_s" << YAML::Value << p.predicted_tok_s << YAML::Key << "disk_bytes_per_s" << YAML::Value << p.disk_bytes_per_s
       << YAML::Key << "prediction" << YAML::Value << p.prediction_formula;
     o << YAML::EndMap;
     o << YAML::Key << "reasons" << YAML::Value << YAML::BeginMap;
@@ -142,6 +142,7 @@ Plan load_plan(const std::string& path) {
     p.mlock_bytes = field<uint64_t>(y, "decisions.mlock_bytes", path);
     p.memlock_limit = field<std::string>(y, "decisions.memlock_limit", path);
     p.predicted_tok_s = field<double>(y, "decisions.predicted_tok_s", path);
+    if (y["decisions"]["disk_bytes_per_s"]) p.disk_bytes_per_s = field<double>(y, "decisions.disk_bytes_per_s", path);
     p.prediction_formula = field<std::string>(y, "decisions.prediction", path);
     if (y["reasons"] && y["reasons"].IsMap())
         for (const auto& kv : y["reasons"])

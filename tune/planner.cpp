@@ -242,6 +242,7 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
             (hard == UINT64_MAX ? std::string("unlimited") : mib(hard)) + (hard < p.mlock_bytes ? ", too low" : ", enough") + ")");
 
     // Prediction (design section 4).
+    p.disk_bytes_per_s = best ? best->bytes_per_s : 0;
     DecodeEstimate e = estimate_decode(m, p.expert_cache_bytes, best ? best->bytes_per_s : 0, opt.mem_bytes_per_s);
     p.predicted_tok_s = e.tokens_per_s;
     p.prediction_formula = e.formula();

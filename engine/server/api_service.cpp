@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "engine/server/web_page.h"
+
 namespace moe {
 
 namespace {
@@ -78,6 +80,17 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
         if (req.method != m) throw ApiError{405, std::string("use ") + m, "invalid_request_error", "", ""};
     };
     try {
+        if (req.target == "/" || req.target == "/index.html") {  // static; its data calls carry the key
+            method("GET");
+            count(200);
+            return res.send(200, "text/html; charset=utf-8", web_page_html(),
+                            {{"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"},
+                             {"X-Content-Type-Options", "nosniff"}});
+        }
+        if (req.target == "/favicon.ico") {  // browsers ask unprompted: no icon, and no 401 in their console
+            count(204);
+            return res.send(204, "image/x-icon", "");
+        }
         if (req.target == "/health") {
             method("GET");
             if (!ready_) return send_json(503, {{"status", "loading"}});
@@ -103,6 +116,11 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
             return send_json(200, {{"object", "list"},
                                    {"data", json::array({{{"id", opt_.alias}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
                                                           {"type", "model"}, {"display_name", opt_.alias}}})}});
+        }
+        if (req.target == "/v1/engine/stats" || req.target == "/v1/engine/stats/stream") {
+            method("GET");
+            if (!monitor_.load()) throw ApiError{503, "the model is still loading", "server_error", "", ""};
+            return engine_stats(res, req.target == "/v1/engine/stats/stream");
         }
         using Handler = void (ApiService::*)(const HttpRequest&, HttpResponder&);
         static const std::map<std::string, Handler> routes = {{"/v1/chat/completions", &ApiService::openai_chat},
@@ -163,6 +181,27 @@ void ApiService::remember(const ChatOutputParser& parser, const PreparedChat& ch
 std::optional<std::vector<int32_t>> ApiService::recall(const std::string& content, const std::vector<ToolCall>& calls) const {
     if (auto t = gen_->remembered_turn(turn_key(content, calls))) return t;
     return calls.empty() ? std::nullopt : gen_->remembered_turn(turn_key(strip_thinking(content), calls));
+}
+
+void ApiService::engine_stats(HttpResponder& res, bool stream) {
+    EngineMonitor* m = monitor_.load();
+    if (!stream) {
+        count(200);
+        return res.send(200, "application/json", wire(m->snapshot()));
+    }
+    count(200);
+    if (!res.begin_stream("text/event-stream")) return;
+    uint64_t seq = 0;
+    // One event per sample until the client goes or the server stops (the monitor then stops too); a comment
+    // line on quiet seconds finds a vanished client.
+    for (;;) {
+        if (res.client_gone()) break;
+        const json sample = m->next_sample(seq, std::chrono::milliseconds(1500));
+        if (!monitor_.load() || m->stopped()) break;
+        if (!res.write_chunk(sample.is_null() ? ": idle\n\n" : "data: " + wire(sample) + "\n\n")) return;
+        if (sample.is_null() && !ready_) break;
+    }
+    res.end_stream();
 }
 
 bool ApiService::ended_in_error(const GenerationResult& r, bool stream, SseStream& sse, const std::string& error_event) {

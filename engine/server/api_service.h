@@ -13,6 +13,7 @@
 
 #include "engine/server/api_common.h"
 #include "engine/server/chat_session.h"
+#include "engine/server/engine_monitor.h"
 #include "engine/server/generation.h"
 #include "engine/server/http_server.h"
 
@@ -54,6 +55,7 @@ public:
     // /health answers 503 until ready.
     void set_ready(bool ready) { ready_ = ready; }
     void set_generator(Generator* g) { gen_ = g; }
+    void set_monitor(EngineMonitor* m) { monitor_ = m; }
     // Extra gauges for /metrics supplied by the caller (expert cache, bytes read...).
     std::function<std::string()> extra_metrics;
 
@@ -61,6 +63,8 @@ private:
     // OpenAI (openai_api.cpp)
     void openai_chat(const HttpRequest& req, HttpResponder& res);
     void openai_completions(const HttpRequest& req, HttpResponder& res);
+    // The engine view's data: one snapshot, or a sample a second as server-sent events.
+    void engine_stats(HttpResponder& res, bool stream);
     // Anthropic (anthropic_api.cpp)
     void anthropic_messages(const HttpRequest& req, HttpResponder& res);
     void anthropic_count_tokens(const HttpRequest& req, HttpResponder& res);
@@ -86,6 +90,7 @@ private:
     Generator* gen_;
     std::atomic<bool> ready_{false};
     std::atomic<uint64_t> next_id_{1};
+    std::atomic<EngineMonitor*> monitor_{nullptr};
     std::mutex status_mu_;
     std::map<int, uint64_t> by_status_;
 };

@@ -100,6 +100,7 @@ void Generator::worker() {
             slots_busy_ += static_cast<int>(admitted.size());
             busy_ = slots_busy_.load() > 0;
         }
+        const auto busy_from = Clock::now();
         for (auto& job : admitted) {
             // The free slot whose cache shares the longest prefix with this prompt (least recently used on ties).
             Slot* best = nullptr;
@@ -119,7 +120,20 @@ void Generator::worker() {
             start(*best);
         }
         step();
+        stats_.busy_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busy_from).count());
+        if (++steps_ % 16 == 0) publish_counters();
     }
+}
+
+void Generator::publish_counters() {
+    std::lock_guard<std::mutex> lk(expert_stats_mu_);
+    expert_stats_ = model_.experts->stats();
+    heat_ = runner_.expert_selections();
+}
+
+std::vector<uint64_t> Generator::expert_heat() const {
+    std::lock_guard<std::mutex> lk(expert_stats_mu_);
+    return heat_;
 }
 
 void Generator::start(Slot& slot) {
@@ -158,6 +172,7 @@ void Generator::start(Slot& slot) {
             if (end < P) runner_.checkpoint();
         }
         slot.cached.insert(slot.cached.end(), prompt.begin() + static_cast<long>(common), prompt.end());
+        stats_.prompt_evaluated += prompt.size() - common;
         r.prompt_ms = ms_since(t0);
         slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
     } catch (const std::exception& e) {
@@ -194,6 +209,7 @@ bool Generator::take_token(Slot& slot, int32_t next) {
         r.logprobs.push_back(std::move(t));
     }
     if (slot.constraint) slot.constraint->accept(next);
+    stats_.tokens_decoded++;
     r.tokens.push_back(next);
     slot.history.push_back(next);
     slot.held += slot.stream->push(next);
@@ -283,10 +299,7 @@ void Generator::finish(Slot& slot) {
     stats_.gen_ms_total += static_cast<uint64_t>(r.gen_ms);
     if (r.completion_tokens > 1 && r.gen_ms > 0) stats_.last_tok_per_s = (r.completion_tokens - 1) * 1000.0 / r.gen_ms;
     if (r.finish_reason != "cancelled" && r.finish_reason != "error") remember(r.text, r.tokens);
-    {
-        std::lock_guard<std::mutex> lk(expert_stats_mu_);
-        expert_stats_ = model_.experts->stats();
-    }
+    publish_counters();
     {
         std::lock_guard<std::mutex> lk(mu_);
         std::erase(running_cancels_, slot.req.cancel);

@@ -75,6 +75,8 @@ struct GenerationStats {
     // Constrained decoding: tokens checked against the grammar, full masks built (the drawn token was not
     // allowed), and the time spent on both.
     std::atomic<uint64_t> grammar_tokens{0}, grammar_masks{0}, grammar_ns{0};
+    // Live, as tokens go (the totals above move when a request ends): for the engine view's rates.
+    std::atomic<uint64_t> tokens_decoded{0}, prompt_evaluated{0}, busy_ns{0};
 };
 
 class Generator {
@@ -93,8 +95,11 @@ public:
     bool recurrent() const { return recurrent_; }
     const RunnerStats& runner_stats() const { return runner_.stats(); }
     GenerationStats& stats() { return stats_; }
-    // The expert source's counters as of the last finished request (safe from any thread).
+    // The expert source's counters, refreshed every few decode steps and at each request's end (safe from any
+    // thread).
     ExpertSourceStats expert_stats() const;
+    // How often the router chose each expert, [layer * n_expert + expert], refreshed like expert_stats().
+    std::vector<uint64_t> expert_heat() const;
     // Cancels the running requests and fails queued ones; the worker exits.
     void shutdown();
 
@@ -114,6 +119,7 @@ private:
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
+    void publish_counters();  // expert_stats_ and heat_ from the worker's runner and source
     void remember(const std::string& text, const std::vector<int32_t>& tokens);
     // Draws the next token within the grammar: the sampler's choice when allowed, else a draw from the
     // logits masked to the allowed tokens.
@@ -136,6 +142,8 @@ private:
     GenerationStats stats_;
     mutable std::mutex expert_stats_mu_;
     ExpertSourceStats expert_stats_;
+    std::vector<uint64_t> heat_;
+    uint64_t steps_ = 0;
     mutable std::mutex memory_mu_;
     std::map<std::string, std::vector<int32_t>> memory_;
     std::deque<std::string> memory_order_;
