@@ -4,6 +4,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
+#include <optional>
 #include <boost/program_options.hpp>
 #include <cstring>
 #include <filesystem>
@@ -174,6 +176,22 @@ Plan load_or_cli_error(const std::string& path) {
 
 }  // namespace
 
+// systemd-analyze's overall exposure of a unit file ("1.9"), or nothing where the tool is missing or fails.
+std::optional<std::string> unit_exposure(const std::string& unit) {
+    FILE* f = ::popen(("systemd-analyze security --offline=true '" + unit + "' 2>/dev/null").c_str(), "r");
+    if (!f) return std::nullopt;
+    std::string out;
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+    ::pclose(f);
+    const size_t at = out.find("Overall exposure level for");
+    if (at == std::string::npos) return std::nullopt;
+    const size_t colon = out.find(':', at);
+    if (colon == std::string::npos) return std::nullopt;
+    const size_t a = out.find_first_not_of(' ', colon + 1), b = out.find_first_of(" \n", a);
+    return out.substr(a, b - a);
+}
+
 int cmd_plan(const std::vector<std::string>& args) {
     std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias, profile;
     int threads = 0, port = 8000;
@@ -234,6 +252,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     p.asked_gpu_mem = gpu_mem;
     write_plan_dir(p, out);
     print_plan(p);
+    if (const auto exposure = unit_exposure(p.out_dir + "/moestream.service"))
+        std::cout << "service exposure " << *exposure << " (systemd-analyze security --offline; lower is safer, 10 is unsandboxed root)\n";
     std::cout << "wrote " << p.out_dir << "/{plan.yaml,launch.sh} and previews of 60-moestream.conf, 99-moestream.conf, "
               << "moestream.service\nnext: moestream apply --plan " << p.out_dir << "/plan.yaml --dry-run\n";
     return 0;

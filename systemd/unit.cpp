@@ -25,7 +25,11 @@ std::string render_unit(const Plan& p) {
     line("the same command `moestream launch` runs", "ExecStart=" + p.out_dir + "/launch.sh");
     line("come back after a crash, not after a clean stop", "Restart=on-failure");
     s += "RestartSec=5\n";
-    line("account", "User=" + p.service_user);
+    if (p.service_user == "dynamic")
+        line("an unprivileged user made for the service's lifetime: it can read the model (if others may) and nothing of root's",
+             "DynamicUser=yes");
+    else
+        line("account (plan.yaml serve.user)", "User=" + p.service_user);
     line("mlock the resident weights and KV cache (" + std::to_string(p.mlock_bytes) + " bytes)", "LimitMEMLOCK=" + p.memlock_limit);
     line("split models and sockets", "LimitNOFILE=65536");
     line("one CPU per physical core" + std::string(p.membind_node ? " of the disk's NUMA node" : ""), "CPUAffinity=" + p.cpus);

@@ -234,6 +234,18 @@ TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
             EXPECT_EQ(::pclose(f), 0) << target << ": " << out;
         }
         EXPECT_EQ(out.find(unit), std::string::npos) << target << ": " << out;  // no warning about our unit
+        // Unprivileged and sandboxed: systemd's own exposure score stays at or below 2.3 (what the unit scored
+        // running as root with this sandbox).
+        EXPECT_NE(render_unit(p).find("DynamicUser=yes"), std::string::npos);
+        FILE* f = ::popen(("systemd-analyze security --offline=true " + unit + " 2>&1").c_str(), "r");
+        std::string sec;
+        std::array<char, 512> buf;
+        while (std::fgets(buf.data(), buf.size(), f)) sec += buf.data();
+        ::pclose(f);
+        const size_t at = sec.find("Overall exposure level");
+        ASSERT_NE(at, std::string::npos) << sec;
+        const double exposure = std::stod(sec.substr(sec.find(':', at) + 1));
+        EXPECT_LE(exposure, 2.3) << target << ": " << sec.substr(at);
     }
 }
 

@@ -70,7 +70,8 @@ struct Plan {
     int port = 8000;
     std::string alias;
     std::string moestream_binary;     // absolute path used by launch.sh
-    std::string service_user = "root";
+    // The service's account: "dynamic" (DynamicUser=yes: a transient unprivileged user) or a user name.
+    std::string service_user = "dynamic";
 
     // llama-server target
     std::string llama_server_binary = "llama-server";

@@ -1,5 +1,7 @@
 #include "tune/planner.h"
 
+#include <filesystem>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -108,6 +110,22 @@ Fingerprint fingerprint_of(const HostFacts& h, const std::string& model_path) {
         f.model_file = model_path + " (not found)";
     return f;
 }
+
+namespace {
+// Whether an unprivileged user could open the file: o+r on it and o+x on every directory above it.
+bool readable_by_others(const std::string& path) {
+    if (path.empty()) return true;
+    std::error_code ec;
+    auto st = std::filesystem::status(path, ec);
+    if (ec) return true;  // not on this host (plan for another machine): nothing to say
+    if ((st.permissions() & std::filesystem::perms::others_read) == std::filesystem::perms::none) return false;
+    for (auto dir = std::filesystem::path(path).parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+        auto ds = std::filesystem::status(dir, ec);
+        if (!ec && (ds.permissions() & std::filesystem::perms::others_exec) == std::filesystem::perms::none) return false;
+    }
+    return true;
+}
+}  // namespace
 
 Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) {
     if (opt.target != "engine" && opt.target != "llama-server")
@@ -253,6 +271,9 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         p.sysctl.push_back({"vm.swappiness", "1", "swap of " + mib(swap) + " exists and the expert cache is anonymous memory: keep it in RAM"});
     else
         p.notes.push_back("vm.swappiness not set: no swap on this host");
+    if (!readable_by_others(opt.model_path))
+        p.notes.push_back("the service runs as an unprivileged dynamic user, and others may not read " + opt.model_path +
+                          ": chmod o+r on the file and o+x on its directories, or set serve.user in plan.yaml to a user that can");
     const uint64_t total_ram = h.memory.total_bytes.value.value_or(ram);
     const uint64_t mfk = std::clamp<uint64_t>(total_ram / 100 / 1024, 65536, 2ull << 20);
     p.sysctl.push_back({"vm.min_free_kbytes", std::to_string(mfk),
