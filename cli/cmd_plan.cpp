@@ -16,7 +16,9 @@
 #include "cli/commands.h"
 #include "launch/apply.h"
 #include "launch/diff.h"
+#include "launch/cluster_files.h"
 #include "launch/launch_script.h"
+#include "tune/cluster.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/probes.h"
 #include "probes/storage_probe.h"
@@ -176,6 +178,17 @@ Plan load_or_cli_error(const std::string& path) {
 
 }  // namespace
 
+struct ClusterRequest {
+    std::string model, head;
+    std::vector<std::string> workers;
+    std::string out;
+    int rpc_port = 50052;
+    double link_gbps = 10, mem_gbps = 20;
+    uint32_t n_ctx = 4096;
+    int port = 8000;
+    std::string rpc_binary, llama_binary;
+};
+
 // systemd-analyze's overall exposure of a unit file ("1.9"), or nothing where the tool is missing or fails.
 std::optional<std::string> unit_exposure(const std::string& unit) {
     FILE* f = ::popen(("systemd-analyze security --offline=true '" + unit + "' 2>/dev/null").c_str(), "r");
@@ -192,19 +205,81 @@ std::optional<std::string> unit_exposure(const std::string& unit) {
     return out.substr(a, b - a);
 }
 
+int plan_cluster(const ClusterRequest& r) {
+    if (r.head.empty() || r.workers.empty()) throw CliError("--target llama-rpc needs --head FACTS@ADDRESS and at least one --worker FACTS@ADDRESS");
+    if (r.rpc_port < 1 || r.rpc_port > 65535) throw CliError("--rpc-port " + std::to_string(r.rpc_port) + " is not a port");
+    if (!(r.link_gbps > 0) || !(r.mem_gbps > 0)) throw CliError("--link-gbps and --mem-gbps must be positive");
+    auto host_of = [&](const std::string& spec, const std::string& name) {
+        const size_t at = spec.rfind('@');
+        if (at == std::string::npos || at + 1 == spec.size())
+            throw CliError(name + " '" + spec + "': give FACTS@ADDRESS (the address rpc-server binds; never 0.0.0.0 by default)");
+        ClusterHost h;
+        h.name = name;
+        h.address = spec.substr(at + 1);
+        h.facts = gather_host(spec.substr(0, at), "/", r.model, 0, true);
+        h.mem_bytes_per_s = r.mem_gbps * 1e9;
+        return h;
+    };
+    ClusterOptions o;
+    o.model_path = fs::absolute(r.model).string();
+    o.head = host_of(r.head, "head");
+    for (size_t i = 0; i < r.workers.size(); ++i) o.workers.push_back(host_of(r.workers[i], "worker" + std::to_string(i + 1)));
+    o.rpc_port = r.rpc_port;
+    o.link_bytes_per_s = r.link_gbps * 1e9 / 8;
+    o.n_ctx = r.n_ctx;
+    o.port = r.port;
+    o.rpc_server_binary = r.rpc_binary;
+    o.llama_server_binary = r.llama_binary;
+    ClusterPlan cp;
+    try {
+        cp = make_cluster_plan(read_model_facts(r.model), o);
+    } catch (const PlanError& e) {
+        throw CliError(e.what());
+    }
+    const std::string dir = fs::absolute(r.out).string();
+    for (const auto& f : render_cluster_files(cp, dir)) {
+        fs::create_directories(fs::path(dir + "/" + f.path).parent_path());
+        write_text(dir + "/" + f.path, f.content, f.mode);
+    }
+    std::cout << "cluster plan for " << o.model_path << "\n";
+    for (const auto& s : cp.hosts)
+        std::cout << "  " << s.name << " " << s.address << ": layers "
+                  << (s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) : std::string("none")) << ", "
+                  << human_bytes(static_cast<double>(s.weight_bytes)) << " of " << human_bytes(static_cast<double>(s.budget_bytes)) << ", "
+                  << s.threads << " threads\n";
+    for (const auto& [k, v] : cp.reasons)
+        if (k == "prediction") std::cout << "predicted        " << v << "\n";
+    for (const auto& w : cp.warnings) std::cerr << "moestream plan: WARNING: " << w << "\n";
+    for (const auto& s : cp.hosts) {
+        const std::string unit = dir + "/" + s.name + (&s == &cp.hosts.front() ? "/llama-server.service" : "/rpc-server.service");
+        if (const auto exposure = unit_exposure(unit)) std::cout << s.name << " unit exposure " << *exposure << " (systemd-analyze security --offline)\n";
+    }
+    std::cout << "wrote " << dir << "/cluster.yaml and a directory per host (units, nftables.conf, sysctl and limits files)\n";
+    return 0;
+}
+
 int cmd_plan(const std::vector<std::string>& args) {
     std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias, profile;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
-    int parallel = 1;
-    double seconds = 3;
+    int parallel = 1, rpc_port = 50052;
+    double seconds = 3, link_gbps = 10, mem_gbps = 20;
     bool no_storage = false;
+    std::string head, rpc_binary, llama_binary;
+    std::vector<std::string> workers;
     po::options_description opts("moestream plan options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")
         ("host", po::value(&facts), "host facts from `moestream probe --yaml` (default: probe this host now)")
         ("ram-budget", po::value(&budget), "RAM for the whole engine: resident weights + KV cache + expert cache")
         ("threads", po::value(&threads), "at most this many threads (default: every physical core of the node)")
-        ("target", po::value(&target)->default_value("engine"), "engine | llama-server")
+        ("target", po::value(&target)->default_value("engine"), "engine | llama-server | llama-rpc (a cluster: --head and --worker)")
+        ("head", po::value(&head), "llama-rpc: the head's facts (probe --json or --yaml) @ the address workers see it at, as head.json@10.0.0.1")
+        ("worker", po::value(&workers)->composing(), "llama-rpc: a worker's facts @ the address its rpc-server binds, as w1.json@10.0.0.2 (repeat)")
+        ("rpc-port", po::value(&rpc_port)->default_value(50052), "llama-rpc: the workers' rpc-server port")
+        ("link-gbps", po::value(&link_gbps)->default_value(10), "llama-rpc: network speed between the hosts, Gbit/s")
+        ("rpc-server-binary", po::value(&rpc_binary)->default_value("/usr/local/bin/rpc-server"), "llama-rpc: rpc-server on the workers")
+        ("llama-server-binary", po::value(&llama_binary)->default_value("/usr/local/bin/llama-server"), "llama-rpc: llama-server on the head")
+        ("mem-gbps", po::value(&mem_gbps)->default_value(20), "llama-rpc: each host's RAM read bandwidth for the prediction, GB/s")
         ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory for routed experts, as 0=96G,1=96G")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
         ("parallel", po::value(&parallel)->default_value(1), "server slots (serve --parallel); each holds a KV cache of --ctx")
@@ -220,6 +295,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
+    if (target == "llama-rpc")
+        return plan_cluster({.model = model, .head = head, .workers = workers, .out = out, .rpc_port = rpc_port, .link_gbps = link_gbps,
+                             .mem_gbps = mem_gbps, .n_ctx = n_ctx, .port = port, .rpc_binary = rpc_binary, .llama_binary = llama_binary});
     if (target == "llama-server" && gpu_mem.empty()) throw CliError("--target llama-server needs --gpu-mem, as 0=96G,1=96G");
     if (port < 1 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     ModelFacts m = read_model_facts(model);

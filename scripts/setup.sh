@@ -10,6 +10,7 @@ packages=(
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
   fio numactl systemd curl jq util-linux procps
   chromium                                      # the web page's tests run in it, headless
+  nftables                                      # nft -c checks the cluster plan's firewall rules
 )
 # Node.js runs the official OpenAI/Anthropic SDK clients in the server tests: Debian's, unless a node is
 # already on PATH.

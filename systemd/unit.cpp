@@ -4,6 +4,33 @@
 
 namespace moe {
 
+std::string sandbox_section(const std::string& read_only_path, bool uses_io_uring) {
+    std::string s;
+    auto line = [&](const std::string& why, const std::string& directive) { s += "# " + why + "\n" + directive + "\n"; };
+    s += "\n# Sandboxing, as far as the program allows\n";
+    line("no privilege gain through exec", "NoNewPrivileges=yes");
+    line("the whole file system read-only", "ProtectSystem=strict");
+    line("the model is read, never written", "ReadOnlyPaths=" + read_only_path);
+    line("home directories readable (models often live there), not writable", "ProtectHome=read-only");
+    line("own /tmp", "PrivateTmp=yes");
+    line("no device nodes beyond the basics (the model is read through its file system)", "PrivateDevices=yes");
+    line("the service only reads sysctls; apply/install change them", "ProtectKernelTunables=yes");
+    s += "ProtectKernelModules=yes\nProtectKernelLogs=yes\nProtectControlGroups=yes\nProtectClock=yes\nProtectHostname=yes\n";
+    line("no new namespaces, realtime, set-id or personality changes", "RestrictNamespaces=yes");
+    s += "RestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\n";
+    line("no W+X memory (PCRE2's JIT falls back to its interpreter)", "MemoryDenyWriteExecute=yes");
+    line("IP sockets for the API, unix sockets for sd_notify and the journal", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX");
+    if (uses_io_uring)
+        line("native syscalls only; the service set plus io_uring for expert reads",
+             "SystemCallArchitectures=native\nSystemCallFilter=@system-service\nSystemCallFilter=io_uring_setup io_uring_enter io_uring_register");
+    else
+        line("native syscalls only; the service set", "SystemCallArchitectures=native\nSystemCallFilter=@system-service");
+    line("no capabilities: mlock works within LimitMEMLOCK without CAP_IPC_LOCK", "CapabilityBoundingSet=");
+    s += "AmbientCapabilities=\n";
+    line("files it creates are private", "UMask=0077");
+    return s;
+}
+
 std::string render_unit(const Plan& p) {
     const std::string model_dir = std::filesystem::path(p.model_path).parent_path().string();
     const bool engine = p.target == "engine";
@@ -43,24 +70,7 @@ std::string render_unit(const Plan& p) {
     line("expert reads are latency-sensitive but must not starve the system", "IOSchedulingClass=best-effort");
     s += "IOSchedulingPriority=2\n";
     line("the kernel should pick other victims first: losing the cache costs a long reload", "OOMScoreAdjust=-500");
-    s += "\n# Sandboxing, as far as the engine allows\n";
-    line("no privilege gain through exec", "NoNewPrivileges=yes");
-    line("the whole file system read-only", "ProtectSystem=strict");
-    line("the model is read, never written", "ReadOnlyPaths=" + (model_dir.empty() ? std::string("/") : model_dir));
-    line("home directories readable (models often live there), not writable", "ProtectHome=read-only");
-    line("own /tmp", "PrivateTmp=yes");
-    line("no device nodes beyond the basics (the model is read through its file system)", "PrivateDevices=yes");
-    line("the engine only reads sysctls; apply/install change them", "ProtectKernelTunables=yes");
-    s += "ProtectKernelModules=yes\nProtectKernelLogs=yes\nProtectControlGroups=yes\nProtectClock=yes\nProtectHostname=yes\n";
-    line("no new namespaces, realtime, set-id or personality changes", "RestrictNamespaces=yes");
-    s += "RestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\n";
-    line("no W+X memory (PCRE2's JIT falls back to its interpreter)", "MemoryDenyWriteExecute=yes");
-    line("IP sockets for the API, unix sockets for sd_notify and the journal", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX");
-    line("native syscalls only; the service set plus io_uring for expert reads",
-         "SystemCallArchitectures=native\nSystemCallFilter=@system-service\nSystemCallFilter=io_uring_setup io_uring_enter io_uring_register");
-    line("no capabilities: mlock works within LimitMEMLOCK without CAP_IPC_LOCK", "CapabilityBoundingSet=");
-    s += "AmbientCapabilities=\n";
-    line("files it creates are private", "UMask=0077");
+    s += sandbox_section(model_dir.empty() ? std::string("/") : model_dir, true);
     s += "\n[Install]\nWantedBy=multi-user.target\n";
     return s;
 }

@@ -8,5 +8,7 @@
 namespace moe {
 
 std::string render_unit(const Plan& p);
+// The [Service] sandbox lines every generated unit shares (engine, llama-server, rpc-server).
+std::string sandbox_section(const std::string& read_only_path, bool uses_io_uring);
 
 }  // namespace moe

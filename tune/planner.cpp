@@ -127,6 +127,22 @@ bool readable_by_others(const std::string& path) {
 }
 }  // namespace
 
+void host_sysctl(const HostFacts& h, size_t numa_nodes, Plan& p) {
+    const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
+    if (swap > 0)
+        p.sysctl.push_back({"vm.swappiness", "1", "swap of " + mib(swap) + " exists and the weights are anonymous memory: keep them in RAM"});
+    else
+        p.notes.push_back("vm.swappiness not set: no swap on this host");
+    const uint64_t total_ram = h.memory.total_bytes.value.value_or(0);
+    const uint64_t mfk = std::clamp<uint64_t>(total_ram / 100 / 1024, 65536, 2ull << 20);
+    p.sysctl.push_back({"vm.min_free_kbytes", std::to_string(mfk),
+                        "1% of " + mib(total_ram) + " RAM: reclaim stays ahead of the cache's allocation bursts"});
+    if (numa_nodes > 1)
+        p.sysctl.push_back({"kernel.numa_balancing", "0", std::to_string(numa_nodes) + " NUMA nodes: do not migrate the pinned memory"});
+    if (auto it = h.kernel.sysctl.find("vm.overcommit_memory"); it != h.kernel.sysctl.end() && it->second.value == 2)
+        p.sysctl.push_back({"vm.overcommit_memory", "0", "mode 2 (now set) refuses the cache's large allocations"});
+}
+
 Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) {
     if (opt.target != "engine" && opt.target != "llama-server")
         throw PlanError("--target '" + opt.target + "' is not engine or llama-server");
@@ -266,22 +282,10 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     p.prediction_formula = e.formula();
 
     // sysctl: only what this engine needs, with values derived from this host.
-    const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
-    if (swap > 0)
-        p.sysctl.push_back({"vm.swappiness", "1", "swap of " + mib(swap) + " exists and the expert cache is anonymous memory: keep it in RAM"});
-    else
-        p.notes.push_back("vm.swappiness not set: no swap on this host");
+    host_sysctl(h, nodes.size(), p);
     if (!readable_by_others(opt.model_path))
         p.notes.push_back("the service runs as an unprivileged dynamic user, and others may not read " + opt.model_path +
                           ": chmod o+r on the file and o+x on its directories, or set serve.user in plan.yaml to a user that can");
-    const uint64_t total_ram = h.memory.total_bytes.value.value_or(ram);
-    const uint64_t mfk = std::clamp<uint64_t>(total_ram / 100 / 1024, 65536, 2ull << 20);
-    p.sysctl.push_back({"vm.min_free_kbytes", std::to_string(mfk),
-                        "1% of " + mib(total_ram) + " RAM: reclaim stays ahead of the cache's allocation bursts"});
-    if (nodes.size() > 1)
-        p.sysctl.push_back({"kernel.numa_balancing", "0", std::to_string(nodes.size()) + " NUMA nodes: do not migrate the pinned memory"});
-    if (auto it = h.kernel.sysctl.find("vm.overcommit_memory"); it != h.kernel.sysctl.end() && it->second.value == 2)
-        p.sysctl.push_back({"vm.overcommit_memory", "0", "mode 2 (now set) refuses the cache's large allocations"});
     if (p.target == "engine") {
         p.notes.push_back("vm.max_map_count not set: the engine reads the model with pread/O_DIRECT, it maps nothing");
         p.notes.push_back("vm.vfs_cache_pressure not set: O_DIRECT reads leave no page cache of ours to protect");

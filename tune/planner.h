@@ -36,6 +36,9 @@ struct PlanOptions {
 };
 
 Plan make_plan(const HostFacts& host, const ModelFacts& model, const PlanOptions& opt);
+// The host's share of the sysctl decisions (swap, reclaim reserve, NUMA balancing, overcommit) into p.sysctl
+// and p.notes; the cluster planner uses it for every host.
+void host_sysctl(const HostFacts& h, size_t numa_nodes, Plan& p);
 Fingerprint fingerprint_of(const HostFacts& host, const std::string& model_path);
 // Experts of MoE layers to GPUs, each GPU filled to its budget: the hottest layers of a routing profile first
 // when `layer_heat` is given, else the leading layers.
