@@ -390,16 +390,46 @@ int cmd_apply(const std::vector<std::string>& args) {
     return 0;
 }
 
+// One host's directory of a cluster plan: its files at their places on that host.
+std::vector<GeneratedFile> host_dir_files(const std::string& dir) {
+    const std::pair<const char*, const char*> places[] = {{"60-moestream.conf", "/etc/sysctl.d/60-moestream.conf"},
+                                                           {"99-moestream.conf", "/etc/security/limits.d/99-moestream.conf"},
+                                                           {"rpc-server.service", "/etc/systemd/system/llama-rpc-server.service"},
+                                                           {"llama-server.service", "/etc/systemd/system/llama-server-rpc.service"},
+                                                           {"nftables.conf", "/etc/nftables.d/moestream-rpc.nft"}};
+    std::vector<GeneratedFile> files;
+    for (const auto& [name, target] : places)
+        if (fs::exists(dir + "/" + name)) files.push_back({target, read_text(dir + "/" + name), 0644});
+    if (files.empty()) throw CliError("--host-dir " + dir + ": none of a cluster host's files (60-moestream.conf, rpc-server.service, ...) is there");
+    return files;
+}
+
 int cmd_install(const std::vector<std::string>& args) {
-    std::string plan_path, root = "/";
+    std::string plan_path, root = "/", host_dir;
+    bool dry_run = false;
     po::options_description opts("moestream install options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
+        ("host-dir", po::value(&host_dir), "instead of --plan: one host's directory of a cluster plan (plan --target llama-rpc)")
+        ("dry-run", po::bool_switch(&dry_run), "show what would change, change nothing")
         ("root", po::value(&root)->default_value("/"), "install under this directory instead of /");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
     if (!fs::is_directory(root)) throw CliError("--root " + root + " is not a directory");
+    if (plan_path.empty() == host_dir.empty()) throw CliError("give --plan plan.yaml or --host-dir DIR/HOST");
+    if (!host_dir.empty()) {
+        // Idempotent, with backups and a diff, like apply; sysctl and nftables take effect at the next boot or
+        // `sysctl --system` / `nft -f`, said below rather than done behind the user's back.
+        ApplyResult r = apply_files_under(host_dir_files(host_dir), root, dry_run, "install");
+        std::cout << r.diff;
+        for (const auto& c : r.changed) std::cout << (dry_run ? "would install " : "installed ") << (root == "/" ? "" : root) << c << "\n";
+        for (const auto& u : r.unchanged) std::cout << "unchanged: " << (root == "/" ? "" : root) << u << "\n";
+        if (!r.backup_dir.empty()) std::cout << "replaced files backed up in " << r.backup_dir << "\n";
+        std::cout << "then, on that host: sysctl --system; nft -f /etc/nftables.d/moestream-rpc.nft (workers); systemctl daemon-reload; "
+                     "systemctl enable --now llama-rpc-server (workers) or llama-server-rpc (head)\n";
+        return dry_run && !r.changed.empty() ? 2 : 0;
+    }
     Plan p = load_or_cli_error(plan_path);
     ApplyResult r = apply_files_under({unit_file(p)}, root, false, "install");
     std::cout << r.diff;

@@ -160,6 +160,30 @@ TEST(ClusterPlan, GeneratedFilesVerifyAndStayUnprivileged) {
     EXPECT_NE(read_file(dir / "cluster.yaml").find("predicted_tok_s"), std::string::npos);
 }
 
+// install --host-dir: a host's directory into its places under a temporary root, idempotent, dry run first.
+TEST(ClusterPlan, InstallHostDirUnderARoot) {
+    const ClusterPlan cp = make_cluster_plan(big_model(), three_hosts());
+    test::TempDir dir, root;
+    for (const auto& f : render_cluster_files(cp, dir.path.string())) {
+        std::filesystem::create_directories(std::filesystem::path(dir / f.path).parent_path());
+        std::ofstream(dir / f.path) << f.content;
+    }
+    const std::string cmd = "install --host-dir " + (dir / "worker1") + " --root " + root.path.string();
+    auto [dry, dry_out] = test::run_moestream(cmd + " --dry-run", true);
+    EXPECT_EQ(dry, 2) << dry_out;  // changes pending
+    EXPECT_FALSE(std::filesystem::exists(root / "etc/systemd/system/llama-rpc-server.service"));
+    auto [first, out1] = test::run_moestream(cmd, true);
+    EXPECT_EQ(first, 0) << out1;
+    EXPECT_EQ(read_file(root / "etc/systemd/system/llama-rpc-server.service"), read_file(dir / "worker1/rpc-server.service"));
+    EXPECT_EQ(read_file(root / "etc/nftables.d/moestream-rpc.nft"), read_file(dir / "worker1/nftables.conf"));
+    auto [second, out2] = test::run_moestream(cmd, true);
+    EXPECT_EQ(second, 0);
+    EXPECT_EQ(out2.find("installed"), std::string::npos) << out2;  // nothing to change the second time
+    auto [bad, bad_out] = test::run_moestream("install --host-dir " + root.path.string() + " --root " + root.path.string(), true);
+    EXPECT_EQ(bad, 2);
+    EXPECT_NE(bad_out.find("--host-dir"), std::string::npos) << bad_out;
+}
+
 TEST(ClusterPlan, CliNeedsAddresses) {
     auto [rc, out] = test::run_moestream("plan --target llama-rpc --model /nonexistent.gguf --out /tmp/x --head h.json --worker w.json", true);
     EXPECT_EQ(rc, 2);
