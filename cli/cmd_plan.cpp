@@ -237,9 +237,27 @@ int plan_cluster(const ClusterRequest& r) {
         throw CliError(e.what());
     }
     const std::string dir = fs::absolute(r.out).string();
-    for (const auto& f : render_cluster_files(cp, dir)) {
-        fs::create_directories(fs::path(dir + "/" + f.path).parent_path());
-        write_text(dir + "/" + f.path, f.content, f.mode);
+    // What was asked, so `regen --cluster DIR/cluster.yaml` can plan again from the hosts' new facts.
+    YAML::Emitter req;
+    req << YAML::BeginMap << YAML::Key << "request" << YAML::Value << YAML::BeginMap << YAML::Key << "model" << YAML::Value << o.model_path;
+    req << YAML::Key << "head" << YAML::Value << (fs::absolute(r.head.substr(0, r.head.rfind('@'))).string() + r.head.substr(r.head.rfind('@')));
+    req << YAML::Key << "workers" << YAML::Value << YAML::BeginSeq;
+    for (const auto& w : r.workers) req << (fs::absolute(w.substr(0, w.rfind('@'))).string() + w.substr(w.rfind('@')));
+    req << YAML::EndSeq << YAML::Key << "rpc_port" << YAML::Value << r.rpc_port << YAML::Key << "link_gbps" << YAML::Value << r.link_gbps
+        << YAML::Key << "mem_gbps" << YAML::Value << r.mem_gbps << YAML::Key << "n_ctx" << YAML::Value << r.n_ctx << YAML::Key << "port"
+        << YAML::Value << r.port << YAML::Key << "rpc_server_binary" << YAML::Value << r.rpc_binary << YAML::Key << "llama_server_binary"
+        << YAML::Value << r.llama_binary << YAML::EndMap << YAML::EndMap;
+    // Each file against what the directory holds: a re-plan shows, per host, what changed.
+    size_t changed = 0;
+    for (auto f : render_cluster_files(cp, dir)) {
+        if (f.path == "cluster.yaml") f.content += std::string(req.c_str()) + "\n";
+        const std::string path = dir + "/" + f.path;
+        const std::string old = fs::exists(path) ? read_text(path) : "";
+        if (old == f.content) continue;
+        ++changed;
+        if (!old.empty()) std::cout << unified_diff(old, f.content, f.path + " (was)", f.path);
+        fs::create_directories(fs::path(path).parent_path());
+        write_text(path, f.content, f.mode);
     }
     std::cout << "cluster plan for " << o.model_path << "\n";
     for (const auto& s : cp.hosts)
@@ -254,7 +272,10 @@ int plan_cluster(const ClusterRequest& r) {
         const std::string unit = dir + "/" + s.name + (&s == &cp.hosts.front() ? "/llama-server.service" : "/rpc-server.service");
         if (const auto exposure = unit_exposure(unit)) std::cout << s.name << " unit exposure " << *exposure << " (systemd-analyze security --offline)\n";
     }
-    std::cout << "wrote " << dir << "/cluster.yaml and a directory per host (units, nftables.conf, sysctl and limits files)\n";
+    if (changed)
+        std::cout << "wrote " << changed << " files under " << dir << ": cluster.yaml and a directory per host (units, nftables.conf, sysctl and limits files)\n";
+    else
+        std::cout << "nothing changed under " << dir << "\n";
     return 0;
 }
 
@@ -487,12 +508,42 @@ int cmd_launch(const std::vector<std::string>& args) {
                    (argv[0] == std::string("numactl") ? " (apt-get install numactl)" : ""), 1);
 }
 
+// regen --cluster: the request cluster.yaml recorded, planned again from the facts files it names.
+int regen_cluster(const std::string& path) {
+    YAML::Node y;
+    try {
+        y = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+        throw CliError(path + ": not valid YAML (" + e.msg + ")");
+    }
+    const YAML::Node q = y["request"];
+    if (!q || !q.IsMap() || !q["model"] || !q["head"] || !q["workers"]) throw CliError(path + ": no request (write it with plan --target llama-rpc)");
+    try {
+        ClusterRequest r;
+        r.model = q["model"].as<std::string>();
+        r.head = q["head"].as<std::string>();
+        for (const auto& w : q["workers"]) r.workers.push_back(w.as<std::string>());
+        r.out = fs::path(path).parent_path().string();
+        r.rpc_port = q["rpc_port"].as<int>(50052);
+        r.link_gbps = q["link_gbps"].as<double>(10);
+        r.mem_gbps = q["mem_gbps"].as<double>(20);
+        r.n_ctx = q["n_ctx"].as<uint32_t>(4096);
+        r.port = q["port"].as<int>(8000);
+        r.rpc_binary = q["rpc_server_binary"].as<std::string>("/usr/local/bin/rpc-server");
+        r.llama_binary = q["llama_server_binary"].as<std::string>("/usr/local/bin/llama-server");
+        return plan_cluster(r);
+    } catch (const YAML::Exception& e) {
+        throw CliError(path + ": request: " + e.msg);
+    }
+}
+
 int cmd_regen(const std::vector<std::string>& args) {
-    std::string plan_path, facts, root = "/";
+    std::string plan_path, facts, root = "/", cluster;
     double seconds = 3;
     bool no_storage = false;
     po::options_description opts("moestream regen options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
+        ("cluster", po::value(&cluster), "instead of --plan: a cluster.yaml from plan --target llama-rpc; plans again from the hosts' facts files and shows each host's diffs")
         ("host", po::value(&facts), "host facts file instead of probing")
         ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
         ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
@@ -501,6 +552,8 @@ int cmd_regen(const std::vector<std::string>& args) {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
+    if (!cluster.empty()) return regen_cluster(cluster);
+    if (plan_path.empty()) throw CliError("give --plan plan.yaml or --cluster cluster.yaml");
     Plan old = load_or_cli_error(plan_path);
     HostFacts h = gather_host(facts, root, old.model_path, seconds, no_storage);
     Fingerprint now = fingerprint_of(h, old.model_path);

@@ -184,6 +184,36 @@ TEST(ClusterPlan, InstallHostDirUnderARoot) {
     EXPECT_NE(bad_out.find("--host-dir"), std::string::npos) << bad_out;
 }
 
+// regen --cluster: the recorded request planned again from the hosts' facts files; per-host diffs.
+TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --ffn 64 "
+                                  "--vocab-builtin --out " + model, true).first, 0);
+    auto write_facts = [&](const std::string& name, HostFacts h) {
+        std::ofstream(dir / name) << to_json(h).dump();
+        return dir / name;
+    };
+    const std::string head = write_facts("head.json", fixture_host("laptop-1node-smt"));
+    const std::string w1 = write_facts("w1.json", fixture_host("server-2socket-nvme-node1"));
+    HostFacts small = fixture_host("thp-never");
+    const std::string w2 = write_facts("w2.json", small);
+    const std::string out = dir / "cluster";
+    auto [rc, text] = test::run_moestream("plan --target llama-rpc --model " + model + " --head " + head + "@10.0.0.1 --worker " + w1 +
+                                          "@10.0.0.2 --worker " + w2 + "@10.0.0.3 --rpc-server-binary /bin/true --llama-server-binary /bin/true --out " + out, true);
+    ASSERT_EQ(rc, 0) << text;
+    auto [same, same_out] = test::run_moestream("regen --cluster " + out + "/cluster.yaml", true);
+    EXPECT_EQ(same, 0) << same_out;
+    EXPECT_NE(same_out.find("nothing changed"), std::string::npos) << same_out;
+    small.cpu.physical_cores.value = 2;  // worker2 lost cores
+    write_facts("w2.json", small);
+    auto [changed, diff] = test::run_moestream("regen --cluster " + out + "/cluster.yaml", true);
+    EXPECT_EQ(changed, 0) << diff;
+    EXPECT_NE(diff.find("+++ worker2/rpc-server.service"), std::string::npos) << diff;
+    EXPECT_NE(diff.find("-t 2 -c"), std::string::npos) << diff;
+    EXPECT_EQ(diff.find("+++ worker1/rpc-server.service"), std::string::npos) << diff;
+}
+
 TEST(ClusterPlan, CliNeedsAddresses) {
     auto [rc, out] = test::run_moestream("plan --target llama-rpc --model /nonexistent.gguf --out /tmp/x --head h.json --worker w.json", true);
     EXPECT_EQ(rc, 2);
