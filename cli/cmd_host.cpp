@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <yaml-cpp/yaml.h>
 #include <filesystem>
 #include <iostream>
 
@@ -11,6 +12,7 @@
 #include "probes/probes.h"
 #include "probes/storage_probe.h"
 #include "tune/check.h"
+#include "tune/cluster.h"
 
 namespace po = boost::program_options;
 
@@ -145,9 +147,40 @@ int cmd_probe(const std::vector<std::string>& args) {
     return 0;
 }
 
+// A cluster plan's rows: each worker's rpc-server, which has no authentication, must listen on a private
+// address (a public one fails loudly, with the fix).
+std::vector<CheckRow> check_cluster(const std::string& path) {
+    YAML::Node y;
+    try {
+        y = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+        throw CliError(path + ": not valid YAML (" + e.msg + ")");
+    }
+    if (!y["hosts"] || !y["hosts"].IsSequence()) throw CliError(path + ": no hosts (write it with plan --target llama-rpc)");
+    std::vector<CheckRow> rows;
+    for (const auto& h : y["hosts"]) {
+        const std::string name = h["name"].as<std::string>(""), address = h["address"].as<std::string>("");
+        if (name == "head") continue;
+        CheckRow r;
+        r.id = "rpc_listen_" + name;
+        r.what = name + ": rpc-server listen address (it has no authentication)";
+        r.measured = address;
+        r.required = "a private address (10/8, 172.16/12, 192.168/16, fc00::/7, loopback)";
+        if (is_private_address(address)) {
+            r.status = CheckStatus::Pass;
+        } else {
+            r.status = CheckStatus::Fail;
+            r.what = name + ": rpc-server on a PUBLIC address, no authentication";
+            r.fix = "anyone who reaches " + address + " can make it run code in its memory: plan again with --worker FACTS@<the worker's private interface address>, and load its nftables.conf";
+        }
+        rows.push_back(r);
+    }
+    return rows;
+}
+
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget;
+    std::string root = "/", model, budget, cluster;
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
@@ -155,12 +188,18 @@ int cmd_check(const std::vector<std::string>& args) {
         ("ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
         ("json", po::bool_switch(&as_json), "rows as JSON")
+        ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens)")
         ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
     add_storage_options(opts, sf, 3);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
+    if (!cluster.empty()) {
+        const auto rows = check_cluster(cluster);
+        std::cout << (as_json ? rows_to_json(rows).dump(2) + "\n" : rows_to_table(rows));
+        return check_exit_code(rows);
+    }
     if (!std::filesystem::is_directory(root)) throw CliError("--root " + root + " is not a directory");
     CheckInput in;
     in.n_ctx = n_ctx;

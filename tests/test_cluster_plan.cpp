@@ -212,6 +212,16 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
     EXPECT_NE(diff.find("+++ worker2/rpc-server.service"), std::string::npos) << diff;
     EXPECT_NE(diff.find("-t 2 -c"), std::string::npos) << diff;
     EXPECT_EQ(diff.find("+++ worker1/rpc-server.service"), std::string::npos) << diff;
+
+    // check --cluster: private listen addresses pass; a public one fails loudly with the fix.
+    auto [ok, ok_out] = test::run_moestream("check --cluster " + out + "/cluster.yaml", true);
+    EXPECT_EQ(ok, 0) << ok_out;
+    std::string yaml = read_file(out + "/cluster.yaml");
+    yaml.replace(yaml.find("address: 10.0.0.3"), 17, "address: 198.51.100.4");
+    std::ofstream(out + "/public.yaml") << yaml;
+    auto [fail, fail_out] = test::run_moestream("check --cluster " + out + "/public.yaml", true);
+    EXPECT_EQ(fail, 2) << fail_out;
+    EXPECT_NE(fail_out.find("PUBLIC"), std::string::npos) << fail_out;
 }
 
 TEST(ClusterPlan, CliNeedsAddresses) {
