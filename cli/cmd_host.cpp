@@ -141,6 +141,9 @@ int cmd_probe(const std::vector<std::string>& args) {
     if (root != "/" && sf.storage.empty()) sf.no_storage = true;
     HostFacts h = probe_host({.root = root, .try_ring = true});
     h.storage = measure(sf, model, as_json || as_yaml, true);
+    if (root == "/")  // RAM read bandwidth, for plans made elsewhere (the cluster planner)
+        h.memory.read_bytes_per_s = {measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20),
+                                     "measured: read of 256 MiB with every physical core"};
     if (as_json) std::cout << to_json(h).dump(2) << "\n";
     else if (as_yaml) std::cout << to_yaml(h);
     else print_human(h);

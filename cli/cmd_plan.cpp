@@ -217,7 +217,8 @@ int plan_cluster(const ClusterRequest& r) {
         h.name = name;
         h.address = spec.substr(at + 1);
         h.facts = gather_host(spec.substr(0, at), "/", r.model, 0, true);
-        h.mem_bytes_per_s = r.mem_gbps * 1e9;
+        // The host's own measured RAM bandwidth when its facts carry it (probe on the live host), else --mem-gbps.
+        h.mem_bytes_per_s = h.facts.memory.read_bytes_per_s.value.value_or(r.mem_gbps * 1e9);
         return h;
     };
     ClusterOptions o;

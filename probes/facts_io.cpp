@@ -68,7 +68,7 @@ json to_json(const HostFacts& f) {
     json mem = {{"total_bytes", src(f.memory.total_bytes)}, {"available_bytes", src(f.memory.available_bytes)},
                 {"swap_total_bytes", src(f.memory.swap_total_bytes)}, {"swap_free_bytes", src(f.memory.swap_free_bytes)},
                 {"thp_enabled", src(f.memory.thp_enabled)}, {"hugepages_total", src(f.memory.hugepages_total)},
-                {"hugepage_size_bytes", src(f.memory.hugepage_size_bytes)}};
+                {"hugepage_size_bytes", src(f.memory.hugepage_size_bytes)}, {"read_bytes_per_s", src(f.memory.read_bytes_per_s)}};
     json limits = {{"memlock_soft", src(f.limits.memlock_soft)}, {"memlock_hard", src(f.limits.memlock_hard)},
                    {"memlock_hard_raisable", f.limits.memlock_hard_raisable}, {"nofile_soft", src(f.limits.nofile_soft)},
                    {"nofile_hard", src(f.limits.nofile_hard)}, {"unlimited_is", UINT64_MAX}};
@@ -200,6 +200,7 @@ HostFacts host_facts_from_text(const std::string& text, const std::string& label
         h.memory.thp_enabled = get_src<std::string>(m, "thp_enabled");
         h.memory.hugepages_total = get_src<uint64_t>(m, "hugepages_total");
         h.memory.hugepage_size_bytes = get_src<uint64_t>(m, "hugepage_size_bytes");
+        if (m.contains("read_bytes_per_s")) h.memory.read_bytes_per_s = get_src<double>(m, "read_bytes_per_s");
         const json& l = j["limits"];
         h.limits.memlock_soft = get_src<uint64_t>(l, "memlock_soft");
         h.limits.memlock_hard = get_src<uint64_t>(l, "memlock_hard");

@@ -44,6 +44,9 @@ struct MemoryFacts {
     Sourced<uint64_t> total_bytes, available_bytes, swap_total_bytes, swap_free_bytes;
     Sourced<std::string> thp_enabled;   // always | madvise | never
     Sourced<uint64_t> hugepages_total, hugepage_size_bytes;
+    // RAM read bandwidth measured by `probe` on the live host (absent for fixture trees and older files): what
+    // the cluster planner divides each host's weight bytes by.
+    Sourced<double> read_bytes_per_s;
 };
 
 struct LimitFacts {

@@ -194,7 +194,9 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
         std::ofstream(dir / name) << to_json(h).dump();
         return dir / name;
     };
-    const std::string head = write_facts("head.json", fixture_host("laptop-1node-smt"));
+    HostFacts head_facts = fixture_host("laptop-1node-smt");
+    head_facts.memory.read_bytes_per_s = {7.5e9, "measured"};  // as probe records it on a live host
+    const std::string head = write_facts("head.json", head_facts);
     const std::string w1 = write_facts("w1.json", fixture_host("server-2socket-nvme-node1"));
     HostFacts small = fixture_host("thp-never");
     const std::string w2 = write_facts("w2.json", small);
@@ -202,6 +204,10 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
     auto [rc, text] = test::run_moestream("plan --target llama-rpc --model " + model + " --head " + head + "@10.0.0.1 --worker " + w1 +
                                           "@10.0.0.2 --worker " + w2 + "@10.0.0.3 --rpc-server-binary /bin/true --llama-server-binary /bin/true --out " + out, true);
     ASSERT_EQ(rc, 0) << text;
+    // The head's stage uses its measured bandwidth; the workers' facts carry none, so --mem-gbps.
+    const std::string plan_yaml = read_file(out + "/cluster.yaml");
+    EXPECT_NE(plan_yaml.find("/ 7.5 GB/s (measured by its probe)"), std::string::npos) << plan_yaml;
+    EXPECT_NE(plan_yaml.find("/ 20.0 GB/s (--mem-gbps)"), std::string::npos) << plan_yaml;
     auto [same, same_out] = test::run_moestream("regen --cluster " + out + "/cluster.yaml", true);
     EXPECT_EQ(same, 0) << same_out;
     EXPECT_NE(same_out.find("nothing changed"), std::string::npos) << same_out;

@@ -133,7 +133,8 @@ ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
         why(s.name + ".layers", s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) + " (" + mib(s.weight_bytes) +
                                                  " of a " + mib(s.budget_bytes) + " budget)"
                                            : "none (" + mib(s.budget_bytes) + " budget)");
-        why(s.name + ".stage", fixed(s.stage_s * 1e3, 2) + " ms per token: " + mib(static_cast<uint64_t>(active)) + " active / " + fixed(bw / 1e9, 1) + " GB/s");
+        why(s.name + ".stage", fixed(s.stage_s * 1e3, 2) + " ms per token: " + mib(static_cast<uint64_t>(active)) + " active / " + fixed(bw / 1e9, 1) +
+                                   " GB/s (" + (hosts[i]->facts.memory.read_bytes_per_s.value ? "measured by its probe" : "--mem-gbps") + ")");
 
         // Its own sysctl and limits, decided as for a single host.
         Plan& hp = s.host_plan;
