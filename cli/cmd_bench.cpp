@@ -95,7 +95,12 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
     // RAM bandwidth first, with a buffer far larger than the caches, and freed before the model loads (a
     // benchmark inside a cgroup memory limit has no room for it next to the expert cache).
-    const double bw = measure_memory_read_bandwidth(threads, size_t{256} << 20);
+    // Under a budget the buffer stays within half of it: a bench inside a memory cgroup of that size must not
+    // be killed by its own measurement (64 MiB is still far beyond the CPU caches).
+    size_t bw_buffer = size_t{256} << 20;
+    if (!ef.ram_budget.empty())
+        bw_buffer = std::clamp<size_t>(static_cast<size_t>(parse_bytes("--ram-budget", ef.ram_budget) / 2), size_t{64} << 20, bw_buffer);
+    const double bw = measure_memory_read_bandwidth(threads, bw_buffer);
     const uint64_t cache_before = page_cache_bytes();
     LoadedEngine le = load_engine(model_path, ef, n_ctx);
     ModelFacts facts = model_facts(le.file);
