@@ -5,11 +5,13 @@
 # then tok/s, expert read GB/s, and the ratios to fio's uniform random reads and to fio replaying the
 # generation's own reads (same run, same file).
 #
-#   bench/io_bound.sh [build dir] [work dir] [tokens=48]   (root; cgroup v1 memory controller writable)
+#   bench/io_bound.sh [build dir] [work dir] [tokens=48] [extra bench flags...]   (root; cgroup v1 memory controller writable)
+#   e.g. bench/io_bound.sh build /var/tmp/moestream-bench 48 --prefetch-layers 2
 set -euo pipefail
 build=${1:-build}
 work=${2:-/var/tmp/moestream-bench}
 tokens=${3:-48}
+extra=("${@:4}")
 bin=$(realpath "$build/moestream")
 mkdir -p "$work"
 model=$work/io-bound-q8.gguf
@@ -30,7 +32,7 @@ echo "$cap" > "$cg/memory.limit_in_bytes"
 python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$model"
 echo "model $model: experts $experts bytes, cache $cache bytes (8%), cgroup cap $cap bytes"
 bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$bin" bench --model "$model" --ram-budget "$budget" --tokens "$tokens" \
-  --prompt-tokens 16 --threads 2 --fio-seconds 3 --parallel "" --json > "$work/io-bound.json"
+  --prompt-tokens 16 --threads 2 --fio-seconds 3 --parallel "" "${extra[@]}" --json > "$work/io-bound.json"
 python3 - "$work/io-bound.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

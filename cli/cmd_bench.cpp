@@ -56,6 +56,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
     std::string parallel_list = "1,2,4", mask_vocab, plot_path;
+    int prefetch_layers = 1;
     EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
@@ -64,6 +65,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
         ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
         ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline")
+        ("prefetch-layers", po::value(&prefetch_layers)->default_value(1), "streaming: MoE layers ahead to prefetch (1 or 2)")
         ("plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")
         ("mask-vocab", po::value(&mask_vocab), "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")
         ("parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")
@@ -104,7 +106,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t cache_before = page_cache_bytes();
     LoadedEngine le = load_engine(model_path, ef, n_ctx);
     ModelFacts facts = model_facts(le.file);
-    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor});
+    if (prefetch_layers < 0 || prefetch_layers > 4) throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
+    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();

@@ -145,7 +145,7 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
 
 // Speculative prefetch of layer l's experts: its router applied to the current residual stream (which changes
 // slowly between layers), the union of every token's selection.
-void Runner::predict_and_prefetch(uint32_t l, int n) {
+void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     const Hparams& hp = m_.hp;
     const Layer& L = m_.layers[l];
     if (!L.moe) return;
@@ -163,11 +163,14 @@ void Runner::predict_and_prefetch(uint32_t l, int n) {
         route_token(hp.moe, fops_, &logits[t * X], L.experts.probs_bias.present() ? L.experts.probs_bias.f32() : nullptr, top.data(), w.data());
         for (int e : top) chosen[e] = 1;
     }
-    predicted_.clear();
+    std::vector<uint32_t> guess;
     for (int e = 0; e < X; ++e)
-        if (chosen[e]) predicted_.push_back(static_cast<uint32_t>(e));
-    predicted_layer_ = static_cast<int>(l);
-    m_.experts->prefetch(l, predicted_);
+        if (chosen[e]) guess.push_back(static_cast<uint32_t>(e));
+    m_.experts->prefetch(l, guess);
+    if (track) {
+        predicted_ = std::move(guess);
+        predicted_layer_ = static_cast<int>(l);
+    }
 }
 
 // Router, selection and experts for n tokens in xn_; adds (routed + shared) to x_.
@@ -208,12 +211,10 @@ void Runner::ffn_moe(uint32_t l, int n) {
     }
     src.request(l, needed);
     if (src.streams()) {
-        // The next MoE layer's likely experts go in flight behind this layer's demand reads.
-        for (uint32_t next = l + 1; next < hp.n_layer; ++next)
-            if (m_.layers[next].moe) {
-                predict_and_prefetch(next, n);
-                break;
-            }
+        // The next MoE layers' likely experts go in flight behind this layer's demand reads.
+        int ahead = 0;
+        for (uint32_t next = l + 1; next < hp.n_layer && ahead < opt_.prefetch_layers; ++next)
+            if (m_.layers[next].moe) predict_and_prefetch(next, n, ahead++ == 0);
     }
     try {
         if (!src.streams() && n <= 4) {

@@ -25,6 +25,9 @@ struct RunnerOptions {
     kernels::Flavor flavor = kernels::default_flavor();  // which llama.cpp build's float arithmetic to follow
     // Recurrent-state snapshots kept for prefix reuse (recurrent models only); the planner budgets this many.
     int max_checkpoints = ModelFacts::kDefaultCheckpoints;
+    // Streaming: MoE layers ahead whose likely experts are prefetched (1: the next; 2: also the one after,
+    // predicted from the same hidden state, so less accurately).
+    int prefetch_layers = 1;
     // Independent sequences (server slots), each with its own cache of n_ctx positions and checkpoints.
     int n_seq = 1;
 };
@@ -122,7 +125,8 @@ private:
     void ffn_dense(uint32_t l, int n);
     void ffn_moe(uint32_t l, int n);
     void shared_expert(uint32_t l, int n, float* out);
-    void predict_and_prefetch(uint32_t layer, int n);
+    // track: the prediction is the one whose accuracy the stats count (the nearest layer's).
+    void predict_and_prefetch(uint32_t layer, int n, bool track);
     void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     void expert_gate_up(const ExpertView& ev, const MoeWeights& L, int c);
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
