@@ -25,32 +25,42 @@ void Runner::attention_gqa(uint32_t l, int n) {
     add_bias(k_, w.bk, kv_dim);
     add_bias(v_, w.bv, kv_dim);
 
-    uint16_t* kc = cache_->k[l].data();
-    uint16_t* vc = cache_->v[l].data();
-    pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
-        std::vector<float> cs;
-        for (int64_t t = t0; t < t1; ++t) {
-            const int pos = n_past_ + static_cast<int>(t);
-            ops::rope_cache(hp.rope, pos, cs);
-            for (int h = 0; h < nh; ++h) {
-                float* qh = &q_[t * q_row + h * q_head];
-                if (w.q_norm.present()) ops::rms_norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
-                ops::rope(qh, hp.rope, cs);
+    // Projections above ran for every row at once (the weights read once for all sequences of a decode
+    // batch); each sequence's rows now meet its own cache at its own positions.
+    const int keep = active_;
+    for (const Segment& sg : segs_) {
+        select_sequence(sg.seq);
+        const int r0 = sg.row0, ns = sg.n;
+        uint16_t* kc = cache_->k[l].data();
+        uint16_t* vc = cache_->v[l].data();
+        pool_.parallel_for(ns, [&](int64_t t0, int64_t t1) {
+            std::vector<float> cs;
+            for (int64_t ts = t0; ts < t1; ++ts) {
+                const int64_t t = r0 + ts;
+                const int pos = n_past_ + static_cast<int>(ts);
+                ops::rope_cache(hp.rope, pos, cs);
+                for (int h = 0; h < nh; ++h) {
+                    float* qh = &q_[t * q_row + h * q_head];
+                    if (w.q_norm.present()) ops::rms_norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
+                    ops::rope(qh, hp.rope, cs);
+                }
+                for (int h = 0; h < nkv; ++h) {
+                    float* kh = &k_[t * kv_dim + h * hd];
+                    if (w.k_norm.present()) ops::rms_norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
+                    ops::rope(kh, hp.rope, cs);
+                }
+                for (int i = 0; i < kv_dim; ++i) {
+                    kc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(k_[t * kv_dim + i]);
+                    vc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(v_[t * kv_dim + i]);
+                }
             }
-            for (int h = 0; h < nkv; ++h) {
-                float* kh = &k_[t * kv_dim + h * hd];
-                if (w.k_norm.present()) ops::rms_norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
-                ops::rope(kh, hp.rope, cs);
-            }
-            for (int i = 0; i < kv_dim; ++i) {
-                kc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(k_[t * kv_dim + i]);
-                vc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(v_[t * kv_dim + i]);
-            }
-        }
-    });
-    // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
-    const ops::KvView view{kc, vc, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, 0, nullptr};
-    attention_heads(view, q_.data(), q_row, q_head, nh, nkv, n, 1.0f / std::sqrt(static_cast<float>(hd)), att_.data(), Qd, hd, false);
+        });
+        // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
+        const ops::KvView view{kc, vc, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, 0, nullptr};
+        attention_heads(view, q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns, 1.0f / std::sqrt(static_cast<float>(hd)),
+                        att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false);
+    }
+    select_sequence(keep);
     if (g.output_gate)
         for (int t = 0; t < n; ++t)
             for (int h = 0; h < nh; ++h)

@@ -282,7 +282,8 @@ void Runner::attention_kind(uint32_t l, int n) {
 }
 
 void Runner::attention_by_sequence(uint32_t l, int n) {
-    if (segs_.size() == 1) {
+    if (segs_.size() == 1 || m_.layers[l].attn == AttentionKind::Gqa) {
+        // One sequence, or GQA, which projects all rows together and splits by sequence itself.
         select_sequence(segs_[0].seq);
         return attention_kind(l, n);
     }
