@@ -3,7 +3,7 @@
 // {"prompt_tokens_per_s", "gen_tokens_per_s", "n_prompt", "n_gen", "threads", "llama_cpp"}.
 //
 //   node bench/llamacpp_peer.mjs MODEL.gguf PROMPT_TOKENS GEN_TOKENS THREADS
-// Needs `npm install node-llama-cpp` (bench/vs_llamacpp.sh does it in a scratch folder).
+// Needs `npm install node-llama-cpp` (bench/vs-llama.sh does it in a scratch folder).
 import {getLlama} from "node-llama-cpp";
 
 const [model_path, n_prompt_s, n_gen_s, threads_s] = process.argv.slice(2);
