@@ -1,6 +1,8 @@
 // What coding agents need from `moestream serve`, on a live server over loopback: tool calls (forced by a
 // grammar so a random test model makes them), the tool round trip with prefix reuse, reasoning and logprobs
 // fields, JSON-schema output, and Anthropic's Messages API plain and streaming.
+#include <atomic>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "tests/serve_fixture.h"
@@ -265,6 +267,75 @@ TEST_F(ServeTest, ParallelSlotsBatchDecodeSteps) {
     ASSERT_GT(tokens_three, 0);
     // Expert fetches per generated token: lower when the slots' steps share experts.
     EXPECT_LT(loads_three / tokens_three, loads_one / tokens_one) << loads_three << "/" << tokens_three << " vs " << loads_one << "/" << tokens_one;
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// A long prompt arriving while another slot streams is evaluated in chunks between that slot's decode
+// steps: the stream keeps flowing while it is evaluated, and both requests complete whole.
+TEST_F(ServeTest, LongPromptInterleavesWithAStreamingSlot) {
+    Server s(model_, {"--parallel", "2"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    const json streaming = {{"messages", {{{"role", "user"}, {"content", "Talk."}}}}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
+    std::string long_text;
+    for (int i = 0; i < 400; ++i) long_text += "word" + std::to_string(i) + " ";
+    const json long_prompt = {{"messages", {{{"role", "user"}, {"content", long_text}}}}, {"max_tokens", 4}, {"temperature", 0}};
+    std::atomic<int> chunks{0}, chunks_during{-1};
+    std::atomic<bool> started{false};
+    std::mutex arrivals_mu;
+    std::vector<std::chrono::steady_clock::time_point> arrivals;  // when the stream's chunk count grew
+    std::thread streamer([&] {
+        const int fd = test::connect_loopback(s.port());
+        const std::string body = streaming.dump();
+        test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body);
+        char buf[4096];
+        ssize_t n;
+        std::string all;
+        while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+            all.append(buf, static_cast<size_t>(n));
+            size_t count = 0;
+            for (size_t p = all.find("chat.completion.chunk"); p != std::string::npos; p = all.find("chat.completion.chunk", p + 1)) ++count;
+            if (static_cast<int>(count) > chunks) {
+                std::lock_guard<std::mutex> lk(arrivals_mu);
+                arrivals.push_back(std::chrono::steady_clock::now());
+            }
+            chunks = static_cast<int>(count);
+            if (count > 3) started = true;
+            if (all.find("[DONE]") != std::string::npos) break;
+        }
+        ::close(fd);
+    });
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int before = chunks;
+    const auto sent = std::chrono::steady_clock::now();
+    const auto r = test::request(s.port(), "POST", "/v1/chat/completions", long_prompt.dump());
+    const auto answered = std::chrono::steady_clock::now();
+    chunks_during = chunks - before;
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 512);  // more than two chunks of prompt
+    streamer.join();
+    EXPECT_GT(chunks_during.load(), 0) << "the stream stalled while the long prompt was evaluated";
+    // The longest silence of the stream while the long request ran stays well under that prompt's whole
+    // evaluation time: it was cut into chunks with the stream's tokens between them.
+    const double prompt_ms = j["timings"]["prompt_ms"].get<double>();
+    double longest_gap_ms = 0;
+    {
+        std::lock_guard<std::mutex> lk(arrivals_mu);
+        for (size_t i = 1; i < arrivals.size(); ++i)
+            if (arrivals[i] > sent && arrivals[i - 1] < answered)
+                longest_gap_ms = std::max(longest_gap_ms, std::chrono::duration<double, std::milli>(arrivals[i] - arrivals[i - 1]).count());
+    }
+    if (prompt_ms >= 20) EXPECT_LT(longest_gap_ms, 0.75 * prompt_ms) << "prompt " << prompt_ms << " ms";
+    else std::cerr << "[  NOTE    ] the long prompt took " << prompt_ms << " ms: too short to time the stream's gaps against\n";
+    const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
+    EXPECT_NE(metrics.find("moestream_slots_busy 0"), std::string::npos);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ struct Generator::Slot {
     std::vector<float> logits;    // for the next draw
     Clock::time_point t1;         // generation start
     uint64_t last_used = 0;       // for choosing among equally good free slots
+    // Prompt evaluation still going (interleaved with the other slots' decode steps): where it must stop to
+    // snapshot a recurrent state, the next of them, and where the evaluated part began.
+    bool prefilling = false;
+    std::vector<int> cuts;
+    size_t next_cut = 0;
+    size_t common = 0;
+    Clock::time_point t0;
 };
 
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
@@ -153,28 +160,22 @@ void Generator::start(Slot& slot) {
         if (common == prompt.size()) --common;
         common = static_cast<size_t>(runner_.truncate(static_cast<int>(common)));  // a recurrent model may go back further
         slot.cached.resize(common);
+        slot.common = common;
         r.prompt_reused = static_cast<int>(common);
-        const auto t0 = Clock::now();
+        slot.t0 = Clock::now();
         const int P = static_cast<int>(prompt.size());
-        std::vector<int> cuts;
+        slot.cuts.clear();
         if (runner_.has_recurrent_state()) {
-            for (int h : slot.req.checkpoint_at) cuts.push_back(h);
-            cuts.push_back(P - 4);
-            for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) cuts.push_back(p);
-            std::erase_if(cuts, [&](int c) { return c <= static_cast<int>(common) || c >= P; });
-            std::sort(cuts.begin(), cuts.end());
-            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+            for (int h : slot.req.checkpoint_at) slot.cuts.push_back(h);
+            slot.cuts.push_back(P - 4);
+            for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) slot.cuts.push_back(p);
+            std::erase_if(slot.cuts, [&](int c) { return c <= static_cast<int>(common) || c >= P; });
+            std::sort(slot.cuts.begin(), slot.cuts.end());
+            slot.cuts.erase(std::unique(slot.cuts.begin(), slot.cuts.end()), slot.cuts.end());
         }
-        cuts.push_back(P);
-        for (int end : cuts) {
-            const int begin = runner_.n_past();
-            runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
-            if (end < P) runner_.checkpoint();
-        }
-        slot.cached.insert(slot.cached.end(), prompt.begin() + static_cast<long>(common), prompt.end());
-        stats_.prompt_evaluated += prompt.size() - common;
-        r.prompt_ms = ms_since(t0);
-        slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
+        slot.cuts.push_back(P);
+        slot.next_cut = 0;
+        slot.prefilling = true;
     } catch (const std::exception& e) {
         r.finish_reason = "error";
         r.error = e.what();
@@ -182,6 +183,43 @@ void Generator::start(Slot& slot) {
         runner_.truncate(0);
         return finish(slot);
     }
+    // Alone, the whole prompt now; beside slots that are generating, a chunk per step (prefill_some).
+    bool others_decoding = false;
+    for (auto& sp : slots_) others_decoding = others_decoding || (sp.get() != &slot && sp->active && !sp->prefilling);
+    prefill_some(slot, others_decoding ? kPrefillChunk : INT32_MAX);
+}
+
+void Generator::prefill_some(Slot& slot, int budget) {
+    GenerationResult& r = slot.r;
+    const auto& prompt = slot.req.prompt;
+    const int P = static_cast<int>(prompt.size());
+    try {
+        runner_.select_sequence(slot.seq);
+        while (budget > 0 && slot.next_cut < slot.cuts.size()) {
+            const int begin = runner_.n_past(), cut = slot.cuts[slot.next_cut];
+            const int end = static_cast<int>(std::min<int64_t>(cut, int64_t{begin} + budget));
+            runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
+            budget -= end - begin;
+            if (end == cut) {
+                if (cut < P) runner_.checkpoint();
+                ++slot.next_cut;
+            }
+        }
+        if (slot.next_cut < slot.cuts.size()) return;  // more next step
+        slot.cached.insert(slot.cached.end(), prompt.begin() + static_cast<long>(slot.common), prompt.end());
+        stats_.prompt_evaluated += prompt.size() - slot.common;
+        r.prompt_ms = ms_since(slot.t0);
+        slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
+    } catch (const std::exception& e) {
+        r.finish_reason = "error";
+        r.error = e.what();
+        slot.prefilling = false;
+        slot.cached.clear();
+        runner_.select_sequence(slot.seq);
+        runner_.truncate(0);
+        return finish(slot);
+    }
+    slot.prefilling = false;
     slot.sampler.emplace(slot.req.sampling);
     slot.constraint.reset();
     if (slot.req.grammar) slot.constraint.emplace(slot.req.grammar, vocab_trie());
@@ -243,7 +281,12 @@ void Generator::step() {
         if (!slot.active) continue;
         if (slot.req.cancel->load()) {
             slot.r.finish_reason = "cancelled";
+            slot.prefilling = false;
             finish(slot);
+            continue;
+        }
+        if (slot.prefilling) {  // a long prompt beside generating slots: one chunk per step
+            prefill_some(slot, kPrefillChunk);
             continue;
         }
         const int32_t next = slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)

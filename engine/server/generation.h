@@ -82,6 +82,9 @@ struct GenerationStats {
 class Generator {
 public:
     static constexpr int kCheckpointEvery = 4096;  // long prompts: a snapshot every this many tokens
+    // A prompt arriving while other slots generate is evaluated this many tokens per decode step, so their
+    // streams keep flowing instead of waiting for the whole prompt.
+    static constexpr int kPrefillChunk = 256;
     Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
     ~Generator();
 
@@ -112,8 +115,10 @@ public:
 private:
     struct Slot;
     void worker();
-    // Takes a request into a slot: its prompt evaluated (after the prefix the slot's cache shares with it).
+    // Takes a request into a slot: the prefix its cache shares is kept, the rest of the prompt evaluated, at
+    // once or (beside generating slots) in chunks.
     void start(Slot& slot);
+    void prefill_some(Slot& slot, int budget);
     // Draws and handles each running slot's next token, then evaluates those that go on in one batch.
     void step();
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
