@@ -144,10 +144,9 @@ std::vector<uint64_t> Generator::expert_heat() const {
 }
 
 void Generator::start(Slot& slot) {
-    static uint64_t uses = 0;
     slot.active = true;
     slot.t1 = Clock::now();
-    slot.last_used = ++uses;
+    slot.last_used = ++slot_uses_;
     slot.r = GenerationResult{};
     GenerationResult& r = slot.r;
     const auto& prompt = slot.req.prompt;

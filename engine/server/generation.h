@@ -149,6 +149,7 @@ private:
     ExpertSourceStats expert_stats_;
     std::vector<uint64_t> heat_;
     uint64_t steps_ = 0;
+    uint64_t slot_uses_ = 0;  // admissions so far: the least recently used free slot wins ties
     mutable std::mutex memory_mu_;
     std::map<std::string, std::vector<int32_t>> memory_;
     std::deque<std::string> memory_order_;

@@ -8,7 +8,7 @@ namespace moe {
 
 namespace {
 
-std::string text_of(const json& content, const std::string& param) {
+std::string text_of(const ordered_json& content, const std::string& param) {
     if (content.is_string()) return content.get<std::string>();
     if (content.is_null()) return "";
     if (content.is_array()) {  // [{"type":"text","text":"..."}]
@@ -166,7 +166,7 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
         if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool" && cm.role != "developer")
             throw bad(where + ".role '" + cm.role + "' is not system, user, assistant or tool", where);
         if (cm.role == "developer") cm.role = "system";
-        cm.content = text_of(m.contains("content") ? json::parse(m["content"].dump()) : json(nullptr), where + ".content");
+        cm.content = text_of(m.contains("content") ? m["content"] : ordered_json(nullptr), where + ".content");
         if (cm.role == "tool" && m.contains("tool_call_id") && m["tool_call_id"].is_string()) cm.tool_call_id = m["tool_call_id"].get<std::string>();
         if (cm.role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array()) {
             for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
