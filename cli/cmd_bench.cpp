@@ -153,6 +153,10 @@ int cmd_bench(const std::vector<std::string>& args) {
         const uint64_t pred_total = r1.prefetch_predicted_total - r0.prefetch_predicted_total;
         const double pred = pred_total ? static_cast<double>(r1.prefetch_predicted_hits - r0.prefetch_predicted_hits) / static_cast<double>(pred_total) : 0;
         out["expert_bytes_read_per_token"] = bytes / n_gen;
+        out["reads_per_token"] = static_cast<double>(s1.reads_submitted - s0.reads_submitted) / n_gen;
+        out["expert_loads_per_token"] = static_cast<double>(s1.misses - s0.misses + s1.prefetch_issued - s0.prefetch_issued) / n_gen;
+        out["store_loads"] = s1.store_loads - s0.store_loads;
+        out["store_bad_records"] = s1.store_bad_records;
         out["read_bytes_per_s_wall"] = bytes / t_tg;
         out["read_bytes_per_s_while_waiting"] = wait_s > 0 ? bytes / wait_s : 0.0;
         out["cache_hit_rate"] = hit;
@@ -182,7 +186,8 @@ int cmd_bench(const std::vector<std::string>& args) {
             }
             // The same reads the engine issued, in its order and at its depth, with no compute between them.
             try {
-                if (auto r = run_fio_replay(fio_bin, facts.files, reads, ef.io_depth, why)) {
+                const auto& read_files = dynamic_cast<const StreamingExpertSource&>(*le.model->experts).read_files();
+                if (auto r = run_fio_replay(fio_bin, read_files, reads, ef.io_depth, why)) {
                     out["fio_replay_bytes_per_s"] = r->bytes_per_s;
                     out["fio_replay_reads"] = reads.size();
                     out["engine_read_ratio_of_replay"] = r->bytes_per_s > 0 ? (bytes / t_tg) / r->bytes_per_s : 0.0;
@@ -243,9 +248,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                     out["gen_ratio_of_bound"].get<double>());
         return 0;
     }
-    std::printf("expert reads     %s per token, %.2f GB/s over the generation, %.2f GB/s while waiting\n",
+    std::printf("expert reads     %s per token, %.2f GB/s over the generation, %.2f GB/s while waiting\n"
+                "read requests    %.1f per token for %.1f expert loads (%s)\n",
                 human_bytes(out["expert_bytes_read_per_token"].get<double>()).c_str(), out["read_bytes_per_s_wall"].get<double>() / 1e9,
-                out["read_bytes_per_s_while_waiting"].get<double>() / 1e9);
+                out["read_bytes_per_s_while_waiting"].get<double>() / 1e9, out["reads_per_token"].get<double>(),
+                out["expert_loads_per_token"].get<double>(),
+                out["store_loads"].get<uint64_t>() ? "one store record each" : "three GGUF windows each");
     std::printf("cache            %.1f%% hits; prefetch: router prediction %.1f%% right, %llu issued, %llu used\n",
                 100 * out["cache_hit_rate"].get<double>(), 100 * out["prefetch_prediction_accuracy"].get<double>(),
                 static_cast<unsigned long long>(out["prefetch_issued"].get<uint64_t>()),

@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <iostream>
 
 #include "cli/commands.h"
 #include "engine/model/loader.h"
@@ -22,6 +24,8 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         ("policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")
         ("no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")
         ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")
+        ("expert-store", po::value(&f.expert_store)->default_value("auto"),
+         "expert-contiguous store (moestream repack): auto (MODEL.gguf.experts when valid) | off | PATH")
         ("numerics", po::value(&f.numerics), "follow the float arithmetic of llama.cpp's avx512 or avx2 CPU build "
                                              "(default: the build for this CPU, or MOESTREAM_NUMERICS)");
 }
@@ -38,11 +42,31 @@ std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path)
     return out;
 }
 
-ExpertSourceFactory streaming_experts(StreamingOptions so) {
-    return [so](const GgufModel& file, const std::vector<ExpertLayer>& layers, const Hparams& hp) -> std::unique_ptr<ExpertSource> {
+ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& store, std::string* note) {
+    return [so, store, note](const GgufModel& file, const std::vector<ExpertLayer>& layers, const Hparams& hp) -> std::unique_ptr<ExpertSource> {
         std::vector<std::string> paths;
         for (const auto& f : file.files) paths.push_back(f.path);
-        return std::make_unique<StreamingExpertSource>(paths, layers, hp.moe.n_expert, hp.moe.n_expert_used, so);
+        StreamingOptions o = so;
+        if (store == "off") {
+            if (note) *note = "expert store off";
+        } else {
+            const bool automatic = store == "auto";
+            const std::string path = automatic ? ExpertStore::path_for(paths.front()) : store;
+            std::error_code ec;
+            if (automatic && !std::filesystem::exists(path, ec)) {
+                if (note) *note = "no expert store (moestream repack writes one: one read per expert instead of three)";
+            } else {
+                try {
+                    o.store = std::make_shared<const ExpertStore>(path, file, layers);
+                    if (note) *note = "expert store " + path;
+                } catch (const ExpertStoreError& e) {
+                    if (!automatic) throw CliError(std::string("--expert-store: ") + e.what());
+                    if (note) *note = std::string("expert store not used, reading the GGUF: ") + e.what();
+                }
+            }
+        }
+        if (!o.warn) o.warn = [](const std::string& line) { std::cerr << "moestream: " << line << "\n"; };
+        return std::make_unique<StreamingExpertSource>(paths, layers, hp.moe.n_expert, hp.moe.n_expert_used, o);
     };
 }
 
@@ -82,7 +106,8 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         }
     }
     LoadOptions lo;
-    if (streaming) lo.experts = streaming_experts(*streaming);
+    std::string store_note;
+    if (streaming) lo.experts = streaming_experts(*streaming, f.expert_store, &store_note);
     le.model = load_model(le.file, lo);
     const uint64_t unlocked = le.model->resident->try_lock();
     std::string where;
@@ -92,7 +117,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
                 " (" + human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) +
                 "), " + (src.uring() ? "io_uring" : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
                 (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(streaming->policy) +
-                (src.io_note().empty() ? "" : " (" + src.io_note() + ")");
+                (src.io_note().empty() ? "" : " (" + src.io_note() + ")") + (store_note.empty() ? "" : "; " + store_note);
     } else {
         where = "experts in RAM (" + human_bytes(static_cast<double>(facts.expert_bytes)) + ")";
     }

@@ -20,6 +20,7 @@ struct EngineFlags {
     std::string policy = "lru-freq";
     bool no_uring = false;
     std::string profile;      // routing profile: its hottest experts stay resident
+    std::string expert_store = "auto";  // auto (MODEL.experts when present and valid) | off | a path
     std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2
 };
 
@@ -39,7 +40,9 @@ struct LoadedEngine {
 LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq = 1);
 
 // The expert source of a model streamed from disk into a cache of these options (tests use it too).
-ExpertSourceFactory streaming_experts(StreamingOptions so);
+// `store`: "off", "auto" (the GGUF's `.experts` store when present and valid; `note` says why not otherwise)
+// or a path (CliError when it is not usable).
+ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& store = "off", std::string* note = nullptr);
 
 // Reads `moestream profile` output: (layer, expert) hottest first.
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path);

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake pkg-config ninja-build
   libboost-program-options-dev libboost-dev      # program_options; Asio + Beast are header-only in libboost-dev
   libyaml-cpp-dev libhwloc-dev liburing-dev libpcre2-dev nlohmann-json3-dev libsystemd-dev
+  libxxhash-dev                                 # checksums of the expert store (moestream repack)
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
   fio numactl systemd curl jq util-linux procps

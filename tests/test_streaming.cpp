@@ -297,8 +297,14 @@ TEST(Streaming, SplitFilesStreamLikeOneFile) {
     auto ram = load_model(open_gguf_model(whole));
     auto streamed = load_model(split, {.experts = cli::streaming_experts(small_cache(split, 0.2))});
     const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
-    EXPECT_EQ(run_logits(*streamed, prompt, 6), run_logits(*ram, prompt, 6));
+    const auto want = run_logits(*ram, prompt, 6);
+    EXPECT_EQ(run_logits(*streamed, prompt, 6), want);
     EXPECT_GT(streamed->experts->stats().bytes_read, 0u);
+    // The expert store gathers experts from both splits into one file beside the first.
+    ASSERT_EQ(cli::dispatch({"repack", dir / "split-00001-of-00002.gguf"}), 0);
+    auto stored = load_model(split, {.experts = cli::streaming_experts(small_cache(split, 0.2), "auto")});
+    EXPECT_EQ(run_logits(*stored, prompt, 6), want);
+    EXPECT_GT(stored->experts->stats().store_loads, 0u);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ const std::vector<std::string>& supported_architectures() {
     return names;
 }
 
-std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt) {
+namespace {
+std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident) {
     ArchLoader ld(file);
     const ArchEntry* entry = nullptr;
     for (const auto& a : kArchs)
@@ -42,12 +43,24 @@ std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt)
     auto m = std::make_unique<Model>();
     m->hp.arch = ld.arch();
     entry->load(ld, *m);
-    ld.finish(*m);
-    if (!m->output.present()) m->output = m->tok_embd;  // tied embeddings
+    ld.finish(*m, read_resident);
+    if (!m->output.present() && read_resident) m->output = m->tok_embd;  // tied embeddings
+    return m;
+}
+}  // namespace
 
-    std::vector<ExpertLayer> layers(m->layers.size());
-    for (size_t l = 0; l < m->layers.size(); ++l)
-        if (m->layers[l].moe) layers[l] = {&m->layers[l].experts.gate, &m->layers[l].experts.up, &m->layers[l].experts.down};
+std::vector<ExpertLayer> expert_layers(const Model& m) {
+    std::vector<ExpertLayer> layers(m.layers.size());
+    for (size_t l = 0; l < m.layers.size(); ++l)
+        if (m.layers[l].moe) layers[l] = {&m.layers[l].experts.gate, &m.layers[l].experts.up, &m.layers[l].experts.down};
+    return layers;
+}
+
+std::unique_ptr<Model> load_model_layout(const GgufModel& file) { return describe(file, false); }
+
+std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt) {
+    auto m = describe(file, true);
+    const std::vector<ExpertLayer> layers = expert_layers(*m);
     m->experts = opt.experts ? opt.experts(file, layers, m->hp) : std::make_unique<InRamExpertSource>(file, layers);
     return m;
 }

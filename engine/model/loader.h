@@ -25,6 +25,13 @@ struct LoadOptions {
 // architecture and the supported ones when it is not one of them.
 std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt = {});
 
+// The model's tensors located and checked, no weights read and no expert source (resident tensors' data null):
+// for tools that work on the file's layout (repack).
+std::unique_ptr<Model> load_model_layout(const GgufModel& file);
+
+// Per-layer routed-expert tensors of a loaded model (null entries: dense layers).
+std::vector<ExpertLayer> expert_layers(const Model& m);
+
 // Architectures load_model accepts, in GGUF's spelling.
 const std::vector<std::string>& supported_architectures();
 

@@ -46,6 +46,11 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
     }
     slot_bytes_ = off;
     if (slot_bytes_ == 0) throw ModelError("the model has no routed experts to stream");
+    if (opt_.store) {
+        if (opt_.store->n_layer() != layers_.size() || opt_.store->n_expert() != n_expert_)
+            throw ModelError(opt_.store->path() + ": expert store does not match the model's layers and experts");
+        for (uint32_t l = 0; l < opt_.store->n_layer(); ++l) slot_bytes_ = std::max(slot_bytes_, opt_.store->layer(l).stride);
+    }
     const uint64_t min_bytes = slot_bytes_ * n_expert_used;
     if (opt_.cache_bytes < min_bytes)
         throw ModelError("expert cache of " + mib(opt_.cache_bytes) + " cannot hold one layer's selected experts: the minimum is " +
@@ -61,8 +66,11 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
     }
     freq_.assign(static_cast<size_t>(layers_.size()) * n_expert_, 0);
     permanent_key_.assign(freq_.size(), false);
+    record_state_.assign(opt_.store ? freq_.size() : 0, RecordState::Unchecked);
+    read_files_ = files;
+    if (opt_.store) read_files_.push_back(opt_.store->path());
     try {
-        reader_ = std::make_unique<BlockReader>(files, opt_.io);
+        reader_ = std::make_unique<BlockReader>(read_files_, opt_.io);
     } catch (const std::runtime_error& e) {
         std::free(arena_);
         throw ModelError(e.what());
@@ -104,7 +112,9 @@ StreamingExpertSource::Window StreamingExpertSource::window(uint32_t layer, uint
 ExpertView StreamingExpertSource::view(const Slot& s) const {
     ExpertView v;
     const uint8_t* p[3];
-    for (int kind = 0; kind < 3; ++kind) p[kind] = s.mem + region_off_[kind] + window(s.layer, s.expert, kind).skew;
+    for (int kind = 0; kind < 3; ++kind)
+        p[kind] = s.from_store ? s.mem + opt_.store->layer(s.layer).part_offset[kind]
+                               : s.mem + region_off_[kind] + window(s.layer, s.expert, kind).skew;
     v.gate = p[0];
     v.up = p[1];
     v.down = p[2];
@@ -172,25 +182,56 @@ void StreamingExpertSource::start_load(int si, uint32_t layer, uint32_t expert, 
     s.error.clear();
     s.pending = 0;
     map_[s.key] = si;
-    for (int kind = 0; kind < 3; ++kind) {
-        const Window w = window(layer, expert, kind);
-        for (uint64_t done = 0; done < w.length; done += opt_.read_size) {
-            const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(opt_.read_size, w.length - done));
-            uint32_t ci;
-            if (!free_chunks_.empty()) {
-                ci = free_chunks_.back();
-                free_chunks_.pop_back();
-            } else {
-                ci = static_cast<uint32_t>(chunks_.size());
-                chunks_.push_back({});
-            }
-            const uint64_t chunk_off = w.start + done;
-            const uint32_t need = static_cast<uint32_t>(std::min<uint64_t>(len, w.used_end > chunk_off ? w.used_end - chunk_off : 0));
-            chunks_[ci] = {static_cast<uint32_t>(si), w.file, chunk_off, len, need, s.mem + region_off_[kind] + done};
-            s.pending++;
-            submit_chunk(ci, urgent);
+    s.from_store = opt_.store && record_state_[static_cast<size_t>(s.key)] != RecordState::Bad;
+    s.load_bytes = 0;
+    if (s.from_store) {  // one contiguous record
+        const uint64_t at = opt_.store->record_offset(layer, expert), len = opt_.store->layer(layer).stride;
+        queue_reads(si, static_cast<uint32_t>(read_files_.size() - 1), at, len, at + len, s.mem, urgent);
+        s.load_bytes = len;
+        stats_.store_loads++;
+    } else {
+        for (int kind = 0; kind < 3; ++kind) {
+            const Window w = window(layer, expert, kind);
+            queue_reads(si, w.file, w.start, w.length, w.used_end, s.mem + region_off_[kind], urgent);
+            s.load_bytes += w.length;
         }
     }
+    loading_bytes_ += s.load_bytes;
+}
+
+void StreamingExpertSource::queue_reads(int si, uint32_t file, uint64_t start, uint64_t length, uint64_t used_end, uint8_t* dst, bool urgent) {
+    for (uint64_t done = 0; done < length; done += opt_.read_size) {
+        const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(opt_.read_size, length - done));
+        uint32_t ci;
+        if (!free_chunks_.empty()) {
+            ci = free_chunks_.back();
+            free_chunks_.pop_back();
+        } else {
+            ci = static_cast<uint32_t>(chunks_.size());
+            chunks_.push_back({});
+        }
+        const uint64_t chunk_off = start + done;
+        const uint32_t need = static_cast<uint32_t>(std::min<uint64_t>(len, used_end > chunk_off ? used_end - chunk_off : 0));
+        chunks_[ci] = {static_cast<uint32_t>(si), file, chunk_off, len, need, dst + done};
+        slots_[si].pending++;
+        submit_chunk(ci, urgent);
+    }
+}
+
+bool StreamingExpertSource::store_record_ok(int si) {
+    Slot& s = slots_[si];
+    RecordState& state = record_state_[static_cast<size_t>(s.key)];
+    if (state == RecordState::Good) return true;
+    if (ExpertStore::record_hash(s.mem, opt_.store->layer(s.layer)) == opt_.store->checksum(s.layer, s.expert)) {
+        state = RecordState::Good;
+        return true;
+    }
+    state = RecordState::Bad;
+    stats_.store_bad_records++;
+    if (opt_.warn)
+        opt_.warn(opt_.store->path() + ": record of expert " + std::to_string(s.expert) + " of layer " + std::to_string(s.layer) +
+                  " fails its checksum; reading it from the GGUF from now on (moestream repack --verify lists every bad record)");
+    return false;
 }
 
 void StreamingExpertSource::complete(const ReadCompletion& c) {
@@ -219,9 +260,14 @@ void StreamingExpertSource::complete(const ReadCompletion& c) {
         stats_.bytes_read += static_cast<uint64_t>(c.result);
     }
     if (--s.pending > 0) return;
+    const int si = static_cast<int>(ch.slot);
+    loading_bytes_ -= s.load_bytes;
+    if (s.error.empty() && s.from_store && !store_record_ok(si)) {
+        start_load(si, s.layer, s.expert, s.demanded);  // the same expert again, from the GGUF
+        return;
+    }
     s.loading = false;
     s.valid = s.error.empty();
-    const int si = static_cast<int>(ch.slot);
     if (s.demanded) {
         ready_.push_back(si);
     } else if (!s.valid) {  // a failed prefetch: forget it
@@ -340,8 +386,10 @@ void StreamingExpertSource::release(uint32_t layer, uint32_t expert) {
 void StreamingExpertSource::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
     if (layer >= layers_.size() || !layers_[layer].gate) return;
     for (uint32_t e : experts) {
-        // Never let speculation crowd out demand reads: stop when the queue is full.
-        if (reader_->in_flight() + reader_->queued() >= static_cast<size_t>(std::max(1, opt_.io.queue_depth))) return;
+        // Never let speculation crowd out demand reads: stop when the disk already has half of depth x read
+        // size to do. Counted in bytes, not requests, so that the GGUF's three reads per expert and the
+        // store's one get the same allowance.
+        if (loading_bytes_ >= static_cast<uint64_t>(std::max(1, opt_.io.queue_depth)) * opt_.read_size / 2) return;
         if (e >= n_expert_ || map_.count(key_of(layer, e))) continue;
         int si = allocate_slot();
         if (si < 0) return;

@@ -8,12 +8,15 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/weights/weights.h"
 #include "engine/runtime/block_reader.h"
+#include "engine/runtime/expert_store.h"
 
 namespace moe {
 
@@ -26,6 +29,10 @@ struct StreamingOptions {
     EvictionPolicy policy = EvictionPolicy::LruFrequency;
     BlockReaderOptions io;                               // queue depth, io_uring, O_DIRECT, fault injection
     std::vector<std::pair<uint32_t, uint32_t>> pinned;   // (layer, expert) kept resident, hottest first
+    // Expert-contiguous store (moestream repack), already checked against the GGUF: one read per expert.
+    std::shared_ptr<const ExpertStore> store;
+    // One line per event worth a log entry (a store record failing its checksum).
+    std::function<void(const std::string&)> warn;
 };
 
 class StreamingExpertSource : public ExpertSource {
@@ -53,6 +60,9 @@ public:
     bool direct_io() const { return reader_->direct(); }
     bool uring() const { return reader_->uring(); }
     bool registered_buffers() const { return registered_; }
+    const ExpertStore* store() const { return opt_.store.get(); }
+    // The files reads go to, in the order of ReadRecord::file (the GGUF's splits, then the store).
+    const std::vector<std::string>& read_files() const { return read_files_; }
     // Bytes one slot needs for this model, so callers can size budgets.
     static uint64_t slot_bytes_for(const std::vector<LayerTensors>& layers);
 
@@ -65,6 +75,8 @@ private:
         uint32_t pending = 0;     // chunks in flight
         int pins = 0;             // demanded and not yet released
         bool valid = false, loading = false, demanded = false, prefetched = false, protect = false, permanent = false;
+        bool from_store = false;  // bytes laid out as a store record, not as three GGUF windows
+        uint64_t load_bytes = 0;  // bytes this load reads
         std::string error;
         int prev = -1, next = -1;  // LRU list (only unpinned, loaded slots)
         bool in_list = false;
@@ -77,6 +89,10 @@ private:
     ExpertView view(const Slot& s) const;
     int allocate_slot();  // -1 when every slot is pinned, loading or protected
     void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent);
+    void queue_reads(int slot, uint32_t file, uint64_t start, uint64_t length, uint64_t used_end, uint8_t* dst, bool urgent);
+    // True when a store record's bytes match its checksum (checked once per record); a record that does not
+    // is marked bad, logged, and read again from the GGUF.
+    bool store_record_ok(int slot);
     // Takes a free slot for an expert: demanded (pinned, urgent reads) or prefetched (protected, queued).
     void claim(int slot, uint32_t layer, uint32_t expert, bool demand);
     void submit_chunk(uint32_t chunk_index, bool urgent);
@@ -103,6 +119,10 @@ private:
     std::deque<int> ready_;                // demanded slots whose bytes are in RAM, completion order
     std::deque<std::pair<uint32_t, uint32_t>> deferred_;  // demanded but waiting for a free slot
     std::vector<bool> permanent_key_;
+    enum class RecordState : uint8_t { Unchecked, Good, Bad };
+    std::vector<RecordState> record_state_;  // per (layer, expert), store records only
+    std::vector<std::string> read_files_;
+    uint64_t loading_bytes_ = 0;  // bytes of loads in flight or queued (prefetch stops at a limit)
     bool registered_ = false;
     ExpertSourceStats stats_;
 };

@@ -87,6 +87,8 @@ struct ExpertSourceStats {
     uint64_t wait_ns = 0;                   // time the forward pass blocked waiting for expert bytes
     uint64_t prefetch_issued = 0, prefetch_used = 0;
     uint64_t evictions = 0;
+    uint64_t store_loads = 0;               // experts read as one store record
+    uint64_t store_bad_records = 0;         // store records that failed their checksum (then read from the GGUF)
 };
 
 // Where routed experts come from. The forward pass asks for every expert a layer needs at once, computes

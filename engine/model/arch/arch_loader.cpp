@@ -154,7 +154,7 @@ void ArchLoader::skip_blocks(uint32_t first, uint32_t count) {
     }
 }
 
-void ArchLoader::finish(Model& m) {
+void ArchLoader::finish(Model& m, bool read) {
     for (const auto& t : file_.tensors) {
         if (claimed_.count(t.name)) continue;
         const int l = tensor_layer(t.name);
@@ -162,6 +162,7 @@ void ArchLoader::finish(Model& m) {
             fail("tensor '" + t.name + "' is beyond block_count " + std::to_string(m.hp.n_layer + m.hp.n_layer_nextn));
         fail("tensor '" + t.name + "' is not used by architecture " + arch_ + " (a newer or different layout?)");
     }
+    if (!read) return;
     m.resident = std::make_unique<ResidentArena>(file_, resident_list_);
     for (auto& [tensor, name] : bindings_) tensor->data = m.resident->data_of(name);
 }

@@ -46,8 +46,8 @@ public:
     std::string key_name(const std::string& key) const { return arch_ + "." + key; }
 
     // Rejects tensors no description claimed (a block beyond block_count, an unknown name in a known block),
-    // then reads the resident tensors into one arena and points every recorded Tensor at its bytes.
-    void finish(Model& m);
+    // then (when `read`) reads the resident tensors into one arena and points every recorded Tensor at its bytes.
+    void finish(Model& m, bool read = true);
 
 private:
     const GgufTensorInfo* info(const std::string& name, bool required);
