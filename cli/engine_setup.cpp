@@ -23,6 +23,7 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         ("read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")
         ("policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")
         ("no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")
+        ("io-sqpoll", po::bool_switch(&f.io_sqpoll), "io_uring SQPOLL: a kernel thread submits expert reads (measured: docs/streaming.md)")
         ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")
         ("expert-store", po::value(&f.expert_store)->default_value("auto"),
          "expert-contiguous store (moestream repack): auto (MODEL.gguf.experts when valid) | off | PATH")
@@ -99,6 +100,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
             if (f.io_depth < 1 || f.io_depth > 4096) throw CliError("--io-depth " + std::to_string(f.io_depth) + " is out of range");
             so.io.queue_depth = f.io_depth;
             so.io.use_uring = !f.no_uring;
+            so.io.sqpoll = f.io_sqpoll;
             if (!f.profile.empty()) so.pinned = read_profile(f.profile);
             streaming = so;
             le.streaming = true;
@@ -115,7 +117,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         auto& src = dynamic_cast<StreamingExpertSource&>(*le.model->experts);
         where = "experts streamed: " + std::to_string(src.slot_count()) + " slots of " + human_bytes(static_cast<double>(src.slot_bytes())) +
                 " (" + human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) +
-                "), " + (src.uring() ? "io_uring" : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
+                "), " + (src.uring() ? (src.sqpoll() ? "io_uring SQPOLL" : "io_uring") : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
                 (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(streaming->policy) +
                 (src.io_note().empty() ? "" : " (" + src.io_note() + ")") + (store_note.empty() ? "" : "; " + store_note);
     } else {

@@ -19,6 +19,7 @@ struct EngineFlags {
     std::string read_size = "1M";
     std::string policy = "lru-freq";
     bool no_uring = false;
+    bool io_sqpoll = false;
     std::string profile;      // routing profile: its hottest experts stay resident
     std::string expert_store = "auto";  // auto (MODEL.experts when present and valid) | off | a path
     std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2

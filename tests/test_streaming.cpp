@@ -77,6 +77,23 @@ TEST(Streaming, SameLogitsAsInRamAtSmallBudgets) {
     }
 }
 
+TEST(Streaming, SqpollAndRegisteredFilesGiveTheSameLogits) {
+    test::TempDir dir;
+    GgufModel file = open_gguf_model(make_model(dir, "q8_0"));
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+    StreamingOptions o = small_cache(file, 0.2);
+    o.io.sqpoll = true;
+    auto m = load_model(file, {.experts = cli::streaming_experts(o)});
+    auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
+    ASSERT_TRUE(src.uring());
+    // SQPOLL may be refused (older kernels without privilege); then the note says so and reads still work.
+    if (!src.sqpoll()) {
+        EXPECT_NE(src.io_note().find("SQPOLL refused"), std::string::npos) << src.io_note();
+    }
+    EXPECT_EQ(run_logits(*m, prompt, 6), run_logits(*load_model(file), prompt, 6));
+    EXPECT_GT(src.stats().bytes_read, 0u);
+}
+
 TEST(Streaming, MinimumBudgetIsStated) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, "q8_0"));

@@ -25,6 +25,7 @@ struct BlockReaderOptions {
     int queue_depth = 32;
     bool use_uring = true;   // false: pread (also chosen when io_uring cannot be set up)
     bool direct = true;      // O_DIRECT; refused (tmpfs) -> buffered, and said so
+    bool sqpoll = false;     // a kernel thread polls the submission queue (no syscall per submit; costs a core while busy)
     // Tests: returns -errno to fail a read at submission, 0 to let it run.
     std::function<int(uint64_t offset, uint32_t len)> fault;
 };
@@ -51,6 +52,8 @@ public:
     size_t queued() const { return queued_.size() + urgent_.size(); }
     bool direct() const { return direct_; }
     bool uring() const { return ring_ != nullptr; }
+    bool sqpoll() const { return sqpoll_; }
+    bool registered_files() const { return files_registered_; }
     const std::string& mode_note() const { return note_; }
     // Appends every read submitted from now on to `sink` (nullptr stops).
     void trace(std::vector<ReadRecord>* sink) { trace_ = sink; }
@@ -64,7 +67,7 @@ private:
     std::vector<int> fds_;
     struct Ring;
     std::unique_ptr<Ring> ring_;
-    bool direct_ = false, registered_ = false;
+    bool direct_ = false, registered_ = false, sqpoll_ = false, files_registered_ = false;
     size_t in_flight_ = 0;
     std::vector<Pending> urgent_, queued_;
     std::vector<ReadCompletion> done_;  // pread completions and injected faults

@@ -59,6 +59,7 @@ public:
     const std::string& io_note() const { return reader_->mode_note(); }
     bool direct_io() const { return reader_->direct(); }
     bool uring() const { return reader_->uring(); }
+    bool sqpoll() const { return reader_->sqpoll(); }
     bool registered_buffers() const { return registered_; }
     const ExpertStore* store() const { return opt_.store.get(); }
     // The files reads go to, in the order of ReadRecord::file (the GGUF's splits, then the store).
