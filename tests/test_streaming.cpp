@@ -94,6 +94,19 @@ TEST(Streaming, SqpollAndRegisteredFilesGiveTheSameLogits) {
     EXPECT_GT(src.stats().bytes_read, 0u);
 }
 
+// Weight memory: huge-page aligned when large, never less aligned than asked (O_DIRECT needs 4 KiB), movable.
+TEST(WeightMemory, AlignmentFollowsSizeAndRequest) {
+    WeightMemory small(100, 4096), plain(100), big(3u << 20);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 4096, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(plain.data()) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % WeightMemory::kHuge, 0u);
+    big.data()[(3u << 20) - 1] = 7;  // the whole size is usable
+    WeightMemory moved = std::move(big);
+    EXPECT_EQ(big.data(), nullptr);
+    EXPECT_EQ(moved.size(), 3u << 20);
+    EXPECT_EQ(moved.data()[(3u << 20) - 1], 7);
+}
+
 TEST(Streaming, MinimumBudgetIsStated) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, "q8_0"));

@@ -57,8 +57,12 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
                          mib(min_bytes) + " (" + std::to_string(n_expert_used) + " x " + mib(slot_bytes_) + ")");
     const size_t n_slots = static_cast<size_t>(opt_.cache_bytes / slot_bytes_);
     arena_bytes_ = n_slots * slot_bytes_;
-    arena_ = static_cast<uint8_t*>(std::aligned_alloc(kAlign, arena_bytes_));
-    if (!arena_) throw ModelError("cannot allocate the expert cache (" + mib(arena_bytes_) + ")");
+    try {
+        arena_memory_ = WeightMemory(arena_bytes_, kAlign);  // O_DIRECT reads land here
+    } catch (const std::bad_alloc&) {
+        throw ModelError("cannot allocate the expert cache (" + mib(arena_bytes_) + ")");
+    }
+    arena_ = arena_memory_.data();
     slots_.resize(n_slots);
     for (size_t i = 0; i < n_slots; ++i) {
         slots_[i].mem = arena_ + i * slot_bytes_;
@@ -72,7 +76,6 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
     try {
         reader_ = std::make_unique<BlockReader>(read_files_, opt_.io);
     } catch (const std::runtime_error& e) {
-        std::free(arena_);
         throw ModelError(e.what());
     }
     if (n_slots <= 1024) {  // one fixed buffer per slot; the kernel may refuse (RLIMIT_MEMLOCK)
@@ -98,7 +101,6 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
 
 StreamingExpertSource::~StreamingExpertSource() {
     reader_.reset();  // waits for reads in flight before the arena goes
-    std::free(arena_);
 }
 
 StreamingExpertSource::Window StreamingExpertSource::window(uint32_t layer, uint32_t expert, int kind) const {

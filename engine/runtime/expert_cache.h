@@ -17,6 +17,7 @@
 #include "engine/weights/weights.h"
 #include "engine/runtime/block_reader.h"
 #include "engine/runtime/expert_store.h"
+#include "engine/util/weight_memory.h"
 
 namespace moe {
 
@@ -108,6 +109,7 @@ private:
     std::unique_ptr<BlockReader> reader_;
     uint64_t region_off_[3] = {0, 0, 0};
     uint64_t slot_bytes_ = 0, arena_bytes_ = 0;
+    WeightMemory arena_memory_;
     uint8_t* arena_ = nullptr;
     std::vector<Slot> slots_;
     std::vector<int> free_;

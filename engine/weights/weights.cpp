@@ -38,8 +38,12 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
         offsets_.emplace_back(t->name, size_);
         size_ += (t->nbytes + 63) / 64 * 64;
     }
-    base_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(size_, 64)));
-    if (!base_) throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights");
+    try {
+        memory_ = WeightMemory(std::max<uint64_t>(size_, 64));
+    } catch (const std::bad_alloc&) {
+        throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights");
+    }
+    base_ = memory_.data();
     ByteProgress progress("loading resident weights", size_);
     constexpr uint64_t kPiece = 64ull << 20;  // progress granularity
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -65,7 +69,6 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
 ResidentArena::~ResidentArena() {
     if (base_) {
         ::munlock(base_, size_);
-        std::free(base_);
     }
 }
 
@@ -99,8 +102,8 @@ InRamExpertSource::InRamExpertSource(const GgufModel& model, const std::vector<E
     ByteProgress progress("loading experts into RAM", total);
     for (size_t l = 0; l < layers.size(); ++l) {
         if (!layers[l].gate) continue;
-        auto load = [&](const ExpertTensor* t, std::vector<uint8_t>& dst, size_t& per_expert) {
-            dst.resize(t->expert_bytes * t->n_expert);
+        auto load = [&](const ExpertTensor* t, WeightMemory& dst, size_t& per_expert) {
+            dst = WeightMemory(t->expert_bytes * t->n_expert);
             if (t->expert_stride == t->expert_bytes) {
                 read_file_range(model.files[t->file_index].path, t->file_offset, dst.size(), dst.data());
             } else {  // half of a fused tensor: each expert's part on its own

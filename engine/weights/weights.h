@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "engine/util/weight_memory.h"
 
 namespace moe {
 
@@ -67,6 +68,7 @@ public:
     uint64_t try_lock();
 
 private:
+    WeightMemory memory_;
     uint8_t* base_ = nullptr;
     uint64_t size_ = 0;
     std::vector<std::pair<std::string, uint64_t>> offsets_;
@@ -133,7 +135,7 @@ public:
 
 private:
     ExpertView view(uint32_t layer, uint32_t expert) const;
-    struct Slot { std::vector<uint8_t> gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
+    struct Slot { WeightMemory gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
     std::vector<Slot> layers_;
     std::deque<uint32_t> pending_;
     uint64_t bytes_ = 0;
