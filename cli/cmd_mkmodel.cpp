@@ -57,6 +57,8 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         ("yarn-log-mul", po::value(&s.yarn_log_mul)->default_value(0.f), "deepseek2 rope.scaling.yarn_log_multiplier (0.1 x mscale_all_dim)")
         ("vocab-from", po::value(&vocab), "copy tokenizer metadata from this GGUF")
         ("vocab-builtin", po::bool_switch(&builtin), "use a built-in byte-level vocabulary (259 tokens)")
+        ("random-blocks", po::bool_switch(&s.random_blocks), "quantized weights as random well-formed blocks (speed benchmarks; "
+                                                             "allows iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s)")
         ("type", po::value(&s.type)->default_value("f32"), "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; q4_k_m (q4_K, q6_K attn_v/ffn_down/output); dynamic (q2_K expert gate/up, iq4_xs/q3_K expert down by layer, q4_K elsewhere, q6_K attn_v/output)")
         ("fused-gate-up", po::bool_switch(&s.fused_gate_up), "write the experts' gate and up as one ffn_gate_up_exps tensor")
         ("chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")

@@ -85,7 +85,7 @@ struct TypePlan {
 
 // --type as a plan: a type mkmodel can write, or a mix; the types whose quantizers need an importance matrix
 // are refused with that reason.
-TypePlan type_plan(const std::string& spelled) {
+TypePlan type_plan(const std::string& spelled, bool random_blocks) {
     std::string tn = spelled;
     for (char& c : tn) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (tn == "q4_k_m") return {TypePlan::Mix::Q4KM, GgmlType::Q4_K};
@@ -95,8 +95,10 @@ TypePlan type_plan(const std::string& spelled) {
     switch (*t) {
         case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
         case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+            if (random_blocks) return {TypePlan::Mix::Pure, *t};
             throw CliError("--type " + spelled + ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
-                           "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic");
+                           "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic "
+                           "(or any type with --random-blocks, for speed benchmarks)");
         default: return {TypePlan::Mix::Pure, *t};
     }
 }
@@ -134,7 +136,14 @@ private:
         GgufTensorData t{name, ne, type, std::vector<uint8_t>(*rb * rows)};
         std::vector<float> row(ne[0]);
         std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        // Random blocks for the quantized matrices only: norms, routers and other float tensors stay real.
+        const bool random_blocks = s_.random_blocks && type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
         for (uint64_t r = 0; r < rows; ++r) {
+            if (random_blocks) {
+                const auto blocks = kernels::random_weight_row(type, ne[0], rng_());
+                std::copy(blocks.begin(), blocks.end(), t.bytes.begin() + static_cast<std::ptrdiff_t>(r * *rb));
+                continue;
+            }
             for (auto& x : row) x = offset + scale * uni(rng_);
             if (zero_row && zero_row(r)) std::fill(row.begin(), row.end(), 0.f);
             kernels::quantize_row(type, row.data(), t.bytes.data() + r * *rb, static_cast<int64_t>(ne[0]));
@@ -294,7 +303,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     if (s.groups && (s.experts % s.groups || !s.groups_used || s.groups_used > s.groups))
         throw CliError("--groups must divide --experts and --groups-used must be in 1..--groups");
 
-    const TypePlan plan = type_plan(s.type);
+    const TypePlan plan = type_plan(s.type, s.random_blocks);
 
     uint32_t n_vocab = 0;
     for (const auto& [k, v] : vocab)

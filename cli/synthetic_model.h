@@ -40,6 +40,9 @@ struct SyntheticSpec {
     // Weights
     std::string type = "f32";  // a type the engine computes, or q4_k_m (q4_K with q6_K attn_v/ffn_down/output)
     bool tie_output = false;
+    // Weights as random well-formed blocks instead of quantized random floats: for speed benchmarks of the types
+    // whose quantizers need an importance matrix (IQ1_S ... IQ3_S); the model computes noise.
+    bool random_blocks = false;
     bool fused_gate_up = false;   // routed experts' gate and up as one ffn_gate_up_exps tensor (newer converters)
     bool printable_head = false;
     std::string chat_template;    // replaces the vocabulary's tokenizer.chat_template when set  // only printable ASCII tokens get an output row (the demo's readable noise)

@@ -58,6 +58,11 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q6_k", Flavor::Avx512, qwen3("q6_k")},
     {"qwen3moe-q4_k_m", Flavor::Avx2, qwen3("q4_k_m")},
     {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
+    // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
+    {"qwen3moe-iq2_xs", Flavor::Avx2, [] { auto o = qwen3("iq2_xs"); o.push_back("--random-blocks"); return o; }()},
+    {"qwen3moe-iq2_s", Flavor::Avx512, [] { auto o = qwen3("iq2_s"); o.push_back("--random-blocks"); return o; }()},
+    {"qwen3moe-iq1_s", Flavor::Avx512, [] { auto o = qwen3("iq1_s"); o.push_back("--random-blocks"); return o; }()},
+    {"qwen3moe-iq1_m", Flavor::Avx2, [] { auto o = qwen3("iq1_m"); o.push_back("--random-blocks"); return o; }()},
     {"qwen3moe-q5_0", Flavor::Avx512, qwen3("q5_0")},
     {"qwen3moe-q5_1", Flavor::Avx2, qwen3("q5_1")},
     {"qwen3moe-q2_k", Flavor::Avx512, qwen3("q2_k")},  // AVX-512 builds repack Q2_K

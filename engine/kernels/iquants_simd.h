@@ -60,7 +60,7 @@ struct IquantStep {
     static constexpr int64_t kBlockElems = QK_K;
     using State = Acc8State;
     static State init() { return {_mm256_setzero_ps()}; }
-    static void step(State& s, const B& x, const BlockQ8_K& y) {
+    [[gnu::always_inline]] static void step(State& s, const B& x, const BlockQ8_K& y) {
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
         for (int g = 0; g < QK_K / 32; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], Group{}(x, g, load32(y.qs + 32 * g)));
@@ -94,48 +94,54 @@ using simd_iq2_xxs_step = IquantStep<BlockIQ2_XXS, std::remove_const_t<decltype(
 constexpr auto simd_iq2_xxs = step_dot<simd_iq2_xxs_step>;
 
 // IQ2_XS: 16-bit words of a 9-bit grid index and a 7-bit sign index per 8 weights; 4-bit scales per 16.
-float simd_iq2_xs(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockIQ2_XS*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const HalfScales sc = iq2_scales(x[b].scales);
+struct Iq2xsStep {
+    using Block = BlockIQ2_XS;
+    using Act = BlockQ8_K;
+    static constexpr int64_t kBlockElems = QK_K;
+    using State = Acc8State;
+    static State init() { return {_mm256_setzero_ps()}; }
+    [[gnu::always_inline]] static void step(State& s, const BlockIQ2_XS& x, const BlockQ8_K& y) {
+        const HalfScales sc = iq2_scales(x.scales);
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
-            const uint16_t* q = x[b].qs + 4 * g;
+            const uint16_t* q = x.qs + 4 * g;
             const __m256i grid = grid64(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            const __m256i yg = _mm256_sign_epi8(load32(y[b].qs + 32 * g), grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9));
+            const __m256i yg = _mm256_sign_epi8(load32(y.qs + 32 * g), grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9));
             sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(grid, yg, scale_pair(sc.half[g / 4], g % 4)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[b].d) * y[b].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), acc);
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
     }
-    return 0.125f * hsum_float_8(acc);
-}
+    static float finish(const State& s) { return 0.125f * hsum_float_8(s.acc); }
+};
+constexpr auto simd_iq2_xs = step_dot<Iq2xsStep>;
 
 // IQ2_S: 10-bit grid indices (8 low bits in qs, 2 high in qh), a sign bit per weight, 4-bit scales per 16.
-float simd_iq2_s(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockIQ2_S*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const HalfScales sc = iq2_scales(x[b].scales);
+struct Iq2sStep {
+    using Block = BlockIQ2_S;
+    using Act = BlockQ8_K;
+    static constexpr int64_t kBlockElems = QK_K;
+    using State = Acc8State;
+    static State init() { return {_mm256_setzero_ps()}; }
+    [[gnu::always_inline]] static void step(State& s, const BlockIQ2_S& x, const BlockQ8_K& y) {
+        const HalfScales sc = iq2_scales(x.scales);
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
-            const uint8_t* q = x[b].qs + 4 * g;
-            const uint32_t h = x[b].qh[g];
+            const uint8_t* q = x.qs + 4 * g;
+            const uint32_t h = x.qh[g];
             const __m256i grid = grid64(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
                                         q[3] | ((h << 2) & 0x300));
             uint32_t masks;
-            std::memcpy(&masks, x[b].qs + QK_K / 8 + 4 * g, 4);
-            const __m256i yg = negate_where(load32(y[b].qs + 32 * g), masks);
+            std::memcpy(&masks, x.qs + QK_K / 8 + 4 * g, 4);
+            const __m256i yg = negate_where(load32(y.qs + 32 * g), masks);
             sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(grid, yg, scale_pair(sc.half[g / 4], g % 4)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[b].d) * y[b].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), acc);
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
     }
-    return 0.125f * hsum_float_8(acc);
-}
+    static float finish(const State& s) { return 0.125f * hsum_float_8(s.acc); }
+};
+constexpr auto simd_iq2_s = step_dot<Iq2sStep>;
 
 inline constexpr auto simd_iq3_xxs_group = [](const BlockIQ3_XXS& x, int g, __m256i yg) {
         const uint8_t* q = x.qs + 8 * g;
@@ -177,32 +183,37 @@ inline __m256i iq1_grid(const uint8_t* qs, uint32_t high) {
     return grid64(iq::kIq1sGrid, idx & 0xFFFF, (idx >> 16) & 0xFFFF, (idx >> 32) & 0xFFFF, idx >> 48);
 }
 
-float simd_iq1_s(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockIQ1_S*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    float accum1 = 0.f;
-    for (int64_t b = 0; b < n / QK_K; ++b) {
+struct Iq1sStep {
+    using Block = BlockIQ1_S;
+    using Act = BlockQ8_K;
+    static constexpr int64_t kBlockElems = QK_K;
+    struct State {
+        __m256 acc;
+        float accum1;  // the delta term's sum, FMA'd per block as the reference does
+    };
+    static State init() { return {_mm256_setzero_ps(), 0.f}; }
+    [[gnu::always_inline]] static void step(State& s, const BlockIQ1_S& x, const BlockQ8_K& y) {
         // The 3-bit scales (qh bits 12-14) as 2s + 1, one int16 word per group in both lanes.
-        const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qh));
+        const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qh));
         const __m128i odd = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
         const __m256i scales = both_lanes(odd);
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         int sumi1 = 0;
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
-            const uint32_t h = x[b].qh[g];
-            const __m256i grid = iq1_grid<0x0700070007000700ull>(x[b].qs + 4 * g, h & 0x0FFF);
-            sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_ss8_scaled(grid, load32(y[b].qs + 32 * g), scale_word(scales, g)));
+            const uint32_t h = x.qh[g];
+            const __m256i grid = iq1_grid<0x0700070007000700ull>(x.qs + 4 * g, h & 0x0FFF);
+            sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_ss8_scaled(grid, load32(y.qs + 32 * g), scale_word(scales, g)));
             const int scale = 2 * static_cast<int>((h >> 12) & 7) + 1;
-            sumi1 += (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]) * ((h & 0x8000) ? -scale : scale);
+            sumi1 += (y.bsums[2 * g] + y.bsums[2 * g + 1]) * ((h & 0x8000) ? -scale : scale);
         }
-        const float d = y[b].d * h2f(x[b].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), acc);
-        accum1 = std::fma(d, static_cast<float>(sumi1), accum1);
+        const float d = y.d * h2f(x.d);
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
+        s.accum1 = std::fma(d, static_cast<float>(sumi1), s.accum1);
     }
-    return hsum_float_8(acc) + iq::kIq1sDelta * accum1;
-}
+    static float finish(const State& s) { return hsum_float_8(s.acc) + iq::kIq1sDelta * s.accum1; }
+};
+constexpr auto simd_iq1_s = step_dot<Iq1sStep>;
 
 // IQ1_M's sixteen 3-bit scales as 2s + 1: the low lane's word g is group g's first 16 weights, the high lane's
 // its second 16 (scale_word(g) then serves group g). Word g of the four 16-bit scale words sits at bits
@@ -219,32 +230,37 @@ inline __m256i iq1m_scales(const BlockIQ1_M& x) {
     return _mm256_add_epi16(_mm256_add_epi16(field, field), _mm256_set1_epi16(1));
 }
 
-float simd_iq1_m(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const BlockIQ1_M*>(w);
-    auto* y = static_cast<const BlockQ8_K*>(a);
-    __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi8(1);
-    for (int64_t b = 0; b < n / QK_K; ++b) {
-        const __m256i scales = iq1m_scales(x[b]);
+struct Iq1mStep {
+    using Block = BlockIQ1_M;
+    using Act = BlockQ8_K;
+    static constexpr int64_t kBlockElems = QK_K;
+    struct State {
+        __m256 acc1, acc2;  // grid products; the shifts' products (times the delta at the end)
+    };
+    static State init() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+    [[gnu::always_inline]] static void step(State& s, const BlockIQ1_M& x, const BlockQ8_K& y) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        const __m256i scales = iq1m_scales(x);
         __m256i sum1 = _mm256_setzero_si256(), sum2 = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
             uint16_t qh;
-            std::memcpy(&qh, x[b].qh + 2 * g, 2);
-            const __m256i grid = iq1_grid<0x0f000f000f000f00ull>(x[b].qs + 4 * g, qh & 0x7777u);
+            std::memcpy(&qh, x.qh + 2 * g, 2);
+            const __m256i grid = iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u);
             // The shift's sign per 8 weights (bit 3 of each qh nibble) to bit 7 of a byte, sign-extended to 8 bytes.
             const uint32_t delta_bits = static_cast<uint32_t>(_pdep_u64(qh & 0x8888u, 0xf0f0f0f0ull));
             const __m256i delta = _mm256_or_si256(ones, _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits))));
-            const __m256i yg = load32(y[b].qs + 32 * g), scale = scale_word(scales, g);
+            const __m256i yg = load32(y.qs + 32 * g), scale = scale_word(scales, g);
             sum1 = _mm256_add_epi32(sum1, dot_ss8_scaled(grid, yg, scale));
             sum2 = _mm256_add_epi32(sum2, dot_us8_scaled(ones, _mm256_sign_epi8(yg, delta), scale));
         }
-        const __m256 d = _mm256_set1_ps(y[b].d * h2f(quant::iq1m_d(x[b])));
-        acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum1), acc1);
-        acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum2), acc2);
+        const __m256 d = _mm256_set1_ps(y.d * h2f(quant::iq1m_d(x)));
+        s.acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum1), s.acc1);
+        s.acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum2), s.acc2);
     }
-    return hsum_float_8(acc1) + iq::kIq1sDelta * hsum_float_8(acc2);
-}
+    static float finish(const State& s) { return hsum_float_8(s.acc1) + iq::kIq1sDelta * hsum_float_8(s.acc2); }
+};
+constexpr auto simd_iq1_m = step_dot<Iq1mStep>;
 
 inline void add_simd_iquant_kernels(KernelTable& t) {
     set_dot<simd_iq2_xxs>(t, GgmlType::IQ2_XXS);
@@ -259,6 +275,10 @@ inline void add_simd_iquant_kernels(KernelTable& t) {
     t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = step_tile<simd_iq3_xxs_step>;
     t.tile[static_cast<int>(GgmlType::IQ3_S)] = step_tile<simd_iq3_s_step>;
     t.tile[static_cast<int>(GgmlType::IQ4_XS)] = step_tile<simd_iq4_xs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = step_tile<Iq2xsStep>;
+    t.tile[static_cast<int>(GgmlType::IQ2_S)] = step_tile<Iq2sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ1_S)] = step_tile<Iq1sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ1_M)] = step_tile<Iq1mStep>;
 }
 
 }  // namespace
