@@ -31,19 +31,6 @@ std::string make_model(const test::TempDir& dir, const std::string& name, const 
     return out;
 }
 
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& prompt, int gen) {
-    Runner r(m, {.n_ctx = 128, .n_threads = 2, .n_batch = 8});
-    r.eval(prompt, true);
-    std::vector<float> all(r.logits(0), r.logits(0) + static_cast<size_t>(prompt.size()) * m.hp.n_vocab);
-    for (int i = 0; i < gen; ++i) {
-        const float* l = r.logits();
-        int32_t next = static_cast<int32_t>(std::max_element(l, l + m.hp.n_vocab) - l);
-        r.eval(std::span<const int32_t>(&next, 1));
-        all.insert(all.end(), r.logits(), r.logits() + m.hp.n_vocab);
-    }
-    return all;
-}
-
 StreamingOptions fifth_of_the_experts(const GgufModel& file) {
     StreamingOptions o;
     o.cache_bytes = model_facts(file).expert_bytes / 5;
@@ -70,14 +57,14 @@ TEST(ExpertStore, SameLogitsWithOneReadPerExpert) {
     ASSERT_EQ(cli::dispatch({"repack", model}), 0);
     ASSERT_TRUE(fs::exists(ExpertStore::path_for(model)));
     GgufModel file = open_gguf_model(model);
-    const auto want = logits_of(*load_model(file), kPrompt, 10);
+    const auto want = test::greedy_logits(*load_model(file), kPrompt, 10);
 
     std::string note;
     auto m = load_model(file, {.experts = cli::streaming_experts(fifth_of_the_experts(file), "auto", &note)});
     auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
     ASSERT_NE(src.store(), nullptr) << note;
     EXPECT_NE(note.find("expert store"), std::string::npos) << note;
-    EXPECT_EQ(logits_of(*m, kPrompt, 10), want);
+    EXPECT_EQ(test::greedy_logits(*m, kPrompt, 10), want);
     const auto st = src.stats();
     EXPECT_GT(st.store_loads, 0u);
     EXPECT_EQ(st.reads_submitted, st.store_loads);  // one read per expert
@@ -86,7 +73,7 @@ TEST(ExpertStore, SameLogitsWithOneReadPerExpert) {
 
     // The same cache over the GGUF: three reads per expert.
     auto g = load_model(file, {.experts = cli::streaming_experts(fifth_of_the_experts(file), "off")});
-    EXPECT_EQ(logits_of(*g, kPrompt, 10), want);
+    EXPECT_EQ(test::greedy_logits(*g, kPrompt, 10), want);
     const auto gs = g->experts->stats();
     EXPECT_EQ(gs.store_loads, 0u);
     EXPECT_EQ(gs.reads_submitted, 3 * (gs.misses + gs.prefetch_issued));
@@ -107,12 +94,12 @@ TEST(ExpertStore, DamagedRecordIsReadFromTheGgufAndReported) {
             f.put('\x5a');
         }
     }
-    const auto want = logits_of(*load_model(file), kPrompt, 6);
+    const auto want = test::greedy_logits(*load_model(file), kPrompt, 6);
     std::vector<std::string> warnings;
     StreamingOptions o = fifth_of_the_experts(file);
     o.warn = [&](const std::string& w) { warnings.push_back(w); };
     auto m = load_model(file, {.experts = cli::streaming_experts(o, "auto")});
-    EXPECT_EQ(logits_of(*m, kPrompt, 6), want);
+    EXPECT_EQ(test::greedy_logits(*m, kPrompt, 6), want);
     const auto st = m->experts->stats();
     EXPECT_GT(st.store_bad_records, 0u);
     ASSERT_FALSE(warnings.empty());
@@ -160,7 +147,7 @@ TEST(ExpertStore, StoreOfAnotherGgufIsRefusedWithTheReason) {
     auto m = load_model(fb, {.experts = cli::streaming_experts(fifth_of_the_experts(fb), "auto", &note)});
     EXPECT_EQ(dynamic_cast<StreamingExpertSource&>(*m->experts).store(), nullptr);
     EXPECT_NE(note.find("expert store not used, reading the GGUF"), std::string::npos) << note;
-    EXPECT_EQ(logits_of(*m, kPrompt, 2), logits_of(*load_model(fb), kPrompt, 2));
+    EXPECT_EQ(test::greedy_logits(*m, kPrompt, 2), test::greedy_logits(*load_model(fb), kPrompt, 2));
     auto [rc, out] = test::run_moestream("run -m " + b + " --ram-budget 3M -c 256 --prompt hi -n 2 --expert-store " + ExpertStore::path_for(b));
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("--expert-store: " + ExpertStore::path_for(b) + ": made from a different GGUF"), std::string::npos) << out;

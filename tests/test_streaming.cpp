@@ -31,19 +31,6 @@ std::string make_model(const test::TempDir& dir, const std::string& type) {
     return out;
 }
 
-std::vector<float> run_logits(const Model& m, const std::vector<int32_t>& prompt, int gen) {
-    Runner r(m, {.n_ctx = 128, .n_threads = 2, .n_batch = 8});
-    r.eval(prompt, true);
-    std::vector<float> all(r.logits(0), r.logits(0) + static_cast<size_t>(prompt.size()) * m.hp.n_vocab);
-    for (int i = 0; i < gen; ++i) {
-        const float* l = r.logits();
-        int32_t next = static_cast<int32_t>(std::max_element(l, l + m.hp.n_vocab) - l);
-        r.eval(std::span<const int32_t>(&next, 1));
-        all.insert(all.end(), r.logits(), r.logits() + m.hp.n_vocab);
-    }
-    return all;
-}
-
 StreamingOptions small_cache(const GgufModel& file, double fraction) {
     ModelFacts f = model_facts(file);
     StreamingOptions o;
@@ -58,7 +45,7 @@ TEST(Streaming, SameLogitsAsInRamAtSmallBudgets) {
     GgufModel file = open_gguf_model(make_model(dir, "q4_k_m"));
     auto ram = load_model(file);
     const std::vector<int32_t> prompt = {5, 77, 200, 31, 31, 9, 120, 64, 3, 250, 17, 99};
-    const auto want = run_logits(*ram, prompt, 12);
+    const auto want = test::greedy_logits(*ram, prompt, 12);
     for (bool uring : {true, false}) {
         for (EvictionPolicy policy : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency}) {
             StreamingOptions o = small_cache(file, 0.15);  // about 7 of 48 experts' slots
@@ -67,7 +54,7 @@ TEST(Streaming, SameLogitsAsInRamAtSmallBudgets) {
             auto m = load_model(file, {.experts = cli::streaming_experts(o)});
             auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
             EXPECT_LT(src.bytes_in_ram(), model_facts(file).expert_bytes / 4);
-            EXPECT_EQ(run_logits(*m, prompt, 12), want) << "uring=" << uring << " policy=" << policy_name(policy);
+            EXPECT_EQ(test::greedy_logits(*m, prompt, 12), want) << "uring=" << uring << " policy=" << policy_name(policy);
             const auto st = src.stats();
             EXPECT_GT(st.misses, 0u);
             EXPECT_GT(st.bytes_read, 0u);
@@ -90,7 +77,7 @@ TEST(Streaming, SqpollAndRegisteredFilesGiveTheSameLogits) {
     if (!src.sqpoll()) {
         EXPECT_NE(src.io_note().find("SQPOLL refused"), std::string::npos) << src.io_note();
     }
-    EXPECT_EQ(run_logits(*m, prompt, 6), run_logits(*load_model(file), prompt, 6));
+    EXPECT_EQ(test::greedy_logits(*m, prompt, 6), test::greedy_logits(*load_model(file), prompt, 6));
     EXPECT_GT(src.stats().bytes_read, 0u);
 }
 
@@ -125,7 +112,7 @@ TEST(Streaming, MinimumBudgetIsStated) {
     auto m = load_model(file, {.experts = cli::streaming_experts(o)});
     auto ram = load_model(file);
     const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    EXPECT_EQ(run_logits(*m, prompt, 4), run_logits(*ram, prompt, 4));
+    EXPECT_EQ(test::greedy_logits(*m, prompt, 4), test::greedy_logits(*ram, prompt, 4));
 }
 
 TEST(Streaming, ReadErrorsFailTheRequestAndTheEngineRecovers) {
@@ -147,7 +134,7 @@ TEST(Streaming, ReadErrorsFailTheRequestAndTheEngineRecovers) {
         EXPECT_NE(std::string(e.what()).find("at offset"), std::string::npos) << e.what();
     }
     fail->store(false);
-    EXPECT_EQ(run_logits(*m, prompt, 3), run_logits(*ram, prompt, 3));
+    EXPECT_EQ(test::greedy_logits(*m, prompt, 3), test::greedy_logits(*ram, prompt, 3));
 }
 
 TEST(Streaming, TruncatedModelFileIsAClearError) {
@@ -183,7 +170,7 @@ TEST(Streaming, DirectReadsLeaveNoPageCache) {
     auto m = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 0.3))});
     auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
     if (!src.direct_io()) GTEST_SKIP() << "O_DIRECT refused here: " << src.io_note();
-    run_logits(*m, {1, 2, 3, 4, 5, 6}, 6);
+    test::greedy_logits(*m, {1, 2, 3, 4, 5, 6}, 6);
     ASSERT_GT(src.stats().bytes_read, 0u);
     // Count cached pages inside the expert tensors' byte ranges.
     int fd = ::open(path.c_str(), O_RDONLY);
@@ -327,13 +314,13 @@ TEST(Streaming, SplitFilesStreamLikeOneFile) {
     auto ram = load_model(open_gguf_model(whole));
     auto streamed = load_model(split, {.experts = cli::streaming_experts(small_cache(split, 0.2))});
     const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
-    const auto want = run_logits(*ram, prompt, 6);
-    EXPECT_EQ(run_logits(*streamed, prompt, 6), want);
+    const auto want = test::greedy_logits(*ram, prompt, 6);
+    EXPECT_EQ(test::greedy_logits(*streamed, prompt, 6), want);
     EXPECT_GT(streamed->experts->stats().bytes_read, 0u);
     // The expert store gathers experts from both splits into one file beside the first.
     ASSERT_EQ(cli::dispatch({"repack", dir / "split-00001-of-00002.gguf"}), 0);
     auto stored = load_model(split, {.experts = cli::streaming_experts(small_cache(split, 0.2), "auto")});
-    EXPECT_EQ(run_logits(*stored, prompt, 6), want);
+    EXPECT_EQ(test::greedy_logits(*stored, prompt, 6), want);
     EXPECT_GT(stored->experts->stats().store_loads, 0u);
 }
 

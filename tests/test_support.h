@@ -4,12 +4,15 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "engine/forward/runner.h"
 #include "engine/gguf/gguf.h"
 
 namespace moe::test {
@@ -47,6 +50,20 @@ inline moe::GgufValue gguf_u16(uint16_t v) {
     g.type = moe::GgufValueType::UINT16;
     g.raw = {static_cast<uint8_t>(v & 0xff), static_cast<uint8_t>(v >> 8)};
     return g;
+}
+
+// Every position's logits for `prompt` (one batch pass, chunks of 8), then `gen` greedy steps' logits.
+inline std::vector<float> greedy_logits(const moe::Model& m, const std::vector<int32_t>& prompt, int gen) {
+    moe::Runner r(m, {.n_ctx = 128, .n_threads = 2, .n_batch = 8});
+    r.eval(prompt, true);
+    std::vector<float> all(r.logits(0), r.logits(0) + prompt.size() * m.hp.n_vocab);
+    for (int i = 0; i < gen; ++i) {
+        const float* l = r.logits();
+        int32_t next = static_cast<int32_t>(std::max_element(l, l + m.hp.n_vocab) - l);
+        r.eval(std::span<const int32_t>(&next, 1));
+        all.insert(all.end(), r.logits(), r.logits() + m.hp.n_vocab);
+    }
+    return all;
 }
 
 struct TempDir {
