@@ -7,7 +7,7 @@
 
 #include "engine/kernels/ggml_numerics.h"
 
-#define MOE_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#define MOE_FMA_CLONES __attribute__((target_clones("fma", "default"), flatten))
 
 namespace moe::ops {
 namespace {
