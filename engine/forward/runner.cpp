@@ -367,6 +367,36 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     }
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : nullptr;
+    if (group_fn && !masked && n > 1) {
+        // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
+        // long prompt every token re-reading the whole cache from memory is what bounds attention.
+        constexpr int kTokenBlock = 16;
+        const int blocks = (n + kTokenBlock - 1) / kTokenBlock;
+        pool_.parallel_for(static_cast<int64_t>(blocks) * kv_heads, [&](int64_t i0, int64_t i1) {
+            ops::AttnScratch scratch;
+            std::vector<float> q_block, out_block;
+            for (int64_t i = i0; i < i1; ++i) {
+                const int t0 = static_cast<int>(i / kv_heads) * kTokenBlock, kvh = static_cast<int>(i % kv_heads);
+                const int tokens = std::min(kTokenBlock, n - t0), rows = tokens * group, h0 = kvh * group;
+                q_block.resize(static_cast<size_t>(rows) * base.dk);
+                out_block.resize(static_cast<size_t>(rows) * base.dv);
+                for (int r = 0; r < rows; ++r)
+                    std::copy_n(q + (t0 + r / group) * q_tok_stride + (h0 + r % group) * q_head_stride, base.dk, &q_block[static_cast<size_t>(r) * base.dk]);
+                ops::KvView kv = base;
+                kv.k += static_cast<size_t>(kvh) * base.dk;
+                kv.v += static_cast<size_t>(kvh) * base.dv;
+                kv.n_kv = n_past_ + t0 + 1;
+                kv.rows_per_position = group;
+                kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
+                kv.v_f32 = kv.k_tiles + k_tile_floats;
+                group_fn(q_block.data(), base.dk, rows, kv, scale, out_block.data(), base.dv, scratch);
+                for (int r = 0; r < rows; ++r)
+                    std::copy_n(&out_block[static_cast<size_t>(r) * base.dv], base.dv,
+                                out + (t0 + r / group) * out_tok_stride + (h0 + r % group) * out_head_stride);
+            }
+        });
+        return;
+    }
     const int per_token = group_fn ? kv_heads : heads;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;

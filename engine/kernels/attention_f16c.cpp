@@ -164,12 +164,17 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
     s.max_sum.assign(static_cast<size_t>(rows) * 2, 0.f);
     for (int r = 0; r < rows; ++r) s.max_sum[2 * r] = kNegInf;
     alignas(32) float kq[kTile];
-    for (int ic = 0; ic < kv.n_kv; ic += kTile) {
-        const int in_tile = std::min(kTile, kv.n_kv - ic);
+    // Each row's positions: all the same, or one more per token of a block (kv.rows_per_position).
+    auto row_n_kv = [&](int r) { return kv.rows_per_position > 0 ? kv.n_kv + r / kv.rows_per_position : kv.n_kv; };
+    const int most_kv = row_n_kv(rows - 1);
+    for (int ic = 0; ic < most_kv; ic += kTile) {
         // A tile with no visible position (DSA's sparse selection) leaves the softmax state as it is
         // (tiled_softmax_step returns false): skip its scores.
-        if (kv.visible && std::none_of(kv.visible + ic, kv.visible + ic + in_tile, [](uint8_t v) { return v != 0; })) continue;
+        if (kv.visible && std::none_of(kv.visible + ic, kv.visible + std::min(most_kv, ic + kTile), [](uint8_t v) { return v != 0; })) continue;
         for (int r = 0; r < rows; ++r) {
+            // Past a row's last position the tile is invisible to it: skipped, as a single-row call would.
+            if (ic >= row_n_kv(r)) continue;
+            const int in_tile = std::min(kTile, row_n_kv(r) - ic);
             const float* q = q_rows + r * q_stride;
             float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
             float& M = s.max_sum[2 * r];

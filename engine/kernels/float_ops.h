@@ -97,6 +97,9 @@ struct KvView {
     // keys per 64-position tile as [dk][64] (position fastest), values as [n_kv][dv]. Same values as the fp16.
     const float* k_tiles = nullptr;
     const float* v_f32 = nullptr;
+    // Group calls over a block of consecutive tokens: > 0 means row r sees n_kv + r / rows_per_position
+    // positions (causal), so one pass over the key/value tiles serves every row of the block.
+    int rows_per_position = 0;
 };
 // Fills the two f32 copies above for positions [0, n_kv) of a view: k_tiles needs ceil(n_kv / 64) * 64 * dk
 // floats, v_f32 n_kv * dv.
