@@ -32,6 +32,11 @@ void Runner::shared_expert(uint32_t l, int n, float* out) {
 void Runner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
                            uint8_t* act) const {
     kernels::prepare_activations(type, x, act, cols);
+    matvec_prepared(w, type, row_bytes, rows, cols, act, out);
+}
+
+void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act,
+                             float* out) const {
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, 1, false);
     if (dots.single_rows) {
         dots.single_rows(cols, w, row_bytes, rows, act, out);
@@ -77,6 +82,20 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
     if (par_act_.size() < pairs * act_bytes) par_act_.resize(pairs * act_bytes);
     std::vector<size_t> first(ready.size() + 1, 0);
     for (size_t k = 0; k < ready.size(); ++k) first[k + 1] = first[k] + users[ready[k].first].size();
+    // Every expert of a token reads the same input: quantized once per token here (per type of gate and up),
+    // not once per expert and matrix. The conversion is deterministic, so the bytes are the same.
+    int n_tok = 0;
+    for (const auto& [e, v] : ready)
+        for (int who : users[e]) n_tok = std::max(n_tok, who / U + 1);
+    const size_t ab_gate = kernels::activation_bytes(L.gate.type, E), ab_up = kernels::activation_bytes(L.up.type, E);
+    const bool shared_act = L.up.type == L.gate.type;
+    in_act_.resize(static_cast<size_t>(n_tok) * (ab_gate + (shared_act ? 0 : ab_up)));
+    uint8_t* gate_act = in_act_.data();
+    uint8_t* up_act = shared_act ? gate_act : gate_act + static_cast<size_t>(n_tok) * ab_gate;
+    for (int t = 0; t < n_tok; ++t) {
+        kernels::prepare_activations(L.gate.type, &xn_[static_cast<size_t>(t) * E], gate_act + t * ab_gate, E);
+        if (!shared_act) kernels::prepare_activations(L.up.type, &xn_[static_cast<size_t>(t) * E], up_act + t * ab_up, E);
+    }
     pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
             const auto& [e, ev] = ready[k];
@@ -87,9 +106,9 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 float* u = g + F;
                 float* y = u + F;
                 uint8_t* act = &par_act_[slot * act_bytes];
-                const float* x = &xn_[(who[j] / U) * E];
-                matvec_serial(ev.gate, L.gate.type, L.gate.row_bytes, F, E, x, g, act);
-                matvec_serial(ev.up, L.up.type, L.up.row_bytes, F, E, x, u, act);
+                const int t = who[j] / U;
+                matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gate_act + t * ab_gate, g);
+                matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, up_act + t * ab_up, u);
                 fops_.swiglu(g, u, F);
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);

@@ -132,6 +132,8 @@ private:
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
                        uint8_t* act) const;
+    // The same on activations already prepared for `type` (kernels::prepare_activations).
+    void matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act, float* out) const;
 
     const Model& m_;
     RunnerOptions opt_;
@@ -168,6 +170,7 @@ private:
     std::vector<uint8_t> act_;               // prepared activations
     std::vector<float> par_scratch_;         // decode_experts_in_parallel: per (expert, token) gate|up|out
     std::vector<uint8_t> par_act_;           // ... and its activation bytes
+    std::vector<uint8_t> in_act_;            // decode: each token's expert input quantized once (gate, up types)
     std::vector<float> logits_;              // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
