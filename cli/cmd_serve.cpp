@@ -170,6 +170,11 @@ int cmd_serve(const std::vector<std::string>& args) {
                st.wait_ns ? static_cast<double>(st.bytes_read) / static_cast<double>(st.wait_ns) : 0.0);
         metric("moestream_expert_prefetch_issued_total", "counter", "Speculative expert reads.", static_cast<double>(st.prefetch_issued));
         metric("moestream_expert_prefetch_used_total", "counter", "Speculative reads the router then asked for.", static_cast<double>(st.prefetch_used));
+        metric("moestream_expert_read_requests_total", "counter", "I/O requests submitted for experts.", static_cast<double>(st.reads_submitted));
+        metric("moestream_expert_store_loads_total", "counter", "Experts read as one record of the expert store (moestream repack).",
+               static_cast<double>(st.store_loads));
+        metric("moestream_expert_store_bad_records_total", "counter", "Expert store records that failed their checksum (read from the GGUF instead).",
+               static_cast<double>(st.store_bad_records));
         return m;
     };
     http_opt.host = host;

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
@@ -15,6 +16,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/model_facts.h"
 #include "engine/runtime/expert_store.h"
+#include "tests/serve_fixture.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -233,6 +235,39 @@ TEST(ExpertStore, RunPicksTheStoreUpAndSaysSo) {
     EXPECT_NE(after.find("expert store " + ExpertStore::path_for(model)), std::string::npos) << after;
     EXPECT_EQ(test::run_moestream(run, false).second, text_before);
     EXPECT_NE(test::run_moestream(run + " --expert-store off").second.find("expert store off"), std::string::npos);
+}
+
+// serve streams through the store and says so in /metrics: store loads counted, one request per expert, no bad
+// records; answers the same text as without the store.
+TEST(ExpertStore, ServeCountsStoreLoadsInMetrics) {
+    test::TempDir dir;
+    const std::string model = make_model(dir, "m.gguf");
+    ASSERT_EQ(cli::dispatch({"repack", model}), 0);
+    auto value = [](const std::string& metrics, const std::string& name) {
+        const size_t p = metrics.find("\n" + name + " ");
+        return p == std::string::npos ? -1.0 : std::stod(metrics.substr(p + name.size() + 2));
+    };
+    const std::string body = R"({"model":"m","prompt":"hello there","max_tokens":8,"temperature":0})";
+    std::string texts[2];
+    for (int with_store = 0; with_store < 2; ++with_store) {
+        test::Server s(model, {"--ram-budget", "3M", "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
+        ASSERT_NE(s.port(), 0);
+        auto r = test::request(s.port(), "POST", "/v1/completions", body);
+        ASSERT_EQ(r.status, 200) << r.body;
+        texts[with_store] = nlohmann::json::parse(r.body)["choices"][0]["text"].get<std::string>();
+        const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
+        const double loads = value(metrics, "moestream_expert_store_loads_total");
+        const double requests = value(metrics, "moestream_expert_read_requests_total");
+        EXPECT_EQ(value(metrics, "moestream_expert_store_bad_records_total"), 0.0) << metrics;
+        if (with_store) {
+            EXPECT_GT(loads, 0.0) << metrics;
+            EXPECT_EQ(requests, loads) << metrics;  // one request per expert (records are smaller than --read-size)
+        } else {
+            EXPECT_EQ(loads, 0.0) << metrics;
+            EXPECT_GT(requests, 0.0) << metrics;
+        }
+    }
+    EXPECT_EQ(texts[1], texts[0]);
 }
 
 }  // namespace
