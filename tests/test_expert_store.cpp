@@ -33,6 +33,13 @@ std::string make_model(const test::TempDir& dir, const std::string& name, const 
     return out;
 }
 
+// A synthetic model with its store written beside it.
+std::string repacked_model(const test::TempDir& dir) {
+    const std::string model = make_model(dir, "m.gguf");
+    EXPECT_EQ(cli::dispatch({"repack", model}), 0);
+    return model;
+}
+
 StreamingOptions fifth_of_the_experts(const GgufModel& file) {
     StreamingOptions o;
     o.cache_bytes = model_facts(file).expert_bytes / 5;
@@ -55,8 +62,7 @@ const std::vector<int32_t> kPrompt = {5, 77, 200, 31, 31, 9, 120, 64, 3, 250, 17
 
 TEST(ExpertStore, SameLogitsWithOneReadPerExpert) {
     test::TempDir dir;
-    const std::string model = make_model(dir, "m.gguf");
-    ASSERT_EQ(cli::dispatch({"repack", model}), 0);
+    const std::string model = repacked_model(dir);
     ASSERT_TRUE(fs::exists(ExpertStore::path_for(model)));
     GgufModel file = open_gguf_model(model);
     const auto want = test::greedy_logits(*load_model(file), kPrompt, 10);
@@ -83,8 +89,7 @@ TEST(ExpertStore, SameLogitsWithOneReadPerExpert) {
 
 TEST(ExpertStore, DamagedRecordIsReadFromTheGgufAndReported) {
     test::TempDir dir;
-    const std::string model = make_model(dir, "m.gguf");
-    ASSERT_EQ(cli::dispatch({"repack", model}), 0);
+    const std::string model = repacked_model(dir);
     GgufModel file = open_gguf_model(model);
     const std::string store_path = ExpertStore::path_for(model);
     {
@@ -162,8 +167,7 @@ TEST(ExpertStore, StoreOfAnotherGgufIsRefusedWithTheReason) {
 
 TEST(ExpertStore, TruncatedOrHostileStoresAreRefused) {
     test::TempDir dir;
-    const std::string model = make_model(dir, "m.gguf");
-    ASSERT_EQ(cli::dispatch({"repack", model}), 0);
+    const std::string model = repacked_model(dir);
     GgufModel file = open_gguf_model(model);
     const std::string good = ExpertStore::path_for(model);
     const std::string bad = dir / "bad.experts";
@@ -241,8 +245,7 @@ TEST(ExpertStore, RunPicksTheStoreUpAndSaysSo) {
 // records; answers the same text as without the store.
 TEST(ExpertStore, ServeCountsStoreLoadsInMetrics) {
     test::TempDir dir;
-    const std::string model = make_model(dir, "m.gguf");
-    ASSERT_EQ(cli::dispatch({"repack", model}), 0);
+    const std::string model = repacked_model(dir);
     auto value = [](const std::string& metrics, const std::string& name) {
         const size_t p = metrics.find("\n" + name + " ");
         return p == std::string::npos ? -1.0 : std::stod(metrics.substr(p + name.size() + 2));

@@ -349,6 +349,18 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
     size_t k_tile_floats = 0, v_floats = 0;
+    // One kv head's view of the cache with n_kv positions (and, tiled, its f32 copies).
+    auto head_view = [&](int kvh, int n_kv) {
+        ops::KvView kv = base;
+        kv.k += static_cast<size_t>(kvh) * base.dk;
+        kv.v += static_cast<size_t>(kvh) * base.dv;
+        kv.n_kv = n_kv;
+        if (tiled) {
+            kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
+            kv.v_f32 = kv.k_tiles + k_tile_floats;
+        }
+        return kv;
+    };
     if (tiled) {
         const int n_kv = n_past_ + n, tiles = (n_kv + ggml::kFaTile - 1) / ggml::kFaTile;
         k_tile_floats = static_cast<size_t>(tiles) * ggml::kFaTile * base.dk;
@@ -356,12 +368,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         if (kv_f32_.size() < (k_tile_floats + v_floats) * kv_heads) kv_f32_.resize((k_tile_floats + v_floats) * kv_heads);
         pool_.parallel_for(kv_heads, [&](int64_t h0, int64_t h1) {
             for (int64_t h = h0; h < h1; ++h) {
-                ops::KvView kv = base;
-                kv.k += static_cast<size_t>(h) * base.dk;
-                kv.v += static_cast<size_t>(h) * base.dv;
-                kv.n_kv = n_kv;
                 float* k_tiles = kv_f32_.data() + static_cast<size_t>(h) * (k_tile_floats + v_floats);
-                ops::convert_kv_for_tiles(kv, k_tiles, k_tiles + k_tile_floats);
+                ops::convert_kv_for_tiles(head_view(static_cast<int>(h), n_kv), k_tiles, k_tiles + k_tile_floats);
             }
         });
     }
@@ -382,13 +390,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                 out_block.resize(static_cast<size_t>(rows) * base.dv);
                 for (int r = 0; r < rows; ++r)
                     std::copy_n(q + (t0 + r / group) * q_tok_stride + (h0 + r % group) * q_head_stride, base.dk, &q_block[static_cast<size_t>(r) * base.dk]);
-                ops::KvView kv = base;
-                kv.k += static_cast<size_t>(kvh) * base.dk;
-                kv.v += static_cast<size_t>(kvh) * base.dv;
-                kv.n_kv = n_past_ + t0 + 1;
+                ops::KvView kv = head_view(kvh, n_past_ + t0 + 1);
                 kv.rows_per_position = group;
-                kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
-                kv.v_f32 = kv.k_tiles + k_tile_floats;
                 group_fn(q_block.data(), base.dk, rows, kv, scale, out_block.data(), base.dv, scratch);
                 for (int r = 0; r < rows; ++r)
                     std::copy_n(&out_block[static_cast<size_t>(r) * base.dv], base.dv,
@@ -405,14 +408,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
-            ops::KvView kv = base;
-            kv.k += static_cast<size_t>(kvh) * base.dk;
-            kv.v += static_cast<size_t>(kvh) * base.dv;
-            kv.n_kv = n_past_ + t + 1;
-            if (tiled) {
-                kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
-                kv.v_f32 = kv.k_tiles + k_tile_floats;
-            }
+            ops::KvView kv = head_view(kvh, n_past_ + t + 1);
             if (masked) {
                 if (visible_for != t) {
                     visible.assign(static_cast<size_t>(kv.n_kv), 0);
