@@ -168,7 +168,8 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
 }
 
 // Tile kernels (rows x tokens) give every (row, token) the bits of the dot they tile, at tile edges too: rows and
-// tokens that are not multiples of the tile, and a token count past one tile.
+// tokens that are not multiples of the tile, and token counts past one tile (from 8 tokens the i-quants run
+// through decoded panels: iquant_panels.h).
 TEST(QuantKernels, TileEqualsDotPerPair) {
     std::mt19937 rng(31);
     int compared = 0;
@@ -188,7 +189,7 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                             auto row = random_row(type, n, rng);
                             w.insert(w.end(), row.begin(), row.end());
                         }
-                        for (int n_tok : {1, 2, 3, 4, 5, 9}) {
+                        for (int n_tok : {1, 2, 3, 4, 5, 9, 18}) {
                             std::vector<uint8_t> a(ab * static_cast<size_t>(n_tok));
                             for (int k = 0; k < n_tok; ++k) {
                                 const auto x = activations(n, k == 2 ? Act::Zeros : Act::Random, rng);

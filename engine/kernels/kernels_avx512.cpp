@@ -7,6 +7,7 @@
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
+#include "engine/kernels/iquant_panels.h"
 #include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
@@ -81,6 +82,7 @@ void fill_avx512_table(KernelTable& t) {
     add_simd_kquant_kernels(t);  // the same kernels, their byte products through VPDPBUSD
     add_simd_quant_kernels(t);
     add_simd_iquant_kernels(t);
+    add_iquant_panel_tiles(t);
 }
 
 }  // namespace moe::kernels

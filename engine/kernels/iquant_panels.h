@@ -1,0 +1,283 @@
+// Prompt tiles of the i-quants through decoded panels. Their blocks cost more to unpack (grid lookups, sign
+// tables, scale fields) than to multiply, so a tile that unpacks a block for four tokens at a time spends most
+// of its time unpacking. Here a weight row is unpacked once into a panel (per 32-weight group: grid magnitudes,
+// sign bytes for PSIGNB, the int16 scale words; per block the float scale) and every token of the tile is
+// multiplied against that panel with the same byte products, the same integer lanes and the same float chain
+// as the one-row dot in iquants_simd.h, so each (row, token) keeps that dot's bits. Both ISA units include this.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine/kernels/iquants_simd.h"
+
+namespace moe::kernels {
+namespace {
+
+// One block's groups, unpacked: PSIGNB(y, sgn) moves the weights' signs onto the activations (0 where a weight
+// is 0, which its magnitude 0 makes irrelevant), PMADDUBSW(mag, ...) and PMADDWD(..., scale) give the lanes.
+struct PanelGroups {
+    __m256i mag[8], sgn[8], scale[8];
+};
+// The 0xFF/0x01 bytes PSIGNB needs for a group's 32 sign bits: negate_where's negation as a sign.
+inline __m256i sign_bytes(uint32_t masks) { return _mm256_or_si256(bits_to_bytes(masks), _mm256_set1_epi8(1)); }
+// Signed grid values as magnitude and sign (dot_ss8_scaled's PSIGNB pair).
+inline void signed_group(PanelGroups& p, int g, __m256i values, __m256i scale) {
+    p.mag[g] = _mm256_sign_epi8(values, values);
+    p.sgn[g] = values;
+    p.scale[g] = scale;
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Two groups per 512-bit register: its halves hold the two groups' eight lanes, added at the end (integers, so
+// the order of the additions cannot change them). AVX-512 has no PSIGNB: the activations are negated under the
+// sign bytes' mask instead, which differs only where a sign byte is 0, where the magnitude is 0 too.
+inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+[[gnu::always_inline]] inline __m512i signed_products(__m512i sum, __m512i mag, __m512i sgn, __m512i scale, __m512i y) {
+    const __m512i ys = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(sgn), _mm512_setzero_si512(), y);
+    return _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(mag, ys), scale);
+}
+inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+[[gnu::always_inline]] inline __m256i panel_lanes(const PanelGroups& p, const BlockQ8_K& y) {
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) sum = signed_products(sum, load64(&p.mag[2 * k]), load64(&p.sgn[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
+    return fold_halves(sum);
+}
+#else
+[[gnu::always_inline]] inline __m256i panel_lanes(const PanelGroups& p, const BlockQ8_K& y) {
+    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g)
+        sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(p.mag[g], _mm256_sign_epi8(load32(y.qs + 32 * g), p.sgn[g]), p.scale[g]));
+    return _mm256_add_epi32(sum[0], sum[1]);
+}
+#endif
+
+// IquantStep's chain (one FMA per block of x.d * y.d, the final sum times Factor) over a panel.
+template <float Factor>
+struct PlainPanelChain {
+    struct Panel : PanelGroups {
+        float d;
+    };
+    using State = Acc8State;
+    static State init() { return {_mm256_setzero_ps()}; }
+    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc);
+    }
+    static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
+};
+
+struct Iq2xxsPanel : PlainPanelChain<0.125f> {
+    using Block = BlockIQ2_XXS;
+    static void decode(const Block& x, Panel& p) {
+        for (int g = 0; g < 8; ++g) {
+            uint32_t aux[2];
+            quant::iq2xxs_words(x, g, aux);
+            p.mag[g] = grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24);
+            p.sgn[g] = grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127);
+            p.scale[g] = set16(2 * (aux[1] >> 28) + 1);
+        }
+        p.d = h2f(x.d);
+    }
+};
+
+struct Iq2xsPanel : PlainPanelChain<0.125f> {
+    using Block = BlockIQ2_XS;
+    static void decode(const Block& x, Panel& p) {
+        const HalfScales sc = iq2_scales(x.scales);
+        for (int g = 0; g < 8; ++g) {
+            const uint16_t* q = x.qs + 4 * g;
+            p.mag[g] = grid64(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
+            p.sgn[g] = grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
+            p.scale[g] = scale_pair(sc.half[g / 4], g % 4);
+        }
+        p.d = h2f(x.d);
+    }
+};
+
+struct Iq2sPanel : PlainPanelChain<0.125f> {
+    using Block = BlockIQ2_S;
+    static void decode(const Block& x, Panel& p) {
+        const HalfScales sc = iq2_scales(x.scales);
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t* q = x.qs + 4 * g;
+            const uint32_t h = x.qh[g];
+            p.mag[g] = grid64(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
+                              q[3] | ((h << 2) & 0x300));
+            uint32_t masks;
+            std::memcpy(&masks, x.qs + QK_K / 8 + 4 * g, 4);
+            p.sgn[g] = sign_bytes(masks);
+            p.scale[g] = scale_pair(sc.half[g / 4], g % 4);
+        }
+        p.d = h2f(x.d);
+    }
+};
+
+struct Iq3xxsPanel : PlainPanelChain<0.25f> {
+    using Block = BlockIQ3_XXS;
+    static void decode(const Block& x, Panel& p) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t* q = x.qs + 8 * g;
+            const uint32_t idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+            const uint32_t word = quant::iq3xxs_word(x, g);
+            p.mag[g] = grid32(iq::kIq3xxsGrid, idx);
+            p.sgn[g] = grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127);
+            p.scale[g] = set16(2 * (word >> 28) + 1);
+        }
+        p.d = h2f(x.d);
+    }
+};
+
+struct Iq3sPanel : PlainPanelChain<1.0f> {
+    using Block = BlockIQ3_S;
+    static void decode(const Block& x, Panel& p) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t* q = x.qs + 8 * g;
+            const uint32_t h = x.qh[g];
+            uint32_t idx[8];
+            for (int k = 0; k < 8; ++k) idx[k] = q[k] | ((h << (8 - k)) & 256);
+            uint32_t masks;
+            std::memcpy(&masks, x.signs + 4 * g, 4);
+            p.mag[g] = grid32(iq::kIq3sGrid, idx);
+            p.sgn[g] = sign_bytes(masks);
+            p.scale[g] = set16(2 * quant::iq3s_scale(x, g) + 1);
+        }
+        p.d = h2f(x.d);
+    }
+};
+
+struct Iq4xsPanel : PlainPanelChain<1.0f> {
+    using Block = BlockIQ4_XS;
+    static void decode(const Block& x, Panel& p) {
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kValuesIq4nl));
+        for (int g = 0; g < 8; ++g)
+            signed_group(p, g, table_nibbles32(x.qs + 16 * g, table), set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
+        p.d = h2f(x.d);
+    }
+};
+
+// Iq1sStep's chain: the grid lanes, plus the delta term from the activations' 16-element sums times each
+// group's signed scale (integer, summed in any order), FMA'd per block as a scalar.
+struct Iq1sPanel {
+    using Block = BlockIQ1_S;
+    struct Panel : PanelGroups {
+        __m256i delta_scales;  // int16 per 16-element sum: group g's scale, negative where its delta is
+        float d;
+    };
+    struct State {
+        __m256 acc;
+        float accum1;
+    };
+    static void decode(const Block& x, Panel& p) {
+        const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qh));
+        const __m128i odd = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+        const __m256i scales = both_lanes(odd);
+        alignas(32) int16_t ds[16];
+        for (int g = 0; g < 8; ++g) {
+            const uint32_t h = x.qh[g];
+            signed_group(p, g, iq1_grid<0x0700070007000700ull>(x.qs + 4 * g, h & 0x0FFF), scale_word(scales, g));
+            const int scale = 2 * static_cast<int>((h >> 12) & 7) + 1;
+            ds[2 * g] = ds[2 * g + 1] = static_cast<int16_t>((h & 0x8000) ? -scale : scale);
+        }
+        p.delta_scales = load32(ds);
+        p.d = h2f(x.d);
+    }
+    static State init() { return {_mm256_setzero_ps(), 0.f}; }
+    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
+        const int sumi1 = hsum_lanes(_mm256_madd_epi16(load32(y.bsums), p.delta_scales));
+        const float d = y.d * p.d;
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc);
+        s.accum1 = std::fma(d, static_cast<float>(sumi1), s.accum1);
+    }
+    static float finish(const State& s) { return hsum_float_8(s.acc) + iq::kIq1sDelta * s.accum1; }
+};
+
+// Iq1mStep's chain: the grid lanes and the shifts' lanes (activations signed by each 8 weights' shift sign, times
+// the same scales) in two accumulators.
+struct Iq1mPanel {
+    using Block = BlockIQ1_M;
+    struct Panel : PanelGroups {
+        __m256i delta[8];
+        float d;
+    };
+    struct State {
+        __m256 acc1, acc2;
+    };
+    static void decode(const Block& x, Panel& p) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        const __m256i scales = iq1m_scales(x);
+        for (int g = 0; g < 8; ++g) {
+            uint16_t qh;
+            std::memcpy(&qh, x.qh + 2 * g, 2);
+            signed_group(p, g, iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u), scale_word(scales, g));
+            const uint32_t delta_bits = static_cast<uint32_t>(_pdep_u64(qh & 0x8888u, 0xf0f0f0f0ull));
+            p.delta[g] = _mm256_or_si256(ones, _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits))));
+        }
+        p.d = h2f(quant::iq1m_d(x));
+    }
+    static State init() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+        __m512i sum512 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k)
+            sum512 = signed_products(sum512, _mm512_set1_epi8(1), load64(&p.delta[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
+        const __m256i sum2 = fold_halves(sum512);
+#else
+        const __m256i ones = _mm256_set1_epi8(1);
+        __m256i sum2 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g)
+            sum2 = _mm256_add_epi32(sum2, dot_us8_scaled(ones, _mm256_sign_epi8(load32(y.qs + 32 * g), p.delta[g]), p.scale[g]));
+#endif
+        const __m256 d = _mm256_set1_ps(y.d * p.d);
+        s.acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc1);
+        s.acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum2), s.acc2);
+    }
+    static float finish(const State& s) { return hsum_float_8(s.acc1) + iq::kIq1sDelta * hsum_float_8(s.acc2); }
+};
+
+template <class P, int T>
+void panel_1xT(int64_t nb, const typename P::Panel* x, const BlockQ8_K* const* y, float* const* out) {
+    typename P::State s[T];
+    for (int t = 0; t < T; ++t) s[t] = P::init();
+    for (int64_t b = 0; b < nb; ++b)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) P::step(s[t], x[b], y[t][b]);
+    for (int t = 0; t < T; ++t) *out[t] = P::finish(s[t]);
+}
+
+// Below this many tokens the step tile (which unpacks per four tokens, without a store and reload) is as fast.
+inline constexpr int kPanelMinTokens = 8;
+
+template <class P, class Step>
+void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                int64_t out_stride) {
+    if (n_tok < kPanelMinTokens) return step_tile<Step>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
+    const int64_t nb = n / QK_K;
+    thread_local std::vector<typename P::Panel> panel;
+    if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto* x = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r) * row_bytes);
+        for (int64_t b = 0; b < nb; ++b) P::decode(x[b], panel[static_cast<size_t>(b)]);
+        for_token_tiles<BlockQ8_K>(n_tok, act, act_bytes, out, out_stride, r,
+                                   [&]<int T>(const BlockQ8_K* const* y, float* const* o) { panel_1xT<P, T>(nb, panel.data(), y, o); });
+    }
+}
+
+inline void add_iquant_panel_tiles(KernelTable& t) {
+    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<Iq2xxsPanel, simd_iq2_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<Iq2xsPanel, Iq2xsStep>;
+    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<Iq2sPanel, Iq2sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<Iq3xxsPanel, simd_iq3_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<Iq3sPanel, simd_iq3_s_step>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<Iq4xsPanel, simd_iq4_xs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ1_S)] = panel_tile<Iq1sPanel, Iq1sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mPanel, Iq1mStep>;
+}
+
+}  // namespace
+}  // namespace moe::kernels
