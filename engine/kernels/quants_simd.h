@@ -91,6 +91,8 @@ inline float mxfp4_scale(const BlockMXFP4& b) { return quant::e8m0_half(b.e); }
 template <class B, float (*Scale)(const B&), const int8_t* Table>
 struct Table32 {
     using Block = B;
+    static constexpr const int8_t* kTable = Table;
+    static constexpr float (*kScale)(const B&) = Scale;
     static __m256i lanes(const Block& x, const BlockQ8_0& y) {
         return dot_ss8(table_nibbles32(x.qs, _mm_loadu_si128(reinterpret_cast<const __m128i*>(Table))), load32(y.qs));
     }
