@@ -1,5 +1,5 @@
-// Prompt tiles for the orders that keep one float chain per (row, token): llama.cpp's repacked IQ4_NL and MXFP4
-// (per 32-weight block, one FMA of the block's integer sum times scale x d_y). Eight weight rows sit in the
+// Prompt tiles for the orders that keep one float chain per (row, token): llama.cpp's repacked Q4_0, IQ4_NL and
+// MXFP4 (per 32-weight block, one FMA of the block's integer sum times scale x d_y). Eight weight rows sit in the
 // eight lanes of a register, so a block's integer sums for eight rows come out of eight VPDPBUSDs (4 bytes of
 // eight rows against one broadcast 4-byte piece of the activations) with no horizontal sum, and each lane's
 // FMA is that row's chain, unchanged: the same bits as the one-row step. VPDPBUSD wants unsigned x signed bytes:
@@ -123,7 +123,32 @@ void row_lane_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     if (full < rows) step_tile<Step>(n, w + static_cast<size_t>(full) * row_bytes, row_bytes, rows - full, act, act_bytes, n_tok, out + full, out_stride);
 }
 
+// Q4_0 in the Table32 shape: nibble - 8 through a table, the block's fp16 scale (llama.cpp repacks it too).
+struct Q4_0Lanes {
+    using Block = BlockQ4_0;
+    static constexpr int8_t kValues[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+    static constexpr const int8_t* kTable = kValues;
+    static float kScale(const BlockQ4_0& b) { return h2f(b.d); }
+};
+// Q4_0's repacked order as a step (kernels_avx2.cpp's Q4_0Step<true>, restated here for the rows past a
+// multiple of 8: one FMA per block of the block's integer sum times d_x * d_y).
+struct Q4_0RepackedStep {
+    using Block = BlockQ4_0;
+    using Act = BlockQ8_0;
+    static constexpr int64_t kBlockElems = QK4_0;
+    struct State {
+        float acc;
+    };
+    static State init() { return {0.f}; }
+    static void step(State& s, const BlockQ4_0& x, const BlockQ8_0& y) {
+        const __m256i v = table_nibbles32(x.qs, _mm_loadu_si128(reinterpret_cast<const __m128i*>(Q4_0Lanes::kValues)));
+        s.acc = std::fma(static_cast<float>(hsum_lanes(dot_ss8(v, load32(y.qs)))), h2f(x.d) * h2f(y.d), s.acc);
+    }
+    static float finish(const State& s) { return s.acc; }
+};
+
 inline void add_row_lane_tiles(KernelTable& t) {
+    t.tile_repacked[static_cast<int>(GgmlType::Q4_0)] = row_lane_tile<Q4_0Lanes, Q4_0RepackedStep>;  // |values| <= 8
     t.tile_repacked[static_cast<int>(GgmlType::MXFP4)] = row_lane_tile<MXFP4, MXFP4::RepackedStep>;  // |values| <= 12
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     t.tile_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_tile<IQ4NL, IQ4NL::RepackedStep>;  // |values| up to 127: VNNI only
