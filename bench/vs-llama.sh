@@ -3,7 +3,7 @@
 # interleaved rounds: what users run today when the model does not fit in RAM (llama.cpp with mmap, the page
 # cache holding what it can) against the engine streaming experts through its own cache.
 #
-#   bench/vs-llama.sh MODEL.gguf CAP [prompt tokens=32] [generated tokens=16] [rounds=3] [build dir] [threads=nproc]
+#   [VS_ISA=avx2] bench/vs-llama.sh MODEL.gguf CAP [prompt tokens=32] [generated tokens=16] [rounds=3] [build dir] [threads=nproc]
 #
 # CAP: bytes or 384M / 2G; "none" runs both without a cap (everything in RAM). The engine gets
 # --ram-budget CAP minus 96 MiB for its own process. llama.cpp is node-llama-cpp's prebuilt CPU build
@@ -25,6 +25,20 @@ mkdir -p "$work"
 if [ ! -d "$work/node_modules/node-llama-cpp" ]; then
   echo "installing node-llama-cpp into $work (npm)" >&2
   (cd "$work" && npm install --no-audit --no-fund node-llama-cpp > npm.log 2>&1) || { echo "npm install failed: $work/npm.log" >&2; exit 2; }
+fi
+# VS_ISA=avx2: both sides on their AVX2 code on an AVX-512 host: the engine through MOESTREAM_ISA/NUMERICS,
+# llama.cpp from a copy of the peer that holds only its haswell (AVX2) CPU variant, so ggml cannot pick another.
+engine_env=()
+if [ "${VS_ISA:-}" = avx2 ]; then
+  if [ ! -d "$work-avx2" ]; then
+    mkdir -p "$work-avx2/node_modules/@node-llama-cpp"
+    (cd "$work/node_modules" && for d in *; do [ "$d" = @node-llama-cpp ] || cp -a "$d" "$work-avx2/node_modules/"; done)
+    cp -a "$work/node_modules/@node-llama-cpp/linux-x64" "$work-avx2/node_modules/@node-llama-cpp/"
+    find "$work-avx2" -name 'libggml-cpu-*.so' ! -name 'libggml-cpu-haswell.so' -delete
+  fi
+  work="$work-avx2"
+  engine_env=(env MOESTREAM_ISA=avx2 MOESTREAM_NUMERICS=avx2)
+  echo "isa: avx2 (engine MOESTREAM_ISA=avx2; llama.cpp's haswell CPU variant only)"
 fi
 cp "$here/llamacpp_peer.mjs" "$work/"
 
@@ -60,7 +74,7 @@ for r in $(seq "$rounds"); do
     echo "llama.cpp 0 0" >> "$results"
   fi
   cold
-  in_cap "$bin" bench --model "$model" "${budget_flag[@]}" --prompt-tokens "$n_prompt" --tokens "$n_gen" --threads "$threads" --no-fio --parallel "" --json 2>/dev/null |
+  in_cap "${engine_env[@]}" "$bin" bench --model "$model" "${budget_flag[@]}" --prompt-tokens "$n_prompt" --tokens "$n_gen" --threads "$threads" --no-fio --parallel "" --json 2>/dev/null |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print("moestream", d["prompt_tokens_per_s"], d["gen_tokens_per_s"])' | tee -a "$results"
 done
 python3 - "$results" <<'PY'

@@ -78,11 +78,11 @@ void row_lanes_8xT(int64_t nb, const RowLanePanel* p, const uint8_t* const* yu, 
 }
 
 // Tbl: a Table32 (quants_simd.h); Step its repacked order's step kernel, which takes rows past a multiple of 8.
-template <class Tbl, class Step>
+template <class Tbl, class Step, int MinTokens = 2>
 void row_lane_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                    int64_t out_stride) {
     const int64_t full = rows & ~int64_t{7}, nb = n / 32;
-    if (n_tok >= 2 && full > 0) {
+    if (n_tok >= MinTokens && full > 0) {
         thread_local std::vector<RowLanePanel> panel;
         thread_local std::vector<uint8_t> yu;
         thread_local std::vector<float> dy;
@@ -147,11 +147,20 @@ struct Q4_0RepackedStep {
     static float finish(const State& s) { return s.acc; }
 };
 
+// One token (generation): the same kernel as a row kernel.
+template <class Tbl, class Step>
+void row_lane_rows(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    row_lane_tile<Tbl, Step, 1>(n, w, row_bytes, rows, static_cast<const uint8_t*>(a), 0, 1, out, 0);
+}
+
 inline void add_row_lane_tiles(KernelTable& t) {
+    t.dot_rows_repacked[static_cast<int>(GgmlType::MXFP4)] = row_lane_rows<MXFP4, MXFP4::RepackedStep>;
     t.tile_repacked[static_cast<int>(GgmlType::Q4_0)] = row_lane_tile<Q4_0Lanes, Q4_0RepackedStep>;  // |values| <= 8
+    t.dot_rows_repacked[static_cast<int>(GgmlType::Q4_0)] = row_lane_rows<Q4_0Lanes, Q4_0RepackedStep>;
     t.tile_repacked[static_cast<int>(GgmlType::MXFP4)] = row_lane_tile<MXFP4, MXFP4::RepackedStep>;  // |values| <= 12
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     t.tile_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_tile<IQ4NL, IQ4NL::RepackedStep>;  // |values| up to 127: VNNI only
+    t.dot_rows_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_rows<IQ4NL, IQ4NL::RepackedStep>;
 #endif
 }
 
