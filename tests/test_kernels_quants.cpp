@@ -182,36 +182,40 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
             if (!t) continue;
             for (int id = 0; id < kernels::kTypeSlots; ++id) {
                 for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
-                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
+                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]}}) {
                     if (!tile_fn) continue;
                     const GgmlType type = static_cast<GgmlType>(id);
-                    const size_t n = 512, rb = *row_bytes(type, n), ab = kernels::activation_bytes(type, static_cast<int64_t>(n));
-                    for (int64_t rows : {1, 7, 8, 19}) {
-                        std::vector<uint8_t> w;
-                        for (int64_t r = 0; r < rows; ++r) {
-                            auto row = random_row(type, n, rng);
-                            apply_edge(type, static_cast<Edge>(r % 5), row);  // rows of the same panel with edge blocks
-                            w.insert(w.end(), row.begin(), row.end());
-                        }
-                        for (int n_tok : {1, 2, 3, 4, 5, 9, 18}) {
-                            std::vector<uint8_t> a(ab * static_cast<size_t>(n_tok));
-                            for (int k = 0; k < n_tok; ++k) {
-                                const auto x = activations(n, k == 2 ? Act::Zeros : Act::Random, rng);
-                                kernels::prepare_activations(type, x.data(), a.data() + k * ab, static_cast<int64_t>(n));
+                    // Float weights also at a length with a tail past the orders' vector steps.
+                    const bool float_weights = type_info(type).block_elems == 1;
+                    for (size_t n : float_weights ? std::vector<size_t>{512, 203} : std::vector<size_t>{512}) {
+                        const size_t rb = *row_bytes(type, n), ab = kernels::activation_bytes(type, static_cast<int64_t>(n));
+                        for (int64_t rows : {1, 7, 8, 19}) {
+                            std::vector<uint8_t> w;
+                            for (int64_t r = 0; r < rows; ++r) {
+                                auto row = random_row(type, n, rng);
+                                apply_edge(type, static_cast<Edge>(r % 5), row);  // rows of the same panel with edge blocks
+                                w.insert(w.end(), row.begin(), row.end());
                             }
-                            const int64_t stride = rows + 3;  // outputs of one token apart by more than `rows`
-                            std::vector<float> out(static_cast<size_t>(stride * n_tok), -1.f);
-                            tile_fn(static_cast<int64_t>(n), w.data(), rb, rows, a.data(), ab, n_tok, out.data(), stride);
-                            for (int k = 0; k < n_tok; ++k) {
-                                for (int64_t r = 0; r < rows; ++r) {
-                                    const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data() + k * ab), got = out[k * stride + r];
-                                    ASSERT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
-                                        << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows << ", token " << k << " of " << n_tok
-                                        << ": " << got << " vs " << want;
+                            for (int n_tok : {1, 2, 3, 4, 5, 9, 18}) {
+                                std::vector<uint8_t> a(ab * static_cast<size_t>(n_tok));
+                                for (int k = 0; k < n_tok; ++k) {
+                                    const auto x = activations(n, k == 2 ? Act::Zeros : Act::Random, rng);
+                                    kernels::prepare_activations(type, x.data(), a.data() + k * ab, static_cast<int64_t>(n));
                                 }
-                                for (int64_t r = rows; r < stride; ++r) ASSERT_EQ(out[k * stride + r], -1.f) << "wrote past the rows";
+                                const int64_t stride = rows + 3;  // outputs of one token apart by more than `rows`
+                                std::vector<float> out(static_cast<size_t>(stride * n_tok), -1.f);
+                                tile_fn(static_cast<int64_t>(n), w.data(), rb, rows, a.data(), ab, n_tok, out.data(), stride);
+                                for (int k = 0; k < n_tok; ++k) {
+                                    for (int64_t r = 0; r < rows; ++r) {
+                                        const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data() + k * ab), got = out[k * stride + r];
+                                        ASSERT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
+                                            << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows << ", token " << k << " of " << n_tok
+                                            << ": " << got << " vs " << want;
+                                    }
+                                    for (int64_t r = rows; r < stride; ++r) ASSERT_EQ(out[k * stride + r], -1.f) << "wrote past the rows";
+                                }
+                                ++compared;
                             }
-                            ++compared;
                         }
                     }
                 }

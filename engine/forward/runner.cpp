@@ -147,7 +147,7 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
 void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1,
                  const uint8_t* act, size_t act_bytes, int n_tok, float* out, int64_t out_stride) {
     const int n_grouped = std::min(dots.n_grouped, n_tok);
-    if (n_tok > 1 && dots.single_tile && (n_grouped == 0 || dots.grouped_tile)) {
+    if (n_tok > 1 && (n_grouped == n_tok || dots.single_tile) && (n_grouped == 0 || dots.grouped_tile)) {
         const int64_t slice = std::max<int64_t>(8, static_cast<int64_t>((size_t{96} << 10) / row_bytes) & ~int64_t{7});
         for (int64_t a = r0; a < r1; a += slice) {
             const int64_t b = std::min(r1, a + slice);

@@ -44,6 +44,7 @@ struct KernelTable {
     DotTileFn tile[kTypeSlots] = {};  // dot over rows x tokens, where provided
     DotTileFn tile_repacked[kTypeSlots] = {};
     DotTileFn tile_repacked_gemm[kTypeSlots] = {};
+    DotTileFn tile_batch[kTypeSlots] = {};  // dot_batch over rows x tokens
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
@@ -92,7 +93,7 @@ inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows,
     // (its quantized GEMM, of which only IQ4_NL's order differs from vec_dot's, takes any shape)
     const bool float_weights = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
     const bool gemm_shape = float_weights ? cols % gemm_k == 0 && rows % 4 == 0 : true;
-    if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i]};
+    if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i], nullptr, t.tile[i], t.tile_batch[i]};
     return {nullptr, t.dot[i], 0, t.dot_rows[i], nullptr, t.tile[i]};
 }
 

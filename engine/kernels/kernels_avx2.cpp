@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/kernels/blocks.h"
+#include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/iquant_panels.h"
@@ -285,6 +287,13 @@ void fill_avx2_table(KernelTable& t) {
     t.tile[2] = step_tile<Q4_0Step<false>>;
     t.tile_repacked[2] = step_tile<Q4_0Step<true>>;
     t.tile[8] = step_tile<Q8_0Step<DotI8>>;
+    // F32/F16 tiles: the AVX-512 build's vec_dot order needs eight ymm accumulators per pair, too many to tile.
+    if (a2) {
+        t.tile[0] = float_tile<VecOrderAvx2<false>, 2, 1, float>;
+        t.tile[1] = float_tile<VecOrderAvx2<true>, 2, 1, uint16_t>;
+    }
+    t.tile_batch[0] = a2 ? float_tile<GemmOrderAvx2, 3, 3, float> : float_tile<GemmOrderAvx512InYmm, 2, 3, float>;
+    t.tile_batch[1] = a2 ? float_tile<GemmOrderAvx2, 3, 3, uint16_t> : float_tile<GemmOrderAvx512InYmm, 2, 3, uint16_t>;
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
     add_simd_kquant_kernels(t);
     add_simd_quant_kernels(t);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/kernels/blocks.h"
+#include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/iquant_panels.h"
@@ -85,6 +86,12 @@ void fill_avx512_table(KernelTable& t) {
     add_simd_iquant_kernels(t);
     add_iquant_panel_tiles(t);
     add_row_lane_tiles(t);
+    if (t.flavor == Flavor::Avx512) {  // the AVX2 build's orders keep the AVX2 table's ymm tiles
+        t.tile[0] = float_tile<VecOrderAvx512<false>, 4, 1, float>;
+        t.tile[1] = float_tile<VecOrderAvx512<true>, 4, 1, uint16_t>;
+        t.tile_batch[0] = float_tile<GemmOrderAvx512, 4, 4, float>;
+        t.tile_batch[1] = float_tile<GemmOrderAvx512, 4, 4, uint16_t>;
+    }
 }
 
 }  // namespace moe::kernels
