@@ -159,11 +159,45 @@ struct Iq4xsPanel : PlainPanelChain<1.0f> {
     }
 };
 
+// IQ1_S / IQ1_M: a weight's grid value (-1, 0, 1) times its 3-bit scale (2s + 1 <= 15) fits a signed byte, so
+// their panels hold those products and VPDPBUSD multiplies them with the activations biased to unsigned bytes
+// (+128, once per call: kBiasedActivations); each lane's 128 x its weight sum, known per row, is subtracted.
+// The same integer lanes as the one-row dot with a quarter of the operations.
+struct BiasedGroups {
+    __m256i w[8];  // group g's scale x grid value per weight, as int8
+    __m256i bias;  // 128 x the sum of each lane's weights over the block
+};
+// A group's scale words (int16, < 256) as bytes, times its -1/0/1 values.
+inline __m256i scaled_values(__m256i scale_words, __m256i values) {
+    return _mm256_sign_epi8(_mm256_or_si256(scale_words, _mm256_slli_epi16(scale_words, 8)), values);
+}
+inline void set_bias(BiasedGroups& p) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p.w[g]), _mm256_set1_epi16(1)));
+    p.bias = _mm256_slli_epi32(sum, 7);
+}
+// yb: a block of activations biased by +128.
+[[gnu::always_inline]] inline __m256i biased_lanes(const BiasedGroups& p, const BlockQ8_K& yb) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) sum = _mm512_dpbusd_epi32(sum, load64(yb.qs + 64 * k), load64(&p.w[2 * k]));
+    return _mm256_sub_epi32(fold_halves(sum), p.bias);
+#else
+    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8(load32(yb.qs + 32 * g), p.w[g]));  // pairs <= 255 x 15 x 2
+    return _mm256_sub_epi32(_mm256_add_epi32(sum[0], sum[1]), p.bias);
+#endif
+}
+
 // Iq1sStep's chain: the grid lanes, plus the delta term from the activations' 16-element sums times each
-// group's signed scale (integer, summed in any order), FMA'd per block as a scalar.
+// group's signed scale (integer), FMA'd per block as a scalar; the delta sums of up to four tokens come out of
+// one horizontal-add tree.
 struct Iq1sPanel {
     using Block = BlockIQ1_S;
-    struct Panel : PanelGroups {
+    static constexpr bool kBiasedActivations = true;
+    struct Panel : BiasedGroups {
         __m256i delta_scales;  // int16 per 16-element sum: group g's scale, negative where its delta is
         float d;
     };
@@ -178,64 +212,65 @@ struct Iq1sPanel {
         alignas(32) int16_t ds[16];
         for (int g = 0; g < 8; ++g) {
             const uint32_t h = x.qh[g];
-            signed_group(p, g, iq1_grid<0x0700070007000700ull>(x.qs + 4 * g, h & 0x0FFF), scale_word(scales, g));
+            p.w[g] = scaled_values(scale_word(scales, g), iq1_grid<0x0700070007000700ull>(x.qs + 4 * g, h & 0x0FFF));
             const int scale = 2 * static_cast<int>((h >> 12) & 7) + 1;
             ds[2 * g] = ds[2 * g + 1] = static_cast<int16_t>((h & 0x8000) ? -scale : scale);
         }
+        set_bias(p);
         p.delta_scales = load32(ds);
         p.d = h2f(x.d);
     }
     static State init() { return {_mm256_setzero_ps(), 0.f}; }
-    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
-        const int sumi1 = hsum_lanes(_mm256_madd_epi16(load32(y.bsums), p.delta_scales));
-        const float d = y.d * p.d;
-        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc);
-        s.accum1 = std::fma(d, static_cast<float>(sumi1), s.accum1);
+    template <int T>
+    [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
+        __m256i m[4];
+        for (int t = 0; t < 4; ++t) m[t] = t < T ? _mm256_madd_epi16(load32(yb[t]->bsums), p.delta_scales) : _mm256_setzero_si256();
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+        alignas(16) int32_t sumi1[4];  // token t's delta sum in lane t
+        _mm_store_si128(reinterpret_cast<__m128i*>(sumi1), _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        for (int t = 0; t < T; ++t) {
+            const float d = yb[t]->d * p.d;
+            s[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(biased_lanes(p, *yb[t])), s[t].acc);
+            s[t].accum1 = std::fma(d, static_cast<float>(sumi1[t]), s[t].accum1);
+        }
     }
     static float finish(const State& s) { return hsum_float_8(s.acc) + iq::kIq1sDelta * s.accum1; }
 };
 
-// Iq1mStep's chain: the grid lanes and the shifts' lanes (activations signed by each 8 weights' shift sign, times
-// the same scales) in two accumulators.
+// Iq1mStep's chain: the grid lanes and the shifts' lanes (each 8 weights' shift sign times the same scales) in
+// two accumulators.
 struct Iq1mPanel {
     using Block = BlockIQ1_M;
-    struct Panel : PanelGroups {
-        __m256i delta[8];
+    static constexpr bool kBiasedActivations = true;
+    struct Panel {
+        BiasedGroups grid, shift;
         float d;
     };
     struct State {
         __m256 acc1, acc2;
     };
     static void decode(const Block& x, Panel& p) {
-        const __m256i ones = _mm256_set1_epi8(1);
         const __m256i scales = iq1m_scales(x);
         for (int g = 0; g < 8; ++g) {
             uint16_t qh;
             std::memcpy(&qh, x.qh + 2 * g, 2);
-            signed_group(p, g, iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u), scale_word(scales, g));
+            const __m256i scale = scale_word(scales, g);
+            p.grid.w[g] = scaled_values(scale, iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u));
             const uint32_t delta_bits = static_cast<uint32_t>(_pdep_u64(qh & 0x8888u, 0xf0f0f0f0ull));
-            p.delta[g] = _mm256_or_si256(ones, _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits))));
+            p.shift.w[g] = scaled_values(scale, _mm256_or_si256(_mm256_set1_epi8(1), _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits)))));
         }
+        set_bias(p.grid);
+        set_bias(p.shift);
         p.d = h2f(quant::iq1m_d(x));
     }
     static State init() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-        __m512i sum512 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k)
-            sum512 = signed_products(sum512, _mm512_set1_epi8(1), load64(&p.delta[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
-        const __m256i sum2 = fold_halves(sum512);
-#else
-        const __m256i ones = _mm256_set1_epi8(1);
-        __m256i sum2 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g)
-            sum2 = _mm256_add_epi32(sum2, dot_us8_scaled(ones, _mm256_sign_epi8(load32(y.qs + 32 * g), p.delta[g]), p.scale[g]));
-#endif
-        const __m256 d = _mm256_set1_ps(y.d * p.d);
-        s.acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc1);
-        s.acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum2), s.acc2);
+    template <int T>
+    [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
+        for (int t = 0; t < T; ++t) {
+            const __m256 d = _mm256_set1_ps(yb[t]->d * p.d);
+            s[t].acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(biased_lanes(p.grid, *yb[t])), s[t].acc1);
+            s[t].acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(biased_lanes(p.shift, *yb[t])), s[t].acc2);
+        }
     }
     static float finish(const State& s) { return hsum_float_8(s.acc1) + iq::kIq1sDelta * hsum_float_8(s.acc2); }
 };
@@ -244,10 +279,30 @@ template <class P, int T>
 void panel_1xT(int64_t nb, const typename P::Panel* x, const BlockQ8_K* const* y, float* const* out) {
     typename P::State s[T];
     for (int t = 0; t < T; ++t) s[t] = P::init();
-    for (int64_t b = 0; b < nb; ++b)
+    for (int64_t b = 0; b < nb; ++b) {
+        if constexpr (requires { P::template step_tokens<T>; }) {
+            const BlockQ8_K* yb[T];
+            for (int t = 0; t < T; ++t) yb[t] = &y[t][b];
+            P::template step_tokens<T>(s, x[b], yb);
+        } else {
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) P::step(s[t], x[b], y[t][b]);
+            for (int t = 0; t < T; ++t) P::step(s[t], x[b], y[t][b]);
+        }
+    }
     for (int t = 0; t < T; ++t) *out[t] = P::finish(s[t]);
+}
+
+// The activation rows with every quant byte biased by +128 (xor 0x80), for the panels that multiply unsigned
+// activations with signed weights.
+inline const uint8_t* biased_activations(const uint8_t* act, size_t act_bytes, int n_tok) {
+    thread_local std::vector<uint8_t> biased;
+    biased.assign(act, act + act_bytes * static_cast<size_t>(n_tok));
+    const size_t blocks = act_bytes * static_cast<size_t>(n_tok) / sizeof(BlockQ8_K);
+    auto* y = reinterpret_cast<BlockQ8_K*>(biased.data());
+    for (size_t b = 0; b < blocks; ++b)
+        for (int k = 0; k < QK_K; k += 32)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + k), _mm256_xor_si256(load32(y[b].qs + k), _mm256_set1_epi8(static_cast<char>(0x80))));
+    return biased.data();
 }
 
 // Below this many tokens the step tile (which unpacks per four tokens, without a store and reload) is as fast.
@@ -258,6 +313,7 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
                 int64_t out_stride) {
     if (n_tok < kPanelMinTokens) return step_tile<Step>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
     const int64_t nb = n / QK_K;
+    if constexpr (requires { P::kBiasedActivations; }) act = biased_activations(act, act_bytes, n_tok);
     thread_local std::vector<typename P::Panel> panel;
     if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
     for (int64_t r = 0; r < rows; ++r) {
