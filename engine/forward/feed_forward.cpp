@@ -1,6 +1,7 @@
 // Feed-forward kinds: a dense SwiGLU FFN, and MoE (routing in routing.cpp; routed experts from the expert
 // source, grouped by expert so each is fetched once per batch; an optional shared expert).
 #include <algorithm>
+#include <cstring>
 
 #include "engine/forward/routing.h"
 #include "engine/forward/runner.h"
@@ -46,24 +47,51 @@ void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, 
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
 }
 
-// An expert's gate and up projections of the c tokens in gx_ into gg_ and gu_: the activations quantized once
-// for both (when their types agree) and one parallel loop over both tensors' rows.
-void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, int c) {
+// Every routed expert of a token reads the same input: the layer's n token inputs (xn_) quantized once here,
+// per type of gate and up, not once per expert and matrix. The conversion is deterministic, so each expert
+// gathers the same bytes it would have made itself.
+Runner::ExpertInputs Runner::prepare_expert_inputs(const MoeWeights& L, int n_tok) {
+    const int64_t E = m_.hp.n_embd;
+    ExpertInputs in;
+    in.ab_gate = kernels::activation_bytes(L.gate.type, E);
+    in.ab_up = kernels::activation_bytes(L.up.type, E);
+    const bool shared_act = L.up.type == L.gate.type;
+    in_act_.resize(static_cast<size_t>(n_tok) * (in.ab_gate + (shared_act ? 0 : in.ab_up)));
+    in.gate = in_act_.data();
+    in.up = shared_act ? in.gate : in.gate + static_cast<size_t>(n_tok) * in.ab_gate;
+    auto prepare = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            kernels::prepare_activations(L.gate.type, &xn_[static_cast<size_t>(t) * E], in.gate + t * in.ab_gate, E);
+            if (!shared_act) kernels::prepare_activations(L.up.type, &xn_[static_cast<size_t>(t) * E], in.up + t * in.ab_up, E);
+        }
+    };
+    if (n_tok > 8) pool_.parallel_for(n_tok, prepare);
+    else prepare(0, n_tok);
+    return in;
+}
+
+// The prepared inputs of the tokens `who` (token = who / U) one after another.
+static void gather_inputs(const uint8_t* prepared, size_t ab, const std::vector<int>& who, int U, uint8_t* out) {
+    for (size_t j = 0; j < who.size(); ++j) std::memcpy(out + j * ab, prepared + static_cast<size_t>(who[j] / U) * ab, ab);
+}
+
+// An expert's gate and up projections of its tokens `who` into gg_ and gu_, from the layer's prepared inputs:
+// one parallel loop over both tensors' rows.
+void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who) {
     const int64_t E = m_.hp.n_embd, F = L.gate.n_out;
-    if (L.gate.type != L.up.type) {
-        matmul(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gx_.data(), E, c, gg_.data(), F, false);
-        matmul(ev.up, L.up.type, L.up.row_bytes, F, E, gx_.data(), E, c, gu_.data(), F, false);
-        return;
-    }
-    const GgmlType type = L.gate.type;
-    const size_t ab = kernels::activation_bytes(type, E);
-    if (act_.size() < ab * c) act_.resize(ab * c);
-    for (int t = 0; t < c; ++t) kernels::prepare_activations(type, &gx_[t * E], act_.data() + t * ab, E);
-    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, F, E, c, false);
-    const uint8_t* act = act_.data();
+    const int c = static_cast<int>(who.size()), U = static_cast<int>(m_.hp.moe.n_expert_used);
+    const bool shared_act = in.up == in.gate;
+    const size_t gate_bytes = in.ab_gate * static_cast<size_t>(c);
+    if (act_.size() < gate_bytes + (shared_act ? 0 : in.ab_up * c)) act_.resize(gate_bytes + (shared_act ? 0 : in.ab_up * c));
+    gather_inputs(in.gate, in.ab_gate, who, U, act_.data());
+    if (!shared_act) gather_inputs(in.up, in.ab_up, who, U, act_.data() + gate_bytes);
+    const kernels::MatmulDots gate_dots = kernels::matmul_dots(kt_, L.gate.type, F, E, c, false);
+    const kernels::MatmulDots up_dots = kernels::matmul_dots(kt_, L.up.type, F, E, c, false);
+    const uint8_t* gate_act = act_.data();
+    const uint8_t* up_act = shared_act ? gate_act : gate_act + gate_bytes;
     pool_.parallel_for(2 * F, [&](int64_t r0, int64_t r1) {
-        if (r0 < F) matmul_rows(dots, ev.gate, L.gate.row_bytes, E, r0, std::min(r1, F), act, ab, c, gg_.data(), F);
-        if (r1 > F) matmul_rows(dots, ev.up, L.up.row_bytes, E, std::max(r0, F) - F, r1 - F, act, ab, c, gu_.data(), F);
+        if (r0 < F) matmul_rows(gate_dots, ev.gate, L.gate.row_bytes, E, r0, std::min(r1, F), gate_act, in.ab_gate, c, gg_.data(), F);
+        if (r1 > F) matmul_rows(up_dots, ev.up, L.up.row_bytes, E, std::max(r0, F) - F, r1 - F, up_act, in.ab_up, c, gu_.data(), F);
     });
 }
 
@@ -82,20 +110,10 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
     if (par_act_.size() < pairs * act_bytes) par_act_.resize(pairs * act_bytes);
     std::vector<size_t> first(ready.size() + 1, 0);
     for (size_t k = 0; k < ready.size(); ++k) first[k + 1] = first[k] + users[ready[k].first].size();
-    // Every expert of a token reads the same input: quantized once per token here (per type of gate and up),
-    // not once per expert and matrix. The conversion is deterministic, so the bytes are the same.
     int n_tok = 0;
     for (const auto& [e, v] : ready)
         for (int who : users[e]) n_tok = std::max(n_tok, who / U + 1);
-    const size_t ab_gate = kernels::activation_bytes(L.gate.type, E), ab_up = kernels::activation_bytes(L.up.type, E);
-    const bool shared_act = L.up.type == L.gate.type;
-    in_act_.resize(static_cast<size_t>(n_tok) * (ab_gate + (shared_act ? 0 : ab_up)));
-    uint8_t* gate_act = in_act_.data();
-    uint8_t* up_act = shared_act ? gate_act : gate_act + static_cast<size_t>(n_tok) * ab_gate;
-    for (int t = 0; t < n_tok; ++t) {
-        kernels::prepare_activations(L.gate.type, &xn_[static_cast<size_t>(t) * E], gate_act + t * ab_gate, E);
-        if (!shared_act) kernels::prepare_activations(L.up.type, &xn_[static_cast<size_t>(t) * E], up_act + t * ab_up, E);
-    }
+    const ExpertInputs in = prepare_expert_inputs(L, n_tok);
     pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) {
             const auto& [e, ev] = ready[k];
@@ -107,8 +125,8 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 float* y = u + F;
                 uint8_t* act = &par_act_[slot * act_bytes];
                 const int t = who[j] / U;
-                matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, gate_act + t * ab_gate, g);
-                matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, up_act + t * ab_up, u);
+                matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g);
+                matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u);
                 fops_.swiglu(g, u, F);
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
@@ -133,25 +151,28 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
     size_t most = 0;
     for (const auto& [e, v] : ready) most = std::max(most, users[e].size());
-    const size_t ab_in = kernels::activation_bytes(L.gate.type, E), ab_up = kernels::activation_bytes(L.up.type, E);
+    int n_tok = 0;
+    for (const auto& [e, v] : ready)
+        for (int who : users[e]) n_tok = std::max(n_tok, who / U + 1);
+    const ExpertInputs in = prepare_expert_inputs(L, n_tok);
     const size_t ab_down = kernels::activation_bytes(L.down.type, F);
     pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
-        std::vector<float> x(most * E), g(most * F), u(most * F), y(most * E);
-        std::vector<uint8_t> act(most * std::max({ab_in, ab_up, ab_down}));
-        auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, const float* in, int c, float* out) {
-            const size_t ab = kernels::activation_bytes(t.type, cols);
-            for (int j = 0; j < c; ++j) kernels::prepare_activations(t.type, in + j * cols, act.data() + j * ab, cols);
+        std::vector<float> g(most * F), u(most * F), y(most * E);
+        std::vector<uint8_t> act(most * std::max({in.ab_gate, in.ab_up, ab_down}));
+        auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, size_t ab, int c, float* out) {
             matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, c, false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
         };
         for (int64_t k = k0; k < k1; ++k) {
             const auto& [e, ev] = ready[k];
             const auto& who = users[e];
             const int c = static_cast<int>(who.size());
-            for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &x[j * E]);
-            project(ev.gate, L.gate, F, E, x.data(), c, g.data());
-            project(ev.up, L.up, F, E, x.data(), c, u.data());
+            gather_inputs(in.gate, in.ab_gate, who, U, act.data());
+            project(ev.gate, L.gate, F, E, in.ab_gate, c, g.data());
+            if (in.up != in.gate) gather_inputs(in.up, in.ab_up, who, U, act.data());
+            project(ev.up, L.up, F, E, in.ab_up, c, u.data());
             for (int j = 0; j < c; ++j) fops_.swiglu(&g[j * F], &u[j * F], F);
-            project(ev.down, L.down, E, F, g.data(), c, y.data());
+            for (int j = 0; j < c; ++j) kernels::prepare_activations(L.down.type, &g[j * F], act.data() + j * ab_down, F);
+            project(ev.down, L.down, E, F, ab_down, c, y.data());
             for (int j = 0; j < c; ++j) std::copy_n(&y[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
         }
     });
@@ -236,6 +257,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
             if (m_.layers[next].moe) predict_and_prefetch(next, n, ahead++ == 0);
     }
     try {
+        const ExpertInputs in = src.streams() ? prepare_expert_inputs(L, n) : ExpertInputs{};
         if (!src.streams() && n <= 4) {
             decode_experts_in_parallel(l, needed, users);
         } else if (!src.streams()) {
@@ -245,8 +267,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
                 auto [e, ev] = src.next_ready(l);
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
-                for (int j = 0; j < c; ++j) std::copy_n(&xn_[(who[j] / U) * E], E, &gx_[j * E]);
-                expert_gate_up(ev, L, c);
+                expert_gate_up(ev, L, in, who);
                 for (int j = 0; j < c; ++j) fops_.swiglu(&gg_[j * F], &gu_[j * F], F);
                 matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
                 src.release(l, e);

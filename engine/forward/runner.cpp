@@ -84,7 +84,6 @@ Runner::Runner(const Model& model, RunnerOptions opt)
         sel_.resize(B * mc.n_expert_used);
         sel_w_.resize(B * mc.n_expert_used);
         expert_out_.resize(B * mc.n_expert_used * E);
-        gx_.resize(B * E);
         gg_.resize(B * mc.n_ff_exp);
         gu_.resize(B * mc.n_ff_exp);
         gy_.resize(B * E);

@@ -128,7 +128,13 @@ private:
     // track: the prediction is the one whose accuracy the stats count (the nearest layer's).
     void predict_and_prefetch(uint32_t layer, int n, bool track);
     void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
-    void expert_gate_up(const ExpertView& ev, const MoeWeights& L, int c);
+    struct ExpertInputs {  // the layer's token inputs quantized for the experts' gate and up (up == gate when their types agree)
+        uint8_t* gate = nullptr;
+        uint8_t* up = nullptr;
+        size_t ab_gate = 0, ab_up = 0;
+    };
+    ExpertInputs prepare_expert_inputs(const MoeWeights& L, int n_tok);
+    void expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
                        uint8_t* act) const;
@@ -166,11 +172,11 @@ private:
     std::vector<int> sel_;                   // [n][n_expert_used] chosen experts, llama.cpp's order
     std::vector<float> sel_w_;               // [n][n_expert_used] their weights
     std::vector<float> expert_out_;          // [n][n_expert_used][n_embd]
-    std::vector<float> gx_, gg_, gu_, gy_;   // per-expert gathered inputs / hidden / outputs
+    std::vector<float> gg_, gu_, gy_;        // per-expert hidden / outputs
     std::vector<uint8_t> act_;               // prepared activations
     std::vector<float> par_scratch_;         // decode_experts_in_parallel: per (expert, token) gate|up|out
     std::vector<uint8_t> par_act_;           // ... and its activation bytes
-    std::vector<uint8_t> in_act_;            // decode: each token's expert input quantized once (gate, up types)
+    std::vector<uint8_t> in_act_;            // each token's expert input quantized once per layer (gate, up types)
     std::vector<float> logits_;              // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
