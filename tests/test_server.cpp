@@ -40,6 +40,14 @@ TEST_F(ServeTest, EndpointsAndStreaming) {
     EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
     EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(), j["usage"]["total_tokens"].get<int>());
     EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 8);
+    // ignore_eos (llama-server's extension): no end token is drawn, so the answer runs to max_tokens.
+    json long_body = json::parse(kChat);
+    long_body["ignore_eos"] = true;
+    long_body["max_tokens"] = 40;
+    long_body["temperature"] = 1.0;
+    auto lj = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", long_body.dump()).body);
+    EXPECT_EQ(lj["usage"]["completion_tokens"].get<int>(), 40) << lj;
+    EXPECT_EQ(lj["choices"][0]["finish_reason"], "length") << lj;
     // Greedy is repeatable: the same request gives the same text, and reuses the whole prompt but one token.
     auto j2 = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
     EXPECT_EQ(j2["choices"][0]["message"]["content"], j["choices"][0]["message"]["content"]);
@@ -143,6 +151,7 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
         {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", 400, "max_tokens"},
         {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})", 400, "max_tokens"},
         {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "temperature"},
+        {R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":"yes"})", 400, "ignore_eos"},
         {R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0]"},
         {R"({"messages":[{"role":"user","content":")" + std::string(2000, 'a') + R"("}]})", 400, "messages"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"" + std::string(5000, 'b') + "\"}]}", 413, ""},
@@ -196,6 +205,7 @@ int start_long_stream(int port, int max_tokens) {
     body["max_tokens"] = max_tokens;
     body["stream"] = true;
     body["temperature"] = 1.0;
+    body["ignore_eos"] = true;  // random sampling may draw an end token at once, which would free the worker
     int fd = test::connect_loopback(port);
     const std::string b = body.dump();
     test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);

@@ -288,6 +288,8 @@ void Generator::step() {
             prefill_some(slot, kPrefillChunk);
             continue;
         }
+        if (slot.req.ignore_eos)
+            for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
         const int32_t next = slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)
                                              : slot.sampler->sample(slot.logits, slot.history);
         if (!take_token(slot, next)) {

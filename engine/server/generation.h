@@ -40,6 +40,7 @@ struct GenerationRequest {
     std::vector<int32_t> prompt;
     SamplerParams sampling;
     int max_tokens = 256;
+    bool ignore_eos = false;  // llama-server's extension: end-of-generation tokens are never drawn (benchmarks, tests)
     std::vector<std::string> stop;                          // stop strings (not included in the text)
     std::function<bool(const std::string&)> on_text;        // streaming: each complete UTF-8 piece; false cancels
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);

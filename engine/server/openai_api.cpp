@@ -33,6 +33,10 @@ void read_sampling(const json& body, GenerationRequest& g, int n_ctx, int max_to
     g.sampling.min_p = number<float>(body, "min_p", 0.f, 1.f).value_or(0.f);
     g.sampling.repeat_penalty = number<float>(body, "repetition_penalty", 0.1f, 10.f).value_or(1.f);
     g.sampling.seed = number<uint64_t>(body, "seed", 0, UINT64_MAX >> 11).value_or(static_cast<uint64_t>(now_s()));
+    if (body.contains("ignore_eos")) {
+        if (!body["ignore_eos"].is_boolean()) throw bad("ignore_eos must be true or false", "ignore_eos");
+        g.ignore_eos = body["ignore_eos"].get<bool>();
+    }
     if (body.contains("stop") && !body["stop"].is_null()) {
         if (body["stop"].is_string()) g.stop.push_back(body["stop"].get<std::string>());
         else if (body["stop"].is_array() && body["stop"].size() <= 4) {

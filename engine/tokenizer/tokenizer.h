@@ -47,6 +47,7 @@ public:
     int32_t eos() const { return eos_; }
     bool adds_bos() const { return add_bos_; }
     bool is_eog(int32_t id) const;
+    const std::vector<int32_t>& eog_tokens() const { return eog_; }
     const std::string& pre_name() const { return pre_name_; }
 
 private:
