@@ -1,4 +1,4 @@
-// Prompt tiles for F16 and F32 weights in llama.cpp's two float orders: vec_dot's (experts, one token) and
+// Prompt tiles for F16, BF16 and F32 weights in llama.cpp's two float orders: vec_dot's (experts, one token) and
 // llamafile's GEMM (dense matmuls of several tokens). fp16 -> f32 is exact, so F16 rows widened to f32 once per
 // call and tokens converted as loaded give every dot its bits. The gain is register reuse: R rows x T tokens of
 // accumulators, so each weight load serves T tokens and each activation load R rows, as many as the order's
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -25,8 +26,24 @@ inline void widen_f16(const uint8_t* src, float* dst, int64_t n) {
     for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
 }
 
+// A bf16 element (its own type, so that loads and widening pick the bf16 conversion: the bits shifted up).
+struct Bf16 {
+    uint16_t bits;
+};
+inline float bf16_value(uint16_t b) {
+    const uint32_t u = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline void widen_bf16(const uint8_t* src, float* dst, int64_t n) {
+    const auto* h = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_value(h[i]);
+}
+
 inline float elem(const float* p, int64_t i) { return p[i]; }
 inline float elem(const uint16_t* p, int64_t i) { return _cvtsh_ss(p[i]); }
+inline float elem(const Bf16* p, int64_t i) { return bf16_value(p[i].bits); }
 
 // ggml_vec_dot_f16's tail past the vector steps, summed in double onto the vector part (F32: a float FMA chain).
 template <bool DoubleTail, class Y>
@@ -57,6 +74,24 @@ struct VecOrderAvx2 {
         return vec_tail<DoubleTail>(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)), x, y, np, n);
     }
 };
+// BF16's vec_dot in the AVX2 build (dot_bf16_a2): four 8-lane accumulators over 32-element steps,
+// hsum_float_8 of (c0 + c2) + (c1 + c3) into a double, the tail in double.
+struct VecOrderBf16Avx2 {
+    using V = __m256;
+    static constexpr int kAcc = 4, kLanes = 8;
+    template <class Y>
+    static float finish(const V* a, const float* x, const Y* y, int64_t np, int64_t n) {
+        return vec_tail<true>(hsum_float_8(_mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]))), x, y, np, n);
+    }
+};
+// BF16's tinyBLAS in the AVX2 build (dot_bf16_batch_a2): one 8-lane accumulator, hsum_float_8; chosen only for
+// rows that are a multiple of 8 long, so it has no tail (and ignores one, as that kernel does).
+struct GemmOrderBf16Avx2 {
+    using V = __m256;
+    static constexpr int kAcc = 1, kLanes = 8;
+    template <class Y>
+    static float finish(const V* a, const float*, const Y*, int64_t, int64_t) { return hsum_float_8(a[0]); }
+};
 // llamafile's GEMM in the AVX2 build: one 8-lane accumulator, the tail lane-wise, hsum_float_8.
 struct GemmOrderAvx2 {
     using V = __m256;
@@ -86,6 +121,9 @@ struct GemmOrderAvx512InYmm {
 
 inline __m256 vload(const float* p, __m256) { return _mm256_loadu_ps(p); }
 inline __m256 vload(const uint16_t* p, __m256) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 vload(const Bf16* p, __m256) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
 inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline void vzero(__m256& v) { v = _mm256_setzero_ps(); }
 
@@ -154,7 +192,7 @@ void float_dots(int64_t n, const float* const* x, const Y* const* y, float* cons
 template <class O, int R, int T, class Elem>
 void float_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                 int64_t out_stride) {
-    constexpr bool kWiden = std::is_same_v<Elem, uint16_t>;
+    constexpr bool kWiden = !std::is_same_v<Elem, float>;
     thread_local std::vector<float> wf;
     const size_t un = static_cast<size_t>(n);
     if constexpr (kWiden) wf.resize(un * R);
@@ -164,7 +202,8 @@ void float_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
         for (int r = 0; r < nr; ++r) {
             const uint8_t* row = w + static_cast<size_t>(r0 + r) * row_bytes;
             if constexpr (kWiden) {
-                widen_f16(row, wf.data() + static_cast<size_t>(r) * un, n);
+                if constexpr (std::is_same_v<Elem, Bf16>) widen_bf16(row, wf.data() + static_cast<size_t>(r) * un, n);
+                else widen_f16(row, wf.data() + static_cast<size_t>(r) * un, n);
                 x[r] = wf.data() + static_cast<size_t>(r) * un;
             } else {
                 x[r] = reinterpret_cast<const float*>(row);

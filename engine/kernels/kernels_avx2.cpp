@@ -294,6 +294,10 @@ void fill_avx2_table(KernelTable& t) {
     }
     t.tile_batch[0] = a2 ? float_tile<GemmOrderAvx2, 3, 3, float> : float_tile<GemmOrderAvx512InYmm, 2, 3, float>;
     t.tile_batch[1] = a2 ? float_tile<GemmOrderAvx2, 3, 3, uint16_t> : float_tile<GemmOrderAvx512InYmm, 2, 3, uint16_t>;
+    if (a2) {  // the AVX-512 build's BF16 order is VDPBF16PS's pairing, which these tiles do not follow
+        t.tile[30] = float_tile<VecOrderBf16Avx2, 2, 1, Bf16>;
+        t.tile_batch[30] = float_tile<GemmOrderBf16Avx2, 3, 3, Bf16>;
+    }
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
     add_simd_kquant_kernels(t);
     add_simd_quant_kernels(t);

@@ -4,12 +4,14 @@
 // eight rows against one broadcast 4-byte piece of the activations) with no horizontal sum, and each lane's
 // FMA is that row's chain, unchanged: the same bits as the one-row step. VPDPBUSD wants unsigned x signed bytes:
 // the activations are biased by +128 and each row's block sum of weights x 128 is subtracted (integers, exact).
-// Without VNNI the products go through PMADDUBSW, whose int16 pairs only hold for weights of magnitude <= 64.
+// Without VNNI the products go through PMADDUBSW, whose int16 pairs only hold biased activations for weights of
+// magnitude <= 64 (Q4_0, MXFP4); IQ4_NL's go through the signed form below.
 #pragma once
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "engine/kernels/quants_simd.h"
@@ -22,6 +24,12 @@ struct RowLanePanel {  // one 32-weight block of eight rows
     __m256i bias;      // 128 x the sum of row r's 32 weights, in lane r
     __m256 scale;      // row r's block scale
 };
+// Without VNNI, for weights too large for the biased form's PMADDUBSW pairs (IQ4_NL): the activations stay
+// signed and take each weight's sign (PSIGNB of the broadcast piece against the lanes), multiplied by |w|;
+// pairs stay within 127 x 128 x 2.
+struct RowLanePanelSigned : RowLanePanel {
+    __m256i abs_w[8];
+};
 
 // Unsigned activation bytes x signed weight bytes, four products summed into each lane.
 inline __m256i lane_products(__m256i acc, __m256i u, __m256i s) {
@@ -32,8 +40,8 @@ inline __m256i lane_products(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-template <class Tbl>
-void decode_row_lanes(const uint8_t* w, size_t row_bytes, int64_t nb, RowLanePanel* p) {
+template <class Tbl, class Panel>
+void decode_row_lanes(const uint8_t* w, size_t row_bytes, int64_t nb, Panel* p) {
     const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(Tbl::kTable));
     const __m256i ones = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < nb; ++b) {
@@ -49,15 +57,17 @@ void decode_row_lanes(const uint8_t* w, size_t row_bytes, int64_t nb, RowLanePan
         for (int k = 0; k < 8; ++k) {
             p[b].w[k] = _mm256_castps_si256(t[k]);
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, p[b].w[k]), _mm256_set1_epi16(1)));
+            if constexpr (std::is_same_v<Panel, RowLanePanelSigned>) p[b].abs_w[k] = _mm256_sign_epi8(p[b].w[k], p[b].w[k]);
         }
         p[b].bias = _mm256_slli_epi32(sum, 7);
         p[b].scale = _mm256_load_ps(scale);
     }
 }
 
-// Eight rows x T tokens: yu[t] the token's activation bytes + 128, dy[t] its block scales.
-template <int T>
-void row_lanes_8xT(int64_t nb, const RowLanePanel* p, const uint8_t* const* yu, const float* const* dy, float* const* out) {
+// Eight rows x T tokens: yu[t] the token's activation bytes (+ 128 unless the panel is signed), dy[t] its block
+// scales.
+template <int T, class Panel>
+void row_lanes_8xT(int64_t nb, const Panel* p, const uint8_t* const* yu, const float* const* dy, float* const* out) {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -68,9 +78,13 @@ void row_lanes_8xT(int64_t nb, const RowLanePanel* p, const uint8_t* const* yu, 
             for (int k = 0; k < 8; ++k) {
                 uint32_t piece;
                 std::memcpy(&piece, yu[t] + 32 * b + 4 * k, 4);
-                s = lane_products(s, _mm256_set1_epi32(static_cast<int>(piece)), p[b].w[k]);
+                const __m256i y4 = _mm256_set1_epi32(static_cast<int>(piece));
+                if constexpr (std::is_same_v<Panel, RowLanePanelSigned>)
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(p[b].abs_w[k], _mm256_sign_epi8(y4, p[b].w[k])), _mm256_set1_epi16(1)));
+                else
+                    s = lane_products(s, y4, p[b].w[k]);
             }
-            s = _mm256_sub_epi32(s, p[b].bias);
+            if constexpr (!std::is_same_v<Panel, RowLanePanelSigned>) s = _mm256_sub_epi32(s, p[b].bias);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(p[b].scale, _mm256_set1_ps(dy[t][b])), acc[t]);
         }
     }
@@ -78,12 +92,12 @@ void row_lanes_8xT(int64_t nb, const RowLanePanel* p, const uint8_t* const* yu, 
 }
 
 // Tbl: a Table32 (quants_simd.h); Step its repacked order's step kernel, which takes rows past a multiple of 8.
-template <class Tbl, class Step, int MinTokens = 2>
+template <class Tbl, class Step, int MinTokens = 2, class Panel = RowLanePanel>
 void row_lane_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                    int64_t out_stride) {
     const int64_t full = rows & ~int64_t{7}, nb = n / 32;
     if (n_tok >= MinTokens && full > 0) {
-        thread_local std::vector<RowLanePanel> panel;
+        thread_local std::vector<Panel> panel;
         thread_local std::vector<uint8_t> yu;
         thread_local std::vector<float> dy;
         if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
@@ -92,13 +106,14 @@ void row_lane_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
         for (int t = 0; t < n_tok; ++t) {
             const auto* y = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_bytes);
             for (int64_t b = 0; b < nb; ++b) {
-                const __m256i q = _mm256_xor_si256(load32(y[b].qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+                const __m256i bias = std::is_same_v<Panel, RowLanePanelSigned> ? _mm256_setzero_si256() : _mm256_set1_epi8(static_cast<char>(0x80));
+                const __m256i q = _mm256_xor_si256(load32(y[b].qs), bias);
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(yu.data() + static_cast<size_t>(t) * n + 32 * b), q);
                 dy[static_cast<size_t>(t * nb + b)] = h2f(y[b].d);
             }
         }
         for (int64_t r = 0; r < full; r += 8) {
-            decode_row_lanes<Tbl>(w + static_cast<size_t>(r) * row_bytes, row_bytes, nb, panel.data());
+            decode_row_lanes<Tbl, Panel>(w + static_cast<size_t>(r) * row_bytes, row_bytes, nb, panel.data());
             for (int t0 = 0; t0 < n_tok; t0 += 4) {
                 const int T = std::min(4, n_tok - t0);
                 const uint8_t* yt[4];
@@ -148,9 +163,9 @@ struct Q4_0RepackedStep {
 };
 
 // One token (generation): the same kernel as a row kernel.
-template <class Tbl, class Step>
+template <class Tbl, class Step, class Panel = RowLanePanel>
 void row_lane_rows(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    row_lane_tile<Tbl, Step, 1>(n, w, row_bytes, rows, static_cast<const uint8_t*>(a), 0, 1, out, 0);
+    row_lane_tile<Tbl, Step, 1, Panel>(n, w, row_bytes, rows, static_cast<const uint8_t*>(a), 0, 1, out, 0);
 }
 
 inline void add_row_lane_tiles(KernelTable& t) {
@@ -159,8 +174,11 @@ inline void add_row_lane_tiles(KernelTable& t) {
     t.dot_rows_repacked[static_cast<int>(GgmlType::Q4_0)] = row_lane_rows<Q4_0Lanes, Q4_0RepackedStep>;
     t.tile_repacked[static_cast<int>(GgmlType::MXFP4)] = row_lane_tile<MXFP4, MXFP4::RepackedStep>;  // |values| <= 12
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    t.tile_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_tile<IQ4NL, IQ4NL::RepackedStep>;  // |values| up to 127: VNNI only
+    t.tile_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_tile<IQ4NL, IQ4NL::RepackedStep>;
     t.dot_rows_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_rows<IQ4NL, IQ4NL::RepackedStep>;
+#else
+    t.tile_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_tile<IQ4NL, IQ4NL::RepackedStep, 2, RowLanePanelSigned>;  // |values| to 127
+    t.dot_rows_repacked[static_cast<int>(GgmlType::IQ4_NL)] = row_lane_rows<IQ4NL, IQ4NL::RepackedStep, RowLanePanelSigned>;
 #endif
 }
 
