@@ -286,7 +286,7 @@ void fill_avx2_table(KernelTable& t) {
     t.dot_rows_repacked[2] = dot_rows_of<dot_q4_0_repacked>;
     t.tile[2] = step_tile<Q4_0Step<false>>;
     t.tile_repacked[2] = step_tile<Q4_0Step<true>>;
-    t.tile[8] = step_tile<Q8_0Step<DotI8>>;
+    t.tile[8] = q8_0_tile<DotI8>;
     // F32/F16 tiles: the AVX-512 build's vec_dot order needs eight ymm accumulators per pair, too many to tile.
     if (a2) {
         t.tile[0] = float_tile<VecOrderAvx2<false>, 2, 1, float>;

@@ -75,7 +75,7 @@ void fill_avx512_table(KernelTable& t) {
     t.isa = Isa::Avx512;
     t.dot[8] = dot_q8_0;
     t.dot_rows[8] = dot_rows_q8_0;
-    t.tile[8] = step_tile<Q8_0Step<DotI8>>;
+    t.tile[8] = q8_0_tile<DotI8>;
     if (t.flavor == Flavor::Avx512 && __builtin_cpu_supports("avx512bf16")) {
         t.dot[30] = dot_bf16_native;
         t.dot_rows[30] = dot_rows_of<dot_bf16_native>;

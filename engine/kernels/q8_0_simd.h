@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/kquant_simd.h"
@@ -44,6 +45,43 @@ struct Q8_0Step {
     }
     static float finish(const State& s) { return hsum_float_8(s.acc); }
 };
+
+// Rows x tokens for prompts: Q8_0Step's chain per pair, with the block scales converted once per call (the
+// tokens') and per row, four tokens per pass over a row's blocks, and the tokens addressed from one base so
+// that the loop keeps its pointers and accumulators in registers.
+template <class DotI8>
+void q8_0_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+               int64_t out_stride) {
+    const int64_t nb = n / QK8_0;
+    thread_local std::vector<float> dy, dx;
+    dy.resize(static_cast<size_t>(nb * n_tok));
+    dx.resize(static_cast<size_t>(nb));
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* y = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_bytes);
+        for (int64_t b = 0; b < nb; ++b) dy[static_cast<size_t>(b * n_tok + t)] = h2f(y[b].d);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto* x = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r) * row_bytes);
+        for (int64_t b = 0; b < nb; ++b) dx[static_cast<size_t>(b)] = h2f(x[b].d);
+        int t0 = 0;
+        for (; t0 + 4 <= n_tok; t0 += 4) {
+            const uint8_t* y0 = act + static_cast<size_t>(t0) * act_bytes;
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int64_t b = 0; b < nb; ++b) {
+                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+                const float* d = dy.data() + b * n_tok + t0;
+                const size_t off = static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t) {
+                    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0 + t * act_bytes + off));
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[static_cast<size_t>(b)] * d[t]), _mm256_cvtepi32_ps(DotI8{}(qx, qy)), acc[t]);
+                }
+            }
+            for (int t = 0; t < 4; ++t) out[(t0 + t) * out_stride + r] = hsum_float_8(acc[t]);
+        }
+        for (; t0 < n_tok; ++t0) out[t0 * out_stride + r] = step_dot<Q8_0Step<DotI8>>(n, x, act + static_cast<size_t>(t0) * act_bytes);
+    }
+}
 
 // Eight rows at once: their eight accumulators transposed so that each output lane is one row, then added
 // in hsum_float_8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); every row equals dot_q8_0 bit for bit.
