@@ -22,16 +22,6 @@ float step_dot(int64_t n, const void* w, const void* a) {
     return K::finish(s);
 }
 
-template <class K, int T>
-void step_1xT(int64_t nb, const typename K::Block* x, const typename K::Act* const* y, float* const* out) {
-    typename K::State s[T];
-    for (int t = 0; t < T; ++t) s[t] = K::init();
-    for (int64_t b = 0; b < nb; ++b)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) K::step(s[t], x[b], y[t][b]);
-    for (int t = 0; t < T; ++t) *out[t] = K::finish(s[t]);
-}
-
 // The tokens in tiles of up to four: run.template operator()<T>(y, o) with y[t] the tile's activation rows and
 // o[t] where weight row r's output for each of them goes.
 template <class Act, class Run>
@@ -65,19 +55,35 @@ void tile_rows_by_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t 
     }
 }
 
-template <class K>
-struct StepTiles {
-    template <int T>
-    struct Kernel {
-        static void run(int64_t nb, const typename K::Block* x, const typename K::Act* const* y, float* const* out) { step_1xT<K, T>(nb, x, y, out); }
-    };
-};
+// The tile's tokens from one base and stride (they are consecutive activation rows): fewer live pointers than
+// an array of them, which kept the wider steps' accumulators from spilling.
+template <class K, int T>
+void step_1xT_strided(int64_t nb, const typename K::Block* x, const uint8_t* y0, size_t y_stride, float* o0, int64_t o_stride) {
+    typename K::State s[T];
+    for (int t = 0; t < T; ++t) s[t] = K::init();
+    for (int64_t b = 0; b < nb; ++b)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) K::step(s[t], x[b], reinterpret_cast<const typename K::Act*>(y0 + t * y_stride)[b]);
+    for (int t = 0; t < T; ++t) o0[t * o_stride] = K::finish(s[t]);
+}
 
 template <class K>
 void step_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                int64_t out_stride) {
-    tile_rows_by_tokens<typename K::Block, typename K::Act, K::kBlockElems, StepTiles<K>::template Kernel>(n, w, row_bytes, rows, act, act_bytes,
-                                                                                                        n_tok, out, out_stride);
+    const int64_t nb = n / K::kBlockElems;
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto* x = reinterpret_cast<const typename K::Block*>(w + static_cast<size_t>(r) * row_bytes);
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+            const uint8_t* y0 = act + static_cast<size_t>(t0) * act_bytes;
+            float* o0 = out + t0 * out_stride + r;
+            switch (std::min(4, n_tok - t0)) {
+                case 4: step_1xT_strided<K, 4>(nb, x, y0, act_bytes, o0, out_stride); break;
+                case 3: step_1xT_strided<K, 3>(nb, x, y0, act_bytes, o0, out_stride); break;
+                case 2: step_1xT_strided<K, 2>(nb, x, y0, act_bytes, o0, out_stride); break;
+                default: step_1xT_strided<K, 1>(nb, x, y0, act_bytes, o0, out_stride); break;
+            }
+        }
+    }
 }
 
 // An eight-lane float accumulator summed by hsum_float_8: the State of most integer-lane kernels.
