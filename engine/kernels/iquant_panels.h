@@ -136,12 +136,15 @@ struct Iq3sPanel : PlainPanelChain<1.0f> {
     static void decode(const Block& x, Panel& p) {
         for (int g = 0; g < 8; ++g) {
             const uint8_t* q = x.qs + 8 * g;
-            const uint32_t h = x.qh[g];
-            uint32_t idx[8];
-            for (int k = 0; k < 8; ++k) idx[k] = q[k] | ((h << (8 - k)) & 256);
+            // index k: qs byte k, bit k of qh[g] as bit 8; the eight grid words in one gather
+            uint64_t q8;
+            std::memcpy(&q8, q, 8);
+            const __m256i high = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x.qh[g]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
+                                                  _mm256_set1_epi32(256));
+            const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(q8))), high);
             uint32_t masks;
             std::memcpy(&masks, x.signs + 4 * g, 4);
-            p.mag[g] = grid32(iq::kIq3sGrid, idx);
+            p.mag[g] = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq::kIq3sGrid), idx, 4);
             p.sgn[g] = sign_bytes(masks);
             p.scale[g] = set16(2 * quant::iq3s_scale(x, g) + 1);
         }
