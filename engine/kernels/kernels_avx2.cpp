@@ -14,6 +14,7 @@
 #include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
+#include "engine/kernels/q2k_row_lanes.h"
 #include "engine/kernels/row_lane_tiles.h"
 
 namespace moe::kernels {
@@ -304,6 +305,7 @@ void fill_avx2_table(KernelTable& t) {
     add_simd_iquant_kernels(t);
     add_iquant_panel_tiles(t);
     add_row_lane_tiles(t);
+    add_q2k_row_lane_tiles(t);
 }
 
 }  // namespace moe::kernels

@@ -12,6 +12,7 @@
 #include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
+#include "engine/kernels/q2k_row_lanes.h"
 #include "engine/kernels/row_lane_tiles.h"
 
 namespace moe::kernels {
@@ -86,6 +87,7 @@ void fill_avx512_table(KernelTable& t) {
     add_simd_iquant_kernels(t);
     add_iquant_panel_tiles(t);
     add_row_lane_tiles(t);
+    add_q2k_row_lane_tiles(t);
     if (t.flavor == Flavor::Avx512) {  // the AVX2 build's orders keep the AVX2 table's ymm tiles
         t.tile[0] = float_tile<VecOrderAvx512<false>, 4, 1, float>;
         t.tile[1] = float_tile<VecOrderAvx512<true>, 4, 1, uint16_t>;
