@@ -17,21 +17,12 @@ struct TypeUse {
     uint64_t largest = 0;
 };
 
-// Weight bytes per second of `table`'s kernel for type t over `rows` rows of n, repeated for about `seconds`.
-double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights,
-                          size_t row_bytes, int64_t rows, const std::vector<uint8_t>& act, double seconds) {
-    const int i = static_cast<int>(t);
-    std::vector<float> out(static_cast<size_t>(rows));
-    auto pass = [&] {
-        if (table.dot_rows[i]) {
-            table.dot_rows[i](n, weights.data(), row_bytes, rows, act.data(), out.data());
-        } else {
-            for (int64_t r = 0; r < rows; ++r) out[r] = table.dot[i](n, weights.data() + static_cast<size_t>(r) * row_bytes, act.data());
-        }
-    };
+// The best rate of `pass` (work units per second) over short rounds for about `seconds`: the least disturbed
+// round is the kernel's speed on a noisy shared host.
+template <class Pass>
+double best_rate(Pass&& pass, double work_per_pass, double seconds) {
     pass();  // warm the cache and the branch predictors
     using Clock = std::chrono::steady_clock;
-    // Best of several short rounds: the least disturbed one is the kernel's speed on a noisy shared host.
     double best = 0;
     const auto end = Clock::now() + std::chrono::duration<double>(seconds);
     do {
@@ -43,11 +34,59 @@ double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t
             ++passes;
             elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
         } while (elapsed < seconds / 5);
-        best = std::max(best, static_cast<double>(weights.size()) * passes / elapsed);
+        best = std::max(best, work_per_pass * passes / elapsed);
     } while (Clock::now() < end);
+    return best;
+}
+
+// Weight bytes per second of `table`'s kernel for type t over `rows` rows of n.
+double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights,
+                          size_t row_bytes, int64_t rows, const std::vector<uint8_t>& act, double seconds) {
+    const int i = static_cast<int>(t);
+    std::vector<float> out(static_cast<size_t>(rows));
+    const double rate = best_rate(
+        [&] {
+            if (table.dot_rows[i]) {
+                table.dot_rows[i](n, weights.data(), row_bytes, rows, act.data(), out.data());
+            } else {
+                for (int64_t r = 0; r < rows; ++r) out[r] = table.dot[i](n, weights.data() + static_cast<size_t>(r) * row_bytes, act.data());
+            }
+        },
+        static_cast<double>(weights.size()), seconds);
     volatile float sink = out[0];  // keep the work observable
     (void)sink;
-    return best;
+    return rate;
+}
+
+// A prompt's expert matmul: kPromptTokens tokens through the rows x tokens kernel the active table runs for it,
+// against the same order's dot once per (row, token). Returns {tile, pairs} in weight bytes x tokens per second.
+constexpr int kPromptTokens = 16;
+std::pair<double, double> prompt_tile_rates(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights,
+                                            size_t row_bytes, int64_t rows, double seconds) {
+    const kernels::MatmulDots dots = kernels::matmul_dots(table, t, rows, n, kPromptTokens, false);
+    if (!dots.single_tile) return {0, 0};
+    const size_t ab = kernels::activation_bytes(t, n);
+    std::vector<uint8_t> act(ab * kPromptTokens);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int k = 0; k < kPromptTokens; ++k) {
+        for (auto& v : x) v = normal(rng);
+        kernels::prepare_activations(t, x.data(), act.data() + k * ab, n);
+    }
+    std::vector<float> out(static_cast<size_t>(rows) * kPromptTokens);
+    const double work = static_cast<double>(weights.size()) * kPromptTokens;
+    const double tile = best_rate([&] { dots.single_tile(n, weights.data(), row_bytes, rows, act.data(), ab, kPromptTokens, out.data(), rows); },
+                                  work, seconds);
+    const double pairs = best_rate(
+        [&] {
+            for (int64_t r = 0; r < rows; ++r)
+                for (int k = 0; k < kPromptTokens; ++k) out[k * rows + r] = dots.single(n, weights.data() + static_cast<size_t>(r) * row_bytes, act.data() + k * ab);
+        },
+        work, seconds);
+    volatile float sink = out[0];
+    (void)sink;
+    return {tile, pairs};
 }
 
 }  // namespace
@@ -84,8 +123,9 @@ nlohmann::json bench_weight_kernels(const GgufModel& model, kernels::Flavor flav
         }
         const int64_t n = static_cast<int64_t>(u.row_len);
         const size_t rb = *row_bytes(t, u.row_len);
-        // About 512 KiB of weights: in L2 on current x86 cores, so the loop measures arithmetic, not RAM.
-        const int64_t n_rows = std::max<int64_t>(4, static_cast<int64_t>((size_t{512} << 10) / rb));
+        // About 512 KiB of weights: in L2 on current x86 cores, so the loop measures arithmetic, not RAM. Whole
+        // groups of eight rows, which the repacked orders need.
+        const int64_t n_rows = std::max<int64_t>(8, static_cast<int64_t>((size_t{512} << 10) / rb) & ~int64_t{7});
         std::vector<uint8_t> weights;
         weights.reserve(rb * static_cast<size_t>(n_rows));
         for (int64_t r = 0; r < n_rows; ++r) {
@@ -110,6 +150,11 @@ nlohmann::json bench_weight_kernels(const GgufModel& model, kernels::Flavor flav
                 row["active_ratio_of_scalar"] = base > 0 ? bps / base : 0.0;
             }
         }
+        const auto [tile, pairs] = prompt_tile_rates(active, t, n, weights, rb, n_rows, seconds_per_kernel / 2);
+        if (tile > 0) {
+            row["prompt_tile_bytes_per_s"] = tile;  // weight bytes x tokens
+            row["prompt_tile_ratio_of_pairs"] = pairs > 0 ? tile / pairs : 0.0;
+        }
         rows.push_back(row);
     }
     return rows;
@@ -130,6 +175,9 @@ void print_weight_kernels(const nlohmann::json& rows) {
             if (r.contains(key)) std::printf("  %s %6.2f", isa, r[key].get<double>() / 1e9);
         }
         if (r.contains("active_ratio_of_scalar")) std::printf("  (%.1fx scalar)", r["active_ratio_of_scalar"].get<double>());
+        if (r.contains("prompt_tile_ratio_of_pairs"))
+            std::printf("  prompt x%d tile %.1f (%.1fx per-pair dots)", kPromptTokens, r["prompt_tile_bytes_per_s"].get<double>() / 1e9,
+                        r["prompt_tile_ratio_of_pairs"].get<double>());
         std::printf("\n");
     }
 }
