@@ -59,6 +59,15 @@ float vec_tail(float head, const float* x, const Y* y, int64_t from, int64_t n) 
     }
 }
 
+// llamafile's GEMM past its vector steps: element i into lane i % L, then the L lanes reduced as the build does
+// (hsum_float_8; for 16 lanes the two halves added first, as reduce16).
+template <int L, class Y>
+float gemm_tail_reduce(float* lanes, const float* x, const Y* y, int64_t np, int64_t n) {
+    for (int64_t i = np; i < n; ++i) lanes[i % L] = std::fma(x[i], elem(y, i), lanes[i % L]);
+    if constexpr (L == 8) return hsum_float_8(_mm256_loadu_ps(lanes));
+    else return hsum_float_8(_mm256_add_ps(_mm256_loadu_ps(lanes + 8), _mm256_loadu_ps(lanes)));
+}
+
 // An order over 8-lane ymm registers: kAcc accumulators of kStep / kAcc elements each per step (element
 // i + 8k of a step goes to accumulator k), finish() its reduction and tail.
 // The AVX2 build's vec_dot (dot_vec_order_avx2): four accumulators over 32-element steps, two hadds.
@@ -100,8 +109,7 @@ struct GemmOrderAvx2 {
     static float finish(const V* a, const float* x, const Y* y, int64_t np, int64_t n) {
         alignas(32) float lanes[8];
         _mm256_store_ps(lanes, a[0]);
-        for (int64_t i = np; i < n; ++i) lanes[i % 8] = std::fma(x[i], elem(y, i), lanes[i % 8]);
-        return hsum_float_8(_mm256_load_ps(lanes));
+        return gemm_tail_reduce<8>(lanes, x, y, np, n);
     }
 };
 // llamafile's GEMM in the AVX-512 build, one 16-lane accumulator as two 8-lane halves (element i + 8k of a
@@ -114,8 +122,7 @@ struct GemmOrderAvx512InYmm {
         alignas(32) float lanes[16];
         _mm256_store_ps(lanes, a[0]);
         _mm256_store_ps(lanes + 8, a[1]);
-        for (int64_t i = np; i < n; ++i) lanes[i % 16] = std::fma(x[i], elem(y, i), lanes[i % 16]);
-        return hsum_float_8(_mm256_add_ps(_mm256_load_ps(lanes + 8), _mm256_load_ps(lanes)));
+        return gemm_tail_reduce<16>(lanes, x, y, np, n);
     }
 };
 
@@ -156,8 +163,7 @@ struct GemmOrderAvx512 {
     static float finish(const V* a, const float* x, const Y* y, int64_t np, int64_t n) {
         alignas(64) float lanes[16];
         _mm512_store_ps(lanes, a[0]);
-        for (int64_t i = np; i < n; ++i) lanes[i % 16] = std::fma(x[i], elem(y, i), lanes[i % 16]);
-        return hsum_float_8(_mm256_add_ps(_mm256_load_ps(lanes + 8), _mm256_load_ps(lanes)));
+        return gemm_tail_reduce<16>(lanes, x, y, np, n);
     }
 };
 #endif
