@@ -2,6 +2,7 @@
 // Q8_0 through VPDPBUSD, and BF16 through VDPBF16PS where the CPU has it.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/kernels/blocks.h"
@@ -66,6 +67,78 @@ __attribute__((target("avx512bf16"))) float dot_bf16_batch_native(int64_t n, con
     return _mm512_reduce_add_ps(c);
 }
 
+// Prompt tiles of the two: R rows x T tokens of their accumulators (vec_dot: two per pair over 64-element
+// steps; the GEMM: one over 32), so each load serves several pairs; per pair the same instructions in the same
+// order, so the same bits.
+template <bool Gemm, int R, int T>
+__attribute__((target("avx512bf16"))) void bf16_dots_native(int64_t n, const uint16_t* const* x, const uint16_t* const* y, float* const* out) {
+    __m512 c1[R][T], c2[R][T];
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) c1[r][t] = c2[r][t] = _mm512_setzero_ps();
+    constexpr int64_t kStep = Gemm ? 32 : 64;
+    int64_t i = 0;
+    for (; i + kStep <= n; i += kStep) {
+        __m512i x1[R], x2[R];
+        for (int r = 0; r < R; ++r) {
+            x1[r] = _mm512_loadu_si512(x[r] + i);
+            if constexpr (!Gemm) x2[r] = _mm512_loadu_si512(x[r] + i + 32);
+        }
+        for (int t = 0; t < T; ++t) {
+            const __m512i y1 = _mm512_loadu_si512(y[t] + i);
+            for (int r = 0; r < R; ++r) c1[r][t] = _mm512_dpbf16_ps(c1[r][t], (__m512bh)x1[r], (__m512bh)y1);
+            if constexpr (!Gemm) {
+                const __m512i y2 = _mm512_loadu_si512(y[t] + i + 32);
+                for (int r = 0; r < R; ++r) c2[r][t] = _mm512_dpbf16_ps(c2[r][t], (__m512bh)x2[r], (__m512bh)y2);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) {
+            if constexpr (Gemm) {
+                *out[r * T + t] = _mm512_reduce_add_ps(c1[r][t]);  // dot_bf16_batch_native has no tail either
+            } else {
+                double s = _mm512_reduce_add_ps(c1[r][t]);
+                s += _mm512_reduce_add_ps(c2[r][t]);
+                for (int64_t k = i; k < n; ++k) {
+                    const uint32_t bx = static_cast<uint32_t>(x[r][k]) << 16, by = static_cast<uint32_t>(y[t][k]) << 16;
+                    float fx, fy;
+                    std::memcpy(&fx, &bx, 4);
+                    std::memcpy(&fy, &by, 4);
+                    s += static_cast<double>(fx * fy);
+                }
+                *out[r * T + t] = static_cast<float>(s);
+            }
+        }
+}
+
+template <bool Gemm>
+__attribute__((target("avx512bf16"))) void bf16_tile_native(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act,
+                                                            size_t act_bytes, int n_tok, float* out, int64_t out_stride) {
+    constexpr int R = Gemm ? 4 : 2, T = 4;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
+        const uint16_t* x[R];
+        for (int r = 0; r < nr; ++r) x[r] = reinterpret_cast<const uint16_t*>(w + static_cast<size_t>(r0 + r) * row_bytes);
+        for (int t0 = 0; t0 < n_tok; t0 += T) {
+            const int nt = std::min(T, n_tok - t0);
+            const uint16_t* y[T];
+            for (int t = 0; t < nt; ++t) y[t] = reinterpret_cast<const uint16_t*>(act + static_cast<size_t>(t0 + t) * act_bytes);
+            if (nr == R && nt == T) {
+                float* o[R * T];
+                for (int r = 0; r < R; ++r)
+                    for (int t = 0; t < T; ++t) o[r * T + t] = out + (t0 + t) * out_stride + r0 + r;
+                bf16_dots_native<Gemm, R, T>(n, x, y, o);
+            } else {
+                for (int r = 0; r < nr; ++r)
+                    for (int t = 0; t < nt; ++t) {
+                        float* o = out + (t0 + t) * out_stride + r0 + r;
+                        bf16_dots_native<Gemm, 1, 1>(n, &x[r], &y[t], &o);
+                    }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 // Float and Q4_0 kernels come from the AVX2 table: their summation order is llama.cpp's 8-lane one (16-lane
@@ -81,6 +154,8 @@ void fill_avx512_table(KernelTable& t) {
         t.dot[30] = dot_bf16_native;
         t.dot_rows[30] = dot_rows_of<dot_bf16_native>;
         t.dot_batch[30] = dot_bf16_batch_native;
+        t.tile[30] = bf16_tile_native<false>;
+        t.tile_batch[30] = bf16_tile_native<true>;
     }
     add_simd_kquant_kernels(t);  // the same kernels, their byte products through VPDPBUSD
     add_simd_quant_kernels(t);
