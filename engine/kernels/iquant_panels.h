@@ -16,19 +16,11 @@
 namespace moe::kernels {
 namespace {
 
-// One block's groups, unpacked: PSIGNB(y, sgn) moves the weights' signs onto the activations (0 where a weight
-// is 0, which its magnitude 0 makes irrelevant), PMADDUBSW(mag, ...) and PMADDWD(..., scale) give the lanes.
+// One block's groups, unpacked (iquants_simd.h's GroupBytes, stored by field so that two groups load as one
+// 512-bit register).
 struct PanelGroups {
     __m256i mag[8], sgn[8], scale[8];
 };
-// The 0xFF/0x01 bytes PSIGNB needs for a group's 32 sign bits: negate_where's negation as a sign.
-inline __m256i sign_bytes(uint32_t masks) { return _mm256_or_si256(bits_to_bytes(masks), _mm256_set1_epi8(1)); }
-// Signed grid values as magnitude and sign (dot_ss8_scaled's PSIGNB pair).
-inline void signed_group(PanelGroups& p, int g, __m256i values, __m256i scale) {
-    p.mag[g] = _mm256_sign_epi8(values, values);
-    p.sgn[g] = values;
-    p.scale[g] = scale;
-}
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // Two groups per 512-bit register: its halves hold the two groups' eight lanes, added at the end (integers, so
@@ -50,116 +42,35 @@ inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512
 [[gnu::always_inline]] inline __m256i panel_lanes(const PanelGroups& p, const BlockQ8_K& y) {
     __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g)
-        sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(p.mag[g], _mm256_sign_epi8(load32(y.qs + 32 * g), p.sgn[g]), p.scale[g]));
+    for (int g = 0; g < 8; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], group_lanes({p.mag[g], p.sgn[g], p.scale[g]}, load32(y.qs + 32 * g)));
     return _mm256_add_epi32(sum[0], sum[1]);
 }
 #endif
 
-// IquantStep's chain (one FMA per block of x.d * y.d, the final sum times Factor) over a panel.
-template <float Factor>
-struct PlainPanelChain {
+// IquantStep's chain (one FMA per block of x.d * y.d, the final sum times Factor) over panels unpacked by the
+// same Groups as the one-row dot.
+template <class Groups, float Factor>
+struct PlainPanel {
+    using Block = typename Groups::Block;
     struct Panel : PanelGroups {
         float d;
     };
     using State = Acc8State;
+    static void decode(const Block& x, Panel& p) {
+        const Groups groups(x);
+        for (int g = 0; g < 8; ++g) {
+            const GroupBytes b = groups(g);
+            p.mag[g] = b.mag;
+            p.sgn[g] = b.sgn;
+            p.scale[g] = b.scale;
+        }
+        p.d = h2f(x.d);
+    }
     static State init() { return {_mm256_setzero_ps()}; }
     [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc);
     }
     static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
-};
-
-struct Iq2xxsPanel : PlainPanelChain<0.125f> {
-    using Block = BlockIQ2_XXS;
-    static void decode(const Block& x, Panel& p) {
-        for (int g = 0; g < 8; ++g) {
-            uint32_t aux[2];
-            quant::iq2xxs_words(x, g, aux);
-            p.mag[g] = grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24);
-            p.sgn[g] = grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127);
-            p.scale[g] = set16(2 * (aux[1] >> 28) + 1);
-        }
-        p.d = h2f(x.d);
-    }
-};
-
-struct Iq2xsPanel : PlainPanelChain<0.125f> {
-    using Block = BlockIQ2_XS;
-    static void decode(const Block& x, Panel& p) {
-        const HalfScales sc = iq2_scales(x.scales);
-        for (int g = 0; g < 8; ++g) {
-            const uint16_t* q = x.qs + 4 * g;
-            p.mag[g] = grid64(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            p.sgn[g] = grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
-            p.scale[g] = scale_pair(sc.half[g / 4], g % 4);
-        }
-        p.d = h2f(x.d);
-    }
-};
-
-struct Iq2sPanel : PlainPanelChain<0.125f> {
-    using Block = BlockIQ2_S;
-    static void decode(const Block& x, Panel& p) {
-        const HalfScales sc = iq2_scales(x.scales);
-        for (int g = 0; g < 8; ++g) {
-            const uint8_t* q = x.qs + 4 * g;
-            const uint32_t h = x.qh[g];
-            p.mag[g] = grid64(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
-                              q[3] | ((h << 2) & 0x300));
-            uint32_t masks;
-            std::memcpy(&masks, x.qs + QK_K / 8 + 4 * g, 4);
-            p.sgn[g] = sign_bytes(masks);
-            p.scale[g] = scale_pair(sc.half[g / 4], g % 4);
-        }
-        p.d = h2f(x.d);
-    }
-};
-
-struct Iq3xxsPanel : PlainPanelChain<0.25f> {
-    using Block = BlockIQ3_XXS;
-    static void decode(const Block& x, Panel& p) {
-        for (int g = 0; g < 8; ++g) {
-            const uint8_t* q = x.qs + 8 * g;
-            const uint32_t idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
-            const uint32_t word = quant::iq3xxs_word(x, g);
-            p.mag[g] = grid32(iq::kIq3xxsGrid, idx);
-            p.sgn[g] = grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127);
-            p.scale[g] = set16(2 * (word >> 28) + 1);
-        }
-        p.d = h2f(x.d);
-    }
-};
-
-struct Iq3sPanel : PlainPanelChain<1.0f> {
-    using Block = BlockIQ3_S;
-    static void decode(const Block& x, Panel& p) {
-        for (int g = 0; g < 8; ++g) {
-            const uint8_t* q = x.qs + 8 * g;
-            // index k: qs byte k, bit k of qh[g] as bit 8; the eight grid words in one gather
-            uint64_t q8;
-            std::memcpy(&q8, q, 8);
-            const __m256i high = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x.qh[g]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
-                                                  _mm256_set1_epi32(256));
-            const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(q8))), high);
-            uint32_t masks;
-            std::memcpy(&masks, x.signs + 4 * g, 4);
-            p.mag[g] = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq::kIq3sGrid), idx, 4);
-            p.sgn[g] = sign_bytes(masks);
-            p.scale[g] = set16(2 * quant::iq3s_scale(x, g) + 1);
-        }
-        p.d = h2f(x.d);
-    }
-};
-
-struct Iq4xsPanel : PlainPanelChain<1.0f> {
-    using Block = BlockIQ4_XS;
-    static void decode(const Block& x, Panel& p) {
-        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kValuesIq4nl));
-        for (int g = 0; g < 8; ++g)
-            signed_group(p, g, table_nibbles32(x.qs + 16 * g, table), set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
-        p.d = h2f(x.d);
-    }
 };
 
 // IQ1_S / IQ1_M: a weight's grid value (-1, 0, 1) times its 3-bit scale (2s + 1 <= 15) fits a signed byte, so
@@ -328,12 +239,12 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
 }
 
 inline void add_iquant_panel_tiles(KernelTable& t) {
-    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<Iq2xxsPanel, simd_iq2_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<Iq2xsPanel, Iq2xsStep>;
-    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<Iq2sPanel, Iq2sStep>;
-    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<Iq3xxsPanel, simd_iq3_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<Iq3sPanel, simd_iq3_s_step>;
-    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<Iq4xsPanel, simd_iq4_xs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<PlainPanel<Iq2xxsGroups, 0.125f>, simd_iq2_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<PlainPanel<Iq2xsGroups, 0.125f>, Iq2xsStep>;
+    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<PlainPanel<Iq2sGroups, 0.125f>, Iq2sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<PlainPanel<Iq3xxsGroups, 0.25f>, simd_iq3_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<PlainPanel<Iq3sGroups, 1.0f>, simd_iq3_s_step>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<PlainPanel<Iq4xsGroups, 1.0f>, simd_iq4_xs_step>;
     t.tile[static_cast<int>(GgmlType::IQ1_S)] = panel_tile<Iq1sPanel, Iq1sStep>;
     t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mPanel, Iq1mStep>;
 }

@@ -23,11 +23,6 @@
 namespace moe::kernels {
 namespace {
 
-// Negates the activation bytes whose bit is set in the four mask bytes of `masks` (byte k: elements 8k..8k+7).
-inline __m256i negate_where(__m256i y, uint32_t masks) {
-    const __m256i neg = bits_to_bytes(masks);
-    return _mm256_sub_epi8(_mm256_xor_si256(y, neg), neg);
-}
 // For a 7-bit sign index, its eight sign bytes (+1, or -1 where the mask bit is set) for PSIGNB: one load per 8
 // weights where building masks in registers would cost more (the indices come one per 8 weights anyway).
 struct SignBytes7 {
@@ -50,20 +45,34 @@ inline __m256i grid32(const uint32_t* grid, const uint32_t* idx) {
 }
 inline __m256i set16(uint32_t v) { return _mm256_set1_epi16(static_cast<int16_t>(v)); }
 
-// Per block: sum over its eight groups of Group(x, g, y_g) (lanes already times their multipliers, two
-// accumulators for ILP), FMA'd with x.d * y.d; the final sum times `Factor` (the i-quants' 1/8 and 1/4). A step
-// kernel (tile_simd.h), so that tiles of tokens share each block's grid lookups.
-template <class B, class Group, float Factor>
+// A 32-weight group unpacked: PSIGNB(y, sgn) moves the weights' signs onto the activations (0 where a weight is
+// 0, which its magnitude 0 makes irrelevant), PMADDUBSW(mag, ...) and PMADDWD(..., scale) give the lanes.
+struct GroupBytes {
+    __m256i mag, sgn, scale;
+};
+[[gnu::always_inline]] inline __m256i group_lanes(const GroupBytes& g, __m256i y) {
+    return dot_us8_scaled(g.mag, _mm256_sign_epi8(y, g.sgn), g.scale);
+}
+// Signed grid values as magnitude and sign (dot_ss8_scaled's PSIGNB pair).
+inline GroupBytes signed_values(__m256i values, __m256i scale) { return {_mm256_sign_epi8(values, values), values, scale}; }
+// The 0xFF/0x01 bytes PSIGNB needs for a group's 32 sign bits (bit set: negative).
+inline __m256i sign_bytes(uint32_t masks) { return _mm256_or_si256(bits_to_bytes(masks), _mm256_set1_epi8(1)); }
+
+// Per block: sum over its eight groups of their lanes (two accumulators for ILP), FMA'd with x.d * y.d; the
+// final sum times `Factor` (the i-quants' 1/8 and 1/4). Groups(x) unpacks group g of block x as groups(g); the
+// decoded panels of iquant_panels.h unpack through the same Groups. A step kernel (tile_simd.h).
+template <class Groups, float Factor>
 struct IquantStep {
-    using Block = B;
+    using Block = typename Groups::Block;
     using Act = BlockQ8_K;
     static constexpr int64_t kBlockElems = QK_K;
     using State = Acc8State;
     static State init() { return {_mm256_setzero_ps()}; }
-    [[gnu::always_inline]] static void step(State& s, const B& x, const BlockQ8_K& y) {
+    [[gnu::always_inline]] static void step(State& s, const Block& x, const BlockQ8_K& y) {
+        const Groups groups(x);
         __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
-        for (int g = 0; g < QK_K / 32; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], Group{}(x, g, load32(y.qs + 32 * g)));
+        for (int g = 0; g < QK_K / 32; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], group_lanes(groups(g), load32(y.qs + 32 * g)));
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
     }
     static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
@@ -83,93 +92,102 @@ inline HalfScales iq2_scales(const uint8_t* s8) {
     return {{both_lanes(_mm_cvtepu8_epi16(odd)), both_lanes(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(odd, odd)))}};
 }
 
-inline constexpr auto simd_iq2_xxs_group = [](const BlockIQ2_XXS& x, int g, __m256i yg) {
+// IQ2_XXS: per group two words, four 8-bit grid indices, four 7-bit sign indices and a 4-bit scale.
+struct Iq2xxsGroups {
+    using Block = BlockIQ2_XXS;
+    const Block& x;
+    explicit Iq2xxsGroups(const Block& b) : x(b) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
         uint32_t aux[2];
         quant::iq2xxs_words(x, g, aux);
-        const __m256i grid = grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24);
-        const __m256i signs = grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127);
-        return dot_us8_scaled(grid, _mm256_sign_epi8(yg, signs), set16(2 * (aux[1] >> 28) + 1));
-    };
-using simd_iq2_xxs_step = IquantStep<BlockIQ2_XXS, std::remove_const_t<decltype(simd_iq2_xxs_group)>, 0.125f>;
-constexpr auto simd_iq2_xxs = step_dot<simd_iq2_xxs_step>;
+        return {grid64(iq::kIq2xxsGrid, aux[0] & 0xFF, (aux[0] >> 8) & 0xFF, (aux[0] >> 16) & 0xFF, aux[0] >> 24),
+                grid64(kSignBytes7.v, aux[1] & 127, (aux[1] >> 7) & 127, (aux[1] >> 14) & 127, (aux[1] >> 21) & 127), set16(2 * (aux[1] >> 28) + 1)};
+    }
+};
 
 // IQ2_XS: 16-bit words of a 9-bit grid index and a 7-bit sign index per 8 weights; 4-bit scales per 16.
-struct Iq2xsStep {
+struct Iq2xsGroups {
     using Block = BlockIQ2_XS;
-    using Act = BlockQ8_K;
-    static constexpr int64_t kBlockElems = QK_K;
-    using State = Acc8State;
-    static State init() { return {_mm256_setzero_ps()}; }
-    [[gnu::always_inline]] static void step(State& s, const BlockIQ2_XS& x, const BlockQ8_K& y) {
-        const HalfScales sc = iq2_scales(x.scales);
-        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) {
-            const uint16_t* q = x.qs + 4 * g;
-            const __m256i grid = grid64(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            const __m256i yg = _mm256_sign_epi8(load32(y.qs + 32 * g), grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9));
-            sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(grid, yg, scale_pair(sc.half[g / 4], g % 4)));
-        }
-        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
+    const Block& x;
+    const HalfScales sc;
+    explicit Iq2xsGroups(const Block& b) : x(b), sc(iq2_scales(b.scales)) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
+        const uint16_t* q = x.qs + 4 * g;
+        return {grid64(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511),
+                grid64(kSignBytes7.v, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9), scale_pair(sc.half[g / 4], g % 4)};
     }
-    static float finish(const State& s) { return 0.125f * hsum_float_8(s.acc); }
 };
-constexpr auto simd_iq2_xs = step_dot<Iq2xsStep>;
 
 // IQ2_S: 10-bit grid indices (8 low bits in qs, 2 high in qh), a sign bit per weight, 4-bit scales per 16.
-struct Iq2sStep {
+struct Iq2sGroups {
     using Block = BlockIQ2_S;
-    using Act = BlockQ8_K;
-    static constexpr int64_t kBlockElems = QK_K;
-    using State = Acc8State;
-    static State init() { return {_mm256_setzero_ps()}; }
-    [[gnu::always_inline]] static void step(State& s, const BlockIQ2_S& x, const BlockQ8_K& y) {
-        const HalfScales sc = iq2_scales(x.scales);
-        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) {
-            const uint8_t* q = x.qs + 4 * g;
-            const uint32_t h = x.qh[g];
-            const __m256i grid = grid64(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
-                                        q[3] | ((h << 2) & 0x300));
-            uint32_t masks;
-            std::memcpy(&masks, x.qs + QK_K / 8 + 4 * g, 4);
-            const __m256i yg = negate_where(load32(y.qs + 32 * g), masks);
-            sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(grid, yg, scale_pair(sc.half[g / 4], g % 4)));
-        }
-        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), s.acc);
+    const Block& x;
+    const HalfScales sc;
+    explicit Iq2sGroups(const Block& b) : x(b), sc(iq2_scales(b.scales)) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
+        const uint8_t* q = x.qs + 4 * g;
+        const uint32_t h = x.qh[g];
+        uint32_t masks;
+        std::memcpy(&masks, x.qs + QK_K / 8 + 4 * g, 4);
+        return {grid64(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300), q[3] | ((h << 2) & 0x300)),
+                sign_bytes(masks), scale_pair(sc.half[g / 4], g % 4)};
     }
-    static float finish(const State& s) { return 0.125f * hsum_float_8(s.acc); }
 };
-constexpr auto simd_iq2_s = step_dot<Iq2sStep>;
 
-inline constexpr auto simd_iq3_xxs_group = [](const BlockIQ3_XXS& x, int g, __m256i yg) {
+// IQ3_XXS: eight 8-bit grid indices (4 weights each) per group, a word of four 7-bit sign indices and a scale.
+struct Iq3xxsGroups {
+    using Block = BlockIQ3_XXS;
+    const Block& x;
+    explicit Iq3xxsGroups(const Block& b) : x(b) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
         const uint8_t* q = x.qs + 8 * g;
         const uint32_t idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
         const uint32_t word = quant::iq3xxs_word(x, g);
-        const __m256i signs = grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127);
-        return dot_us8_scaled(grid32(iq::kIq3xxsGrid, idx), _mm256_sign_epi8(yg, signs), set16(2 * (word >> 28) + 1));
-    };
-using simd_iq3_xxs_step = IquantStep<BlockIQ3_XXS, std::remove_const_t<decltype(simd_iq3_xxs_group)>, 0.25f>;
-constexpr auto simd_iq3_xxs = step_dot<simd_iq3_xxs_step>;
+        return {grid32(iq::kIq3xxsGrid, idx), grid64(kSignBytes7.v, word & 127, (word >> 7) & 127, (word >> 14) & 127, (word >> 21) & 127),
+                set16(2 * (word >> 28) + 1)};
+    }
+};
 
-inline constexpr auto simd_iq3_s_group = [](const BlockIQ3_S& x, int g, __m256i yg) {
-        const uint8_t* q = x.qs + 8 * g;
-        const uint32_t h = x.qh[g];
-        uint32_t idx[8];
-        for (int k = 0; k < 8; ++k) idx[k] = q[k] | ((h << (8 - k)) & 256);
+// IQ3_S: 9-bit grid indices (qs byte k, bit k of qh[g] as bit 8), gathered in one VPGATHERDD; sign bits per weight.
+struct Iq3sGroups {
+    using Block = BlockIQ3_S;
+    const Block& x;
+    explicit Iq3sGroups(const Block& b) : x(b) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
+        uint64_t q8;
+        std::memcpy(&q8, x.qs + 8 * g, 8);
+        const __m256i high = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x.qh[g]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
+                                              _mm256_set1_epi32(256));
+        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(q8))), high);
         uint32_t masks;
         std::memcpy(&masks, x.signs + 4 * g, 4);
-        return dot_us8_scaled(grid32(iq::kIq3sGrid, idx), negate_where(yg, masks), set16(2 * quant::iq3s_scale(x, g) + 1));
-    };
-using simd_iq3_s_step = IquantStep<BlockIQ3_S, std::remove_const_t<decltype(simd_iq3_s_group)>, 1.0f>;
-constexpr auto simd_iq3_s = step_dot<simd_iq3_s_step>;
+        return {_mm256_i32gather_epi32(reinterpret_cast<const int*>(iq::kIq3sGrid), idx, 4), sign_bytes(masks),
+                set16(2 * quant::iq3s_scale(x, g) + 1)};
+    }
+};
 
-inline constexpr auto simd_iq4_xs_group = [](const BlockIQ4_XS& x, int g, __m256i yg) {
+// IQ4_XS: 4-bit indices into the signed IQ4_NL table, a 6-bit scale (minus 32) per group.
+struct Iq4xsGroups {
+    using Block = BlockIQ4_XS;
+    const Block& x;
+    explicit Iq4xsGroups(const Block& b) : x(b) {}
+    [[gnu::always_inline]] GroupBytes operator()(int g) const {
         const __m256i v = table_nibbles32(x.qs + 16 * g, _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq::kValuesIq4nl)));
-        return dot_ss8_scaled(v, yg, set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
-    };
-using simd_iq4_xs_step = IquantStep<BlockIQ4_XS, std::remove_const_t<decltype(simd_iq4_xs_group)>, 1.0f>;
+        return signed_values(v, set16(static_cast<uint32_t>(quant::iq4xs_scale(x, g))));
+    }
+};
+
+using simd_iq2_xxs_step = IquantStep<Iq2xxsGroups, 0.125f>;
+using Iq2xsStep = IquantStep<Iq2xsGroups, 0.125f>;
+using Iq2sStep = IquantStep<Iq2sGroups, 0.125f>;
+using simd_iq3_xxs_step = IquantStep<Iq3xxsGroups, 0.25f>;
+using simd_iq3_s_step = IquantStep<Iq3sGroups, 1.0f>;
+using simd_iq4_xs_step = IquantStep<Iq4xsGroups, 1.0f>;
+constexpr auto simd_iq2_xxs = step_dot<simd_iq2_xxs_step>;
+constexpr auto simd_iq2_xs = step_dot<Iq2xsStep>;
+constexpr auto simd_iq2_s = step_dot<Iq2sStep>;
+constexpr auto simd_iq3_xxs = step_dot<simd_iq3_xxs_step>;
+constexpr auto simd_iq3_s = step_dot<simd_iq3_s_step>;
 constexpr auto simd_iq4_xs = step_dot<simd_iq4_xs_step>;
 
 // IQ1_S / IQ1_M grid indices of one group: qs bytes with three high bits each, spread by PDEP into bits 8..10
