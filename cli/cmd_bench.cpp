@@ -141,6 +141,10 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"cache_bytes_4k", facts.kv_bytes(4096)}, {"cache_bytes_32k", facts.kv_bytes(32768)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
+    // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
+    if (r0.eval_seconds > 0)
+        out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds}, {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},
+                               {"eval_seconds", r0.eval_seconds}};
     if (!le.streaming) {
         const double bound = bw / static_cast<double>(facts.active_bytes_per_token());
         out["gen_bound_tokens_per_s"] = bound;
@@ -232,6 +236,11 @@ int cmd_bench(const std::vector<std::string>& args) {
                 human_bytes(static_cast<double>(facts.cache_bytes_per_token)).c_str(), facts.cache_layout.c_str(),
                 human_bytes(static_cast<double>(facts.kv_bytes(4096))).c_str(), human_bytes(static_cast<double>(facts.kv_bytes(32768))).c_str(),
                 n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+    if (out.contains("prompt_split")) {
+        const json& split = out["prompt_split"];
+        const double att = split["attention"].get<double>(), ffn = split["feed_forward"].get<double>();
+        std::printf("prompt split     attention %.1f%%, feed-forward %.1f%%, rest %.1f%%\n", 100 * att, 100 * ffn, 100 * (1 - att - ffn));
+    }
     print_weight_kernels(out["weight_kernels"]);
     if (out.contains("parallel_slots"))
         for (const auto& row : out["parallel_slots"])

@@ -204,3 +204,49 @@ TEST(VectorExp, WithinTwoUlpOfExpAcrossTheRange) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// The tiled path's softmax step on registers against ggml_numerics.h's statement of it, bit for bit, on tiles
+// whose scores span the vector exp's whole range: results down to subnormals and 0, the AVX-512 build's
+// lanes where 2^n stops being a normal float (the registers that take the scalar form), masked -inf entries,
+// a running max that grows (the accumulator's rescale) and one that does not.
+TEST(VectorExp, SoftmaxStepEqualsReference) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/FMA on this CPU for the SIMD softmax step";
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> spread(-200.f, 0.f), near_edge(-104.f, -86.f);
+    std::bernoulli_distribution coin(0.2);
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    int checked = 0;
+    for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+        const ops::SoftmaxStepFn simd = kernels::tiled_softmax_step_f16c(f);
+        ASSERT_NE(simd, nullptr);
+        for (int trial = 0; trial < 400; ++trial) {
+            const int kind = trial % 4;  // 0: small scores, 1: whole range, 2: near the subnormal edge, 3: all masked
+            std::vector<float> kq(64), acc(72);
+            for (float& x : kq) {
+                x = kind == 0 ? spread(rng) / 50.f : kind == 1 ? spread(rng) : near_edge(rng);
+                if (coin(rng) || kind == 3) x = kNegInf;
+            }
+            if (kind == 2) kq[trial % 64] = 0.f;  // the max, so the others' exps land near the edge
+            for (float& a : acc) a = spread(rng);
+            std::vector<float> kq2 = kq, acc2 = acc;
+            const float m0 = trial % 3 == 0 ? kNegInf : (trial % 3 == 1 ? -300.f : 300.f);
+            float M1 = m0, S1 = 1.5f, M2 = m0, S2 = 1.5f;
+            const bool r1 = (f == Flavor::Avx512 ? &ggml::tiled_softmax_step<Flavor::Avx512> : &ggml::tiled_softmax_step<Flavor::Avx2>)(
+                kq.data(), M1, S1, acc.data(), 72);
+            const bool r2 = simd(kq2.data(), M2, S2, acc2.data(), 72);
+            ASSERT_EQ(r1, r2) << kernels::flavor_name(f) << " trial " << trial;
+            ASSERT_EQ(std::memcmp(&M1, &M2, 4), 0) << kernels::flavor_name(f) << " trial " << trial;
+            ASSERT_EQ(std::memcmp(&S1, &S2, 4), 0) << kernels::flavor_name(f) << " trial " << trial << " " << S1 << " " << S2;
+            ASSERT_EQ(std::memcmp(kq.data(), kq2.data(), 64 * 4), 0) << kernels::flavor_name(f) << " trial " << trial;
+            ASSERT_EQ(std::memcmp(acc.data(), acc2.data(), 72 * 4), 0) << kernels::flavor_name(f) << " trial " << trial;
+            checked += r1;
+        }
+    }
+    EXPECT_GT(checked, 400);  // most trials had a visible score
+}
+
+}  // namespace
+}  // namespace moe

@@ -249,6 +249,11 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     EXPECT_GT(j["fio_bytes_per_s"].get<double>(), 0) << out;
     EXPECT_GT(j["engine_read_ratio_of_fio"].get<double>(), 0);
     EXPECT_TRUE(j.contains("bound_formula"));
+    // The prompt's time split: attention and feed-forward both ran, and their shares fit inside the eval time.
+    const auto& split = j["prompt_split"];
+    EXPECT_GT(split["attention"].get<double>(), 0) << split.dump();
+    EXPECT_GT(split["feed_forward"].get<double>(), 0) << split.dump();
+    EXPECT_LE(split["attention"].get<double>() + split["feed_forward"].get<double>(), 1.0) << split.dump();
     // fio replays exactly the generation's reads: as many as the engine submitted, at a real bandwidth.
     EXPECT_GT(j["fio_replay_bytes_per_s"].get<double>(), 0) << out;
     EXPECT_GT(j["fio_replay_reads"].get<uint64_t>(), 0u);

@@ -1,9 +1,11 @@
 // The layer loop of the fast forward pass and its matmul helpers; attention and feed-forward kinds live in
 // their own files.
 #include "engine/forward/runner.h"
+
 #include "engine/kernels/ggml_numerics.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -309,10 +311,15 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
     last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
 
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    const auto chunk_start = Clock::now();
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
         for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        const auto attention_start = Clock::now();
         attention_by_sequence(l, n);
+        stats_.attention_seconds += seconds_since(attention_start);
         for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
         // As llama.cpp: the last layer's feed-forward runs only for the rows whose logits are wanted (moved to
@@ -325,18 +332,24 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         }
         for (int t = 0; t < n_ffn; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
         if (n_ffn == 0) continue;
+        const auto ffn_start = Clock::now();
         if (L.moe) ffn_moe(l, n_ffn);
         else ffn_dense(l, n_ffn);
+        stats_.feed_forward_seconds += seconds_since(ffn_start);
     }
     for (const Segment& sg : segs_) past_[static_cast<size_t>(sg.seq)] += sg.n;
     select_sequence(active_);
     stats_.tokens_evaluated += static_cast<uint64_t>(n);
-    if (out_base == -2) return;
+    if (out_base == -2) {
+        stats_.eval_seconds += seconds_since(chunk_start);
+        return;
+    }
     const int rows = want_all_logits ? n : 1;
     if (!want_all_logits && n > 1 && hp.output_rows_after_norm) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
     for (int t = 0; t < rows; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
+    stats_.eval_seconds += seconds_since(chunk_start);
 }
 
 // One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads

@@ -37,6 +37,9 @@ struct RunnerStats {
     uint64_t expert_activations = 0;  // (token, expert) pairs computed
     uint64_t expert_loads = 0;        // distinct experts fetched per batch
     uint64_t prefetch_predicted_hits = 0, prefetch_predicted_total = 0;  // next-layer router prediction accuracy
+    // Wall time of the layers' attention (projections, cache writes, softmax) and feed-forward (router, experts,
+    // shared experts), summed over every eval: what a long prompt spends where (bench prints the split).
+    double attention_seconds = 0, feed_forward_seconds = 0, eval_seconds = 0;
 };
 
 // Rows [r0, r1) of a matmul with prepared activations (n_tok rows act_bytes apart) into out[t * out_stride + r].

@@ -13,6 +13,8 @@ ops::AttendFn tiled_attention_kernel(Flavor f);
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendFn attend_tiled_f16c(Flavor f);
+// The tiled path's online-softmax step on registers (ggml::tiled_softmax_step's bits), for the kernel tests.
+ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f);
 // The tiled path for several query rows sharing a view (nullptr for `wide` without AVX-512F).
 ops::AttendGroupFn attend_tiled_group(Flavor f, bool wide);
 // The tiled group kernel this CPU runs best, or nullptr where the reference is in use (MOESTREAM_ISA=scalar).

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/kernels/attention.h"
+#include "engine/kernels/expf_simd.h"
 #include "engine/kernels/ggml_numerics.h"
 #include "engine/kernels/simd_common.h"
 
@@ -210,7 +211,7 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
             }
             for (t = 0; t < kTile; ++t)
                 if (t >= in_tile || (kv.visible && !kv.visible[ic + t])) kq[t] = kNegInf;
-            if (!ggml::tiled_softmax_step<F>(kq, M, S, acc, dv)) continue;
+            if (!tiled_softmax_step8<F>(kq, M, S, acc, dv)) continue;
             int d = 0;
             if (kv.v_f32) {
                 const float* v = kv.v_f32 + static_cast<size_t>(ic) * dv;
@@ -249,6 +250,10 @@ void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
 }
 
 }  // namespace
+
+ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
+    return f == Flavor::Avx512 ? &tiled_softmax_step8<Flavor::Avx512> : &tiled_softmax_step8<Flavor::Avx2>;
+}
 
 ops::AttendFn attend_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>;

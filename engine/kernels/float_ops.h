@@ -115,6 +115,8 @@ using AttendFn = void (*)(const float* q, const KvView& kv, float scale, float* 
 // `rows` query rows q_stride apart (heads sharing one kv head) against one view, outputs out_stride apart.
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int rows, const KvView& kv, float scale, float* out, int64_t out_stride,
                                AttnScratch& s);
+// One tile's online-softmax step (ggml_numerics.h's tiled_softmax_step): kq[64] scores in, exps out.
+using SoftmaxStepFn = bool (*)(float* kq, float& M, float& S, float* acc, int dim);
 
 // The flavor-dependent operations, scalar (the reference); kernels/attention.h has the SIMD attention.
 struct FloatOps {
