@@ -250,3 +250,61 @@ TEST(VectorExp, SoftmaxStepEqualsReference) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// The group kernel's row blocks (R rows per full tile, their keys and values loaded once): many rows, each
+// seeing one more position per two rows (a prompt block's causal prefixes), tiles full for some rows and not
+// others, DSA masks, and a tile with an infinite value (the blocks' value sums must then fall back to the
+// row-by-row path, which skips zero weights). Every row equals the reference for that row alone.
+TEST(Attention, GroupRowBlocksEqualReference) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variants";
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd;
+    std::bernoulli_distribution coin(0.25);
+    constexpr int kRows = 11, kPerPosition = 2;
+    for (auto [dk, dv, latent] : {std::tuple{64, 64, false}, {128, 128, false}, {96, 64, true}, {64, 32, true}}) {
+        for (int n_kv : {60, 130, 200}) {
+            Cache c(dk, latent ? dk : dv, n_kv + kRows, rng);
+            c.dv = dv;
+            for (int mode : {0, 1, 2}) {  // 0: plain, 1: random DSA mask, 2: an infinite value in the second tile
+                Cache cm = c;
+                if (mode == 2) cm.v[static_cast<size_t>(70) * (latent ? dk : dv) + 3] = fp32_to_fp16(std::numeric_limits<float>::infinity());
+                if (mode == 2 && latent) cm.k = cm.v;
+                std::vector<uint8_t> visible(static_cast<size_t>(n_kv + kRows));
+                for (auto& v : visible) v = mode == 1 ? coin(rng) : 1;
+                const int most = n_kv + (kRows - 1) / kPerPosition;
+                ops::KvView kv = latent ? cm.latent_view(n_kv, mode == 1 ? visible.data() : nullptr) : cm.view(n_kv, mode == 1 ? visible.data() : nullptr);
+                std::vector<float> k_tiles(static_cast<size_t>((most + 63) / 64 * 64 * dk)), v_f32(static_cast<size_t>(most) * dv);
+                ops::KvView full = kv;
+                full.n_kv = most;
+                ops::convert_kv_for_tiles(full, k_tiles.data(), v_f32.data());
+                kv.k_tiles = k_tiles.data();
+                kv.v_f32 = v_f32.data();
+                kv.rows_per_position = kPerPosition;
+                std::vector<float> qs(static_cast<size_t>(kRows) * dk), outs(static_cast<size_t>(kRows) * dv), want(dv);
+                for (auto& x : qs) x = nd(rng);
+                ops::AttnScratch s1, s2;
+                for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+                    for (bool wide : {false, true}) {
+                        const ops::AttendGroupFn group = kernels::attend_tiled_group(f, wide);
+                        if (!group) continue;
+                        group(qs.data(), dk, kRows, kv, 0.3f, outs.data(), dv, s2);
+                        for (int r = 0; r < kRows; ++r) {
+                            ops::KvView one = latent ? cm.latent_view(n_kv + r / kPerPosition, kv.visible) : cm.view(n_kv + r / kPerPosition, kv.visible);
+                            ops::float_ops(f).attend_tiled(qs.data() + static_cast<size_t>(r) * dk, one, 0.3f, want.data(), s1);
+                            for (int d = 0; d < dv; ++d)
+                                ASSERT_EQ(std::memcmp(&outs[static_cast<size_t>(r) * dv + d], &want[d], 4), 0)
+                                    << kernels::flavor_name(f) << " wide " << wide << " dk " << dk << " n_kv " << n_kv << " mode " << mode << " row " << r
+                                    << " d " << d << ": " << outs[static_cast<size_t>(r) * dv + d] << " vs " << want[d];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace moe

@@ -154,6 +154,118 @@ __attribute__((target("avx512f"))) int tile_values_512(const float* v, int dv, c
     return tile_values_256(v, dv, kq, in_tile, acc, d);
 }
 
+// R query rows against one full tile from the f32 copies, the tile's keys and values loaded once for all R
+// (one row at a time, a row's 64 x dk + 64 x dv multiply-adds stream 2 x 64 x dk floats from L2: that, not the
+// arithmetic, bounded long prompts). Each row's score chains and value sums run in the one-row path's order;
+// the value sums do not skip zero weights, which changes nothing while the tile's values are finite (a + 0 x v
+// is a; the accumulators never hold -0), so callers check that first.
+struct RowTile {
+    const float* q;  // the row's query
+    float* acc;      // its dv accumulators
+    float* M;        // its running max and sum
+    float* S;
+};
+template <int R>
+__attribute__((target("avx512f"))) void tile_scores_rows_512(const float* kt, const RowTile* rows, int dk, float scale, float (*kq)[64]) {
+    __m512 sc[R][4];
+    for (auto& row : sc)
+        for (auto& v : row) v = _mm512_setzero_ps();
+    for (int d = 0; d < dk; ++d) {
+        __m512 k[4];
+        for (int j = 0; j < 4; ++j) k[j] = _mm512_loadu_ps(kt + static_cast<size_t>(d) * 64 + 16 * j);
+        for (int r = 0; r < R; ++r) {
+            const __m512 qd = _mm512_set1_ps(rows[r].q[d]);
+            for (int j = 0; j < 4; ++j) sc[r][j] = _mm512_fmadd_ps(k[j], qd, sc[r][j]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) _mm512_storeu_ps(kq[r] + 16 * j, _mm512_mul_ps(sc[r][j], _mm512_set1_ps(scale)));
+}
+template <int R>
+__attribute__((target("avx512f"))) void tile_values_rows_512(const float* v, int dv, const float (*kq)[64], const RowTile* rows) {
+    for (int d = 0; d < dv; d += 64) {
+        __m512 a[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) a[r][j] = _mm512_loadu_ps(rows[r].acc + d + 16 * j);
+        for (int i = 0; i < 64; ++i) {
+            __m512 x[4];
+            for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_ps(v + static_cast<size_t>(i) * dv + d + 16 * j);
+            for (int r = 0; r < R; ++r) {
+                const __m512 w = _mm512_set1_ps(kq[r][i]);
+                for (int j = 0; j < 4; ++j) a[r][j] = _mm512_fmadd_ps(x[j], w, a[r][j]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) _mm512_storeu_ps(rows[r].acc + d + 16 * j, a[r][j]);
+    }
+}
+// The same in 256-bit registers (sixteen of them): R rows x 32 positions of scores, R rows x 32 dims of values.
+template <int R>
+void tile_scores_rows_256(const float* kt, const RowTile* rows, int dk, float scale, float (*kq)[64]) {
+    for (int half = 0; half < 64; half += 32) {
+        __m256 sc[R][4];
+        for (auto& row : sc)
+            for (auto& v : row) v = _mm256_setzero_ps();
+        for (int d = 0; d < dk; ++d) {
+            __m256 k[4];
+            for (int j = 0; j < 4; ++j) k[j] = _mm256_loadu_ps(kt + static_cast<size_t>(d) * 64 + half + 8 * j);
+            for (int r = 0; r < R; ++r) {
+                const __m256 qd = _mm256_set1_ps(rows[r].q[d]);
+                for (int j = 0; j < 4; ++j) sc[r][j] = _mm256_fmadd_ps(k[j], qd, sc[r][j]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) _mm256_storeu_ps(kq[r] + half + 8 * j, _mm256_mul_ps(sc[r][j], _mm256_set1_ps(scale)));
+    }
+}
+template <int R>
+void tile_values_rows_256(const float* v, int dv, const float (*kq)[64], const RowTile* rows) {
+    for (int d = 0; d < dv; d += 32) {
+        __m256 a[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) a[r][j] = _mm256_loadu_ps(rows[r].acc + d + 8 * j);
+        for (int i = 0; i < 64; ++i) {
+            __m256 x[4];
+            for (int j = 0; j < 4; ++j) x[j] = _mm256_loadu_ps(v + static_cast<size_t>(i) * dv + d + 8 * j);
+            for (int r = 0; r < R; ++r) {
+                const __m256 w = _mm256_set1_ps(kq[r][i]);
+                for (int j = 0; j < 4; ++j) a[r][j] = _mm256_fmadd_ps(x[j], w, a[r][j]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < 4; ++j) _mm256_storeu_ps(rows[r].acc + d + 8 * j, a[r][j]);
+    }
+}
+// True when every value of the tile (64 positions x dv) is finite.
+inline bool finite_values(const float* v, int count) {
+    __m256 bad = _mm256_setzero_ps();
+    const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity()), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int i = 0;
+    for (; i + 8 <= count; i += 8) bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), abs_mask), inf, _CMP_NLT_UQ));
+    bool ok = _mm256_movemask_ps(bad) == 0;
+    for (; i < count; ++i) ok = ok && std::isfinite(v[i]);
+    return ok;
+}
+// One full tile for R rows: scores, each row's softmax step, values. A row whose scores are all masked keeps
+// its state (weights zeroed, so the shared value sums leave its accumulators as they are).
+template <Flavor F, bool Wide, int R>
+void tile_rows_step(const float* kt, const float* v, int dk, int dv, float scale, const uint8_t* visible, const RowTile* rows) {
+    alignas(64) float kq[R][64];
+    if constexpr (Wide) tile_scores_rows_512<R>(kt, rows, dk, scale, kq);
+    else tile_scores_rows_256<R>(kt, rows, dk, scale, kq);
+    bool any = false;
+    for (int r = 0; r < R; ++r) {
+        if (visible)
+            for (int t = 0; t < 64; ++t)
+                if (!visible[t]) kq[r][t] = -std::numeric_limits<float>::infinity();
+        if (tiled_softmax_step8<F>(kq[r], *rows[r].M, *rows[r].S, rows[r].acc, dv)) any = true;
+        else std::fill_n(kq[r], 64, 0.f);
+    }
+    if (!any) return;
+    if constexpr (Wide) tile_values_rows_512<R>(v, dv, kq, rows);
+    else tile_values_rows_256<R>(v, dv, kq, rows);
+}
+
 // Several query rows (the heads that share a kv head) against one view, tile by tile, so that each tile of
 // keys and values is read from memory once for all of them; each row's arithmetic is the one-row path's.
 template <Flavor F, bool Wide>
@@ -172,7 +284,24 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
         // A tile with no visible position (DSA's sparse selection) leaves the softmax state as it is
         // (tiled_softmax_step returns false): skip its scores.
         if (kv.visible && std::none_of(kv.visible + ic, kv.visible + std::min(most_kv, ic + kTile), [](uint8_t v) { return v != 0; })) continue;
+        // Rows whose view holds the whole tile go R at a time through the f32 copies (rows are in position
+        // order, so once one does, the rest do); the others, and tiles with non-finite values, row by row.
+        constexpr int R = Wide ? 4 : 2;
+        int finite = -1;  // the tile's values: not yet checked
         for (int r = 0; r < rows; ++r) {
+            if (kv.k_tiles && kv.v_f32 && dv % (Wide ? 64 : 32) == 0 && r + R <= rows && ic + kTile <= row_n_kv(r)) {
+                const float* v = kv.v_f32 + static_cast<size_t>(ic) * dv;
+                if (finite < 0) finite = finite_values(v, kTile * dv);
+                if (finite) {
+                    RowTile block[R];
+                    for (int i = 0; i < R; ++i)
+                        block[i] = {q_rows + (r + i) * q_stride, s.acc.data() + static_cast<size_t>(r + i) * dv, &s.max_sum[2 * (r + i)], &s.max_sum[2 * (r + i) + 1]};
+                    tile_rows_step<F, Wide, R>(kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile, v, dk, dv, scale,
+                                              kv.visible ? kv.visible + ic : nullptr, block);
+                    r += R - 1;
+                    continue;
+                }
+            }
             // Past a row's last position the tile is invisible to it: skipped, as a single-row call would.
             if (ic >= row_n_kv(r)) continue;
             const int in_tile = std::min(kTile, row_n_kv(r) - ic);
