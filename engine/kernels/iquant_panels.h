@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "engine/kernels/iquants_simd.h"
@@ -47,28 +48,66 @@ inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512
 }
 #endif
 
+// The grid i-quants with each weight's sign folded into its magnitude (|w| <= 62: a signed byte). Q8_K
+// activations lie in [-127, 127] (quantize_q8_K scales by -127 / max), where PSIGNB's negation is exact, so
+// mag x sign(y) = sign(mag) x y. Against the activations biased to unsigned bytes (+128) one PMADDUBSW per group
+// replaces PSIGNB + PMADDUBSW (pairs <= 2 x 255 x 62 < 2^15: no saturation, as in the one-row dot), and each
+// lane's 128 x its scaled weight sums, known per row, is subtracted: the one-row dot's integer lanes exactly.
+struct SignedGroups {
+    __m256i w[8], scale[8];
+    __m256i bias;
+};
+// yb: a block of activations biased by +128 (or the bias itself: every byte 0x80).
+[[gnu::always_inline]] inline __m256i signed_group_sums(const SignedGroups& p, const int8_t* yb) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(load64(yb + 64 * k), load64(&p.w[2 * k])), load64(&p.scale[2 * k]));
+    return fold_halves(sum);
+#else
+    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8_scaled(load32(yb + 32 * g), p.w[g], p.scale[g]));
+    return _mm256_add_epi32(sum[0], sum[1]);
+#endif
+}
+
 // IquantStep's chain (one FMA per block of x.d * y.d, the final sum times Factor) over panels unpacked by the
-// same Groups as the one-row dot.
-template <class Groups, float Factor>
+// same Groups as the one-row dot: signed weights against biased activations where the grid fits a signed
+// byte (SignFolded), else magnitudes and PSIGNB's sign bytes (IQ4_XS: values up to 127).
+template <class Groups, float Factor, bool SignFolded>
 struct PlainPanel {
     using Block = typename Groups::Block;
-    struct Panel : PanelGroups {
+    struct Panel : std::conditional_t<SignFolded, SignedGroups, PanelGroups> {
         float d;
     };
     using State = Acc8State;
+    static constexpr bool kBiasedActivations = SignFolded;
     static void decode(const Block& x, Panel& p) {
         const Groups groups(x);
         for (int g = 0; g < 8; ++g) {
             const GroupBytes b = groups(g);
-            p.mag[g] = b.mag;
-            p.sgn[g] = b.sgn;
+            if constexpr (SignFolded) {
+                p.w[g] = _mm256_sign_epi8(b.mag, b.sgn);
+            } else {
+                p.mag[g] = b.mag;
+                p.sgn[g] = b.sgn;
+            }
             p.scale[g] = b.scale;
+        }
+        if constexpr (SignFolded) {
+            alignas(64) int8_t bias_bytes[QK_K];
+            std::memset(bias_bytes, 0x80, sizeof bias_bytes);
+            p.bias = signed_group_sums(p, bias_bytes);
         }
         p.d = h2f(x.d);
     }
     static State init() { return {_mm256_setzero_ps()}; }
     [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
-        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(panel_lanes(p, y)), s.acc);
+        __m256i lanes;
+        if constexpr (SignFolded) lanes = _mm256_sub_epi32(signed_group_sums(p, y.qs), p.bias);
+        else lanes = panel_lanes(p, y);
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(lanes), s.acc);
     }
     static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
 };
@@ -227,7 +266,7 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
                 int64_t out_stride) {
     if (n_tok < kPanelMinTokens) return step_tile<Step>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
     const int64_t nb = n / QK_K;
-    if constexpr (requires { P::kBiasedActivations; }) act = biased_activations(act, act_bytes, n_tok);
+    if constexpr (P::kBiasedActivations) act = biased_activations(act, act_bytes, n_tok);
     thread_local std::vector<typename P::Panel> panel;
     if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
     for (int64_t r = 0; r < rows; ++r) {
@@ -239,12 +278,12 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
 }
 
 inline void add_iquant_panel_tiles(KernelTable& t) {
-    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<PlainPanel<Iq2xxsGroups, 0.125f>, simd_iq2_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<PlainPanel<Iq2xsGroups, 0.125f>, Iq2xsStep>;
-    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<PlainPanel<Iq2sGroups, 0.125f>, Iq2sStep>;
-    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<PlainPanel<Iq3xxsGroups, 0.25f>, simd_iq3_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<PlainPanel<Iq3sGroups, 1.0f>, simd_iq3_s_step>;
-    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<PlainPanel<Iq4xsGroups, 1.0f>, simd_iq4_xs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<PlainPanel<Iq2xxsGroups, 0.125f, true>, simd_iq2_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<PlainPanel<Iq2xsGroups, 0.125f, true>, Iq2xsStep>;
+    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<PlainPanel<Iq2sGroups, 0.125f, true>, Iq2sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<PlainPanel<Iq3xxsGroups, 0.25f, true>, simd_iq3_xxs_step>;
+    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<PlainPanel<Iq3sGroups, 1.0f, true>, simd_iq3_s_step>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<PlainPanel<Iq4xsGroups, 1.0f, false>, simd_iq4_xs_step>;
     t.tile[static_cast<int>(GgmlType::IQ1_S)] = panel_tile<Iq1sPanel, Iq1sStep>;
     t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mPanel, Iq1mStep>;
 }
