@@ -15,7 +15,7 @@
 namespace moe {
 
 Runner::Runner(const Model& model, RunnerOptions opt)
-    : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table(opt.flavor)), fops_(ops::float_ops(opt.flavor)),
+    : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table(opt.flavor)), fops_(kernels::simd_float_ops(opt.flavor)),
       attend_(kernels::attention_kernel(opt.flavor)), attend_tiled_(kernels::tiled_attention_kernel(opt.flavor)),
       attend_tiled_group_(kernels::tiled_attention_group_kernel(opt.flavor)) {
     const Hparams& hp = m_.hp;

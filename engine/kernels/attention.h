@@ -10,6 +10,10 @@ namespace moe::kernels {
 ops::AttendFn attention_kernel(Flavor f);
 ops::AttendFn tiled_attention_kernel(Flavor f);
 
+// The reference's float operations with SwiGLU and SiLU on registers where this CPU has AVX2/FMA (the same
+// bits; float_ops_simd.cpp), else the reference's.
+const ops::FloatOps& simd_float_ops(Flavor f);
+
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendFn attend_tiled_f16c(Flavor f);
