@@ -14,9 +14,7 @@
 namespace moe::kernels {
 namespace {
 
-// exp of eight lanes in build F's form. The AVX-512 build scales 1+poly by 2^n (VSCALEFPS): one multiply by
-// the power of two where that is a normal float; the few registers with a lane outside (results near or
-// below the smallest normal) go through the scalar statement lane by lane.
+// exp of eight lanes in build F's form (the AVX-512 build scales 1+poly by 2^n through VSCALEFPS).
 template <Flavor F>
 inline __m256 expf8(__m256 x) {
     const __m256 r = _mm256_set1_ps(0x1.8p23f);
@@ -29,20 +27,17 @@ inline __m256 expf8(__m256 x) {
                                         _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f)));
     if constexpr (F == Flavor::Avx512) {
         const __m256 j = _mm256_fmadd_ps(poly, u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+        // j x 2^n with one rounding, as VSCALEFPS and ldexp: one multiply where 2^n is a normal float; else
+        // 2^(n - s) x 2^s with s = -100 below -126 and 100 above 126, the first product exact (normal) and the
+        // second rounding once. |n| > 192 gives 0 or inf; NaN lanes stay NaN.
+        const __m256 zero = _mm256_setzero_ps();
+        const __m256 s = _mm256_blendv_ps(_mm256_blendv_ps(zero, _mm256_set1_ps(-100.f), _mm256_cmp_ps(n, _mm256_set1_ps(-126.f), _CMP_LT_OQ)),
+                                          _mm256_set1_ps(100.f), _mm256_cmp_ps(n, _mm256_set1_ps(126.f), _CMP_GT_OQ));
+        auto pow2 = [](__m256 e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23)); };
+        const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(j, pow2(_mm256_sub_ps(n, s))), pow2(s));
         const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.f), _CMP_GT_OQ);
-        // Every lane either |n| <= 126 (2^n normal) or |n| > 192 (0 or inf); NaN lanes fail both tests.
-        const __m256 normal = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.f), _CMP_LE_OQ);
-        if (_mm256_movemask_ps(_mm256_or_ps(normal, big)) == 0xFF) {
-            const __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-            const __m256 scaled = _mm256_mul_ps(j, pow2);
-            const __m256 out_of_range = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ),
-                                                      _mm256_set1_ps(std::numeric_limits<float>::infinity()));
-            return _mm256_blendv_ps(scaled, out_of_range, big);
-        }
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, x);
-        for (float& v : lanes) v = ggml::expf_v<F>(v);
-        return _mm256_load_ps(lanes);
+        const __m256 saturated = _mm256_and_ps(_mm256_cmp_ps(n, zero, _CMP_GT_OQ), _mm256_set1_ps(std::numeric_limits<float>::infinity()));
+        return _mm256_blendv_ps(scaled, saturated, big);
     } else {
         const __m256 j = _mm256_fmadd_ps(poly, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
         const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
