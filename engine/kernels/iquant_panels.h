@@ -110,6 +110,32 @@ struct PlainPanel {
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(lanes), s.acc);
     }
     static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // Two rows by T tokens of one block, each activation register loaded once for both rows and each weight
+    // register once for the T tokens (one row at a time, a row's pass re-read every token's activations from
+    // L2); per pair the same products, lanes and float step as `step`.
+    template <int T>
+    [[gnu::always_inline]] static void step_two_rows(State* s0, State* s1, const Panel& p0, const Panel& p1, const BlockQ8_K* const* yb)
+        requires SignFolded
+    {
+        __m512i sum0[T], sum1[T];
+        for (int t = 0; t < T; ++t) sum0[t] = sum1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i w0 = load64(&p0.w[2 * k]), c0 = load64(&p0.scale[2 * k]);
+            const __m512i w1 = load64(&p1.w[2 * k]), c1 = load64(&p1.scale[2 * k]);
+            for (int t = 0; t < T; ++t) {
+                const __m512i y = load64(yb[t]->qs + 64 * k);
+                sum0[t] = _mm512_dpwssd_epi32(sum0[t], _mm512_maddubs_epi16(y, w0), c0);
+                sum1[t] = _mm512_dpwssd_epi32(sum1[t], _mm512_maddubs_epi16(y, w1), c1);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            s0[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p0.d * yb[t]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(sum0[t]), p0.bias)), s0[t].acc);
+            s1[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p1.d * yb[t]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(sum1[t]), p1.bias)), s1[t].acc);
+        }
+    }
+#endif
 };
 
 // IQ1_S / IQ1_M: a weight's grid value (-1, 0, 1) times its 3-bit scale (2s + 1 <= 15) fits a signed byte, so
@@ -269,7 +295,33 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
     if constexpr (P::kBiasedActivations) act = biased_activations(act, act_bytes, n_tok);
     thread_local std::vector<typename P::Panel> panel;
     if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
-    for (int64_t r = 0; r < rows; ++r) {
+    int64_t r = 0;
+    if constexpr (requires { P::template step_two_rows<1>; }) {
+        thread_local std::vector<typename P::Panel> second;
+        if (static_cast<int64_t>(second.size()) < nb) second.resize(static_cast<size_t>(nb));
+        for (; r + 2 <= rows; r += 2) {
+            const auto* x0 = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r) * row_bytes);
+            const auto* x1 = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r + 1) * row_bytes);
+            for (int64_t b = 0; b < nb; ++b) {
+                P::decode(x0[b], panel[static_cast<size_t>(b)]);
+                P::decode(x1[b], second[static_cast<size_t>(b)]);
+            }
+            for_token_tiles<BlockQ8_K>(n_tok, act, act_bytes, out, out_stride, r, [&]<int T>(const BlockQ8_K* const* y, float* const* o) {
+                typename P::State s0[T], s1[T];
+                for (int t = 0; t < T; ++t) s0[t] = s1[t] = P::init();
+                for (int64_t b = 0; b < nb; ++b) {
+                    const BlockQ8_K* yb[T];
+                    for (int t = 0; t < T; ++t) yb[t] = &y[t][b];
+                    P::template step_two_rows<T>(s0, s1, panel[static_cast<size_t>(b)], second[static_cast<size_t>(b)], yb);
+                }
+                for (int t = 0; t < T; ++t) {
+                    o[t][0] = P::finish(s0[t]);
+                    o[t][1] = P::finish(s1[t]);
+                }
+            });
+        }
+    }
+    for (; r < rows; ++r) {
         const auto* x = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r) * row_bytes);
         for (int64_t b = 0; b < nb; ++b) P::decode(x[b], panel[static_cast<size_t>(b)]);
         for_token_tiles<BlockQ8_K>(n_tok, act, act_bytes, out, out_stride, r,
