@@ -200,13 +200,45 @@ struct Iq1sPanel {
         p.d = h2f(x.d);
     }
     static State init() { return {_mm256_setzero_ps(), 0.f}; }
+    // Token t's delta sum in lane t of sumi1.
     template <int T>
-    [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
+    [[gnu::always_inline]] static void delta_sums(const Panel& p, const BlockQ8_K* const* yb, int32_t* sumi1) {
         __m256i m[4];
         for (int t = 0; t < 4; ++t) m[t] = t < T ? _mm256_madd_epi16(load32(yb[t]->bsums), p.delta_scales) : _mm256_setzero_si256();
         const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
-        alignas(16) int32_t sumi1[4];  // token t's delta sum in lane t
         _mm_store_si128(reinterpret_cast<__m128i*>(sumi1), _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    }
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // Two rows by T tokens, as PlainPanel's: both rows' grid products from one load of each activation register.
+    template <int T>
+    [[gnu::always_inline]] static void step_two_rows(State* s0, State* s1, const Panel& p0, const Panel& p1, const BlockQ8_K* const* yb) {
+        __m512i g0[T], g1[T];
+        for (int t = 0; t < T; ++t) g0[t] = g1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i a = load64(&p0.w[2 * k]), c = load64(&p1.w[2 * k]);
+            for (int t = 0; t < T; ++t) {
+                const __m512i y = load64(yb[t]->qs + 64 * k);
+                g0[t] = _mm512_dpbusd_epi32(g0[t], y, a);
+                g1[t] = _mm512_dpbusd_epi32(g1[t], y, c);
+            }
+        }
+        alignas(16) int32_t delta0[4], delta1[4];
+        delta_sums<T>(p0, yb, delta0);
+        delta_sums<T>(p1, yb, delta1);
+        for (int t = 0; t < T; ++t) {
+            const float d0 = yb[t]->d * p0.d, d1 = yb[t]->d * p1.d;
+            s0[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(g0[t]), p0.bias)), s0[t].acc);
+            s0[t].accum1 = std::fma(d0, static_cast<float>(delta0[t]), s0[t].accum1);
+            s1[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(g1[t]), p1.bias)), s1[t].acc);
+            s1[t].accum1 = std::fma(d1, static_cast<float>(delta1[t]), s1[t].accum1);
+        }
+    }
+#endif
+    template <int T>
+    [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
+        alignas(16) int32_t sumi1[4];  // token t's delta sum in lane t
+        delta_sums<T>(p, yb, sumi1);
         for (int t = 0; t < T; ++t) {
             const float d = yb[t]->d * p.d;
             s[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(biased_lanes(p, *yb[t])), s[t].acc);
@@ -252,6 +284,34 @@ struct Iq1mPanel {
         }
     }
     static float finish(const State& s) { return hsum_float_8(s.acc1) + iq::kIq1sDelta * hsum_float_8(s.acc2); }
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // Two rows by T tokens, as PlainPanel's: the grid and shift products of both rows from one load of each
+    // activation register.
+    template <int T>
+    [[gnu::always_inline]] static void step_two_rows(State* s0, State* s1, const Panel& p0, const Panel& p1, const BlockQ8_K* const* yb) {
+        __m512i g0[T], h0[T], g1[T], h1[T];
+        for (int t = 0; t < T; ++t) g0[t] = h0[t] = g1[t] = h1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i a = load64(&p0.grid.w[2 * k]), b = load64(&p0.shift.w[2 * k]);
+            const __m512i c = load64(&p1.grid.w[2 * k]), e = load64(&p1.shift.w[2 * k]);
+            for (int t = 0; t < T; ++t) {
+                const __m512i y = load64(yb[t]->qs + 64 * k);
+                g0[t] = _mm512_dpbusd_epi32(g0[t], y, a);
+                h0[t] = _mm512_dpbusd_epi32(h0[t], y, b);
+                g1[t] = _mm512_dpbusd_epi32(g1[t], y, c);
+                h1[t] = _mm512_dpbusd_epi32(h1[t], y, e);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            const __m256 d0 = _mm256_set1_ps(yb[t]->d * p0.d), d1 = _mm256_set1_ps(yb[t]->d * p1.d);
+            s0[t].acc1 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(g0[t]), p0.grid.bias)), s0[t].acc1);
+            s0[t].acc2 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(h0[t]), p0.shift.bias)), s0[t].acc2);
+            s1[t].acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(g1[t]), p1.grid.bias)), s1[t].acc1);
+            s1[t].acc2 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(h1[t]), p1.shift.bias)), s1[t].acc2);
+        }
+    }
+#endif
 };
 
 template <class P, int T>
