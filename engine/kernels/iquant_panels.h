@@ -163,10 +163,17 @@ inline void set_bias(BiasedGroups& p) {
     for (int k = 0; k < 4; ++k) sum = _mm512_dpbusd_epi32(sum, load64(yb.qs + 64 * k), load64(&p.w[2 * k]));
     return _mm256_sub_epi32(fold_halves(sum), p.bias);
 #else
-    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], dot_us8(load32(yb.qs + 32 * g), p.w[g]));  // pairs <= 255 x 15 x 2
-    return _mm256_sub_epi32(_mm256_add_epi32(sum[0], sum[1]), p.bias);
+    // Four groups' byte-pair sums added as int16 before one PMADDWD (each pair <= 2 x 255 x 15, four of them
+    // < 2^15): the same int32 lanes with a quarter of the widenings.
+    __m256i half[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        __m256i pairs = _mm256_maddubs_epi16(load32(yb.qs + 128 * h), p.w[4 * h]);
+#pragma GCC unroll 3
+        for (int g = 1; g < 4; ++g) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(load32(yb.qs + 128 * h + 32 * g), p.w[4 * h + g]));
+        half[h] = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    }
+    return _mm256_sub_epi32(_mm256_add_epi32(half[0], half[1]), p.bias);
 #endif
 }
 
