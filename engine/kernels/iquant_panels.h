@@ -115,24 +115,36 @@ struct PlainPanel {
     // register once for the T tokens (one row at a time, a row's pass re-read every token's activations from
     // L2); per pair the same products, lanes and float step as `step`.
     template <int T>
-    [[gnu::always_inline]] static void step_two_rows(State* s0, State* s1, const Panel& p0, const Panel& p1, const BlockQ8_K* const* yb)
-        requires SignFolded
-    {
+    [[gnu::always_inline]] static void step_two_rows(State* s0, State* s1, const Panel& p0, const Panel& p1, const BlockQ8_K* const* yb) {
         __m512i sum0[T], sum1[T];
         for (int t = 0; t < T; ++t) sum0[t] = sum1[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
-            const __m512i w0 = load64(&p0.w[2 * k]), c0 = load64(&p0.scale[2 * k]);
-            const __m512i w1 = load64(&p1.w[2 * k]), c1 = load64(&p1.scale[2 * k]);
-            for (int t = 0; t < T; ++t) {
-                const __m512i y = load64(yb[t]->qs + 64 * k);
-                sum0[t] = _mm512_dpwssd_epi32(sum0[t], _mm512_maddubs_epi16(y, w0), c0);
-                sum1[t] = _mm512_dpwssd_epi32(sum1[t], _mm512_maddubs_epi16(y, w1), c1);
+            const __m512i c0 = load64(&p0.scale[2 * k]), c1 = load64(&p1.scale[2 * k]);
+            if constexpr (SignFolded) {
+                const __m512i w0 = load64(&p0.w[2 * k]), w1 = load64(&p1.w[2 * k]);
+                for (int t = 0; t < T; ++t) {
+                    const __m512i y = load64(yb[t]->qs + 64 * k);
+                    sum0[t] = _mm512_dpwssd_epi32(sum0[t], _mm512_maddubs_epi16(y, w0), c0);
+                    sum1[t] = _mm512_dpwssd_epi32(sum1[t], _mm512_maddubs_epi16(y, w1), c1);
+                }
+            } else {
+                const __m512i m0 = load64(&p0.mag[2 * k]), g0 = load64(&p0.sgn[2 * k]), m1 = load64(&p1.mag[2 * k]), g1 = load64(&p1.sgn[2 * k]);
+                for (int t = 0; t < T; ++t) {
+                    const __m512i y = load64(yb[t]->qs + 64 * k);
+                    sum0[t] = signed_products(sum0[t], m0, g0, c0, y);
+                    sum1[t] = signed_products(sum1[t], m1, g1, c1, y);
+                }
             }
         }
         for (int t = 0; t < T; ++t) {
-            s0[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p0.d * yb[t]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(sum0[t]), p0.bias)), s0[t].acc);
-            s1[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p1.d * yb[t]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold_halves(sum1[t]), p1.bias)), s1[t].acc);
+            __m256i l0 = fold_halves(sum0[t]), l1 = fold_halves(sum1[t]);
+            if constexpr (SignFolded) {
+                l0 = _mm256_sub_epi32(l0, p0.bias);
+                l1 = _mm256_sub_epi32(l1, p1.bias);
+            }
+            s0[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p0.d * yb[t]->d), _mm256_cvtepi32_ps(l0), s0[t].acc);
+            s1[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p1.d * yb[t]->d), _mm256_cvtepi32_ps(l1), s1[t].acc);
         }
     }
 #endif
