@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -465,38 +466,49 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
         act = reinterpret_cast<const uint8_t*>(prepared.data());
         act_bytes = static_cast<size_t>(nb) * sizeof(Act);
     }
-    thread_local std::vector<typename P::Panel> panel;
-    if (static_cast<int64_t>(panel.size()) < nb) panel.resize(static_cast<size_t>(nb));
-    int64_t r = 0;
-    if constexpr (requires { P::template step_two_rows<1>; }) {
-        thread_local std::vector<typename P::Panel> second;
-        if (static_cast<int64_t>(second.size()) < nb) second.resize(static_cast<size_t>(nb));
-        for (; r + 2 <= rows; r += 2) {
-            const auto* x0 = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r) * row_bytes);
-            const auto* x1 = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r + 1) * row_bytes);
-            for (int64_t b = 0; b < nb; ++b) {
-                P::decode(x0[b], panel[static_cast<size_t>(b)]);
-                P::decode(x1[b], second[static_cast<size_t>(b)]);
-            }
-            for_token_tiles<Act>(n_tok, act, act_bytes, out, out_stride, r, [&]<int T>(const Act* const* y, float* const* o) {
-                typename P::State s0[T], s1[T];
-                for (int t = 0; t < T; ++t) s0[t] = s1[t] = P::init();
-                for (int64_t b = 0; b < nb; ++b) {
-                    const Act* yb[T];
-                    for (int t = 0; t < T; ++t) yb[t] = &y[t][b];
-                    P::template step_two_rows<T>(s0, s1, panel[static_cast<size_t>(b)], second[static_cast<size_t>(b)], yb);
-                }
-                for (int t = 0; t < T; ++t) {
-                    o[t][0] = P::finish(s0[t]);
-                    o[t][1] = P::finish(s1[t]);
-                }
-            });
+    // Rows in groups whose panels are decoded once, tokens in chunks: a chunk's activations stay in L1 while
+    // each row of the group multiplies them (a row over all the tokens at once streamed every token's
+    // activations from L2 or beyond once per row). About 24 KiB of panels and 24 KiB of activations.
+    const int64_t group = std::max<int64_t>(2, static_cast<int64_t>((size_t{24} << 10) / (static_cast<size_t>(nb) * sizeof(typename P::Panel)))) & ~int64_t{1};
+    const int chunk = std::max(8, static_cast<int>((size_t{24} << 10) / act_bytes)) & ~3;
+    thread_local std::vector<typename P::Panel> panels;
+    if (panels.size() < static_cast<size_t>(group * nb)) panels.resize(static_cast<size_t>(group * nb));
+    for (int64_t r0 = 0; r0 < rows; r0 += group) {
+        const int64_t g = std::min(group, rows - r0);
+        for (int64_t i = 0; i < g; ++i) {
+            const auto* x = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r0 + i) * row_bytes);
+            for (int64_t b = 0; b < nb; ++b) P::decode(x[b], panels[static_cast<size_t>(i * nb + b)]);
         }
-    }
-    for (; r < rows; ++r) {
-        const auto* x = reinterpret_cast<const typename P::Block*>(w + static_cast<size_t>(r) * row_bytes);
-        for (int64_t b = 0; b < nb; ++b) P::decode(x[b], panel[static_cast<size_t>(b)]);
-        for_token_tiles<Act>(n_tok, act, act_bytes, out, out_stride, r, [&]<int T>(const Act* const* y, float* const* o) { panel_1xT<P, T>(nb, panel.data(), y, o); });
+        for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+            const int nt = std::min(chunk, n_tok - t0);
+            const uint8_t* a = act + static_cast<size_t>(t0) * act_bytes;
+            float* o_chunk = out + t0 * out_stride;
+            int64_t i = 0;
+            if constexpr (requires { P::template step_two_rows<1>; }) {
+                for (; i + 2 <= g; i += 2) {
+                    const typename P::Panel* first = panels.data() + i * nb;
+                    const typename P::Panel* second = first + nb;
+                    for_token_tiles<Act>(nt, a, act_bytes, o_chunk, out_stride, r0 + i, [&]<int T>(const Act* const* y, float* const* o) {
+                        typename P::State s0[T], s1[T];
+                        for (int t = 0; t < T; ++t) s0[t] = s1[t] = P::init();
+                        for (int64_t b = 0; b < nb; ++b) {
+                            const Act* yb[T];
+                            for (int t = 0; t < T; ++t) yb[t] = &y[t][b];
+                            P::template step_two_rows<T>(s0, s1, first[b], second[b], yb);
+                        }
+                        for (int t = 0; t < T; ++t) {
+                            o[t][0] = P::finish(s0[t]);
+                            o[t][1] = P::finish(s1[t]);
+                        }
+                    });
+                }
+            }
+            for (; i < g; ++i) {
+                const typename P::Panel* x = panels.data() + i * nb;
+                for_token_tiles<Act>(nt, a, act_bytes, o_chunk, out_stride, r0 + i,
+                                     [&]<int T>(const Act* const* y, float* const* o) { panel_1xT<P, T>(nb, x, y, o); });
+            }
+        }
     }
 }
 
