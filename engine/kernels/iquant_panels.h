@@ -148,6 +148,29 @@ struct PlainPanel {
             s1[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p1.d * yb[t]->d), _mm256_cvtepi32_ps(l1), s1[t].acc);
         }
     }
+#else
+    // One row by T tokens of one block, group by group: each group's panel registers loaded once for the T
+    // tokens (a token at a time reloaded them per token); the same integer lanes and float step as `step`.
+    template <int T>
+    [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
+        __m256i sum[T];
+        for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+            if constexpr (SignFolded) {
+                const __m256i w = p.w[g], c = p.scale[g];
+                for (int t = 0; t < T; ++t) sum[t] = _mm256_add_epi32(sum[t], dot_us8_scaled(load32(yb[t]->qs + 32 * g), w, c));
+            } else {
+                const GroupBytes b{p.mag[g], p.sgn[g], p.scale[g]};
+                for (int t = 0; t < T; ++t) sum[t] = _mm256_add_epi32(sum[t], group_lanes(b, load32(yb[t]->qs + 32 * g)));
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            __m256i lanes = sum[t];
+            if constexpr (SignFolded) lanes = _mm256_sub_epi32(lanes, p.bias);
+            s[t].acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * yb[t]->d), _mm256_cvtepi32_ps(lanes), s[t].acc);
+        }
+    }
 #endif
 };
 
