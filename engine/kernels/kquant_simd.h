@@ -320,6 +320,20 @@ inline Q2Lanes q2_lanes(const BlockQ2_K& x, const BlockQ8_K& y) {
     return out;
 }
 
+// One row's block as 256 scale x value bytes in element order (eight registers of 32).
+inline void q2_scaled_values(const BlockQ2_K& x, __m256i out[8]) {
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+    for (int g = 0; g < 8; ++g) {
+        const __m256i bits = load32(x.qs + 32 * (g / 4));
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (g % 4)), three);
+        // elements 0..15 of the group: sub-block 2g's scale; 16..31: sub-block 2g + 1's
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(x.scales[2 * g + 1] & 0xF)), _mm_set1_epi8(static_cast<char>(x.scales[2 * g] & 0xF)));
+        const __m256i s1 = _mm256_and_si256(s, _mm256_cmpeq_epi8(_mm256_and_si256(q, one), one));
+        const __m256i s2 = _mm256_and_si256(_mm256_add_epi8(s, s), _mm256_cmpeq_epi8(_mm256_and_si256(q, two), two));
+        out[g] = _mm256_add_epi8(s1, s2);  // q x s for q in 0..3
+    }
+}
+
 // llama.cpp's repacked Q2_K (AVX-512 builds): whole-block (GEMV) or half-block (GEMM) sums, see dot_q2_K_repacked_in.
 template <int Parts>
 struct Q2KRepackedStep {
