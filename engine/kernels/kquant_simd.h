@@ -483,8 +483,6 @@ inline void add_simd_kquant_kernels(KernelTable& t) {
     t.dot_rows_repacked[q4k] = q4_K_repacked_rows<Q45Order::Q4Repacked>;
     t.dot_rows_repacked_gemm[q4k] = q4_K_repacked_rows<Q45Order::Q4RepackedGemm>;
     t.tile[static_cast<int>(GgmlType::Q6_K)] = tile_rows_by_tokens<BlockQ6_K, BlockQ8_K, QK_K, Q6Tile>;
-    t.tile[static_cast<int>(GgmlType::Q3_K)] = step_tile<Q3KStep>;
-    t.tile[static_cast<int>(GgmlType::Q2_K)] = step_tile<Q2KStep>;
     t.tile[q4k] = step_tile<Q45VecStep<BlockQ4_K, false>>;
     t.tile[static_cast<int>(GgmlType::Q5_K)] = step_tile<Q45VecStep<BlockQ5_K, true>>;
     t.tile_repacked[q4k] = q4_K_repacked_tile<Q45Order::Q4Repacked>;
