@@ -280,6 +280,10 @@ TEST(Attention, GroupRowBlocksEqualReference) {
                 ops::KvView full = kv;
                 full.n_kv = most;
                 ops::convert_kv_for_tiles(full, k_tiles.data(), v_f32.data());
+                // The last tile's keys past the copied positions are NaN: a kernel that scores a partial tile
+                // whole must mask them, not use them.
+                for (int pos = most; pos < (most + 63) / 64 * 64; ++pos)
+                    for (int d = 0; d < dk; ++d) k_tiles[static_cast<size_t>(pos / 64 * dk + d) * 64 + pos % 64] = std::numeric_limits<float>::quiet_NaN();
                 kv.k_tiles = k_tiles.data();
                 kv.v_f32 = v_f32.data();
                 kv.rows_per_position = kPerPosition;

@@ -317,8 +317,10 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
             float& M = s.max_sum[2 * r];
             float& S = s.max_sum[2 * r + 1];
             int t = 0;
-            if (kv.k_tiles && in_tile == kTile) {
-                // The same FMA chain per position, its keys already f32 with positions side by side.
+            if (kv.k_tiles) {
+                // The same FMA chain per position, its keys already f32 with positions side by side. A partial
+                // tile (the diagonal one of a causal prompt) is allocated whole (float_ops.h): the scores past
+                // its end are computed from whatever the copy holds there and masked below.
                 const float* kt = kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile;
                 if constexpr (Wide) tile_scores_512(kt, q, dk, scale, kq);
                 else tile_scores_256(kt, q, dk, scale, kq);
