@@ -34,7 +34,7 @@ struct Q3kGroups {
 };
 
 // Q2KStep's chain over a panel of scale x value bytes (<= 3 x 15: unsigned, against the signed activations
-// directly). Two groups' PMADDUBSW pairs (each <= 2 x 45 x 127) add as int16 before one PMADDWD; on AVX-512
+// directly). Two groups' PMADDUBSW pairs (each <= 2 x 45 x 127, two < 2^15) add as int16 before one PMADDWD; on AVX-512
 // one VPDPBUSD per two groups. Integer lanes equal to q2_lanes' (value x scale summed in another order).
 struct Q2kPanel {
     using Block = BlockQ2_K;
