@@ -170,11 +170,6 @@ TEST(Attention, SimdEqualsReference) {
     }
 }
 
-}  // namespace
-}  // namespace moe
-
-namespace moe {
-namespace {
 
 // The vector exp of both builds stays within 2 ulp of exp over its whole range, across the boundary where the
 // AVX-512 build's power of two stops being a normal float (results down to subnormals, and 0 / inf beyond).
@@ -202,11 +197,6 @@ TEST(VectorExp, WithinTwoUlpOfExpAcrossTheRange) {
     EXPECT_GT(checked, 10000);
 }
 
-}  // namespace
-}  // namespace moe
-
-namespace moe {
-namespace {
 
 // The tiled path's softmax step on registers against ggml_numerics.h's statement of it, bit for bit, on tiles
 // whose scores span the vector exp's whole range: results down to subnormals and 0, the AVX-512 build's
@@ -248,11 +238,6 @@ TEST(VectorExp, SoftmaxStepEqualsReference) {
     EXPECT_GT(checked, 400);  // most trials had a visible score
 }
 
-}  // namespace
-}  // namespace moe
-
-namespace moe {
-namespace {
 
 // The group kernel's row blocks (R rows per full tile, their keys and values loaded once): many rows, each
 // seeing one more position per two rows (a prompt block's causal prefixes), tiles full for some rows and not
@@ -310,11 +295,6 @@ TEST(Attention, GroupRowBlocksEqualReference) {
     }
 }
 
-}  // namespace
-}  // namespace moe
-
-namespace moe {
-namespace {
 
 // SwiGLU and SiLU on registers against the reference, bit for bit, for both builds: gate values across the
 // exp's range (saturating to 0 and to x, the subnormal edge), lengths with and without a tail.

@@ -40,13 +40,6 @@ inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512
     for (int k = 0; k < 4; ++k) sum = signed_products(sum, load64(&p.mag[2 * k]), load64(&p.sgn[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
     return fold_halves(sum);
 }
-#else
-[[gnu::always_inline]] inline __m256i panel_lanes(const PanelGroups& p, const BlockQ8_K& y) {
-    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) sum[g & 1] = _mm256_add_epi32(sum[g & 1], group_lanes({p.mag[g], p.sgn[g], p.scale[g]}, load32(y.qs + 32 * g)));
-    return _mm256_add_epi32(sum[0], sum[1]);
-}
 #endif
 
 // The grid i-quants with each weight's sign folded into its magnitude (|w| <= 62: a signed byte). Q8_K
@@ -104,14 +97,15 @@ struct PlainPanel {
         p.d = h2f(x.d);
     }
     static State init() { return {_mm256_setzero_ps()}; }
+    static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // One row, one token (the odd row of a row group).
     [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
         __m256i lanes;
         if constexpr (SignFolded) lanes = _mm256_sub_epi32(signed_group_sums(p, y.qs), p.bias);
         else lanes = panel_lanes(p, y);
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(lanes), s.acc);
     }
-    static float finish(const State& s) { return Factor * hsum_float_8(s.acc); }
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
     // Two rows by T tokens of one block, each activation register loaded once for both rows and each weight
     // register once for the T tokens (one row at a time, a row's pass re-read every token's activations from
     // L2); per pair the same products, lanes and float step as `step`.
@@ -150,7 +144,7 @@ struct PlainPanel {
     }
 #else
     // One row by T tokens of one block, group by group: each group's panel registers loaded once for the T
-    // tokens (a token at a time reloaded them per token); the same integer lanes and float step as `step`.
+    // tokens (a token at a time reloaded them per token); the same integer lanes and float step as IquantStep.
     template <int T>
     [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
         __m256i sum[T];

@@ -74,12 +74,6 @@ struct Q2kPanel {
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(-y.d * p.dmin), _mm256_cvtepi32_ps(mins), s.acc);
         s.acc = _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d), _mm256_cvtepi32_ps(values), s.acc);
     }
-    [[gnu::always_inline]] static void step(State& s, const Panel& p, const BlockQ8_K& y) {
-        Wide sum = zero();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) sum = add_pair(sum, p, j, y.qs);
-        add_block(s, p, y, lanes(sum));
-    }
     // One row by T tokens, group pair by group pair: each pair's panel registers loaded once for the T tokens.
     template <int T>
     [[gnu::always_inline]] static void step_tokens(State* s, const Panel& p, const BlockQ8_K* const* yb) {
