@@ -467,10 +467,11 @@ inline const uint8_t* biased_activations(const uint8_t* act, size_t act_bytes, i
 // Below this many tokens the step tile (which unpacks per four tokens, without a store and reload) is as fast.
 inline constexpr int kPanelMinTokens = 8;
 
-template <class P, class Step>
+// Small: the tile for fewer than kPanelMinTokens tokens.
+template <class P, DotTileFn Small>
 void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                 int64_t out_stride) {
-    if (n_tok < kPanelMinTokens) return step_tile<Step>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
+    if (n_tok < kPanelMinTokens) return Small(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
     const int64_t nb = n / QK_K;
     using Act = typename PanelAct<P>::type;
     // (Per call: a matmul's row slices bias the same activations again; about 3% of a slice's products at
@@ -532,17 +533,17 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
 }
 
 inline void add_iquant_panel_tiles(KernelTable& t) {
-    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<PlainPanel<Iq2xxsGroups, 0.125f, true>, simd_iq2_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<PlainPanel<Iq2xsGroups, 0.125f, true>, Iq2xsStep>;
-    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<PlainPanel<Iq2sGroups, 0.125f, true>, Iq2sStep>;
-    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<PlainPanel<Iq3xxsGroups, 0.25f, true>, simd_iq3_xxs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<PlainPanel<Iq3sGroups, 1.0f, true>, simd_iq3_s_step>;
-    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<PlainPanel<Iq4xsGroups, 1.0f, false>, simd_iq4_xs_step>;
-    t.tile[static_cast<int>(GgmlType::IQ1_S)] = panel_tile<Iq1sPanel, Iq1sStep>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XXS)] = panel_tile<PlainPanel<Iq2xxsGroups, 0.125f, true>, step_tile<simd_iq2_xxs_step>>;
+    t.tile[static_cast<int>(GgmlType::IQ2_XS)] = panel_tile<PlainPanel<Iq2xsGroups, 0.125f, true>, step_tile<Iq2xsStep>>;
+    t.tile[static_cast<int>(GgmlType::IQ2_S)] = panel_tile<PlainPanel<Iq2sGroups, 0.125f, true>, step_tile<Iq2sStep>>;
+    t.tile[static_cast<int>(GgmlType::IQ3_XXS)] = panel_tile<PlainPanel<Iq3xxsGroups, 0.25f, true>, step_tile<simd_iq3_xxs_step>>;
+    t.tile[static_cast<int>(GgmlType::IQ3_S)] = panel_tile<PlainPanel<Iq3sGroups, 1.0f, true>, step_tile<simd_iq3_s_step>>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = panel_tile<PlainPanel<Iq4xsGroups, 1.0f, false>, step_tile<simd_iq4_xs_step>>;
+    t.tile[static_cast<int>(GgmlType::IQ1_S)] = panel_tile<Iq1sPanel, step_tile<Iq1sStep>>;
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mPanel, Iq1mStep>;
+    t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mPanel, step_tile<Iq1mStep>>;
 #else
-    t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mSumsPanel, Iq1mStep>;
+    t.tile[static_cast<int>(GgmlType::IQ1_M)] = panel_tile<Iq1mSumsPanel, step_tile<Iq1mStep>>;
 #endif
 }
 

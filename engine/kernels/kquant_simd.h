@@ -92,11 +92,16 @@ inline Q45Decoded q45_decode(const uint8_t* scales12, const uint8_t* qs, const u
     return d;
 }
 
-inline Q45Lanes q45_apply(const Q45Decoded& d, const BlockQ8_K& y) {
+// Lane k: min[2k] x (sub-block 2k's activation sum) + min[2k + 1] x (...).
+inline __m128i q45_mins(__m128i mins16, const BlockQ8_K& y) {
     const __m128i bsums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8)));
+    return _mm_madd_epi16(mins16, bsums);
+}
+
+inline Q45Lanes q45_apply(const Q45Decoded& d, const BlockQ8_K& y) {
     Q45Lanes out;
-    out.mins = _mm_madd_epi16(d.mins16, bsums);
+    out.mins = q45_mins(d.mins16, y);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
         const __m256i plo = dot_us8_scaled(d.lo[j], load32(y.qs + 64 * j), scale_word(d.scales, 2 * j));
@@ -159,49 +164,76 @@ float q45_dot(int64_t n, const void* w, const void* a) {
     return acc1 - acc1_m;
 }
 
-// Eight rows by up to four tokens at once in llama.cpp's repacked Q4_K orders, lane i = row i: the per-row FMA
-// chains of q45_dot<..., Q4Repacked / Q4RepackedGemm> run side by side in one register instead of reducing
-// every block to a scalar (as llama.cpp's interleaved q4_Kx8 kernels do too), and each block is unpacked once
-// for all the tokens. Same bits per (row, token) as the one-row kernel.
+// The float chains of llama.cpp's repacked Q4_K orders for eight rows by T tokens, lane i = row i: the per-row
+// FMA chains of q45_dot<..., Q4Repacked / Q4RepackedGemm> run side by side in one register instead of reducing
+// every block to a scalar (as llama.cpp's interleaved q4_Kx8 kernels do too).
+template <Q45Order O, int T>
+struct Q4RepackedRowChains {
+    static_assert(O == Q45Order::Q4Repacked || O == Q45Order::Q4RepackedGemm);
+    static constexpr int P = O == Q45Order::Q4Repacked ? 1 : 4;  // lane sums per block: the whole block, or per pair
+    __m256 acc[T], acc_m[T];
+    Q4RepackedRowChains() {
+        for (int t = 0; t < T; ++t) acc[t] = acc_m[t] = _mm256_setzero_ps();
+    }
+    // Block b's scales of the eight rows (dx[i]: row i's) times token t's.
+    static __m256 row_scales(const float* dx, const BlockQ8_K* const* y, int t, int64_t b) { return _mm256_mul_ps(_mm256_load_ps(dx), _mm256_set1_ps(y[t][b].d)); }
+    // Token t's block: parts[p] lane i = row i's integer sum of the block (P == 1) or of pair p; mins[p] alike.
+    [[gnu::always_inline]] void add_rows(int t, const __m256i* parts, const __m256i* mins, __m256 dxy, __m256 dmy) {
+        for (int p = 0; p < P; ++p) {
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(parts[p]), dxy, acc[t]);
+            acc_m[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[p]), dmy, acc_m[t]);
+        }
+    }
+    // The eight rows' mins lanes (mins[i]: row i's four, zero above) as add_rows takes them.
+    static void min_rows(const __m256i (&mins)[8], __m256i* out) {
+        if constexpr (P == 1) {
+            out[0] = row_sums8(mins);
+        } else {
+            __m256 m[8], mt[8];  // mt[p] lane i: row i's mins term of pair p
+            for (int i = 0; i < 8; ++i) m[i] = _mm256_castsi256_ps(mins[i]);
+            transpose8(m, mt);
+            for (int p = 0; p < 4; ++p) out[p] = _mm256_castps_si256(mt[p]);
+        }
+    }
+    // One block: sums[t][p][i] row i's lanes of the block (P == 1) or of pair p; mins[t][i] its mins' four lanes.
+    [[gnu::always_inline]] void add(const __m256i (&sums)[T][P][8], const __m256i (&mins)[T][8], const float* dx, const float* dm,
+                                    const BlockQ8_K* const* y, int64_t b) {
+        for (int t = 0; t < T; ++t) {
+            __m256i parts[P], min_parts[P];
+            for (int p = 0; p < P; ++p) parts[p] = row_sums8(sums[t][p]);
+            min_rows(mins[t], min_parts);
+            add_rows(t, parts, min_parts, row_scales(dx, y, t, b), row_scales(dm, y, t, b));
+        }
+    }
+    void store(float* const* out) const {
+        for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], acc_m[t]));
+    }
+};
+
+// Eight rows by up to four tokens in the repacked orders, each block unpacked once for all the tokens. Same bits
+// per (row, token) as the one-row kernel.
 template <Q45Order O, int T>
 void q4_K_repacked_8xT(int64_t nb, const uint8_t* w, size_t row_bytes, const BlockQ8_K* const* y, float* const* out) {
-    static_assert(O == Q45Order::Q4Repacked || O == Q45Order::Q4RepackedGemm);
-    constexpr int P = O == Q45Order::Q4Repacked ? 1 : 4;
-    __m256 acc[T], acc_m[T];
-    for (int t = 0; t < T; ++t) acc[t] = acc_m[t] = _mm256_setzero_ps();
+    using Chains = Q4RepackedRowChains<O, T>;
+    Chains chains;
     for (int64_t b = 0; b < nb; ++b) {
         alignas(32) float dx[8], dm[8];
-        __m256i sums[T][P][8], mins[T][8];
+        __m256i sums[T][Chains::P][8], mins[T][8];
         for (int i = 0; i < 8; ++i) {
             const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(i) * row_bytes)[b];
             const Q45Decoded d = q45_decode<false>(x.scales, x.qs, nullptr);
             for (int t = 0; t < T; ++t) {
                 const Q45Lanes l = q45_apply(d, y[t][b]);
-                if constexpr (P == 1) sums[t][0][i] = l.lanes();
+                if constexpr (Chains::P == 1) sums[t][0][i] = l.lanes();
                 else for (int p = 0; p < 4; ++p) sums[t][p][i] = l.pair[p];
                 mins[t][i] = _mm256_zextsi128_si256(l.mins);
             }
             dx[i] = h2f(x.d);
             dm[i] = h2f(x.dmin);
         }
-        for (int t = 0; t < T; ++t) {
-            const __m256 dy = _mm256_set1_ps(y[t][b].d);
-            const __m256 dxy = _mm256_mul_ps(_mm256_load_ps(dx), dy), dmy = _mm256_mul_ps(_mm256_load_ps(dm), dy);
-            if constexpr (P == 1) {
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums8(sums[t][0])), dxy, acc[t]);
-                acc_m[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums8(mins[t])), dmy, acc_m[t]);
-            } else {
-                __m256 m[8], mt[8];  // mt[p] lane i: row i's mins term of pair p
-                for (int i = 0; i < 8; ++i) m[i] = _mm256_castsi256_ps(mins[t][i]);
-                transpose8(m, mt);
-                for (int p = 0; p < 4; ++p) {
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums8(sums[t][p])), dxy, acc[t]);
-                    acc_m[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_castps_si256(mt[p])), dmy, acc_m[t]);
-                }
-            }
-        }
+        chains.add(sums, mins, dx, dm, y, b);
     }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], acc_m[t]));
+    chains.store(out);
 }
 
 template <Q45Order O>
@@ -457,10 +489,13 @@ struct Q45VecStep : KQuantStep<B> {
         const uint8_t* qh = nullptr;
         if constexpr (Five) qh = x.qh;
         const Q45Lanes l = q45_lanes<Five>(x.scales, x.qs, qh, y);
-        const float d = y.d * h2f(x.d), dmin = -y.d * h2f(x.dmin);
-        if constexpr (Five) s.acc1_m = std::fma(dmin, static_cast<float>(hsum4(l.mins)), s.acc1_m);
-        else s.acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(l.mins), s.acc_m);
-        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l.lanes()), s.acc);
+        add_block(s, l.lanes(), l.mins, y.d * h2f(x.d), -y.d * h2f(x.dmin));
+    }
+    // A block's value lanes and mins' lanes into the chains, with d = y.d * x.d and dmin = -y.d * x.dmin.
+    [[gnu::always_inline]] static void add_block(State& s, __m256i lanes, __m128i mins, float d, float dmin) {
+        if constexpr (Five) s.acc1_m = std::fma(dmin, static_cast<float>(hsum4(mins)), s.acc1_m);
+        else s.acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), s.acc_m);
+        s.acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), s.acc);
     }
     static float finish(const State& s) { return Five ? hsum_float_8(s.acc) + s.acc1_m : hsum_float_8(s.acc) + hsum_mins4(s.acc_m); }
 };
