@@ -12,6 +12,7 @@
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/iquant_panels.h"
 #include "engine/kernels/kquant_panels.h"
+#include "engine/kernels/ternary_panels.h"
 #include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
@@ -306,6 +307,7 @@ void fill_avx2_table(KernelTable& t) {
     add_simd_iquant_kernels(t);
     add_iquant_panel_tiles(t);
     add_kquant_panel_tiles(t);
+    add_ternary_panel_tiles(t);
     add_row_lane_tiles(t);
     add_q2k_row_lane_tiles(t);
 }

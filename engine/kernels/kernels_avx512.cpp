@@ -11,6 +11,7 @@
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/iquant_panels.h"
 #include "engine/kernels/kquant_panels.h"
+#include "engine/kernels/ternary_panels.h"
 #include "engine/kernels/iquants_simd.h"
 #include "engine/kernels/q8_0_simd.h"
 #include "engine/kernels/quants_simd.h"
@@ -163,6 +164,7 @@ void fill_avx512_table(KernelTable& t) {
     add_simd_iquant_kernels(t);
     add_iquant_panel_tiles(t);
     add_kquant_panel_tiles(t);
+    add_ternary_panel_tiles(t);
     add_row_lane_tiles(t);
     add_q2k_row_lane_tiles(t);
     if (t.flavor == Flavor::Avx512) {  // the AVX2 build's orders keep the AVX2 table's ymm tiles
