@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -27,6 +28,27 @@ TEST(ThreadPool, EveryIndexExactlyOnceInWholeGroups) {
             EXPECT_FALSE(bad_range) << threads << " threads, n " << n;
             for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n " << n << ", index " << i;
         }
+    }
+}
+
+// An explicit chunk: every index once, in ranges of exactly that many items (the last may be shorter; a chunk
+// of 0 counts as 1), each starting at a multiple of it.
+TEST(ThreadPool, ExplicitChunksCoverEveryIndexOnce) {
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t n : {0, 1, 5, 64, 999})
+            for (int64_t chunk : {0, 1, 3, 8, 2000}) {
+                std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+                std::atomic<bool> bad_range{false};
+                const int64_t want = std::max<int64_t>(1, chunk);
+                pool.parallel_for(n, chunk, [&](int64_t b, int64_t e) {
+                    if (!(b < e) || e > n) bad_range = true;
+                    if (threads > 1 && n >= 2 && (b % want != 0 || (e != n && e - b != want))) bad_range = true;
+                    for (int64_t i = b; i < e; ++i) hits[i]++;
+                });
+                EXPECT_FALSE(bad_range) << threads << " threads, n " << n << ", chunk " << chunk;
+                for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n " << n << ", chunk " << chunk << ", index " << i;
+            }
     }
 }
 

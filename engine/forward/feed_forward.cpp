@@ -149,6 +149,9 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
     const int U = static_cast<int>(m_.hp.moe.n_expert_used);
     std::vector<std::pair<uint32_t, ExpertView>> ready;
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
+    // Busiest experts first, one at a time: an expert's cost is its token count, so the threads end together
+    // (each expert writes only its own tokens' rows: the order cannot change a result).
+    std::stable_sort(ready.begin(), ready.end(), [&](const auto& a, const auto& b) { return users[a.first].size() > users[b.first].size(); });
     size_t most = 0;
     for (const auto& [e, v] : ready) most = std::max(most, users[e].size());
     int n_tok = 0;
@@ -156,9 +159,14 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
         for (int who : users[e]) n_tok = std::max(n_tok, who / U + 1);
     const ExpertInputs in = prepare_expert_inputs(L, n_tok);
     const size_t ab_down = kernels::activation_bytes(L.down.type, F);
-    pool_.parallel_for(static_cast<int64_t>(ready.size()), [&](int64_t k0, int64_t k1) {
-        std::vector<float> g(most * F), u(most * F), y(most * E);
-        std::vector<uint8_t> act(most * std::max({in.ab_gate, in.ab_up, ab_down}));
+    pool_.parallel_for(static_cast<int64_t>(ready.size()), 1, [&](int64_t k0, int64_t k1) {
+        // Per thread, kept between calls (a range is one expert: allocating per range paged in fresh memory).
+        thread_local std::vector<float> g, u, y;
+        thread_local std::vector<uint8_t> act;
+        g.resize(most * F);
+        u.resize(most * F);
+        y.resize(most * E);
+        act.resize(most * std::max({in.ab_gate, in.ab_up, ab_down}));
         auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, size_t ab, int c, float* out) {
             matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, c, false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
         };

@@ -391,14 +391,14 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.
         constexpr int kTokenBlock = 16;
-        // Last blocks first: a block's cost grows with its causal prefix, and the pool hands out chunks in order,
-        // so the longest go first and the short ones even out the threads' ends (in order, the thread that drew
-        // the last chunk ran ~12% past the other at 4,096 tokens on two threads).
+        // Last blocks first, one at a time: a block's cost grows with its causal prefix, so the longest go
+        // first and the short ones even out the threads' ends (in order and in chunks of an eighth, the thread
+        // that drew the last chunk ran ~12% past the other at 4,096 tokens on two threads).
         const int blocks = (n + kTokenBlock - 1) / kTokenBlock;
         const int64_t items = static_cast<int64_t>(blocks) * kv_heads;
-        pool_.parallel_for(items, [&](int64_t i0, int64_t i1) {
-            ops::AttnScratch scratch;
-            std::vector<float> q_block, out_block;
+        pool_.parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
+            thread_local ops::AttnScratch scratch;  // per thread, kept between blocks
+            thread_local std::vector<float> q_block, out_block;
             for (int64_t j = i0; j < i1; ++j) {
                 const int64_t i = items - 1 - j;
                 const int t0 = static_cast<int>(i / kv_heads) * kTokenBlock, kvh = static_cast<int>(i % kv_heads);

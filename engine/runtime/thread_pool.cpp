@@ -80,7 +80,9 @@ void ThreadPool::worker() {
     }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { parallel_for(n, chunk_length(n, n_threads_), fn); }
+
+void ThreadPool::parallel_for(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
     if (n_threads_ == 1 || n < 2) {
         if (n > 0) fn(0, n);
         return;
@@ -89,7 +91,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     // worker has counted itself out of `pending_`.
     job_ = &fn;
     job_n_ = n;
-    chunk_ = chunk_length(n, n_threads_);
+    chunk_ = std::max<int64_t>(1, chunk);
     next_.store(0, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1);
     generation_.fetch_add(1);

@@ -28,6 +28,9 @@ public:
     // Runs fn(begin, end) over disjoint ranges covering [0, n), in parallel; returns when all are done. Ranges
     // are contiguous, and multiples of 8 long (but the last) once they are longer than 8.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+    // The same in ranges of `chunk` items (the last may be shorter): for loops of few, costly, uneven items
+    // (whole experts, attention blocks), which callers order longest first so that the threads finish together.
+    void parallel_for(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
 
     // The chunk length parallel_for uses for n items on `threads` threads.
     static int64_t chunk_length(int64_t n, int threads);
