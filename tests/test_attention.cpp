@@ -170,7 +170,6 @@ TEST(Attention, SimdEqualsReference) {
     }
 }
 
-
 // The vector exp of both builds stays within 2 ulp of exp over its whole range, across the boundary where the
 // AVX-512 build's power of two stops being a normal float (results down to subnormals, and 0 / inf beyond).
 TEST(VectorExp, WithinTwoUlpOfExpAcrossTheRange) {
@@ -196,7 +195,6 @@ TEST(VectorExp, WithinTwoUlpOfExpAcrossTheRange) {
     EXPECT_TRUE(std::isinf(ggml::expf_v<kernels::Flavor::Avx512>(200.f)));
     EXPECT_GT(checked, 10000);
 }
-
 
 // The tiled path's softmax step on registers against ggml_numerics.h's statement of it, bit for bit, on tiles
 // whose scores span the vector exp's whole range: results down to subnormals and 0, the AVX-512 build's
@@ -237,7 +235,6 @@ TEST(VectorExp, SoftmaxStepEqualsReference) {
     }
     EXPECT_GT(checked, 400);  // most trials had a visible score
 }
-
 
 // The group kernel's row blocks (R rows per full tile, their keys and values loaded once): many rows, each
 // seeing one more position per two rows (a prompt block's causal prefixes), tiles full for some rows and not
@@ -294,7 +291,6 @@ TEST(Attention, GroupRowBlocksEqualReference) {
         }
     }
 }
-
 
 // SwiGLU and SiLU on registers against the reference, bit for bit, for both builds: gate values across the
 // exp's range (saturating to 0 and to x, the subnormal edge), lengths with and without a tail.

@@ -200,10 +200,10 @@ __attribute__((target("avx512f"))) void tile_values_rows_512(const float* v, int
     }
 }
 // The same in 256-bit registers (sixteen of them): R rows x W positions of scores, R rows x W dims of values,
-// W = 32 / (R / 2) so that R x W / 8 accumulators stay at eight.
+// W = 64 / R so that R x W / 8 accumulators stay at eight.
 template <int R>
 void tile_scores_rows_256(const float* kt, const RowTile* rows, int dk, float scale, float (*kq)[64]) {
-    constexpr int J = R <= 2 ? 4 : 2, W = 8 * J;
+    constexpr int J = 8 / R, W = 8 * J;
     for (int part = 0; part < 64; part += W) {
         __m256 sc[R][J];
         for (auto& row : sc)
@@ -222,7 +222,7 @@ void tile_scores_rows_256(const float* kt, const RowTile* rows, int dk, float sc
 }
 template <int R>
 void tile_values_rows_256(const float* v, int dv, const float (*kq)[64], const RowTile* rows) {
-    constexpr int J = R <= 2 ? 4 : 2, W = 8 * J;
+    constexpr int J = 8 / R, W = 8 * J;
     for (int d = 0; d < dv; d += W) {
         __m256 a[R][J];
         for (int r = 0; r < R; ++r)
