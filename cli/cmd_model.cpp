@@ -53,6 +53,7 @@ struct Loaded {
     kernels::Flavor flavor = kernels::default_flavor();
     std::shared_ptr<const Tokenizer> tok;
     std::string summary;
+    std::string kernels;
 };
 
 Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
@@ -62,6 +63,7 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     l.model = std::move(e.model);
     l.flavor = e.flavor;
     l.summary = e.summary;
+    l.kernels = e.kernels;
     l.tok = Tokenizer::from_gguf(l.file.meta());
     if (l.tok->n_vocab() != static_cast<int32_t>(l.model->hp.n_vocab))
         throw CliError(path + ": the tokenizer has " + std::to_string(l.tok->n_vocab()) + " tokens, the model " +
@@ -233,11 +235,11 @@ int cmd_run(const std::vector<std::string>& args) {
                     {"stopped_eog", stopped_eog}, {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
                     {"kernels", kernels::isa_name(kernels::active_table(L.flavor).isa)},
-                    {"numerics", kernels::flavor_name(L.flavor)}, {"reference", use_ref}};
+                    {"numerics", kernels::flavor_name(L.flavor)}, {"kernels_why", L.kernels}, {"reference", use_ref}};
         std::cout << json_text(out) << "\n";
     } else {
         std::cout << stream.flush() << "\n";
-        std::cerr << L.summary << "\n";
+        std::cerr << L.summary << "\n" << L.kernels << "\n";
         std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
                   << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table(L.flavor).isa)
                   << (use_ref ? " (reference)" : "") << "\n";

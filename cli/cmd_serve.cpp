@@ -58,7 +58,7 @@ nlohmann::json engine_view_config(const std::string& name, const LoadedEngine& e
     nlohmann::json c = {{"model", name}, {"arch", facts.arch}, {"threads", threads}, {"parallel", parallel}, {"n_ctx", n_ctx},
                         {"resident_bytes", facts.resident_bytes}, {"kv_bytes", facts.kv_bytes(static_cast<uint32_t>(n_ctx)) * static_cast<uint64_t>(parallel)},
                         {"expert_bytes", facts.expert_bytes}, {"expert_cache_bytes", engine.streaming ? engine.cache_bytes : facts.expert_bytes},
-                        {"streaming", engine.streaming}, {"experts", engine.summary},
+                        {"streaming", engine.streaming}, {"experts", engine.summary}, {"kernels", engine.kernels},
                         {"cpus_allowed", status_field("Cpus_allowed_list:")}, {"mems_allowed", status_field("Mems_allowed_list:")}};
     if (!ef.ram_budget.empty()) c["ram_budget_bytes"] = parse_bytes("--ram-budget", ef.ram_budget);
     if (!plan_path.empty()) {
@@ -199,7 +199,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     try {
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx), parallel);
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
-        std::cerr << "moestream serve: " << engine.summary << "\n";
+        std::cerr << "moestream serve: " << engine.summary << "\n" << "moestream serve: " << engine.kernels << "\n";
         gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
                                                         .n_seq = parallel},
                                           static_cast<size_t>(max_queue));

@@ -3,10 +3,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "engine/kernels/cpu_choice.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_facts.h"
 #include "engine/runtime/expert_cache.h"
@@ -79,6 +81,13 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         auto fl = kernels::parse_flavor(f.numerics);
         if (!fl) throw CliError("--numerics " + f.numerics + " is not avx512 or avx2");
         le.flavor = *fl;
+    }
+    {
+        const char* isa = std::getenv("MOESTREAM_ISA");
+        const char* env_numerics = std::getenv("MOESTREAM_NUMERICS");
+        const std::string numerics = !f.numerics.empty() ? f.numerics : env_numerics ? env_numerics : "";
+        le.kernels = kernels::choose_kernels(kernels::host_cpu_features(), isa ? isa : "", numerics,
+                                             !f.numerics.empty() ? "--numerics " : "MOESTREAM_NUMERICS=").why;
     }
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {

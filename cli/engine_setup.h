@@ -34,6 +34,7 @@ struct LoadedEngine {
     bool streaming = false;
     uint64_t cache_bytes = 0;
     std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
+    std::string kernels;      // one line: the kernel table and numerics chosen, and why (cpu_choice.h)
 };
 
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.

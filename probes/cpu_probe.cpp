@@ -30,7 +30,7 @@ CpuFacts probe_cpu(const FsRoot& fs) {
         c.simd_source = "unknown: /proc/cpuinfo unreadable";
     }
     if (!c.model.value) c.model.source = cpuinfo ? "/proc/cpuinfo has no model name" : "unknown: /proc/cpuinfo unreadable";
-    for (auto [name, flag] : {std::pair{"avx2", "avx2"}, {"fma", "fma"}, {"f16c", "f16c"}, {"avx512f", "avx512f"},
+    for (auto [name, flag] : {std::pair{"avx2", "avx2"}, {"fma", "fma"}, {"f16c", "f16c"}, {"bmi2", "bmi2"}, {"avx512f", "avx512f"}, {"avx512dq", "avx512dq"},
                               {"avx512bw", "avx512bw"}, {"avx512vl", "avx512vl"}, {"avx512_vnni", "avx512_vnni"},
                               {"avx512_bf16", "avx512_bf16"}, {"neon", "asimd"}, {"dotprod", "asimddp"}})
         c.simd[name] = flags.count(flag) > 0;

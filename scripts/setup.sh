@@ -12,6 +12,7 @@ packages=(
   fio numactl systemd curl jq util-linux procps
   chromium                                      # the web page's tests run in it, headless
   nftables                                      # nft -c checks the cluster plan's firewall rules
+  qemu-user                                     # the cpu-models tests run the kernels as other CPUs (qemu-x86_64 -cpu)
 )
 # Node.js runs the official OpenAI/Anthropic SDK clients in the server tests: Debian's, unless a node is
 # already on PATH.

@@ -69,6 +69,22 @@ TEST(Check, ServerFlagsThpAlwaysAndNumaBalancing) {
     EXPECT_NE(row(rows, "numa_balancing")->fix.find("kernel.numa_balancing = 0"), std::string::npos);
 }
 
+// The kernels row applies the engine's own choice to the probed flags (of this host or another's facts).
+TEST(Check, KernelsRowNamesTheTableTheEngineChoosesAndWhy) {
+    auto laptop = check_fixture("laptop-1node-smt");  // Tiger Lake: AVX-512 with VNNI, no BF16
+    ASSERT_TRUE(row(laptop, "kernels"));
+    EXPECT_EQ(row(laptop, "kernels")->status, CheckStatus::Pass);
+    EXPECT_EQ(row(laptop, "kernels")->measured.rfind("avx512 kernels", 0), 0u) << row(laptop, "kernels")->measured;
+    EXPECT_NE(row(laptop, "kernels")->measured.find("VDPBF16PS emulated"), std::string::npos) << row(laptop, "kernels")->measured;
+    auto server = check_fixture("server-2socket-nvme-node1");
+    EXPECT_NE(row(server, "kernels")->measured.find("BF16 by VDPBF16PS"), std::string::npos);
+    EXPECT_EQ(row(server, "kernels")->measured.find("emulated"), std::string::npos);
+    auto unknown = check_fixture("missing-files");  // no /proc/cpuinfo: a WARN naming what to fix
+    ASSERT_TRUE(row(unknown, "kernels"));
+    EXPECT_EQ(row(unknown, "kernels")->status, CheckStatus::Warn);
+    EXPECT_NE(row(unknown, "kernels")->fix.find("/proc/cpuinfo"), std::string::npos);
+}
+
 TEST(Check, ThpNeverPasses) {
     auto rows = check_fixture("thp-never");
     EXPECT_EQ(row(rows, "thp")->status, CheckStatus::Pass);

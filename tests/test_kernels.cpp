@@ -8,6 +8,8 @@
 #include "engine/kernels/fp16.h"
 #include <cstring>
 #include "engine/kernels/kernels_internal.h"
+#include "engine/kernels/cpu_choice.h"
+#include "tests/kernel_cases.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -57,15 +59,12 @@ std::vector<size_t> lengths_of(GgmlType t) {
 
 // Every kernel slot (llama.cpp's one-token, batched and repacked orders) against the scalar reference's.
 TEST(Kernels, SimdMatchesScalarReference) {
+    REQUIRE_SIMD_TABLE();
     std::mt19937 rng(1234);
     int compared = 0;
-    const kernels::KernelTable& ref = kernels::reference_table();
-    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-        const kernels::KernelTable* t = kernels::table_for(isa);
-        if (!t) {
-            std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
-            continue;
-        }
+    for (const test::SimdCase& c : test::simd_cases()) {
+        const kernels::KernelTable* t = c.table;
+        const kernels::KernelTable& ref = *c.ref;
         for (GgmlType type : kTypes) {
             const int id = static_cast<int>(type);
             const std::pair<const char*, kernels::DotFn const*> slots[] = {{"dot", t->dot}, {"batch", t->dot_batch},
@@ -73,7 +72,7 @@ TEST(Kernels, SimdMatchesScalarReference) {
             const kernels::DotFn* ref_slots[] = {ref.dot, ref.dot_batch, ref.dot_repacked, ref.dot_repacked_gemm};
             for (size_t k = 0; k < 4; ++k) {
                 const kernels::DotFn got_fn = slots[k].second[id], ref_fn = ref_slots[k][id];
-                ASSERT_EQ(got_fn == nullptr, ref_fn == nullptr) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first;
+                ASSERT_EQ(got_fn == nullptr, ref_fn == nullptr) << c.label << " " << type_name(id) << " " << slots[k].first;
                 if (!got_fn) continue;
                 for (Fill fw : {Fill::Random, Fill::Zeros, Fill::Large, Fill::Tiny, Fill::OneHot}) {
                     for (size_t n : lengths_of(type)) {
@@ -83,7 +82,7 @@ TEST(Kernels, SimdMatchesScalarReference) {
                         const float got = got_fn(static_cast<int64_t>(n), p.w.data(), p.a.data());
                         // Exact integer sums and the reference's float order (for BF16 on this CPU's AVX-512 table,
                         // the VDPBF16PS instruction itself against the reference's emulation): bit-identical.
-                        EXPECT_EQ(got, want) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first
+                        EXPECT_EQ(got, want) << c.label << " " << type_name(id) << " " << slots[k].first
                                              << " n=" << n << " fill=" << static_cast<int>(fw);
                         ++compared;
                     }
@@ -98,11 +97,12 @@ TEST(Kernels, SimdMatchesScalarReference) {
 // repacked sums of a long row land on other bits than the one-token sum at least sometimes.
 TEST(Kernels, LlamaCppOrdersAreDistinct) {
     std::mt19937 rng(77);
-    const kernels::KernelTable& ref = kernels::reference_table();
-    for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
-                              std::pair{GgmlType::BF16, ref.dot_batch},
-                              std::pair{GgmlType::Q4_0, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked},
-                              std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
+    for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
+      const kernels::KernelTable& ref = kernels::reference_table(f);
+      for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
+                                std::pair{GgmlType::BF16, ref.dot_batch},
+                                std::pair{GgmlType::Q4_0, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked},
+                                std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
         const int id = static_cast<int>(type);
         int differ = 0;
         for (int rep = 0; rep < 50; ++rep) {
@@ -110,17 +110,59 @@ TEST(Kernels, LlamaCppOrdersAreDistinct) {
             Prepared p = prepare(type, w, a);
             differ += slot[id](4096, p.w.data(), p.a.data()) != ref.dot[id](4096, p.w.data(), p.a.data());
         }
-        EXPECT_GT(differ, 0) << type_name(id);
+        EXPECT_GT(differ, 0) << kernels::flavor_name(f) << " " << type_name(id);
+      }
     }
+}
+
+// The table and numerics chosen from a CPU's features, with the reason: the CPUs users have, and overrides.
+TEST(Kernels, ChoiceFromCpuFeatures) {
+    using kernels::CpuFeatures, kernels::Isa, kernels::Flavor;
+    CpuFeatures ivy_bridge;  // AVX and F16C, no AVX2/FMA
+    ivy_bridge.f16c = true;
+    CpuFeatures haswell = ivy_bridge;
+    haswell.avx2 = haswell.fma = haswell.bmi2 = true;
+    CpuFeatures skylake_x = haswell;  // AVX-512 without VNNI or BF16
+    skylake_x.avx512f = skylake_x.avx512dq = skylake_x.avx512bw = skylake_x.avx512vl = true;
+    CpuFeatures zen5 = skylake_x;
+    zen5.avx512vnni = zen5.avx512bf16 = true;
+
+    auto k = kernels::choose_kernels(ivy_bridge);
+    EXPECT_EQ(k.isa, Isa::Scalar);
+    EXPECT_EQ(k.flavor, Flavor::Avx2);
+    EXPECT_NE(k.why.find("lacks avx2 fma bmi2"), std::string::npos) << k.why;
+    k = kernels::choose_kernels(haswell);
+    EXPECT_EQ(k.isa, Isa::Avx2);
+    EXPECT_EQ(k.flavor, Flavor::Avx2);
+    k = kernels::choose_kernels(skylake_x);
+    EXPECT_EQ(k.isa, Isa::Avx2);  // the avx512 table's integer sums are VPDPBUSD
+    EXPECT_EQ(k.flavor, Flavor::Avx512);
+    EXPECT_NE(k.why.find("without avx512_vnni"), std::string::npos) << k.why;
+    EXPECT_NE(k.why.find("emulated"), std::string::npos) << k.why;
+    k = kernels::choose_kernels(zen5);
+    EXPECT_EQ(k.isa, Isa::Avx512);
+    EXPECT_EQ(k.flavor, Flavor::Avx512);
+    EXPECT_EQ(k.why.find("emulated"), std::string::npos) << k.why;
+
+    k = kernels::choose_kernels(haswell, "avx512", "avx512");  // a table the CPU cannot run is refused, visibly
+    EXPECT_EQ(k.isa, Isa::Avx2);
+    EXPECT_EQ(k.flavor, Flavor::Avx512);
+    EXPECT_NE(k.why.find("MOESTREAM_ISA=avx512 ignored: this CPU lacks avx512f avx512bw avx512vl avx512_vnni"), std::string::npos) << k.why;
+    k = kernels::choose_kernels(zen5, "scalar", "avx3");
+    EXPECT_EQ(k.isa, Isa::Scalar);
+    EXPECT_EQ(k.flavor, Flavor::Avx512);
+    EXPECT_NE(k.why.find("avx3 is not avx512 or avx2: ignored"), std::string::npos) << k.why;
+    // What this process runs is what active_table() returns.
+    EXPECT_EQ(kernels::active_table().isa, kernels::active_kernel_choice().isa);
 }
 
 // The multi-row entry points give exactly the per-row dot for every row (rows not a multiple of 8 included).
 TEST(Kernels, DotRowsEqualsDotPerRow) {
+    REQUIRE_SIMD_TABLE();
     std::mt19937 rng(5);
     int compared = 0;
-    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-        const kernels::KernelTable* t = kernels::table_for(isa);
-        if (!t) continue;
+    for (const test::SimdCase& c : test::simd_cases()) {
+        const kernels::KernelTable* t = c.table;
         for (GgmlType type : kTypes) {
           const int id = static_cast<int>(type);
           for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
@@ -141,7 +183,7 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
                 rows_fn(static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
                 for (int64_t r = 0; r < rows; ++r)
                     EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, act.data()))
-                        << kernels::isa_name(isa) << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
+                        << c.label << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
                 ++compared;
               }
             }
@@ -153,10 +195,11 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
 
 TEST(Kernels, Q8_0RowsOfSixtyFourMatchPerRow) {
     std::mt19937 rng(8);
-    const kernels::KernelTable* t = kernels::table_for(kernels::Isa::Avx2);
-    if (!t) GTEST_SKIP() << "no AVX2 on this CPU";
     const size_t n = 64, rb = *row_bytes(GgmlType::Q8_0, n);
+    REQUIRE_SIMD_TABLE();
+    for (const test::SimdCase& c : test::simd_cases())
     for (int64_t rows : {8, 13, 64}) {
+        const kernels::KernelTable* t = c.table;
         std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
         for (int64_t r = 0; r < rows; ++r) {
             auto vals = make(n, Fill::Random, rng);
@@ -168,7 +211,7 @@ TEST(Kernels, Q8_0RowsOfSixtyFourMatchPerRow) {
         std::vector<float> out(static_cast<size_t>(rows));
         t->dot_rows[8](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
         for (int64_t r = 0; r < rows; ++r)
-            EXPECT_EQ(out[r], kernels::reference_table().dot[8](static_cast<int64_t>(n), w.data() + r * rb, act.data())) << r;
+            EXPECT_EQ(out[r], c.ref->dot[8](static_cast<int64_t>(n), w.data() + r * rb, act.data())) << c.label << " row " << r;
     }
 }
 

@@ -9,6 +9,7 @@
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/kernels.h"
+#include "tests/kernel_cases.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -93,23 +94,21 @@ std::vector<float> activations(size_t n, Act f, std::mt19937& rng) {
 }
 
 TEST(QuantKernels, SimdMatchesScalarReference) {
+    REQUIRE_SIMD_TABLE();
     std::mt19937 rng(4321);
-    const kernels::KernelTable& ref = kernels::reference_table();
     int compared = 0;
-    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-        const kernels::KernelTable* t = kernels::table_for(isa);
-        if (!t) {
-            std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
-            continue;
-        }
+    for (const test::SimdCase& c : test::simd_cases()) {
+        const kernels::KernelTable* t = c.table;
+        const kernels::KernelTable& ref = *c.ref;
         for (GgmlType type : block_types()) {
+            if (!test::simd_comparable(type)) continue;
             const int id = static_cast<int>(type);
             const std::pair<const char*, const kernels::DotFn*> slots[] = {
                 {"dot", t->dot}, {"batch", t->dot_batch}, {"repacked", t->dot_repacked}, {"repacked-gemm", t->dot_repacked_gemm}};
             const kernels::DotFn* ref_slots[] = {ref.dot, ref.dot_batch, ref.dot_repacked, ref.dot_repacked_gemm};
             for (size_t k = 0; k < 4; ++k) {
                 const kernels::DotFn got_fn = slots[k].second[id], want_fn = ref_slots[k][id];
-                ASSERT_EQ(got_fn == nullptr, want_fn == nullptr) << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first;
+                ASSERT_EQ(got_fn == nullptr, want_fn == nullptr) << c.label << " " << type_name(id) << " " << slots[k].first;
                 if (!got_fn) continue;
                 for (Edge e : {Edge::None, Edge::ZeroScales, Edge::HugeScales, Edge::AllZeroBits, Edge::AllOneBits})
                     for (Act act : {Act::Random, Act::Large, Act::Zeros, Act::OneHot})
@@ -122,7 +121,7 @@ TEST(QuantKernels, SimdMatchesScalarReference) {
                             const float want = want_fn(static_cast<int64_t>(n), w.data(), a.data());
                             const float got = got_fn(static_cast<int64_t>(n), w.data(), a.data());
                             EXPECT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
-                                << kernels::isa_name(isa) << " " << type_name(id) << " " << slots[k].first << " n=" << n << " edge "
+                                << c.label << " " << type_name(id) << " " << slots[k].first << " n=" << n << " edge "
                                 << static_cast<int>(e) << " act " << static_cast<int>(act) << ": " << got << " vs " << want;
                             ++compared;
                         }
@@ -134,12 +133,13 @@ TEST(QuantKernels, SimdMatchesScalarReference) {
 
 // The multi-row entry points equal the per-row kernels for row counts on and off the 8-row groups.
 TEST(QuantKernels, DotRowsEqualsDotPerRow) {
+    REQUIRE_SIMD_TABLE();
     std::mt19937 rng(99);
     int compared = 0;
-    for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-        const kernels::KernelTable* t = kernels::table_for(isa);
-        if (!t) continue;
+    for (const test::SimdCase& c : test::simd_cases()) {
+        const kernels::KernelTable* t = c.table;
         for (GgmlType type : block_types()) {
+            if (!test::simd_comparable(type)) continue;
             const int id = static_cast<int>(type);
             for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
                                            std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
@@ -160,7 +160,7 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
                     for (int64_t r = 0; r < rows; ++r) {
                         const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data());
                         EXPECT_TRUE(std::memcmp(&want, &out[r], 4) == 0 || (std::isnan(want) && std::isnan(out[r])))
-                            << kernels::isa_name(isa) << " " << type_name(id) << " row " << r << " of " << rows << ": " << out[r] << " vs " << want;
+                            << c.label << " " << type_name(id) << " row " << r << " of " << rows << ": " << out[r] << " vs " << want;
                     }
                     ++compared;
                 }
@@ -174,6 +174,7 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
 // tokens that are not multiples of the tile, and token counts past one tile (from 8 tokens the i-quants run
 // through decoded panels: iquant_panels.h).
 TEST(QuantKernels, TileEqualsDotPerPair) {
+    REQUIRE_SIMD_TABLE();
     std::mt19937 rng(31);
     int compared = 0;
     for (kernels::Flavor flavor : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
@@ -181,6 +182,7 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
             const kernels::KernelTable* t = kernels::table_for(isa, flavor);
             if (!t) continue;
             for (int id = 0; id < kernels::kTypeSlots; ++id) {
+                if (!test::simd_comparable(static_cast<GgmlType>(id))) continue;
                 for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
                                                std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]}}) {
                     if (!tile_fn) continue;

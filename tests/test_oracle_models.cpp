@@ -11,6 +11,7 @@
 #include "engine/model/model_facts.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/kernel_cases.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -78,6 +79,9 @@ protected:
 TEST_P(OracleModel, MatchesLlamaCpp) {
     REQUIRE_ORACLE();
     const Case c = GetParam();
+    if (c.name.find("IQ3_S") != std::string::npos && kernels::active_table().isa != kernels::Isa::Scalar &&
+        !test::simd_comparable(GgmlType::IQ3_S))
+        GTEST_SKIP() << "IQ3_S's SIMD gather is mis-executed by this CPU emulator (see kernel_cases.h)";
     nlohmann::json expected = expected_of(c);
     GgufModel file = model_of(c);
     auto model = load_model(file);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "engine/kernels/cpu_choice.h"
+#include "engine/kernels/kernels.h"
 #include "sysctl/sysctl_d.h"
 #include "tune/perf_model.h"
 
@@ -30,6 +32,21 @@ std::string human_bytes(double b) {
 }
 
 namespace {
+
+// The probe's flag names (probes/cpu_probe.cpp). Facts written before f16c, bmi2 and avx512dq were probed
+// lack them: every AVX2 CPU shipped has F16C and BMI2, every AVX-512 one DQ, so absent means "as avx2/avx512f".
+kernels::CpuFeatures cpu_features_of(const std::map<std::string, bool>& simd) {
+    auto has = [&](const char* k, const char* fallback = nullptr) {
+        auto it = simd.find(k);
+        if (it != simd.end()) return it->second;
+        return fallback && simd.count(fallback) && simd.at(fallback);
+    };
+    kernels::CpuFeatures c;
+    c.avx2 = has("avx2"), c.fma = has("fma"), c.f16c = has("f16c", "avx2"), c.bmi2 = has("bmi2", "avx2");
+    c.avx512f = has("avx512f"), c.avx512dq = has("avx512dq", "avx512f"), c.avx512bw = has("avx512bw"), c.avx512vl = has("avx512vl");
+    c.avx512vnni = has("avx512_vnni"), c.avx512bf16 = has("avx512_bf16");
+    return c;
+}
 
 std::string limit_str(uint64_t v) { return v == UINT64_MAX ? "unlimited" : human_bytes(static_cast<double>(v)); }
 std::string gbps(double v) { char b[32]; std::snprintf(b, sizeof b, "%.2f GB/s", v / 1e9); return b; }
@@ -60,14 +77,22 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     const uint64_t ram = h.memory.total_bytes.value.value_or(0);
     const uint64_t avail = h.memory.available_bytes.value.value_or(0);
 
-    // CPU kernels
-    bool x86 = h.cpu.simd.count("avx2") && (h.cpu.simd.at("avx2") || !h.cpu.simd.at("neon"));
-    bool simd_ok = x86 ? (h.cpu.simd.at("avx2") && h.cpu.simd.at("fma")) : h.cpu.simd.count("neon") && h.cpu.simd.at("neon");
+    // CPU kernels: the table and numerics the engine would choose from these facts, by the engine's own rule.
     std::string simd_list;
     for (const auto& [k, v] : h.cpu.simd) if (v) simd_list += (simd_list.empty() ? "" : " ") + k;
-    add({"cpu_simd", "SIMD for the matmul kernels", simd_ok ? CheckStatus::Pass : CheckStatus::Warn,
-         simd_list.empty() ? "none detected (" + h.cpu.simd_source + ")" : simd_list, "AVX2+FMA (x86) or NEON (arm64)",
-         simd_ok ? "" : "none on this CPU: the scalar kernels run, several times slower"});
+    const bool arm = h.cpu.simd.count("neon") && h.cpu.simd.at("neon");
+    if (!arm && !simd_list.empty()) {
+        const kernels::KernelChoice k = kernels::choose_kernels(cpu_features_of(h.cpu.simd));
+        const bool simd = k.isa != kernels::Isa::Scalar;
+        add({"kernels", "kernel table and numerics the engine runs here", simd ? CheckStatus::Pass : CheckStatus::Warn, k.why,
+             "AVX2+FMA+F16C+BMI2 (AVX-512 with VNNI for the avx512 table)",
+             simd ? "" : "a CPU with AVX2 (Haswell / Zen 1 or later): the scalar kernels run several times slower"});
+    } else {
+        add({"kernels", "kernel table and numerics the engine runs here", CheckStatus::Warn,
+             simd_list.empty() ? "none detected (" + h.cpu.simd_source + ")" : simd_list, "AVX2+FMA+F16C+BMI2 (x86-64)",
+             arm ? "the engine has SIMD kernels for x86-64 only: the scalar kernels run here, several times slower"
+                 : "make /proc/cpuinfo readable to the probe (the engine itself reads CPUID)"});
+    }
 
     // Threads: physical cores only
     if (h.cpu.physical_cores.value) {

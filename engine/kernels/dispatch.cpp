@@ -3,8 +3,10 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
+#include "engine/kernels/cpu_choice.h"
 #include "engine/kernels/kernels_internal.h"
 
 namespace moe::kernels {
@@ -18,22 +20,80 @@ const char* isa_name(Isa isa) {
     return "?";
 }
 
-static bool cpu_has(Isa isa) {
+CpuFeatures host_cpu_features() {
+    CpuFeatures c;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-                __builtin_cpu_supports("bmi2");
-    switch (isa) {
-        case Isa::Scalar: return true;
-        case Isa::Avx2: return avx2;
-        case Isa::Avx512:
-            return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    }
-    return false;
+    c.avx2 = __builtin_cpu_supports("avx2");
+    c.fma = __builtin_cpu_supports("fma");
+    c.f16c = __builtin_cpu_supports("f16c");
+    c.bmi2 = __builtin_cpu_supports("bmi2");
+    c.avx512f = __builtin_cpu_supports("avx512f");
+    c.avx512dq = __builtin_cpu_supports("avx512dq");
+    c.avx512bw = __builtin_cpu_supports("avx512bw");
+    c.avx512vl = __builtin_cpu_supports("avx512vl");
+    c.avx512vnni = __builtin_cpu_supports("avx512vnni");
+    c.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+    return c;
+}
+
+// The features each table's translation unit is compiled with (engine/CMakeLists.txt), by name, for `why`.
+static std::string missing_for(const CpuFeatures& c, Isa isa) {
+    std::string m;
+    auto need = [&](bool have, const char* name) { if (!have) m += (m.empty() ? "" : " ") + std::string(name); };
+    if (isa == Isa::Scalar) return m;
+    need(c.avx2, "avx2"), need(c.fma, "fma"), need(c.f16c, "f16c"), need(c.bmi2, "bmi2");
+    if (isa == Isa::Avx512) need(c.avx512f, "avx512f"), need(c.avx512bw, "avx512bw"), need(c.avx512vl, "avx512vl"), need(c.avx512vnni, "avx512_vnni");
+    return m;
+}
+
+bool runs_isa(const CpuFeatures& c, Isa isa) {
+#if defined(__x86_64__)
+    return missing_for(c, isa).empty();
 #else
     return isa == Isa::Scalar;
 #endif
+}
+
+KernelChoice choose_kernels(const CpuFeatures& c, std::string_view isa_override, std::string_view numerics_override,
+                            std::string_view numerics_source) {
+    KernelChoice k{Isa::Scalar, Flavor::Avx2, ""};
+    std::string isa_why;
+    bool forced = false;
+    if (!isa_override.empty()) {
+        for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+            if (isa_override == isa_name(i)) {
+                if (runs_isa(c, i)) k.isa = i, forced = true, isa_why = "MOESTREAM_ISA=" + std::string(isa_override);
+                else isa_why = "MOESTREAM_ISA=" + std::string(isa_override) + " ignored: this CPU lacks " + missing_for(c, i) + "; ";
+            }
+        if (!forced && isa_why.empty()) isa_why = "MOESTREAM_ISA=" + std::string(isa_override) + " is not scalar, avx2 or avx512: ignored; ";
+    }
+    if (!forced) {
+        if (runs_isa(c, Isa::Avx512)) k.isa = Isa::Avx512, isa_why += "AVX-512 F/BW/VL with VNNI";
+        else if (runs_isa(c, Isa::Avx2)) k.isa = Isa::Avx2, isa_why += "AVX2+FMA+F16C+BMI2" + (c.avx512f ? ", no avx512 table without "  + missing_for(c, Isa::Avx512) : std::string());
+        else isa_why += "no SIMD table, this CPU lacks " + missing_for(c, Isa::Avx2) + " (several times slower)";
+    }
+    std::string num_why;
+    std::optional<Flavor> f;
+    if (!numerics_override.empty()) {
+        f = parse_flavor(numerics_override);
+        num_why = std::string(numerics_source) + std::string(numerics_override) + (f ? "" : " is not avx512 or avx2: ignored; ");
+    }
+    if (!f) {
+        // ggml's AVX-512 paths (vector exp, 16-lane registers) need AVX512F and DQ.
+        f = c.avx512f && c.avx512dq ? Flavor::Avx512 : Flavor::Avx2;
+        num_why += *f == Flavor::Avx512 ? "llama.cpp's AVX-512 build (AVX512F+DQ)" : "llama.cpp's AVX2 build (no AVX512F+DQ)";
+        if (*f == Flavor::Avx512) num_why += c.avx512bf16 ? ", BF16 by VDPBF16PS" : ", BF16 by VDPBF16PS emulated (no avx512_bf16)";
+    }
+    k.flavor = *f;
+    k.why = std::string(isa_name(k.isa)) + " kernels: " + isa_why + "; " + flavor_name(k.flavor) + " numerics: " + num_why;
+    return k;
+}
+
+static bool cpu_has(Isa isa) {
+    static const CpuFeatures c = host_cpu_features();
+    return runs_isa(c, isa);
 }
 
 const char* flavor_name(Flavor f) { return f == Flavor::Avx512 ? "avx512" : "avx2"; }
@@ -44,18 +104,15 @@ std::optional<Flavor> parse_flavor(std::string_view name) {
     return std::nullopt;
 }
 
-Flavor default_flavor() {
-    static const Flavor f = [] {
-        if (const char* env = std::getenv("MOESTREAM_NUMERICS"))
-            if (auto p = parse_flavor(env)) return *p;
-#if defined(__x86_64__)
-        __builtin_cpu_init();
-        // ggml's AVX-512 paths (vector exp, 16-lane registers) need AVX512F and DQ.
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return Flavor::Avx512;
-#endif
-        return Flavor::Avx2;
+Flavor default_flavor() { return active_kernel_choice().flavor; }
+
+const KernelChoice& active_kernel_choice() {
+    static const KernelChoice k = [] {
+        const char* isa = std::getenv("MOESTREAM_ISA");
+        const char* numerics = std::getenv("MOESTREAM_NUMERICS");
+        return choose_kernels(host_cpu_features(), isa ? isa : "", numerics ? numerics : "");
     }();
-    return f;
+    return k;
 }
 
 template <Flavor F>
@@ -80,19 +137,6 @@ const KernelTable* table_for(Isa isa, Flavor f) {
     return f == Flavor::Avx512 ? simd_table<Flavor::Avx512>(isa) : simd_table<Flavor::Avx2>(isa);
 }
 
-static Isa chosen_isa() {
-    static const Isa isa = [] {
-        if (const char* env = std::getenv("MOESTREAM_ISA")) {
-            for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-                if (std::strcmp(env, isa_name(i)) == 0 && cpu_has(i)) return i;
-        }
-        for (Isa i : {Isa::Avx512, Isa::Avx2})
-            if (cpu_has(i)) return i;
-        return Isa::Scalar;
-    }();
-    return isa;
-}
-
-const KernelTable& active_table(Flavor f) { return *table_for(chosen_isa(), f); }
+const KernelTable& active_table(Flavor f) { return *table_for(active_kernel_choice().isa, f); }
 
 }  // namespace moe::kernels

@@ -93,15 +93,8 @@ struct VecOrderBf16Avx2 {
         return vec_tail<true>(hsum_float_8(_mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]))), x, y, np, n);
     }
 };
-// BF16's tinyBLAS in the AVX2 build (dot_bf16_batch_a2): one 8-lane accumulator, hsum_float_8; chosen only for
-// rows that are a multiple of 8 long, so it has no tail (and ignores one, as that kernel does).
-struct GemmOrderBf16Avx2 {
-    using V = __m256;
-    static constexpr int kAcc = 1, kLanes = 8;
-    template <class Y>
-    static float finish(const V* a, const float*, const Y*, int64_t, int64_t) { return hsum_float_8(a[0]); }
-};
-// llamafile's GEMM in the AVX2 build: one 8-lane accumulator, the tail lane-wise, hsum_float_8.
+// llamafile's GEMM in the AVX2 build (F32, F16 and BF16 alike): one 8-lane accumulator, the tail lane-wise,
+// hsum_float_8.
 struct GemmOrderAvx2 {
     using V = __m256;
     static constexpr int kAcc = 1, kLanes = 8;

@@ -227,8 +227,14 @@ float dot_bf16_batch_a2(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc);
-    return hsum_float_8(acc);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc);
+    // A row off the 8-element step (the engine routes none here, but the slot takes any n): element i into
+    // lane i % 8, as the reference does.
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (; i < n; ++i) lanes[i % 8] = std::fma(bf2f(x[i]), bf2f(y[i]), lanes[i % 8]);
+    return hsum_float_8(_mm256_load_ps(lanes));
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
@@ -299,7 +305,7 @@ void fill_avx2_table(KernelTable& t) {
     t.tile_batch[1] = a2 ? float_tile<GemmOrderAvx2, 3, 3, uint16_t> : float_tile<GemmOrderAvx512InYmm, 2, 3, uint16_t>;
     if (a2) {  // the AVX-512 build's BF16 order is VDPBF16PS's pairing, which these tiles do not follow
         t.tile[30] = float_tile<VecOrderBf16Avx2, 2, 1, Bf16>;
-        t.tile_batch[30] = float_tile<GemmOrderBf16Avx2, 3, 3, Bf16>;
+        t.tile_batch[30] = float_tile<GemmOrderAvx2, 3, 3, Bf16>;
     }
     t.dot_rows[30] = a2 ? dot_rows_of<dot_bf16_a2> : dot_rows_of<dot_bf16>;
     add_simd_kquant_kernels(t);

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the kernel and llama.cpp-oracle tests on CPUs the test host is not, under QEMU user-mode emulation
+# (Debian's qemu-user): the code an AVX2-only or a pre-AVX2 CPU dispatches to, which an AVX-512 host never
+# executes by itself. QEMU's TCG has no AVX-512, so the AVX-512 tables stay covered by the native run only.
+#   run.sh MODEL GTEST_FILTER EXPECT_ISA TESTS_BINARY [MOESTREAM_BINARY MODEL_GGUF]
+# EXPECT_ISA is the kernel table the engine must choose on MODEL (scalar, avx2); with a moestream binary and a
+# model it also runs `moestream run` there and checks the table it names at start.
+set -uo pipefail
+model=$1 filter=$2 expect=$3 tests=$4 moestream=${5:-} gguf=${6:-}
+qemu=$(command -v qemu-x86_64 || true)
+if [ -z "$qemu" ]; then
+  echo "cpu-models: qemu-x86_64 not found (apt-get install qemu-user; scripts/setup.sh does): not run on $model"
+  exit 77  # ctest's SKIP_RETURN_CODE: reported as skipped, never as passed
+fi
+# TCG lacks a few of the named models' system features (pcid, x2apic, TSX); they do not matter to user code.
+cpu="$model"
+for f in pcid x2apic tsc-deadline hle rtm invpcid; do cpu+=",-$f"; done
+echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter"
+"$qemu" -cpu "$cpu" "$tests" --gtest_filter="$filter" --gtest_brief=1 2>&1 | grep -v "^qemu-x86_64: warning"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { echo "cpu-models: tests failed under -cpu $model (exit $rc)"; exit 1; }
+if [ -n "$moestream" ]; then
+  out=$("$qemu" -cpu "$cpu" "$moestream" run --model "$gguf" --prompt "hello" -n 2 --json 2>&1)
+  rc=$?
+  why=$(printf '%s\n' "$out" | grep -o '"kernels_why": *"[^"]*"' | head -1)
+  [ "$rc" -eq 0 ] || { echo "cpu-models: moestream run failed under -cpu $model (exit $rc): $out"; exit 1; }
+  echo "cpu-models: moestream run under -cpu $model: ${why:-no kernels line}"
+  case "$why" in
+    *"\"$expect kernels:"*) ;;
+    *) echo "cpu-models: expected the $expect table on $model; output: $out"; exit 1 ;;
+  esac
+fi
+echo "cpu-models: $model passed"
