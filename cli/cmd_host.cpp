@@ -7,12 +7,14 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/plan_files.h"
 #include "engine/gguf/gguf.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/probes.h"
 #include "probes/storage_probe.h"
 #include "tune/check.h"
 #include "tune/cluster.h"
+#include "tune/plan_io.h"
 
 namespace po = boost::program_options;
 
@@ -101,6 +103,14 @@ void print_human(const HostFacts& h) {
               << (h.kernel.io_uring_works.value ? (*h.kernel.io_uring_works.value ? "works" : h.kernel.io_uring_works.source)
                                                 : h.kernel.io_uring_works.source)
               << "\n";
+    std::cout << "llama.cpp";
+    if (h.llama_cpp.binaries.empty()) std::cout << " none found (" << h.llama_cpp.source << ")\n";
+    for (size_t i = 0; i < h.llama_cpp.binaries.size(); ++i) {
+        const auto& b = h.llama_cpp.binaries[i];
+        std::cout << (i ? "         " : "") << " " << b.role << " " << b.path << " (" << b.found_by << "): "
+                  << (b.runs ? "runs" : "does not run: " + b.detail)
+                  << (b.build.empty() ? "" : ", build " + b.build + (b.build_source == "--version" ? "" : " (" + b.build_source + ")")) << "\n";
+    }
     if (h.storage) {
         const auto& s = *h.storage;
         std::cout << "storage  " << s.path << " (" << s.filesystem.value.value_or("?") << "), free "
@@ -152,7 +162,8 @@ int cmd_probe(const std::vector<std::string>& args) {
 
 // A cluster plan's rows: each worker's rpc-server, which has no authentication, must listen on a private
 // address (a public one fails loudly, with the fix).
-std::vector<CheckRow> check_cluster(const std::string& path) {
+std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
+    const std::string& path = yaml_path;
     YAML::Node y;
     try {
         y = YAML::LoadFile(path);
@@ -178,12 +189,45 @@ std::vector<CheckRow> check_cluster(const std::string& path) {
         }
         rows.push_back(r);
     }
+    // The programs the plan starts, on each host by its facts file (the ones the request names), and their builds.
+    const YAML::Node q = y["request"];
+    if (q && q.IsMap() && q["head"] && q["workers"]) {
+        std::vector<std::pair<std::string, std::string>> specs = {{"head", q["head"].as<std::string>()}};
+        int i = 0;
+        for (const auto& w : q["workers"]) specs.push_back({"worker" + std::to_string(++i), w.as<std::string>()});
+        std::vector<std::pair<std::string, std::string>> builds;
+        for (const auto& [name, spec] : specs) {
+            const std::string role = name == "head" ? "llama-server" : "rpc-server";
+            const std::string path = q[role == "llama-server" ? "llama_server_binary" : "rpc_server_binary"].as<std::string>("");
+            const std::string facts_file = spec.substr(0, spec.rfind('@'));
+            HostFacts facts;
+            try {
+                facts = host_facts_from_text(read_text(facts_file), facts_file);
+            } catch (const std::exception& e) {
+                rows.push_back({"binary_" + role + "_" + name, name + ": " + role + " the plan starts", CheckStatus::Unknown,
+                                std::string("facts not readable: ") + e.what(), path + " exists and runs", "probe " + name + " again: moestream probe --json > " + facts_file});
+                continue;
+            }
+            if (path.empty()) {
+                rows.push_back({"binary_" + role + "_" + name, name + ": " + role + " the plan starts", CheckStatus::Warn,
+                                "cluster.yaml names no " + role + " (planned before the paths were recorded)", "a path", "moestream regen --cluster " + yaml_path});
+                continue;
+            }
+            CheckRow r = llama_binary_row(name, facts, role, path);
+            std::string build;
+            for (const auto& b : facts.llama_cpp.binaries)
+                if (b.path == path && b.runs) build = b.build;
+            if (r.status == CheckStatus::Pass) builds.push_back({name, build});
+            rows.push_back(r);
+        }
+        if (builds.size() > 1) rows.push_back(llama_builds_row(builds));
+    }
     return rows;
 }
 
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget, cluster;
+    std::string root = "/", model, budget, cluster, plan_path;
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
@@ -191,7 +235,8 @@ int cmd_check(const std::vector<std::string>& args) {
         ("ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
         ("json", po::bool_switch(&as_json), "rows as JSON")
-        ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens)")
+        ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here")
+        ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens; the programs it starts, on each host by its facts file, and their llama.cpp builds)")
         ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
     add_storage_options(opts, sf, 3);
     po::variables_map vm;
@@ -216,6 +261,15 @@ int cmd_check(const std::vector<std::string>& args) {
     in.mem_bytes_per_s = measure_memory_read_bandwidth(std::max(1, in.host.cpu.physical_cores.value.value_or(1)), 256u << 20);
     in.tuned_running = tuned_running(fs, in.tuned_profile);
     auto rows = run_checks(in, fs);
+    if (!plan_path.empty()) {  // a llama-server plan: the program its launch.sh starts exists and runs here
+        Plan p;
+        try {
+            p = load_plan(plan_path);
+        } catch (const std::exception& e) {
+            throw CliError(e.what());
+        }
+        if (p.target == "llama-server") rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
+    }
     if (as_json) {
         auto out = rows_to_json(rows);
         if (in.model) {

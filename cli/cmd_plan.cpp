@@ -25,6 +25,7 @@
 #include "systemd/unit.h"
 #include "tune/check.h"
 #include "tune/plan_io.h"
+#include "tune/cluster.h"
 #include "tune/planner.h"
 
 namespace po = boost::program_options;
@@ -217,8 +218,10 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("worker", po::value(&workers)->composing(), "llama-rpc: a worker's facts @ the address its rpc-server binds, as w1.json@10.0.0.2 (repeat)")
         ("rpc-port", po::value(&rpc_port)->default_value(50052), "llama-rpc: the workers' rpc-server port")
         ("link-gbps", po::value(&link_gbps)->default_value(10), "llama-rpc: network speed between the hosts, Gbit/s")
-        ("rpc-server-binary", po::value(&rpc_binary)->default_value("/usr/local/bin/rpc-server"), "llama-rpc: rpc-server on the workers")
-        ("llama-server-binary", po::value(&llama_binary)->default_value("/usr/local/bin/llama-server"), "llama-rpc: llama-server on the head")
+        ("rpc-server-binary", po::value(&rpc_binary), "llama-rpc: rpc-server on the workers (default: where their probes found "
+         "ggml-rpc-server or rpc-server, else this host's PATH, else /usr/local/bin/ggml-rpc-server)")
+        ("llama-server-binary", po::value(&llama_binary), "llama-server / llama-rpc: llama-server (on the head; default: where its probe found it, "
+         "else this host's PATH, else /usr/local/bin/llama-server)")
         ("mem-gbps", po::value(&mem_gbps)->default_value(20), "llama-rpc: each host's RAM read bandwidth for the prediction, GB/s")
         ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory for routed experts, as 0=96G,1=96G")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
@@ -237,7 +240,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     po::notify(vm);
     if (target == "llama-rpc")
         return plan_cluster({.model = model, .head = head, .workers = workers, .out = out, .rpc_port = rpc_port, .link_gbps = link_gbps,
-                             .mem_gbps = mem_gbps, .n_ctx = n_ctx, .port = port, .rpc_binary = rpc_binary, .llama_binary = llama_binary});
+                             .mem_gbps = mem_gbps, .n_ctx = n_ctx, .port = port, .rpc_binary = rpc_binary, .llama_binary = llama_binary, .rpc_binary_reason = "", .llama_binary_reason = ""});
     if (target == "llama-server" && gpu_mem.empty()) throw CliError("--target llama-server needs --gpu-mem, as 0=96G,1=96G");
     if (port < 1 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     ModelFacts m = read_model_facts(model);
@@ -264,7 +267,23 @@ int cmd_plan(const std::vector<std::string>& args) {
     }
     HostFacts h = gather_host(facts, root, model, seconds, no_storage);
     o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20) : 0;
+    BinaryChoice server;
+    if (target == "llama-server") {
+        ClusterHost self{"this host", "", h, 0};
+        std::vector<std::string> path_dirs;
+        if (const char* env = std::getenv("PATH")) {
+            std::stringstream ss(env);
+            for (std::string d; std::getline(ss, d, ':');)
+                if (!d.empty() && d[0] == '/') path_dirs.push_back(d);
+        }
+        server = choose_llama_binary("llama-server", llama_binary, {&self}, path_dirs);
+        o.llama_server_binary = server.path;
+    }
     Plan p = plan_or_cli_error(h, m, o);
+    if (target == "llama-server") {
+        p.reasons.push_back({"llama_server_binary", {server.path, server.reason}});
+        if (!server.warning.empty()) p.notes.push_back(server.warning);
+    }
     p.asked_ram_budget = o.ram_budget;
     if (vm.count("threads")) p.asked_threads = threads;
     p.asked_gpu_mem = gpu_mem;

@@ -1,7 +1,9 @@
 // `plan --target llama-rpc`, `install --host-dir`, `regen --cluster`: the cluster plan from the command line.
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -44,6 +46,13 @@ int plan_cluster(const ClusterRequest& r) {
     o.port = r.port;
     o.rpc_server_binary = r.rpc_binary;
     o.llama_server_binary = r.llama_binary;
+    o.rpc_server_binary_reason = r.rpc_binary_reason;
+    o.llama_server_binary_reason = r.llama_binary_reason;
+    if (const char* path = std::getenv("PATH")) {
+        std::stringstream ss(path);
+        for (std::string d; std::getline(ss, d, ':');)
+            if (!d.empty() && d[0] == '/') o.planning_path.push_back(d);
+    }
     ClusterPlan cp;
     try {
         cp = make_cluster_plan(read_model_facts(r.model), o);
@@ -59,8 +68,10 @@ int plan_cluster(const ClusterRequest& r) {
     for (const auto& w : r.workers) req << (fs::absolute(w.substr(0, w.rfind('@'))).string() + w.substr(w.rfind('@')));
     req << YAML::EndSeq << YAML::Key << "rpc_port" << YAML::Value << r.rpc_port << YAML::Key << "link_gbps" << YAML::Value << r.link_gbps
         << YAML::Key << "mem_gbps" << YAML::Value << r.mem_gbps << YAML::Key << "n_ctx" << YAML::Value << r.n_ctx << YAML::Key << "port"
-        << YAML::Value << r.port << YAML::Key << "rpc_server_binary" << YAML::Value << r.rpc_binary << YAML::Key << "llama_server_binary"
-        << YAML::Value << r.llama_binary << YAML::EndMap << YAML::EndMap;
+        << YAML::Value << r.port << YAML::Key << "rpc_server_binary" << YAML::Value << cp.rpc_server_binary << YAML::Key
+        << "rpc_server_binary_reason" << YAML::Value << cp.rpc_server_binary_reason << YAML::Key << "llama_server_binary" << YAML::Value
+        << cp.llama_server_binary << YAML::Key << "llama_server_binary_reason" << YAML::Value << cp.llama_server_binary_reason << YAML::EndMap
+        << YAML::EndMap;
     // Each file against what the directory holds: a re-plan shows, per host, what changed.
     size_t changed = 0;
     for (auto f : render_cluster_files(cp, dir)) {
@@ -126,8 +137,13 @@ int regen_cluster(const std::string& path) {
         r.mem_gbps = q["mem_gbps"].as<double>(20);
         r.n_ctx = q["n_ctx"].as<uint32_t>(4096);
         r.port = q["port"].as<int>(8000);
-        r.rpc_binary = q["rpc_server_binary"].as<std::string>("/usr/local/bin/rpc-server");
-        r.llama_binary = q["llama_server_binary"].as<std::string>("/usr/local/bin/llama-server");
+        // The paths the plan chose are kept, with their reasons; a request from before they were recorded finds them again.
+        r.rpc_binary = q["rpc_server_binary"].as<std::string>("");
+        r.llama_binary = q["llama_server_binary"].as<std::string>("");
+        r.rpc_binary_reason = q["rpc_server_binary_reason"].as<std::string>("");
+        r.llama_binary_reason = q["llama_server_binary_reason"].as<std::string>("");
+        if (!r.rpc_binary.empty() && r.rpc_binary_reason.empty()) r.rpc_binary_reason = "kept from cluster.yaml";
+        if (!r.llama_binary.empty() && r.llama_binary_reason.empty()) r.llama_binary_reason = "kept from cluster.yaml";
         return plan_cluster(r);
     } catch (const YAML::Exception& e) {
         throw CliError(path + ": request: " + e.msg);

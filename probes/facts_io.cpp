@@ -77,6 +77,11 @@ json to_json(const HostFacts& f) {
     json kernel = {{"sysctl", sysctl}, {"io_uring_works", src(f.kernel.io_uring_works)}};
     json out = {{"schema", f.schema}, {"root", f.root}, {"cpu", cpu}, {"numa", {{"source", f.numa.source}, {"nodes", nodes}}},
                 {"memory", mem}, {"limits", limits}, {"kernel", kernel}};
+    json bins = json::array();
+    for (const auto& b : f.llama_cpp.binaries)
+        bins.push_back({{"role", b.role}, {"path", b.path}, {"found_by", b.found_by}, {"runs", b.runs}, {"build", b.build},
+                        {"build_source", b.build_source}, {"detail", b.detail}});
+    out["llama_cpp"] = {{"probed", f.llama_cpp.probed}, {"source", f.llama_cpp.source}, {"binaries", bins}};
     if (f.storage) {
         json res = json::array();
         for (const auto& r : f.storage->results) res.push_back(bandwidth(r));
@@ -215,6 +220,16 @@ HostFacts host_facts_from_text(const std::string& text, const std::string& label
         }
         h.kernel.io_uring_works = get_src<bool>(j["kernel"], "io_uring_works");
         if (h.kernel.sysctl.count("kernel.io_uring_disabled")) h.kernel.io_uring_disabled = h.kernel.sysctl["kernel.io_uring_disabled"];
+        if (j.contains("llama_cpp") && j["llama_cpp"].is_object()) {
+            const json& lc = j["llama_cpp"];
+            h.llama_cpp.probed = lc.value("probed", false);
+            h.llama_cpp.source = lc.value("source", "");
+            for (const auto& b : lc.value("binaries", json::array()))
+                h.llama_cpp.binaries.push_back({b.value("role", ""), b.value("path", ""), b.value("found_by", ""), b.value("runs", false),
+                                                b.value("build", ""), b.value("build_source", ""), b.value("detail", "")});
+        } else {
+            h.llama_cpp.source = "missing from the facts file (probed before llama.cpp's programs were looked for)";
+        }
         if (j.contains("storage") && j["storage"].is_object()) {
             const json& s = j["storage"];
             StorageFacts st;

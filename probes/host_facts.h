@@ -92,6 +92,24 @@ struct StorageFacts {
     std::vector<std::string> notes;        // disagreements, fallbacks, refusals
 };
 
+// llama.cpp's programs found on this host (for the llama-server and llama-rpc plans): where, whether they run,
+// and the build they report.
+struct LlamaCppBinary {
+    std::string role;      // "rpc-server" or "llama-server"
+    std::string path;      // absolute
+    std::string found_by;  // "PATH" or "install location"
+    bool runs = false;     // started, answered --version (or usage) and exited
+    std::string build;     // "6123 (1a2b3c4)" as llama.cpp prints its build; empty when not reported
+    std::string build_source;  // "--version", or "llama-server beside it" (rpc-server reports none)
+    std::string detail;    // what it printed first, or why it did not run
+};
+
+struct LlamaCppFacts {
+    bool probed = false;   // false in facts written before this probe existed, and under --root
+    std::string source;
+    std::vector<LlamaCppBinary> binaries;
+};
+
 struct HostFacts {
     int schema = 1;
     std::string root = "/";
@@ -101,6 +119,7 @@ struct HostFacts {
     LimitFacts limits;
     KernelFacts kernel;
     std::optional<StorageFacts> storage;
+    LlamaCppFacts llama_cpp;
 };
 
 nlohmann::json to_json(const HostFacts& f);

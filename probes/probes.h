@@ -2,6 +2,7 @@
 // in the fact's `source` instead of failing; nothing here throws for a missing or unreadable file.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "probes/fs_root.h"
 #include "probes/host_facts.h"
@@ -20,6 +21,12 @@ KernelFacts probe_kernel(const FsRoot& fs, bool try_ring);
 BlockDeviceFacts probe_block_device(const FsRoot& fs, const std::string& disk);
 // The disk holding `path` ("MAJ:MIN" of its filesystem through /sys/dev/block); nullopt when unknown.
 std::optional<BlockDeviceFacts> probe_block_device_for_path(const FsRoot& fs, const std::string& path);
+
+// llama.cpp's rpc-server (ggml-rpc-server, or rpc-server before its rename) and llama-server on `path_env`
+// (a PATH value) and in the install locations (/usr/local/bin, /usr/bin), each run once with --version.
+LlamaCppFacts probe_llama_cpp(const std::string& path_env);
+// The names each role's program has had, newest first.
+const std::vector<std::string>& llama_cpp_names(const std::string& role);
 
 struct HostProbeOptions {
     std::string root = "/";

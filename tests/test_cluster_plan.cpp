@@ -48,6 +48,24 @@ ModelFacts big_model() {
     return m;
 }
 
+// Facts as a live probe writes them when it found llama.cpp's `role` program at `path`, running, of one build.
+HostFacts with_programs(HostFacts h, const std::string& role, const std::string& path, const std::string& build = "7001 (abcdef1)") {
+    h.llama_cpp.probed = true;
+    h.llama_cpp.source = "test";
+    h.llama_cpp.binaries.push_back({role, path, "PATH", true, build, "--version", "version: " + build});
+    return h;
+}
+
+// A directory of stand-ins that answer --version as llama.cpp's programs do (rpc-server: usage, exit 0).
+void write_fake_llama_cpp(const std::string& dir, const std::string& rpc_name, const std::string& build_number) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/" + rpc_name) << "#!/bin/sh\necho \"error: unknown argument: $1\" >&2\necho \"Usage: $0 [options]\" >&2\nexit 0\n";
+    std::ofstream(dir + "/llama-server") << "#!/bin/sh\necho \"version: " << build_number << " (abcdef1)\" >&2\necho \"built with cc\" >&2\n";
+    std::ofstream(dir + "/broken-server") << "#!/bin/sh\necho \"error while loading shared libraries: libggml.so\" >&2\nexit 127\n";
+    for (const auto& n : {rpc_name, std::string("llama-server"), std::string("broken-server")})
+        std::filesystem::permissions(dir + "/" + n, std::filesystem::perms::owner_all);
+}
+
 ClusterOptions three_hosts(const std::string& worker2_address = "10.0.0.3") {
     ClusterOptions o;
     o.model_path = "/models/glm.gguf";
@@ -194,11 +212,11 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
         std::ofstream(dir / name) << to_json(h).dump();
         return dir / name;
     };
-    HostFacts head_facts = fixture_host("laptop-1node-smt");
+    HostFacts head_facts = with_programs(fixture_host("laptop-1node-smt"), "llama-server", "/bin/true");
     head_facts.memory.read_bytes_per_s = {7.5e9, "measured"};  // as probe records it on a live host
     const std::string head = write_facts("head.json", head_facts);
-    const std::string w1 = write_facts("w1.json", fixture_host("server-2socket-nvme-node1"));
-    HostFacts small = fixture_host("thp-never");
+    const std::string w1 = write_facts("w1.json", with_programs(fixture_host("server-2socket-nvme-node1"), "rpc-server", "/bin/true"));
+    HostFacts small = with_programs(fixture_host("thp-never"), "rpc-server", "/bin/true");
     const std::string w2 = write_facts("w2.json", small);
     const std::string out = dir / "cluster";
     auto [rc, text] = test::run_moestream("plan --target llama-rpc --model " + model + " --head " + head + "@10.0.0.1 --worker " + w1 +
@@ -228,6 +246,101 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
     auto [fail, fail_out] = test::run_moestream("check --cluster " + out + "/public.yaml", true);
     EXPECT_EQ(fail, 2) << fail_out;
     EXPECT_NE(fail_out.find("PUBLIC"), std::string::npos) << fail_out;
+}
+
+// The probe finds llama.cpp's programs under either rpc-server name, runs each once, and keeps what it saw.
+TEST(ClusterPlan, ProbeFindsLlamaCppProgramsAndTheirBuild) {
+    test::TempDir dir;
+    write_fake_llama_cpp(dir / "bin", "ggml-rpc-server", "7001");
+    std::filesystem::rename(dir / "bin/broken-server", dir / "bin/rpc-server");  // the old name, not running
+    const LlamaCppFacts f = probe_llama_cpp(dir / "bin");
+    ASSERT_TRUE(f.probed);
+    auto find = [&](const std::string& name) -> const LlamaCppBinary* {
+        for (const auto& b : f.binaries) if (b.path == dir / ("bin/" + name)) return &b;
+        return nullptr;
+    };
+    ASSERT_TRUE(find("llama-server") && find("ggml-rpc-server") && find("rpc-server"));
+    EXPECT_TRUE(find("llama-server")->runs);
+    EXPECT_EQ(find("llama-server")->build, "7001 (abcdef1)");
+    EXPECT_TRUE(find("ggml-rpc-server")->runs);
+    EXPECT_EQ(find("ggml-rpc-server")->build_source, "llama-server beside it");
+    EXPECT_FALSE(find("rpc-server")->runs);
+    EXPECT_NE(find("rpc-server")->detail.find("libggml.so"), std::string::npos) << find("rpc-server")->detail;
+    HostFacts h;
+    h.llama_cpp = f;
+    const HostFacts back = host_facts_from_text(to_json(h).dump(), "round trip");
+    ASSERT_EQ(back.llama_cpp.binaries.size(), f.binaries.size());
+    EXPECT_EQ(back.llama_cpp.binaries[0].build, f.binaries[0].build);
+    auto old = to_json(HostFacts{});
+    old.erase("llama_cpp");  // facts from before the programs were probed
+    const HostFacts before = host_facts_from_text(old.dump(), "old facts");
+    EXPECT_FALSE(before.llama_cpp.probed);
+    EXPECT_NE(before.llama_cpp.source.find("probed before"), std::string::npos);
+}
+
+// Without --rpc-server-binary / --llama-server-binary the paths come from the hosts' probes, else the planning
+// host's PATH under either name, else the install location; cluster.yaml says which and why, regen keeps
+// them, and check --cluster fails a host whose facts lack the program and warns on mixed builds.
+TEST(ClusterPlan, DefaultBinariesAreFoundNotAssumed) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --ffn 64 "
+                                  "--vocab-builtin --out " + model, true).first, 0);
+    auto write_facts = [&](const std::string& name, const HostFacts& h) {
+        std::ofstream(dir / name) << to_json(h).dump();
+        return dir / name;
+    };
+    const std::string head = write_facts("head.json", with_programs(fixture_host("laptop-1node-smt"), "llama-server", "/opt/llama/bin/llama-server"));
+    const std::string w1 = write_facts("w1.json", with_programs(fixture_host("server-2socket-nvme-node1"), "rpc-server", "/opt/llama/bin/ggml-rpc-server"));
+    const std::string w2 = write_facts("w2.json", with_programs(fixture_host("thp-never"), "rpc-server", "/opt/llama/bin/ggml-rpc-server"));
+    const std::string hosts = " --head " + head + "@10.0.0.1 --worker " + w1 + "@10.0.0.2 --worker " + w2 + "@10.0.0.3";
+    auto plan = [&](const std::string& path_env, const std::string& hosts_args, const std::string& out) {
+        return test::run_moestream_env("PATH=" + path_env, "plan --target llama-rpc --model " + model + hosts_args + " --out " + out);
+    };
+
+    // 1. From the probes.
+    auto [rc, text] = plan("/nonexistent", hosts, dir / "c1");
+    ASSERT_EQ(rc, 0) << text;
+    EXPECT_NE(read_file(dir / "c1/worker1/rpc-server.service").find("ExecStart=/opt/llama/bin/ggml-rpc-server -H 10.0.0.2"), std::string::npos);
+    EXPECT_NE(read_file(dir / "c1/head/launch.sh").find("/opt/llama/bin/llama-server"), std::string::npos);
+    const std::string yaml1 = read_file(dir / "c1/cluster.yaml");
+    EXPECT_NE(yaml1.find("rpc_server_binary: \"/opt/llama/bin/ggml-rpc-server: found running by the probe of worker1, worker2\""), std::string::npos) << yaml1;
+    auto [ok, ok_out] = test::run_moestream("check --cluster " + dir / "c1/cluster.yaml", true);
+    EXPECT_EQ(ok, 0) << ok_out;
+    EXPECT_NE(ok_out.find("7001 (abcdef1) on head, worker1, worker2"), std::string::npos) << ok_out;
+
+    // 2. Facts from before programs were probed: the planning host's PATH, under the old name too.
+    const std::string old_head = write_facts("old-head.json", fixture_host("laptop-1node-smt"));
+    const std::string old_w = write_facts("old-w.json", fixture_host("thp-never"));
+    write_fake_llama_cpp(dir / "bin", "rpc-server", "6500");
+    auto [rc2, text2] = plan(dir / "bin", " --head " + old_head + "@10.0.0.1 --worker " + old_w + "@10.0.0.2", dir / "c2");
+    ASSERT_EQ(rc2, 0) << text2;
+    EXPECT_NE(read_file(dir / "c2/worker1/rpc-server.service").find("ExecStart=" + dir / "bin/rpc-server -H"), std::string::npos);
+    EXPECT_NE(read_file(dir / "c2/cluster.yaml").find("planning host's PATH under its older name rpc-server"), std::string::npos);
+    auto [warn, warn_out] = test::run_moestream("check --cluster " + dir / "c2/cluster.yaml", true);
+    EXPECT_EQ(warn, 1) << warn_out;  // the facts cannot say: WARN, probe again
+    EXPECT_NE(warn_out.find("probe --json"), std::string::npos) << warn_out;
+
+    // 3. Nowhere: llama.cpp's install location under its current name, and a warning at plan time.
+    auto [rc3, text3] = plan("/nonexistent", " --head " + old_head + "@10.0.0.1 --worker " + old_w + "@10.0.0.2", dir / "c3");
+    ASSERT_EQ(rc3, 0) << text3;
+    EXPECT_NE(read_file(dir / "c3/worker1/rpc-server.service").find("ExecStart=/usr/local/bin/ggml-rpc-server -H"), std::string::npos);
+    EXPECT_NE(text3.find("WARNING: no host's probe found rpc-server"), std::string::npos) << text3;
+
+    // regen keeps what the plan chose, whatever PATH says now.
+    auto [same, same_out] = test::run_moestream_env("PATH=/nonexistent", "regen --cluster " + dir / "c2/cluster.yaml");
+    EXPECT_EQ(same, 0) << same_out;
+    EXPECT_NE(same_out.find("nothing changed"), std::string::npos) << same_out;
+
+    // check --cluster: a worker whose probe found another path FAILs with that path in the fix; mixed builds WARN.
+    write_facts("w2.json", with_programs(fixture_host("thp-never"), "rpc-server", "/usr/bin/rpc-server"));
+    auto [fail, fail_out] = test::run_moestream("check --cluster " + dir / "c1/cluster.yaml", true);
+    EXPECT_EQ(fail, 2) << fail_out;
+    EXPECT_NE(fail_out.find("--rpc-server-binary /usr/bin/rpc-server"), std::string::npos) << fail_out;
+    write_facts("w2.json", with_programs(fixture_host("thp-never"), "rpc-server", "/opt/llama/bin/ggml-rpc-server", "6900 (0123456)"));
+    auto [mixed, mixed_out] = test::run_moestream("check --cluster " + dir / "c1/cluster.yaml", true);
+    EXPECT_EQ(mixed, 1) << mixed_out;
+    EXPECT_NE(mixed_out.find("6900 (0123456) on worker2"), std::string::npos) << mixed_out;
 }
 
 TEST(ClusterPlan, CliNeedsAddresses) {

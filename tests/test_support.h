@@ -31,10 +31,8 @@ inline std::string oracle_dir() {
             GTEST_SKIP() << "llama.cpp oracle not found (set MOESTREAM_ORACLE or place ../shared/oracle)";   \
     } while (0)
 
-// Runs the real `moestream` binary with `args`; returns its exit code and its output (stderr too unless
-// `with_stderr` is false).
-inline std::pair<int, std::string> run_moestream(const std::string& args, bool with_stderr = true) {
-    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs a shell command line; returns its exit code and its output.
+inline std::pair<int, std::string> run_moestream_cmd(const std::string& cmd) {
     FILE* p = ::popen(cmd.c_str(), "r");
     std::string out;
     char buf[4096];
@@ -42,6 +40,16 @@ inline std::pair<int, std::string> run_moestream(const std::string& args, bool w
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     int st = ::pclose(p);
     return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+// Runs the real `moestream` binary with `args`; returns its exit code and its output (stderr too unless
+// `with_stderr` is false).
+inline std::pair<int, std::string> run_moestream(const std::string& args, bool with_stderr = true) {
+    return run_moestream_cmd(std::string(MOESTREAM_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
+}
+
+// The same with `env` ("NAME=value ...") set for that command only.
+inline std::pair<int, std::string> run_moestream_env(const std::string& env, const std::string& args) {
+    return run_moestream_cmd(env + " " + std::string(MOESTREAM_BINARY) + " " + args + " 2>&1");
 }
 
 // A GGUF u16 value (split.count / split.no are u16 in llama.cpp's split files).

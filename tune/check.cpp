@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <sstream>
 
 #include "engine/kernels/cpu_choice.h"
+#include "probes/probes.h"
 #include "engine/kernels/kernels.h"
 #include "sysctl/sysctl_d.h"
 #include "tune/perf_model.h"
@@ -302,6 +304,55 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         add({"decode_estimate", "predicted decode speed (design section 4)", CheckStatus::Pass, buf, e.formula(), ""});
     }
     return rows;
+}
+
+CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const std::string& role, const std::string& path) {
+    CheckRow r;
+    r.id = "binary_" + role + "_" + host;
+    r.what = host + ": " + role + " the plan starts";
+    r.required = path + " exists and runs (--version)";
+    const LlamaCppFacts& f = facts.llama_cpp;
+    if (!f.probed) {
+        r.status = CheckStatus::Warn;
+        r.measured = "not known: " + f.source;
+        r.fix = "run `moestream probe --json > FACTS` on " + host + " again (this moestream looks for llama.cpp's programs), then check again";
+        return r;
+    }
+    std::string found;
+    for (const auto& b : f.binaries)
+        if (b.role == role && b.runs) found += (found.empty() ? "" : ", ") + b.path;
+    for (const auto& b : f.binaries) {
+        if (b.path != path) continue;
+        r.measured = path + (b.runs ? " runs" : " does not run: " + b.detail) + (b.build.empty() ? "" : ", build " + b.build);
+        r.status = b.runs ? CheckStatus::Pass : CheckStatus::Fail;
+        if (!b.runs) r.fix = "reinstall llama.cpp on " + host + " (a build with -DGGML_RPC=ON)" + (found.empty() ? "" : ", or plan again with --" + role + "-binary " + found.substr(0, found.find(',')));
+        return r;
+    }
+    r.status = CheckStatus::Fail;
+    r.measured = path + " not found on " + host + (found.empty() ? " (no " + role + " found there at all)" : "; found " + found);
+    r.fix = found.empty() ? "install llama.cpp on " + host + " (cmake -DGGML_RPC=ON, cmake --install: " + role + " as " +
+                                llama_cpp_names(role).front() + " in /usr/local/bin), or plan again with --" + role + "-binary PATH"
+                          : "plan again with --" + role + "-binary " + found.substr(0, found.find(',')) + " (moestream plan ... or edit the request in cluster.yaml and regen)";
+    return r;
+}
+
+CheckRow llama_builds_row(const std::vector<std::pair<std::string, std::string>>& host_builds) {
+    CheckRow r{"llama_cpp_builds", "one llama.cpp build on every host (RPC refuses another protocol version)", CheckStatus::Pass, "", "the same build", ""};
+    std::map<std::string, std::vector<std::string>> by_build;
+    for (const auto& [host, build] : host_builds) by_build[build.empty() ? "unknown" : build].push_back(host);
+    for (const auto& [build, hosts] : by_build) {
+        std::string names;
+        for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h;
+        r.measured += (r.measured.empty() ? "" : "; ") + build + " on " + names;
+    }
+    if (by_build.size() > 1 || by_build.count("unknown")) {
+        r.status = CheckStatus::Warn;
+        r.fix = by_build.size() > 1 ? "install the same llama.cpp build on every host: the head's llama-server and the workers' rpc-server must "
+                                      "speak one RPC protocol version"
+                                    : "the builds are not known (rpc-server reports none without a llama-server beside it): compare the "
+                                      "builds by hand";
+    }
+    return r;
 }
 
 int check_exit_code(const std::vector<CheckRow>& rows) {

@@ -36,6 +36,12 @@ struct CheckInput {
 };
 
 std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs);
+// Whether `path` (the program of `role`, "rpc-server" or "llama-server", that a plan starts on `host`) exists
+// and runs there, by that host's probed facts; the fix names what the probe found instead.
+CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const std::string& role, const std::string& path);
+// The llama.cpp builds of the programs the rows above checked: RPC needs the same protocol on both sides (an
+// rpc-server refuses a head of another version), so different builds are a WARN.
+CheckRow llama_builds_row(const std::vector<std::pair<std::string, std::string>>& host_builds);
 int check_exit_code(const std::vector<CheckRow>& rows);
 nlohmann::json rows_to_json(const std::vector<CheckRow>& rows);
 std::string rows_to_table(const std::vector<CheckRow>& rows);

@@ -1,15 +1,22 @@
 #include "tune/cluster.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "probes/fs_root.h"
+#include "probes/probes.h"
 #include "tune/check.h"
 #include "tune/planner.h"
 
 namespace moe {
+
+namespace {
+std::string fs_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+}  // namespace
 
 namespace {
 
@@ -39,6 +46,48 @@ bool is_private_address(const std::string& a) {
     return false;  // a name, or 0.0.0.0 / :: (every interface): treat as public
 }
 
+BinaryChoice choose_llama_binary(const std::string& role, const std::string& given, const std::vector<const ClusterHost*>& hosts,
+                                 const std::vector<std::string>& planning_path) {
+    if (!given.empty()) return {given, "given on the command line", ""};
+    std::map<std::string, std::vector<std::string>> where;  // path -> hosts whose probe found it running
+    std::vector<std::string> unprobed;
+    for (const ClusterHost* h : hosts) {
+        if (!h->facts.llama_cpp.probed) unprobed.push_back(h->name);
+        for (const auto& n : llama_cpp_names(role)) {  // the newest name first, as llama.cpp installs it now
+            const auto it = std::find_if(h->facts.llama_cpp.binaries.begin(), h->facts.llama_cpp.binaries.end(),
+                                         [&](const LlamaCppBinary& b) { return b.role == role && b.runs && fs_name(b.path) == n; });
+            if (it != h->facts.llama_cpp.binaries.end()) {
+                where[it->path].push_back(h->name);
+                break;
+            }
+        }
+    }
+    auto names = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+        return s;
+    };
+    if (!where.empty()) {
+        auto best = std::max_element(where.begin(), where.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+        BinaryChoice c{best->first, "found running by the probe of " + names(best->second), ""};
+        if (where.size() > 1 || best->second.size() < hosts.size())
+            c.warning = role + " is " + best->first + " on " + names(best->second) + " but not on every host that runs it: install it there, "
+                        "or give --" + role + "-binary (check --cluster names each host's)";
+        return c;
+    }
+    for (const auto& n : llama_cpp_names(role))
+        for (const auto& d : planning_path) {
+            const std::string p = d + "/" + n;
+            if (::access(p.c_str(), X_OK) == 0)
+                return {p, "not in the hosts' facts" + (unprobed.empty() ? std::string() : " (" + names(unprobed) + ": probed before programs were looked for)") +
+                               "; found on the planning host's PATH" + (n != llama_cpp_names(role).front() ? " under its older name " + n : ""),
+                        ""};
+        }
+    const std::string p = "/usr/local/bin/" + llama_cpp_names(role).front();
+    return {p, "found on no host's probe nor the planning host's PATH: llama.cpp's install location (cmake --install, prefix /usr/local) under its current name",
+            "no host's probe found " + role + ": install llama.cpp there (with -DGGML_RPC=ON) or give --" + role + "-binary"};
+}
+
 ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
     ClusterPlan cp;
     cp.rpc_port = opt.rpc_port;
@@ -46,9 +95,21 @@ ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
     cp.model_path = opt.model_path;
     cp.n_ctx = opt.n_ctx;
     cp.port = opt.port;
-    cp.llama_server_binary = opt.llama_server_binary;
-    cp.rpc_server_binary = opt.rpc_server_binary;
     auto why = [&](const std::string& k, const std::string& r) { cp.reasons.emplace_back(k, r); };
+    {
+        std::vector<const ClusterHost*> workers;
+        for (const auto& w : opt.workers) workers.push_back(&w);
+        BinaryChoice rpc = choose_llama_binary("rpc-server", opt.rpc_server_binary, workers, opt.planning_path);
+        BinaryChoice head = choose_llama_binary("llama-server", opt.llama_server_binary, {&opt.head}, opt.planning_path);
+        if (!opt.rpc_server_binary_reason.empty()) rpc.reason = opt.rpc_server_binary_reason;
+        if (!opt.llama_server_binary_reason.empty()) head.reason = opt.llama_server_binary_reason;
+        cp.rpc_server_binary = rpc.path, cp.rpc_server_binary_reason = rpc.reason;
+        cp.llama_server_binary = head.path, cp.llama_server_binary_reason = head.reason;
+        why("rpc_server_binary", rpc.path + ": " + rpc.reason);
+        why("llama_server_binary", head.path + ": " + head.reason);
+        for (const auto* w : {&rpc.warning, &head.warning})
+            if (!w->empty()) cp.warnings.push_back(*w);
+    }
     if (opt.workers.empty()) throw PlanError("--target llama-rpc needs at least one --worker FACTS@ADDRESS");
     if (m.n_layer == 0) throw PlanError(opt.model_path + ": no layers");
 

@@ -30,8 +30,22 @@ struct ClusterOptions {
     double link_latency_s = 100e-6;      // per hop, each way
     uint32_t n_ctx = 4096;
     int port = 8000;                     // llama-server's API port on the head
-    std::string llama_server_binary = "/usr/local/bin/llama-server", rpc_server_binary = "/usr/local/bin/rpc-server";
+    // Empty: found (choose_llama_binary); else the path given, and why it was (regen passes the recorded reason).
+    std::string llama_server_binary, rpc_server_binary;
+    std::string llama_server_binary_reason, rpc_server_binary_reason;
+    std::vector<std::string> planning_path;  // the planning host's PATH directories, searched after the hosts' probes
 };
+
+struct BinaryChoice {
+    std::string path, reason;
+    std::string warning;  // the hosts' probes disagree, or none found the program: check --cluster will say more
+};
+// The program of `role` ("rpc-server" on the workers, "llama-server" on the head): `given` when not empty;
+// else the path the probes of `hosts` found it running at (the one most of them report); else the first
+// directory of `planning_path` holding it under either name (ggml-rpc-server, or rpc-server before the
+// rename); else llama.cpp's install location, /usr/local/bin, under its current name.
+BinaryChoice choose_llama_binary(const std::string& role, const std::string& given, const std::vector<const ClusterHost*>& hosts,
+                                 const std::vector<std::string>& planning_path);
 
 struct HostShare {
     std::string name, address;
@@ -55,6 +69,7 @@ struct ClusterPlan {
     uint32_t n_ctx = 4096;
     int port = 8000;
     std::string llama_server_binary, rpc_server_binary;
+    std::string llama_server_binary_reason, rpc_server_binary_reason;
 };
 
 // Throws PlanError naming what does not fit (the model beyond all budgets, a worker without an address).
