@@ -117,13 +117,6 @@ std::string write_plan_dir(Plan& p, const std::string& dir) {
 void print_plan(const Plan& p) {
     std::cout << "plan for " << p.model_path << " (" << p.target << ")\n";
     for (const auto& [k, v] : p.reasons) std::cout << "  " << k << " = " << v.value << "\n      " << v.reason << "\n";
-    for (const auto& g : p.gpus) {
-        std::string layers;
-        if (!g.layers.empty()) layers = std::to_string(g.layers.front()) + "-" + std::to_string(g.layers.back());
-        std::cout << "  GPU " << g.gpu << ": experts of " << g.layers.size() << " layers (" << layers << "), "
-                  << (g.used_bytes >> 20) << " MiB of " << (g.budget_bytes >> 20) << " MiB, " << ((g.budget_bytes - g.used_bytes) >> 20)
-                  << " MiB left\n";
-    }
     for (const auto& s : p.sysctl) std::cout << "  sysctl " << s.key << " = " << s.value << "   # " << s.reason << "\n";
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f", p.predicted_tok_s);
@@ -152,6 +145,9 @@ PlanOptions options_from(const Plan& p) {
     o.n_ctx = p.n_ctx;
     o.parallel = p.parallel;
     if (!p.asked_gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(p.asked_gpu_mem);
+    o.gpu_layers = p.asked_gpu_layers;
+    o.n_batch = p.n_batch;
+    o.n_ubatch = p.n_ubatch;
     o.host = p.host;
     o.port = p.port;
     o.alias = p.alias;
@@ -200,7 +196,8 @@ std::optional<std::string> unit_exposure(const std::string& unit) {
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
-    std::string model, facts, budget, target, gpu_mem, out, root = "/", listen, alias, profile;
+    std::string model, facts, budget, target, gpu_mem, gpu_layers, out, root = "/", listen, alias, profile;
+    int n_batch = 2048, n_ubatch = 512;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
     int parallel = 1, rpc_port = 50052;
@@ -223,7 +220,10 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("llama-server-binary", po::value(&llama_binary), "llama-server / llama-rpc: llama-server (on the head; default: where its probe found it, "
          "else this host's PATH, else /usr/local/bin/llama-server)")
         ("mem-gbps", po::value(&mem_gbps)->default_value(20), "llama-rpc: each host's RAM read bandwidth for the prediction, GB/s")
-        ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory for routed experts, as 0=96G,1=96G")
+        ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory the plan may use, per GPU, as 0=96G,1=96G (every layer's share, KV, compute and experts fit in it)")
+        ("gpu-layers", po::value(&gpu_layers), "llama-server: pin which layers' experts go to which GPU, as 3-17:0,74-77:1")
+        ("batch-size,b", po::value(&n_batch)->default_value(2048), "llama-server: -b")
+        ("ubatch-size", po::value(&n_ubatch)->default_value(512), "llama-server: -ub (the compute buffer grows with it)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
         ("parallel", po::value(&parallel)->default_value(1), "server slots (serve --parallel); each holds a KV cache of --ctx")
         ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
@@ -256,6 +256,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     } catch (const PlanError& e) {
         throw CliError(e.what());
     }
+    o.gpu_layers = gpu_layers;
+    o.n_batch = n_batch;
+    o.n_ubatch = n_ubatch;
     o.host = listen;
     o.port = port;
     o.alias = alias;

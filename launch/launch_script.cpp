@@ -19,7 +19,13 @@ std::vector<std::string> launch_argv(const Plan& p) {
     if (p.target == "llama-server") {
         a.insert(a.end(), {p.llama_server_binary, "--model", p.model_path, "--threads", std::to_string(p.threads), "--ctx-size",
                            std::to_string(p.n_ctx), "--host", p.host, "--port", std::to_string(p.port), "--alias", p.alias,
-                           "--n-gpu-layers", "999"});
+                           "--n-gpu-layers", "999", "-b", std::to_string(p.n_batch), "-ub", std::to_string(p.n_ubatch)});
+        // The layer split the plan's VRAM model assumes (tune/gpu_plan.h), not llama.cpp's default from free memory.
+        if (p.gpus.size() > 1) {
+            std::string split;
+            for (const auto& g : p.gpus) split += (split.empty() ? "" : ",") + std::to_string(g.budget_bytes >> 20);
+            a.insert(a.end(), {"--tensor-split", split});
+        }
         for (const auto& g : p.gpus)
             for (uint32_t l : g.layers)
                 a.insert(a.end(), {"-ot", "blk\\." + std::to_string(l) + "\\.ffn_(gate|up|down)_exps\\.=CUDA" + std::to_string(g.gpu)});
@@ -52,7 +58,8 @@ std::string render_launch_sh(const Plan& p) {
         s += "# experts of " ;
         size_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += g.layers.size();
-        s += std::to_string(on_gpu) + " MoE layers on GPUs (leading layers first; a routing profile beats this guess), the rest on CPU\n";
+        s += std::to_string(on_gpu) + " MoE layers on GPUs, the rest on CPU; per GPU (plan.yaml has every figure):\n";
+        for (const auto& g : p.gpus) s += "#   " + std::to_string(g.gpu) + ": " + std::to_string(g.used_bytes >> 20) + " MiB of " + std::to_string(g.budget_bytes >> 20) + " MiB\n";
     }
     s += "exec " + cmd + "\n";
     return s;

@@ -15,6 +15,7 @@
 #include "systemd/unit.h"
 #include "tests/test_support.h"
 #include "tune/plan_io.h"
+#include "tune/gpu_plan.h"
 #include "tune/planner.h"
 
 namespace fs = std::filesystem;
@@ -87,39 +88,171 @@ TEST(Planner, TwoSocketBindsToTheDisksNode) {
     EXPECT_NE(render_launch_sh(p).find("--membind=1"), std::string::npos);
 }
 
-TEST(Planner, LlamaServerGpuSplitExample) {
-    // 79 layers, 3 leading dense, 4,088 MiB of experts per MoE layer, two 96 GiB GPUs.
-    ModelFacts m = moe_model(79, 3, 4088, 20ull << 30);
-    auto gpus = split_experts_over_gpus(m, parse_gpu_mem("0=96G,1=96G"));
-    ASSERT_EQ(gpus.size(), 2u);
-    EXPECT_EQ(gpus[0].layers.size(), 24u);
-    EXPECT_EQ(gpus[0].layers.front(), 3u);
-    EXPECT_EQ(gpus[0].layers.back(), 26u);
-    EXPECT_EQ(gpus[1].layers.front(), 27u);
-    EXPECT_EQ(gpus[1].layers.size(), 24u);
-    EXPECT_EQ((gpus[0].budget_bytes - gpus[0].used_bytes) >> 20, 192u);
-    PlanOptions o = opts();
-    o.target = "llama-server";
+// A GLM-5.1 IQ3_KS file's header (the data a hole): 79 blocks (78 trunk + the NextN block), 3 dense, 256 experts
+// of 2048 (gate/up IQ3_KS, down IQ4_KS: 1,225 + 1,225 + 1,638 MiB per MoE layer), MLA attention and shared
+// experts in q8_0/q6_K, dense FFNs f16, token embeddings q4_K, output q6_K.
+std::string glm51_iq3ks(const test::TempDir& dir) {
+    const std::string path = dir / "GLM-5.1-IQ3_KS.gguf";
+    const auto IQ3_KS = static_cast<GgmlType>(156), IQ4_KS = static_cast<GgmlType>(144);
+    const uint64_t E = 6144, V = 154880, H = 64, F = 12288, FE = 2048, X = 256;
+    std::vector<GgufTensorData> t;
+    auto add = [&](const std::string& name, std::vector<uint64_t> ne, GgmlType type) { t.push_back({name, std::move(ne), type, {}}); };
+    add("token_embd.weight", {E, V}, GgmlType::Q4_K);
+    for (uint64_t l = 0; l < 79; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        add(b + "attn_norm.weight", {E}, GgmlType::F32);
+        add(b + "attn_q_a.weight", {E, 2048}, GgmlType::Q8_0);
+        add(b + "attn_q_a_norm.weight", {2048}, GgmlType::F32);
+        add(b + "attn_q_b.weight", {2048, H * 256}, GgmlType::Q6_K);
+        add(b + "attn_kv_a_mqa.weight", {E, 576}, GgmlType::Q8_0);
+        add(b + "attn_kv_a_norm.weight", {512}, GgmlType::F32);
+        add(b + "attn_kv_b.weight", {512, H * (192 + 256)}, GgmlType::Q8_0);
+        add(b + "attn_output.weight", {H * 256, E}, GgmlType::Q6_K);
+        add(b + "ffn_norm.weight", {E}, GgmlType::F32);
+        if (l < 3) {
+            add(b + "ffn_gate.weight", {E, F}, GgmlType::F16);
+            add(b + "ffn_up.weight", {E, F}, GgmlType::F16);
+            add(b + "ffn_down.weight", {F, E}, GgmlType::F16);
+            continue;
+        }
+        add(b + "ffn_gate_inp.weight", {E, X}, GgmlType::F32);
+        add(b + "exp_probs_b.bias", {X}, GgmlType::F32);
+        add(b + "ffn_gate_exps.weight", {E, FE, X}, IQ3_KS);
+        add(b + "ffn_up_exps.weight", {E, FE, X}, IQ3_KS);
+        add(b + "ffn_down_exps.weight", {FE, E, X}, IQ4_KS);
+        add(b + "ffn_gate_shexp.weight", {E, FE}, GgmlType::Q8_0);
+        add(b + "ffn_up_shexp.weight", {E, FE}, GgmlType::Q8_0);
+        add(b + "ffn_down_shexp.weight", {FE, E}, GgmlType::Q8_0);
+    }
+    add("output_norm.weight", {E}, GgmlType::F32);
+    add("output.weight", {E, V}, GgmlType::Q6_K);
+    const std::string a = "glm-dsa.";
+    write_gguf(path,
+               {{"general.architecture", GgufValue::string("glm-dsa")}, {a + "block_count", GgufValue::u32(79)},
+                {a + "nextn_predict_layers", GgufValue::u32(1)}, {a + "embedding_length", GgufValue::u32(6144)},
+                {a + "feed_forward_length", GgufValue::u32(12288)}, {a + "expert_feed_forward_length", GgufValue::u32(2048)},
+                {a + "attention.head_count", GgufValue::u32(64)}, {a + "attention.head_count_kv", GgufValue::u32(1)},
+                {a + "attention.key_length", GgufValue::u32(576)}, {a + "attention.key_length_mla", GgufValue::u32(256)},
+                {a + "attention.kv_lora_rank", GgufValue::u32(512)}, {a + "rope.dimension_count", GgufValue::u32(64)},
+                {a + "expert_count", GgufValue::u32(256)}, {a + "expert_used_count", GgufValue::u32(8)},
+                {a + "leading_dense_block_count", GgufValue::u32(3)}, {a + "context_length", GgufValue::u32(202752)}},
+               t, 32, true);
+    return path;
+}
+
+// The published run this plan must predict (ik_llama.cpp log, GLM-5.1 IQ3_KS on 2 x 96 GB + 768 GB RAM):
+// experts of layers 3-17 on CUDA0 and 74-77 on CUDA1, 64k context, -b/-ub 8192: model buffers CUDA0 68.7 GiB,
+// CUDA1 23.5 GiB, CUDA_Host 229,438 MiB. Each predicted within 5%.
+TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
+    test::TempDir dir;
+    const ModelFacts m = read_model_facts(glm51_iq3ks(dir));
+    ASSERT_EQ(m.n_layer, 78u);
+    EXPECT_EQ(m.layer_expert_bytes[3] >> 20, 4088u);
+    GpuPlanOptions o;
     o.gpu_mem = parse_gpu_mem("0=96G,1=96G");
+    o.n_ctx = 65536;
+    o.n_batch = o.n_ubatch = 8192;
+    o.pinned = parse_gpu_layers("3-17:0,74-77:1");
+    const auto gpus = plan_gpus(m, o);
+    ASSERT_EQ(gpus.size(), 2u);
+    auto model_buffer_gib = [](const GpuAssignment& g) { return static_cast<double>(g.expert_bytes + g.layer_bytes + g.output_bytes) / (1ull << 30); };
+    EXPECT_NEAR(model_buffer_gib(gpus[0]), 68.7, 68.7 * 0.05);
+    EXPECT_NEAR(model_buffer_gib(gpus[1]), 23.5, 23.5 * 0.05);
+    EXPECT_EQ(gpus[0].first_layer, 0u);  // llama.cpp's layer split of 79 blocks + output over two equal GPUs
+    EXPECT_EQ(gpus[0].n_layers, 40u);
+    EXPECT_EQ(gpus[1].n_layers, 38u);    // 40..77: the NextN block is not loaded
+    EXPECT_GT(gpus[1].output_bytes, 0u);
+    EXPECT_EQ(gpus[0].output_bytes, 0u);
+    for (const auto& g : gpus) EXPECT_LE(g.used_bytes, g.budget_bytes) << describe_gpu(g);
+    uint64_t on_gpu = 0;
+    for (const auto& g : gpus) on_gpu += g.expert_bytes;
+    const double host_mib = static_cast<double>(m.token_embd_bytes + m.expert_bytes - on_gpu) / (1 << 20);
+    EXPECT_NEAR(host_mib, 229438, 229438 * 0.05);
+    std::printf("[ gpu plan ] model buffers CUDA0 %.2f GiB (log 68.7), CUDA1 %.2f GiB (log 23.5), host %.0f MiB (log 229438)\n",
+                model_buffer_gib(gpus[0]), model_buffer_gib(gpus[1]), host_mib);
+
+    // The whole plan writes the layout it modelled: the split, the pins, -b/-ub, then --cpu-moe.
+    PlanOptions po = opts();
+    po.target = "llama-server";
+    po.gpu_mem = o.gpu_mem;
+    po.gpu_layers = "3-17:0,74-77:1";
+    po.n_ctx = 65536;
+    po.n_batch = po.n_ubatch = 8192;
     HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
-    h.memory.total_bytes.value = 1024ull << 30;
-    Plan p = make_plan(h, m, o);
-    auto argv = launch_argv(p);
+    h.memory.total_bytes.value = 768ull << 30;
+    const Plan p = make_plan(h, m, po);
+    EXPECT_NEAR(static_cast<double>(p.host_model_bytes) / (1 << 20), 229438, 229438 * 0.05);
     std::string cmd;
-    for (const auto& a : argv) cmd += a + " ";
-    EXPECT_NE(cmd.find("-ot blk\\.3\\.ffn_(gate|up|down)_exps\\.=CUDA0"), std::string::npos);
-    EXPECT_NE(cmd.find("-ot blk\\.50\\.ffn_(gate|up|down)_exps\\.=CUDA1"), std::string::npos);
-    EXPECT_EQ(cmd.find("blk\\.51\\."), std::string::npos);
+    for (const auto& arg : launch_argv(p)) cmd += arg + " ";
+    EXPECT_NE(cmd.find("--tensor-split 98304,98304"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find("-b 8192 -ub 8192"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find("-ot blk\\.17\\.ffn_(gate|up|down)_exps\\.=CUDA0"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find("-ot blk\\.74\\.ffn_(gate|up|down)_exps\\.=CUDA1"), std::string::npos) << cmd;
+    EXPECT_EQ(cmd.find("blk\\.18\\."), std::string::npos) << cmd;
     EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // first matching override wins in llama.cpp
+}
+
+// Unpinned, the plan fills each GPU to its --gpu-mem counting everything the command puts there (the old plan
+// filled both with experts to 48 MiB and failed at load): head layers on the first GPU, tail on the last.
+TEST(Planner, GpuPlanFitsEveryGpuWithHeadAndTailLayers) {
+    test::TempDir dir;
+    const ModelFacts m = read_model_facts(glm51_iq3ks(dir));
+    GpuPlanOptions o;
+    o.gpu_mem = parse_gpu_mem("0=96G,1=96G");
+    o.n_ctx = 65536;
+    const auto gpus = plan_gpus(m, o);
+    ASSERT_EQ(gpus.size(), 2u);
+    for (const auto& g : gpus) {
+        EXPECT_LE(g.used_bytes, g.budget_bytes) << describe_gpu(g);
+        EXPECT_LT(g.budget_bytes - g.used_bytes, m.layer_expert_bytes[3]) << "room for another layer left unused: " << describe_gpu(g);
+        EXPECT_GT(g.layer_bytes, 6ull << 30) << describe_gpu(g);  // the non-expert share is counted
+        EXPECT_GT(g.compute_bytes, 0u);
+        EXPECT_GT(g.kv_bytes, 0u);
+    }
+    for (const auto& g : gpus) std::printf("[ gpu plan ] %s\n", describe_gpu(g).c_str());
+    EXPECT_EQ(gpus[0].layers.front(), 3u);   // the first MoE layer
+    EXPECT_EQ(gpus[1].layers.back(), 77u);   // the last trunk layer
+    EXPECT_LT(gpus[0].layers.size() + gpus[1].layers.size(), 48u);  // fewer than the experts-only fill gave
+
+    // Bad input: one line naming the flag and both values.
+    auto error_of = [&](GpuPlanOptions bad) {
+        try {
+            plan_gpus(m, bad);
+        } catch (const PlanError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    GpuPlanOptions small = o;
+    small.gpu_mem = parse_gpu_mem("0=1G,1=96G");  // even its proportional share of the layers does not fit
+    EXPECT_NE(error_of(small).find("--gpu-mem 0=1.0 GiB is smaller than GPU 0's share"), std::string::npos) << error_of(small);
+    GpuPlanOptions overlap = o;
+    overlap.pinned = parse_gpu_layers("3-17:0,17-20:1");
+    EXPECT_NE(error_of(overlap).find("layer 17 is pinned twice"), std::string::npos) << error_of(overlap);
+    GpuPlanOptions dense = o;
+    dense.pinned = parse_gpu_layers("1-4:0");
+    EXPECT_NE(error_of(dense).find("layer 1 is dense"), std::string::npos) << error_of(dense);
+    GpuPlanOptions too_many = o;
+    too_many.pinned = parse_gpu_layers("3-40:0");
+    EXPECT_NE(error_of(too_many).find("on GPU 0, which has"), std::string::npos) << error_of(too_many);
+    GpuPlanOptions unknown = o;
+    unknown.pinned = parse_gpu_layers("3-4:2");
+    EXPECT_NE(error_of(unknown).find("GPU 2 is not in --gpu-mem"), std::string::npos) << error_of(unknown);
+    EXPECT_THROW(parse_gpu_layers("3-17"), PlanError);
+    EXPECT_THROW(parse_gpu_layers("17-3:0"), PlanError);
+    EXPECT_THROW(parse_gpu_layers("a-3:0"), PlanError);
 }
 
 TEST(Planner, RoutingProfilePutsTheHottestLayersOnGpus) {
     ModelFacts m = moe_model(10, 1, 1000, 1ull << 30);
-    // Layers 7 and 4 are the most routed in the profile.
-    auto gpus = split_experts_over_gpus(m, parse_gpu_mem("0=2000M"), {{7, 900}, {4, 800}, {1, 10}, {2, 5}});
+    // Layers 7 and 4 are the most routed in the profile; room for two layers' experts besides the fixed share.
+    GpuPlanOptions go;
+    go.gpu_mem = {{0, (2000ull << 20) + go.reserve_bytes + compute_buffer_bytes(m, go.n_ubatch, true, true)}};
+    go.layer_heat = {{7, 900}, {4, 800}, {1, 10}, {2, 5}};
+    auto gpus = plan_gpus(m, go);
     ASSERT_EQ(gpus[0].layers.size(), 2u);
-    EXPECT_EQ(gpus[0].layers[0], 7u);
-    EXPECT_EQ(gpus[0].layers[1], 4u);
+    EXPECT_EQ(gpus[0].layers[0], 4u);  // listed in layer order
+    EXPECT_EQ(gpus[0].layers[1], 7u);
     PlanOptions o = opts();
     o.profile_path = "/plans/profile.yaml";
     Plan p = make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o);
@@ -129,13 +262,6 @@ TEST(Planner, RoutingProfilePutsTheHottestLayersOnGpus) {
 
 TEST(Planner, BadRequestsNameTheValue) {
     ModelFacts m = moe_model(79, 3, 4088, 20ull << 30);
-    try {
-        split_experts_over_gpus(m, parse_gpu_mem("0=2G"));
-        FAIL();
-    } catch (const PlanError& e) {
-        EXPECT_NE(std::string(e.what()).find("0=2.0 GiB"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("4.0 GiB"), std::string::npos) << e.what();
-    }
     PlanOptions o = opts();
     o.ram_budget = 1ull << 30;
     try {

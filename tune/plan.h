@@ -19,11 +19,20 @@ struct SysctlSetting {
     std::string key, value, reason;
 };
 
+// One GPU of a llama-server plan: what the written command puts there (tune/gpu_plan.h models it).
 struct GpuAssignment {
     int gpu = 0;
-    uint64_t budget_bytes = 0;
-    std::vector<uint32_t> layers;  // MoE layers whose experts go to this GPU
-    uint64_t used_bytes = 0;
+    uint64_t budget_bytes = 0;      // --gpu-mem
+    std::vector<uint32_t> layers;   // MoE layers whose routed experts go to this GPU (-ot ...=CUDAn)
+    uint64_t used_bytes = 0;        // the sum of the parts below
+    uint64_t expert_bytes = 0;      // those layers' routed experts
+    uint64_t layer_bytes = 0;       // the non-expert weights of the layers llama.cpp's layer split puts here
+    uint64_t output_bytes = 0;      // output.weight and its norm, on the device after the last layer
+    uint64_t kv_bytes = 0;          // the KV cache of those layers at the plan's context
+    uint64_t compute_bytes = 0;     // llama.cpp's compute buffer at -ub (an estimate)
+    uint64_t reserve_bytes = 0;     // CUDA context, cuBLAS workspace, fragmentation
+    uint32_t first_layer = 0, n_layers = 0;  // the layer split's range (--tensor-split)
+    double split = 0;               // this GPU's --tensor-split share
 };
 
 struct Fingerprint {
@@ -76,6 +85,9 @@ struct Plan {
     // llama-server target
     std::string llama_server_binary = "llama-server";
     std::vector<GpuAssignment> gpus;
+    int n_batch = 2048, n_ubatch = 512;  // llama-server -b / -ub (its defaults)
+    uint64_t host_model_bytes = 0;       // llama-server: model bytes left in RAM (token embeddings, experts not on a GPU)
+    std::string asked_gpu_layers;        // --gpu-layers as given (a pinned layout)
 
     // What the user asked for, so `regen` re-plans with the same request.
     std::optional<uint64_t> asked_ram_budget;

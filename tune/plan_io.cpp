@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "tune/plan_io.h"
 
 #include <yaml-cpp/yaml.h>
@@ -64,10 +65,16 @@ std::string plan_to_yaml(const Plan& p) {
           << p.llama_server_binary << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
         for (const auto& g : p.gpus) {
             o << YAML::BeginMap << YAML::Key << "gpu" << YAML::Value << g.gpu << YAML::Key << "budget_bytes" << YAML::Value
-              << g.budget_bytes << YAML::Key << "used_bytes" << YAML::Value << g.used_bytes << YAML::Key << "layers"
-              << YAML::Value << YAML::Flow << g.layers << YAML::EndMap;
+              << g.budget_bytes << YAML::Key << "used_bytes" << YAML::Value << g.used_bytes << YAML::Key << "margin_bytes" << YAML::Value
+              << (g.budget_bytes - std::min(g.used_bytes, g.budget_bytes)) << YAML::Key << "expert_bytes" << YAML::Value << g.expert_bytes
+              << YAML::Key << "layer_bytes" << YAML::Value << g.layer_bytes << YAML::Key << "output_bytes" << YAML::Value << g.output_bytes
+              << YAML::Key << "kv_bytes" << YAML::Value << g.kv_bytes << YAML::Key << "compute_bytes" << YAML::Value << g.compute_bytes
+              << YAML::Key << "reserve_bytes" << YAML::Value << g.reserve_bytes << YAML::Key << "first_layer" << YAML::Value << g.first_layer
+              << YAML::Key << "n_layers" << YAML::Value << g.n_layers << YAML::Key << "split" << YAML::Value << g.split << YAML::Key
+              << "layers" << YAML::Value << YAML::Flow << g.layers << YAML::EndMap;
         }
-        o << YAML::EndSeq << YAML::EndMap;
+        o << YAML::EndSeq << YAML::Key << "batch" << YAML::Value << p.n_batch << YAML::Key << "ubatch" << YAML::Value << p.n_ubatch
+          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::EndMap;
     }
     o << YAML::EndMap;
     return std::string(o.c_str()) + "\n";
@@ -177,8 +184,17 @@ Plan load_plan(const std::string& path) {
             a.budget_bytes = g["budget_bytes"].as<uint64_t>();
             a.used_bytes = g["used_bytes"].as<uint64_t>();
             a.layers = g["layers"].as<std::vector<uint32_t>>();
+            auto u64 = [&](const char* k) { return g[k] ? g[k].as<uint64_t>() : 0; };
+            a.expert_bytes = u64("expert_bytes"), a.layer_bytes = u64("layer_bytes"), a.output_bytes = u64("output_bytes");
+            a.kv_bytes = u64("kv_bytes"), a.compute_bytes = u64("compute_bytes"), a.reserve_bytes = u64("reserve_bytes");
+            a.first_layer = static_cast<uint32_t>(u64("first_layer")), a.n_layers = static_cast<uint32_t>(u64("n_layers"));
+            a.split = g["split"] ? g["split"].as<double>() : 0;
             p.gpus.push_back(a);
         }
+        const YAML::Node ls = y["llama_server"];
+        if (ls["batch"]) p.n_batch = ls["batch"].as<int>();
+        if (ls["ubatch"]) p.n_ubatch = ls["ubatch"].as<int>();
+        if (ls["gpu_layers"]) p.asked_gpu_layers = ls["gpu_layers"].as<std::string>();
     }
     p.out_dir = std::filesystem::absolute(path).parent_path().string();
     return p;

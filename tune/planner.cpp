@@ -10,6 +10,7 @@
 
 #include "probes/fs_root.h"
 #include "tune/check.h"
+#include "tune/gpu_plan.h"
 #include "tune/perf_model.h"
 
 namespace moe {
@@ -55,37 +56,6 @@ std::map<int, uint64_t> parse_gpu_mem(const std::string& text) {
         out[gpu] = static_cast<uint64_t>(v * mult);
     }
     if (out.empty()) throw PlanError("--gpu-mem is empty");
-    return out;
-}
-
-std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& m, const std::map<int, uint64_t>& gpu_mem,
-                                                   const std::vector<std::pair<uint32_t, uint64_t>>& layer_heat) {
-    std::vector<uint32_t> moe_layers;
-    uint64_t smallest = UINT64_MAX;
-    for (uint32_t l = 0; l < m.n_layer; ++l)
-        if (m.layer_expert_bytes[l]) {
-            moe_layers.push_back(l);
-            smallest = std::min(smallest, m.layer_expert_bytes[l]);
-        }
-    if (!layer_heat.empty()) {
-        std::vector<uint64_t> heat(m.n_layer, 0);
-        for (const auto& [l, c] : layer_heat)
-            if (l < m.n_layer) heat[l] += c;
-        std::stable_sort(moe_layers.begin(), moe_layers.end(), [&](uint32_t a, uint32_t b) { return heat[a] > heat[b]; });
-    }
-    std::vector<GpuAssignment> out;
-    size_t next = 0;
-    for (const auto& [gpu, budget] : gpu_mem) {
-        if (!moe_layers.empty() && budget < smallest)
-            throw PlanError("--gpu-mem " + std::to_string(gpu) + "=" + mib(budget) + " is smaller than one layer's experts (" +
-                            mib(smallest) + ")");
-        GpuAssignment a{gpu, budget, {}, 0};
-        while (next < moe_layers.size() && a.used_bytes + m.layer_expert_bytes[moe_layers[next]] <= budget) {
-            a.used_bytes += m.layer_expert_bytes[moe_layers[next]];
-            a.layers.push_back(moe_layers[next++]);
-        }
-        out.push_back(a);
-    }
     return out;
 }
 
@@ -293,13 +263,37 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         const uint64_t maps = std::max<uint64_t>(65530, 4 * m.tensor_count + 1024);
         p.sysctl.push_back({"vm.max_map_count", std::to_string(maps),
                             "llama-server maps the model; room for " + std::to_string(m.tensor_count) + " tensors' mappings"});
-        p.gpus = split_experts_over_gpus(m, opt.gpu_mem, opt.layer_heat);
+        GpuPlanOptions go;
+        go.gpu_mem = opt.gpu_mem;
+        go.n_ctx = opt.n_ctx;
+        go.n_batch = opt.n_batch;
+        go.n_ubatch = opt.n_ubatch;
+        go.layer_heat = opt.layer_heat;
+        if (!opt.gpu_layers.empty()) go.pinned = parse_gpu_layers(opt.gpu_layers);
+        if (opt.n_ubatch < 1 || opt.n_batch < opt.n_ubatch)
+            throw PlanError("--ubatch-size " + std::to_string(opt.n_ubatch) + " must be at least 1 and at most --batch-size " + std::to_string(opt.n_batch));
+        p.gpus = plan_gpus(m, go);
+        p.n_batch = opt.n_batch;
+        p.n_ubatch = opt.n_ubatch;
+        p.asked_gpu_layers = opt.gpu_layers;
         uint32_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += static_cast<uint32_t>(g.layers.size());
         why("gpu_layers", std::to_string(on_gpu),
-            opt.layer_heat.empty() ? "leading MoE layers first (hands-on reports find them hottest); a routing profile "
-                                     "(moestream profile, then plan --profile) beats this guess"
-                                   : "the most-routed layers of the profile " + opt.profile_path + " first");
+            !opt.gpu_layers.empty() ? "pinned by --gpu-layers " + opt.gpu_layers
+            : opt.layer_heat.empty() ? "head- and tail-biased: the first GPU's experts from the first MoE layers, the last GPU's from the "
+                                       "last, each beside its layers' attention (users report this split best); a routing profile "
+                                       "(moestream profile, then plan --profile) beats this guess"
+                                     : "the most-routed layers of the profile " + opt.profile_path + " first");
+        std::string split;
+        for (const auto& g : p.gpus) split += (split.empty() ? "" : ",") + std::to_string(g.budget_bytes >> 20);
+        why("tensor_split", split, "-ngl 999 offloads every layer; --tensor-split in proportion to --gpu-mem decides which GPU holds each "
+                                    "layer's attention, dense and shared weights and KV (llama.cpp's layer split), so the plan knows each GPU's share");
+        for (const auto& g : p.gpus) why("gpu" + std::to_string(g.gpu), std::to_string(g.used_bytes), describe_gpu(g));
+        p.host_model_bytes = m.token_embd_bytes + m.expert_bytes;
+        for (const auto& g : p.gpus) p.host_model_bytes -= g.expert_bytes;
+        why("host_model_bytes", std::to_string(p.host_model_bytes),
+            "left in RAM (llama.cpp's CPU/CUDA_Host buffer): the token embeddings (always on the CPU) and the routed experts of the layers no GPU took, " +
+                mib(p.host_model_bytes));
     }
     return p;
 }

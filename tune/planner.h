@@ -23,7 +23,9 @@ struct PlanOptions {
     std::optional<int> threads;
     uint32_t n_ctx = 4096;
     int parallel = 1;                              // server slots, each with its own KV cache of n_ctx
-    std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes for routed experts
+    std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes the plan may use on it (all of it)
+    std::string gpu_layers;                        // llama-server: a pinned layout, "3-17:0,74-77:1" (tune/gpu_plan.h)
+    int n_batch = 2048, n_ubatch = 512;            // llama-server -b / -ub: the compute buffer follows -ub
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string alias;
@@ -40,10 +42,6 @@ Plan make_plan(const HostFacts& host, const ModelFacts& model, const PlanOptions
 // and p.notes; the cluster planner uses it for every host.
 void host_sysctl(const HostFacts& h, size_t numa_nodes, Plan& p);
 Fingerprint fingerprint_of(const HostFacts& host, const std::string& model_path);
-// Experts of MoE layers to GPUs, each GPU filled to its budget: the hottest layers of a routing profile first
-// when `layer_heat` is given, else the leading layers.
-std::vector<GpuAssignment> split_experts_over_gpus(const ModelFacts& model, const std::map<int, uint64_t>& gpu_mem,
-                                                   const std::vector<std::pair<uint32_t, uint64_t>>& layer_heat = {});
 // "0=96G,1=96G" -> {0: 96 GiB, 1: 96 GiB}; PlanError naming the bad part.
 std::map<int, uint64_t> parse_gpu_mem(const std::string& text);
 

@@ -113,7 +113,9 @@ struct GgufTensorData {
     GgmlType type;
     std::vector<uint8_t> bytes;  // exactly row_bytes(type, ne[0]) * rows
 };
+// `data_holes`: every tensor's `bytes` empty, the data region left a hole of the right size (a header-only
+// model of any size for the planner's tests; reading its weights gives zeros).
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
-                const std::vector<GgufTensorData>& tensors, uint64_t alignment = 32);
+                const std::vector<GgufTensorData>& tensors, uint64_t alignment = 32, bool data_holes = false);
 
 }  // namespace moe

@@ -92,7 +92,8 @@ GgufValue GgufValue::i32_array_of(const std::vector<int32_t>& v) {
 }
 
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
-                const std::vector<GgufTensorData>& tensors, uint64_t alignment) {
+                const std::vector<GgufTensorData>& tensors, uint64_t alignment, bool data_holes) {
+    uint64_t data_end = 0;
     std::string tmp = path + ".tmp";
     {
         std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
@@ -117,7 +118,8 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
             uint64_t rows = 1;
             for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
             auto rb = row_bytes(t.type, t.ne.at(0));
-            if (!rb || *rb * rows != t.bytes.size())
+            const uint64_t nbytes = data_holes && rb ? *rb * rows : t.bytes.size();
+            if (!rb || *rb * rows != nbytes || (data_holes && !t.bytes.empty()))
                 throw GgufError(path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) +
                                 " bytes, its shape and type need " + (rb ? std::to_string(*rb * rows) : "?"));
             o.str(t.name);
@@ -125,15 +127,22 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
             for (auto d : t.ne) o.put<uint64_t>(d);
             o.put<uint32_t>(static_cast<uint32_t>(t.type));
             o.put<uint64_t>(offset);
-            offset += (t.bytes.size() + alignment - 1) / alignment * alignment;
+            offset += (nbytes + alignment - 1) / alignment * alignment;
         }
         o.pad_to(alignment);
+        data_end = static_cast<uint64_t>(os.tellp()) + offset;
         for (const auto& t : tensors) {
+            if (data_holes) break;
             o.bytes(t.bytes.data(), t.bytes.size());
             o.pad_to(alignment);
         }
         os.flush();
         if (!os) throw GgufError(path + ": write failed (disk full?)");
+    }
+    if (data_holes) {  // the tensors' bytes as a hole: the header of a model of any size, on no disk space
+        std::error_code ec;
+        std::filesystem::resize_file(tmp, data_end, ec);
+        if (ec) throw GgufError(path + ": cannot size " + tmp + " to " + std::to_string(data_end) + " bytes: " + ec.message());
     }
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);

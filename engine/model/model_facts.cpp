@@ -130,8 +130,11 @@ ModelFacts model_facts(const GgufModel& model) {
     f.n_expert = u("expert_count");
     f.n_expert_used = u("expert_used_count");
     f.n_ctx_train = u("context_length");
+    f.n_ff_exp = u("expert_feed_forward_length");
+    f.n_ff = u("feed_forward_length");
     if (const GgufValue* tokens = meta.find("tokenizer.ggml.tokens")) f.n_vocab = static_cast<uint32_t>(tokens->count);
     f.layer_expert_bytes.assign(f.n_layer, 0);
+    f.layer_resident_bytes.assign(f.n_layer, 0);
     f.tensor_count = model.tensors.size();
     for (const auto& t : model.tensors) {
         const int layer = tensor_layer(t.name);
@@ -145,6 +148,8 @@ ModelFacts model_facts(const GgufModel& model) {
             f.expert_bytes += t.nbytes;
         } else {
             f.resident_bytes += t.nbytes;
+            if (layer >= 0) f.layer_resident_bytes[layer] += t.nbytes;
+            if (t.name == "output.weight" || t.name == "output_norm.weight") f.output_bytes += t.nbytes;
             if (is_shared_expert_tensor(t.name)) f.shared_expert_bytes += t.nbytes;
             if (t.name == "token_embd.weight") {
                 f.token_embd_bytes = t.nbytes;
@@ -169,6 +174,7 @@ ModelFacts model_facts(const GgufModel& model) {
         f.unsupported_reason = "architecture '" + f.arch + "' is not one this engine runs (" + list + ")";
     }
     f.tied_output = model.find_tensor("output.weight") == nullptr;
+    if (f.tied_output) f.output_bytes += f.token_embd_bytes;  // llama.cpp places a copy of the embeddings as the output
     bool seen_moe = false;
     for (uint32_t l = 0; l < f.n_layer; ++l) {
         if (f.layer_expert_bytes[l]) {

@@ -30,12 +30,16 @@ struct ModelFacts {
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
     uint32_t n_ctx_train = 0;
+    uint32_t n_ff = 0;                        // dense layers' hidden width (feed_forward_length)
+    uint32_t n_ff_exp = 0;                    // one routed expert's hidden width (expert_feed_forward_length)
     uint32_t n_vocab = 0;
     uint64_t resident_bytes = 0;              // read into RAM: everything but routed experts and NextN blocks
     uint64_t expert_bytes = 0;                // routed-expert tensors of the trunk
     uint64_t nextn_bytes = 0;                 // NextN/MTP blocks (not loaded)
     uint64_t shared_expert_bytes = 0;         // shared experts (resident; every token runs them)
     std::vector<uint64_t> layer_expert_bytes; // per trunk layer, all its experts (0 for dense layers)
+    std::vector<uint64_t> layer_resident_bytes;  // per trunk layer, everything else of blk.N (attention, dense FFN, shared experts, norms)
+    uint64_t output_bytes = 0;                // output.weight and output_norm (the token embeddings again when tied)
     uint32_t first_moe_layer = 0;             // leading dense layers
     uint32_t moe_layers = 0;
     uint64_t tensor_count = 0;
