@@ -268,7 +268,7 @@ int cmd_check(const std::vector<std::string>& args) {
         } catch (const std::exception& e) {
             throw CliError(e.what());
         }
-        if (p.target == "llama-server") rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
+        if (is_llama_target(p.target)) rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
     }
     if (as_json) {
         auto out = rows_to_json(rows);

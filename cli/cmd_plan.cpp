@@ -210,7 +210,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("host", po::value(&facts), "host facts from `moestream probe --yaml` (default: probe this host now)")
         ("ram-budget", po::value(&budget), "RAM for the whole engine: resident weights + KV cache + expert cache")
         ("threads", po::value(&threads), "at most this many threads (default: every physical core of the node)")
-        ("target", po::value(&target)->default_value("engine"), "engine | llama-server | llama-rpc (a cluster: --head and --worker)")
+        ("target", po::value(&target)->default_value("engine"), "engine | llama-server | ik-llama-server (ik_llama.cpp's server) | llama-rpc (a cluster: --head and --worker)")
         ("head", po::value(&head), "llama-rpc: the head's facts (probe --json or --yaml) @ the address workers see it at, as head.json@10.0.0.1")
         ("worker", po::value(&workers)->composing(), "llama-rpc: a worker's facts @ the address its rpc-server binds, as w1.json@10.0.0.2 (repeat)")
         ("rpc-port", po::value(&rpc_port)->default_value(50052), "llama-rpc: the workers' rpc-server port")
@@ -241,7 +241,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (target == "llama-rpc")
         return plan_cluster({.model = model, .head = head, .workers = workers, .out = out, .rpc_port = rpc_port, .link_gbps = link_gbps,
                              .mem_gbps = mem_gbps, .n_ctx = n_ctx, .port = port, .rpc_binary = rpc_binary, .llama_binary = llama_binary, .rpc_binary_reason = "", .llama_binary_reason = ""});
-    if (target == "llama-server" && gpu_mem.empty()) throw CliError("--target llama-server needs --gpu-mem, as 0=96G,1=96G");
+    if (is_llama_target(target) && gpu_mem.empty()) throw CliError("--target " + target + " needs --gpu-mem, as 0=96G,1=96G");
     if (port < 1 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     ModelFacts m = read_model_facts(model);
     PlanOptions o;
@@ -271,7 +271,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     HostFacts h = gather_host(facts, root, model, seconds, no_storage);
     o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20) : 0;
     BinaryChoice server;
-    if (target == "llama-server") {
+    if (is_llama_target(target)) {
         ClusterHost self{"this host", "", h, 0};
         std::vector<std::string> path_dirs;
         if (const char* env = std::getenv("PATH")) {
@@ -283,7 +283,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         o.llama_server_binary = server.path;
     }
     Plan p = plan_or_cli_error(h, m, o);
-    if (target == "llama-server") {
+    if (is_llama_target(target)) {
         p.reasons.push_back({"llama_server_binary", {server.path, server.reason}});
         if (!server.warning.empty()) p.notes.push_back(server.warning);
     }

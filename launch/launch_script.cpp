@@ -16,7 +16,7 @@ std::vector<std::string> launch_argv(const Plan& p) {
     // host only CPU pinning matters.
     a = {"numactl", "--physcpubind=" + p.cpus};
     if (p.membind_node) a.push_back("--membind=" + std::to_string(*p.membind_node));
-    if (p.target == "llama-server") {
+    if (is_llama_target(p.target)) {
         a.insert(a.end(), {p.llama_server_binary, "--model", p.model_path, "--threads", std::to_string(p.threads), "--ctx-size",
                            std::to_string(p.n_ctx), "--host", p.host, "--port", std::to_string(p.port), "--alias", p.alias,
                            "--n-gpu-layers", "999", "-b", std::to_string(p.n_batch), "-ub", std::to_string(p.n_ubatch)});
@@ -26,6 +26,7 @@ std::vector<std::string> launch_argv(const Plan& p) {
             for (const auto& g : p.gpus) split += (split.empty() ? "" : ",") + std::to_string(g.budget_bytes >> 20);
             a.insert(a.end(), {"--tensor-split", split});
         }
+        a.insert(a.end(), p.server_args.begin(), p.server_args.end());
         for (const auto& g : p.gpus)
             for (uint32_t l : g.layers)
                 a.insert(a.end(), {"-ot", "blk\\." + std::to_string(l) + "\\.ffn_(gate|up|down)_exps\\.=CUDA" + std::to_string(g.gpu)});
@@ -54,7 +55,7 @@ std::string render_launch_sh(const Plan& p) {
                     "ulimit -l " + std::to_string(kib) + " 2>/dev/null || echo \"launch.sh: memlock stays at $(ulimit -l) KiB\" >&2\n"
                     "# one thread per physical core (" + std::to_string(p.threads) + "), for any OpenMP runtime in the process\n"
                     "export OMP_NUM_THREADS=" + std::to_string(p.threads) + "\n";
-    if (p.target == "llama-server") {
+    if (is_llama_target(p.target)) {
         s += "# experts of " ;
         size_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += g.layers.size();

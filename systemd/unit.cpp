@@ -37,7 +37,7 @@ std::string render_unit(const Plan& p) {
     std::string s;
     auto line = [&](const std::string& why, const std::string& directive) { s += "# " + why + "\n" + directive + "\n"; };
     s += "# moestream.service: written by `moestream install` from " + p.out_dir + "/plan.yaml\n\n[Unit]\n";
-    line("what runs", "Description=moestream " + std::string(engine ? "engine" : "llama-server") + " serving " + p.alias);
+    line("what runs", "Description=moestream " + std::string(engine ? "engine" : p.target) + " serving " + p.alias);
     line("serve once the network and the model's filesystem are up", "After=network-online.target local-fs.target");
     s += "Wants=network-online.target\n\n[Service]\n";
     if (engine) {

@@ -85,6 +85,24 @@ TEST(Check, KernelsRowNamesTheTableTheEngineChoosesAndWhy) {
     EXPECT_NE(row(unknown, "kernels")->fix.find("/proc/cpuinfo"), std::string::npos);
 }
 
+// A file of ik_llama.cpp's types: the row FAILs naming the tensor, and its fix is the ik_llama.cpp plan.
+TEST(Check, IkTypesPointToTheIkLlamaServerPlan) {
+    test::TempDir dir;
+    const std::string path = dir / "ik.gguf";
+    write_gguf(path, {{"general.architecture", GgufValue::string("qwen3moe")}, {"qwen3moe.block_count", GgufValue::u32(1)},
+                      {"qwen3moe.embedding_length", GgufValue::u32(256)}, {"qwen3moe.expert_count", GgufValue::u32(4)},
+                      {"qwen3moe.expert_used_count", GgufValue::u32(2)}},
+               {{"token_embd.weight", {256, 64}, GgmlType::Q8_0, {}},
+                {"blk.0.ffn_gate_exps.weight", {256, 64, 4}, static_cast<GgmlType>(156), {}}},  // IQ3_KS
+               32, true);
+    auto rows = check_fixture("laptop-1node-smt", read_model_facts(path));
+    const CheckRow* r = row(rows, "engine_support");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, CheckStatus::Fail);
+    EXPECT_NE(r->measured.find("blk.0.ffn_gate_exps.weight"), std::string::npos) << r->measured;
+    EXPECT_NE(r->fix.find("--target ik-llama-server"), std::string::npos) << r->fix;
+}
+
 TEST(Check, ThpNeverPasses) {
     auto rows = check_fixture("thp-never");
     EXPECT_EQ(row(rows, "thp")->status, CheckStatus::Pass);

@@ -94,7 +94,7 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     auto [rc, out] = test::run_moestream("check --model " + dir / "iq4ks.gguf" + " --no-fio --no-storage --json", false);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("\"engine_support\""), std::string::npos) << out;
-    EXPECT_NE(out.find("--target llama-server"), std::string::npos) << out;
+    EXPECT_NE(out.find("--target ik-llama-server"), std::string::npos) << out;  // mainline llama.cpp cannot load it either
     auto [pc, host] = test::run_moestream("probe --yaml --root " + std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/laptop-1node-smt", false);
     ASSERT_EQ(pc, 0) << host;
     { std::ofstream(dir / "host.yaml") << host; }
@@ -103,7 +103,12 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     EXPECT_NE(out2.find("blk.1.ffn_gate_exps.weight"), std::string::npos) << out2;
     auto [rc3, out3] = test::run_moestream("plan --model " + dir / "iq4ks.gguf" + " --host " + dir / "host.yaml" +
                                            " --target llama-server --gpu-mem 0=1G --out " + dir / "plan2");
-    EXPECT_EQ(rc3, 0) << out3;
+    EXPECT_EQ(rc3, 2) << out3;
+    EXPECT_NE(out3.find("tensor blk.1.ffn_gate_exps.weight (iq4_ks) is an ik_llama.cpp type (plan with --target ik-llama-server)"),
+              std::string::npos) << out3;
+    auto [rc4, out4] = test::run_moestream("plan --model " + dir / "iq4ks.gguf" + " --host " + dir / "host.yaml" +
+                                           " --target ik-llama-server --gpu-mem 0=1G --out " + dir / "plan3");
+    EXPECT_EQ(rc4, 0) << out4;
 }
 
 }  // namespace

@@ -173,7 +173,14 @@ TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
 
     // The whole plan writes the layout it modelled: the split, the pins, -b/-ub, then --cpu-moe.
     PlanOptions po = opts();
-    po.target = "llama-server";
+    po.target = "llama-server";  // mainline llama.cpp cannot load IQ3_KS: refused, naming the tensor
+    try {
+        make_plan(fixture_host("server-2socket-nvme-node1", 1), m, po);
+        ADD_FAILURE() << "a llama-server plan for an ik_llama.cpp file";
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.3.ffn_gate_exps.weight (iq3_ks)"), std::string::npos) << e.what();
+    }
+    po.target = "ik-llama-server";
     po.gpu_mem = o.gpu_mem;
     po.gpu_layers = "3-17:0,74-77:1";
     po.n_ctx = 65536;
@@ -190,6 +197,37 @@ TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
     EXPECT_NE(cmd.find("-ot blk\\.74\\.ffn_(gate|up|down)_exps\\.=CUDA1"), std::string::npos) << cmd;
     EXPECT_EQ(cmd.find("blk\\.18\\."), std::string::npos) << cmd;
     EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // first matching override wins in llama.cpp
+}
+
+// ik_llama.cpp's server: the same placement and files, with its own options for an MLA MoE on GPUs + CPU,
+// kept in plan.yaml so `launch` and `regen` write the same command.
+TEST(Planner, IkLlamaServerTargetWritesItsOptions) {
+    test::TempDir dir;
+    const ModelFacts m = read_model_facts(glm51_iq3ks(dir));
+    PlanOptions po = opts();
+    po.target = "ik-llama-server";
+    po.gpu_mem = parse_gpu_mem("0=96G,1=96G");
+    po.n_ctx = 65536;
+    HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
+    h.memory.total_bytes.value = 768ull << 30;
+    Plan p = make_plan(h, m, po);
+    std::string cmd;
+    for (const auto& arg : launch_argv(p)) cmd += arg + " ";
+    for (const std::string& want : {"-tb " + std::to_string(p.threads) + " ", std::string("-fa on "), std::string("-mla 3 "), std::string("-amb 512 "),
+                                   std::string("--tensor-split 98304,98304 "), std::string("--cpu-moe")})
+        EXPECT_NE(cmd.find(want), std::string::npos) << want << " not in " << cmd;
+    EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // ik applies -ot before --cpu-moe's own overrides too
+    bool mla_reason = false;
+    for (const auto& [k, v] : p.reasons) mla_reason |= k == "mla" && v.reason.find("latent") != std::string::npos;
+    EXPECT_TRUE(mla_reason);
+    p.out_dir = dir.path.string();
+    std::ofstream(dir / "plan.yaml") << plan_to_yaml(p);
+    const Plan back = load_plan(dir / "plan.yaml");
+    EXPECT_EQ(back.target, "ik-llama-server");
+    EXPECT_EQ(back.server_args, p.server_args);
+    ASSERT_EQ(back.gpus.size(), 2u);
+    EXPECT_EQ(back.gpus[1].layer_bytes, p.gpus[1].layer_bytes);
+    EXPECT_EQ(back.gpus[0].layers, p.gpus[0].layers);
 }
 
 // Unpinned, the plan fills each GPU to its --gpu-mem counting everything the command puts there (the old plan
@@ -341,10 +379,10 @@ int run_quiet(const std::string& cmd) {
 TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
     if (run_quiet("command -v systemd-analyze") != 0) GTEST_SKIP() << "systemd-analyze not installed (scripts/setup.sh installs systemd)";
     test::TempDir dir;
-    for (const std::string target : {"engine", "llama-server"}) {
+    for (const std::string target : {"engine", "llama-server", "ik-llama-server"}) {
         PlanOptions o = opts();
         o.target = target;
-        if (target == "llama-server") o.gpu_mem = parse_gpu_mem("0=24G");
+        if (target != "engine") o.gpu_mem = parse_gpu_mem("0=24G");
         HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
         Plan p = make_plan(h, moe_model(48, 0, 512, 4ull << 30), o);
         p.out_dir = dir.path.string();

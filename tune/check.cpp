@@ -118,7 +118,10 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                                                            " recognised, not loaded)" : "")
                          : m.unsupported_reason,
              "a supported architecture and weight types",
-             m.supported ? "" : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
+             m.supported ? ""
+             : m.unsupported_reason.find("ik_llama.cpp type") != std::string::npos
+                 ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes no ik_llama.cpp types yet)"
+                 : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
         const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
         const uint64_t need = m.resident_bytes + kv + reserve;
         CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;

@@ -35,6 +35,9 @@ struct GpuAssignment {
     double split = 0;               // this GPU's --tensor-split share
 };
 
+// llama.cpp's llama-server and ik_llama.cpp's: the same GPU placement and files, their own options.
+inline bool is_llama_target(const std::string& target) { return target == "llama-server" || target == "ik-llama-server"; }
+
 struct Fingerprint {
     std::string cpu_model;
     int physical_cores = 0;
@@ -48,7 +51,7 @@ struct Fingerprint {
 struct Plan {
     int schema = kPlanSchema;
     std::string created_by;
-    std::string target = "engine";  // engine | llama-server
+    std::string target = "engine";  // engine | llama-server | ik-llama-server
     std::string model_path;
     std::string model_arch;
     uint64_t resident_bytes = 0, expert_bytes = 0;
@@ -87,6 +90,7 @@ struct Plan {
     std::vector<GpuAssignment> gpus;
     int n_batch = 2048, n_ubatch = 512;  // llama-server -b / -ub (its defaults)
     uint64_t host_model_bytes = 0;       // llama-server: model bytes left in RAM (token embeddings, experts not on a GPU)
+    std::vector<std::string> server_args;  // the target's own options (ik-llama-server: -fa, -mla, -amb, -tb), each with a reason
     std::string asked_gpu_layers;        // --gpu-layers as given (a pinned layout)
 
     // What the user asked for, so `regen` re-plans with the same request.

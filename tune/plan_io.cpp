@@ -60,7 +60,7 @@ std::string plan_to_yaml(const Plan& p) {
     o << YAML::Key << "serve" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << p.host << YAML::Key
       << "port" << YAML::Value << p.port << YAML::Key << "alias" << YAML::Value << p.alias << YAML::Key << "moestream_binary"
       << YAML::Value << p.moestream_binary << YAML::Key << "user" << YAML::Value << p.service_user << YAML::EndMap;
-    if (p.target == "llama-server") {
+    if (is_llama_target(p.target)) {
         o << YAML::Key << "llama_server" << YAML::Value << YAML::BeginMap << YAML::Key << "binary" << YAML::Value
           << p.llama_server_binary << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
         for (const auto& g : p.gpus) {
@@ -74,7 +74,8 @@ std::string plan_to_yaml(const Plan& p) {
               << "layers" << YAML::Value << YAML::Flow << g.layers << YAML::EndMap;
         }
         o << YAML::EndSeq << YAML::Key << "batch" << YAML::Value << p.n_batch << YAML::Key << "ubatch" << YAML::Value << p.n_ubatch
-          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::EndMap;
+          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::Key << "server_args" << YAML::Value << YAML::Flow
+          << p.server_args << YAML::EndMap;
     }
     o << YAML::EndMap;
     return std::string(o.c_str()) + "\n";
@@ -119,7 +120,8 @@ Plan load_plan(const std::string& path) {
     p.schema = schema;
     p.created_by = field<std::string>(y, "created_by", path);
     p.target = field<std::string>(y, "target", path);
-    if (p.target != "engine" && p.target != "llama-server") throw PlanError(path + ": target '" + p.target + "' is not engine or llama-server");
+    if (p.target != "engine" && !is_llama_target(p.target))
+        throw PlanError(path + ": target '" + p.target + "' is not engine, llama-server or ik-llama-server");
     p.model_path = field<std::string>(y, "model.path", path);
     p.model_arch = field<std::string>(y, "model.arch", path);
     p.resident_bytes = field<uint64_t>(y, "model.resident_bytes", path);
@@ -176,7 +178,7 @@ Plan load_plan(const std::string& path) {
     p.alias = field<std::string>(y, "serve.alias", path);
     p.moestream_binary = field<std::string>(y, "serve.moestream_binary", path);
     p.service_user = field<std::string>(y, "serve.user", path);
-    if (p.target == "llama-server") {
+    if (is_llama_target(p.target)) {
         p.llama_server_binary = field<std::string>(y, "llama_server.binary", path);
         for (const auto& g : y["llama_server"]["gpus"]) {
             GpuAssignment a;
@@ -195,6 +197,7 @@ Plan load_plan(const std::string& path) {
         if (ls["batch"]) p.n_batch = ls["batch"].as<int>();
         if (ls["ubatch"]) p.n_ubatch = ls["ubatch"].as<int>();
         if (ls["gpu_layers"]) p.asked_gpu_layers = ls["gpu_layers"].as<std::string>();
+        if (ls["server_args"]) p.server_args = ls["server_args"].as<std::vector<std::string>>();
     }
     p.out_dir = std::filesystem::absolute(path).parent_path().string();
     return p;

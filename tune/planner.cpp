@@ -114,10 +114,14 @@ void host_sysctl(const HostFacts& h, size_t numa_nodes, Plan& p) {
 }
 
 Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) {
-    if (opt.target != "engine" && opt.target != "llama-server")
-        throw PlanError("--target '" + opt.target + "' is not engine or llama-server");
+    if (opt.target != "engine" && !is_llama_target(opt.target))
+        throw PlanError("--target '" + opt.target + "' is not engine, llama-server or ik-llama-server");
     if (opt.target == "engine" && !m.supported)
-        throw PlanError("the engine cannot run " + opt.model_path + ": " + m.unsupported_reason + " (plan with --target llama-server)");
+        throw PlanError("the engine cannot run " + opt.model_path + ": " + m.unsupported_reason + " (plan with --target " +
+                        (m.ik_tensor.empty() ? "llama-server" : "ik-llama-server") + ")");
+    if (opt.target == "llama-server" && !m.ik_tensor.empty())
+        throw PlanError("llama.cpp's llama-server cannot load " + opt.model_path + ": tensor " + m.ik_tensor +
+                        " is an ik_llama.cpp type (plan with --target ik-llama-server)");
     Plan p;
     p.created_by = opt.created_by;
     p.target = opt.target;
@@ -289,6 +293,25 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         why("tensor_split", split, "-ngl 999 offloads every layer; --tensor-split in proportion to --gpu-mem decides which GPU holds each "
                                     "layer's attention, dense and shared weights and KV (llama.cpp's layer split), so the plan knows each GPU's share");
         for (const auto& g : p.gpus) why("gpu" + std::to_string(g.gpu), std::to_string(g.used_bytes), describe_gpu(g));
+        if (p.target == "ik-llama-server") {
+            // ik_llama.cpp's server options for a hybrid GPU/CPU MoE host (its docs/parameters.md); each with its reason.
+            auto arg = [&](const std::string& name, const std::string& flag, const std::string& value, const std::string& reason) {
+                p.server_args.push_back(flag);
+                if (!value.empty()) p.server_args.push_back(value);
+                why(name, flag + (value.empty() ? "" : " " + value), reason);
+            };
+            arg("threads_batch", "-tb", std::to_string(p.threads),
+                "prompt processing runs the CPU-resident experts too: every physical core, as --threads");
+            arg("flash_attn", "-fa", "on", "flash attention: less compute buffer and faster attention on the GPUs (ik's default, written so the plan does not depend on it)");
+            if (m.cache_layout.rfind("MLA", 0) == 0) {
+                arg("mla", "-mla", "3", "MLA model: ik's mode 3 keeps only the compressed latent in the KV cache and picks the faster attention "
+                                        "path per batch (the KV figure above is the latent cache)");
+                arg("attention_max_batch", "-amb", "512", "caps attention's K*Q scratch at 512 MiB per batch for MLA, so large -ub does not "
+                                                           "grow the compute buffer past the estimate");
+            }
+            p.notes.push_back("fused MoE up/gate is ik_llama.cpp's default (-no-fmoe turns it off); not written");
+            p.notes.push_back("-ger (grouped expert routing) not written: ik_llama.cpp applies it to BailingMoeV2/V3 (Ling/Ring) only");
+        }
         p.host_model_bytes = m.token_embd_bytes + m.expert_bytes;
         for (const auto& g : p.gpus) p.host_model_bytes -= g.expert_bytes;
         why("host_model_bytes", std::to_string(p.host_model_bytes),

@@ -156,6 +156,8 @@ ModelFacts model_facts(const GgufModel& model) {
                 f.n_vocab_rows = static_cast<uint32_t>(t.ne.size() > 1 ? t.ne[1] : 1);
             }
         }
+        if (f.ik_tensor.empty())
+            if (auto ti = type_info(t.raw_type); ti && ti->origin == TypeOrigin::IkLlama) f.ik_tensor = t.name + " (" + type_name(t.raw_type) + ")";
         if (f.supported) {
             auto ti = type_info(t.raw_type);
             if (!ti || !ti->computable) {

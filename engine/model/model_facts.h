@@ -56,6 +56,7 @@ struct ModelFacts {
     // Whether this engine runs the file, and if not, why (one line).
     bool supported = true;
     std::string unsupported_reason;
+    std::string ik_tensor;                    // the first tensor of an ik_llama.cpp type ("name (type)"): mainline llama.cpp cannot load the file
 
     // Bytes of one expert (gate+up+down) in a given layer, 0 when dense.
     uint64_t bytes_per_expert(uint32_t layer) const;
