@@ -175,8 +175,14 @@ HostFacts host_facts_from_text(const std::string& text, const std::string& label
         throw std::runtime_error(label + ": not valid YAML/JSON (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")");
     }
     if (!j.is_object() || !j.contains("schema")) throw std::runtime_error(label + ": not a `moestream probe` facts file (no schema)");
-    if (j["schema"].get<int>() > 1)
-        throw std::runtime_error(label + ": facts schema " + std::to_string(j["schema"].get<int>()) + " is newer than this moestream");
+    if (!j["schema"].is_number_integer()) throw std::runtime_error(label + ": schema is not a number");
+    if (j["schema"].get<int64_t>() > 1)
+        throw std::runtime_error(label + ": facts schema " + std::to_string(j["schema"].get<int64_t>()) + " is newer than this moestream");
+    try {
+        (void)j.dump();  // every string must be UTF-8, or writing the facts back (JSON, YAML, plan files) fails later (found by fuzzing)
+    } catch (const nlohmann::json::type_error&) {
+        throw std::runtime_error(label + ": not UTF-8 text");
+    }
     try {
         HostFacts h;
         h.root = j.value("root", "/");

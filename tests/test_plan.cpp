@@ -336,6 +336,27 @@ TEST(Planner, ParallelSlotsCountEverySlotsCache) {
     EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o), PlanError);
 }
 
+// A plan whose GPU figures are maps instead of numbers (what the fuzzer found): a PlanError naming the file.
+TEST(PlanFile, WrongKindOfFieldIsAPlanError) {
+    test::TempDir dir;
+    PlanOptions o = opts();
+    o.target = "llama-server";
+    o.gpu_mem = parse_gpu_mem("0=24G");
+    Plan p = make_plan(fixture_host("server-2socket-nvme-node1", 1), moe_model(48, 0, 512, 4ull << 30), o);
+    std::string yaml = plan_to_yaml(p);
+    const size_t at = yaml.find("budget_bytes: ");
+    ASSERT_NE(at, std::string::npos);
+    yaml.replace(at, yaml.find('\n', at) - at, "budget_bytes: {a: 1}");
+    std::ofstream(dir / "plan.yaml") << yaml;
+    try {
+        load_plan(dir / "plan.yaml");
+        FAIL() << "accepted";
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find(dir / "plan.yaml"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("wrong type"), std::string::npos) << e.what();
+    }
+}
+
 TEST(PlanFile, RoundTripAndBadFiles) {
     test::TempDir dir;
     Plan p = make_plan(fixture_host("server-2socket-nvme-node1", 1), moe_model(48, 0, 512, 4ull << 30), opts());

@@ -39,6 +39,21 @@ TEST(Probes, LaptopWithSmt) {
     EXPECT_FALSE(d.numa_node.value) << "numa_node -1 must be unknown, never node 0";
 }
 
+// Facts files the fuzzer broke: every bad input is a runtime_error naming the file, never another exception.
+TEST(Probes, FactsReaderRefusesWhatTheFuzzerFound) {
+    auto message = [](const std::string& text) {
+        try {
+            host_facts_from_text(text, "f.yaml");
+        } catch (const std::runtime_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_EQ(message("schema: 1\ncpu:\n  model: {value: \"\xa1\xa2\", source: x}\n"), "f.yaml: not UTF-8 text");
+    EXPECT_EQ(message("schema: one\n"), "f.yaml: schema is not a number");
+    EXPECT_EQ(message("schema: 9\n"), "f.yaml: facts schema 9 is newer than this moestream");
+}
+
 TEST(Probes, TwoSocketServerNvmeOnNode1) {
     FsRoot fs(fixture("server-2socket-nvme-node1"));
     CpuFacts c = probe_cpu(fs);

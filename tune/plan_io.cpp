@@ -101,7 +101,21 @@ T field(const YAML::Node& n, const std::string& path, const std::string& file) {
 
 }  // namespace
 
+namespace {
+Plan load_plan_fields(const std::string& path);
+}  // namespace
+
+// A field of the wrong YAML kind (a map where a number belongs, found by fuzzing) is a PlanError too.
 Plan load_plan(const std::string& path) {
+    try {
+        return load_plan_fields(path);
+    } catch (const YAML::Exception& e) {
+        throw PlanError(path + ": a field has the wrong type (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")");
+    }
+}
+
+namespace {
+Plan load_plan_fields(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw PlanError(path + ": cannot open the plan");
     YAML::Node y;
@@ -202,5 +216,6 @@ Plan load_plan(const std::string& path) {
     p.out_dir = std::filesystem::absolute(path).parent_path().string();
     return p;
 }
+}  // namespace
 
 }  // namespace moe

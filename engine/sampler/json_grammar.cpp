@@ -59,7 +59,8 @@ int JsonGrammar::compile(const json& s, const std::string& path) {
                                                "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict"};
     static const char* const kUsed[] = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "oneOf",
                                         "minItems", "maxItems", "minLength", "maxLength", "$ref", "nullable"};
-    for (const auto& [key, value] : s.items()) {
+    for (const auto& item : s.items()) {
+        const std::string& key = item.key();  // a plain name: clang 14 (the fuzz build) cannot capture bindings
         const bool known = std::find_if(std::begin(kAnnotations), std::end(kAnnotations), [&](const char* k) { return key == k; }) != std::end(kAnnotations) ||
                            std::find_if(std::begin(kUsed), std::end(kUsed), [&](const char* k) { return key == k; }) != std::end(kUsed);
         if (!known) throw GrammarError(path + ": the schema keyword '" + key + "' is not supported for constrained output");
