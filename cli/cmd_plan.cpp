@@ -60,6 +60,16 @@ void write_text(const std::string& path, const std::string& text, unsigned mode)
     fs::rename(tmp, path);
 }
 
+std::vector<std::string> path_directories() {
+    std::vector<std::string> dirs;
+    if (const char* env = std::getenv("PATH")) {
+        std::stringstream ss(env);
+        for (std::string d; std::getline(ss, d, ':');)
+            if (!d.empty() && d[0] == '/') dirs.push_back(d);
+    }
+    return dirs;
+}
+
 HostFacts gather_host(const std::string& facts_file, const std::string& root, const std::string& model, double seconds,
                       bool no_storage) {
     if (!facts_file.empty()) {
@@ -273,13 +283,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     BinaryChoice server;
     if (is_llama_target(target)) {
         ClusterHost self{"this host", "", h, 0};
-        std::vector<std::string> path_dirs;
-        if (const char* env = std::getenv("PATH")) {
-            std::stringstream ss(env);
-            for (std::string d; std::getline(ss, d, ':');)
-                if (!d.empty() && d[0] == '/') path_dirs.push_back(d);
-        }
-        server = choose_llama_binary("llama-server", llama_binary, {&self}, path_dirs);
+        server = choose_llama_binary("llama-server", llama_binary, {&self}, path_directories());
         o.llama_server_binary = server.path;
     }
     Plan p = plan_or_cli_error(h, m, o);

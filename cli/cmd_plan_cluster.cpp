@@ -1,9 +1,7 @@
 // `plan --target llama-rpc`, `install --host-dir`, `regen --cluster`: the cluster plan from the command line.
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <sstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -48,11 +46,7 @@ int plan_cluster(const ClusterRequest& r) {
     o.llama_server_binary = r.llama_binary;
     o.rpc_server_binary_reason = r.rpc_binary_reason;
     o.llama_server_binary_reason = r.llama_binary_reason;
-    if (const char* path = std::getenv("PATH")) {
-        std::stringstream ss(path);
-        for (std::string d; std::getline(ss, d, ':');)
-            if (!d.empty() && d[0] == '/') o.planning_path.push_back(d);
-    }
+    o.planning_path = path_directories();
     ClusterPlan cp;
     try {
         cp = make_cluster_plan(read_model_facts(r.model), o);

@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "probes/host_facts.h"
 
@@ -12,6 +13,8 @@ std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text, unsigned mode);
 // From a facts file (probe --json / --yaml), else probed now under `root` (storage measured unless told not).
 HostFacts gather_host(const std::string& facts_file, const std::string& root, const std::string& model, double seconds, bool no_storage);
+// This process's PATH as absolute directories, in order (where the planning host's programs are looked for).
+std::vector<std::string> path_directories();
 // systemd-analyze's overall exposure of a unit file ("1.9"), or nothing where the tool is missing or fails.
 std::optional<std::string> unit_exposure(const std::string& unit);
 
