@@ -36,6 +36,10 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline float to_float(float v) { return v; }
 inline float to_float(uint16_t h) { return _cvtsh_ss(h); }
+inline __m256 load8(const Bf16* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline float to_float(Bf16 h) { return bf16_value(h.bits); }
 
 // ggml_vec_dot_f32 / _f16: four 16-lane accumulators over 64-element steps.
 template <class Elem>
@@ -206,35 +210,21 @@ float dot_bf16_batch(int64_t n, const void* w, const void* a) {
 
 // BF16 in the AVX2 build: widened to f32, four 8-lane FMA accumulators over 32-element steps, (c1+c3)+(c2+c4)
 // reduced by hsum_float_8 into a double, the tail in double; its tinyBLAS: one 8-lane FMA accumulator.
-inline __m256 load_bf16x8(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
 float dot_bf16_a2(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const uint16_t*>(w);
-    auto* y = static_cast<const uint16_t*>(a);
+    auto* x = static_cast<const Bf16*>(w);
+    auto* y = static_cast<const Bf16*>(a);
     __m256 c[4];
     for (auto& v : c) v = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; ++k) c[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), c[k]);
+        for (int k = 0; k < 4; ++k) c[k] = _mm256_fmadd_ps(load8(x + i + 8 * k), load8(y + i + 8 * k), c[k]);
     double s = hsum_float_8(_mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
-    for (; i < n; ++i) s += static_cast<double>(bf2f(x[i]) * bf2f(y[i]));
+    for (; i < n; ++i) s += static_cast<double>(to_float(x[i]) * to_float(y[i]));
     return static_cast<float>(s);
 }
 
 float dot_bf16_batch_a2(int64_t n, const void* w, const void* a) {
-    auto* x = static_cast<const uint16_t*>(w);
-    auto* y = static_cast<const uint16_t*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc);
-    // A row off the 8-element step (the engine routes none here, but the slot takes any n): element i into
-    // lane i % 8, as the reference does.
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc);
-    for (; i < n; ++i) lanes[i % 8] = std::fma(bf2f(x[i]), bf2f(y[i]), lanes[i % 8]);
-    return hsum_float_8(_mm256_load_ps(lanes));
+    return dot_gemm_order_avx2(static_cast<const Bf16*>(w), static_cast<const Bf16*>(a), n);
 }
 
 float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, a, dot_i8); }
