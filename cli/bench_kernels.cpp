@@ -42,7 +42,7 @@ double best_rate(Pass&& pass, double work_per_pass, double seconds) {
 // Weight bytes per second of `table`'s kernel for type t over `rows` rows of n.
 double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights,
                           size_t row_bytes, int64_t rows, const std::vector<uint8_t>& act, double seconds) {
-    const int i = static_cast<int>(t);
+    const int i = kernels::type_slot(t);
     std::vector<float> out(static_cast<size_t>(rows));
     const double rate = best_rate(
         [&] {
@@ -112,11 +112,11 @@ nlohmann::json bench_weight_kernels(const GgufModel& model, kernels::Flavor flav
 
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& [t, u] : order) {
-        const int i = static_cast<int>(t);
+        const int i = kernels::type_slot(t);
         nlohmann::json row = {{"type", std::string(type_info(t).name)}, {"bytes", u.bytes},
                               {"share", total ? static_cast<double>(u.bytes) / static_cast<double>(total) : 0.0},
                               {"row_length", u.row_len}};
-        if (i >= kernels::kTypeSlots || !active.dot[i]) {
+        if (i < 0 || (!active.dot[i] && !active.dot_rows[i])) {
             row["note"] = "no kernel for this type";
             rows.push_back(row);
             continue;

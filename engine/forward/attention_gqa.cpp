@@ -41,12 +41,12 @@ void Runner::attention_gqa(uint32_t l, int n) {
                 ops::rope_cache(hp.rope, pos, cs);
                 for (int h = 0; h < nh; ++h) {
                     float* qh = &q_[t * q_row + h * q_head];
-                    if (w.q_norm.present()) ops::rms_norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
+                    if (w.q_norm.present()) fops_.norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
                     ops::rope(qh, hp.rope, cs);
                 }
                 for (int h = 0; h < nkv; ++h) {
                     float* kh = &k_[t * kv_dim + h * hd];
-                    if (w.k_norm.present()) ops::rms_norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
+                    if (w.k_norm.present()) fops_.norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
                     ops::rope(kh, hp.rope, cs);
                 }
                 for (int i = 0; i < kv_dim; ++i) {

@@ -1,6 +1,7 @@
 // Feed-forward kinds: a dense SwiGLU FFN, and MoE (routing in routing.cpp; routed experts from the expert
 // source, grouped by expert so each is fetched once per batch; an optional shared expert).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "engine/forward/routing.h"
@@ -203,7 +204,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     n -= first;
     if (n == 0) return;
     std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
-    for (int t = 0; t < n; ++t) ops::rms_norm(&x_[(first + t) * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    for (int t = 0; t < n; ++t) fops_.norm(&x_[(first + t) * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
     matmul(L.experts.router, norm.data(), E, n, logits.data(), X);
     std::vector<char> chosen(static_cast<size_t>(X), 0);
     std::vector<int> top(static_cast<size_t>(U));
@@ -294,7 +295,10 @@ void Runner::ffn_moe(uint32_t l, int n) {
     for (int t = 0; t < n; ++t) {
         for (int i = 0; i < E; ++i) {
             float acc = expert_out_[(static_cast<size_t>(t) * U) * E + i] * sel_w_[t * U];
-            for (int s = 1; s < U; ++s) acc += expert_out_[(static_cast<size_t>(t) * U + s) * E + i] * sel_w_[t * U + s];
+            for (int s = 1; s < U; ++s) {
+                const float y = expert_out_[(static_cast<size_t>(t) * U + s) * E + i];
+                acc = fops_.ik ? std::fma(y, sel_w_[t * U + s], acc) : acc + y * sel_w_[t * U + s];  // ik: fused (iqk_mul_multi_add)
+            }
             if (shared) acc += sh_out_[t * E + i];
             x_[t * E + i] += acc;
         }

@@ -9,6 +9,7 @@
 
 #include "engine/forward/routing.h"
 #include "engine/kernels/float_ops.h"
+#include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/kernels.h"
 
 namespace moe {
@@ -65,11 +66,11 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     if (w.bv.present()) for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
     ops::rope_cache(hp.rope, c.pos, cs);
     for (int h = 0; h < nh; ++h) {
-        if (w.q_norm.present()) ops::rms_norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
+        if (w.q_norm.present()) c.fops.norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
         ops::rope(&qg[h * qh], hp.rope, cs);
     }
     for (int h = 0; h < nkv; ++h) {
-        if (w.k_norm.present()) ops::rms_norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
+        if (w.k_norm.present()) c.fops.norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
         ops::rope(&k[h * hd], hp.rope, cs);
     }
     uint16_t* kc = c.st.cache.k[l].data();
@@ -234,7 +235,9 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
         c.fops.swiglu(g.data(), u.data(), F);
         matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data());
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
-        for (int i = 0; i < E; ++i) out[i] = s == 0 ? y[i] * weight[s] : out[i] + y[i] * weight[s];
+        // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
+        for (int i = 0; i < E; ++i)
+            out[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], out[i]) : out[i] + y[i] * weight[s];
     }
     if (w.gate_sh.present()) {
         Vec sh(E);
@@ -253,7 +256,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
 
 RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor) {
     RefState st;
-    st.flavor = flavor;
+    st.flavor = m.ik_numerics ? kernels::Flavor::Avx2 : flavor;  // as Runner: ik files follow ik's AVX2 build
     st.cache = SequenceCache::make(m, n_ctx);
     return st;
 }
@@ -263,7 +266,8 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
     const int E = static_cast<int>(hp.n_embd);
     if (st.n_past >= st.cache.n_ctx) throw std::out_of_range("context full");
     if (token < 0 || token >= static_cast<int>(hp.n_vocab)) throw std::out_of_range("token id out of range");
-    const Ctx c{m, st, batch, kernels::reference_table(st.flavor), ops::float_ops(st.flavor), st.n_past};
+    const Ctx c{m, st, batch, m.ik_numerics ? ik::kernel_table(kernels::reference_table(st.flavor)) : kernels::reference_table(st.flavor),
+                m.ik_numerics ? ik::float_ops(ops::float_ops(st.flavor)) : ops::float_ops(st.flavor), st.n_past};
 
     Vec x(E), xn(E), out(E);
     std::vector<uint8_t> dsa_visible;
@@ -272,14 +276,14 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m.layers[l];
         // 2. attention block on the normed input, then the residual
-        ops::rms_norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
+        c.fops.norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
         if (L.attn == AttentionKind::Mla) attention_mla(c, l, xn, out, dsa_visible);
         else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(c, l, xn, out);
         else attention_gqa(c, l, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];
         // 3. feed-forward block on the normed input, then the residual. llama.cpp keeps only the output rows
         //    for the last layer's feed-forward, so its dense matmuls see that batch.
-        ops::rms_norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
+        c.fops.norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
         const bool last = l + 1 == hp.n_layer;
         Ctx fc = c;
         if (last && !hp.output_rows_after_norm) fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index};
@@ -288,7 +292,7 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         for (int i = 0; i < E; ++i) x[i] += out[i];
     }
     // 4. final norm and output head
-    ops::rms_norm(x.data(), m.output_norm.f32(), xn.data(), E, hp.rms_eps);
+    c.fops.norm(x.data(), m.output_norm.f32(), xn.data(), E, hp.rms_eps);
     matvec(c, m.output.data, m.output.type, m.output.row_bytes, m.output.ne1, m.output.ne0, xn.data(), logits, batch.n_out, batch.out_index);
     st.n_past++;
 }

@@ -1,12 +1,19 @@
 #include "engine/forward/routing.h"
 
 #include <limits>
+#include "engine/kernels/ik/ik_ref.h"
 #include <vector>
 
 namespace moe {
 
 void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const float* probs_bias, int* selected, float* weights) {
     const int X = static_cast<int>(c.n_expert), U = static_cast<int>(c.n_expert_used);
+    if (ops.ik && c.gating == Gating::Softmax && c.n_group <= 1 && !probs_bias) {  // ik's fused top-k on the logits
+        ik::route_softmax(p, X, U, c.norm_weights, selected, weights);
+        if (c.weights_scale != 0.f && c.weights_scale != 1.f)
+            for (int s = 0; s < U; ++s) weights[s] *= c.weights_scale;
+        return;
+    }
     if (c.gating == Gating::Softmax) ops.softmax(p, X);
     else for (int e = 0; e < X; ++e) p[e] = ops::sigmoid(p[e]);
 

@@ -11,13 +11,24 @@
 #include <string>
 
 #include "engine/kernels/attention.h"
+#include "engine/kernels/ik/ik_ref.h"
 
 namespace moe {
 
+// A file made by ik_llama.cpp is computed as ik's AVX2 build computes it (the build ../shared/oracle recorded; ik's
+// AVX-512 build has other kernels), whatever llama.cpp build the host would default to.
+static RunnerOptions numerics_for(const Model& m, RunnerOptions opt) {
+    if (m.ik_numerics) opt.flavor = kernels::Flavor::Avx2;
+    return opt;
+}
+
 Runner::Runner(const Model& model, RunnerOptions opt)
-    : m_(model), opt_(opt), pool_(opt.n_threads), kt_(kernels::active_table(opt.flavor)), fops_(kernels::simd_float_ops(opt.flavor)),
-      attend_(kernels::attention_kernel(opt.flavor)), attend_tiled_(kernels::tiled_attention_kernel(opt.flavor)),
-      attend_tiled_group_(kernels::tiled_attention_group_kernel(opt.flavor)) {
+    : m_(model), opt_(numerics_for(model, opt)), pool_(opt.n_threads),
+      kt_(model.ik_numerics ? ik::kernel_table(kernels::active_table(opt_.flavor)) : kernels::active_table(opt_.flavor)),
+      fops_(model.ik_numerics ? ik::float_ops(kernels::simd_float_ops(opt_.flavor)) : kernels::simd_float_ops(opt_.flavor)),
+      attend_(model.ik_numerics ? fops_.attend : kernels::attention_kernel(opt_.flavor)),
+      attend_tiled_(model.ik_numerics ? fops_.attend_tiled : kernels::tiled_attention_kernel(opt_.flavor)),
+      attend_tiled_group_(model.ik_numerics ? nullptr : kernels::tiled_attention_group_kernel(opt_.flavor)) {
     const Hparams& hp = m_.hp;
     if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
     if (opt_.n_batch <= 0) opt_.n_batch = 512;
@@ -137,7 +148,7 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
     // F32 weights read strided activations directly in llama.cpp, which keeps them off llamafile's GEMM.
     const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
-    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok, opt_.n_threads);
     const uint8_t* act = act_.data();
     pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
 }
@@ -188,7 +199,7 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
     int64_t rows = 0;
     for (const MatmulOut& o : outs) {
         const size_t ab = kernels::activation_bytes(o.w->type, o.w->ne0);
-        parts.push_back({o, ab, total, rows, kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true)});
+        parts.push_back({o, ab, total, rows, kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true, opt_.n_threads)});
         total += ab * static_cast<size_t>(n_tok);
         rows += o.w->ne1;
     }
@@ -218,7 +229,7 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         for (int t = 0; t < n_tok; ++t)
             kernels::prepare_activations(w.type, x + h * x_head + t * x_stride, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab, cols);
     // Each head is a MUL_MAT over a strided view of the activations (permuted heads).
-    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, n_tok, w.type != GgmlType::F32);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, n_tok, w.type != GgmlType::F32, opt_.n_threads);
     if (n_tok == 1 && dots.single_rows) {  // decode: each head's rows in one kernel call
         pool_.parallel_for(heads, [&](int64_t h0, int64_t h1) {
             for (int64_t h = h0; h < h1; ++h)
@@ -316,7 +327,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const auto chunk_start = Clock::now();
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
-        for (int t = 0; t < n; ++t) ops::rms_norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        for (int t = 0; t < n; ++t) fops_.norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
         const auto attention_start = Clock::now();
         attention_by_sequence(l, n);
         stats_.attention_seconds += seconds_since(attention_start);
@@ -330,7 +341,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
             n_ffn = last_layer_rows_;
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
-        for (int t = 0; t < n_ffn; ++t) ops::rms_norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        for (int t = 0; t < n_ffn; ++t) fops_.norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
         if (n_ffn == 0) continue;
         const auto ffn_start = Clock::now();
         if (L.moe) ffn_moe(l, n_ffn);
@@ -346,7 +357,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     }
     const int rows = want_all_logits ? n : 1;
     if (!want_all_logits && n > 1 && hp.output_rows_after_norm) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
-    for (int t = 0; t < rows; ++t) ops::rms_norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+    for (int t = 0; t < rows; ++t) fops_.norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
     stats_.eval_seconds += seconds_since(chunk_start);
@@ -356,7 +367,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 // map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
                              int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked) {
-    const bool tiled = ops::tiled_attention(opt_.flavor, n, base.dv);  // as llama.cpp for a batch of n query rows
+    // As llama.cpp for a batch of n query rows (ik's attention has one path for all).
+    const bool tiled = !fops_.ik && ops::tiled_attention(opt_.flavor, n, base.dv);
     const ops::AttendFn fn = tiled ? attend_tiled_ : attend_;
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.

@@ -62,30 +62,30 @@ constexpr std::array kTypes = {
     Entry{97, {"q8_0_x4", 32, 34, 0, false, ik}},
     Entry{98, {"q8_1_x4", 32, 36, 0, false, ik}},
     Entry{99, {"q8_2_x4", 32, 36, 0, false, ik}},
-    Entry{133, {"q6_0", 32, 26, 0, false, ik}},
+    Entry{133, {"q6_0", 32, 26, 0, true, ik}},
     Entry{134, {"iq1_bn", 64, 13, 2, false, ik}},
     Entry{135, {"iq2_bn", 64, 16, 4, false, ik}},
     Entry{136, {"q8_K64", 64, 68, 0, false, ik}},
-    Entry{137, {"iq2_k", 256, 76, 0, false, ik}},
-    Entry{138, {"iq3_k", 256, 110, 0, false, ik}},
-    Entry{139, {"iq4_k", 256, 144, 0, false, ik}},
-    Entry{140, {"iq5_k", 256, 176, 0, false, ik}},
-    Entry{141, {"iq6_k", 256, 212, 0, false, ik}},
-    Entry{144, {"iq4_ks", 256, 136, 4, false, ik}},
-    Entry{145, {"iq2_ks", 256, 70, 2, false, ik}},
-    Entry{146, {"iq4_kss", 256, 128, 4, false, ik}},
+    Entry{137, {"iq2_k", 256, 76, 0, true, ik}},
+    Entry{138, {"iq3_k", 256, 110, 0, true, ik}},
+    Entry{139, {"iq4_k", 256, 144, 0, true, ik}},
+    Entry{140, {"iq5_k", 256, 176, 0, true, ik}},
+    Entry{141, {"iq6_k", 256, 212, 0, true, ik}},
+    Entry{144, {"iq4_ks", 256, 136, 4, true, ik}},
+    Entry{145, {"iq2_ks", 256, 70, 2, true, ik}},
+    Entry{146, {"iq4_kss", 256, 128, 4, true, ik}},
     Entry{147, {"q8_K16", 64, 64, 20, false, ik}},
     Entry{148, {"q8_K32", 256, 292, 0, false, ik}},
     Entry{149, {"q8_KR8", 256, 292, 0, false, ik}},
     Entry{150, {"q8_K128", 128, 140, 0, false, ik}},
     Entry{151, {"q8_KV", 32, 32, 8, false, ik}},
-    Entry{152, {"iq5_ks", 256, 168, 4, false, ik}},
-    Entry{153, {"iq2_kt", 256, 68, 4, false, ik}},
-    Entry{154, {"iq3_kt", 256, 100, 4, false, ik}},
-    Entry{155, {"iq4_kt", 256, 128, 4, false, ik}},
-    Entry{156, {"iq3_ks", 256, 102, 2, false, ik}},
-    Entry{157, {"iq2_kl", 256, 86, 2, false, ik}},
-    Entry{158, {"iq1_kt", 256, 56, 4, false, ik}},
+    Entry{152, {"iq5_ks", 256, 168, 4, true, ik}},
+    Entry{153, {"iq2_kt", 256, 68, 4, true, ik}},
+    Entry{154, {"iq3_kt", 256, 100, 4, true, ik}},
+    Entry{155, {"iq4_kt", 256, 128, 4, true, ik}},
+    Entry{156, {"iq3_ks", 256, 102, 2, true, ik}},
+    Entry{157, {"iq2_kl", 256, 86, 2, true, ik}},
+    Entry{158, {"iq1_kt", 256, 56, 4, true, ik}},
     Entry{202, {"q4_0_r8", 32, 18, 0, false, ik}},
     Entry{206, {"q5_0_r4", 32, 22, 0, false, ik}},
     Entry{208, {"q8_0_r8", 32, 34, 0, false, ik}},
@@ -116,6 +116,8 @@ constexpr std::array kTypes = {
     Entry{397, {"q8_k_r16", 256, 258, 0, false, ik}},
     Entry{398, {"q8_KV_r8", 32, 32, 4, false, ik}},
     Entry{399, {"q8_k_r8", 256, 258, 0, false, ik}},
+    // the engine's
+    Entry{0x10010, {"ik_q8_0", 32, 34, 0, true, TypeOrigin::Internal}},
 };
 
 std::string lower(std::string_view s) {
@@ -124,11 +126,24 @@ std::string lower(std::string_view s) {
     return out;
 }
 
+// The interleave of the _R4/_R8/_R16 forms, from ik_llama.cpp's names.
+uint32_t interleave_of(std::string_view name) {
+    for (uint32_t k : {4u, 8u, 16u}) {
+        const std::string suffix = "_r" + std::to_string(k);
+        if (name.size() > suffix.size() && lower(name.substr(name.size() - suffix.size())) == suffix) return k;
+    }
+    return 1;
+}
+
 }  // namespace
 
 std::optional<TypeInfo> type_info(uint32_t raw_type) {
     for (const auto& e : kTypes)
-        if (e.id == raw_type) return e.info;
+        if (e.id == raw_type) {
+            TypeInfo info = e.info;
+            info.interleave = interleave_of(info.name);
+            return info;
+        }
     return std::nullopt;
 }
 
@@ -146,14 +161,14 @@ std::string type_name(uint32_t raw_type) {
 std::optional<GgmlType> parse_type_name(std::string_view name) {
     const std::string want = lower(name);
     for (const auto& e : kTypes)
-        if (e.info.computable && lower(e.info.name) == want) return static_cast<GgmlType>(e.id);
+        if (e.info.computable && e.info.origin != TypeOrigin::Internal && lower(e.info.name) == want) return static_cast<GgmlType>(e.id);
     return std::nullopt;
 }
 
 std::string computable_type_list() {
     std::string out;
     for (const auto& e : kTypes)
-        if (e.info.computable) out += (out.empty() ? "" : " ") + std::string(e.info.name);
+        if (e.info.computable && e.info.origin != TypeOrigin::Internal) out += (out.empty() ? "" : " ") + std::string(e.info.name);
     return out;
 }
 

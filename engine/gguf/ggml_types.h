@@ -41,9 +41,37 @@ enum class GgmlType : uint32_t {
     TQ1_0 = 34,
     TQ2_0 = 35,
     MXFP4 = 39,
+    // ik_llama.cpp's own types (its ids)
+    Q6_0 = 133,
+    IQ2_K = 137,
+    IQ3_K = 138,
+    IQ4_K = 139,
+    IQ5_K = 140,
+    IQ6_K = 141,
+    IQ4_KS = 144,
+    IQ2_KS = 145,
+    IQ4_KSS = 146,
+    IQ5_KS = 152,
+    IQ2_KT = 153,
+    IQ3_KT = 154,
+    IQ4_KT = 155,
+    IQ3_KS = 156,
+    IQ2_KL = 157,
+    IQ1_KT = 158,
+    IQ1_S_R4 = 219,
+    IQ4_KS_R4 = 344,
+    // Activation-only formats of ik_llama.cpp's kernels (never in files): its Q8_K (296 bytes, not llama.cpp's),
+    // Q8_K32, Q8_K128 and Q8_2_X4. Ids outside every project's range.
+    IK_Q8_K = 0x10000,
+    IK_Q8_K32,
+    IK_Q8_K128,
+    IK_Q8_2_X4,
+    // llama.cpp's Q8_0 blocks in a file made by ik_llama.cpp, computed as ik computes them (Q8_2_X4 activations):
+    // the loader gives such tensors this type.
+    IK_Q8_0 = 0x10010,
 };
 
-enum class TypeOrigin { Ggml, IkLlama };
+enum class TypeOrigin { Ggml, IkLlama, Internal };  // Internal: the engine's own kernel types, never in files
 
 struct TypeInfo {
     std::string_view name;  // the spelling of the defining project ("q4_K", "iq4_ks")
@@ -52,6 +80,9 @@ struct TypeInfo {
     uint32_t row_meta;      // bytes in front of every row (ik_llama.cpp's per-row scales), usually 0
     bool computable;        // the engine has kernels for it
     TypeOrigin origin = TypeOrigin::Ggml;
+    // Rows stored together (ik_llama.cpp's _R4/_R8/_R16 forms: the group's row scales, then blocks that
+    // interleave its rows); a tensor's rows per matrix must be a multiple of it. 1 for every other type.
+    uint32_t interleave = 1;
 };
 
 // Known geometry for a raw type id, or nullopt for ids no known project defines.

@@ -196,6 +196,11 @@ GgufFile parse(Source& src) {
         if (t.ne[0] % info->block_elems != 0)
             src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
                      std::string(info->name) + " block size " + std::to_string(info->block_elems));
+        // ik_llama.cpp's interleaved forms store each matrix's rows in whole groups.
+        if (info->interleave > 1 && (n_dims < 2 || t.ne[1] % info->interleave != 0))
+            src.fail("tensor '" + t.name + "': " + std::string(info->name) + " stores rows in groups of " +
+                     std::to_string(info->interleave) + " but the tensor has " + std::to_string(n_dims < 2 ? 1 : t.ne[1]) +
+                     " rows per matrix");
         // Rows of ne[0] elements (with ik_llama.cpp's per-row scales where its type has them).
         const auto row = row_bytes_raw(t.raw_type, t.ne[0]);
         const uint64_t rows = elems / t.ne[0];

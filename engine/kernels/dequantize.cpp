@@ -5,6 +5,9 @@
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ik/ik_decode.h"
+#include "engine/kernels/ik/ik_ref.h"
+#include "engine/kernels/ik/ik_trellis.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant_decode.h"
 
@@ -211,7 +214,12 @@ void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
                 for (int e = 0; e < QK_K; ++e) y[o + e] = static_cast<float>(tq2_value(b, e) - 1) * d;
             });
             return;
-        default: throw std::invalid_argument("cannot dequantize type " + type_name(static_cast<uint32_t>(t)));
+        default:
+            if (ik::is_table_type(t)) return ik::dequantize_table(t, src, y, n);
+            if (ik::is_trellis_type(t)) return ik::dequantize_trellis(t, src, y, n);
+            if (t == GgmlType::Q6_0) return ik::dequantize_q6_0(src, y, n);
+            if (t == GgmlType::IK_Q8_0) return dequantize_row(GgmlType::Q8_0, src, y, n);
+            throw std::invalid_argument("cannot dequantize type " + type_name(static_cast<uint32_t>(t)));
     }
 }
 

@@ -127,6 +127,13 @@ struct FloatOps {
     float (*dot_f32)(const float* x, const float* y, int n);  // ggml_vec_dot_f32
     AttendFn attend;                                      // one-row flash attention
     AttendFn attend_tiled;                                // tiled flash attention, one row of a 64+ row batch
+    // ik_llama.cpp's graph (kernels/ik/ik_ref.h): its fused norm (scale * w) * x, its routing and expert sum.
+    bool ik = false;
+    void (*rms_norm)(const float* x, const float* w, float* y, int n, float eps) = nullptr;  // null: ops::rms_norm
+    void norm(const float* x, const float* w, float* y, int n, float eps) const {
+        if (rms_norm) rms_norm(x, w, y, n, eps);
+        else ops::rms_norm(x, w, y, n, eps);
+    }
 };
 const FloatOps& float_ops(Flavor f);
 

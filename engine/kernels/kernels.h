@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,27 @@ using DotTileFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, 
                            size_t act_bytes, int n_tok, float* out, int64_t out_stride);
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
-// Indexed by ggml type id (every id below 64).
-constexpr int kTypeSlots = 64;
+// Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
+constexpr int kTypeSlots = 96;
+inline constexpr GgmlType kIkKernelTypes[] = {
+    GgmlType::Q6_0,   GgmlType::IQ2_K,  GgmlType::IQ3_K,   GgmlType::IQ4_K,  GgmlType::IQ5_K,  GgmlType::IQ6_K,
+    GgmlType::IQ4_KS, GgmlType::IQ2_KS, GgmlType::IQ4_KSS, GgmlType::IQ5_KS, GgmlType::IQ2_KT, GgmlType::IQ3_KT,
+    GgmlType::IQ4_KT, GgmlType::IQ3_KS, GgmlType::IQ2_KL,  GgmlType::IQ1_KT, GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4,
+    GgmlType::IK_Q8_0};
+// The table slot of a weight type, or -1 for a type without one.
+constexpr int type_slot(GgmlType t) {
+    const auto id = static_cast<uint32_t>(t);
+    if (id < 64) return static_cast<int>(id);
+    for (size_t i = 0; i < std::size(kIkKernelTypes); ++i)
+        if (kIkKernelTypes[i] == t) return 64 + static_cast<int>(i);
+    return -1;
+}
+// Slots [0, kUsedSlots) name a type; slot_type is type_slot's inverse there.
+constexpr int kUsedSlots = 64 + static_cast<int>(std::size(kIkKernelTypes));
+constexpr GgmlType slot_type(int slot) {
+    return slot < 64 ? static_cast<GgmlType>(slot) : kIkKernelTypes[static_cast<size_t>(slot - 64)];
+}
+static_assert(kUsedSlots <= kTypeSlots);
 
 struct KernelTable {
     Isa isa;
@@ -45,6 +65,11 @@ struct KernelTable {
     DotTileFn tile_repacked[kTypeSlots] = {};
     DotTileFn tile_repacked_gemm[kTypeSlots] = {};
     DotTileFn tile_batch[kTypeSlots] = {};  // dot_batch over rows x tokens
+    // ik_llama.cpp's order for a batch of at least converted_min_tokens activation rows, for which it first
+    // converts the weight rows to 8 bits (Q8_K_R8 / Q8_0_R8) and multiplies those.
+    DotFn dot_converted[kTypeSlots] = {};
+    DotTileFn tile_converted[kTypeSlots] = {};
+    uint8_t converted_min_tokens[kTypeSlots] = {};
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
@@ -56,8 +81,8 @@ void dot_rows_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
 // Installs a type's dot kernel and the row loop built from it.
 template <float (*Dot)(int64_t, const void*, const void*)>
 void set_dot(KernelTable& t, GgmlType type) {
-    t.dot[static_cast<int>(type)] = Dot;
-    t.dot_rows[static_cast<int>(type)] = dot_rows_of<Dot>;
+    t.dot[type_slot(type)] = Dot;
+    t.dot_rows[type_slot(type)] = dot_rows_of<Dot>;
 }
 
 // The dot kernels llama.cpp's CPU backend uses for a matmul of n_tok activation rows with a rows x cols weight.
@@ -83,8 +108,14 @@ struct MatmulDots {
     DotRowsFn rows_at(int t) const { return t < n_grouped ? grouped_rows : single_rows; }
 };
 
-inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense) {
-    const int i = static_cast<int>(type);
+//  - ik_llama.cpp's types (and ik's orders of llama.cpp's types in an ik file) switch to converted 8-bit rows for
+//    batches of converted_min_tokens or more activation rows: an expert matmul whenever its rows come in eights,
+//    a dense one also only where each of its n_threads threads gets at least 32 rows.
+inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense,
+                              int n_threads = 1) {
+    const int i = type_slot(type);
+    if (t.dot_converted[i] && n_tok >= t.converted_min_tokens[i] && rows % 8 == 0 && (!dense || rows / n_threads >= 32))
+        return {t.dot_converted[i], t.dot[i], n_tok, nullptr, nullptr, nullptr, t.tile_converted[i]};
     if (t.dot_repacked[i] && rows % 8 == 0)
         return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
                 t.dot_rows_repacked[i], t.dot_rows_repacked_gemm[i], t.tile_repacked[i], t.tile_repacked_gemm[i]};

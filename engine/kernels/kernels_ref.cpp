@@ -7,6 +7,8 @@
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/ggml_numerics.h"
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_order.h"
@@ -96,14 +98,23 @@ GgmlType activation_type(GgmlType w) {
         case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
         case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ4_XS: case GgmlType::TQ1_0: case GgmlType::TQ2_0:
             return GgmlType::Q8_K;
-        default: throw std::invalid_argument("no kernel for tensor type " + type_name(static_cast<uint32_t>(w)));
+        default:
+            if (const GgmlType a = ik::activation_type(w); a != w) return a;
+            throw std::invalid_argument("no kernel for tensor type " + type_name(static_cast<uint32_t>(w)));
     }
 }
 
 size_t activation_bytes(GgmlType w, int64_t n) {
-    GgmlType a = activation_type(w);
-    if (a == GgmlType::Q8_K) return static_cast<size_t>(n / QK_K) * sizeof(BlockQ8_K);
-    return static_cast<size_t>(*row_bytes(a, static_cast<uint64_t>(n)));
+    const GgmlType a = activation_type(w);
+    const auto blocks = [&](int64_t per, size_t bytes) { return static_cast<size_t>((n + per - 1) / per) * bytes; };
+    switch (a) {
+        case GgmlType::Q8_K: return blocks(QK_K, sizeof(BlockQ8_K));
+        case GgmlType::IK_Q8_K: return blocks(QK_K, sizeof(ik::BlockQ8K));
+        case GgmlType::IK_Q8_K32: return blocks(QK_K, sizeof(ik::BlockQ8K32));
+        case GgmlType::IK_Q8_K128: return blocks(128, sizeof(ik::BlockQ8K128));
+        case GgmlType::IK_Q8_2_X4: return static_cast<size_t>(n / 32) * 36;  // groups of four blocks, then single ones
+        default: return static_cast<size_t>(*row_bytes(a, static_cast<uint64_t>(n)));
+    }
 }
 
 void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
@@ -121,6 +132,10 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
         }
         case GgmlType::Q8_0: quantize_q8_0(x, out, n); break;
         case GgmlType::Q8_1: quantize_q8_1(x, out, n); break;
+        case GgmlType::IK_Q8_K: ik::quantize_q8_K(x, out, n); break;
+        case GgmlType::IK_Q8_K32: ik::quantize_q8_K32(x, out, n); break;
+        case GgmlType::IK_Q8_K128: ik::quantize_q8_K128(x, out, n); break;
+        case GgmlType::IK_Q8_2_X4: ik::quantize_q8_2_x4(x, out, n); break;
         default: quantize_q8_K(x, out, n); break;
     }
 }
@@ -353,6 +368,7 @@ KernelTable make_reference_table() {
     k.dot[13] = dot_q5_K_ref;
     k.dot[14] = dot_q6_K_ref;
     add_quant_reference_kernels(k);
+    ik::add_reference_kernels(k);
     return k;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/gguf/ggml_types.h"
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ik/ik_decode.h"
 #include "engine/kernels/kernels.h"
 
 namespace moe::kernels {
@@ -28,6 +29,26 @@ std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed) {
     std::uniform_real_distribution<float> magnitude(0.002f, 0.05f);
     auto random_scale = [&] { return fp32_to_fp16(magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f)); };
     const TypeInfo info = type_info(t);
+    if (info.origin == TypeOrigin::IkLlama) {
+        // ik_llama.cpp's types: the row scales in front (f16 or f32; one per row of an interleaved group), and
+        // the f16 d at the start of each block of the types that have one.
+        const int rs = ik::row_scale_bytes(t);
+        for (uint32_t k = 0; k < info.interleave; ++k) {
+            const float f = magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f);
+            if (rs == 2) {
+                const uint16_t h = fp32_to_fp16(f);
+                std::memcpy(row.data() + 2 * k, &h, 2);
+            } else if (rs == 4) {
+                std::memcpy(row.data() + 4 * k, &f, 4);
+            }
+        }
+        if (ik::block_has_d(t))
+            for (size_t off = 0; off < row.size(); off += info.block_bytes) {
+                const uint16_t h = random_scale();
+                std::memcpy(row.data() + off, &h, 2);
+            }
+        return row;
+    }
     for (size_t off = 0; off < row.size(); off += info.block_bytes) {
         uint8_t* blk = row.data() + off;
         auto put = [&](size_t at) {

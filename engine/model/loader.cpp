@@ -42,6 +42,7 @@ std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident) {
     }
     auto m = std::make_unique<Model>();
     m->hp.arch = ld.arch();
+    m->ik_numerics = ld.ik_made();
     entry->load(ld, *m);
     ld.finish(*m, read_resident);
     if (!m->output.present() && read_resident) m->output = m->tok_embd;  // tied embeddings

@@ -83,6 +83,10 @@ struct Model {
     std::vector<Layer> layers;
     std::unique_ptr<ResidentArena> resident;
     std::unique_ptr<ExpertSource> experts;
+    // The file was made by ik_llama.cpp (it holds one of its types): the forward pass follows ik's arithmetic
+    // where it differs from llama.cpp's (its flash attention, routing, expert sum, fused norms; its Q8_0 and F32
+    // matmul orders), so the file gives the tokens ik gives.
+    bool ik_numerics = false;
 
     bool has_indexer() const { return hp.indexer.top_k > 0; }
 };

@@ -11,7 +11,13 @@ std::string shape_string(const std::vector<uint64_t>& ne) {
 }
 
 ArchLoader::ArchLoader(const GgufModel& file)
-    : file_(file), meta_(file.meta()), arch_(meta_.get_string("general.architecture").value_or("")) {}
+    : file_(file), meta_(file.meta()), arch_(meta_.get_string("general.architecture").value_or("")) {
+    for (const auto& t : file_.tensors)
+        if (auto ti = type_info(t.raw_type); ti && ti->origin == TypeOrigin::IkLlama) ik_made_ = true;
+}
+
+// The kernel type of a tensor: its file type, but ik's Q8_0 in a file made by ik_llama.cpp.
+static GgmlType kernel_type(GgmlType t, bool ik_made) { return ik_made && t == GgmlType::Q8_0 ? GgmlType::IK_Q8_0 : t; }
 
 void ArchLoader::fail(const std::string& what) const { throw ModelError(meta_.path + ": " + what); }
 
@@ -120,7 +126,7 @@ void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint
     const GgufTensorInfo* t = info(name, required);
     if (!t) return;
     expect_shape(t, shape, why);
-    dst.type = t->type();
+    dst.type = kernel_type(t->type(), ik_made_ && shape.size() > 1);
     dst.ne0 = static_cast<int64_t>(shape[0]);
     dst.ne1 = 1;
     for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
@@ -136,7 +142,7 @@ ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_
     expect_shape(t, {n_in, n_out, n_expert}, why);
     ExpertTensor e;
     e.name = name;
-    e.type = t->type();
+    e.type = kernel_type(t->type(), ik_made_);
     e.n_in = static_cast<int64_t>(n_in);
     e.n_out = static_cast<int64_t>(n_out);
     e.n_expert = static_cast<int64_t>(n_expert);

@@ -19,6 +19,9 @@ public:
 
     const std::string& arch() const { return arch_; }
     const GgufModel& file() const { return file_; }
+    // The file holds one of ik_llama.cpp's types: it is computed as ik computes it (Model::ik_numerics), and its
+    // llama.cpp Q8_0 matrices get the kernel type of ik's Q8_0 (GgmlType::IK_Q8_0).
+    bool ik_made() const { return ik_made_; }
 
     // "<arch>.<key>" as a positive integer (<= 2^30); required keys throw when missing.
     uint32_t u32(const std::string& key, std::optional<uint32_t> fallback = std::nullopt) const;
@@ -54,6 +57,7 @@ private:
     void expect_shape(const GgufTensorInfo* t, const std::vector<uint64_t>& want, const std::string& why) const;
 
     const GgufModel& file_;
+    bool ik_made_ = false;
     const GgufFile& meta_;
     std::string arch_;
     std::set<std::string> claimed_;

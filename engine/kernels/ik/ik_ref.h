@@ -1,0 +1,72 @@
+// ik_llama.cpp's types: the scalar reference kernels (ik_ref.cpp) and their place in the kernel tables.
+#pragma once
+#include <cstdint>
+
+#include "engine/gguf/ggml_types.h"
+#include "engine/kernels/float_ops.h"
+#include "engine/kernels/kernels.h"
+
+namespace moe::ik {
+
+// Activation formats of ik's kernels (ik_blocks.h).
+void quantize_q8_K(const float* x, void* out, int64_t n);
+void quantize_q8_K32(const float* x, void* out, int64_t n);
+void quantize_q8_K128(const float* x, void* out, int64_t n);
+
+// The table types' reference dot against ik's Q8_K: `w` is the row (with its row scale where the type has one).
+float dot_table_ref(GgmlType t, int64_t n, const void* w, const void* a);
+template <GgmlType T>
+float dot_table_ref_of(int64_t n, const void* w, const void* a) {
+    return dot_table_ref(T, n, w, a);
+}
+
+// The same for a large batch, as ik computes it after converting the rows to 8 bits (Q8_K_R8).
+float dot_table_converted_ref(GgmlType t, int64_t n, const void* w, const void* a);
+template <GgmlType T>
+float dot_table_converted_ref_of(int64_t n, const void* w, const void* a) {
+    return dot_table_converted_ref(T, n, w, a);
+}
+
+// The formats ik multiplies with Q8_2_X4 activations (ik_ref_x4.cpp).
+void quantize_q8_2_x4(const float* x, void* out, int64_t n);
+float dot_ik_q8_0_ref(int64_t n, const void* w, const void* a);
+float dot_q6_0_ref(int64_t n, const void* w, const void* a);
+float dot_trellis_ref(GgmlType t, int64_t n, const void* w, const void* a);
+float dot_q8_0_r8_converted_ref(GgmlType t, int64_t n, const void* w, const void* a);
+template <GgmlType T>
+float dot_trellis_ref_of(int64_t n, const void* w, const void* a) {
+    return dot_trellis_ref(T, n, w, a);
+}
+template <GgmlType T>
+float dot_q8_0_r8_converted_ref_of(int64_t n, const void* w, const void* a) {
+    return dot_q8_0_r8_converted_ref(T, n, w, a);
+}
+void dequantize_trellis(GgmlType t, const void* src, float* out, int64_t n);
+void dequantize_q6_0(const void* src, float* out, int64_t n);
+
+// Weights to floats as ik's dequantize_row_<type> (the token embedding's get_rows).
+void dequantize_table(GgmlType t, const void* src, float* out, int64_t n);
+
+// The weights as ik's matmul kernels multiply them, as floats: IQ6_K from the table its kernels use (not
+// dequantize_row's cubic), IQ2_KT / IQ3_KT with the matmul's row scale factor; otherwise dequantize_row's values.
+void dequantize_for_matmul(GgmlType t, const void* src, float* out, int64_t n);
+
+// The activation type ik pairs with weight type t, or t itself for a type that is not ik's.
+GgmlType activation_type(GgmlType t);
+// Adds the reference kernels of ik's types to a reference table.
+void add_reference_kernels(kernels::KernelTable& k);
+
+// ---- ik's graph (what Model::ik_numerics switches on) ----
+// A kernel table with ik's orders where they differ for llama.cpp's types: F32 matmuls in the one order ik uses
+// for any number of tokens (llamafile's, iqk_gemm_floats.cpp). The other entries are `base`'s.
+const kernels::KernelTable& kernel_table(const kernels::KernelTable& base);
+// Float ops with ik's flash attention, fused RMS norm, routing and expert sum (`base` for the rest).
+const ops::FloatOps& float_ops(const ops::FloatOps& base);
+void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s);
+// ggml_fused_rms_norm: y = (scale * w) * x.
+void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps);
+// iqk_topk_moe + iqk_sumrows_div: softmax routing of one token on its raw logits (top k by logit, descending; each
+// weight exp(l - max) / (sum over all experts, the chosen first), renormalised by 1 / (their sum)).
+void route_softmax(const float* logits, int n_expert, int n_used, bool renormalize, int* selected, float* weights);
+
+}  // namespace moe::ik
