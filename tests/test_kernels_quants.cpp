@@ -207,7 +207,8 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
             for (int id = 0; id < kernels::kUsedSlots; ++id) {
                 if (!test::simd_comparable(kernels::slot_type(id))) continue;
                 for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
-                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]}}) {
+                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]},
+                                               std::pair{t->tile_converted[id], t->dot_converted[id]}}) {
                     if (!tile_fn) continue;
                     const GgmlType type = kernels::slot_type(id);
                     // Float weights also at a length with a tail past the orders' vector steps.

@@ -8,6 +8,8 @@
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/f16_tiles.h"
+#include "engine/kernels/ik/ik_converted_simd.h"
+#include "engine/kernels/ik/ik_table_simd.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
 #include "engine/kernels/iquant_panels.h"
@@ -306,6 +308,8 @@ void fill_avx2_table(KernelTable& t) {
     add_ternary_panel_tiles(t);
     add_row_lane_tiles(t);
     add_q2k_row_lane_tiles(t);
+    add_ik_table_kernels(t);
+    add_ik_converted_tiles(t);
 }
 
 }  // namespace moe::kernels

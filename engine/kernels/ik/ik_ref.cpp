@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/ik/ik_decode.h"
@@ -144,26 +145,20 @@ void requantize_table_block(GgmlType t, const TableBlock& b, float d, int8_t q[Q
     scale = fp32_to_fp16(d * dnew);
 }
 
-float dot_table_converted_ref(GgmlType t, int64_t n, const void* w, const void* a) {
+void convert_table_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales) {
     const TableKernelShape shape = table_shape(t);
     const auto* row = static_cast<const uint8_t*>(w);
     const float d_row = shape.row_scale ? row_scale(t, row) : 0.f;
     row += row_scale_bytes(t);
     const size_t block_bytes = type_info(t).block_bytes;
-    const auto* y = static_cast<const BlockQ8K*>(a);
-    float acc = 0.f;
     TableBlock b;
-    int8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const uint8_t* blk = row + static_cast<size_t>(i) * block_bytes;
         decode_table_block(t, blk, b);
         uint16_t scale;
-        requantize_table_block(t, b, shape.row_scale ? d_row : table_block_d(t, blk), q, scale);
-        int32_t isum = 0;
-        for (int e = 0; e < QK_K; ++e) isum += q[e] * y[i].qs[e];
-        acc = std::fma(fp16_to_fp32(scale) * y[i].d, static_cast<float>(isum), acc);
+        requantize_table_block(t, b, shape.row_scale ? d_row : table_block_d(t, blk), q + QK_K * i, scale);
+        scales[i] = fp16_to_fp32(scale);
     }
-    return acc;
 }
 
 // ---- dequantization (dequantize_row_<type>: get_rows) ----
@@ -198,6 +193,33 @@ void dequantize_table(GgmlType t, const void* src, float* out, int64_t n) {
     }
 }
 
+// ---- the converted rows of a large batch ----
+
+int converted_block(GgmlType t) { return is_table_type(t) ? QK_K : 32; }
+
+void convert_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales) {
+    if (is_table_type(t)) convert_table_row(t, n, w, q, scales);
+    else convert_q8_0_r8_row(t, n, w, q, scales);
+}
+
+// One converted row against one token: per block the exact integer dot, then acc = fma(scale * y.d, isum, acc).
+float dot_converted_ref(GgmlType t, int64_t n, const void* w, const void* a) {
+    const int block = converted_block(t);
+    std::vector<int8_t> q(static_cast<size_t>(n));
+    std::vector<float> scales(static_cast<size_t>(n / block));
+    convert_row(t, n, w, q.data(), scales.data());
+    float acc = 0.f;
+    for (int64_t b = 0; b < n / block; ++b) {
+        const int8_t* y;
+        float dy;
+        activation_block(t, a, n, b, y, dy);
+        int32_t isum = 0;
+        for (int e = 0; e < block; ++e) isum += q[b * block + e] * y[e];
+        acc = std::fma(scales[b] * dy, static_cast<float>(isum), acc);
+    }
+    return acc;
+}
+
 // ---- tables ----
 
 GgmlType activation_type(GgmlType t) {
@@ -212,29 +234,29 @@ void add_reference_kernels(kernels::KernelTable& k) {
         k.dot_converted[kernels::type_slot(t)] = f;
         k.converted_min_tokens[kernels::type_slot(t)] = static_cast<uint8_t>(min_tokens);
     };
-    converted(GgmlType::IQ2_K, dot_table_converted_ref_of<GgmlType::IQ2_K>, 32);
-    converted(GgmlType::IQ3_K, dot_table_converted_ref_of<GgmlType::IQ3_K>, 32);
-    converted(GgmlType::IQ4_K, dot_table_converted_ref_of<GgmlType::IQ4_K>, 32);
-    converted(GgmlType::IQ5_K, dot_table_converted_ref_of<GgmlType::IQ5_K>, 32);
-    converted(GgmlType::IQ6_K, dot_table_converted_ref_of<GgmlType::IQ6_K>, 32);
-    converted(GgmlType::IQ2_KS, dot_table_converted_ref_of<GgmlType::IQ2_KS>, 32);
-    converted(GgmlType::IQ3_KS, dot_table_converted_ref_of<GgmlType::IQ3_KS>, 32);
-    converted(GgmlType::IQ4_KS, dot_table_converted_ref_of<GgmlType::IQ4_KS>, 32);
-    converted(GgmlType::IQ5_KS, dot_table_converted_ref_of<GgmlType::IQ5_KS>, 32);
-    converted(GgmlType::IQ4_KSS, dot_table_converted_ref_of<GgmlType::IQ4_KSS>, 32);
-    converted(GgmlType::IQ2_KL, dot_table_converted_ref_of<GgmlType::IQ2_KL>, 32);
+    converted(GgmlType::IQ2_K, dot_converted_ref_of<GgmlType::IQ2_K>, 32);
+    converted(GgmlType::IQ3_K, dot_converted_ref_of<GgmlType::IQ3_K>, 32);
+    converted(GgmlType::IQ4_K, dot_converted_ref_of<GgmlType::IQ4_K>, 32);
+    converted(GgmlType::IQ5_K, dot_converted_ref_of<GgmlType::IQ5_K>, 32);
+    converted(GgmlType::IQ6_K, dot_converted_ref_of<GgmlType::IQ6_K>, 32);
+    converted(GgmlType::IQ2_KS, dot_converted_ref_of<GgmlType::IQ2_KS>, 32);
+    converted(GgmlType::IQ3_KS, dot_converted_ref_of<GgmlType::IQ3_KS>, 32);
+    converted(GgmlType::IQ4_KS, dot_converted_ref_of<GgmlType::IQ4_KS>, 32);
+    converted(GgmlType::IQ5_KS, dot_converted_ref_of<GgmlType::IQ5_KS>, 32);
+    converted(GgmlType::IQ4_KSS, dot_converted_ref_of<GgmlType::IQ4_KSS>, 32);
+    converted(GgmlType::IQ2_KL, dot_converted_ref_of<GgmlType::IQ2_KL>, 32);
     set_dot<dot_ik_q8_0_ref>(k, GgmlType::IK_Q8_0);
     set_dot<dot_q6_0_ref>(k, GgmlType::Q6_0);
     set_dot<dot_trellis_ref_of<GgmlType::IQ1_KT>>(k, GgmlType::IQ1_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ2_KT>>(k, GgmlType::IQ2_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ3_KT>>(k, GgmlType::IQ3_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ4_KT>>(k, GgmlType::IQ4_KT);
-    converted(GgmlType::IK_Q8_0, dot_q8_0_r8_converted_ref_of<GgmlType::IK_Q8_0>, 32);
-    converted(GgmlType::Q6_0, dot_q8_0_r8_converted_ref_of<GgmlType::Q6_0>, 32);
-    converted(GgmlType::IQ1_KT, dot_q8_0_r8_converted_ref_of<GgmlType::IQ1_KT>, 16);
-    converted(GgmlType::IQ2_KT, dot_q8_0_r8_converted_ref_of<GgmlType::IQ2_KT>, 16);
-    converted(GgmlType::IQ3_KT, dot_q8_0_r8_converted_ref_of<GgmlType::IQ3_KT>, 16);
-    converted(GgmlType::IQ4_KT, dot_q8_0_r8_converted_ref_of<GgmlType::IQ4_KT>, 24);
+    converted(GgmlType::IK_Q8_0, dot_converted_ref_of<GgmlType::IK_Q8_0>, 32);
+    converted(GgmlType::Q6_0, dot_converted_ref_of<GgmlType::Q6_0>, 32);
+    converted(GgmlType::IQ1_KT, dot_converted_ref_of<GgmlType::IQ1_KT>, 16);
+    converted(GgmlType::IQ2_KT, dot_converted_ref_of<GgmlType::IQ2_KT>, 16);
+    converted(GgmlType::IQ3_KT, dot_converted_ref_of<GgmlType::IQ3_KT>, 16);
+    converted(GgmlType::IQ4_KT, dot_converted_ref_of<GgmlType::IQ4_KT>, 24);
     set_dot<dot_table_ref_of<GgmlType::IQ2_K>>(k, GgmlType::IQ2_K);
     set_dot<dot_table_ref_of<GgmlType::IQ3_K>>(k, GgmlType::IQ3_K);
     set_dot<dot_table_ref_of<GgmlType::IQ4_K>>(k, GgmlType::IQ4_K);

@@ -20,11 +20,19 @@ float dot_table_ref_of(int64_t n, const void* w, const void* a) {
     return dot_table_ref(T, n, w, a);
 }
 
-// The same for a large batch, as ik computes it after converting the rows to 8 bits (Q8_K_R8).
-float dot_table_converted_ref(GgmlType t, int64_t n, const void* w, const void* a);
+// A large batch, as ik computes it after converting each weight row to 8 bits: the table types to Q8_K_R8 (the
+// products value * scale requantized per 256 weights, an fp16 scale), the others to Q8_0_R8 (per 32).
+// converted_block: weights per scale (256 or 32); convert_row writes n int8 values and n / block scales.
+int converted_block(GgmlType t);
+void convert_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales);
+void convert_table_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales);
+void convert_q8_0_r8_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales);
+// Block b of a row of t's activations: its values and scale (Q8_K per 256, Q8_2_X4 per 32).
+void activation_block(GgmlType t, const void* a, int64_t n, int64_t b, const int8_t*& qs, float& d);
+float dot_converted_ref(GgmlType t, int64_t n, const void* w, const void* a);
 template <GgmlType T>
-float dot_table_converted_ref_of(int64_t n, const void* w, const void* a) {
-    return dot_table_converted_ref(T, n, w, a);
+float dot_converted_ref_of(int64_t n, const void* w, const void* a) {
+    return dot_converted_ref(T, n, w, a);
 }
 
 // The formats ik multiplies with Q8_2_X4 activations (ik_ref_x4.cpp).
@@ -32,14 +40,9 @@ void quantize_q8_2_x4(const float* x, void* out, int64_t n);
 float dot_ik_q8_0_ref(int64_t n, const void* w, const void* a);
 float dot_q6_0_ref(int64_t n, const void* w, const void* a);
 float dot_trellis_ref(GgmlType t, int64_t n, const void* w, const void* a);
-float dot_q8_0_r8_converted_ref(GgmlType t, int64_t n, const void* w, const void* a);
 template <GgmlType T>
 float dot_trellis_ref_of(int64_t n, const void* w, const void* a) {
     return dot_trellis_ref(T, n, w, a);
-}
-template <GgmlType T>
-float dot_q8_0_r8_converted_ref_of(int64_t n, const void* w, const void* a) {
-    return dot_q8_0_r8_converted_ref(T, n, w, a);
 }
 void dequantize_trellis(GgmlType t, const void* src, float* out, int64_t n);
 void dequantize_q6_0(const void* src, float* out, int64_t n);

@@ -169,10 +169,9 @@ float dot_trellis_ref(GgmlType t, int64_t n, const void* w, const void* a) {
     return kernels::hsum_float_8(acc);
 }
 
-// The same formats for a large batch, after ik's conversion to Q8_0_R8 (8-bit values and an fp16 scale per 32,
-// nothing requantized but the trellis scale): one FMA of (scale * y.d) and the block's exact sum per block.
-float dot_q8_0_r8_converted_ref(GgmlType t, int64_t n, const void* w, const void* a) {
-    float acc = 0.f;
+// The same formats for a large batch, converted as ik converts them to Q8_0_R8: 8-bit values and an fp16 scale
+// per 32 weights; only the trellis scales round (d * scale to fp16), the values are copied (Q6_0: u - 32).
+void convert_q8_0_r8_row(GgmlType t, int64_t n, const void* w, int8_t* q, float* scales) {
     if (is_trellis_type(t)) {
         float d;
         std::memcpy(&d, w, 4);
@@ -181,20 +180,26 @@ float dot_q8_0_r8_converted_ref(GgmlType t, int64_t n, const void* w, const void
         TrellisBlock tb;
         for (int64_t i = 0; i < n / QK_K; ++i) {
             decode_trellis_block(t, blocks + static_cast<size_t>(i) * type_info(t).block_bytes, tb);
-            for (int b = 0; b < 8; ++b) {
-                const Q8_2View y = q8_2_block(a, n, 8 * i + b);
-                const float dw = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(tb.scale[b])));
-                acc = std::fma(dw * y.d, static_cast<float>(dot_range(tb.value + 32 * b, y.qs, 0, 32)), acc);
-            }
+            std::memcpy(q + QK_K * i, tb.value, QK_K);
+            for (int b = 0; b < 8; ++b) scales[8 * i + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(tb.scale[b])));
         }
-        return acc;
+        return;
     }
     for (int64_t b = 0; b < n / 32; ++b) {
         const Block32 x = block32(t, w, b);
-        const Q8_2View y = q8_2_block(a, n, b);
-        acc = std::fma(x.d * y.d, static_cast<float>(dot_range(x.q, y.qs, 0, 32)), acc);
+        std::memcpy(q + 32 * b, x.q, 32);
+        scales[b] = x.d;
     }
-    return acc;
+}
+
+void activation_block(GgmlType t, const void* a, int64_t n, int64_t b, const int8_t*& qs, float& d) {
+    if (is_table_type(t)) {
+        const auto& y = static_cast<const BlockQ8K*>(a)[b];
+        qs = y.qs, d = y.d;
+        return;
+    }
+    const Q8_2View y = q8_2_block(a, n, b);
+    qs = y.qs, d = y.d;
 }
 
 // dequantize_row_iq*_kt (get_rows): (d * scale) * value, without the matmul's 1.05 / 1.01.

@@ -1,0 +1,453 @@
+// AVX2 kernels for ik_llama.cpp's eleven table types (IQ2_K ... IQ6_K, IQ2_KS ... IQ5_KS, IQ4_KSS, IQ2_KL) against
+// ik's Q8_K activations, with the bits of ik_ref.cpp's reference: per 32-weight group the kernel values as bytes
+// (byte b = element b), pair sums by PMADDUBSW (unsigned kernels: the values are the unsigned operand and pairs
+// saturate, as ik's do; signed kernels: the sign moved onto the activations), times the 16's int16 scale by
+// PMADDWD into eight int32 lanes; per block the offset lanes (activation sums times min coefficients) and then
+// the value lanes FMA'd with d * y.d. Included by the AVX2 and AVX-512 translation units.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_decode.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/simd_common.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikt {
+
+using ik::QK_K;
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+// Up to 16 table entries (plus a constant) in both lanes; entries past `count` are zero.
+inline __m256i table256(const int8_t* t, int add, int count = 16) {
+    int8_t e[16] = {};
+    for (int i = 0; i < count; ++i) e[i] = static_cast<int8_t>(t[i] + add);
+    return _mm256_broadcastsi128_si256(load16(e));
+}
+// A block's 16 int16 scales (one per 16 weights, natural order; the per-32 types repeat theirs), as two registers
+// holding each half in both lanes; pair(g) = elements 0..15 of group g times s[2g], 16..31 times s[2g + 1].
+struct Scales {
+    __m256i lo, hi;
+    explicit Scales(__m256i s16) : lo(_mm256_permute4x64_epi64(s16, 0x44)), hi(_mm256_permute4x64_epi64(s16, 0xEE)) {}
+    __m256i pair(int g) const {
+        const int k = g % 4;
+        const __m256i shuf = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>((4 * k + 2) | ((4 * k + 3) << 8))),
+                                              _mm_set1_epi16(static_cast<short>((4 * k) | ((4 * k + 1) << 8))));
+        return _mm256_shuffle_epi8(g < 4 ? lo : hi, shuf);
+    }
+};
+// int8 x 16 to int16 x 16.
+inline __m256i widen(__m128i b) { return _mm256_cvtepi8_epi16(b); }
+// Eight per-32 values (int8, bytes 0..7) repeated for both 16s: 16 int16.
+inline __m256i widen_dup(__m128i b8) { return widen(_mm_unpacklo_epi8(b8, b8)); }
+// Bit k of `bits` as 0/1 in int16 lane k (k = 0..15).
+inline __m256i bit_lanes(uint32_t bits) {
+    const __m256i k = _mm256_set_epi16(static_cast<short>(0x8000), 0x4000, 0x2000, 0x1000, 0x800, 0x400, 0x200, 0x100, 0x80, 0x40, 0x20, 0x10, 8, 4, 2, 1);
+    return _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(bits)), k), k), _mm256_set1_epi16(1));
+}
+// Bit k of the low 8 bits of `bits` as 0xFF / 0 in byte k (k = 0..7).
+inline __m128i bit_bytes8(uint32_t bits) {
+    const __m128i k = _mm_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, static_cast<char>(0x80), 0x40, 0x20, 0x10, 8, 4, 2, 1);
+    return _mm_cmpeq_epi8(_mm_and_si128(_mm_set1_epi8(static_cast<char>(bits)), k), k);
+}
+// The low and high nibbles of n bytes interleaved: byte 2i = b[i] & 15, byte 2i + 1 = b[i] >> 4.
+inline __m128i nibbles_interleaved(__m128i b) {
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+}
+// Four bytes' low nibbles then their high nibbles (bytes 0..7).
+inline __m128i nibbles_split4(uint32_t w) {
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(w)), m = _mm_set1_epi8(0x0F);
+    return _mm_unpacklo_epi32(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+}
+// The 2-bit fields of a 32-bit word, one per byte (16 bytes).
+inline __m128i crumbs16(uint32_t w) {
+    return _mm_set_epi64x(static_cast<long long>(_pdep_u64(w >> 16, 0x0303030303030303ull)), static_cast<long long>(_pdep_u64(w & 0xFFFF, 0x0303030303030303ull)));
+}
+inline uint32_t load_u32(const void* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+// 2-bit field k of 64 bits of `bits` for each of 32 bytes: byte j of group = (qs[j] >> shift) & 3.
+inline __m256i crumbs(const uint8_t* qs32, int shift) {
+    return _mm256_and_si256(_mm256_srli_epi16(load32(qs32), shift), _mm256_set1_epi8(3));
+}
+inline float read_f32(const uint8_t* p) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+}
+inline float read_f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h2f(h);
+}
+
+// A decoder per type: the row scale (ctor), then per block: d(), the 16 int16 scales s16 (and the min
+// coefficients m16 = -add * scale where kMins), and each group's 32 kernel values.
+template <GgmlType T>
+struct Dec;
+
+template <>
+struct Dec<GgmlType::IQ4_KS> {
+    static constexpr bool kUnsigned = false, kMins = false;
+    static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ4_KS);
+    float drow;
+    const ik::BlockIQ4_KS* x = nullptr;
+    __m256i tab[2] = {table256(ik::kIq4kValues, 0), table256(ik::kIq4kValues + 16, 0)};
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ4_KS*>(blk);
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales));
+        s16 = widen_dup(_mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(static_cast<char>(0xFE))), _mm_set1_epi8(127)));
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const { return _mm256_shuffle_epi8(tab[x->scales[g] & 1], nibbles32(x->qs + 16 * g)); }
+};
+
+// (sc & 254) - 127 scales and offset coefficients scale * (-128 + step * (sc & 1)) of eight scale bytes.
+inline void scale_bytes(__m128i b, int step, __m256i& s16, __m256i& m16) {
+    s16 = widen_dup(_mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(static_cast<char>(0xFE))), _mm_set1_epi8(127)));
+    const __m256i odd = widen_dup(_mm_and_si128(b, _mm_set1_epi8(1)));
+    m16 = _mm256_mullo_epi16(s16, _mm256_add_epi16(_mm256_set1_epi16(-128), _mm256_mullo_epi16(odd, _mm256_set1_epi16(static_cast<short>(step)))));
+}
+
+template <>
+struct Dec<GgmlType::IQ4_KSS> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ4_KSS);
+    float drow;
+    const uint8_t* q = nullptr;
+    __m256i tab = table256(ik::kIq4kValues, 128);
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
+    void block(const uint8_t* blk) {
+        q = blk;
+        // the scale byte of a group: bit 0 of its eight uint16 (PMOVMSKB of the low bytes' bit 0)
+        alignas(16) uint8_t sc[16] = {};
+        for (int g = 0; g < 8; ++g)
+            sc[g] = static_cast<uint8_t>(_pext_u32(static_cast<uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(load16(q + 16 * g), 7))), 0x5555));
+        scale_bytes(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)), 4, s16, m16);
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const {
+        __m128i w = _mm_and_si128(load16(q + 16 * g), _mm_set1_epi16(static_cast<short>(0xfffe)));
+        w = _mm_xor_si128(w, _mm_srli_epi16(w, 1));
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(w, 4), w), _mm256_set1_epi8(0x0F));
+        return _mm256_shuffle_epi8(tab, nib);
+    }
+};
+
+// 5-bit codes (low nibble of byte j of 32 for even groups of a 64, high for odd; the fifth bit from qh[j] bit
+// `bit`) into a 32-entry table: PSHUFB zeroes where an index has bit 7 set, so each half's lookup keeps only its
+// own codes and the two are ORed.
+inline __m256i five_bit(const uint8_t* qs32, int odd, const uint8_t* qh32, int bit, __m256i lo_tab, __m256i hi_tab) {
+    const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(load32(qs32), 4 * odd), _mm256_set1_epi8(0x0F));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(load32(qh32), 7 - bit), _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_or_si256(_mm256_shuffle_epi8(lo_tab, _mm256_or_si256(nib, h)),
+                           _mm256_shuffle_epi8(hi_tab, _mm256_or_si256(nib, _mm256_xor_si256(h, _mm256_set1_epi8(static_cast<char>(0x80))))));
+}
+
+template <>
+struct Dec<GgmlType::IQ5_KS> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ5_KS);
+    float drow;
+    const ik::BlockIQ5_KS* x = nullptr;
+    __m256i tab[2] = {table256(ik::kIq5nlValues, 128), table256(ik::kIq5nlValues + 16, 128)};
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ5_KS*>(blk);
+        scale_bytes(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales)), 2, s16, m16);
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const { return five_bit(x->qs + 32 * (g / 2), g % 2, x->qh, g, tab[0], tab[1]); }
+};
+
+// IQ4_K / IQ5_K's 6-bit scales minus 32: low nibbles from scales_l, two high bits per 16 from scales_h.
+inline __m256i six_bit_scales(const uint8_t* scales_l, const uint8_t* scales_h) {
+    const __m128i lo = nibbles_interleaved(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_l)));
+    const __m128i hi = _mm_slli_epi16(crumbs16(load_u32(scales_h)), 4);
+    return widen(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
+}
+
+template <>
+struct Dec<GgmlType::IQ5_K> {
+    static constexpr bool kUnsigned = false, kMins = true;
+    static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ5_K);
+    const ik::BlockIQ5_K* x = nullptr;
+    __m256i tab[2] = {table256(ik::kIq5nlValues, 0), table256(ik::kIq5nlValues + 16, 0)};
+    __m256i s16, m16;
+    explicit Dec(const uint8_t*) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ5_K*>(blk);
+        s16 = six_bit_scales(x->scales_l, x->scales_h);
+        m16 = _mm256_mullo_epi16(s16, _mm256_slli_epi16(bit_lanes(x->extra), 1));
+    }
+    float d() const { return h2f(x->d); }
+    __m256i values(int g) const { return five_bit(x->qs + 32 * (g / 2), g % 2, x->qh, g, tab[0], tab[1]); }
+};
+
+template <>
+struct Dec<GgmlType::IQ4_K> {
+    static constexpr bool kUnsigned = false, kMins = false;
+    static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ4_K);
+    const ik::BlockIQ4_K* x = nullptr;
+    __m256i tab[4];  // [bits of the group's two 16s]: low lane for the first 16, high for the second
+    __m256i s16, m16;
+    explicit Dec(const uint8_t*) {
+        const __m128i t0 = load16(ik::kIq4kValues), t1 = load16(ik::kIq4kValues + 16);
+        tab[0] = _mm256_set_m128i(t0, t0), tab[1] = _mm256_set_m128i(t0, t1), tab[2] = _mm256_set_m128i(t1, t0), tab[3] = _mm256_set_m128i(t1, t1);
+    }
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ4_K*>(blk);
+        s16 = six_bit_scales(x->scales_l, x->scales_h);
+    }
+    float d() const { return h2f(x->d); }
+    __m256i values(int g) const { return _mm256_shuffle_epi8(tab[(x->extra >> 2 * g) & 3], nibbles32(x->qs + 16 * g)); }
+};
+
+template <>
+struct Dec<GgmlType::IQ6_K> {
+    static constexpr bool kUnsigned = false, kMins = true;
+    static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ6_K);
+    const ik::BlockIQ6_K* x = nullptr;
+    __m256i tab[4];  // the 64-entry table's four 16s
+    __m256i s16, m16;
+    explicit Dec(const uint8_t*) {
+        for (int k = 0; k < 4; ++k) tab[k] = table256(ik::kIq6nlValues + 16 * k, 0);
+    }
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ6_K*>(blk);
+        s16 = widen(load16(x->scales));
+        m16 = _mm256_mullo_epi16(s16, bit_lanes(x->extra));
+    }
+    float d() const { return h2f(x->d); }
+    __m256i values(int g) const {
+        const int ib64 = g / 2, odd = g % 2;
+        const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(load32(x->qs + 32 * ib64), 4 * odd), _mm256_set1_epi8(0x0F));
+        const __m256i hb = crumbs(x->qh + 32 * (ib64 / 2), 4 * (ib64 % 2) + 2 * odd);
+        // the two high bits pick one of four 16s: each lookup zeroed (index bit 7) where they do not match
+        __m256i v = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            const __m256i miss = _mm256_andnot_si256(_mm256_cmpeq_epi8(hb, _mm256_set1_epi8(static_cast<char>(k))), _mm256_set1_epi8(static_cast<char>(0x80)));
+            v = _mm256_or_si256(v, _mm256_shuffle_epi8(tab[k], _mm256_or_si256(nib, miss)));
+        }
+        return v;
+    }
+};
+
+// 2-bit codes of groups of four (byte j of 32, bits 2 * (g % 4)) into the first half of iq2nl plus 32.
+template <>
+struct Dec<GgmlType::IQ2_K> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ2_K);
+    const ik::BlockIQ2_K* x = nullptr;
+    __m256i tab = table256(ik::kIq2nlValues, 32, 4);
+    __m256i s16, m16;
+    explicit Dec(const uint8_t*) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ2_K*>(blk);
+        s16 = widen(_mm_sub_epi8(nibbles_interleaved(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales))), _mm_set1_epi8(8)));
+        m16 = _mm256_mullo_epi16(s16, _mm256_add_epi16(_mm256_set1_epi16(-32), _mm256_mullo_epi16(bit_lanes(x->extra), _mm256_set1_epi16(5))));
+    }
+    float d() const { return h2f(x->d); }
+    __m256i values(int g) const { return _mm256_shuffle_epi8(tab, crumbs(x->qs + 32 * (g / 4), 2 * (g % 4))); }
+};
+
+template <>
+struct Dec<GgmlType::IQ2_KS> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 2, kBlock = sizeof(ik::BlockIQ2_KS);
+    float drow;
+    const ik::BlockIQ2_KS* x = nullptr;
+    __m256i tab = table256(ik::kIq2nlValues, 32, 4);
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f16(row)) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ2_KS*>(blk);
+        const __m128i nib = nibbles_interleaved(_mm_cvtsi32_si128(static_cast<int>(load_u32(x->scales))));
+        const __m128i fifth = _mm_and_si128(bit_bytes8(x->extra >> 8), _mm_set1_epi8(16));
+        s16 = widen_dup(_mm_sub_epi8(_mm_or_si128(nib, fifth), _mm_set1_epi8(16)));
+        const __m128i half = _mm_and_si128(bit_bytes8(x->extra), _mm_set1_epi8(5));
+        m16 = _mm256_mullo_epi16(s16, _mm256_add_epi16(_mm256_set1_epi16(-32), widen_dup(half)));
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const { return _mm256_shuffle_epi8(tab, crumbs(x->qs + 32 * (g / 4), 2 * (g % 4))); }
+};
+
+// 3-bit codes: two bits as IQ2_K's, the third from qh[j] bit g.
+inline __m256i three_bit(const uint8_t* qs32, int shift, const uint8_t* qh32, int g) {
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_slli_epi16(load32(qh32), 7 - g), 5), _mm256_set1_epi8(4));
+    return _mm256_or_si256(crumbs(qs32, shift), hi);
+}
+
+template <>
+struct Dec<GgmlType::IQ3_K> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ3_K);
+    const ik::BlockIQ3_K* x = nullptr;
+    __m256i tab = table256(ik::kIq3nlValues, 64, 8);
+    __m256i s16, m16;
+    explicit Dec(const uint8_t*) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ3_K*>(blk);
+        const __m128i nib = nibbles_interleaved(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales_l)));
+        const __m256i odd = widen(_mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1)));
+        const __m256i neg = _mm256_sub_epi16(_mm256_setzero_si256(), bit_lanes(x->scales_h));  // -1 where negative
+        s16 = _mm256_sub_epi16(_mm256_xor_si256(odd, neg), neg);
+        m16 = _mm256_mullo_epi16(s16, _mm256_add_epi16(_mm256_set1_epi16(-64), _mm256_slli_epi16(bit_lanes(x->extra), 2)));
+    }
+    float d() const { return h2f(x->d); }
+    __m256i values(int g) const { return _mm256_shuffle_epi8(tab, three_bit(x->qs + 32 * (g / 4), 2 * (g % 4), x->qh, g)); }
+};
+
+template <>
+struct Dec<GgmlType::IQ3_KS> {
+    static constexpr bool kUnsigned = false, kMins = false;
+    static constexpr int kMeta = 2, kBlock = sizeof(ik::BlockIQ3_KS);
+    float drow;
+    const ik::BlockIQ3_KS* x = nullptr;
+    __m256i tab[2] = {table256(ik::kIq3nlValues, 0, 8), table256(ik::kIq3nlValues + 8, 0, 8)};
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f16(row)) {}
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ3_KS*>(blk);
+        const __m128i fifth = _mm_and_si128(bit_bytes8(x->extra), _mm_set1_epi8(16));
+        s16 = widen_dup(_mm_sub_epi8(_mm_or_si128(nibbles_split4(load_u32(x->scales)), fifth), _mm_set1_epi8(16)));
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const {
+        return _mm256_shuffle_epi8(tab[(x->extra >> (8 + g)) & 1], three_bit(x->qs + 32 * (g / 4), 2 * (g % 4), x->qh, g));
+    }
+};
+
+// Pairs: a 5-bit index per two weights (low nibble for even groups of a 64, high for odd; the fifth bit from
+// qh[j] bit 2 * (g / 2) + g % 2 = g) into the two-value table, plus 64.
+template <>
+struct Dec<GgmlType::IQ2_KL> {
+    static constexpr bool kUnsigned = true, kMins = true;
+    static constexpr int kMeta = 2, kBlock = sizeof(ik::BlockIQ2_KL);
+    float drow;
+    const ik::BlockIQ2_KL* x = nullptr;
+    __m128i first[2], second[2];  // the pairs' first and second values (+64), indices 0..15 and 16..31
+    __m256i s16, m16;
+    explicit Dec(const uint8_t* row) : drow(read_f16(row)) {
+        uint8_t f[32], sec[32];
+        for (int i = 0; i < 32; ++i) {
+            f[i] = static_cast<uint8_t>(static_cast<int8_t>(ik::kIq2klValues[i] & 0xFF) + 64);
+            sec[i] = static_cast<uint8_t>(static_cast<int8_t>(ik::kIq2klValues[i] >> 8) + 64);
+        }
+        first[0] = load16(f), first[1] = load16(f + 16), second[0] = load16(sec), second[1] = load16(sec + 16);
+    }
+    void block(const uint8_t* blk) {
+        x = reinterpret_cast<const ik::BlockIQ2_KL*>(blk);
+        const __m128i lo = nibbles_split4(load_u32(x->scales_l));
+        const __m128i hi = _mm_slli_epi16(_mm_cvtsi64_si128(static_cast<long long>(_pdep_u64(x->scales_h, 0x0303030303030303ull))), 4);
+        s16 = widen_dup(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
+        m16 = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-64));
+    }
+    float d() const { return drow; }
+    __m256i values(int g) const {
+        const int ib64 = g / 2, h = g % 2;
+        const __m128i nib = _mm_and_si128(_mm_srli_epi16(load16(x->qs + 16 * ib64), 4 * h), _mm_set1_epi8(0x0F));
+        const __m128i hm = _mm_set1_epi8(static_cast<char>(1 << g));
+        const __m128i high = _mm_cmpeq_epi8(_mm_and_si128(load16(x->qh), hm), hm);
+        const __m128i a = _mm_blendv_epi8(_mm_shuffle_epi8(first[0], nib), _mm_shuffle_epi8(first[1], nib), high);
+        const __m128i b = _mm_blendv_epi8(_mm_shuffle_epi8(second[0], nib), _mm_shuffle_epi8(second[1], nib), high);
+        return _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+    }
+};
+
+// One row against one token: the reference's lanes and float steps.
+template <GgmlType T>
+float dot(int64_t n, const void* w, const void* a) {
+    using D = Dec<T>;
+    const auto* row = static_cast<const uint8_t*>(w);
+    D dec(row);
+    row += D::kMeta;
+    const auto* y = static_cast<const ik::BlockQ8K*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        dec.block(row + i * D::kBlock);
+        const __m256 f = _mm256_set1_ps(dec.d() * y[i].d);
+        if constexpr (D::kMins) acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y[i].bsums))), acc);
+        const Scales sc(dec.s16);
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+            const __m256i v = dec.values(g), q = load32(y[i].qs + 32 * g);
+            const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v, q) : _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(sc.pair(g), p));
+        }
+        acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc);
+    }
+    return hsum_float_8(acc);
+}
+
+// Rows x tokens: each block of a row decoded once for up to four tokens.
+template <GgmlType T>
+void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+          int64_t out_stride) {
+    using D = Dec<T>;
+    constexpr int kTok = 4;
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+            const int nt = std::min(kTok, n_tok - t0);
+            D dec(row);
+            __m256 acc[kTok];
+            for (auto& v : acc) v = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                dec.block(row + D::kMeta + i * D::kBlock);
+                __m256i v[8], scale[8];
+                const Scales sc(dec.s16);
+                for (int g = 0; g < 8; ++g) v[g] = dec.values(g), scale[g] = sc.pair(g);
+                for (int k = 0; k < nt; ++k) {
+                    const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
+                    const __m256 f = _mm256_set1_ps(dec.d() * y.d);
+                    if constexpr (D::kMins) acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y.bsums))), acc[k]);
+                    __m256i sum = _mm256_setzero_si256();
+                    for (int g = 0; g < 8; ++g) {
+                        const __m256i q = load32(y.qs + 32 * g);
+                        const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v[g], q) : _mm256_maddubs_epi16(_mm256_sign_epi8(v[g], v[g]), _mm256_sign_epi8(q, v[g]));
+                        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scale[g], p));
+                    }
+                    acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc[k]);
+                }
+            }
+            for (int k = 0; k < nt; ++k) out[(t0 + k) * out_stride + r] = hsum_float_8(acc[k]);
+        }
+    }
+}
+
+template <GgmlType T>
+void install(KernelTable& t) {
+    set_dot<dot<T>>(t, T);
+    t.tile[type_slot(T)] = tile<T>;
+}
+
+}  // namespace ikt
+
+inline void add_ik_table_kernels(KernelTable& t) {
+    ikt::install<GgmlType::IQ2_K>(t);
+    ikt::install<GgmlType::IQ3_K>(t);
+    ikt::install<GgmlType::IQ4_K>(t);
+    ikt::install<GgmlType::IQ5_K>(t);
+    ikt::install<GgmlType::IQ6_K>(t);
+    ikt::install<GgmlType::IQ2_KS>(t);
+    ikt::install<GgmlType::IQ3_KS>(t);
+    ikt::install<GgmlType::IQ4_KS>(t);
+    ikt::install<GgmlType::IQ5_KS>(t);
+    ikt::install<GgmlType::IQ4_KSS>(t);
+    ikt::install<GgmlType::IQ2_KL>(t);
+}
+
+}  // namespace
+}  // namespace moe::kernels
