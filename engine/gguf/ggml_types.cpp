@@ -126,11 +126,11 @@ std::string lower(std::string_view s) {
     return out;
 }
 
-// The interleave of the _R4/_R8/_R16 forms, from ik_llama.cpp's names.
-uint32_t interleave_of(std::string_view name) {
+// The interleave of the _R4/_R8/_R16 forms, from ik_llama.cpp's names (lower case in the table).
+constexpr uint32_t interleave_of(std::string_view name) {
     for (uint32_t k : {4u, 8u, 16u}) {
-        const std::string suffix = "_r" + std::to_string(k);
-        if (name.size() > suffix.size() && lower(name.substr(name.size() - suffix.size())) == suffix) return k;
+        const std::string_view suffix = k == 4 ? "_r4" : k == 8 ? "_r8" : "_r16";
+        if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) return k;
     }
     return 1;
 }

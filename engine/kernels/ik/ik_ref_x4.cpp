@@ -178,8 +178,9 @@ void convert_q8_0_r8_row(GgmlType t, int64_t n, const void* w, int8_t* q, float*
         d = trellis_matmul_scale(t, d);
         const auto* blocks = static_cast<const uint8_t*>(w) + 4;
         TrellisBlock tb;
+        const size_t block_bytes = type_info(t).block_bytes;
         for (int64_t i = 0; i < n / QK_K; ++i) {
-            decode_trellis_block(t, blocks + static_cast<size_t>(i) * type_info(t).block_bytes, tb);
+            decode_trellis_block(t, blocks + static_cast<size_t>(i) * block_bytes, tb);
             std::memcpy(q + QK_K * i, tb.value, QK_K);
             for (int b = 0; b < 8; ++b) scales[8 * i + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(tb.scale[b])));
         }
@@ -208,8 +209,9 @@ void dequantize_trellis(GgmlType t, const void* src, float* out, int64_t n) {
     std::memcpy(&d, src, 4);
     const auto* blocks = static_cast<const uint8_t*>(src) + 4;
     TrellisBlock tb;
+    const size_t block_bytes = type_info(t).block_bytes;
     for (int64_t i = 0; i < n / QK_K; ++i, out += QK_K) {
-        decode_trellis_block(t, blocks + static_cast<size_t>(i) * type_info(t).block_bytes, tb);
+        decode_trellis_block(t, blocks + static_cast<size_t>(i) * block_bytes, tb);
         for (int e = 0; e < QK_K; ++e) {
             const float sl = d * static_cast<float>(tb.scale[e / 32]);
             if (t == GgmlType::IQ3_KT) {  // |value| scaled, then negated where the sign bit says
