@@ -162,7 +162,7 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
     for (const test::SimdCase& c : test::simd_cases()) {
         const kernels::KernelTable* t = c.table;
         for (GgmlType type : block_types()) {
-            if (!test::simd_comparable(type)) continue;
+            if (!test::simd_comparable(type) || type_info(type).interleave > 1) continue;  // (InterleavedRows below)
             const int id = kernels::type_slot(type);
             for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
                                            std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
@@ -206,6 +206,8 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
             if (!t) continue;
             for (int id = 0; id < kernels::kUsedSlots; ++id) {
                 if (!test::simd_comparable(kernels::slot_type(id))) continue;
+                const auto ti = type_info(static_cast<uint32_t>(kernels::slot_type(id)));
+                if (ti && ti->interleave > 1) continue;  // no one-row dot (InterleavedRows below)
                 for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
                                                std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]},
                                                std::pair{t->tile_converted[id], t->dot_converted[id]}}) {
@@ -355,6 +357,61 @@ TEST(Kernels, ReferenceDotEqualsDequantizedFloatSum) {
     std::printf("[ kernels  ] %d rows left out where ik's kernel saturates a pair sum\n", saturated);
 }
 
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// ik's row-interleaved types (a row exists only in its group of four): the reference rows kernel against the float
+// sum of the dequantized rows; every SIMD rows and tile kernel against the reference, bit for bit, for row
+// ranges starting mid-tensor and token counts on and off the tiles.
+TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
+    std::mt19937 rng(404);
+    int compared = 0;
+    for (GgmlType t : block_types()) {
+        if (type_info(t).interleave == 1) continue;
+        const int id = kernels::type_slot(t);
+        const size_t n = 512, rows = 12, rb = *row_bytes(t, n);
+        const auto w = kernels::random_weight_rows(t, n, rows, rng());
+        std::vector<float> wd(n * rows);
+        ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
+        const size_t ab = kernels::activation_bytes(t, static_cast<int64_t>(n));
+        const int n_tok = 5;
+        std::vector<uint8_t> act(ab * n_tok);
+        std::vector<std::vector<float>> x(n_tok, std::vector<float>(n));
+        std::normal_distribution<float> nd;
+        for (int k = 0; k < n_tok; ++k) {
+            for (auto& v : x[k]) v = nd(rng);
+            kernels::prepare_activations(t, x[k].data(), act.data() + k * ab, static_cast<int64_t>(n));
+        }
+        const kernels::KernelTable& ref = kernels::reference_table();
+        ASSERT_TRUE(ref.dot_rows[id]) << type_name(static_cast<uint32_t>(t));
+        std::vector<float> want(rows * n_tok);
+        for (int k = 0; k < n_tok; ++k) ref.dot_rows[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want[k * rows]);
+        for (int k = 0; k < n_tok; ++k)
+            for (size_t r = 0; r < rows; ++r) {  // the activations as the kernel sees them: quantized, so compare loosely
+                double sum = 0, mag = 0;
+                for (size_t j = 0; j < n; ++j) sum += static_cast<double>(wd[r * n + j]) * x[k][j], mag += std::fabs(static_cast<double>(wd[r * n + j]) * x[k][j]);
+                EXPECT_NEAR(want[k * rows + r], sum, 0.02 * mag + 1e-4) << type_name(static_cast<uint32_t>(t)) << " row " << r;
+            }
+        for (const test::SimdCase& c : test::simd_cases()) {
+            std::vector<float> got(rows * n_tok, -1.f);
+            for (int k = 0; k < n_tok; ++k)  // rows 4..11 on their own: a range starting at the second group
+                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + 4 * rb, rb, 8, act.data() + k * ab, &got[k * rows + 4]);
+            for (int k = 0; k < n_tok; ++k)
+                for (size_t r = 4; r < rows; ++r) EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
+            if (c.table->tile[id]) {
+                std::vector<float> tiled(rows * n_tok, -1.f);
+                c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, n_tok, tiled.data(), static_cast<int64_t>(rows));
+                EXPECT_EQ(tiled, want) << c.label << " tile " << type_name(static_cast<uint32_t>(t));
+            }
+            ++compared;
+        }
+    }
+    EXPECT_GT(compared, 0);
+}
 
 }  // namespace
 }  // namespace moe

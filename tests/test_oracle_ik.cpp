@@ -26,6 +26,7 @@ const IkCase kIkCases[] = {
     {"shared-ik-IQ2_K"},  {"shared-ik-IQ3_K"},   {"shared-ik-IQ4_K"},  {"shared-ik-IQ5_K"},  {"shared-ik-IQ6_K"},  {"shared-ik-IQ2_KS"},
     {"shared-ik-IQ3_KS"}, {"shared-ik-IQ4_KS"},  {"shared-ik-IQ5_KS"}, {"shared-ik-IQ4_KSS"}, {"shared-ik-IQ2_KL"}, {"shared-ik-Q6_0"},
     {"shared-ik-IQ1_KT"}, {"shared-ik-IQ2_KT"},  {"shared-ik-IQ3_KT"}, {"shared-ik-IQ4_KT"},  {"shared-ik-mix"},
+    {"shared-ik-IQ1_S_R4"}, {"shared-ik-IQ4_KS_R4"},
 };
 
 class IkOracleModel : public ::testing::TestWithParam<IkCase> {};

@@ -90,7 +90,7 @@ void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const Exp
     const kernels::MatmulDots up_dots = kernels::matmul_dots(kt_, L.up.type, F, E, c, false);
     const uint8_t* gate_act = act_.data();
     const uint8_t* up_act = shared_act ? gate_act : gate_act + gate_bytes;
-    pool_.parallel_for(2 * F, [&](int64_t r0, int64_t r1) {
+    parallel_rows(2 * F, std::max(gate_dots.row_group, up_dots.row_group), [&](int64_t r0, int64_t r1) {
         if (r0 < F) matmul_rows(gate_dots, ev.gate, L.gate.row_bytes, E, r0, std::min(r1, F), gate_act, in.ab_gate, c, gg_.data(), F);
         if (r1 > F) matmul_rows(up_dots, ev.up, L.up.row_bytes, E, std::max(r0, F) - F, r1 - F, up_act, in.ab_up, c, gu_.data(), F);
     });

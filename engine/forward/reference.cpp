@@ -34,7 +34,9 @@ void matvec(const Ctx& c, const uint8_t* w, GgmlType type, size_t row_bytes, int
     std::vector<uint8_t> act(kernels::activation_bytes(type, cols));
     kernels::prepare_activations(type, x, act.data(), cols);
     const bool dense = n_tok > 0 && !(strided && type == GgmlType::F32);
-    auto dot = kernels::matmul_dots(c.kt, type, rows, cols, std::max(n_tok, 1), dense).at(index);
+    const kernels::MatmulDots dots = kernels::matmul_dots(c.kt, type, rows, cols, std::max(n_tok, 1), dense);
+    if (dots.row_group > 1) return dots.single_rows(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4: rows in fours
+    auto dot = dots.at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
 }
 

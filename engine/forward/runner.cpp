@@ -150,7 +150,7 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok, opt_.n_threads);
     const uint8_t* act = act_.data();
-    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
+    parallel_rows(rows, dots.row_group, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
 }
 
 // Rows [r0, r1) of a matmul for n_tok prepared activation rows: out[t * out_stride + r]. With row kernels, a
@@ -194,6 +194,12 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
         int64_t first_row;
         kernels::MatmulDots dots;
     };
+    for (const MatmulOut& o : outs)
+        if (kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true, opt_.n_threads).row_group > 1) {
+            // Interleaved rows cannot share one loop's arbitrary row ranges: one matmul each.
+            for (const MatmulOut& p : outs) matmul(*p.w, x, x_stride, n_tok, p.out, p.out_stride);
+            return;
+        }
     std::vector<Part> parts;
     size_t total = 0;
     int64_t rows = 0;
@@ -237,7 +243,7 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         });
         return;
     }
-    pool_.parallel_for(static_cast<int64_t>(heads) * rows, [&](int64_t i0, int64_t i1) {
+    parallel_rows(static_cast<int64_t>(heads) * rows, rows % dots.row_group == 0 ? dots.row_group : 1, [&](int64_t i0, int64_t i1) {
         while (i0 < i1) {  // this thread's rows, head by head
             const int64_t h = i0 / rows, r = i0 % rows, end = std::min(i1, (h + 1) * rows) - h * rows;
             matmul_rows(dots, w.row(h * rows), w.row_bytes, cols, r, end, act_.data() + static_cast<size_t>(h) * n_tok * ab, ab, n_tok,

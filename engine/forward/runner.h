@@ -4,6 +4,7 @@
 // numerics are the reference's (reference.h): same formulas, same summation orders, the same bits.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -139,6 +140,11 @@ private:
     ExpertInputs prepare_expert_inputs(const MoeWeights& L, int n_tok);
     void expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
+    // Rows [0, rows) over the pool, every range starting and ending on a multiple of `group` (ik's _R4 rows).
+    void parallel_rows(int64_t rows, int group, const std::function<void(int64_t, int64_t)>& fn) {
+        if (group <= 1) return pool_.parallel_for(rows, fn);
+        pool_.parallel_for(rows / group, [&](int64_t a, int64_t b) { fn(a * group, b * group); });
+    }
     void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
                        uint8_t* act) const;
     // The same on activations already prepared for `type` (kernels::prepare_activations).

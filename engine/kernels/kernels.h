@@ -103,6 +103,9 @@ struct MatmulDots {
     DotRowsFn grouped_rows = nullptr;  // `grouped` over consecutive weight rows, where provided
     DotTileFn single_tile = nullptr;   // `single` over rows x tokens, where provided
     DotTileFn grouped_tile = nullptr;  // `grouped` over rows x tokens, where provided
+    // Rows stored together (ik's _R4 forms: 4): row ranges start and end on multiples of it, and only the rows
+    // and tile kernels exist (single and grouped are null).
+    int row_group = 1;
     DotFn at(int row) const { return row < n_grouped ? grouped : single; }
     // The row kernel for activation row t, or null where there is none (then call at(t) per weight row).
     DotRowsFn rows_at(int t) const { return t < n_grouped ? grouped_rows : single_rows; }
@@ -114,6 +117,7 @@ struct MatmulDots {
 inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense,
                               int n_threads = 1) {
     const int i = type_slot(type);
+    if (type == GgmlType::IQ1_S_R4 || type == GgmlType::IQ4_KS_R4) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, 4};
     if (t.dot_converted[i] && n_tok >= t.converted_min_tokens[i] && rows % 8 == 0 && (!dense || rows / n_threads >= 32))
         return {t.dot_converted[i], t.dot[i], n_tok, nullptr, nullptr, nullptr, t.tile_converted[i]};
     if (t.dot_repacked[i] && rows % 8 == 0)
@@ -149,6 +153,8 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // A random, well-formed row of n elements of type t (random codes, moderate scales), for tests and benchmarks.
 std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed);
+// `rows` such rows one after another; for row-interleaved types (rows a multiple of the interleave) whole groups.
+std::vector<uint8_t> random_weight_rows(GgmlType t, size_t n, size_t rows, uint64_t seed);
 
 // Activation quantizers, exposed for tests.
 void quantize_q8_0(const float* x, void* out, int64_t n);

@@ -10,6 +10,7 @@
 #include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/ik/ik_converted_simd.h"
 #include "engine/kernels/ik/ik_table_simd.h"
+#include "engine/kernels/ik/ik_r4_simd.h"
 #include "engine/kernels/ik/ik_x4_simd.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
@@ -312,6 +313,7 @@ void fill_avx2_table(KernelTable& t) {
     add_ik_table_kernels(t);
     add_ik_converted_tiles(t);
     add_ik_x4_kernels(t);
+    add_ik_r4_kernels(t);
 }
 
 }  // namespace moe::kernels

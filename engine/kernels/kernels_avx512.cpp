@@ -9,6 +9,7 @@
 #include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/ik/ik_converted_simd.h"
 #include "engine/kernels/ik/ik_table_simd.h"
+#include "engine/kernels/ik/ik_r4_simd.h"
 #include "engine/kernels/ik/ik_x4_simd.h"
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/kquant_simd.h"
@@ -173,6 +174,7 @@ void fill_avx512_table(KernelTable& t) {
     add_ik_table_kernels(t);
     add_ik_converted_tiles(t);
     add_ik_x4_kernels(t);
+    add_ik_r4_kernels(t);
     if (t.flavor == Flavor::Avx512) {  // the AVX2 build's orders keep the AVX2 table's ymm tiles
         t.tile[0] = float_tile<VecOrderAvx512<false>, 4, 1, float>;
         t.tile[1] = float_tile<VecOrderAvx512<true>, 4, 1, uint16_t>;

@@ -33,7 +33,7 @@ std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed) {
         // ik_llama.cpp's types: the row scales in front (f16 or f32; one per row of an interleaved group), and
         // the f16 d at the start of each block of the types that have one.
         const int rs = ik::row_scale_bytes(t);
-        for (uint32_t k = 0; k < info.interleave; ++k) {
+        for (uint32_t k = 0; k < (info.interleave > 1 ? 0u : 1u); ++k) {
             const float f = magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f);
             if (rs == 2) {
                 const uint16_t h = fp32_to_fp16(f);
@@ -76,6 +76,36 @@ std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed) {
         }
     }
     return row;
+}
+
+std::vector<uint8_t> random_weight_rows(GgmlType t, size_t n, size_t rows, uint64_t seed) {
+    const TypeInfo info = type_info(t);
+    std::vector<uint8_t> out;
+    if (info.interleave == 1) {
+        for (size_t r = 0; r < rows; ++r) {
+            const auto row = random_weight_row(t, n, seed + r);
+            out.insert(out.end(), row.begin(), row.end());
+        }
+        return out;
+    }
+    // Groups: random bytes, then the group's row scales (f16 or f32, moderate) in front.
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> magnitude(0.002f, 0.05f);
+    out.resize(*row_bytes(t, n) * rows);
+    for (auto& b : out) b = static_cast<uint8_t>(byte(rng));
+    const size_t group = *row_bytes(t, n) * info.interleave;
+    for (size_t g = 0; g < rows / info.interleave; ++g)
+        for (uint32_t k = 0; k < info.interleave; ++k) {
+            const float f = magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f);
+            if (info.row_meta == 2) {
+                const uint16_t h = fp32_to_fp16(f);
+                std::memcpy(out.data() + g * group + 2 * k, &h, 2);
+            } else {
+                std::memcpy(out.data() + g * group + 4 * k, &f, 4);
+            }
+        }
+    return out;
 }
 
 }  // namespace moe::kernels

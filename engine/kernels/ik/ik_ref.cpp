@@ -225,6 +225,8 @@ float dot_converted_ref(GgmlType t, int64_t n, const void* w, const void* a) {
 GgmlType activation_type(GgmlType t) {
     if (is_table_type(t)) return GgmlType::IK_Q8_K;
     if (is_trellis_type(t) || t == GgmlType::Q6_0 || t == GgmlType::IK_Q8_0) return GgmlType::IK_Q8_2_X4;
+    if (t == GgmlType::IQ1_S_R4) return GgmlType::IK_Q8_K128;
+    if (t == GgmlType::IQ4_KS_R4) return GgmlType::IK_Q8_K32;
     return t;
 }
 
@@ -246,6 +248,9 @@ void add_reference_kernels(kernels::KernelTable& k) {
     converted(GgmlType::IQ4_KSS, dot_converted_ref_of<GgmlType::IQ4_KSS>, 32);
     converted(GgmlType::IQ2_KL, dot_converted_ref_of<GgmlType::IQ2_KL>, 32);
     set_dot<dot_ik_q8_0_ref>(k, GgmlType::IK_Q8_0);
+    // A row of the interleaved forms exists only in its group of four: rows kernels, no one-row dot.
+    k.dot_rows[kernels::type_slot(GgmlType::IQ1_S_R4)] = dot_rows_iq1_s_r4_ref;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ4_KS_R4)] = dot_rows_iq4_ks_r4_ref;
     set_dot<dot_q6_0_ref>(k, GgmlType::Q6_0);
     set_dot<dot_trellis_ref_of<GgmlType::IQ1_KT>>(k, GgmlType::IQ1_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ2_KT>>(k, GgmlType::IQ2_KT);

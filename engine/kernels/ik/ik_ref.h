@@ -47,6 +47,14 @@ float dot_trellis_ref_of(int64_t n, const void* w, const void* a) {
 void dequantize_trellis(GgmlType t, const void* src, float* out, int64_t n);
 void dequantize_q6_0(const void* src, float* out, int64_t n);
 
+// The row-interleaved IQ1_S_R4 / IQ4_KS_R4 (ik_ref_r4.cpp): rows [0, rows), a multiple of 4, from a group start.
+void dot_rows_iq1_s_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dot_rows_iq4_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// dequantize_row_*_r4: `rows` rows (a multiple of 4) of n weights each into out[row * n + j].
+void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int64_t rows);
+// Rows stored together by a computable type (4 for the _R4 forms, else 1).
+inline int row_group(GgmlType t) { return t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ4_KS_R4 ? 4 : 1; }
+
 // Weights to floats as ik's dequantize_row_<type> (the token embedding's get_rows).
 void dequantize_table(GgmlType t, const void* src, float* out, int64_t n);
 

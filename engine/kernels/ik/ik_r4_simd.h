@@ -1,0 +1,133 @@
+// AVX2 kernels for ik_llama.cpp's row-interleaved IQ1_S_R4 and IQ4_KS_R4, four rows at a time in ik's lanes (lane r:
+// the first 16 of each 32 of row r, lane 4 + r: the second 16), with the bits of ik_ref_r4.cpp. Included by the
+// AVX2 and AVX-512 translation units.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/iq_tables.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/simd_common.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikr {
+
+using ik::QK_K;
+
+inline int u32_at(const int8_t* p) {
+    int v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline __m256i halves4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+}
+// (lo + hi) per row, times the rows' scales: four outputs.
+inline void store4(__m256 acc, __m128 d, float* out) {
+    _mm_storeu_ps(out, _mm_mul_ps(d, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))));
+}
+
+void rows_iq4_ks_r4(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const ik::BlockQ8K32*>(a);
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        const auto* blocks = reinterpret_cast<const ik::BlockIQ4_KS_R4*>(group + 16);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+            const ik::BlockIQ4_KS_R4& b = blocks[ibl];
+            const __m256i sc = load32(b.scales);
+            const __m256i ls8 = _mm256_sub_epi8(_mm256_and_si256(sc, _mm256_set1_epi8(static_cast<char>(0xFE))), _mm256_set1_epi8(127));
+            const __m256i sh8 = _mm256_slli_epi16(_mm256_and_si256(sc, _mm256_set1_epi8(1)), 2);
+            alignas(32) int8_t ls[32], sh[32];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(ls), ls8);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sh), sh8);
+            // the odd scales' shifts: lanes r (sub-blocks 0..3) and 4 + r (4..7), one FMA per sub-block pair
+            const __m256 m8 = _mm256_loadu_ps(y[ibl].bsums);
+            for (int ib = 0; ib < 4; ++ib) {
+                const __m256i l = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(ls + 16 + 4 * ib), u32_at(ls + 4 * ib)));
+                const __m256i s = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(sh + 16 + 4 * ib), u32_at(sh + 4 * ib)));
+                const __m256 P = _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_cvtepi32_ps(s));
+                const __m256 mb = _mm256_permutevar8x32_ps(m8, _mm256_setr_epi32(ib, ib, ib, ib, ib + 4, ib + 4, ib + 4, ib + 4));
+                acc = _mm256_fmadd_ps(P, mb, acc);
+            }
+            __m256i isum = _mm256_setzero_si256();
+            for (int ib = 0; ib < 8; ++ib) {
+                const __m256i bits1 = load32(b.qs + 64 * ib), bits2 = load32(b.qs + 64 * ib + 32);
+                const __m256i qx[4] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits1, m4)), _mm256_shuffle_epi8(values, _mm256_and_si256(bits2, m4)),
+                                       _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4)),
+                                       _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4))};
+                // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
+                const __m128i l4 = _mm_cvtsi32_si128(u32_at(ls + 4 * ib));
+                const __m256i iscales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpacklo_epi8(l4, l4)));
+                const __m256i yv = load32(y[ibl].qs + 32 * ib);
+                const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa), _mm256_shuffle_epi32(yv, 0xff)};
+                for (int k = 0; k < 4; ++k) {
+                    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx[k], qx[k]), _mm256_sign_epi8(ys[k], qx[k]));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iscales, p));
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ibl].d), _mm256_cvtepi32_ps(isum), acc);
+        }
+        store4(acc, _mm_loadu_ps(reinterpret_cast<const float*>(group)), out + 4 * g);
+    }
+}
+
+void rows_iq1_s_r4(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const ik::BlockQ8K128*>(a);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t ib = 0; ib < n / 128; ++ib) {
+            const float dy = y[ib].d;
+            for (int j = 0; j < 4; ++j) {
+                const ik::BlockIQ1_S_R4& b = blocks[4 * ib + j];
+                const __m256i yv = load32(y[ib].qs + 32 * j);
+                __m256i d[4];
+                alignas(16) int sc[4], delta_i[4];
+                for (int r = 0; r < 4; ++r) {
+                    const int qh = b.qh[r];
+                    uint64_t e[4];
+                    for (int i = 0; i < 4; ++i) e[i] = iq::kIq1sGrid[b.qs[4 * i + r] | (((qh >> (3 * i)) & 7) << 8)];
+                    const __m256i u = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]),
+                                                                         static_cast<long long>(e[2]), static_cast<long long>(e[3])),
+                                                      _mm256_set1_epi8(1));
+                    d[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), _mm256_set1_epi16(1));
+                    sc[r] = 2 * ((qh >> 12) & 7) + 1;
+                    delta_i[r] = (qh & 0x8000 ? -9 : -7) * sc[r];
+                }
+                const __m128i sc4 = _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
+                const __m256i s = _mm256_mullo_epi32(halves4(d[0], d[1], d[2], d[3]), _mm256_set_m128i(sc4, sc4));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(s), acc);
+                const __m128 delta4 = _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(delta_i))));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * static_cast<float>(y[ib].bsums[j])), _mm256_set_m128(delta4, delta4), acc);
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
+        store4(acc, d4, out + 4 * g);
+    }
+}
+
+template <DotRowsFn Rows>
+void rows_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+               int64_t out_stride) {
+    for (int t = 0; t < n_tok; ++t) Rows(n, w, row_bytes, rows, act + t * act_bytes, out + t * out_stride);
+}
+
+}  // namespace ikr
+
+inline void add_ik_r4_kernels(KernelTable& t) {
+    t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_iq4_ks_r4;
+    t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_tile<ikr::rows_iq4_ks_r4>;
+    t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_iq1_s_r4;
+    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_tile<ikr::rows_iq1_s_r4>;
+}
+
+}  // namespace
+}  // namespace moe::kernels
