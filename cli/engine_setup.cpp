@@ -88,6 +88,11 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         const std::string numerics = !f.numerics.empty() ? f.numerics : env_numerics ? env_numerics : "";
         le.kernels = kernels::choose_kernels(kernels::host_cpu_features(), isa ? isa : "", numerics,
                                              !f.numerics.empty() ? "--numerics " : "MOESTREAM_NUMERICS=").why;
+        if (!facts.ik_tensor.empty()) {  // the Runner computes such a file in ik's AVX2 numerics, whatever was chosen
+            le.kernels = le.kernels.substr(0, le.kernels.find("; ")) + "; ik_llama.cpp's AVX2 numerics: a file made by ik_llama.cpp (" +
+                         facts.ik_tensor + ")";
+            le.flavor = kernels::Flavor::Avx2;
+        }
     }
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {

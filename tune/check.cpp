@@ -115,12 +115,14 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         const ModelFacts& m = *in.model;
         add({"engine_support", "this engine runs the model", m.supported ? CheckStatus::Pass : CheckStatus::Fail,
              m.supported ? m.arch + (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
-                                                           " recognised, not loaded)" : "")
+                                                           " recognised, not loaded)" : "") +
+                               (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
                          : m.unsupported_reason,
              "a supported architecture and weight types",
              m.supported ? ""
              : m.unsupported_reason.find("ik_llama.cpp type") != std::string::npos
-                 ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes no ik_llama.cpp types yet)"
+                 ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
+                   "IQ2_K..IQ6_K, IQ2_KS..IQ5_KS, IQ4_KSS, IQ2_KL, IQ1_KT..IQ4_KT, Q6_0, IQ1_S_R4 and IQ4_KS_R4, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
         const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
         const uint64_t need = m.resident_bytes + kv + reserve;
