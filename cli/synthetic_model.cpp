@@ -249,8 +249,12 @@ void mla_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool ind
     }
     w.matrix(p + "attn_kv_a_mqa.weight", {s.embd, s.kv_lora + s.qk_rope});
     w.vec(p + "attn_kv_a_norm.weight", s.kv_lora);
-    w.matrix(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora, s.heads});
-    w.matrix(p + "attn_v_b.weight", {s.kv_lora, s.v_head, s.heads}, 1.f, true);
+    if (s.mla_kv_b) {
+        w.matrix(p + "attn_kv_b.weight", {s.kv_lora, s.heads * (s.qk_nope + s.v_head)});
+    } else {
+        w.matrix(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora, s.heads});
+        w.matrix(p + "attn_v_b.weight", {s.kv_lora, s.v_head, s.heads}, 1.f, true);
+    }
     w.matrix(p + "attn_output.weight", {s.heads * s.v_head, s.embd});
     if (indexer) {
         w.matrix(p + "indexer.attn_q_b.weight", {s.q_lora, s.ix_heads * s.ix_dim});
@@ -356,11 +360,17 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (A != "qwen3moe" || s.rope_dims != s.head_dim) key("rope.dimension_count", u32(s.rope_dims));
     } else {
         key("feed_forward_length", u32(s.dense_ffn ? s.dense_ffn : s.ffn * s.used));
-        key("attention.head_count_kv", u32(1));
-        key("attention.key_length", u32(s.kv_lora + s.qk_rope));
-        key("attention.value_length", u32(s.kv_lora));
-        key("attention.key_length_mla", u32(s.qk_nope + s.qk_rope));
-        key("attention.value_length_mla", u32(s.v_head));
+        if (s.mla_kv_b) {  // the older keys: per-head key and value lengths, no *_mla keys
+            key("attention.head_count_kv", u32(s.heads));
+            key("attention.key_length", u32(s.qk_nope + s.qk_rope));
+            key("attention.value_length", u32(s.v_head));
+        } else {
+            key("attention.head_count_kv", u32(1));
+            key("attention.key_length", u32(s.kv_lora + s.qk_rope));
+            key("attention.value_length", u32(s.kv_lora));
+            key("attention.key_length_mla", u32(s.qk_nope + s.qk_rope));
+            key("attention.value_length_mla", u32(s.v_head));
+        }
         key("attention.q_lora_rank", u32(s.q_lora));
         key("attention.kv_lora_rank", u32(s.kv_lora));
         key("rope.dimension_count", u32(s.qk_rope));

@@ -82,6 +82,7 @@ struct Model {
     Tensor output;       // [n_embd, n_vocab]; tok_embd when the file ties them
     std::vector<Layer> layers;
     std::unique_ptr<ResidentArena> resident;
+    std::vector<std::unique_ptr<uint8_t[]>> derived;  // tensors computed at load (ArchLoader::derived)
     std::unique_ptr<ExpertSource> experts;
     // The file was made by ik_llama.cpp (it holds one of its types): the forward pass follows ik's arithmetic
     // where it differs from llama.cpp's (its flash attention, routing, expert sum, fused norms; its Q8_0 and F32

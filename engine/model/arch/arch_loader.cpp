@@ -153,6 +153,21 @@ ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_
     return e;
 }
 
+void ArchLoader::derived(Tensor& dst, const std::string& name, GgmlType type, std::vector<uint64_t> shape, const std::string& source,
+                         DeriveFn fill) {
+    const GgufTensorInfo* src = info(source, true);
+    dst = Tensor{};
+    dst.name = name;
+    dst.type = type;
+    dst.ne0 = static_cast<int64_t>(shape[0]);
+    dst.ne1 = 1;
+    for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
+    const auto rb = row_bytes(type, shape[0]);
+    if (!rb) fail("tensor '" + name + "' (derived from '" + source + "'): row length " + std::to_string(shape[0]) + " does not fit type " + type_name(static_cast<uint32_t>(type)));
+    dst.row_bytes = *rb;
+    derivations_.push_back({&dst, src, dst.row_bytes * static_cast<size_t>(dst.ne1), std::move(fill)});
+}
+
 void ArchLoader::skip_blocks(uint32_t first, uint32_t count) {
     for (const auto& t : file_.tensors) {
         const int l = tensor_layer(t.name);
@@ -171,6 +186,14 @@ void ArchLoader::finish(Model& m, bool read) {
     if (!read) return;
     m.resident = std::make_unique<ResidentArena>(file_, resident_list_);
     for (auto& [tensor, name] : bindings_) tensor->data = m.resident->data_of(name);
+    std::vector<uint8_t> source;
+    for (Derivation& d : derivations_) {
+        source.resize(d.source->nbytes);
+        read_file_range(file_.files[d.source->file_index].path, d.source->file_offset, d.source->nbytes, source.data());
+        m.derived.push_back(std::make_unique<uint8_t[]>(d.bytes));
+        d.fill(source.data(), m.derived.back().get());
+        d.dst->data = m.derived.back().get();
+    }
 }
 
 }  // namespace moe

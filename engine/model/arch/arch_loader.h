@@ -3,6 +3,7 @@
 // is a ModelError that names the file, the key or tensor, and both values.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +43,11 @@ public:
     bool has_tensor(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
     // A routed-expert tensor [n_in, n_out, n_expert]: located, never read here.
     ExpertTensor experts(const std::string& name, uint64_t n_in, uint64_t n_out, uint64_t n_expert, const std::string& why);
+    // A tensor computed at load from a file tensor the forward pass does not read as stored (`source`, read once
+    // into a temporary buffer, then dropped): `dst` gets `type` and `shape`, and `fill(source bytes, dst bytes)`
+    // writes its bytes into memory the model owns. Layout-only loads record the shape and read nothing.
+    using DeriveFn = std::function<void(const uint8_t* source, uint8_t* out)>;
+    void derived(Tensor& dst, const std::string& name, GgmlType type, std::vector<uint64_t> shape, const std::string& source, DeriveFn fill);
     // Tensors of blocks [first, first + count): a NextN/MTP block the engine recognises but does not run.
     void skip_blocks(uint32_t first, uint32_t count);
 
@@ -63,6 +69,13 @@ private:
     std::set<std::string> claimed_;
     std::vector<const GgufTensorInfo*> resident_list_;
     std::vector<std::pair<Tensor*, std::string>> bindings_;
+    struct Derivation {
+        Tensor* dst;
+        const GgufTensorInfo* source;
+        size_t bytes;
+        DeriveFn fill;
+    };
+    std::vector<Derivation> derivations_;
 };
 
 // "[a, b, c]"

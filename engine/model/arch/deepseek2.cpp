@@ -4,7 +4,10 @@
 // with shared experts, softmax or sigmoid routing, a selection bias, group-limited top-k, weight norm and
 // scale. glm-dsa adds the DSA lightning indexer. NextN/MTP blocks after the trunk are recognised, not run.
 #include <cmath>
+#include <cstring>
+#include <vector>
 
+#include "engine/kernels/kernels.h"
 #include "engine/model/arch/arch.h"
 
 namespace moe::arch {
@@ -38,6 +41,44 @@ void load_indexer_config(ArchLoader& ld, Hparams& hp) {
 
 }  // namespace
 
+// attn_k_b and attn_v_b derived from an unsplit attn_kv_b [kv_lora, n_head x (qk_nope + v_head)] as ik_llama.cpp
+// derives them (llm_prepare_mla): per head, the qk_nope key rows dequantized, transposed to kv_lora rows of qk_nope
+// and stored as Q8_0 when attn_kv_b is quantized (else in its float type); the v_head value rows copied as they are.
+void split_kv_b(ArchLoader& ld, MlaWeights& w, const std::string& p, const MlaConfig& c) {
+    const std::string kv_b = p + "attn_kv_b.weight";
+    const GgufTensorInfo* t = ld.file().find_tensor(kv_b);
+    const uint64_t H = c.n_head, L = c.kv_lora_rank, K = c.qk_nope, V = c.v_head;
+    if (t->ne.size() < 2 || t->ne[0] != L || t->ne[1] * (t->ne.size() > 2 ? t->ne[2] : 1) != H * (K + V))
+        ld.fail("tensor '" + kv_b + "' has shape " + std::to_string(t->ne[0]) + " x " + std::to_string(t->ne.size() > 1 ? t->ne[1] : 1) +
+                " but kv_lora_rank " + std::to_string(L) + " and head_count " + std::to_string(H) + " x (key " + std::to_string(K) + " + value " +
+                std::to_string(V) + ") imply " + std::to_string(L) + " x " + std::to_string(H * (K + V)));
+    const GgmlType src = t->type();
+    const auto ti = type_info(t->raw_type);
+    if (!ti || !ti->computable || ti->interleave > 1)
+        ld.fail("tensor '" + kv_b + "' has type " + type_name(t->raw_type) + ", which this engine cannot split into attn_k_b / attn_v_b");
+    const bool quantized = ti->block_elems > 1;
+    const GgmlType kb_type = quantized ? (ld.ik_made() ? GgmlType::IK_Q8_0 : GgmlType::Q8_0) : src;
+    if (quantized && K % 32)
+        ld.fail("tensor '" + kv_b + "': qk_nope " + std::to_string(K) + " is not a multiple of 32, so attn_k_b cannot be stored as Q8_0");
+    const size_t src_row = *row_bytes(src, L);
+    ld.derived(w.wk_b, p + "attn_k_b.weight", kb_type, {K, L, H}, kv_b, [=](const uint8_t* in, uint8_t* out) {
+        std::vector<float> rows(K * L), col(K);
+        const size_t kb_row = *row_bytes(kb_type, K);
+        for (uint64_t h = 0; h < H; ++h) {
+            for (uint64_t j = 0; j < K; ++j) kernels::dequantize_row(src, in + (h * (K + V) + j) * src_row, &rows[j * L], static_cast<int64_t>(L));
+            for (uint64_t i = 0; i < L; ++i) {  // row i of head h: the i-th value of each key row
+                for (uint64_t j = 0; j < K; ++j) col[j] = rows[j * L + i];
+                uint8_t* dst = out + (h * L + i) * kb_row;
+                if (quantized) kernels::quantize_q8_0(col.data(), dst, static_cast<int64_t>(K));
+                else kernels::quantize_row(src, col.data(), dst, static_cast<int64_t>(K));
+            }
+        }
+    });
+    ld.derived(w.wv_b, p + "attn_v_b.weight", src, {L, V, H}, kv_b, [=](const uint8_t* in, uint8_t* out) {
+        for (uint64_t h = 0; h < H; ++h) std::memcpy(out + h * V * src_row, in + (h * (K + V) + K) * src_row, V * src_row);
+    });
+}
+
 void load_deepseek2(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     const bool dsa = ld.arch() == "glm-dsa";
@@ -47,25 +88,29 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
     c.n_head = ld.u32("attention.head_count");
     c.q_lora_rank = ld.u32_or_zero("attention.q_lora_rank");
     c.kv_lora_rank = ld.u32("attention.kv_lora_rank");
-    if (!ld.has("attention.key_length_mla") || !ld.has("attention.value_length_mla"))
-        ld.fail("metadata " + ld.key_name("attention.key_length_mla") + " / value_length_mla are missing: an older conversion with "
-                "an unsplit attn_kv_b, which this engine does not run (re-convert with a current llama.cpp)");
-    const uint32_t key_mla = ld.u32("attention.key_length_mla");
-    c.v_head = ld.u32("attention.value_length_mla");
+    // Older conversions (and files ik_llama.cpp made from them) store each layer's attn_kv_b unsplit and give the
+    // per-head key/value lengths as key_length / value_length; the split is derived at load (below).
+    const bool unsplit = ld.has_tensor(blk(0) + "attn_kv_b.weight") && !ld.has_tensor(blk(0) + "attn_k_b.weight");
+    if (!unsplit && (!ld.has("attention.key_length_mla") || !ld.has("attention.value_length_mla")))
+        ld.fail("metadata " + ld.key_name("attention.key_length_mla") + " / value_length_mla are missing (and the file has no attn_kv_b "
+                "to derive attn_k_b / attn_v_b from)");
+    const uint32_t key_mla = ld.u32(unsplit && !ld.has("attention.key_length_mla") ? "attention.key_length" : "attention.key_length_mla");
+    c.v_head = ld.u32(unsplit && !ld.has("attention.value_length_mla") ? "attention.value_length" : "attention.value_length_mla");
     c.qk_rope = ld.u32("rope.dimension_count");
     if (c.qk_rope >= key_mla)
         ld.fail("metadata " + ld.key_name("rope.dimension_count") + " = " + std::to_string(c.qk_rope) + " is not below " +
                 ld.key_name("attention.key_length_mla") + " = " + std::to_string(key_mla));
     c.qk_nope = key_mla - c.qk_rope;
     // The absorbed form's own keys must agree: one latent "head" of kv_lora + rope.
-    if (const uint32_t k = ld.u32_or_zero("attention.key_length"); k && k != c.kv_lora_rank + c.qk_rope)
+    const bool legacy_keys = unsplit && !ld.has("attention.key_length_mla");
+    if (const uint32_t k = ld.u32_or_zero("attention.key_length"); k && !legacy_keys && k != c.kv_lora_rank + c.qk_rope)
         ld.fail("metadata " + ld.key_name("attention.key_length") + " = " + std::to_string(k) + " but kv_lora_rank " +
                 std::to_string(c.kv_lora_rank) + " + rope.dimension_count " + std::to_string(c.qk_rope) + " = " +
                 std::to_string(c.kv_lora_rank + c.qk_rope));
-    if (const uint32_t v = ld.u32_or_zero("attention.value_length"); v && v != c.kv_lora_rank)
+    if (const uint32_t v = ld.u32_or_zero("attention.value_length"); v && !legacy_keys && v != c.kv_lora_rank)
         ld.fail("metadata " + ld.key_name("attention.value_length") + " = " + std::to_string(v) + " but kv_lora_rank is " +
                 std::to_string(c.kv_lora_rank));
-    if (const uint32_t kv = ld.u32_or_zero("attention.head_count_kv"); kv > 1)
+    if (const uint32_t kv = ld.u32_or_zero("attention.head_count_kv"); kv > 1 && !legacy_keys)
         ld.fail("metadata " + ld.key_name("attention.head_count_kv") + " = " + std::to_string(kv) + " but MLA's absorbed cache has 1");
     const float mscale = load_rope(ld, hp, c.qk_rope, /*neox=*/false, /*deepseek_log_mul=*/!dsa);
     c.kq_scale = 1.0f * mscale * mscale / std::sqrt(static_cast<float>(key_mla));
@@ -105,13 +150,16 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
         } else {
             ld.resident(w.wq, p + "attn_q.weight", {E, H * QK}, q_why);
         }
-        if (ld.has_tensor(p + "attn_kv_b.weight"))
-            ld.fail("tensor '" + p + "attn_kv_b.weight' is the unsplit form of an older conversion; this engine needs attn_k_b/attn_v_b "
-                    "(re-convert with a current llama.cpp)");
         ld.resident(w.wkv_a, p + "attn_kv_a_mqa.weight", {E, c.kv_lora_rank + c.qk_rope}, kv_why);
         ld.resident(w.kv_a_norm, p + "attn_kv_a_norm.weight", {c.kv_lora_rank}, kv_why);
-        ld.resident(w.wk_b, p + "attn_k_b.weight", {c.qk_nope, c.kv_lora_rank, H}, kb_why);
-        ld.resident(w.wv_b, p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head, H}, vb_why);
+        if (unsplit) {
+            split_kv_b(ld, w, p, c);
+        } else {
+            if (ld.has_tensor(p + "attn_kv_b.weight"))
+                ld.fail("tensor '" + p + "attn_kv_b.weight' is present beside attn_k_b / attn_v_b in a file whose first layer has no attn_kv_b");
+            ld.resident(w.wk_b, p + "attn_k_b.weight", {c.qk_nope, c.kv_lora_rank, H}, kb_why);
+            ld.resident(w.wv_b, p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head, H}, vb_why);
+        }
         ld.resident(w.wo, p + "attn_output.weight", {H * c.v_head, E}, "head_count " + std::to_string(H) + " x value_length_mla " + std::to_string(c.v_head));
         if (dsa && hp.indexer.full[l]) {
             const IndexerConfig& ix = hp.indexer;
