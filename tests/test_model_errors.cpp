@@ -114,11 +114,15 @@ TEST(ModelErrors, MlaDimensionsThatContradictTheTensors) {
     // The absorbed-form keys against the split ones.
     expect_mentions(load_error(dir, path, set_key("deepseek2.attention.key_length", GgufValue::u32(99))),
                     {"deepseek2.attention.key_length = 99", "kv_lora_rank 64", "= 80"});
-    // An older conversion without the split k_b / v_b.
+    // The split form's keys missing, with no attn_kv_b to derive the split from either.
     expect_mentions(load_error(dir, path, [](auto& kv) {
                         kv.erase(std::remove_if(kv.begin(), kv.end(), [](auto& p) { return p.first == "deepseek2.attention.key_length_mla"; }), kv.end());
                     }),
-                    {"key_length_mla", "attn_kv_b", "re-convert"});
+                    {"key_length_mla", "attn_kv_b"});
+    // An unsplit attn_kv_b whose rows contradict the heads' key and value lengths.
+    const std::string unsplit = make_model(dir, "u", {"--arch", "deepseek2", "--layers", "2", "--mla-kv-b"});
+    expect_mentions(load_error(dir, unsplit, set_key("deepseek2.attention.value_length", GgufValue::u32(16))),
+                    {"attn_kv_b.weight", "value 16"});
     expect_mentions(load_error(dir, path, set_key("deepseek2.nextn_predict_layers", GgufValue::u32(2))),
                     {"nextn_predict_layers = 2", "block_count 2"});
 }
