@@ -9,6 +9,7 @@
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/ggml_numerics.h"
+#include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/kernels.h"
 
 namespace moe {
@@ -321,6 +322,60 @@ TEST(VectorExp, SwigluAndSiluEqualReference) {
             }
         }
     }
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// ik_llama.cpp's flash attention (ik files): the AVX2 form against the scalar one, bit for bit, over one and several
+// 128-key blocks (a later block's larger maximum rescales), partial blocks, masked keys, MLA's aliased values,
+// large and small scores; and against plain float softmax attention within float rounding.
+TEST(Attention, IkFlashAttentionSimdMatchesScalar) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd;
+    const ops::AttendFn simd = ik::attend_ik_simd();
+    ops::AttnScratch s;
+    int compared = 0;
+    for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 64}, std::pair{576, 512}}) {
+        for (int n : {1, 7, 128, 129, 300}) {
+            Cache c(dk, dv, n, rng);
+            std::vector<uint8_t> visible(static_cast<size_t>(n), 1);
+            for (int j = 0; j < n; j += 5) visible[static_cast<size_t>(j)] = 0;
+            visible[0] = 1;
+            for (float mag : {1.f, 30.f}) {
+                std::vector<float> q(static_cast<size_t>(dk)), a(static_cast<size_t>(dv)), b(static_cast<size_t>(dv));
+                for (auto& x : q) x = mag * nd(rng);
+                for (const uint8_t* vis : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(visible.data())}) {
+                    const ops::KvView kv = dk == 576 ? c.latent_view(n, vis) : c.view(n, vis);
+                    ik::attend_ik(q.data(), kv, 0.1f, a.data(), s);
+                    simd(q.data(), kv, 0.1f, b.data(), s);
+                    ASSERT_EQ(a, b) << dk << "/" << dv << " n=" << n << " mag " << mag;
+                    // plain softmax attention in double
+                    std::vector<double> w(static_cast<size_t>(n), 0.0);
+                    double mx = -1e300, z = 0;
+                    for (int j = 0; j < n; ++j) {
+                        if (vis && !vis[j]) continue;
+                        double sc = 0;
+                        for (int d = 0; d < dk; ++d) sc += static_cast<double>(q[d]) * fp16_to_fp32(kv.k[static_cast<size_t>(j) * kv.k_stride + d]);
+                        w[static_cast<size_t>(j)] = sc * 0.1;
+                        mx = std::max(mx, w[static_cast<size_t>(j)]);
+                    }
+                    for (int j = 0; j < n; ++j) w[static_cast<size_t>(j)] = (vis && !vis[j]) ? 0 : std::exp(w[static_cast<size_t>(j)] - mx), z += w[static_cast<size_t>(j)];
+                    for (int d = 0; d < dv; ++d) {
+                        double o = 0;
+                        for (int j = 0; j < n; ++j) o += w[static_cast<size_t>(j)] / z * fp16_to_fp32(kv.v[static_cast<size_t>(j) * kv.v_stride + d]);
+                        ASSERT_NEAR(a[d], o, 1e-3 * (1 + std::fabs(o))) << dk << " n=" << n << " d=" << d;
+                    }
+                    ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GT(compared, 0);
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ const ops::FloatOps& float_ops(const ops::FloatOps& base) {
     auto& d = derived[&base];
     if (!d) {
         d = std::make_unique<ops::FloatOps>(base);
-        d->attend = d->attend_tiled = attend_ik;
+        // The scalar table keeps the scalar form (the reference); a SIMD one, whose CPU has AVX2, the AVX2 form.
+        d->attend = d->attend_tiled = &base == &ops::float_ops(base.flavor) ? attend_ik : attend_ik_simd();
         d->rms_norm = rms_norm_fused;
         d->ik = true;
     }

@@ -9,6 +9,8 @@
 
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_ref.h"
+#include "engine/kernels/ik/ik_table_simd.h"
+#include "engine/kernels/ik/ik_trellis.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
@@ -31,7 +33,8 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
     q.resize(static_cast<size_t>(n));
     scales.resize(static_cast<size_t>(nb));
     for (int64_t r = 0; r < rows; ++r) {
-        ik::convert_row(T, n, w + r * row_bytes, q.data(), scales.data());
+        if constexpr (T == GgmlType::IK_Q8_0 || T == GgmlType::Q6_0 || ik::is_trellis_type(T)) ik::convert_row(T, n, w + r * row_bytes, q.data(), scales.data());
+        else ikt::convert_row<T>(n, w + r * row_bytes, q.data(), scales.data());
         for (int t = 0; t < n_tok; ++t) {
             const uint8_t* a = act + t * act_bytes;
             float acc = 0.f;

@@ -427,6 +427,59 @@ void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uin
     }
 }
 
+// ik's conversion of a row to Q8_K_R8 (ik_ref.cpp: convert_table_row) from the decoders: each weight's value *
+// scale as kernel value * scale + the 16's min coefficient (kernel value = value + add, min = -add * scale), the
+// block's largest magnitude, then the requantization by 1 / dnew with rounding half to even, or the products as
+// they are where they fit.
+template <GgmlType T>
+void convert_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
+    using D = Dec<T>;
+    D dec(w);
+    const float d0 = T == GgmlType::IQ2_KS || T == GgmlType::IQ2_KL ? 1.f / 125 : T == GgmlType::IQ2_K ? 1.f / 120 : 1.f / 127;
+    for (int64_t i = 0; i < n / QK_K; ++i, q += QK_K) {
+        dec.block(w + D::kMeta + i * D::kBlock);
+        alignas(32) int16_t s[16], m[16] = {};
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s), dec.s16);
+        if constexpr (D::kMins) _mm256_store_si256(reinterpret_cast<__m256i*>(m), dec.m16);
+        __m256i p[16], mx = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+            const __m256i v = dec.values(g);
+            for (int h = 0; h < 2; ++h) {
+                const __m128i b = h ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
+                const __m256i k = D::kUnsigned ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b);
+                p[2 * g + h] = _mm256_add_epi16(_mm256_mullo_epi16(k, _mm256_set1_epi16(s[2 * g + h])), _mm256_set1_epi16(m[2 * g + h]));
+                mx = _mm256_max_epi16(mx, _mm256_abs_epi16(p[2 * g + h]));
+            }
+        }
+        __m128i m8 = _mm_max_epi16(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+        m8 = _mm_max_epi16(m8, _mm_shuffle_epi32(m8, 0x4e));
+        m8 = _mm_max_epi16(m8, _mm_shuffle_epi32(m8, 0xb1));
+        m8 = _mm_max_epi16(m8, _mm_shufflelo_epi16(m8, 0xb1));
+        float dnew = static_cast<float>(_mm_extract_epi16(m8, 0)) * d0;
+        const bool rescale = dnew >= 1.f;
+        if (!rescale) dnew = 1.f;
+        const __m256 inv = _mm256_set1_ps(1.f / dnew);
+        for (int k = 0; k < 16; k += 2) {
+            __m256i packed;
+            if (rescale) {
+                __m256i r[4];
+                for (int j = 0; j < 4; ++j) {
+                    const __m256i src = p[k + j / 2];
+                    const __m128i half = j % 2 ? _mm256_extracti128_si256(src, 1) : _mm256_castsi256_si128(src);
+                    const __m256 f = _mm256_mul_ps(inv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half)));
+                    r[j] = _mm256_cvtps_epi32(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                }
+                packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+                packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            } else {
+                packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(p[k], p[k + 1]), 0xD8);
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16 * k), packed);
+        }
+        scales[i] = fp16_to_fp32(fp32_to_fp16(dec.d() * dnew));
+    }
+}
+
 template <GgmlType T>
 void install(KernelTable& t) {
     set_dot<dot<T>>(t, T);

@@ -29,7 +29,7 @@ struct TrellisBlock {
     int scale[8];        // per 32 weights
 };
 
-inline bool is_trellis_type(GgmlType t) {
+inline constexpr bool is_trellis_type(GgmlType t) {
     return t == GgmlType::IQ1_KT || t == GgmlType::IQ2_KT || t == GgmlType::IQ3_KT || t == GgmlType::IQ4_KT;
 }
 
