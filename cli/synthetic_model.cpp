@@ -92,6 +92,9 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
     if (tn == "dynamic") return {TypePlan::Mix::Dynamic, GgmlType::Q4_K};
     auto t = parse_type_name(tn);
     if (!t) throw CliError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
+    if (type_info(*t).origin == TypeOrigin::IkLlama && !random_blocks)
+        throw CliError("--type " + spelled + ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
+                       "with --random-blocks, or quantize an f16 model with ik_llama.cpp's llama-quantize");
     switch (*t) {
         case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
         case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
@@ -112,6 +115,10 @@ public:
     void matrix(const std::string& name, std::vector<uint64_t> ne, float gain = 1.f, bool sensitive = false,
                 const std::function<bool(uint64_t)>& zero_row = {}) {
         GgmlType t = plan_.of(name, sensitive);
+        // ik_llama.cpp never interleaves token_embd (it is looked up by row), nor a matrix whose rows do not fill
+        // the groups: those keep the non-interleaved form (its IQ1_S_R4 mixes use Q2_K for them).
+        if (type_info(t).interleave > 1 && (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave))
+            t = t == GgmlType::IQ4_KS_R4 ? GgmlType::IQ4_KS : GgmlType::Q2_K;
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
         add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row);
     }
@@ -138,6 +145,14 @@ private:
         std::uniform_real_distribution<float> uni(-1.f, 1.f);
         // Random blocks for the quantized matrices only: norms, routers and other float tensors stay real.
         const bool random_blocks = s_.random_blocks && type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
+        if (random_blocks && type_info(type).interleave > 1) {  // row-interleaved: whole groups of rows at once
+            if (ne.size() < 2 || ne[1] % type_info(type).interleave)
+                throw CliError("tensor " + name + ": " + std::string(type_info(type).name) + " stores rows in groups of " +
+                               std::to_string(type_info(type).interleave) + "; " + std::to_string(ne.size() < 2 ? 1 : ne[1]) + " rows per matrix");
+            t.bytes = kernels::random_weight_rows(type, ne[0], rows, rng_());
+            tensors.push_back(std::move(t));
+            return;
+        }
         for (uint64_t r = 0; r < rows; ++r) {
             if (random_blocks) {
                 const auto blocks = kernels::random_weight_row(type, ne[0], rng_());

@@ -58,6 +58,14 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q6_k", Flavor::Avx512, qwen3("q6_k")},
     {"qwen3moe-q4_k_m", Flavor::Avx2, qwen3("q4_k_m")},
     {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
+    // ik_llama.cpp's types (random well-formed blocks: mkmodel has no encoder for them), computed with ik's graph:
+    // a table type, an offset-kernel one, a trellis one, Q6_0 and an interleaved one.
+    {"qwen3moe-iq4_ks", Flavor::Avx2, [] { auto o = qwen3("iq4_ks"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-iq5_ks", Flavor::Avx2, [] { auto o = qwen3("iq5_ks"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-iq3_k", Flavor::Avx2, [] { auto o = qwen3("iq3_k"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-iq2_kt", Flavor::Avx2, [] { auto o = qwen3("iq2_kt"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-q6_0", Flavor::Avx2, [] { auto o = qwen3("q6_0"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-iq4_ks_r4", Flavor::Avx2, [] { auto o = qwen3("iq4_ks_r4"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
     {"qwen3moe-iq2_xs", Flavor::Avx2, [] { auto o = qwen3("iq2_xs"); o.push_back("--random-blocks"); return o; }()},
     {"qwen3moe-iq2_s", Flavor::Avx512, [] { auto o = qwen3("iq2_s"); o.push_back("--random-blocks"); return o; }()},
@@ -136,7 +144,7 @@ TEST_P(FastVsReference, SameLogits) {
         double worst = 0;
         for (size_t i = 0; i < toks.size(); ++i) {
             const int n = i < 8 ? 4 : 2, index = static_cast<int>(i % 4);
-            forward_ref(*m, st, toks[i], ref.data(), {.n_tok = n, .index = index, .n_out = n, .out_index = index});
+            forward_ref(*m, st, toks[i], ref.data(), {.n_tok = n, .index = index, .n_out = n, .out_index = index, .n_threads = 2});
             worst = std::max(worst, worst_of(ref, fast.logits(static_cast<int>(i))));
         }
         EXPECT_EQ(worst, 0.0) << c.name << " batched";
@@ -150,7 +158,8 @@ TEST_P(FastVsReference, SameLogits) {
         std::vector<float> ref(V);
         double worst = 0;
         for (int i = 0; i < 70; ++i) {
-            forward_ref(*m, st, long_toks[i], ref.data(), {.n_tok = 70, .index = i, .n_out = 70, .out_index = i});
+            forward_ref(*m, st, long_toks[i], ref.data(),
+                        {.n_tok = 70, .index = i, .n_out = 70, .out_index = i, .n_threads = 2, .expert_tokens = fast.expert_selections().data()});
             worst = std::max(worst, worst_of(ref, fast.logits(i)));
         }
         EXPECT_EQ(worst, 0.0) << c.name << " tiled attention";

@@ -29,12 +29,14 @@ struct Ctx {
 // out[r] = W[r,:] . x for every row r, with x prepared as W's activation type (scalar kernels), summed in the
 // order llama.cpp gives activation row `index` of `n_tok` (n_tok 0: an expert matmul, MUL_MAT_ID). `strided`:
 // the activations are a strided view in llama.cpp's graph (F32 weights then keep the one-token order).
+// `expert_tokens`: for an expert matmul, the tokens its batch routes to that expert (ik's per-expert switch).
 void matvec(const Ctx& c, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
-            int n_tok = 0, int index = 0, bool strided = false) {
+            int n_tok = 0, int index = 0, bool strided = false, int expert_tokens = 1) {
     std::vector<uint8_t> act(kernels::activation_bytes(type, cols));
     kernels::prepare_activations(type, x, act.data(), cols);
     const bool dense = n_tok > 0 && !(strided && type == GgmlType::F32);
-    const kernels::MatmulDots dots = kernels::matmul_dots(c.kt, type, rows, cols, std::max(n_tok, 1), dense);
+    const kernels::MatmulDots dots =
+        kernels::matmul_dots(c.kt, type, rows, cols, dense ? n_tok : n_tok > 0 ? 1 : std::max(expert_tokens, 1), dense, c.batch.n_threads);
     if (dots.row_group > 1) return dots.single_rows(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4: rows in fours
     auto dot = dots.at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
@@ -232,10 +234,11 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     Vec g(F), u(F), y(E);
     for (int s = 0; s < U; ++s) {
         ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
-        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data());
-        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data());
+        const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
+        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data(), 0, 0, false, tokens);
+        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data(), 0, 0, false, tokens);
         c.fops.swiglu(g.data(), u.data(), F);
-        matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data());
+        matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data(), 0, 0, false, tokens);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
         // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
         for (int i = 0; i < E; ++i)
@@ -288,7 +291,8 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         c.fops.norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
         const bool last = l + 1 == hp.n_layer;
         Ctx fc = c;
-        if (last && !hp.output_rows_after_norm) fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index};
+        if (last && !hp.output_rows_after_norm)
+            fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index, batch.n_threads, batch.expert_tokens};
         if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
         else swiglu_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];

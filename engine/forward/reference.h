@@ -1,6 +1,7 @@
 // The plain reference forward pass: one token at a time, scalar kernels, no threads, every architecture. It is
 // the oracle the fast path (runner.h) is tested against; keep it simple, never optimise it.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "engine/forward/sequence_cache.h"
@@ -22,6 +23,12 @@ struct RefState {
 struct RefBatch {
     int n_tok = 1, index = 0;
     int n_out = 1, out_index = 0;
+    // The fast path's threads: ik_llama.cpp converts a dense matmul's rows for a large batch only where each thread
+    // gets 32 rows (kernels::matmul_dots).
+    int n_threads = 1;
+    // [layer * n_expert + e]: the tokens the batch routes to each expert (ik converts an expert's rows from 32),
+    // e.g. Runner::expert_selections() of a fresh runner after the batch; null: one token each.
+    const uint64_t* expert_tokens = nullptr;
 };
 
 RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor = kernels::default_flavor());

@@ -43,7 +43,7 @@ inline constexpr TableKernelShape table_shape(GgmlType t) {
     }
 }
 
-inline bool is_table_type(GgmlType t) {
+inline constexpr bool is_table_type(GgmlType t) {
     switch (t) {
         case GgmlType::IQ2_K: case GgmlType::IQ3_K: case GgmlType::IQ4_K: case GgmlType::IQ5_K: case GgmlType::IQ6_K:
         case GgmlType::IQ2_KS: case GgmlType::IQ3_KS: case GgmlType::IQ4_KS: case GgmlType::IQ5_KS: case GgmlType::IQ4_KSS:

@@ -396,7 +396,7 @@ template <GgmlType T>
 void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
           int64_t out_stride) {
     using D = Dec<T>;
-    constexpr int kTok = 4;
+    constexpr int kTok = 8;
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
         for (int t0 = 0; t0 < n_tok; t0 += kTok) {
