@@ -12,11 +12,14 @@
 #include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/ik/ik_table_simd.h"
 #include "engine/kernels/ik/ik_trellis.h"
+#include "engine/kernels/ik/ik_x4_simd.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
 namespace {
 namespace ikc {
+
+using ik::QK_K;
 
 // Eight int32 lanes of four signed products each (|values| <= 127, so no pair saturates).
 inline __m256i lanes32(__m256i x, const int8_t* y) {
@@ -50,6 +53,103 @@ inline const int8_t* act_block(const uint8_t* a, int64_t n, int64_t b, float& d)
     }
 }
 
+// The 32-weight formats' converted rows (Q8_0_R8) eight at a time, in the lanes as ik lays them out: per block the
+// eight rows' values interleaved four at a time, so a token's four values broadcast against a register give each
+// row's partial sum in its own lane; one FMA per block and token with the eight rows' scales. Returns the rows
+// done (whole groups of eight).
+// One row of a 32-weight format converted to 8-bit values and fp16-rounded scales (ik_ref: convert_q8_0_r8_row),
+// from the SIMD decoders.
+template <GgmlType T>
+inline void convert_q8_0_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
+    if constexpr (ik::is_trellis_type(T)) {
+        float d;
+        std::memcpy(&d, w, 4);
+        d = ik::trellis_matmul_scale(T, d);
+        ikx::TrellisDec<T> dec;
+        const size_t block_bytes = type_info(T).block_bytes;
+        for (int64_t i = 0; i < n / QK_K; ++i) {
+            dec.decode(w + 4 + i * block_bytes);
+            for (int b = 0; b < 8; ++b) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + QK_K * i + 32 * b), dec.v[b]);
+                scales[8 * i + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(dec.scale[b])));
+            }
+        }
+    } else if constexpr (T == GgmlType::Q6_0) {
+        const auto* x = reinterpret_cast<const ik::BlockQ6_0*>(w);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm256_sub_epi8(ikx::q6_0_values(x[b]), _mm256_set1_epi8(32)));
+            scales[b] = h2f(x[b].d);
+        }
+    } else {
+        const auto* x = reinterpret_cast<const BlockQ8_0*>(w);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            std::memcpy(q + 32 * b, x[b].qs, 32);
+            scales[b] = h2f(x[b].d);
+        }
+    }
+}
+
+// The 32-weight formats' converted rows (Q8_0_R8) eight at a time, in the lanes as ik lays them out: per 16 weights
+// of a block a register holds four values of rows 0..3 (low half) and of rows 4..7 (high half), so a token's four
+// values broadcast against it give each row's partial sum in its own lane; one FMA per block and token with the
+// eight rows' scales. Returns the rows done (whole groups of eight).
+template <GgmlType T>
+inline int64_t rows8_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok,
+                          float* out, int64_t out_stride) {
+    const int64_t nb = n / 32;
+    thread_local std::vector<int8_t> q, inter;
+    thread_local std::vector<float> scales, row_scales;
+    q.resize(static_cast<size_t>(n));
+    inter.resize(static_cast<size_t>(n) * 8);
+    scales.resize(static_cast<size_t>(nb) * 8);
+    row_scales.resize(static_cast<size_t>(nb));
+    int64_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        for (int k = 0; k < 8; ++k) {
+            convert_q8_0_row<T>(n, w + (r0 + k) * row_bytes, q.data(), row_scales.data());
+            for (int64_t b = 0; b < nb; ++b) {
+                scales[static_cast<size_t>(b) * 8 + k] = row_scales[static_cast<size_t>(b)];
+                // inter[block][h][jj] = 32 bytes: rows 0..3 then 4..7, four values (16h + 4jj ..) each
+                for (int h = 0; h < 2; ++h)
+                    for (int jj = 0; jj < 4; ++jj)
+                        std::memcpy(&inter[static_cast<size_t>(b) * 256 + 128 * h + 32 * jj + 16 * (k / 4) + 4 * (k % 4)],
+                                    &q[static_cast<size_t>(b) * 32 + 16 * h + 4 * jj], 4);
+            }
+        }
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {  // a block's 8 rows loaded once for up to four tokens
+            const int nt = std::min(4, n_tok - t0);
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int64_t b = 0; b < nb; ++b) {
+                const int8_t* xb = &inter[static_cast<size_t>(b) * 256];
+                __m256i ax[8], x[8];
+                for (int k = 0; k < 8; ++k) x[k] = load32(xb + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
+                const __m256 ds = _mm256_loadu_ps(&scales[static_cast<size_t>(b) * 8]);
+                for (int j = 0; j < nt; ++j) {
+                    float dy;
+                    const int8_t* y = act_block<T>(act + (t0 + j) * act_bytes, n, b, dy);
+                    __m256i isum = _mm256_setzero_si256();
+                    for (int h = 0; h < 2; ++h) {
+                        const __m256i yv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + 16 * h)));
+                        const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
+                                               _mm256_shuffle_epi32(yv, 0xff)};
+                        for (int jj = 0; jj < 4; ++jj) {
+                            const int k = 4 * h + jj;
+                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(ys[jj], x[k])), _mm256_set1_epi16(1)));
+                        }
+                    }
+                    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(ds, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(isum), acc[j]);
+                }
+            }
+            for (int j = 0; j < nt; ++j) {
+                alignas(32) float res[8];
+                _mm256_store_ps(res, acc[j]);
+                for (int k = 0; k < 8; ++k) out[(t0 + j) * out_stride + r0 + k] = res[k];
+            }
+        }
+    }
+    return r0;
+}
+
 // Each row converted once; then per block the exact dots of up to four tokens at once (the row's values loaded
 // once for them), their totals side by side, and acc = fma(scale * y.d, total, acc) per token in block order.
 template <GgmlType T>
@@ -61,7 +161,9 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
     thread_local std::vector<float> scales;
     q.resize(static_cast<size_t>(n));
     scales.resize(static_cast<size_t>(nb));
-    for (int64_t r = 0; r < rows; ++r) {
+    int64_t r = 0;
+    if constexpr (!ik::is_table_type(T)) r = rows8_q8_0<T>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
+    for (; r < rows; ++r) {
         if constexpr (ik::is_table_type(T)) ikt::convert_row<T>(n, w + r * row_bytes, q.data(), scales.data());
         else ik::convert_row(T, n, w + r * row_bytes, q.data(), scales.data());
         for (int t0 = 0; t0 < n_tok; t0 += 4) {

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Single-thread kernel throughput per ik_llama.cpp type against ik's own kernels (bench/ik_kernels.cpp), for
+# one token (decode), eight (a small batch) and 64 (a prompt: ik's conversion to 8-bit rows).
+#
+#   IK_DIR=/path/to/ik_llama.cpp IK_BUILD=build bench/ik-kernels.sh [engine build dir=build]
+#
+# IK_DIR is a checkout of github.com/ikawrakow/ik_llama.cpp built outside this repository (IK_BUILD its build
+# folder, holding ggml/src/libggml.a); an AVX2 build (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON
+# -DGGML_F16C=ON) computes the same bits as the engine, an AVX-512 one (-DGGML_NATIVE=ON on such a CPU) its
+# fastest kernels.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(realpath "${1:-build}")
+ik=${IK_DIR:?set IK_DIR to an ik_llama.cpp checkout}
+ikb=$ik/${IK_BUILD:-build}
+out=$(mktemp -d)/ik_kernels
+g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I"$ik/ggml/include" -I"$here" "$here/bench/ik_kernels.cpp" "$ikb/ggml/src/libggml.a" \
+    "$build/engine/libmoestream_engine.a" -fopenmp -lpthread -lm -o "$out"
+# ik's ids: Q8_0 8, Q6_0 133, IQ2_K..IQ6_K 137-141, IQ4_KS 144, IQ2_KS 145, IQ4_KSS 146, IQ5_KS 152, IQ2_KT 153,
+# IQ3_KT 154, IQ4_KT 155, IQ3_KS 156, IQ2_KL 157, IQ1_KT 158, IQ1_S_R4 219, IQ4_KS_R4 344
+for t in 137 138 139 140 141 145 156 144 152 146 157 133 8 158 153 154 155 219 344; do
+  for ny in 1 8 64; do "$out" "$t" "$ny" 2>/dev/null | grep -v cluster_points || true; done
+done
