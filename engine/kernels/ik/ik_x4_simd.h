@@ -5,6 +5,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -217,9 +218,107 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
     return hsum_float_8(acc);
 }
 
+// Rows x tokens for the small batch: each group of four blocks (a trellis superblock) decoded once for up to four
+// tokens, every (row, token) in dot_legacy's / dot_trellis's order.
+template <bool Q6>
+void tile_legacy(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                 int64_t out_stride) {
+    const int64_t nb = n / 32, ng = nb / 4;
+    if (nb % 4) {  // blocks after the last group take the single-block lanes: the one-token kernel per pair
+        for (int64_t r = 0; r < rows; ++r)
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot_legacy<Q6>(n, w + r * row_bytes, act + t * act_bytes);
+        return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+            const int nt = std::min(4, n_tok - t0);
+            __m256 acc[4];
+            __m128 m[4];
+            for (int j = 0; j < 4; ++j) acc[j] = _mm256_setzero_ps(), m[j] = _mm_setzero_ps();
+            for (int64_t g = 0; g < ng; ++g) {
+                __m256i v[4];
+                float dwf[4];
+                for (int k = 0; k < 4; ++k) {
+                    if constexpr (Q6) {
+                        const auto& x = reinterpret_cast<const ik::BlockQ6_0*>(row)[4 * g + k];
+                        v[k] = q6_0_values(x), dwf[k] = h2f(x.d);
+                    } else {
+                        const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[4 * g + k];
+                        v[k] = load32(x.qs), dwf[k] = h2f(x.d);
+                    }
+                }
+                const __m128 dw = _mm_loadu_ps(dwf);
+                for (int j = 0; j < nt; ++j) {
+                    const ik::BlockQ8_2x4& yg = X4Row{act + (t0 + j) * act_bytes}.group(g);
+                    __m256i d[4];
+                    for (int k = 0; k < 4; ++k) d[k] = Q6 ? lanes_us(v[k], load32(yg.qs + 32 * k)) : lanes_ss(v[k], load32(yg.qs + 32 * k));
+                    const __m128 dy = bf16x4(yg.d);
+                    acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, dy)), _mm256_cvtepi32_ps(halves4(d[0], d[1], d[2], d[3])), acc[j]);
+                    if constexpr (Q6) {
+                        const __m128 s = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))));
+                        m[j] = _mm_add_ps(m[j], _mm_mul_ps(_mm_mul_ps(dw, _mm_set1_ps(-32.f)), _mm_mul_ps(dy, s)));
+                    }
+                }
+            }
+            for (int j = 0; j < nt; ++j) {
+                float res;
+                if constexpr (Q6) {
+                    const __m128 vv = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)), m[j]);
+                    const __m128 tt = _mm_add_ps(vv, _mm_movehl_ps(vv, vv));
+                    res = _mm_cvtss_f32(_mm_add_ss(tt, _mm_movehdup_ps(tt)));
+                } else {
+                    res = hsum_float_8(acc[j]);
+                }
+                out[(t0 + j) * out_stride + r] = res;
+            }
+        }
+    }
+}
+
+template <GgmlType T>
+void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                  int64_t out_stride) {
+    const size_t block_bytes = type_info(T).block_bytes;
+    TrellisDec<T> dec;
+    constexpr int kTok = 4;
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        float d;
+        std::memcpy(&d, row, 4);
+        d = ik::trellis_matmul_scale(T, d);
+        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+            const int nt = std::min(kTok, n_tok - t0);
+            __m256 acc[kTok];
+            for (auto& a : acc) a = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                dec.decode(row + 4 + i * block_bytes);
+                const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+                for (int j = 0; j < nt; ++j) {
+                    const X4Row y{act + (t0 + j) * act_bytes};
+                    for (int c = 0; c < 2; ++c) {
+                        const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
+                        __m256i l[4];
+                        for (int k = 0; k < 4; ++k) l[k] = lanes_ss(dec.v[4 * c + k], load32(yg.qs + 32 * k));
+                        const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
+                        acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(yg.d))), _mm256_cvtepi32_ps(halves4(l[0], l[1], l[2], l[3])), acc[j]);
+                    }
+                }
+            }
+            for (int j = 0; j < nt; ++j) out[(t0 + j) * out_stride + r] = hsum_float_8(acc[j]);
+        }
+    }
+}
+
 }  // namespace ikx
 
 inline void add_ik_x4_kernels(KernelTable& t) {
+    t.tile[type_slot(GgmlType::IK_Q8_0)] = ikx::tile_legacy<false>;
+    t.tile[type_slot(GgmlType::Q6_0)] = ikx::tile_legacy<true>;
+    t.tile[type_slot(GgmlType::IQ1_KT)] = ikx::tile_trellis<GgmlType::IQ1_KT>;
+    t.tile[type_slot(GgmlType::IQ2_KT)] = ikx::tile_trellis<GgmlType::IQ2_KT>;
+    t.tile[type_slot(GgmlType::IQ3_KT)] = ikx::tile_trellis<GgmlType::IQ3_KT>;
+    t.tile[type_slot(GgmlType::IQ4_KT)] = ikx::tile_trellis<GgmlType::IQ4_KT>;
     set_dot<ikx::dot_legacy<false>>(t, GgmlType::IK_Q8_0);
     set_dot<ikx::dot_legacy<true>>(t, GgmlType::Q6_0);
     set_dot<ikx::dot_trellis<GgmlType::IQ1_KT>>(t, GgmlType::IQ1_KT);
