@@ -378,7 +378,7 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         std::vector<float> wd(n * rows);
         ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
         const size_t ab = kernels::activation_bytes(t, static_cast<int64_t>(n));
-        const int n_tok = 5;
+        const int n_tok = 13;  // one pass of eight tokens and a narrower one
         std::vector<uint8_t> act(ab * n_tok);
         std::vector<std::vector<float>> x(n_tok, std::vector<float>(n));
         std::normal_distribution<float> nd;
@@ -402,11 +402,13 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
                 c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + 4 * rb, rb, 8, act.data() + k * ab, &got[k * rows + 4]);
             for (int k = 0; k < n_tok; ++k)
                 for (size_t r = 4; r < rows; ++r) EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
-            if (c.table->tile[id]) {
-                std::vector<float> tiled(rows * n_tok, -1.f);
-                c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, n_tok, tiled.data(), static_cast<int64_t>(rows));
-                EXPECT_EQ(tiled, want) << c.label << " tile " << type_name(static_cast<uint32_t>(t));
-            }
+            if (c.table->tile[id])
+                for (int tok : {n_tok, 3}) {
+                    std::vector<float> tiled(rows * n_tok, -1.f);
+                    c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(), static_cast<int64_t>(rows));
+                    for (size_t i = 0; i < rows * n_tok; ++i)
+                        EXPECT_EQ(tiled[i], i < rows * tok ? want[i] : -1.f) << c.label << " tile of " << tok << " tokens " << type_name(static_cast<uint32_t>(t)) << " at " << i;
+                }
             ++compared;
         }
     }

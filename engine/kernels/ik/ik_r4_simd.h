@@ -31,14 +31,20 @@ inline void store4(__m256 acc, __m128 d, float* out) {
     _mm_storeu_ps(out, _mm_mul_ps(d, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))));
 }
 
-void rows_iq4_ks_r4(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    const auto* y = static_cast<const ik::BlockQ8K32*>(a);
+// NY tokens per pass over a group of four rows: each block decoded once, every token's accumulator updated in
+// the one-token order (ik's kernels use that order for every token count, so the bits are the same).
+template <int NY>
+void iq4_ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                      int64_t out_stride) {
+    const ik::BlockQ8K32* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
     const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues)));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         const auto* blocks = reinterpret_cast<const ik::BlockIQ4_KS_R4*>(group + 16);
-        __m256 acc = _mm256_setzero_ps();
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
             const ik::BlockIQ4_KS_R4& b = blocks[ibl];
             const __m256i sc = load32(b.scales);
@@ -48,85 +54,134 @@ void rows_iq4_ks_r4(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
             _mm256_store_si256(reinterpret_cast<__m256i*>(ls), ls8);
             _mm256_store_si256(reinterpret_cast<__m256i*>(sh), sh8);
             // the odd scales' shifts: lanes r (sub-blocks 0..3) and 4 + r (4..7), one FMA per sub-block pair
-            const __m256 m8 = _mm256_loadu_ps(y[ibl].bsums);
+            __m256 P[4];
             for (int ib = 0; ib < 4; ++ib) {
                 const __m256i l = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(ls + 16 + 4 * ib), u32_at(ls + 4 * ib)));
                 const __m256i s = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(sh + 16 + 4 * ib), u32_at(sh + 4 * ib)));
-                const __m256 P = _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_cvtepi32_ps(s));
-                const __m256 mb = _mm256_permutevar8x32_ps(m8, _mm256_setr_epi32(ib, ib, ib, ib, ib + 4, ib + 4, ib + 4, ib + 4));
-                acc = _mm256_fmadd_ps(P, mb, acc);
+                P[ib] = _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_cvtepi32_ps(s));
             }
-            __m256i isum = _mm256_setzero_si256();
+            for (int t = 0; t < NY; ++t) {
+                const __m256 m8 = _mm256_loadu_ps(y[t][ibl].bsums);
+                for (int ib = 0; ib < 4; ++ib) {
+                    const __m256 mb = _mm256_permutevar8x32_ps(m8, _mm256_setr_epi32(ib, ib, ib, ib, ib + 4, ib + 4, ib + 4, ib + 4));
+                    acc[t] = _mm256_fmadd_ps(P[ib], mb, acc[t]);
+                }
+            }
+            __m256i isum[NY];
+            for (auto& v : isum) v = _mm256_setzero_si256();
             for (int ib = 0; ib < 8; ++ib) {
                 const __m256i bits1 = load32(b.qs + 64 * ib), bits2 = load32(b.qs + 64 * ib + 32);
                 const __m256i qx[4] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits1, m4)), _mm256_shuffle_epi8(values, _mm256_and_si256(bits2, m4)),
                                        _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4)),
                                        _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4))};
+                const __m256i ux[4] = {_mm256_sign_epi8(qx[0], qx[0]), _mm256_sign_epi8(qx[1], qx[1]), _mm256_sign_epi8(qx[2], qx[2]),
+                                       _mm256_sign_epi8(qx[3], qx[3])};
                 // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
                 const __m128i l4 = _mm_cvtsi32_si128(u32_at(ls + 4 * ib));
                 const __m256i iscales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpacklo_epi8(l4, l4)));
-                const __m256i yv = load32(y[ibl].qs + 32 * ib);
-                const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa), _mm256_shuffle_epi32(yv, 0xff)};
-                for (int k = 0; k < 4; ++k) {
-                    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx[k], qx[k]), _mm256_sign_epi8(ys[k], qx[k]));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iscales, p));
+                for (int t = 0; t < NY; ++t) {
+                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+                    const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
+                                           _mm256_shuffle_epi32(yv, 0xff)};
+                    for (int k = 0; k < 4; ++k) {
+                        const __m256i p = _mm256_maddubs_epi16(ux[k], _mm256_sign_epi8(ys[k], qx[k]));
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
+                    }
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ibl].d), _mm256_cvtepi32_ps(isum), acc);
+            for (int t = 0; t < NY; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][ibl].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
         }
-        store4(acc, _mm_loadu_ps(reinterpret_cast<const float*>(group)), out + 4 * g);
+        const __m128 d = _mm_loadu_ps(reinterpret_cast<const float*>(group));
+        for (int t = 0; t < NY; ++t) store4(acc[t], d, out + t * out_stride + 4 * g);
     }
 }
 
-void rows_iq1_s_r4(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    const auto* y = static_cast<const ik::BlockQ8K128*>(a);
+template <int NY>
+void iq1_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    const ik::BlockQ8K128* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
-        __m256 acc = _mm256_setzero_ps();
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t ib = 0; ib < n / 128; ++ib) {
-            const float dy = y[ib].d;
             for (int j = 0; j < 4; ++j) {
                 const ik::BlockIQ1_S_R4& b = blocks[4 * ib + j];
-                const __m256i yv = load32(y[ib].qs + 32 * j);
-                __m256i d[4];
+                __m256i u[4];
                 alignas(16) int sc[4], delta_i[4];
                 for (int r = 0; r < 4; ++r) {
                     const int qh = b.qh[r];
                     uint64_t e[4];
                     for (int i = 0; i < 4; ++i) e[i] = iq::kIq1sGrid[b.qs[4 * i + r] | (((qh >> (3 * i)) & 7) << 8)];
-                    const __m256i u = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]),
-                                                                         static_cast<long long>(e[2]), static_cast<long long>(e[3])),
-                                                      _mm256_set1_epi8(1));
-                    d[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), _mm256_set1_epi16(1));
+                    u[r] = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]), static_cast<long long>(e[2]),
+                                                              static_cast<long long>(e[3])),
+                                           _mm256_set1_epi8(1));
                     sc[r] = 2 * ((qh >> 12) & 7) + 1;
                     delta_i[r] = (qh & 0x8000 ? -9 : -7) * sc[r];
                 }
                 const __m128i sc4 = _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
-                const __m256i s = _mm256_mullo_epi32(halves4(d[0], d[1], d[2], d[3]), _mm256_set_m128i(sc4, sc4));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(s), acc);
+                const __m256i sc8 = _mm256_set_m128i(sc4, sc4);
                 const __m128 delta4 = _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(delta_i))));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * static_cast<float>(y[ib].bsums[j])), _mm256_set_m128(delta4, delta4), acc);
+                const __m256 delta8 = _mm256_set_m128(delta4, delta4);
+                for (int t = 0; t < NY; ++t) {
+                    const float dy = y[t][ib].d;
+                    const __m256i yv = load32(y[t][ib].qs + 32 * j);
+                    __m256i d[4];
+                    for (int r = 0; r < 4; ++r) d[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], yv), _mm256_set1_epi16(1));
+                    const __m256i s = _mm256_mullo_epi32(halves4(d[0], d[1], d[2], d[3]), sc8);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(s), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy * static_cast<float>(y[t][ib].bsums[j])), delta8, acc[t]);
+                }
             }
         }
         const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
-        store4(acc, d4, out + 4 * g);
+        for (int t = 0; t < NY; ++t) store4(acc[t], d4, out + t * out_stride + 4 * g);
     }
 }
 
-template <DotRowsFn Rows>
-void rows_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
-               int64_t out_stride) {
-    for (int t = 0; t < n_tok; ++t) Rows(n, w, row_bytes, rows, act + t * act_bytes, out + t * out_stride);
+template <template <int> class K>
+void rows_one(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    K<1>::run(n, w, row_bytes, rows, static_cast<const uint8_t*>(a), 0, out, 0);
 }
+
+// Tokens in passes of eight (the remainder in one narrower pass): the weights are read once per pass.
+template <template <int> class K>
+void tokens_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                 int64_t out_stride) {
+    int t = 0;
+    for (; t + 8 <= n_tok; t += 8) K<8>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride);
+    const uint8_t* a = act + t * act_bytes;
+    float* o = out + t * out_stride;
+    switch (n_tok - t) {
+        case 1: K<1>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 2: K<2>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 3: K<3>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 4: K<4>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 5: K<5>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 6: K<6>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        case 7: K<7>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
+        default: break;
+    }
+}
+
+template <int NY>
+struct Iq4KsR4 {
+    static constexpr auto run = iq4_ks_r4_tokens<NY>;
+};
+template <int NY>
+struct Iq1SR4 {
+    static constexpr auto run = iq1_s_r4_tokens<NY>;
+};
 
 }  // namespace ikr
 
 inline void add_ik_r4_kernels(KernelTable& t) {
-    t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_iq4_ks_r4;
-    t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_tile<ikr::rows_iq4_ks_r4>;
-    t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_iq1_s_r4;
-    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_tile<ikr::rows_iq1_s_r4>;
+    t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_one<ikr::Iq4KsR4>;
+    t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
+    t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;
+    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile<ikr::Iq1SR4>;
 }
 
 }  // namespace
