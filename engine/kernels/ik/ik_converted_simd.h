@@ -69,10 +69,9 @@ inline void convert_q8_0_row(int64_t n, const uint8_t* w, int8_t* q, float* scal
         const size_t block_bytes = type_info(T).block_bytes;
         for (int64_t i = 0; i < n / QK_K; ++i) {
             dec.decode(w + 4 + i * block_bytes);
-            for (int b = 0; b < 8; ++b) {
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + QK_K * i + 32 * b), dec.v[b]);
-                scales[8 * i + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(dec.scale[b])));
-            }
+            for (int b = 0; b < 8; ++b) _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + QK_K * i + 32 * b), dec.v[b]);
+            const __m256 s = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+            _mm256_storeu_ps(scales + 8 * i, _mm256_cvtph_ps(_mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT)));  // fp16-rounded, as ik stores them
         }
     } else if constexpr (T == GgmlType::Q6_0) {
         const auto* x = reinterpret_cast<const ik::BlockQ6_0*>(w);
@@ -99,22 +98,19 @@ inline int64_t rows8_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     const int64_t nb = n / 32;
     thread_local std::vector<int8_t> q, inter;
     thread_local std::vector<float> scales, row_scales;
-    q.resize(static_cast<size_t>(n));
+    q.resize(static_cast<size_t>(n) * 8);
     inter.resize(static_cast<size_t>(n) * 8);
     scales.resize(static_cast<size_t>(nb) * 8);
-    row_scales.resize(static_cast<size_t>(nb));
+    row_scales.resize(static_cast<size_t>(nb) * 8);
     int64_t r0 = 0;
     for (; r0 + 8 <= rows; r0 += 8) {
-        for (int k = 0; k < 8; ++k) {
-            convert_q8_0_row<T>(n, w + (r0 + k) * row_bytes, q.data(), row_scales.data());
-            for (int64_t b = 0; b < nb; ++b) {
-                scales[static_cast<size_t>(b) * 8 + k] = row_scales[static_cast<size_t>(b)];
-                // inter[block][h][jj] = 32 bytes: rows 0..3 then 4..7, four values (16h + 4jj ..) each
-                for (int h = 0; h < 2; ++h)
-                    for (int jj = 0; jj < 4; ++jj)
-                        std::memcpy(&inter[static_cast<size_t>(b) * 256 + 128 * h + 32 * jj + 16 * (k / 4) + 4 * (k % 4)],
-                                    &q[static_cast<size_t>(b) * 32 + 16 * h + 4 * jj], 4);
-            }
+        for (int k = 0; k < 8; ++k) convert_q8_0_row<T>(n, w + (r0 + k) * row_bytes, q.data() + k * n, row_scales.data() + k * nb);
+        for (int64_t b = 0; b < nb; ++b) {
+            // register m of the block: dword m (values 4m..4m+3) of rows 0..7, an 8x8 dword transpose
+            __m256 v[8], t[8];
+            for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + k * n + 32 * b)), scales[static_cast<size_t>(b) * 8 + k] = row_scales[k * nb + b];
+            transpose8(v, t);
+            for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(b) * 256 + 32 * m]), t[m]);
         }
         for (int t0 = 0; t0 < n_tok; t0 += 4) {  // a block's 8 rows loaded once for up to four tokens
             const int nt = std::min(4, n_tok - t0);

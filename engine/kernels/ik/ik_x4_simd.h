@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -53,15 +54,14 @@ struct X4Row {
 
 inline __m256i q6_0_values(const ik::BlockQ6_0& x) {  // the unsigned 6-bit values, element order
     const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+    const __m256i lo4 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0F));
     uint64_t qh;
     std::memcpy(&qh, x.qh, 8);
-    const __m128i h = _mm_set_epi64x(static_cast<long long>(qh >> 2), static_cast<long long>(qh));
-    // element j < 16: qh[j % 8] bits (0,1) for j < 8, (4,5) for j >= 8; element 16 + j: bits (2,3) / (6,7)
-    const __m128i hl = _mm_unpacklo_epi64(h, _mm_srli_epi64(h, 4)), hh = _mm_unpackhi_epi64(h, _mm_srli_epi64(_mm_unpackhi_epi64(h, h), 4));
-    const __m128i m3 = _mm_set1_epi8(3), m15 = _mm_set1_epi8(15);
-    const __m128i lo = _mm_or_si128(_mm_and_si128(qs, m15), _mm_slli_epi16(_mm_and_si128(hl, m3), 4));
-    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), m15), _mm_slli_epi16(_mm_and_si128(hh, m3), 4));
-    return _mm256_set_m128i(hi, lo);
+    // elements 8q + j take bits (0,1), (4,5), (2,3), (6,7) of qh[j] for q = 0..3: one 64-bit lane per q, shifted
+    // so those bits land at 4 and 5 of each byte
+    const __m256i h = _mm256_srlv_epi64(_mm256_sllv_epi64(_mm256_set1_epi64x(static_cast<long long>(qh)), _mm256_setr_epi64x(4, 0, 2, 0)),
+                                        _mm256_setr_epi64x(0, 0, 0, 2));
+    return _mm256_or_si256(lo4, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
 }
 
 template <bool Q6>
@@ -106,87 +106,108 @@ float dot_legacy(int64_t n, const void* w, const void* a) {
 
 // ---- the trellis types ----
 
-// 8 (IQ4_KT: 4) trellis values of each of the indices in idx[4] (uint32 each) as 32 int8 in element order.
+// Lane j of a group: ka^(j+1) (the trellis step); G = 4: lanes 4..7 repeat ka^1..ka^4 for a second group.
 template <int G>
-inline __m256i trellis32(const uint32_t* idx, const uint32_t* offset) {
-    // lane j of a group: the index times ka^(j+1), its four 6-bit bytes summed, minus 126
-    // (groups of four: lanes 4..7 are the second group's, again ka^1..ka^4)
-    static const __m256i ka = [] {
-        uint32_t p[8], x = 1;
+inline __m256i trellis_ka() {
+    alignas(32) static constexpr auto kPowers = [] {
+        std::array<uint32_t, 8> p{};
+        uint32_t x = 1;
         for (int j = 0; j < 8; ++j) p[j] = x *= 0xCBAC1FEDu;
         if (G == 4)
             for (int j = 4; j < 8; ++j) p[j] = p[j - 4];
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        return p;
     }();
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPowers.data()));
+}
+
+// 32 int8 trellis values in element order from four registers whose lanes hold the (offset) index of the lane's
+// group: each lane's index times its ka power, the four 6-bit bytes summed, minus 126.
+inline __m256i trellis32(const __m256i (&x)[4], __m256i ka) {
     const __m256i ones = _mm256_set1_epi8(1), mask = _mm256_set1_epi32(0x3f3f3f3f), m126 = _mm256_set1_epi32(126);
-    auto gen = [&](__m256i x) {
-        const __m256i v = _mm256_and_si256(_mm256_mullo_epi32(x, ka), mask);
-        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(v, ones), _mm256_set1_epi16(1)), m126);
-    };
     __m256i r[4];
-    if constexpr (G == 8) {
-        for (int k = 0; k < 4; ++k) r[k] = gen(_mm256_set1_epi32(static_cast<int>(idx[k] + offset[k])));
-    } else {  // two groups of four per register
-        for (int k = 0; k < 4; ++k)
-            r[k] = gen(_mm256_set_m128i(_mm_set1_epi32(static_cast<int>(idx[2 * k + 1] + offset[2 * k + 1])), _mm_set1_epi32(static_cast<int>(idx[2 * k] + offset[2 * k]))));
-    }
+    for (int k = 0; k < 4; ++k)
+        r[k] = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), _mm256_set1_epi16(1)), m126);
     // int32 -> int8 keeping order: packs interleave 128-bit halves, a dword permute restores it
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
+inline __m256i lane_of(__m256i v, int k) { return _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(k)); }
+inline __m256i lanes_of(__m256i v, int a, int b) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(a, a, a, a, b, b, b, b)); }
+inline __m256i bytes8_u32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+// Four-bit codes (bytes) through IQ4_K's first 16 values, as eight int32.
+inline __m256i iq4k_scales(__m128i codes) {
+    const __m128i values = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues));
+    return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(values, codes));
+}
 
-// One superblock of a trellis row: the 256 signed values (8 registers) and the 8 block scales.
+// One superblock of a trellis row: the 256 signed values (8 registers) and the 8 block scales. The indices are
+// assembled eight lanes at a time (groups 8j..8j+7), so the only per-group work is the trellis step itself.
 template <GgmlType T>
 struct TrellisDec {
     __m256i v[8];
-    int scale[8];
+    alignas(32) int scale[8];
     void decode(const uint8_t* blk) {
-        uint32_t idx[8], off[8];
+        const __m256i m15 = _mm256_set1_epi32(0xF), off4096 = _mm256_set1_epi32(4096);
         if constexpr (T == GgmlType::IQ1_KT) {
             const auto& x = *reinterpret_cast<const ik::BlockIQ1_KT*>(blk);
-            for (int ib = 0; ib < 8; ++ib) {
-                scale[ib] = ik::kIq4kValues[x.sh[ib] & 0xF];
-                for (int k = 0; k < 4; ++k) {
-                    const int g = 4 * ib + k;
-                    const uint32_t hi = g < 16 ? x.qh[g] & 0xF : x.qh[g - 16] >> 4;
-                    idx[k] = x.ql[g] | (hi << 8) | (((x.sh[ib] >> (4 + k)) & 1u) << 12), off[k] = 4096;
+            const __m128i sh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.sh));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq4k_scales(_mm_and_si128(sh, _mm_set1_epi8(0xF))));
+            const __m256i sh32 = _mm256_cvtepu8_epi32(sh), bit_shift = _mm256_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7);
+            const __m256i ka = trellis_ka<8>();
+            for (int j = 0; j < 4; ++j) {  // groups 8j..8j+7: blocks 2j, 2j + 1
+                const __m256i qh = bytes8_u32(x.qh + 8 * (j & 1));
+                const __m256i hi = j < 2 ? _mm256_and_si256(qh, m15) : _mm256_srli_epi32(qh, 4);
+                const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(lanes_of(sh32, 2 * j, 2 * j + 1), bit_shift), _mm256_set1_epi32(1));
+                const __m256i idx = _mm256_add_epi32(_mm256_or_si256(_mm256_or_si256(bytes8_u32(x.ql + 8 * j), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(bit, 12)), off4096);
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
+                    v[2 * j + h] = trellis32(g, ka);
                 }
-                v[ib] = trellis32<8>(idx, off);
             }
         } else if constexpr (T == GgmlType::IQ2_KT || T == GgmlType::IQ3_KT) {
-            const bool iq3 = T == GgmlType::IQ3_KT;
-            const uint8_t* scales = blk;
+            constexpr bool iq3 = T == GgmlType::IQ3_KT;
+            int packed;
+            std::memcpy(&packed, blk, 4);
+            const __m128i sc4 = _mm_cvtsi32_si128(packed);  // two nibbles per byte: blocks b, b + 4
+            const __m128i nib = _mm_and_si128(_mm_unpacklo_epi32(sc4, _mm_srli_epi16(sc4, 4)), _mm_set1_epi8(0xF));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq3 ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib));
+            const __m256i ka = trellis_ka<8>();
             const uint8_t* ql = blk + 4;
-            for (int ib = 0; ib < 8; ++ib) {
-                const int nib = ib < 4 ? scales[ib] & 0xF : scales[ib - 4] >> 4;
-                scale[ib] = iq3 ? nib : ik::kIq4kValues[nib];
-                for (int k = 0; k < 4; ++k) {
-                    uint16_t i16;
-                    std::memcpy(&i16, ql + 2 * (4 * ib + k), 2);
-                    idx[k] = i16, off[k] = 4096;
-                }
-                v[ib] = trellis32<8>(idx, off);
-                if constexpr (iq3) {  // |value|, negated where the block's bit in qh[j] is set
-                    const auto& x = *reinterpret_cast<const ik::BlockIQ3_KT*>(blk);
-                    const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << ib));
-                    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(load32(x.qh), m), m);
-                    const __m256i a = _mm256_abs_epi8(v[ib]);
-                    v[ib] = _mm256_sub_epi8(_mm256_xor_si256(a, neg), neg);
+            __m256i neg_bits;
+            if constexpr (iq3) neg_bits = load32(reinterpret_cast<const ik::BlockIQ3_KT*>(blk)->qh);
+            for (int j = 0; j < 4; ++j) {
+                const __m256i idx = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * j))), off4096);
+                for (int h = 0; h < 2; ++h) {
+                    const int ib = 2 * j + h;
+                    const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
+                    v[ib] = trellis32(g, ka);
+                    if constexpr (iq3) {  // |value|, negated where the block's bit in qh[j] is set
+                        const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << ib));
+                        const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg_bits, m), m);
+                        const __m256i a = _mm256_abs_epi8(v[ib]);
+                        v[ib] = _mm256_sub_epi8(_mm256_xor_si256(a, neg), neg);
+                    }
                 }
             }
         } else {
             const auto& x = *reinterpret_cast<const ik::BlockIQ4_KT*>(blk);
             const auto* ql = reinterpret_cast<const uint8_t*>(x.qs + 8);
             const uint8_t* qh = ql + 64;
+            const __m256i shb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(scale),
+                               _mm256_sub_epi32(_mm256_srli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(0xff)), 1), _mm256_set1_epi32(64)));
+            // the block's offset: 4096, plus 32768 where its scale word's low bit is set
+            const __m256i offs = _mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(1)), 15), off4096);
+            const __m256i sh_shift = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
+            const __m256i ka = trellis_ka<4>();
             for (int ib = 0; ib < 8; ++ib) {
-                scale[ib] = static_cast<int>((x.qs[ib] & 0xff) >> 1) - 64;
-                for (int ig = 0; ig < 8; ++ig) {
-                    const int g = 8 * ib + ig;
-                    const uint32_t hi = g < 32 ? qh[g] & 0xF : qh[g - 32] >> 4;
-                    idx[ig] = ql[g] | (hi << 8) | (((x.qs[ib] >> (8 + 3 * ig)) & 7u) << 12);
-                    off[ig] = x.qs[ib] & 1 ? 4096 + 32768 : 4096;
-                }
-                v[ib] = trellis32<4>(idx, off);
+                const __m256i qh8 = bytes8_u32(qh + 8 * (ib & 3));
+                const __m256i hi = ib < 4 ? _mm256_and_si256(qh8, m15) : _mm256_srli_epi32(qh8, 4);
+                const __m256i sh = _mm256_and_si256(_mm256_srlv_epi32(lane_of(shb, ib), sh_shift), _mm256_set1_epi32(7));
+                const __m256i idx = _mm256_add_epi32(_mm256_or_si256(_mm256_or_si256(bytes8_u32(ql + 8 * ib), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(sh, 12)),
+                                                     lane_of(offs, ib));
+                const __m256i g[4] = {lanes_of(idx, 0, 1), lanes_of(idx, 2, 3), lanes_of(idx, 4, 5), lanes_of(idx, 6, 7)};
+                v[ib] = trellis32(g, ka);
             }
         }
     }
@@ -281,7 +302,7 @@ void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
                   int64_t out_stride) {
     const size_t block_bytes = type_info(T).block_bytes;
     TrellisDec<T> dec;
-    constexpr int kTok = 4;
+    constexpr int kTok = 24;  // the decode dominates: one per superblock for every token below the converted path (16, 24)
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
         float d;
