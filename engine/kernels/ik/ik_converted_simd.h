@@ -21,11 +21,6 @@ namespace ikc {
 
 using ik::QK_K;
 
-// Eight int32 lanes of four signed products each (|values| <= 127, so no pair saturates).
-inline __m256i lanes32(__m256i x, const int8_t* y) {
-    const __m256i v = load32(y);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(v, x)), _mm256_set1_epi16(1));
-}
 // Four tokens' lane sums to their four totals (exact).
 inline __m128i totals4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
     const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
@@ -88,99 +83,117 @@ inline void convert_q8_0_row(int64_t n, const uint8_t* w, int8_t* q, float* scal
     }
 }
 
-// The 32-weight formats' converted rows (Q8_0_R8) eight at a time, in the lanes as ik lays them out: per 16 weights
-// of a block a register holds four values of rows 0..3 (low half) and of rows 4..7 (high half), so a token's four
-// values broadcast against it give each row's partial sum in its own lane; one FMA per block and token with the
-// eight rows' scales. Returns the rows done (whole groups of eight).
+// One converted row (8-bit values, a scale per block) from the SIMD decoders.
 template <GgmlType T>
-inline int64_t rows8_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok,
-                          float* out, int64_t out_stride) {
-    const int64_t nb = n / 32;
-    thread_local std::vector<int8_t> q, inter;
-    thread_local std::vector<float> scales, row_scales;
-    q.resize(static_cast<size_t>(n) * 8);
-    inter.resize(static_cast<size_t>(n) * 8);
-    scales.resize(static_cast<size_t>(nb) * 8);
-    row_scales.resize(static_cast<size_t>(nb) * 8);
-    int64_t r0 = 0;
-    for (; r0 + 8 <= rows; r0 += 8) {
-        for (int k = 0; k < 8; ++k) convert_q8_0_row<T>(n, w + (r0 + k) * row_bytes, q.data() + k * n, row_scales.data() + k * nb);
-        for (int64_t b = 0; b < nb; ++b) {
-            // register m of the block: dword m (values 4m..4m+3) of rows 0..7, an 8x8 dword transpose
-            __m256 v[8], t[8];
-            for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + k * n + 32 * b)), scales[static_cast<size_t>(b) * 8 + k] = row_scales[k * nb + b];
-            transpose8(v, t);
-            for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(b) * 256 + 32 * m]), t[m]);
-        }
-        for (int t0 = 0; t0 < n_tok; t0 += 4) {  // a block's 8 rows loaded once for up to four tokens
-            const int nt = std::min(4, n_tok - t0);
-            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int64_t b = 0; b < nb; ++b) {
-                const int8_t* xb = &inter[static_cast<size_t>(b) * 256];
-                __m256i ax[8], x[8];
-                for (int k = 0; k < 8; ++k) x[k] = load32(xb + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
-                const __m256 ds = _mm256_loadu_ps(&scales[static_cast<size_t>(b) * 8]);
-                for (int j = 0; j < nt; ++j) {
-                    float dy;
-                    const int8_t* y = act_block<T>(act + (t0 + j) * act_bytes, n, b, dy);
-                    __m256i isum = _mm256_setzero_si256();
-                    for (int h = 0; h < 2; ++h) {
-                        const __m256i yv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + 16 * h)));
-                        const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
-                                               _mm256_shuffle_epi32(yv, 0xff)};
-                        for (int jj = 0; jj < 4; ++jj) {
-                            const int k = 4 * h + jj;
-                            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(ys[jj], x[k])), _mm256_set1_epi16(1)));
-                        }
-                    }
-                    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(ds, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(isum), acc[j]);
-                }
-            }
-            for (int j = 0; j < nt; ++j) {
-                alignas(32) float res[8];
-                _mm256_store_ps(res, acc[j]);
-                for (int k = 0; k < 8; ++k) out[(t0 + j) * out_stride + r0 + k] = res[k];
-            }
-        }
-    }
-    return r0;
+inline void convert_one_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
+    if constexpr (ik::is_table_type(T)) ikt::convert_row<T>(n, w, q, scales);
+    else convert_q8_0_row<T>(n, w, q, scales);
 }
 
-// Each row converted once; then per block the exact dots of up to four tokens at once (the row's values loaded
-// once for them), their totals side by side, and acc = fma(scale * y.d, total, acc) per token in block order.
+// Eight converted rows as ik lays them out (Q8_K_R8 / Q8_0_R8): per 32 weights, register m holds values 4m..4m+3 of
+// rows 0..7 (an 8x8 dword transpose), so a token's four values broadcast against it give each row's partial sum in
+// its own lane; scales[8b + k] is row k's scale of block b.
+template <GgmlType T>
+struct Rows8 {
+    static constexpr int kBlock = ik::is_table_type(T) ? 256 : 32;
+    std::vector<int8_t> q, inter;
+    std::vector<float> row_scales, scales;
+    void convert(int64_t n, const uint8_t* w, size_t row_bytes) {
+        const int64_t nb = n / kBlock;
+        q.resize(static_cast<size_t>(n) * 8), inter.resize(static_cast<size_t>(n) * 8);
+        row_scales.resize(static_cast<size_t>(nb) * 8), scales.resize(static_cast<size_t>(nb) * 8);
+        for (int k = 0; k < 8; ++k) convert_one_row<T>(n, w + k * row_bytes, q.data() + k * n, row_scales.data() + k * nb);
+        for (int64_t b = 0; b < nb; ++b)
+            for (int k = 0; k < 8; ++k) scales[static_cast<size_t>(b * 8 + k)] = row_scales[static_cast<size_t>(k * nb + b)];
+        for (int64_t c = 0; c < n / 32; ++c) {
+            __m256 v[8], t[8];
+            for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + k * n + 32 * c));
+            transpose8(v, t);
+            for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 256 + 32 * m]), t[m]);
+        }
+    }
+    // NT tokens: per block each token's exact integer dots with the eight rows (lanes), then
+    // acc = fma(row scale * y.d, dot, acc): per (row, token) the bits of dot_converted.
+    template <int NT>
+    void gemm(int64_t n, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) const {
+        __m256 acc[NT];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t b = 0; b < n / kBlock; ++b) {
+            const int8_t* y[NT];
+            float dy[NT];
+            for (int j = 0; j < NT; ++j) y[j] = act_block<T>(act + j * act_bytes, n, b, dy[j]);
+            __m256i isum[NT];
+            for (auto& v : isum) v = _mm256_setzero_si256();
+            for (int h = 0; h < kBlock / 16; ++h) {  // 16 weights of eight rows: four registers
+                const int8_t* xb = &inter[static_cast<size_t>(b) * kBlock * 8 + 128 * h];
+                __m256i x[4], ax[4];
+                for (int k = 0; k < 4; ++k) x[k] = load32(xb + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
+                for (int j = 0; j < NT; ++j) {
+                    const __m256i yv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0])), _mm256_set1_epi16(1));
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1])), _mm256_set1_epi16(1));
+                    const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2])), _mm256_set1_epi16(1));
+                    const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3])), _mm256_set1_epi16(1));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+                }
+            }
+            const __m256 ds = _mm256_loadu_ps(&scales[static_cast<size_t>(b) * 8]);
+            for (int j = 0; j < NT; ++j) acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(ds, _mm256_set1_ps(dy[j])), _mm256_cvtepi32_ps(isum[j]), acc[j]);
+        }
+        for (int j = 0; j < NT; ++j) _mm256_storeu_ps(out + j * out_stride, acc[j]);
+    }
+};
+
+// Each group of eight rows converted once, then its GEMM over the tokens in passes of eight (the remainder in one
+// narrower pass); rows past the last whole group one at a time.
 template <GgmlType T>
 void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                     int64_t out_stride) {
-    constexpr int kBlock = ik::is_table_type(T) ? 256 : 32;
+    thread_local Rows8<T> r8;
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        r8.convert(n, w + r * row_bytes, row_bytes);
+        int t = 0;
+        for (; t + 8 <= n_tok; t += 8) r8.template gemm<8>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
+        const uint8_t* a = act + t * act_bytes;
+        float* o = out + t * out_stride + r;
+        switch (n_tok - t) {
+            case 1: r8.template gemm<1>(n, a, act_bytes, o, out_stride); break;
+            case 2: r8.template gemm<2>(n, a, act_bytes, o, out_stride); break;
+            case 3: r8.template gemm<3>(n, a, act_bytes, o, out_stride); break;
+            case 4: r8.template gemm<4>(n, a, act_bytes, o, out_stride); break;
+            case 5: r8.template gemm<5>(n, a, act_bytes, o, out_stride); break;
+            case 6: r8.template gemm<6>(n, a, act_bytes, o, out_stride); break;
+            case 7: r8.template gemm<7>(n, a, act_bytes, o, out_stride); break;
+            default: break;
+        }
+    }
+    if (r == rows) return;
+    constexpr int kBlock = Rows8<T>::kBlock;
     const int64_t nb = n / kBlock;
     thread_local std::vector<int8_t> q;
     thread_local std::vector<float> scales;
     q.resize(static_cast<size_t>(n));
     scales.resize(static_cast<size_t>(nb));
-    int64_t r = 0;
-    if constexpr (!ik::is_table_type(T)) r = rows8_q8_0<T>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
     for (; r < rows; ++r) {
-        if constexpr (ik::is_table_type(T)) ikt::convert_row<T>(n, w + r * row_bytes, q.data(), scales.data());
-        else ik::convert_row(T, n, w + r * row_bytes, q.data(), scales.data());
+        convert_one_row<T>(n, w + r * row_bytes, q.data(), scales.data());
         for (int t0 = 0; t0 < n_tok; t0 += 4) {
             const int nt = std::min(4, n_tok - t0);
             __m128 acc = _mm_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
-                __m256i x[kBlock / 32];
-                for (int k = 0; k < kBlock / 32; ++k) x[k] = load32(q.data() + b * kBlock + 32 * k);
+                __m256i x[kBlock / 32], ax[kBlock / 32];
+                for (int k = 0; k < kBlock / 32; ++k) x[k] = load32(q.data() + b * kBlock + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
                 __m256i lanes[4];
-                alignas(16) float dy[4] = {0.f, 0.f, 0.f, 0.f};
+                alignas(16) float dy[4] = {};
                 for (int j = 0; j < 4; ++j) {
-                    if (j >= nt) {
-                        lanes[j] = _mm256_setzero_si256();
-                        continue;
-                    }
+                    lanes[j] = _mm256_setzero_si256();
+                    if (j >= nt) continue;
                     const int8_t* y = act_block<T>(act + (t0 + j) * act_bytes, n, b, dy[j]);
-                    lanes[j] = lanes32(x[0], y);
-                    for (int k = 1; k < kBlock / 32; ++k) lanes[j] = _mm256_add_epi32(lanes[j], lanes32(x[k], y + 32 * k));
+                    for (int k = 0; k < kBlock / 32; ++k)
+                        lanes[j] = _mm256_add_epi32(lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(load32(y + 32 * k), x[k])),
+                                                                                _mm256_set1_epi16(1)));
                 }
-                const __m128 f = _mm_mul_ps(_mm_set1_ps(scales[b]), _mm_load_ps(dy));
-                acc = _mm_fmadd_ps(f, _mm_cvtepi32_ps(totals4(lanes[0], lanes[1], lanes[2], lanes[3])), acc);
+                acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scales[b]), _mm_load_ps(dy)), _mm_cvtepi32_ps(totals4(lanes[0], lanes[1], lanes[2], lanes[3])), acc);
             }
             alignas(16) float res[4];
             _mm_store_ps(res, acc);
