@@ -233,14 +233,15 @@ struct Dec<GgmlType::IQ6_K> {
     __m256i values(int g) const {
         const int ib64 = g / 2, odd = g % 2;
         const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(load32(x->qs + 32 * ib64), 4 * odd), _mm256_set1_epi8(0x0F));
-        const __m256i hb = crumbs(x->qh + 32 * (ib64 / 2), 4 * (ib64 % 2) + 2 * odd);
-        // the two high bits pick one of four 16s: each lookup zeroed (index bit 7) where they do not match
-        __m256i v = _mm256_setzero_si256();
-        for (int k = 0; k < 4; ++k) {
-            const __m256i miss = _mm256_andnot_si256(_mm256_cmpeq_epi8(hb, _mm256_set1_epi8(static_cast<char>(k))), _mm256_set1_epi8(static_cast<char>(0x80)));
-            v = _mm256_or_si256(v, _mm256_shuffle_epi8(tab[k], _mm256_or_si256(nib, miss)));
-        }
-        return v;
+        // the two high bits (bits p, p + 1 of qh) pick one of four 16s: shifted to bit 7 of each byte (a 16-bit
+        // shift: only bit 7 of each byte matters to blendv) they choose between the four lookups
+        const __m256i qh = load32(x->qh + 32 * (ib64 / 2));
+        const int p = 4 * (ib64 % 2) + 2 * odd;
+        const __m128i s0 = _mm_cvtsi32_si128(7 - p), s1 = _mm_cvtsi32_si128(6 - p);
+        const __m256i b0 = _mm256_sll_epi16(qh, s0), b1 = _mm256_sll_epi16(qh, s1);
+        const __m256i v01 = _mm256_blendv_epi8(_mm256_shuffle_epi8(tab[0], nib), _mm256_shuffle_epi8(tab[1], nib), b0);
+        const __m256i v23 = _mm256_blendv_epi8(_mm256_shuffle_epi8(tab[2], nib), _mm256_shuffle_epi8(tab[3], nib), b0);
+        return _mm256_blendv_epi8(v01, v23, b1);
     }
 };
 
