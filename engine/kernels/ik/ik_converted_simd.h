@@ -14,6 +14,7 @@
 #include "engine/kernels/ik/ik_trellis.h"
 #include "engine/kernels/ik/ik_x4_simd.h"
 #include "engine/kernels/simd_common.h"
+#include "engine/kernels/token_passes.h"
 
 namespace moe::kernels {
 namespace {
@@ -153,20 +154,7 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
     int64_t r = 0;
     for (; r + 8 <= rows; r += 8) {
         r8.convert(n, w + r * row_bytes, row_bytes);
-        int t = 0;
-        for (; t + 8 <= n_tok; t += 8) r8.template gemm<8>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
-        const uint8_t* a = act + t * act_bytes;
-        float* o = out + t * out_stride + r;
-        switch (n_tok - t) {
-            case 1: r8.template gemm<1>(n, a, act_bytes, o, out_stride); break;
-            case 2: r8.template gemm<2>(n, a, act_bytes, o, out_stride); break;
-            case 3: r8.template gemm<3>(n, a, act_bytes, o, out_stride); break;
-            case 4: r8.template gemm<4>(n, a, act_bytes, o, out_stride); break;
-            case 5: r8.template gemm<5>(n, a, act_bytes, o, out_stride); break;
-            case 6: r8.template gemm<6>(n, a, act_bytes, o, out_stride); break;
-            case 7: r8.template gemm<7>(n, a, act_bytes, o, out_stride); break;
-            default: break;
-        }
+        token_passes(n_tok, [&](auto nt, int t) { r8.template gemm<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride); });
     }
     if (r == rows) return;
     constexpr int kBlock = Rows8<T>::kBlock;

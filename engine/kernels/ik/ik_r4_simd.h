@@ -11,6 +11,7 @@
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
+#include "engine/kernels/token_passes.h"
 
 namespace moe::kernels {
 namespace {
@@ -150,20 +151,7 @@ void rows_one(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const
 template <template <int> class K>
 void tokens_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                  int64_t out_stride) {
-    int t = 0;
-    for (; t + 8 <= n_tok; t += 8) K<8>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride);
-    const uint8_t* a = act + t * act_bytes;
-    float* o = out + t * out_stride;
-    switch (n_tok - t) {
-        case 1: K<1>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 2: K<2>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 3: K<3>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 4: K<4>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 5: K<5>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 6: K<6>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        case 7: K<7>::run(n, w, row_bytes, rows, a, act_bytes, o, out_stride); break;
-        default: break;
-    }
+    token_passes(n_tok, [&](auto nt, int t) { K<decltype(nt)::value>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride); });
 }
 
 template <int NY>

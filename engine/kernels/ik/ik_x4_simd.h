@@ -14,6 +14,7 @@
 #include "engine/kernels/ik/ik_trellis.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
+#include "engine/kernels/token_passes.h"
 
 namespace moe::kernels {
 namespace {
@@ -239,61 +240,63 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
     return hsum_float_8(acc);
 }
 
-// Rows x tokens for the small batch: each group of four blocks (a trellis superblock) decoded once for up to four
-// tokens, every (row, token) in dot_legacy's / dot_trellis's order.
+// Rows x tokens for the small batch: each group of four blocks decoded once for NT tokens, every (row, token) in
+// dot_legacy's order.
+template <bool Q6, int NT>
+void legacy_tokens(int64_t ng, const uint8_t* row, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    __m256 acc[NT];
+    __m128 m[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps(), m[j] = _mm_setzero_ps();
+    for (int64_t g = 0; g < ng; ++g) {
+        __m256i v[4];
+        float dwf[4];
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (Q6) {
+                const auto& x = reinterpret_cast<const ik::BlockQ6_0*>(row)[4 * g + k];
+                v[k] = q6_0_values(x), dwf[k] = h2f(x.d);
+            } else {
+                const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[4 * g + k];
+                v[k] = load32(x.qs), dwf[k] = h2f(x.d);
+            }
+        }
+        const __m128 dw = _mm_loadu_ps(dwf);
+        for (int j = 0; j < NT; ++j) {
+            const ik::BlockQ8_2x4& yg = X4Row{act + j * act_bytes}.group(g);
+            __m256i d[4];
+            for (int k = 0; k < 4; ++k) d[k] = Q6 ? lanes_us(v[k], load32(yg.qs + 32 * k)) : lanes_ss(v[k], load32(yg.qs + 32 * k));
+            const __m128 dy = bf16x4(yg.d);
+            acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, dy)), _mm256_cvtepi32_ps(halves4(d[0], d[1], d[2], d[3])), acc[j]);
+            if constexpr (Q6) {
+                const __m128 s = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))));
+                m[j] = _mm_add_ps(m[j], _mm_mul_ps(_mm_mul_ps(dw, _mm_set1_ps(-32.f)), _mm_mul_ps(dy, s)));
+            }
+        }
+    }
+    for (int j = 0; j < NT; ++j) {
+        float res;
+        if constexpr (Q6) {
+            const __m128 vv = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)), m[j]);
+            const __m128 tt = _mm_add_ps(vv, _mm_movehl_ps(vv, vv));
+            res = _mm_cvtss_f32(_mm_add_ss(tt, _mm_movehdup_ps(tt)));
+        } else {
+            res = hsum_float_8(acc[j]);
+        }
+        out[j * out_stride] = res;
+    }
+}
+
 template <bool Q6>
 void tile_legacy(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                  int64_t out_stride) {
-    const int64_t nb = n / 32, ng = nb / 4;
-    if (nb % 4) {  // blocks after the last group take the single-block lanes: the one-token kernel per pair
-        for (int64_t r = 0; r < rows; ++r)
-            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot_legacy<Q6>(n, w + r * row_bytes, act + t * act_bytes);
-        return;
-    }
+    const int64_t nb = n / 32;
     for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + r * row_bytes;
-        for (int t0 = 0; t0 < n_tok; t0 += 4) {
-            const int nt = std::min(4, n_tok - t0);
-            __m256 acc[4];
-            __m128 m[4];
-            for (int j = 0; j < 4; ++j) acc[j] = _mm256_setzero_ps(), m[j] = _mm_setzero_ps();
-            for (int64_t g = 0; g < ng; ++g) {
-                __m256i v[4];
-                float dwf[4];
-                for (int k = 0; k < 4; ++k) {
-                    if constexpr (Q6) {
-                        const auto& x = reinterpret_cast<const ik::BlockQ6_0*>(row)[4 * g + k];
-                        v[k] = q6_0_values(x), dwf[k] = h2f(x.d);
-                    } else {
-                        const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[4 * g + k];
-                        v[k] = load32(x.qs), dwf[k] = h2f(x.d);
-                    }
-                }
-                const __m128 dw = _mm_loadu_ps(dwf);
-                for (int j = 0; j < nt; ++j) {
-                    const ik::BlockQ8_2x4& yg = X4Row{act + (t0 + j) * act_bytes}.group(g);
-                    __m256i d[4];
-                    for (int k = 0; k < 4; ++k) d[k] = Q6 ? lanes_us(v[k], load32(yg.qs + 32 * k)) : lanes_ss(v[k], load32(yg.qs + 32 * k));
-                    const __m128 dy = bf16x4(yg.d);
-                    acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, dy)), _mm256_cvtepi32_ps(halves4(d[0], d[1], d[2], d[3])), acc[j]);
-                    if constexpr (Q6) {
-                        const __m128 s = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))));
-                        m[j] = _mm_add_ps(m[j], _mm_mul_ps(_mm_mul_ps(dw, _mm_set1_ps(-32.f)), _mm_mul_ps(dy, s)));
-                    }
-                }
-            }
-            for (int j = 0; j < nt; ++j) {
-                float res;
-                if constexpr (Q6) {
-                    const __m128 vv = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)), m[j]);
-                    const __m128 tt = _mm_add_ps(vv, _mm_movehl_ps(vv, vv));
-                    res = _mm_cvtss_f32(_mm_add_ss(tt, _mm_movehdup_ps(tt)));
-                } else {
-                    res = hsum_float_8(acc[j]);
-                }
-                out[(t0 + j) * out_stride + r] = res;
-            }
+        if (nb % 4) {  // blocks after the last group take the single-block lanes: the one-token kernel per pair
+            for (int t = 0; t < n_tok; ++t) out[t * out_stride + r] = dot_legacy<Q6>(n, w + r * row_bytes, act + t * act_bytes);
+            continue;
         }
+        token_passes(n_tok, [&](auto nt, int t) {
+            legacy_tokens<Q6, decltype(nt)::value>(nb / 4, w + r * row_bytes, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
+        });
     }
 }
 
