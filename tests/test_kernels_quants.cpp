@@ -217,7 +217,7 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                     const bool float_weights = type_info(type).block_elems == 1;
                     for (size_t n : float_weights ? std::vector<size_t>{512, 203} : std::vector<size_t>{512}) {
                         const size_t rb = *row_bytes(type, n), ab = kernels::activation_bytes(type, static_cast<int64_t>(n));
-                        for (int64_t rows : {1, 7, 8, 19}) {
+                        for (int64_t rows : {1, 7, 8, 19, 27}) {  // 27: a group of sixteen, one of eight, three single rows
                             std::vector<uint8_t> w;
                             for (int64_t r = 0; r < rows; ++r) {
                                 auto row = random_row(type, n, rng);

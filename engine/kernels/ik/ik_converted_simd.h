@@ -91,32 +91,34 @@ inline void convert_one_row(int64_t n, const uint8_t* w, int8_t* q, float* scale
     else convert_q8_0_row<T>(n, w, q, scales);
 }
 
-// Eight converted rows as ik lays them out (Q8_K_R8 / Q8_0_R8): per 32 weights, register m holds values 4m..4m+3 of
-// rows 0..7 (an 8x8 dword transpose), so a token's four values broadcast against it give each row's partial sum in
-// its own lane; scales[8b + k] is row k's scale of block b.
-template <GgmlType T>
-struct Rows8 {
+// R (8, or 16 in 512-bit registers) converted rows as ik lays them out (Q8_K_R8 / Q8_0_R8): per 32 weights,
+// register m holds values 4m..4m+3 of rows 0..R-1 (8x8 dword transposes), so a token's four values broadcast against
+// it give each row's partial sum in its own lane; scales[R b + k] is row k's scale of block b.
+template <GgmlType T, int R>
+struct RowGroup {
     static constexpr int kBlock = ik::is_table_type(T) ? 256 : 32;
     std::vector<int8_t> q, inter;
     std::vector<float> row_scales, scales;
     void convert(int64_t n, const uint8_t* w, size_t row_bytes) {
         const int64_t nb = n / kBlock;
-        q.resize(static_cast<size_t>(n) * 8), inter.resize(static_cast<size_t>(n) * 8);
-        row_scales.resize(static_cast<size_t>(nb) * 8), scales.resize(static_cast<size_t>(nb) * 8);
-        for (int k = 0; k < 8; ++k) convert_one_row<T>(n, w + k * row_bytes, q.data() + k * n, row_scales.data() + k * nb);
+        q.resize(static_cast<size_t>(n) * R), inter.resize(static_cast<size_t>(n) * R);
+        row_scales.resize(static_cast<size_t>(nb) * R), scales.resize(static_cast<size_t>(nb) * R);
+        for (int k = 0; k < R; ++k) convert_one_row<T>(n, w + k * row_bytes, q.data() + k * n, row_scales.data() + k * nb);
         for (int64_t b = 0; b < nb; ++b)
-            for (int k = 0; k < 8; ++k) scales[static_cast<size_t>(b * 8 + k)] = row_scales[static_cast<size_t>(k * nb + b)];
-        for (int64_t c = 0; c < n / 32; ++c) {
-            __m256 v[8], t[8];
-            for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + k * n + 32 * c));
-            transpose8(v, t);
-            for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 256 + 32 * m]), t[m]);
-        }
+            for (int k = 0; k < R; ++k) scales[static_cast<size_t>(b * R + k)] = row_scales[static_cast<size_t>(k * nb + b)];
+        for (int64_t c = 0; c < n / 32; ++c)
+            for (int g = 0; g < R / 8; ++g) {
+                __m256 v[8], t[8];
+                for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + (8 * g + k) * n + 32 * c));
+                transpose8(v, t);
+                for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 32 * R + 4 * R * m + 32 * g]), t[m]);
+            }
     }
-    // NT tokens: per block each token's exact integer dots with the eight rows (lanes), then
+    // NT tokens: per block each token's exact integer dots with the R rows (lanes), then
     // acc = fma(row scale * y.d, dot, acc): per (row, token) the bits of dot_converted.
     template <int NT>
     void gemm(int64_t n, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) const {
+        static_assert(R == 8);
         __m256 acc[NT];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t b = 0; b < n / kBlock; ++b) {
@@ -131,11 +133,19 @@ struct Rows8 {
                 for (int k = 0; k < 4; ++k) x[k] = load32(xb + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
                 for (int j = 0; j < NT; ++j) {
                     const __m256i yv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    // the same exact lane sums, four products per VPDPBUSD (no pair ever saturated PMADDUBSW: |x|, |y| <= 128, 127)
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3]));
+#else
                     const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0])), _mm256_set1_epi16(1));
                     const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1])), _mm256_set1_epi16(1));
                     const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2])), _mm256_set1_epi16(1));
                     const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3])), _mm256_set1_epi16(1));
                     isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+#endif
                 }
             }
             const __m256 ds = _mm256_loadu_ps(&scales[static_cast<size_t>(b) * 8]);
@@ -143,6 +153,45 @@ struct Rows8 {
         }
         for (int j = 0; j < NT; ++j) _mm256_storeu_ps(out + j * out_stride, acc[j]);
     }
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // Sixteen rows per 512-bit register: the same lane sums and the same fma per (row, token). AVX-512 has no
+    // VPSIGNB: the activations are negated under the weights' sign masks instead (|x| * sign(y, x), as above).
+    template <int NT>
+    void gemm512(int64_t n, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) const {
+        static_assert(R == 16);
+        __m512 acc[NT];
+        for (auto& a : acc) a = _mm512_setzero_ps();
+        const __m512i zero = _mm512_setzero_si512();
+        for (int64_t b = 0; b < n / kBlock; ++b) {
+            const int8_t* y[NT];
+            float dy[NT];
+            for (int j = 0; j < NT; ++j) y[j] = act_block<T>(act + j * act_bytes, n, b, dy[j]);
+            __m512i isum[NT];
+            for (auto& v : isum) v = _mm512_setzero_si512();
+            for (int h = 0; h < kBlock / 16; ++h) {
+                const int8_t* xb = &inter[static_cast<size_t>(b) * kBlock * 16 + 256 * h];
+                __m512i ax[4];
+                __mmask64 neg[4];
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i x = _mm512_loadu_si512(xb + 64 * k);
+                    ax[k] = _mm512_abs_epi8(x), neg[k] = _mm512_movepi8_mask(x);
+                }
+                for (int j = 0; j < NT; ++j) {
+                    const __m512i yv = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
+                    const __m512i y0 = _mm512_shuffle_epi32(yv, _MM_PERM_AAAA), y1 = _mm512_shuffle_epi32(yv, _MM_PERM_BBBB);
+                    const __m512i y2 = _mm512_shuffle_epi32(yv, _MM_PERM_CCCC), y3 = _mm512_shuffle_epi32(yv, _MM_PERM_DDDD);
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[0], _mm512_mask_sub_epi8(y0, neg[0], zero, y0));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[1], _mm512_mask_sub_epi8(y1, neg[1], zero, y1));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[2], _mm512_mask_sub_epi8(y2, neg[2], zero, y2));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[3], _mm512_mask_sub_epi8(y3, neg[3], zero, y3));
+                }
+            }
+            const __m512 ds = _mm512_loadu_ps(&scales[static_cast<size_t>(b) * 16]);
+            for (int j = 0; j < NT; ++j) acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(ds, _mm512_set1_ps(dy[j])), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+        }
+        for (int j = 0; j < NT; ++j) _mm512_storeu_ps(out + j * out_stride, acc[j]);
+    }
+#endif
 };
 
 // Each group of eight rows converted once, then its GEMM over the tokens in passes of eight (the remainder in one
@@ -150,14 +199,23 @@ struct Rows8 {
 template <GgmlType T>
 void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                     int64_t out_stride) {
-    thread_local Rows8<T> r8;
     int64_t r = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    thread_local RowGroup<T, 16> r16;
+    for (; r + 16 <= rows; r += 16) {
+        r16.convert(n, w + r * row_bytes, row_bytes);
+        token_passes(n_tok, [&](auto nt, int t) {
+            r16.template gemm512<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
+        });
+    }
+#endif
+    thread_local RowGroup<T, 8> r8;
     for (; r + 8 <= rows; r += 8) {
         r8.convert(n, w + r * row_bytes, row_bytes);
         token_passes(n_tok, [&](auto nt, int t) { r8.template gemm<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride); });
     }
     if (r == rows) return;
-    constexpr int kBlock = Rows8<T>::kBlock;
+    constexpr int kBlock = RowGroup<T, 8>::kBlock;
     const int64_t nb = n / kBlock;
     thread_local std::vector<int8_t> q;
     thread_local std::vector<float> scales;
