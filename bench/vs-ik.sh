@@ -7,7 +7,8 @@
 # ik_llama.cpp is not a dependency: build it from its public source outside this repository (a CPU build:
 # cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF; cmake --build build --target llama-bench) and point IK_BENCH
 # at its llama-bench. Its prompt test (pp) feeds random token ids and its generation test (tg) decodes from an
-# empty context; moestream bench feeds (i * 7919 + 13) mod n_vocab and generates after the prompt.
+# empty context; moestream bench feeds (i * 7919 + 13) mod n_vocab, and its generation is timed in a second run
+# after a one-token prompt.
 set -euo pipefail
 model=$(realpath "$1")
 n_prompt=${2:-128}
@@ -21,11 +22,16 @@ ik=${IK_BENCH:?set IK_BENCH to ik_llama.cpp\'s llama-bench}
 echo "peer: $ik"
 results=$(mktemp)
 for r in $(seq "$rounds"); do
-  "$ik" -m "$model" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 -o json 2>/dev/null |
+  # (ik's ggml prints some warnings to stdout, inside the JSON)
+  "$ik" -m "$model" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 -o json 2>/dev/null | grep -v '^WARNING' |
     python3 -c 'import json,sys; d=json.load(sys.stdin); pp=[x["avg_ts"] for x in d if x["n_prompt"]>0][0]; tg=[x["avg_ts"] for x in d if x["n_gen"]>0][0]; print("ik_llama.cpp", pp, tg)' |
     tee -a "$results"
-  "$bin" bench --model "$model" --prompt-tokens "$n_prompt" --tokens "$n_gen" --threads "$threads" --no-fio --parallel "" --json 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print("moestream", d["prompt_tokens_per_s"], d["gen_tokens_per_s"])' | tee -a "$results"
+  # generation from a one-token context, as ik's tg test decodes from an empty one
+  pp=$("$bin" bench --model "$model" --prompt-tokens "$n_prompt" --tokens 2 --threads "$threads" --no-fio --parallel "" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens_per_s"])')
+  tg=$("$bin" bench --model "$model" --prompt-tokens 1 --tokens "$n_gen" --threads "$threads" --no-fio --parallel "" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["gen_tokens_per_s"])')
+  echo "moestream $pp $tg" | tee -a "$results"
 done
 python3 - "$results" <<'PY'
 import statistics, sys

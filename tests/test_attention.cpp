@@ -378,5 +378,43 @@ TEST(Attention, IkFlashAttentionSimdMatchesScalar) {
     EXPECT_GT(compared, 0);
 }
 
+// ik's group form (the heads of a kv head, a block of consecutive tokens) gives each row the bits of the one-row
+// form at that row's causal prefix: prefixes ending mid-block, on a block edge, and blocks wholly past some rows;
+// a single token's heads with masked keys; MLA's aliased values.
+TEST(Attention, IkFlashAttentionGroupMatchesOneRow) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
+    std::mt19937 rng(29);
+    std::normal_distribution<float> nd;
+    const ops::AttendGroupFn group = ik::attend_ik_group_simd();
+    ops::AttnScratch s, s1;
+    int compared = 0;
+    for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 72}, std::pair{576, 512}}) {
+        for (int n_first : {1, 120, 128, 250}) {
+            for (int per_position : {0, 1, 4}) {
+                const int tokens = per_position ? 16 : 1, heads = per_position ? per_position : 3, rows = per_position ? tokens * per_position : heads;
+                Cache c(dk, dv, n_first + tokens, rng);
+                std::vector<uint8_t> visible(static_cast<size_t>(c.n_kv), 1);
+                for (int j = 1; j < c.n_kv; j += 3) visible[static_cast<size_t>(j)] = 0;
+                const uint8_t* vis = per_position ? nullptr : visible.data();
+                std::vector<float> q(static_cast<size_t>(rows) * dk), a(static_cast<size_t>(rows) * dv, -1.f), b(static_cast<size_t>(dv));
+                for (auto& x : q) x = 4.f * nd(rng);
+                ops::KvView kv = dk == 576 ? c.latent_view(n_first, vis) : c.view(n_first, vis);
+                kv.rows_per_position = per_position;
+                group(q.data(), dk, rows, kv, 0.1f, a.data(), dv, s);
+                for (int r = 0; r < rows; ++r) {
+                    ops::KvView one = kv;
+                    one.rows_per_position = 0;
+                    one.n_kv = per_position ? n_first + r / per_position : n_first;
+                    ik::attend_ik(q.data() + static_cast<size_t>(r) * dk, one, 0.1f, b.data(), s1);
+                    ASSERT_EQ(0, std::memcmp(a.data() + static_cast<size_t>(r) * dv, b.data(), 4 * static_cast<size_t>(dv)))
+                        << dk << "/" << dv << " first prefix " << n_first << " rows per position " << per_position << " row " << r;
+                }
+                ++compared;
+            }
+        }
+    }
+    EXPECT_GT(compared, 0);
+}
+
 }  // namespace
 }  // namespace moe

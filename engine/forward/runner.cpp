@@ -404,7 +404,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         });
     }
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
-    const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : nullptr;
+    // (ik's attention: its group form, which converts each key block once for all the rows.)
+    const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik ? fops_.attend_group : nullptr;
     if (group_fn && !masked && n > 1) {
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.

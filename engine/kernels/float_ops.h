@@ -108,6 +108,7 @@ struct AttnScratch {
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;
     std::vector<float> max_sum;  // per query row of a group: the running max and sum
+    std::vector<float> kv_block;  // a block of keys and values converted once for a group's rows
 };
 inline bool tiled_attention(Flavor f, int n_query_rows, int dv) { return n_query_rows >= 64 && dv % kernels::f32_lanes(f) == 0; }
 
@@ -130,6 +131,7 @@ struct FloatOps {
     // ik_llama.cpp's graph (kernels/ik/ik_ref.h): its fused norm (scale * w) * x, its routing and expert sum.
     bool ik = false;
     void (*rms_norm)(const float* x, const float* w, float* y, int n, float eps) = nullptr;  // null: ops::rms_norm
+    AttendGroupFn attend_group = nullptr;  // ik: rows sharing a view in one pass, each row with `attend`'s bits (null: per row)
     void norm(const float* x, const float* w, float* y, int n, float eps) const {
         if (rms_norm) rms_norm(x, w, y, n, eps);
         else ops::rms_norm(x, w, y, n, eps);

@@ -114,7 +114,9 @@ const ops::FloatOps& float_ops(const ops::FloatOps& base) {
     if (!d) {
         d = std::make_unique<ops::FloatOps>(base);
         // The scalar table keeps the scalar form (the reference); a SIMD one, whose CPU has AVX2, the AVX2 form.
-        d->attend = d->attend_tiled = &base == &ops::float_ops(base.flavor) ? attend_ik : attend_ik_simd();
+        const bool scalar = &base == &ops::float_ops(base.flavor);
+        d->attend = d->attend_tiled = scalar ? attend_ik : attend_ik_simd();
+        d->attend_group = scalar ? nullptr : attend_ik_group_simd();
         d->rms_norm = rms_norm_fused;
         d->ik = true;
     }

@@ -75,6 +75,8 @@ const kernels::KernelTable& kernel_table(const kernels::KernelTable& base);
 const ops::FloatOps& float_ops(const ops::FloatOps& base);
 void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s);
 ops::AttendFn attend_ik_simd();  // the same bits on AVX2+FMA+F16C (ik_attention_avx2.cpp); call only where the CPU has them
+// Several rows against one view (ops::AttendGroupFn, kv.rows_per_position honoured), each row with attend_ik_simd's bits.
+ops::AttendGroupFn attend_ik_group_simd();
 // ggml_fused_rms_norm: y = (scale * w) * x.
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps);
 // iqk_topk_moe + iqk_sumrows_div: softmax routing of one token on its raw logits (top k by logit, descending; each
