@@ -158,6 +158,8 @@ PlanOptions options_from(const Plan& p) {
     o.gpu_layers = p.asked_gpu_layers;
     o.n_batch = p.n_batch;
     o.n_ubatch = p.n_ubatch;
+    o.cache_type_k = p.cache_type_k;
+    o.cache_type_v = p.cache_type_v;
     o.host = p.host;
     o.port = p.port;
     o.alias = p.alias;
@@ -206,7 +208,7 @@ std::optional<std::string> unit_exposure(const std::string& unit) {
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
-    std::string model, facts, budget, target, gpu_mem, gpu_layers, out, root = "/", listen, alias, profile;
+    std::string model, facts, budget, target, gpu_mem, gpu_layers, out, root = "/", listen, alias, profile, cache_type_k, cache_type_v;
     int n_batch = 2048, n_ubatch = 512;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
@@ -234,6 +236,8 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("gpu-layers", po::value(&gpu_layers), "llama-server: pin which layers' experts go to which GPU, as 3-17:0,74-77:1")
         ("batch-size,b", po::value(&n_batch)->default_value(2048), "llama-server: -b")
         ("ubatch-size", po::value(&n_ubatch)->default_value(512), "llama-server: -ub (the compute buffer grows with it)")
+        ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "llama-server: -ctk, the K cache's type (q8_0 halves it)")
+        ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "llama-server: -ctv, the V cache's type (MLA models have none)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
         ("parallel", po::value(&parallel)->default_value(1), "server slots (serve --parallel); each holds a KV cache of --ctx")
         ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
@@ -269,6 +273,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     o.gpu_layers = gpu_layers;
     o.n_batch = n_batch;
     o.n_ubatch = n_ubatch;
+    o.cache_type_k = cache_type_k;
+    o.cache_type_v = cache_type_v;
     o.host = listen;
     o.port = port;
     o.alias = alias;

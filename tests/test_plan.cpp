@@ -230,6 +230,73 @@ TEST(Planner, IkLlamaServerTargetWritesItsOptions) {
     EXPECT_EQ(back.gpus[0].layers, p.gpus[0].layers);
 }
 
+// Quantized KV caches (-ctk / -ctv): each GPU's KV figure in the asked types (q8_0: 34 bytes per 32 values), the
+// flags written with their reasons (MLA has no V cache: -ctv not written; mainline quantizes V only with flash
+// attention), kept through plan.yaml, and a type the server does not take refused with one line.
+TEST(Planner, QuantizedKvCacheTypesInTheVramModel) {
+    test::TempDir dir;
+    const ModelFacts mla = read_model_facts(glm51_iq3ks(dir));
+    EXPECT_EQ(mla.cache_k_elems_per_token, 78u * 576);
+    EXPECT_EQ(mla.cache_v_elems_per_token, 0u);
+    GpuPlanOptions o;
+    o.gpu_mem = parse_gpu_mem("0=96G,1=96G");
+    o.n_ctx = 65536;
+    const auto f16 = plan_gpus(mla, o);
+    o.cache_type_k = GgmlType::Q8_0;
+    const auto q8 = plan_gpus(mla, o);
+    for (size_t d = 0; d < 2; ++d) {
+        EXPECT_EQ(q8[d].kv_bytes * 64, f16[d].kv_bytes * 34) << describe_gpu(q8[d]);
+        EXPECT_LE(q8[d].used_bytes, q8[d].budget_bytes);
+    }
+
+    PlanOptions po = opts();
+    po.target = "ik-llama-server";
+    po.gpu_mem = o.gpu_mem;
+    po.n_ctx = 65536;
+    po.cache_type_k = po.cache_type_v = "q8_0";
+    HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
+    h.memory.total_bytes.value = 768ull << 30;
+    Plan p = make_plan(h, mla, po);
+    std::string cmd;
+    for (const auto& arg : launch_argv(p)) cmd += arg + " ";
+    EXPECT_NE(cmd.find("-ctk q8_0 "), std::string::npos) << cmd;
+    EXPECT_EQ(cmd.find("-ctv"), std::string::npos) << cmd;
+    EXPECT_EQ(p.gpus[0].kv_bytes, q8[0].kv_bytes);
+    p.out_dir = dir.path.string();
+    std::ofstream(dir / "plan.yaml") << plan_to_yaml(p);
+    const Plan back = load_plan(dir / "plan.yaml");
+    EXPECT_EQ(back.cache_type_k, "q8_0");
+    EXPECT_EQ(back.cache_type_v, "q8_0");
+    po.cache_type_k = "q6_0";  // ik_llama.cpp's own cache type
+    EXPECT_NO_THROW(make_plan(h, mla, po));
+
+    // A GQA model on mainline llama-server: both caches, V quantized only with flash attention.
+    ModelFacts gqa = moe_model(48, 0, 512, 4ull << 30);
+    gqa.cache_k_elems_per_token = gqa.cache_v_elems_per_token = 48ull * 4 * 128;
+    gqa.cache_bytes_per_token = 2 * 2 * gqa.cache_k_elems_per_token;
+    PlanOptions pg = opts();
+    pg.target = "llama-server";
+    pg.gpu_mem = parse_gpu_mem("0=24G");
+    pg.cache_type_v = "q4_0";
+    const Plan pv = make_plan(fixture_host("laptop-1node-smt"), gqa, pg);
+    std::string cmd_v;
+    for (const auto& arg : launch_argv(pv)) cmd_v += arg + " ";
+    EXPECT_NE(cmd_v.find("-ctv q4_0 -fa on "), std::string::npos) << cmd_v;
+    EXPECT_EQ(cmd_v.find("-ctk"), std::string::npos) << cmd_v;
+    GpuPlanOptions go;
+    go.gpu_mem = pg.gpu_mem;
+    go.cache_type_v = GgmlType::Q4_0;
+    EXPECT_EQ(plan_gpus(gqa, go)[0].kv_bytes, 48ull * 4096 * (4 * 128 * 2 + 4 * 128 / 32 * 18));
+
+    pg.cache_type_k = "q6_0";  // not mainline's
+    try {
+        make_plan(fixture_host("laptop-1node-smt"), gqa, pg);
+        ADD_FAILURE() << "q6_0 accepted for llama-server";
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find("--cache-type-k q6_0 is not a KV cache type llama-server takes (f32, f16"), std::string::npos) << e.what();
+    }
+}
+
 // Unpinned, the plan fills each GPU to its --gpu-mem counting everything the command puts there (the old plan
 // filled both with experts to 48 MiB and failed at load): head layers on the first GPU, tail on the last.
 TEST(Planner, GpuPlanFitsEveryGpuWithHeadAndTailLayers) {

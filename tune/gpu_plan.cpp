@@ -59,6 +59,28 @@ uint64_t compute_buffer_bytes(const ModelFacts& m, int n_ubatch, bool has_output
     return std::max(ffn, attn) + hidden + logits;
 }
 
+GgmlType parse_cache_type(const std::string& flag, const std::string& name, const std::string& target) {
+    static const std::pair<const char*, GgmlType> kMainline[] = {{"f32", GgmlType::F32},   {"f16", GgmlType::F16},      {"bf16", GgmlType::BF16},
+                                                                 {"q8_0", GgmlType::Q8_0}, {"q4_0", GgmlType::Q4_0},    {"q4_1", GgmlType::Q4_1},
+                                                                 {"iq4_nl", GgmlType::IQ4_NL}, {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1}};
+    std::string choices;
+    for (const auto& [n, t] : kMainline) {
+        if (name == n) return t;
+        choices += std::string(choices.empty() ? "" : ", ") + n;
+    }
+    const bool ik = target == "ik-llama-server";
+    if (ik && name == "q6_0") return GgmlType::Q6_0;
+    throw PlanError(flag + " " + name + " is not a KV cache type " + target + " takes (" + choices + (ik ? ", q6_0)" : ")"));
+}
+
+uint64_t cache_bytes_per_token(const ModelFacts& m, GgmlType k, GgmlType v) {
+    auto bytes = [](uint64_t elems, GgmlType t) {
+        const TypeInfo& ti = type_info(t);
+        return (elems + ti.block_elems - 1) / ti.block_elems * ti.block_bytes;
+    };
+    return bytes(m.cache_k_elems_per_token, k) + bytes(m.cache_v_elems_per_token, v);
+}
+
 std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& o) {
     if (o.gpu_mem.empty()) throw PlanError("--gpu-mem is empty");
     // The layer split, as llama.cpp computes it from --tensor-split (written as the --gpu-mem budgets).
@@ -82,7 +104,7 @@ std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& 
         const float x = static_cast<float>(slot) / static_cast<float>(slots);  // llama.cpp compares floats
         return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), x) - bounds.begin());
     };
-    const uint64_t kv_per_layer_token = m.n_layer ? m.cache_bytes_per_token / m.n_layer : 0;
+    const uint64_t kv_per_layer_token = m.n_layer ? cache_bytes_per_token(m, o.cache_type_k, o.cache_type_v) / m.n_layer : 0;
     for (uint32_t l = 0; l < m.n_layer; ++l) {  // NextN blocks after the trunk are skipped by llama.cpp (TENSOR_SKIP)
         GpuAssignment& g = gpus[std::min(device_of(l), gpus.size() - 1)];
         if (g.n_layers == 0) g.first_layer = l;

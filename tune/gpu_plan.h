@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/gguf/ggml_types.h"
 #include "engine/model/model_facts.h"
 #include "tune/plan.h"
 
@@ -32,7 +33,14 @@ struct GpuPlanOptions {
     uint64_t reserve_bytes = 768ull << 20;                  // per GPU: CUDA context (~300-500 MiB), cuBLAS workspace
     std::vector<GpuPin> pinned;                             // a layout the user fixed
     std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // routing profile: (layer, count)
+    GgmlType cache_type_k = GgmlType::F16, cache_type_v = GgmlType::F16;  // -ctk / -ctv
 };
+
+// llama.cpp's KV cache types (-ctk / -ctv): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, and for
+// ik_llama.cpp also q6_0. PlanError naming the flag, the value and the choices.
+GgmlType parse_cache_type(const std::string& flag, const std::string& name, const std::string& target);
+// One token's cache on all layers in those types (the model's K and V element counts; MLA has no V cache).
+uint64_t cache_bytes_per_token(const ModelFacts& m, GgmlType k, GgmlType v);
 
 // Compute buffer of one device at -ub n_ubatch (an estimate from the graph's largest tensors, see gpu_plan.cpp).
 uint64_t compute_buffer_bytes(const ModelFacts& m, int n_ubatch, bool has_output, bool has_experts);

@@ -92,6 +92,7 @@ struct Plan {
     uint64_t host_model_bytes = 0;       // llama-server: model bytes left in RAM (token embeddings, experts not on a GPU)
     std::vector<std::string> server_args;  // the target's own options (ik-llama-server: -fa, -mla, -amb, -tb), each with a reason
     std::string asked_gpu_layers;        // --gpu-layers as given (a pinned layout)
+    std::string cache_type_k = "f16", cache_type_v = "f16";  // llama-server -ctk / -ctv
 
     // What the user asked for, so `regen` re-plans with the same request.
     std::optional<uint64_t> asked_ram_budget;

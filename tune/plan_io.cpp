@@ -74,7 +74,8 @@ std::string plan_to_yaml(const Plan& p) {
               << "layers" << YAML::Value << YAML::Flow << g.layers << YAML::EndMap;
         }
         o << YAML::EndSeq << YAML::Key << "batch" << YAML::Value << p.n_batch << YAML::Key << "ubatch" << YAML::Value << p.n_ubatch
-          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::Key << "server_args" << YAML::Value << YAML::Flow
+          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k
+          << YAML::Key << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::Key << "server_args" << YAML::Value << YAML::Flow
           << p.server_args << YAML::EndMap;
     }
     o << YAML::EndMap;
@@ -211,6 +212,8 @@ Plan load_plan_fields(const std::string& path) {
         if (ls["batch"]) p.n_batch = ls["batch"].as<int>();
         if (ls["ubatch"]) p.n_ubatch = ls["ubatch"].as<int>();
         if (ls["gpu_layers"]) p.asked_gpu_layers = ls["gpu_layers"].as<std::string>();
+        if (ls["cache_type_k"]) p.cache_type_k = ls["cache_type_k"].as<std::string>();
+        if (ls["cache_type_v"]) p.cache_type_v = ls["cache_type_v"].as<std::string>();
         if (ls["server_args"]) p.server_args = ls["server_args"].as<std::vector<std::string>>();
     }
     p.out_dir = std::filesystem::absolute(path).parent_path().string();

@@ -273,6 +273,10 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         go.n_batch = opt.n_batch;
         go.n_ubatch = opt.n_ubatch;
         go.layer_heat = opt.layer_heat;
+        go.cache_type_k = parse_cache_type("--cache-type-k", opt.cache_type_k, p.target);
+        go.cache_type_v = parse_cache_type("--cache-type-v", opt.cache_type_v, p.target);
+        p.cache_type_k = opt.cache_type_k;
+        p.cache_type_v = opt.cache_type_v;
         if (!opt.gpu_layers.empty()) go.pinned = parse_gpu_layers(opt.gpu_layers);
         if (opt.n_ubatch < 1 || opt.n_batch < opt.n_ubatch)
             throw PlanError("--ubatch-size " + std::to_string(opt.n_ubatch) + " must be at least 1 and at most --batch-size " + std::to_string(opt.n_batch));
@@ -293,17 +297,28 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         why("tensor_split", split, "-ngl 999 offloads every layer; --tensor-split in proportion to --gpu-mem decides which GPU holds each "
                                     "layer's attention, dense and shared weights and KV (llama.cpp's layer split), so the plan knows each GPU's share");
         for (const auto& g : p.gpus) why("gpu" + std::to_string(g.gpu), std::to_string(g.used_bytes), describe_gpu(g));
+        // The target's own options, each with its reason.
+        auto arg = [&](const std::string& name, const std::string& flag, const std::string& value, const std::string& reason) {
+            p.server_args.push_back(flag);
+            if (!value.empty()) p.server_args.push_back(value);
+            why(name, flag + (value.empty() ? "" : " " + value), reason);
+        };
+        const bool mla = m.cache_layout.rfind("MLA", 0) == 0;
+        const std::string kv_figure = std::to_string(cache_bytes_per_token(m, go.cache_type_k, go.cache_type_v)) + " bytes per token of context on all layers (" +
+                                      std::to_string(m.cache_bytes_per_token) + " in f16), in each GPU's KV figure above";
+        if (opt.cache_type_k != "f16") arg("cache_type_k", "-ctk", opt.cache_type_k, "the K cache in " + opt.cache_type_k + ": " + kv_figure);
+        if (opt.cache_type_v != "f16") {
+            if (mla) p.notes.push_back("-ctv " + opt.cache_type_v + " not written: an MLA model keeps only its latent, in the K cache");
+            else arg("cache_type_v", "-ctv", opt.cache_type_v, "the V cache in " + opt.cache_type_v + ": " + kv_figure);
+        }
+        const bool v_quantized = !mla && opt.cache_type_v != "f16" && opt.cache_type_v != "bf16" && opt.cache_type_v != "f32";
+        if (p.target == "llama-server" && v_quantized) arg("flash_attn", "-fa", "on", "llama.cpp quantizes the V cache only with flash attention");
         if (p.target == "ik-llama-server") {
-            // ik_llama.cpp's server options for a hybrid GPU/CPU MoE host (its docs/parameters.md); each with its reason.
-            auto arg = [&](const std::string& name, const std::string& flag, const std::string& value, const std::string& reason) {
-                p.server_args.push_back(flag);
-                if (!value.empty()) p.server_args.push_back(value);
-                why(name, flag + (value.empty() ? "" : " " + value), reason);
-            };
+            // ik_llama.cpp's server options for a hybrid GPU/CPU MoE host (its docs/parameters.md).
             arg("threads_batch", "-tb", std::to_string(p.threads),
                 "prompt processing runs the CPU-resident experts too: every physical core, as --threads");
             arg("flash_attn", "-fa", "on", "flash attention: less compute buffer and faster attention on the GPUs (ik's default, written so the plan does not depend on it)");
-            if (m.cache_layout.rfind("MLA", 0) == 0) {
+            if (mla) {
                 arg("mla", "-mla", "3", "MLA model: ik's mode 3 keeps only the compressed latent in the KV cache and picks the faster attention "
                                         "path per batch (the KV figure above is the latent cache)");
                 arg("attention_max_batch", "-amb", "512", "caps attention's K*Q scratch at 512 MiB per batch for MLA, so large -ub does not "

@@ -26,6 +26,7 @@ struct PlanOptions {
     std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes the plan may use on it (all of it)
     std::string gpu_layers;                        // llama-server: a pinned layout, "3-17:0,74-77:1" (tune/gpu_plan.h)
     int n_batch = 2048, n_ubatch = 512;            // llama-server -b / -ub: the compute buffer follows -ub
+    std::string cache_type_k = "f16", cache_type_v = "f16";  // llama-server -ctk / -ctv: the KV cache's types
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string alias;

@@ -58,6 +58,7 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
     const uint64_t L = f.n_layer;
     if (u("attention.kv_lora_rank") && u("attention.key_length_mla")) {
         const uint64_t lora = u("attention.kv_lora_rank"), rope = u("rope.dimension_count");
+        f.cache_k_elems_per_token = L * (lora + rope);
         f.cache_bytes_per_token = L * (lora + rope) * 2;
         f.cache_layout = "MLA latent (" + std::to_string(lora) + " + " + std::to_string(rope) + ") fp16 x " + std::to_string(L) + " layers";
         if (const uint64_t ix = u("attention.indexer.key_length")) {
@@ -71,6 +72,7 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
                 full = 0;
                 for (uint64_t l = 0; l < L; ++l) full += l < 2 || (l - 2) % 4 == 0;
             }
+            f.cache_k_elems_per_token += full * ix;
             f.cache_bytes_per_token += full * ix * 2;
             f.cache_layout += " + DSA keys " + std::to_string(ix) + " fp16 x " + std::to_string(full) + " layers";
         }
@@ -95,6 +97,8 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
         f.recurrent_layers = static_cast<uint32_t>(recurrent);
         f.state_bytes = recurrent * ((K > 0 ? K - 1 : 0) * (2 * S * Hk + S * Hv) + Hv * S * S) * 4;
     }
+    f.cache_k_elems_per_token = attn_layers * f.n_head_kv * k;
+    f.cache_v_elems_per_token = attn_layers * f.n_head_kv * v;
     f.cache_bytes_per_token = attn_layers * f.n_head_kv * (k + v) * 2;
     f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(attn_layers) +
                      (f.recurrent_layers ? " full-attention" : "") + " layers";
