@@ -7,6 +7,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -22,11 +23,16 @@ namespace ikt {
 using ik::QK_K;
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-// Up to 16 table entries (plus a constant) in both lanes; entries past `count` are zero.
-inline __m256i table256(const int8_t* t, int add, int count = 16) {
-    int8_t e[16] = {};
-    for (int i = 0; i < count; ++i) e[i] = static_cast<int8_t>(t[i] + add);
-    return _mm256_broadcastsi128_si256(load16(e));
+// Entries Offset..Offset+Count-1 of a value table (plus a constant) in both lanes, the rest zero: built at
+// compile time, so a row's decoder starts with one broadcast load per table.
+template <const int8_t* T, int Offset, int Add, int Count = 16>
+inline __m256i table256() {
+    alignas(16) static constexpr auto kEntries = [] {
+        std::array<int8_t, 16> e{};
+        for (int i = 0; i < Count; ++i) e[i] = static_cast<int8_t>(T[Offset + i] + Add);
+        return e;
+    }();
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kEntries.data())));
 }
 // A block's 16 int16 scales (one per 16 weights, natural order; the per-32 types repeat theirs), as two registers
 // holding each half in both lanes; pair(g) = elements 0..15 of group g times s[2g], 16..31 times s[2g + 1].
@@ -99,7 +105,7 @@ struct Dec<GgmlType::IQ4_KS> {
     static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ4_KS);
     float drow;
     const ik::BlockIQ4_KS* x = nullptr;
-    __m256i tab[2] = {table256(ik::kIq4kValues, 0), table256(ik::kIq4kValues + 16, 0)};
+    __m256i tab[2] = {table256<ik::kIq4kValues, 0, 0>(), table256<ik::kIq4kValues, 16, 0>()};
     __m256i s16, m16;
     explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
     void block(const uint8_t* blk) {
@@ -124,7 +130,7 @@ struct Dec<GgmlType::IQ4_KSS> {
     static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ4_KSS);
     float drow;
     const uint8_t* q = nullptr;
-    __m256i tab = table256(ik::kIq4kValues, 128);
+    __m256i tab = table256<ik::kIq4kValues, 0, 128>();
     __m256i s16, m16;
     explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
     void block(const uint8_t* blk) {
@@ -160,7 +166,7 @@ struct Dec<GgmlType::IQ5_KS> {
     static constexpr int kMeta = 4, kBlock = sizeof(ik::BlockIQ5_KS);
     float drow;
     const ik::BlockIQ5_KS* x = nullptr;
-    __m256i tab[2] = {table256(ik::kIq5nlValues, 128), table256(ik::kIq5nlValues + 16, 128)};
+    __m256i tab[2] = {table256<ik::kIq5nlValues, 0, 128>(), table256<ik::kIq5nlValues, 16, 128>()};
     __m256i s16, m16;
     explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
     void block(const uint8_t* blk) {
@@ -183,7 +189,7 @@ struct Dec<GgmlType::IQ5_K> {
     static constexpr bool kUnsigned = false, kMins = true;
     static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ5_K);
     const ik::BlockIQ5_K* x = nullptr;
-    __m256i tab[2] = {table256(ik::kIq5nlValues, 0), table256(ik::kIq5nlValues + 16, 0)};
+    __m256i tab[2] = {table256<ik::kIq5nlValues, 0, 0>(), table256<ik::kIq5nlValues, 16, 0>()};
     __m256i s16, m16;
     explicit Dec(const uint8_t*) {}
     void block(const uint8_t* blk) {
@@ -222,7 +228,8 @@ struct Dec<GgmlType::IQ6_K> {
     __m256i tab[4];  // the 64-entry table's four 16s
     __m256i s16, m16;
     explicit Dec(const uint8_t*) {
-        for (int k = 0; k < 4; ++k) tab[k] = table256(ik::kIq6nlValues + 16 * k, 0);
+        tab[0] = table256<ik::kIq6nlValues, 0, 0>(), tab[1] = table256<ik::kIq6nlValues, 16, 0>();
+        tab[2] = table256<ik::kIq6nlValues, 32, 0>(), tab[3] = table256<ik::kIq6nlValues, 48, 0>();
     }
     void block(const uint8_t* blk) {
         x = reinterpret_cast<const ik::BlockIQ6_K*>(blk);
@@ -251,7 +258,7 @@ struct Dec<GgmlType::IQ2_K> {
     static constexpr bool kUnsigned = true, kMins = true;
     static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ2_K);
     const ik::BlockIQ2_K* x = nullptr;
-    __m256i tab = table256(ik::kIq2nlValues, 32, 4);
+    __m256i tab = table256<ik::kIq2nlValues, 0, 32, 4>();
     __m256i s16, m16;
     explicit Dec(const uint8_t*) {}
     void block(const uint8_t* blk) {
@@ -269,7 +276,7 @@ struct Dec<GgmlType::IQ2_KS> {
     static constexpr int kMeta = 2, kBlock = sizeof(ik::BlockIQ2_KS);
     float drow;
     const ik::BlockIQ2_KS* x = nullptr;
-    __m256i tab = table256(ik::kIq2nlValues, 32, 4);
+    __m256i tab = table256<ik::kIq2nlValues, 0, 32, 4>();
     __m256i s16, m16;
     explicit Dec(const uint8_t* row) : drow(read_f16(row)) {}
     void block(const uint8_t* blk) {
@@ -295,7 +302,7 @@ struct Dec<GgmlType::IQ3_K> {
     static constexpr bool kUnsigned = true, kMins = true;
     static constexpr int kMeta = 0, kBlock = sizeof(ik::BlockIQ3_K);
     const ik::BlockIQ3_K* x = nullptr;
-    __m256i tab = table256(ik::kIq3nlValues, 64, 8);
+    __m256i tab = table256<ik::kIq3nlValues, 0, 64, 8>();
     __m256i s16, m16;
     explicit Dec(const uint8_t*) {}
     void block(const uint8_t* blk) {
@@ -316,7 +323,7 @@ struct Dec<GgmlType::IQ3_KS> {
     static constexpr int kMeta = 2, kBlock = sizeof(ik::BlockIQ3_KS);
     float drow;
     const ik::BlockIQ3_KS* x = nullptr;
-    __m256i tab[2] = {table256(ik::kIq3nlValues, 0, 8), table256(ik::kIq3nlValues + 8, 0, 8)};
+    __m256i tab[2] = {table256<ik::kIq3nlValues, 0, 0, 8>(), table256<ik::kIq3nlValues, 8, 0, 8>()};
     __m256i s16, m16;
     explicit Dec(const uint8_t* row) : drow(read_f16(row)) {}
     void block(const uint8_t* blk) {
