@@ -155,6 +155,10 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
         {R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0]"},
         {R"({"messages":[{"role":"user","content":")" + std::string(2000, 'a') + R"("}]})", 400, "messages"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"" + std::string(5000, 'b') + "\"}]}", 413, ""},
+        // A field of the wrong JSON type is the client's error (400 naming it), not an internal one (500).
+        {R"({"messages":[{"role":"user","content":[{"type":5,"text":"x"}]}]})", 400, "messages[0].content"},
+        {R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":7,"function":{"name":"f"}}]}]})", 400, "messages[0].tool_calls[0]"},
+        {"{\"messages\":" + std::string(200, '[') + std::string(200, ']') + "}", 400, ""},
     };
     for (const auto& c : cases) {
         auto r = test::request(s.port(), "POST", "/v1/chat/completions", c.body);

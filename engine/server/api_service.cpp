@@ -141,13 +141,30 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
     }
 }
 
-void ApiService::check_model(const json& body) {
+void ApiService::check_model(const ordered_json& body) {
     if (!body.contains("model")) return;
     if (!body["model"].is_string()) throw bad("model must be a string", "model");
     const std::string m = body["model"].get<std::string>();
     const std::string base = opt_.model_file.substr(opt_.model_file.rfind('/') + 1);
     if (m != opt_.alias && m != base && m != opt_.model_file)
         throw ApiError{404, "model '" + m + "' does not exist; this server serves '" + opt_.alias + "'", "invalid_request_error", "model", "model_not_found"};
+}
+
+RequestLimits ApiService::limits() const {
+    RequestLimits l;
+    l.n_ctx = gen_->n_ctx();
+    l.max_tokens_default = opt_.max_tokens_default;
+    return l;
+}
+
+GenerationRequest ApiService::generation_request(const ApiRequest& a) {
+    GenerationRequest g;
+    g.sampling = a.sampling;
+    g.max_tokens = a.max_tokens;
+    g.stop = a.stop;
+    g.ignore_eos = a.ignore_eos;
+    g.logprobs = a.logprobs;
+    return g;
 }
 
 PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, const std::string& param) {

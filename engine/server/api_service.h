@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/server/api_common.h"
+#include "engine/server/api_requests.h"
 #include "engine/server/chat_session.h"
 #include "engine/server/engine_monitor.h"
 #include "engine/server/generation.h"
@@ -80,7 +81,10 @@ private:
     // Remembers a finished chat turn under its parsed answer and calls (prefix reuse across tool round trips).
     void remember(const ChatOutputParser& parser, const PreparedChat& chat, const GenerationResult& r);
     std::optional<std::vector<int32_t>> recall(const std::string& content, const std::vector<ToolCall>& calls) const;
-    void check_model(const json& body);
+    void check_model(const ordered_json& body);
+    RequestLimits limits() const;
+    // The generator's request for what a client asked (prompt and grammar are filled in later).
+    static GenerationRequest generation_request(const ApiRequest& a);
     std::string metrics_text();
     void count(int status);
     ChatFormat format() const { return {opt_.family, opt_.bos_text, opt_.split_reasoning}; }
