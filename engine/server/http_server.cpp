@@ -1,5 +1,7 @@
 #include "engine/server/http_server.h"
 
+#include "engine/server/http_request_reader.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
@@ -139,35 +141,37 @@ struct HttpServer::Impl {
         it->second.since = Clock::now();
     }
 
+    enum class ReadOutcome { Request, Closed, TimedOut, Refused };
+
     // Reads one request under deadlines: `first_wait` until its first byte, header_timeout for the header
-    // from then, body_timeout for the body.
-    beast::error_code read_request(tcp::socket& sock, beast::flat_buffer& buffer, http::request_parser<http::string_body>& parser, double first_wait) {
-        auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(first_wait));
+    // from then, body_timeout for the body. A pipelined request already buffered is returned at once.
+    ReadOutcome read_request(int fd, HttpRequestReader& reader, HttpRequestReader::State state, double first_wait) {
         auto after = [](double s) { return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
-        bool started = buffer.size() > 0, header_done = false;
-        if (started) deadline = after(opt.header_timeout_s);
+        bool started = reader.started(), header_done = false;
+        auto deadline = after(started ? opt.header_timeout_s : first_wait);
+        char chunk[16384];
         for (;;) {
-            beast::error_code ec;
-            const size_t before = buffer.size();
-            // The socket is non-blocking: read_some parses what is buffered and returns would_block when it
-            // needs bytes that have not arrived; poll() then waits for them up to the deadline.
-            http::read_some(sock, buffer, parser, ec);
-            if (!ec) {
-                if (parser.is_done()) return ec;
-                if (!started && (buffer.size() != before || parser.got_some())) {
-                    started = true;
-                    deadline = after(opt.header_timeout_s);
-                }
-                if (!header_done && parser.is_header_done()) {
-                    header_done = true;
-                    deadline = after(opt.body_timeout_s);
-                }
+            if (state == HttpRequestReader::State::Done) return ReadOutcome::Request;
+            if (state == HttpRequestReader::State::Failed) return ReadOutcome::Refused;
+            if (!started && reader.started()) {
+                started = true;
+                deadline = after(opt.header_timeout_s);
+            }
+            if (!header_done && reader.header_done()) {
+                header_done = true;
+                deadline = after(opt.body_timeout_s);
+            }
+            // The socket is non-blocking: recv takes what has arrived; poll() waits for more up to the deadline.
+            const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+            if (n > 0) {
+                state = reader.feed(std::string_view(chunk, static_cast<size_t>(n)));
                 continue;
             }
-            if (ec != net::error::would_block && ec != net::error::try_again) return ec;
+            if (n == 0) return ReadOutcome::Closed;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return ReadOutcome::Closed;
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-            if (stopping || left <= 0) return net::error::timed_out;
-            struct pollfd p {sock.native_handle(), POLLIN, 0};
+            if (stopping || left <= 0) return ReadOutcome::TimedOut;
+            struct pollfd p {fd, POLLIN, 0};
             ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
         }
     }
@@ -176,49 +180,29 @@ struct HttpServer::Impl {
         const int fd = sock.native_handle();
         beast::error_code nb;
         sock.non_blocking(true, nb);  // reads and writes wait in poll() with deadlines, never block unbounded
-        beast::flat_buffer buffer;
+        HttpRequestReader reader({opt.max_body_bytes, 64u << 10});
+        auto state = HttpRequestReader::State::NeedMore;
         for (bool first = true;; first = false) {
             set_state(fd, false);
-            http::request_parser<http::string_body> parser;
-            parser.body_limit(opt.max_body_bytes);
-            parser.header_limit(64 * 1024);
-            beast::error_code ec = read_request(sock, buffer, parser, first ? opt.header_timeout_s : opt.idle_timeout_s);
-            if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) break;
-            if (ec == http::error::body_limit) {
+            const ReadOutcome got = read_request(fd, reader, state, first ? opt.header_timeout_s : opt.idle_timeout_s);
+            if (got == ReadOutcome::Closed) break;
+            if (got == ReadOutcome::Refused) {
                 SyncResponder r(sock, 11, false, opt.send_timeout_s);
-                r.send(413, "application/json",
-                       json_error("request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes", "invalid_request_error"));
+                r.send(reader.error_status(), "application/json", json_error(reader.error_message(), "invalid_request_error"));
                 break;
             }
-            if (ec == net::error::timed_out) {
+            if (got == ReadOutcome::TimedOut) {
                 // Say why only to a client that had started a request; an idle keep-alive connection just closes.
-                if (parser.got_some() && !stopping) {
+                if (reader.started() && !stopping) {
                     SyncResponder r(sock, 11, false, opt.send_timeout_s);
                     r.send(408, "application/json", json_error("request not received in time", "invalid_request_error"));
                 }
                 break;
             }
-            if (ec) {
-                if (ec != net::error::operation_aborted && ec != net::error::bad_descriptor && ec != net::error::shut_down) {
-                    SyncResponder r(sock, 11, false, opt.send_timeout_s);
-                    r.send(400, "application/json", json_error("malformed HTTP request: " + ec.message(), "invalid_request_error"));
-                }
-                break;
-            }
             set_state(fd, true);
-            auto& req = parser.get();
-            HttpRequest hr;
-            hr.method = std::string(req.method_string());
-            std::string target(req.target());
-            hr.target = target.substr(0, target.find('?'));
-            for (const auto& f : req) {
-                std::string name(f.name_string());
-                for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-                hr.headers[name] = std::string(f.value());
-            }
-            hr.body = std::move(req.body());
-            const bool keep = req.keep_alive() && !stopping;
-            SyncResponder r(sock, req.version(), keep, opt.send_timeout_s);
+            const HttpRequest hr = reader.take(state);
+            const bool keep = reader.keep_alive() && !stopping;
+            SyncResponder r(sock, reader.version(), keep, opt.send_timeout_s);
             try {
                 handler(hr, r);
             } catch (const std::exception& e) {
