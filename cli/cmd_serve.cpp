@@ -104,7 +104,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("max-connections", po::value(&http_opt.max_connections)->default_value(128), "open connections (then the longest-idle one is closed)")
         ("max-connections-per-client", po::value(&http_opt.max_connections_per_client)->default_value(32), "open connections per client address")
         ("header-timeout", po::value(&http_opt.header_timeout_s)->default_value(10), "seconds to receive a request's header")
-        ("body-timeout", po::value(&http_opt.body_timeout_s)->default_value(60), "seconds to receive a request's body")
+        ("body-timeout", po::value(&http_opt.body_timeout_s)->default_value(60), "seconds to receive a request's body, at most")
+        ("body-grace", po::value(&http_opt.body_grace_s)->default_value(10), "seconds a body has before --min-body-rate applies")
+        ("min-body-rate", po::value(&http_opt.min_body_rate)->default_value(500), "bytes per second a body must keep up after --body-grace (0: off)")
         ("idle-timeout", po::value(&http_opt.idle_timeout_s)->default_value(60), "seconds a keep-alive connection may wait for its next request")
         ("port-file", po::value(&port_file), "write the bound port here once listening");
     add_engine_options(opts, ef);
@@ -129,8 +131,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (reasoning_format != "deepseek" && reasoning_format != "none") throw CliError("--reasoning-format " + reasoning_format + " is not deepseek or none");
     if (http_opt.max_connections < 1 || http_opt.max_connections > 100000) throw CliError("--max-connections " + std::to_string(http_opt.max_connections) + " is out of range");
     if (http_opt.max_connections_per_client < 1) throw CliError("--max-connections-per-client must be at least 1");
-    for (const auto& [name, v] : {std::pair{"--header-timeout", http_opt.header_timeout_s}, {"--body-timeout", http_opt.body_timeout_s}, {"--idle-timeout", http_opt.idle_timeout_s}})
+    for (const auto& [name, v] : {std::pair{"--header-timeout", http_opt.header_timeout_s}, {"--body-timeout", http_opt.body_timeout_s}, {"--idle-timeout", http_opt.idle_timeout_s}, {"--body-grace", http_opt.body_grace_s}})
         if (!(v > 0 && v <= 86400)) throw CliError(std::string(name) + " " + std::to_string(v) + " is out of range (0, 86400]");
+    if (!(http_opt.min_body_rate >= 0)) throw CliError("--min-body-rate " + std::to_string(http_opt.min_body_rate) + " must be 0 or more");
     if (!key_file.empty()) api_key = read_key_file(key_file);
     if (api_key.empty())
         if (const char* env = std::getenv("MOESTREAM_API_KEY")) api_key = env;

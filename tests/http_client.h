@@ -14,8 +14,18 @@ struct HttpReply {
     std::string headers, body;
 };
 
-inline int connect_loopback(int port) {
+// `from`: the loopback address to connect from (127.0.0.1 when null): the server tells clients apart by it.
+inline int connect_loopback(int port, const char* from = nullptr) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+        sockaddr_in src{};
+        src.sin_family = AF_INET;
+        ::inet_pton(AF_INET, from, &src.sin_addr);
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+            ::close(fd);
+            return -1;
+        }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -53,9 +63,9 @@ inline std::string dechunk(const std::string& body) {
     return out;
 }
 
-inline HttpReply raw_request(int port, const std::string& raw) {
+inline HttpReply raw_request(int port, const std::string& raw, const char* from = nullptr) {
     HttpReply r;
-    int fd = connect_loopback(port);
+    int fd = connect_loopback(port, from);
     if (fd < 0) return r;
     send_all(fd, raw);
     std::string all;

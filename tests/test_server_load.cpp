@@ -64,6 +64,52 @@ TEST_F(ServeTest, IdleAndSlowClientsCannotLockOthersOut) {
     EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// 100 connections from one address that send a header and one body byte, then stall (the slow-body attack):
+// normal requests right after, from that address and another, are served at once, the stalled bodies are
+// cut off with 408 once the body's grace and minimum rate run out, and a slow but moving upload is not.
+TEST_F(ServeTest, StalledBodyFloodNeitherRefusesNorDelaysOthers) {
+    Server s(model_, {"--body-grace", "1"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    const std::string stalled = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{";
+    std::vector<int> flood;
+    for (int i = 0; i < 100; ++i) {
+        flood.push_back(test::connect_loopback(s.port()));
+        test::send_all(flood.back(), stalled);
+    }
+    const std::string chat = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                             "Content-Length: " + std::to_string(kSmallChat.size()) + "\r\n\r\n" + kSmallChat;
+    for (const char* from : {"127.0.0.1", "127.0.0.2"}) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto r = test::raw_request(s.port(), chat, from);
+        EXPECT_EQ(r.status, 200) << "from " << from << ": " << r.body;
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2)) << "from " << from;
+    }
+    // The newest flood member survived the evictions: it is cut off by the body's rate, not the 60 s timeout.
+    const auto start = std::chrono::steady_clock::now();
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(flood.back(), buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+    EXPECT_NE(got.find(" 408 "), std::string::npos) << got;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+    for (int fd : flood) ::close(fd);
+
+    // 1,400 bytes at ~700 bytes/s: slower than the grace alone allows, faster than the minimum rate.
+    const std::string body = R"({"messages":[{"role":"user","content":")" + std::string(1300, 'a') + R"("}],"max_tokens":1})";
+    int slow = test::connect_loopback(s.port());
+    test::send_all(slow, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n");
+    for (size_t at = 0; at < body.size(); at += 100) {
+        test::send_all(slow, body.substr(at, 100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(140));
+    }
+    got.clear();
+    while ((n = ::recv(slow, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+    ::close(slow);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 300);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 TEST_F(ServeTest, MixedLoadLeavesTheServerHealthy) {
     Server s(model_, {"--max-queue", "32"});
     ASSERT_GT(s.port(), 0) << s.log();

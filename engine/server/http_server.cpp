@@ -121,7 +121,7 @@ struct HttpServer::Impl {
     struct Conn {
         std::string client;       // remote address
         bool busy = false;        // a request is being answered
-        Clock::time_point since;  // when it last became idle
+        Clock::time_point since;  // its last progress: a byte received, or becoming idle after a response
     };
 
     HttpServerOptions opt;
@@ -132,6 +132,11 @@ struct HttpServer::Impl {
     std::atomic<int> active{0};
     std::mutex mu;
     std::map<int, Conn> conns;  // by socket fd
+
+    void made_progress(int fd) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (auto it = conns.find(fd); it != conns.end()) it->second.since = Clock::now();
+    }
 
     void set_state(int fd, bool busy) {
         std::lock_guard<std::mutex> lk(mu);
@@ -144,26 +149,40 @@ struct HttpServer::Impl {
     enum class ReadOutcome { Request, Closed, TimedOut, Refused };
 
     // Reads one request under deadlines: `first_wait` until its first byte, header_timeout for the header
-    // from then, body_timeout for the body. A pipelined request already buffered is returned at once.
+    // from then; the body then has body_grace_s plus a second per min_body_rate bytes received, at most
+    // body_timeout (a minimum data rate, as Apache's mod_reqtimeout MinRate: a client that stalls mid-body is
+    // cut off in seconds, a slow but moving upload is not). A pipelined request already buffered returns at once.
     ReadOutcome read_request(int fd, HttpRequestReader& reader, HttpRequestReader::State state, double first_wait) {
-        auto after = [](double s) { return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+        auto after = [](Clock::time_point t, double s) { return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
         bool started = reader.started(), header_done = false;
-        auto deadline = after(started ? opt.header_timeout_s : first_wait);
+        auto deadline = after(Clock::now(), started ? opt.header_timeout_s : first_wait);
+        Clock::time_point header_at;
+        double body_bytes = 0;
+        auto body_deadline = [&] {
+            const double allowed = opt.min_body_rate > 0 ? opt.body_grace_s + body_bytes / opt.min_body_rate : opt.body_timeout_s;
+            return after(header_at, std::min(opt.body_timeout_s, allowed));
+        };
         char chunk[16384];
         for (;;) {
             if (state == HttpRequestReader::State::Done) return ReadOutcome::Request;
             if (state == HttpRequestReader::State::Failed) return ReadOutcome::Refused;
             if (!started && reader.started()) {
                 started = true;
-                deadline = after(opt.header_timeout_s);
+                deadline = after(Clock::now(), opt.header_timeout_s);
             }
             if (!header_done && reader.header_done()) {
                 header_done = true;
-                deadline = after(opt.body_timeout_s);
+                header_at = Clock::now();
+                deadline = body_deadline();
             }
             // The socket is non-blocking: recv takes what has arrived; poll() waits for more up to the deadline.
             const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
             if (n > 0) {
+                made_progress(fd);
+                if (header_done) {
+                    body_bytes += static_cast<double>(n);
+                    deadline = body_deadline();
+                }
                 state = reader.feed(std::string_view(chunk, static_cast<size_t>(n)));
                 continue;
             }
@@ -220,8 +239,10 @@ struct HttpServer::Impl {
         sock.close(ec);
     }
 
-    // Room for a connection from `client`: under both caps, or by closing the longest-idle connection (of that
-    // client when its own cap is the one reached). False when every candidate is busy.
+    // Room for a connection from `client`: under both caps, or by closing, among the connections not being
+    // answered (idle, or still sending a request) of that client when its own cap is the one reached, the one
+    // whose last progress is oldest: a stalled flood loses its own members first, and a client that has just
+    // connected, or is sending, outlasts them. False only when every candidate is busy answering.
     bool make_room(const std::string& client) {
         std::lock_guard<std::mutex> lk(mu);
         int from_client = 0;
@@ -230,10 +251,8 @@ struct HttpServer::Impl {
         if (!client_full && static_cast<int>(conns.size()) < opt.max_connections) return true;
         int victim = -1;
         Clock::time_point oldest = Clock::time_point::max();
-        // A connection idle for less than 50 ms is most likely a client about to send its request: not a victim.
-        const auto young = Clock::now() - std::chrono::milliseconds(50);
         for (const auto& [fd, c] : conns)
-            if (!c.busy && (!client_full || c.client == client) && c.since < oldest && c.since < young) {
+            if (!c.busy && (!client_full || c.client == client) && c.since < oldest) {
                 oldest = c.since;
                 victim = fd;
             }

@@ -35,9 +35,9 @@ public:
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 
 // Connections are bounded in number, per client address and in time, so idle or slow clients cannot lock
-// others out: a new connection over a cap takes the place of the longest-idle connection (one between
-// requests or still sending its header) rather than being refused; only when every connection is busy
-// answering does it get 503.
+// others out: a new connection over a cap takes the place of the connection that made the least recent
+// progress (one between requests or still sending its request) rather than being refused; only when every
+// connection is busy answering does it get 503. A request's body must keep up a minimum data rate.
 struct HttpServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;
@@ -45,7 +45,9 @@ struct HttpServerOptions {
     int max_connections = 128;
     int max_connections_per_client = 32;
     double header_timeout_s = 10;   // from a request's first byte (or the connection's start) to its full header
-    double body_timeout_s = 60;     // from the header to the full body
+    double body_timeout_s = 60;     // from the header to the full body, at most
+    double body_grace_s = 10;       // the body's first seconds, then a second per min_body_rate bytes
+    double min_body_rate = 500;     // bytes per second a body must keep up (0: only body_timeout)
     double idle_timeout_s = 60;     // keep-alive: between one response and the next request's first byte
     double send_timeout_s = 60;     // a client that stops reading a response is dropped after this long
 };
