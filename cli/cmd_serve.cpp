@@ -217,6 +217,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                           {engine.model->hp.n_layer, engine.model->hp.moe.n_expert},
                           ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile));
     service.set_monitor(&monitor);
+    service.set_disk_health(engine.disk_health);
     service.set_ready(true);
     sd_notify(0, "READY=1\nSTATUS=serving");
     std::cerr << "moestream serve: ready: " << name << " (" << family_name(api.family) << " chat template) on " << host << ":"
@@ -233,6 +234,22 @@ int cmd_serve(const std::vector<std::string>& args) {
                 for (uint64_t waited = 0; waited < wd_usec / 2 && !done; waited += 100'000) ::usleep(100'000);
             }
         });
+    // systemd's status line follows the expert reads' health (`systemctl status` shows why requests fail).
+    std::thread disk_status;
+    if (engine.disk_health)
+        disk_status = std::thread([&] {
+            bool was_degraded = false;
+            while (!done) {
+                const DiskHealth::State d = engine.disk_health->state();
+                if (d.degraded != was_degraded) {
+                    was_degraded = d.degraded;
+                    const std::string line = d.degraded ? "STATUS=degraded: " + d.reason : std::string("STATUS=serving");
+                    sd_notify(0, line.c_str());
+                    std::cerr << "moestream serve: " << (d.degraded ? "degraded: expert reads fail: " + d.reason : "expert reads succeed again") << "\n";
+                }
+                ::usleep(200'000);
+            }
+        });
     std::thread signals([&] {
         int sig = 0;
         sigwait(&sigs, &sig);
@@ -245,6 +262,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     http.join();
     done = true;
     if (watchdog.joinable()) watchdog.join();
+    if (disk_status.joinable()) disk_status.join();
     ::kill(::getpid(), SIGTERM);  // wake the signal thread if the server stopped another way
     signals.join();
     service.set_monitor(nullptr);

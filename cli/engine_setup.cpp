@@ -116,6 +116,8 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
             so.io.use_uring = !f.no_uring;
             so.io.sqpoll = f.io_sqpoll;
             if (!f.profile.empty()) so.pinned = read_profile(f.profile);
+            so.health = std::make_shared<DiskHealth>();
+            le.disk_health = so.health;
             streaming = so;
             le.streaming = true;
             le.cache_bytes = cache;

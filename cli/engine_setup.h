@@ -33,6 +33,7 @@ struct LoadedEngine {
     kernels::Flavor flavor = kernels::default_flavor();
     bool streaming = false;
     uint64_t cache_bytes = 0;
+    std::shared_ptr<DiskHealth> disk_health;  // streaming: the expert reads' health (the server's /health)
     std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
     std::string kernels;      // one line: the kernel table and numerics chosen, and why (cpu_choice.h)
 };

@@ -13,6 +13,7 @@ packages=(
   chromium                                      # the web page's tests run in it, headless
   nftables                                      # nft -c checks the cluster plan's firewall rules
   qemu-user                                     # the cpu-models tests run the kernels as other CPUs (qemu-x86_64 -cpu)
+  fuse3 libfuse3-dev                            # faultfs: the disk-fault tests' filesystem (test_disk_faults.cpp)
 )
 # Node.js runs the official OpenAI/Anthropic SDK clients in the server tests: Debian's, unless a node is
 # already on PATH.

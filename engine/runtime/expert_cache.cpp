@@ -174,7 +174,7 @@ void StreamingExpertSource::submit_chunk(uint32_t ci, bool urgent) {
     stats_.reads_submitted++;
 }
 
-void StreamingExpertSource::start_load(int si, uint32_t layer, uint32_t expert, bool urgent) {
+void StreamingExpertSource::start_load(int si, uint32_t layer, uint32_t expert, bool urgent, bool from_gguf) {
     Slot& s = slots_[si];
     s.key = key_of(layer, expert);
     s.layer = layer;
@@ -184,7 +184,7 @@ void StreamingExpertSource::start_load(int si, uint32_t layer, uint32_t expert, 
     s.error.clear();
     s.pending = 0;
     map_[s.key] = si;
-    s.from_store = opt_.store && record_state_[static_cast<size_t>(s.key)] != RecordState::Bad;
+    s.from_store = !from_gguf && opt_.store && record_state_[static_cast<size_t>(s.key)] != RecordState::Bad;
     s.load_bytes = 0;
     if (s.from_store) {  // one contiguous record
         const uint64_t at = opt_.store->record_offset(layer, expert), len = opt_.store->layer(layer).stride;
@@ -264,12 +264,24 @@ void StreamingExpertSource::complete(const ReadCompletion& c) {
     if (--s.pending > 0) return;
     const int si = static_cast<int>(ch.slot);
     loading_bytes_ -= s.load_bytes;
+    if (s.from_store && !s.error.empty()) {
+        // The store's copy could not be read: the GGUF holds the same bytes, maybe on a healthy part of the disk.
+        stats_.store_read_fallbacks++;
+        if (opt_.health) opt_.health->fell_back(opt_.store->path() + ": " + s.error);
+        if (opt_.warn) opt_.warn(opt_.store->path() + ": " + s.error + "; reading it from the GGUF");
+        start_load(si, s.layer, s.expert, s.demanded, true);
+        return;
+    }
     if (s.error.empty() && s.from_store && !store_record_ok(si)) {
         start_load(si, s.layer, s.expert, s.demanded);  // the same expert again, from the GGUF
         return;
     }
     s.loading = false;
     s.valid = s.error.empty();
+    if (opt_.health) {
+        if (s.valid) opt_.health->load_ok();
+        else opt_.health->load_failed(s.error);
+    }
     if (s.demanded) {
         ready_.push_back(si);
     } else if (!s.valid) {  // a failed prefetch: forget it

@@ -16,6 +16,7 @@
 
 #include "engine/weights/weights.h"
 #include "engine/runtime/block_reader.h"
+#include "engine/runtime/disk_health.h"
 #include "engine/runtime/expert_store.h"
 #include "engine/util/weight_memory.h"
 
@@ -34,6 +35,8 @@ struct StreamingOptions {
     std::shared_ptr<const ExpertStore> store;
     // One line per event worth a log entry (a store record failing its checksum).
     std::function<void(const std::string&)> warn;
+    // Told of failed and completed loads (the server's /health); may be null.
+    std::shared_ptr<DiskHealth> health;
 };
 
 class StreamingExpertSource : public ExpertSource {
@@ -90,7 +93,8 @@ private:
     Window window(uint32_t layer, uint32_t expert, int kind) const;
     ExpertView view(const Slot& s) const;
     int allocate_slot();  // -1 when every slot is pinned, loading or protected
-    void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent);
+    // from_gguf: skip the store (its copy could not be read).
+    void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent, bool from_gguf = false);
     void queue_reads(int slot, uint32_t file, uint64_t start, uint64_t length, uint64_t used_end, uint8_t* dst, bool urgent);
     // True when a store record's bytes match its checksum (checked once per record); a record that does not
     // is marked bad, logged, and read again from the GGUF.

@@ -94,6 +94,10 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
         if (req.target == "/health") {
             method("GET");
             if (!ready_) return send_json(503, {{"status", "loading"}});
+            if (disk_health_) {
+                const DiskHealth::State d = disk_health_->state();
+                if (d.degraded) return send_json(503, {{"status", "degraded"}, {"error", d.reason}, {"failed_expert_loads", d.failed_loads}});
+            }
             return send_json(200, {{"status", "ok"}});
         }
         if (!opt_.api_key.empty()) {
@@ -265,6 +269,13 @@ std::string ApiService::metrics_text() {
     const auto& rs = gen_->runner_stats();
     metric("moestream_expert_loads_total", "counter", "Experts fetched (once per batch each).", static_cast<double>(rs.expert_loads));
     metric("moestream_expert_activations_total", "counter", "Token-expert pairs computed.", static_cast<double>(rs.expert_activations));
+    if (disk_health_) {
+        const DiskHealth::State d = disk_health_->state();
+        metric("moestream_disk_degraded", "gauge", "1 while expert reads fail (until one completes again).", d.degraded ? 1 : 0);
+        metric("moestream_expert_load_failures_total", "counter", "Expert loads whose reads failed.", static_cast<double>(d.failed_loads));
+        metric("moestream_store_read_fallbacks_total", "counter", "Expert store records that could not be read and came from the GGUF.",
+               static_cast<double>(d.fallbacks));
+    }
     if (extra_metrics) m << extra_metrics();
     m << "# HELP moestream_requests_total Requests answered, by HTTP status.\n# TYPE moestream_requests_total counter\n";
     std::lock_guard<std::mutex> lk(status_mu_);

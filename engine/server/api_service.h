@@ -13,6 +13,7 @@
 
 #include "engine/server/api_common.h"
 #include "engine/server/api_requests.h"
+#include "engine/runtime/disk_health.h"
 #include "engine/server/chat_session.h"
 #include "engine/server/engine_monitor.h"
 #include "engine/server/generation.h"
@@ -57,6 +58,8 @@ public:
     void set_ready(bool ready) { ready_ = ready; }
     void set_generator(Generator* g) { gen_ = g; }
     void set_monitor(EngineMonitor* m) { monitor_ = m; }
+    // Streaming: /health says degraded (503, with the reason) while expert reads fail.
+    void set_disk_health(std::shared_ptr<const DiskHealth> h) { disk_health_ = std::move(h); }
     // Extra gauges for /metrics supplied by the caller (expert cache, bytes read...).
     std::function<std::string()> extra_metrics;
 
@@ -95,6 +98,7 @@ private:
     std::atomic<bool> ready_{false};
     std::atomic<uint64_t> next_id_{1};
     std::atomic<EngineMonitor*> monitor_{nullptr};
+    std::shared_ptr<const DiskHealth> disk_health_;
     std::mutex status_mu_;
     std::map<int, uint64_t> by_status_;
 };

@@ -91,6 +91,7 @@ struct ExpertSourceStats {
     uint64_t evictions = 0;
     uint64_t store_loads = 0;               // experts read as one store record
     uint64_t store_bad_records = 0;         // store records that failed their checksum (then read from the GGUF)
+    uint64_t store_read_fallbacks = 0;      // store records that could not be read (then read from the GGUF)
 };
 
 // Where routed experts come from. The forward pass asks for every expert a layer needs at once, computes
