@@ -28,6 +28,10 @@ namespace po = boost::program_options;
 using json = nlohmann::json;
 
 namespace moe::cli {
+
+namespace {
+constexpr uint64_t kFioBaseBytes = 32ull << 20;  // fio's two processes beside its I/O buffers (38.5 MiB RSS at 32 x 1 MiB)
+}
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -89,11 +93,23 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
 
     const uint32_t n_ctx = static_cast<uint32_t>(n_prompt + n_gen + 1);
-    if (vm.count("cache-fraction")) {
-        if (!ef.ram_budget.empty()) throw CliError("give --cache-fraction or --ram-budget, not both");
-        if (!(cache_fraction > 0 && cache_fraction < 1)) throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
-        const ModelFacts f = read_model_facts(model_path);
-        ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx) + static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
+    // Under a budget, what the bench holds beside the main runner comes out of it too: the slot section's runner
+    // (its KV caches and scratch, while the main one lives) and fio (its buffers, queue depth x block size).
+    const bool budgeted = !ef.ram_budget.empty() || vm.count("cache-fraction");
+    uint64_t beside = 0;
+    if (budgeted) {
+        const GgufModel header = open_gguf_model(model_path);
+        const int max_slots = slot_counts.empty() ? 0 : *std::max_element(slot_counts.begin(), slot_counts.end());
+        if (max_slots > 0)
+            beside += engine_working_bytes(header, n_ctx, max_slots) - kProcessBaseBytes + model_facts(header).kv_bytes(n_ctx) * static_cast<uint64_t>(max_slots);
+        if (!no_fio) beside += static_cast<uint64_t>(ef.io_depth) * parse_bytes("--read-size", ef.read_size) + kFioBaseBytes;
+        if (vm.count("cache-fraction")) {
+            if (!ef.ram_budget.empty()) throw CliError("give --cache-fraction or --ram-budget, not both");
+            if (!(cache_fraction > 0 && cache_fraction < 1)) throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
+            const ModelFacts f = model_facts(header);
+            ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx) + engine_working_bytes(header, n_ctx, 1) + beside +
+                                           static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
+        }
     }
     // RAM bandwidth first, with a buffer far larger than the caches, and freed before the model loads (a
     // benchmark inside a cgroup memory limit has no room for it next to the expert cache).
@@ -104,7 +120,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         bw_buffer = std::clamp<size_t>(static_cast<size_t>(parse_bytes("--ram-budget", ef.ram_budget) / 2), size_t{64} << 20, bw_buffer);
     const double bw = measure_memory_read_bandwidth(threads, bw_buffer);
     const uint64_t cache_before = page_cache_bytes();
-    LoadedEngine le = load_engine(model_path, ef, n_ctx);
+    LoadedEngine le = load_engine(model_path, ef, n_ctx, 1, beside);
     ModelFacts facts = model_facts(le.file);
     if (prefetch_layers < 0 || prefetch_layers > 4) throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
     Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers});

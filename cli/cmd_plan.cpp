@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
 #include "cli/plan_cluster.h"
 #include "cli/plan_files.h"
 #include "launch/apply.h"
@@ -173,7 +174,15 @@ PlanOptions options_from(const Plan& p) {
     return o;
 }
 
-Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& o) {
+Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& given) {
+    PlanOptions o = given;
+    if (o.target == "engine") {
+        try {  // what the engine will keep out of the budget for itself (load_engine), from the file's layout
+            o.engine_working_bytes = engine_working_bytes(open_gguf_model(o.model_path), o.n_ctx, o.parallel);
+        } catch (const std::exception&) {
+            o.engine_working_bytes = kProcessBaseBytes;  // a layout the engine cannot load: make_plan says why
+        }
+    }
     try {
         return make_plan(h, m, o);
     } catch (const PlanError& e) {

@@ -1,5 +1,7 @@
 #include "cli/engine_setup.h"
 
+#include "engine/forward/runner.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -73,7 +75,14 @@ ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& st
     };
 }
 
-LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq) {
+uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq) {
+    RunnerOptions ro;
+    ro.n_ctx = static_cast<int>(n_ctx);
+    ro.n_seq = n_seq;
+    return Runner::working_bytes(*load_model_layout(file), ro) + kProcessBaseBytes;
+}
+
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq, uint64_t extra_bytes) {
     LoadedEngine le;
     le.file = open_gguf_model(path);
     ModelFacts facts = model_facts(le.file);
@@ -98,11 +107,15 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
         const uint64_t kv = facts.kv_bytes(n_ctx) * static_cast<uint64_t>(n_seq);  // one cache per server slot
-        if (budget <= facts.resident_bytes + kv)
+        // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
+        const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes;
+        if (budget <= facts.resident_bytes + kv + working)
             throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
                            human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" +
-                           human_bytes(static_cast<double>(kv)) + ")");
-        const uint64_t cache = budget - facts.resident_bytes - kv;
+                           human_bytes(static_cast<double>(kv)) + ") plus the engine's working memory (" +
+                           human_bytes(static_cast<double>(working)) + ")");
+        const uint64_t cache = budget - facts.resident_bytes - kv - working;
+        le.working_bytes = working;
         if (cache < facts.expert_bytes) {
             StreamingOptions so;
             so.cache_bytes = cache;

@@ -33,14 +33,21 @@ struct LoadedEngine {
     kernels::Flavor flavor = kernels::default_flavor();
     bool streaming = false;
     uint64_t cache_bytes = 0;
-    std::shared_ptr<DiskHealth> disk_health;  // streaming: the expert reads' health (the server's /health)
+    std::shared_ptr<DiskHealth> disk_health;
+    uint64_t working_bytes = 0;   // streaming: what the budget kept for the engine's own allocations  // streaming: the expert reads' health (the server's /health)
     std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
     std::string kernels;      // one line: the kernel table and numerics chosen, and why (cpu_choice.h)
 };
 
+// What the process allocates besides weights, KV and the expert cache, from the file's layout: the runner's
+// activations, scratch and logits (Runner::working_bytes) plus kProcessBaseBytes.
+constexpr uint64_t kProcessBaseBytes = 24ull << 20;  // code, libraries, heap, tokenizer, thread stacks, I/O rings
+uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq);
+
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
-// n_seq: sequences (server slots) whose KV caches come out of --ram-budget.
-LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq = 1);
+// n_seq: sequences (server slots) whose KV caches come out of --ram-budget. extra_bytes: what else the command
+// holds while the engine runs (bench's fio), kept out of the expert cache as well.
+LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq = 1, uint64_t extra_bytes = 0);
 
 // The expert source of a model streamed from disk into a cache of these options (tests use it too).
 // `store`: "off", "auto" (the GGUF's `.experts` store when present and valid; `note` says why not otherwise)

@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "engine/runtime/expert_store.h"
 #include "tests/serve_fixture.h"
+#include "tests/budget.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -125,7 +126,7 @@ TEST(DiskFaults, LiveServerThroughFailingAndVanishingDisk) {
     make_repacked_model(src);
     const std::vector<std::string> prompts = {"hello there", "a slow disk", "the store is bad", "the disk is gone away now"};
     auto body = [](const std::string& prompt) { return R"({"model":"m","prompt":")" + prompt + R"(","max_tokens":8,"temperature":0})"; };
-    const std::vector<std::string> flags = {"--ram-budget", "3M", "--ctx", "256"};
+    const std::vector<std::string> flags = {"--ram-budget", test::budget_plus_working(src + "/m.gguf", 3u << 20, 256), "--ctx", "256"};
 
     // What each prompt gives on a healthy disk.
     std::vector<std::string> want;

@@ -17,6 +17,7 @@
 #include "engine/model/model_facts.h"
 #include "engine/runtime/expert_store.h"
 #include "tests/serve_fixture.h"
+#include "tests/budget.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -155,7 +156,7 @@ TEST(ExpertStore, StoreOfAnotherGgufIsRefusedWithTheReason) {
     EXPECT_EQ(dynamic_cast<StreamingExpertSource&>(*m->experts).store(), nullptr);
     EXPECT_NE(note.find("expert store not used, reading the GGUF"), std::string::npos) << note;
     EXPECT_EQ(test::greedy_logits(*m, kPrompt, 2), test::greedy_logits(*load_model(fb), kPrompt, 2));
-    auto [rc, out] = test::run_moestream("run -m " + b + " --ram-budget 3M -c 256 --prompt hi -n 2 --expert-store " + ExpertStore::path_for(b));
+    auto [rc, out] = test::run_moestream("run -m " + b + " --ram-budget " + test::budget_plus_working(b, 3u << 20, 256) + " -c 256 --prompt hi -n 2 --expert-store " + ExpertStore::path_for(b));
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("--expert-store: " + ExpertStore::path_for(b) + ": made from a different GGUF"), std::string::npos) << out;
     // repack notices the stale store and writes a new one.
@@ -227,7 +228,7 @@ TEST(ExpertStore, RepackIsIdempotentAndAtomic) {
 TEST(ExpertStore, RunPicksTheStoreUpAndSaysSo) {
     test::TempDir dir;
     const std::string model = make_model(dir, "m.gguf");
-    const std::string run = "run -m " + model + " --ram-budget 3M -c 256 --prompt hello -n 8 --temp 0";
+    const std::string run = "run -m " + model + " --ram-budget " + test::budget_plus_working(model, 3u << 20, 256) + " -c 256 --prompt hello -n 8 --temp 0";
     auto [rc0, before] = test::run_moestream(run);
     ASSERT_EQ(rc0, 0) << before;
     EXPECT_NE(before.find("no expert store (moestream repack writes one"), std::string::npos) << before;
@@ -253,7 +254,7 @@ TEST(ExpertStore, ServeCountsStoreLoadsInMetrics) {
     const std::string body = R"({"model":"m","prompt":"hello there","max_tokens":8,"temperature":0})";
     std::string texts[2];
     for (int with_store = 0; with_store < 2; ++with_store) {
-        test::Server s(model, {"--ram-budget", "3M", "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
+        test::Server s(model, {"--ram-budget", test::budget_plus_working(model, 3u << 20, 256), "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
         ASSERT_NE(s.port(), 0);
         auto r = test::request(s.port(), "POST", "/v1/completions", body);
         ASSERT_EQ(r.status, 200) << r.body;

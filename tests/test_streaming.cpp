@@ -15,6 +15,7 @@
 #include "engine/forward/runner.h"
 #include "engine/model/loader.h"
 #include "cli/engine_setup.h"
+#include "tests/budget.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -214,8 +215,9 @@ TEST(StreamingCli, RunGivesTheSameTokensStreamedAndProfilePinsTheHottest) {
     const std::string model = make_model(dir, "q4_k");
     auto [c1, in_ram] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256");
     ASSERT_EQ(c1, 0);
-    // Resident weights + the KV cache for 256 positions (under 1 MiB) + 3 MiB of expert cache (of 9 MiB).
-    const std::string budget = std::to_string(model_facts(open_gguf_model(model)).resident_bytes + (4u << 20));
+    // Resident weights + the KV cache for 256 positions (under 1 MiB) + 3 MiB of expert cache (of 9 MiB), and
+    // the engine's working memory.
+    const std::string budget = test::budget_plus_working(model, model_facts(open_gguf_model(model)).resident_bytes + (4u << 20), 256);
     auto [c2, streamed] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget);
     ASSERT_EQ(c2, 0) << streamed;
     EXPECT_EQ(nlohmann::json::parse(streamed)["tokens"], nlohmann::json::parse(in_ram)["tokens"]);
@@ -237,9 +239,9 @@ TEST(StreamingCli, RunGivesTheSameTokensStreamedAndProfilePinsTheHottest) {
 TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     test::TempDir dir;
     const std::string model = make_model(dir, "q8_0");
-    const std::string budget = std::to_string(model_facts(open_gguf_model(model)).resident_bytes + (4u << 20));
     const std::string svg_path = dir / "run.svg";
-    auto [code, out] = run_quiet("bench -m " + model + " --ram-budget " + budget + " --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " +
+    // A third of the experts cached, beside everything else bench holds (its fio, its slot runner).
+    auto [code, out] = run_quiet("bench -m " + model + " --cache-fraction 0.33 --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " +
                                  svg_path);
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);

@@ -198,11 +198,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         throw PlanError("--ram-budget " + mib(*opt.ram_budget) + " exceeds the " + mib(ram) + " of RAM" +
                         (node ? " on node " + std::to_string(node->id) : ""));
     const uint64_t budget = opt.ram_budget.value_or(ram > reserve ? ram - reserve : 0);
-    if (budget < m.resident_bytes + p.kv_bytes)
+    const uint64_t working = opt.target == "engine" ? opt.engine_working_bytes : 0;  // the engine counts it in its budget too
+    if (budget < m.resident_bytes + p.kv_bytes + working)
         throw PlanError("--ram-budget " + mib(budget) + " is below the resident weights (" + mib(m.resident_bytes) +
-                        ") plus the KV cache for " + std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")");
+                        ") plus the KV cache for " + std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")" +
+                        (working ? " plus the engine's working memory (" + mib(working) + ")" : std::string()));
     p.ram_budget_bytes = budget;
-    p.expert_cache_bytes = std::min<uint64_t>(budget - m.resident_bytes - p.kv_bytes, m.expert_bytes);
+    p.expert_cache_bytes = std::min<uint64_t>(budget - m.resident_bytes - p.kv_bytes - working, m.expert_bytes);
+    if (working) why("working_memory", std::to_string(working), "activations, scratch and logits for " + std::to_string(opt.parallel) +
+                                                                    " slot(s), plus the process itself: inside the budget, so a cgroup of it holds");
     const uint64_t need = min_expert_cache(m);
     if (p.expert_cache_bytes < need)
         throw PlanError("--ram-budget " + mib(budget) + " leaves " + mib(p.expert_cache_bytes) +
@@ -216,7 +220,7 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
                                  " checkpoints)"
                            : "") + (opt.parallel > 1 ? ")" : ""));
     why("expert_cache", std::to_string(p.expert_cache_bytes),
-        "budget minus resident weights (" + mib(m.resident_bytes) + ") and KV cache; holds " +
+        "budget minus resident weights (" + mib(m.resident_bytes) + "), KV cache" + (working ? std::string(" and working memory") : std::string()) + "; holds " +
             std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +
             mib(m.expert_bytes) + " of experts");
 

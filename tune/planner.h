@@ -23,6 +23,7 @@ struct PlanOptions {
     std::optional<int> threads;
     uint32_t n_ctx = 4096;
     int parallel = 1;                              // server slots, each with its own KV cache of n_ctx
+    uint64_t engine_working_bytes = 0;             // engine target: its activations, scratch, logits and process base
     std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes the plan may use on it (all of it)
     std::string gpu_layers;                        // llama-server: a pinned layout, "3-17:0,74-77:1" (tune/gpu_plan.h)
     int n_batch = 2048, n_ubatch = 512;            // llama-server -b / -ub: the compute buffer follows -ub

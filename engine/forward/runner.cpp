@@ -37,16 +37,24 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     past_.assign(static_cast<size_t>(opt_.n_seq), 0);
     seq_checkpoints_.resize(static_cast<size_t>(opt_.n_seq));
     select_sequence(0);
-    const size_t B = static_cast<size_t>(opt_.n_batch), E = hp.n_embd;
-    x_.resize(B * E);
-    if (opt_.n_seq > 1) {
-        seg_in_.resize(B * E);
-        seg_out_.resize(B * E);
+    scratch_plan(m_, opt_, [this](auto member, size_t n) { (this->*member).resize(n); });
+    const MoeConfig& mc = hp.moe;
+    selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
+}
+
+template <class Size>
+void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size) {
+    const Hparams& hp = m.hp;
+    const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512), E = hp.n_embd;
+    size(&Runner::x_, B * E);
+    if (opt.n_seq > 1) {
+        size(&Runner::seg_in_, B * E);
+        size(&Runner::seg_out_, B * E);
     }
-    xn_.resize(B * E);
-    tmp_.resize(B * E);
+    size(&Runner::xn_, B * E);
+    size(&Runner::tmp_, B * E);
     bool any_gqa = false, any_mla = false, any_dn = false;
-    for (const Layer& L : m_.layers) {
+    for (const Layer& L : m.layers) {
         any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
         any_mla = any_mla || L.attn == AttentionKind::Mla;
         any_dn = any_dn || L.attn == AttentionKind::GatedDeltaNet;
@@ -54,54 +62,71 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     if (any_dn) {
         const DeltaNetConfig& c = hp.ssm;
         const size_t C = c.conv_dim(), V = size_t{c.state} * c.n_v_heads;
-        dn_qkv_.resize(B * C);
-        dn_conv_.resize(B * C);
-        dn_z_.resize(B * V);
-        dn_out_.resize(B * V);
-        dn_g_.resize(B * c.n_v_heads);
-        dn_beta_.resize(B * c.n_v_heads);
+        size(&Runner::dn_qkv_, B * C);
+        size(&Runner::dn_conv_, B * C);
+        size(&Runner::dn_z_, B * V);
+        size(&Runner::dn_out_, B * V);
+        size(&Runner::dn_g_, B * c.n_v_heads);
+        size(&Runner::dn_beta_, B * c.n_v_heads);
     }
+    size_t q = 0, att = 0;  // shared by GQA and MLA layers: the larger of the two
     if (any_gqa) {
         const GqaConfig& g = hp.gqa;
         const size_t qd = size_t{g.n_head} * g.head_dim, kvd = size_t{g.n_head_kv} * g.head_dim;
-        q_.resize(B * qd * (g.output_gate ? 2 : 1));
-        k_.resize(B * kvd);
-        v_.resize(B * kvd);
-        att_.resize(B * qd);
+        q = B * qd * (g.output_gate ? 2 : 1);
+        att = B * qd;
+        size(&Runner::k_, B * kvd);
+        size(&Runner::v_, B * kvd);
     }
     if (any_mla) {
         const MlaConfig& c = hp.mla;
         const size_t H = c.n_head, qk = c.qk_nope + c.qk_rope, dk = c.kv_lora_rank + c.qk_rope;
-        q_.resize(std::max(q_.size(), B * H * qk));
-        qa_.resize(B * std::max<uint32_t>(c.q_lora_rank, 1));
-        kva_.resize(B * dk);
-        qabs_.resize(B * H * dk);
-        lat_.resize(B * H * c.kv_lora_rank);
-        att_.resize(std::max(att_.size(), B * H * c.v_head));
-        if (m_.has_indexer()) {
+        q = std::max(q, B * H * qk);
+        att = std::max(att, B * H * c.v_head);
+        size(&Runner::qa_, B * std::max<uint32_t>(c.q_lora_rank, 1));
+        size(&Runner::kva_, B * dk);
+        size(&Runner::qabs_, B * H * dk);
+        size(&Runner::lat_, B * H * c.kv_lora_rank);
+        if (m.has_indexer()) {
             const IndexerConfig& ix = hp.indexer;
-            ixq_.resize(B * ix.n_head * ix.head_dim);
-            ixk_.resize(B * ix.head_dim);
-            ixw_.resize(B * ix.n_head);
-            dsa_sel_.resize(B * ix.top_k);
-            dsa_count_.resize(B);
+            size(&Runner::ixq_, B * ix.n_head * ix.head_dim);
+            size(&Runner::ixk_, B * ix.head_dim);
+            size(&Runner::ixw_, B * ix.n_head);
+            size(&Runner::dsa_sel_, B * ix.top_k);
+            size(&Runner::dsa_count_, B);
         }
     }
+    if (q) size(&Runner::q_, q);
+    if (att) size(&Runner::att_, att);
     const MoeConfig& mc = hp.moe;
     const size_t ff = std::max({hp.n_ff_dense, mc.n_ff_shexp, 1u});
-    ffn_g_.resize(B * ff);
-    ffn_u_.resize(B * ff);
-    sh_out_.resize(B * E);
+    size(&Runner::ffn_g_, B * ff);
+    size(&Runner::ffn_u_, B * ff);
+    size(&Runner::sh_out_, B * E);
     if (mc.n_expert) {
-        probs_.resize(B * mc.n_expert);
-        sel_.resize(B * mc.n_expert_used);
-        sel_w_.resize(B * mc.n_expert_used);
-        expert_out_.resize(B * mc.n_expert_used * E);
-        gg_.resize(B * mc.n_ff_exp);
-        gu_.resize(B * mc.n_ff_exp);
-        gy_.resize(B * E);
+        size(&Runner::probs_, B * mc.n_expert);
+        size(&Runner::sel_, B * mc.n_expert_used);
+        size(&Runner::sel_w_, B * mc.n_expert_used);
+        size(&Runner::expert_out_, B * mc.n_expert_used * E);
+        size(&Runner::gg_, B * mc.n_ff_exp);
+        size(&Runner::gu_, B * mc.n_ff_exp);
+        size(&Runner::gy_, B * E);
     }
-    selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
+}
+
+uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
+    uint64_t total = 0;
+    scratch_plan(layout, opt, [&total](auto member, size_t n) {
+        using Vec = std::remove_reference_t<decltype(std::declval<Runner&>().*member)>;
+        total += n * sizeof(typename Vec::value_type);
+    });
+    const Hparams& hp = layout.hp;
+    const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+    const uint64_t widest = std::max<uint64_t>({hp.n_embd, hp.moe.n_ff_exp, hp.n_ff_dense, hp.moe.n_ff_shexp});
+    total += B * widest * 2;                                                    // quantized activations (act_), at most ~1.1 bytes a value
+    total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;   // one logits row per sequence
+    total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;         // routing counters
+    return total;
 }
 
 void Runner::select_sequence(int seq) {

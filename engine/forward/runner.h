@@ -55,6 +55,9 @@ public:
     void select_sequence(int seq);
     int sequence() const { return active_; }
     int n_seq() const { return static_cast<int>(caches_.size()); }
+    // Bytes a runner of these options allocates beyond the weights and its KV caches (activations, scratch,
+    // logits), from the model's layout alone: what --ram-budget must leave for it.
+    static uint64_t working_bytes(const Model& layout, const RunnerOptions& opt);
     int n_past_of(int seq) const { return past_.at(static_cast<size_t>(seq)); }
     // One decode step for several sequences at once: token i goes to sequence seqs[i] (all distinct) at that
     // sequence's next position; logits(i) is row i. The feed-forward sees all rows together, so an expert
@@ -122,6 +125,10 @@ private:
     void attention_mla(uint32_t l, int n);
     void attention_deltanet(uint32_t l, int n);
     void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills dsa_sel_
+    // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
+    // resizes them, working_bytes() adds them up, so the two cannot disagree).
+    template <class Size>
+    static void scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size);
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
                          int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked);
 

@@ -176,6 +176,7 @@ void StreamingExpertSource::submit_chunk(uint32_t ci, bool urgent) {
 
 void StreamingExpertSource::start_load(int si, uint32_t layer, uint32_t expert, bool urgent, bool from_gguf) {
     Slot& s = slots_[si];
+    if (s.key != key_of(layer, expert)) s.attempts = 0;
     s.key = key_of(layer, expert);
     s.layer = layer;
     s.expert = expert;
@@ -352,6 +353,13 @@ std::pair<uint32_t, ExpertView> StreamingExpertSource::next_ready(uint32_t layer
             const int si = ready_.front();
             ready_.pop_front();
             Slot& s = slots_[si];
+            if (!s.error.empty() && s.attempts == 0) {
+                // Read once more before failing the request: the error may be that of a load issued before the
+                // disk recovered (an abandoned request's, which this one picked up), or a transient one.
+                s.attempts++;
+                start_load(si, s.layer, s.expert, true);
+                continue;
+            }
             if (!s.error.empty()) {
                 const std::string err = s.error;
                 s.pins = 0;
@@ -435,7 +443,10 @@ void StreamingExpertSource::abandon() {
             s.demanded = false;
             if (s.valid && !s.permanent) lru_push_front(static_cast<int>(si));
         }
-        if (s.loading) s.demanded = false;  // lands as a plain cached entry
+        if (s.loading) {  // lands as a plain cached entry; a later request that wants it may retry it once
+            s.demanded = false;
+            s.attempts = 0;
+        }
     }
 }
 

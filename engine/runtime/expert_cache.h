@@ -82,6 +82,7 @@ private:
         bool valid = false, loading = false, demanded = false, prefetched = false, protect = false, permanent = false;
         bool from_store = false;  // bytes laid out as a store record, not as three GGUF windows
         uint64_t load_bytes = 0;  // bytes this load reads
+        int attempts = 0;         // retries of this expert's load after a read error (one before failing)
         std::string error;
         int prev = -1, next = -1;  // LRU list (only unpinned, loaded slots)
         bool in_list = false;
