@@ -76,6 +76,17 @@ std::string make_repacked_model(const std::string& dir) {
     return model;
 }
 
+// A repacked model in src/ and an empty mount point mnt/ beside it, in a temporary directory.
+struct ModelOnDisk {
+    test::TempDir dir;
+    std::string src = dir / "src", mnt = dir / "mnt", model;
+    ModelOnDisk() {
+        fs::create_directories(src);
+        fs::create_directories(mnt);
+        model = make_repacked_model(src);
+    }
+};
+
 std::string slurp(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(f), {}};
@@ -119,11 +130,8 @@ struct NotifySocket {
 
 TEST(DiskFaults, LiveServerThroughFailingAndVanishingDisk) {
     if (const std::string why = faultfs_missing(); !why.empty()) GTEST_SKIP() << why;
-    test::TempDir dir;
-    const std::string src = dir / "src", mnt = dir / "mnt";
-    fs::create_directories(src);
-    fs::create_directories(mnt);
-    make_repacked_model(src);
+    const ModelOnDisk disk;
+    const std::string &src = disk.src, &mnt = disk.mnt;
     const std::vector<std::string> prompts = {"hello there", "a slow disk", "the store is bad", "the disk is gone away now"};
     auto body = [](const std::string& prompt) { return R"({"model":"m","prompt":")" + prompt + R"(","max_tokens":8,"temperature":0})"; };
     const std::vector<std::string> flags = {"--ram-budget", test::budget_plus_working(src + "/m.gguf", 3u << 20, 256), "--ctx", "256"};
@@ -203,11 +211,8 @@ TEST(DiskFaults, LiveServerThroughFailingAndVanishingDisk) {
 
 TEST(DiskFaults, RepackOntoADiskFailingMidWriteKeepsTheOldStore) {
     if (const std::string why = faultfs_missing(); !why.empty()) GTEST_SKIP() << why;
-    test::TempDir dir;
-    const std::string src = dir / "src", mnt = dir / "mnt";
-    fs::create_directories(src);
-    fs::create_directories(mnt);
-    const std::string model = make_repacked_model(src);
+    const ModelOnDisk disk;
+    const std::string &src = disk.src, &mnt = disk.mnt, &model = disk.model;
     const std::string before = slurp(ExpertStore::path_for(model));
     ASSERT_FALSE(before.empty());
 
