@@ -124,31 +124,31 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                  ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
                    "IQ2_K..IQ6_K, IQ2_KS..IQ5_KS, IQ4_KSS, IQ2_KL, IQ1_KT..IQ4_KT, Q6_0, IQ1_S_R4 and IQ4_KS_R4, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
-        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
-        const uint64_t need = m.resident_bytes + kv + reserve;
+        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20), work = in.working_bytes;
+        const uint64_t need = m.resident_bytes + kv + work + reserve;
         CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;
         add({"ram_resident", "resident weights + KV cache fit in RAM", st,
              human_bytes(m.resident_bytes) + " resident + " + human_bytes(kv) + " KV (" + std::to_string(in.n_ctx) +
-                 " ctx) + " + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
+                 " ctx) + " + (work ? human_bytes(work) + " engine working memory + " : std::string()) + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
              "<= available RAM",
              st == CheckStatus::Pass ? "" : st == CheckStatus::Fail ? "a host with more RAM, or a smaller quantization of the model"
                                                                      : "free memory (stop other services) or use a shorter context (--ctx)"});
         // The smallest cache that works: one layer's selected experts.
         uint64_t min_cache = 0;
         for (uint32_t l = 0; l < m.n_layer; ++l) min_cache = std::max<uint64_t>(min_cache, m.bytes_per_expert(l) * m.n_expert_used);
-        const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
+        const uint64_t room = avail > need ? avail - need : 0;
         if (in.ram_budget) {
-            // The budget is the engine's whole footprint, as in `moestream plan`: resident + KV + expert cache.
-            const uint64_t b = *in.ram_budget, floor = m.resident_bytes + kv + min_cache;
+            // The budget is the engine's whole footprint, as in `moestream plan`: resident + KV + working + expert cache.
+            const uint64_t b = *in.ram_budget, floor = m.resident_bytes + kv + work + min_cache;
             const uint64_t ceiling = avail > reserve ? avail - reserve : 0;
             CheckStatus bs = b < floor || b > ceiling ? CheckStatus::Fail : CheckStatus::Pass;
             add({"ram_budget", "RAM budget for the engine (--ram-budget)", bs, human_bytes(static_cast<double>(b)),
                  ">= " + human_bytes(floor) + " (resident " + human_bytes(m.resident_bytes) + " + KV " + human_bytes(kv) +
-                     " + one layer's selected experts " + human_bytes(min_cache) + ") and <= " + human_bytes(ceiling) +
+                     (work ? " + working memory " + human_bytes(work) : std::string()) + " + one layer's selected experts " + human_bytes(min_cache) + ") and <= " + human_bytes(ceiling) +
                      " (available minus reserve)",
                  bs == CheckStatus::Pass ? "" : "--ram-budget " + std::to_string(std::clamp(b, floor, std::max(floor, ceiling)))});
         }
-        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv ? *in.ram_budget - m.resident_bytes - kv : 0;
+        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv + work ? *in.ram_budget - m.resident_bytes - kv - work : 0;
         const uint64_t cache = std::min<uint64_t>(in.ram_budget ? budget_cache : room, m.expert_bytes);
         add({"experts_on_disk", "routed experts streamed from disk", CheckStatus::Pass,
              human_bytes(m.expert_bytes) + " of experts; the cache holds " + human_bytes(cache) + " (" +
@@ -301,8 +301,9 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
             if (r.block_size == (1u << 20) && (ssd == 0 || r.tool == "fio")) ssd = r.bytes_per_s;
         const ModelFacts& m = *in.model;
         const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
-        const uint64_t room = avail > m.resident_bytes + kv + reserve ? avail - m.resident_bytes - kv - reserve : 0;
-        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv ? *in.ram_budget - m.resident_bytes - kv : room;
+        const uint64_t fixed = m.resident_bytes + kv + in.working_bytes;
+        const uint64_t room = avail > fixed + reserve ? avail - fixed - reserve : 0;
+        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > fixed ? *in.ram_budget - fixed : room;
         DecodeEstimate e = estimate_decode(m, std::min<uint64_t>(budget_cache, m.expert_bytes), ssd, in.mem_bytes_per_s);
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.2f tok/s (%s-bound)", e.tokens_per_s, e.bound.c_str());

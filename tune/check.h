@@ -28,7 +28,8 @@ struct CheckRow {
 struct CheckInput {
     HostFacts host;                     // storage filled when bandwidth was measured
     std::optional<ModelFacts> model;
-    std::optional<uint64_t> ram_budget; // the engine's whole RAM: resident + KV cache + expert cache
+    std::optional<uint64_t> ram_budget; // the engine's whole RAM: resident + KV cache + working memory + expert cache
+    uint64_t working_bytes = 0;         // the engine's activations, scratch, logits and process (engine_working_bytes)
     double mem_bytes_per_s = 0;         // measured RAM read bandwidth (0: not measured)
     bool tuned_running = false;
     std::string tuned_profile;
