@@ -18,10 +18,13 @@ namespace moe::test {
 
 class Server {
 public:
-    Server(const std::string& model, std::vector<std::string> extra) {
+    // `wrapper`: words before the command (e.g. a shell that moves itself into a cgroup, then execs the rest).
+    Server(const std::string& model, std::vector<std::string> extra, std::vector<std::string> wrapper = {}) {
         port_file_ = dir_ / "port";
-        std::vector<std::string> args = {MOESTREAM_BINARY, "serve", "--model", model, "--port", "0", "--port-file", port_file_,
-                                         "--threads", "1", "--alias", "m"};
+        std::vector<std::string> args = std::move(wrapper);
+        for (std::string a : {std::string(MOESTREAM_BINARY), std::string("serve"), std::string("--model"), model, std::string("--port"), std::string("0"),
+                              std::string("--port-file"), port_file_, std::string("--threads"), std::string("1"), std::string("--alias"), std::string("m")})
+            args.push_back(std::move(a));
         args.insert(args.end(), extra.begin(), extra.end());
         pid_ = ::fork();
         if (pid_ == 0) {

@@ -1,6 +1,6 @@
-// --ram-budget is the whole process: inside a memory cgroup (v1) capped at the budget + 5%, `run` and `bench`
-// (with its fio baseline and its parallel-slot runner) stream a model larger than the cap and finish, never
-// OOM-killed: the engine's own working memory and what bench holds beside it come out of the budget.
+// --ram-budget is the whole process: inside a memory cgroup (v1) capped at the budget + 5%, `serve` (two
+// slots), `run` and `bench` (with its fio baseline and its parallel-slot runner) stream a model larger than
+// the cap and finish, never OOM-killed: the engine's own working memory and what bench holds beside it come out of the budget.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "tests/serve_fixture.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -59,7 +60,7 @@ struct MemoryCgroup {
     }
 };
 
-TEST(MemoryCap, RunAndBenchFinishInsideACgroupOfTheirBudget) {
+TEST(MemoryCap, ServeRunAndBenchFinishInsideACgroupOfTheirBudget) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
     ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "4", "--embd", "512", "--heads", "4", "--kv-heads", "2", "--head-dim", "128", "--experts", "64",
@@ -74,6 +75,22 @@ TEST(MemoryCap, RunAndBenchFinishInsideACgroupOfTheirBudget) {
         {"120M", 120, "run -m " + model + " --ctx 512 -p hello -n 8 --ram-budget 120M"},
         {"200M", 200, "bench -m " + model + " --tokens 8 --prompt-tokens 8 --parallel 1,2 --fio-seconds 1 --ram-budget 200M"},
     };
+    {  // serve, answering requests on two slots, inside a cgroup of its budget + 5%
+        MemoryCgroup cg((150ull << 20) * 105 / 100);
+        if (!cg.why.empty()) GTEST_SKIP() << cg.why;
+        test::Server s(model, {"--ram-budget", "150M", "--ctx", "512", "--parallel", "2"},
+                       {"/bin/sh", "-c", "echo $$ > " + cg.dir + "/cgroup.procs && exec \"$@\"", "sh"});
+        ASSERT_NE(s.port(), 0) << s.log();
+        EXPECT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();
+        for (int i = 0; i < 6; ++i) {
+            const auto r = test::request(s.port(), "POST", "/v1/completions", R"({"prompt":"memory )" + std::to_string(i) + R"(","max_tokens":8})");
+            EXPECT_EQ(r.status, 200) << r.body;
+        }
+        EXPECT_EQ(s.terminate(), 0) << s.log();
+        EXPECT_EQ(cg.oom_kills(), 0u);
+        std::printf("[ memcap   ] 150M  serve: peak %.1f MiB of a %.1f MiB cap\n", static_cast<double>(cg.peak()) / (1 << 20),
+                    static_cast<double>((150ull << 20) * 105 / 100) / (1 << 20));
+    }
     for (const auto& c : cases) {
         MemoryCgroup cg((c.mib << 20) * 105 / 100);
         if (!cg.why.empty()) GTEST_SKIP() << cg.why;
