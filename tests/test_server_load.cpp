@@ -259,11 +259,19 @@ TEST_F(ServeTest, SoakMixedLoadOnAStreamedModelStaysFlat) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
     };
-    run_for(std::max(3, seconds / 10));  // warm-up: allocator arenas, the expert cache, connection threads
+    run_for(std::max(5, seconds / 10));  // warm-up: allocator arenas, the expert cache, connection threads
     const long rss0 = rss_kib(s.pid()), fds0 = open_fds(s.pid()), threads0 = status_field(s.pid(), "Threads");
     ok = refused = other = cut = 0;
     run_for(seconds);
-    const long rss1 = rss_kib(s.pid()), fds1 = open_fds(s.pid()), threads1 = status_field(s.pid(), "Threads");
+    // A connection's thread ends just after its last byte is sent (the /metrics polls above included): a leak is
+    // a count that stays up, so wait up to 5 s for the counts to come back before comparing.
+    long fds1 = open_fds(s.pid()), threads1 = status_field(s.pid(), "Threads");
+    for (int k = 0; k < 50 && (fds1 > fds0 || threads1 > threads0); ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        fds1 = open_fds(s.pid());
+        threads1 = status_field(s.pid(), "Threads");
+    }
+    const long rss1 = rss_kib(s.pid());
     const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
     std::printf("[ soak     ] %d s: %ld answered 200, %ld refused 503, %ld other, %ld cancelled or vanished; RSS %ld -> %ld KiB, "
                 "fds %ld -> %ld, threads %ld -> %ld\n",
