@@ -255,13 +255,7 @@ int cmd_check(const std::vector<std::string>& args) {
     if (n_ctx < 1 || n_ctx > (1u << 24)) throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
     if (!budget.empty()) in.ram_budget = parse_bytes("--ram-budget", budget);
     if (!model.empty()) in.model = read_model_facts(model);  // header only; GgufError -> one line, exit 2
-    if (in.model && in.model->supported) {
-        try {
-            in.working_bytes = engine_working_bytes(open_gguf_model(model), n_ctx, 1);
-        } catch (const std::exception&) {
-            in.working_bytes = kProcessBaseBytes;
-        }
-    }
+    if (in.model && in.model->supported) in.working_bytes = engine_working_bytes_or_base(model, n_ctx, 1);
     if (root != "/" && sf.storage.empty()) sf.no_storage = true;
     FsRoot fs(root);
     in.host = probe_host({.root = root, .try_ring = true});

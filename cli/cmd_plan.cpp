@@ -176,13 +176,8 @@ PlanOptions options_from(const Plan& p) {
 
 Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& given) {
     PlanOptions o = given;
-    if (o.target == "engine") {
-        try {  // what the engine will keep out of the budget for itself (load_engine), from the file's layout
-            o.engine_working_bytes = engine_working_bytes(open_gguf_model(o.model_path), o.n_ctx, o.parallel);
-        } catch (const std::exception&) {
-            o.engine_working_bytes = kProcessBaseBytes;  // a layout the engine cannot load: make_plan says why
-        }
-    }
+    // What the engine will keep out of the budget for itself (load_engine), from the file's layout.
+    if (o.target == "engine") o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel);
     try {
         return make_plan(h, m, o);
     } catch (const PlanError& e) {

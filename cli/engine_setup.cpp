@@ -82,6 +82,14 @@ uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq) 
     return Runner::working_bytes(*load_model_layout(file), ro) + kProcessBaseBytes;
 }
 
+uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq) {
+    try {
+        return engine_working_bytes(open_gguf_model(path), n_ctx, n_seq);
+    } catch (const std::exception&) {
+        return kProcessBaseBytes;
+    }
+}
+
 LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq, uint64_t extra_bytes) {
     LoadedEngine le;
     le.file = open_gguf_model(path);

@@ -43,6 +43,8 @@ struct LoadedEngine {
 // activations, scratch and logits (Runner::working_bytes) plus kProcessBaseBytes.
 constexpr uint64_t kProcessBaseBytes = 24ull << 20;  // code, libraries, heap, tokenizer, thread stacks, I/O rings
 uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq);
+// The same for plan and check, which read files the engine may not load: kProcessBaseBytes then (they say why).
+uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq);
 
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
 // n_seq: sequences (server slots) whose KV caches come out of --ram-budget. extra_bytes: what else the command
