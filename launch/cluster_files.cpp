@@ -109,10 +109,13 @@ std::vector<std::string> head_argv(const ClusterPlan& cp) {
     for (size_t i = 1; i < cp.hosts.size(); ++i) rpc += (rpc.empty() ? "" : ",") + endpoint(cp.hosts[i], cp.rpc_port);
     std::vector<std::string> a = {cp.llama_server_binary, "--model", cp.model_path, "--rpc", rpc, "--threads", std::to_string(head.threads),
                                   "--ctx-size", std::to_string(cp.n_ctx), "--n-gpu-layers", "999", "--host", "127.0.0.1", "--port", std::to_string(cp.port)};
-    // Each worker's layer range on its device (RPCn[host:port], n the device index on that server: 0, its CPU).
+    // Each worker's layer range on its device (RPCn[host:port], n the device index on that server: 0, its CPU),
+    // as one -ot with comma-separated rules: current llama.cpp deprecates repeated -ot ("only last value will be used").
+    std::string rules;
     for (size_t i = 1; i < cp.hosts.size(); ++i)
-        if (cp.hosts[i].n_layers) a.insert(a.end(), {"-ot", layer_pattern(cp.hosts[i]) + "=RPC0[" + endpoint(cp.hosts[i], cp.rpc_port) + "]"});
-    if (head.n_layers) a.insert(a.end(), {"-ot", layer_pattern(head) + "=CPU"});
+        if (cp.hosts[i].n_layers) rules += (rules.empty() ? "" : ",") + layer_pattern(cp.hosts[i]) + "=RPC0[" + endpoint(cp.hosts[i], cp.rpc_port) + "]";
+    if (head.n_layers) rules += (rules.empty() ? "" : ",") + layer_pattern(head) + "=CPU";
+    if (!rules.empty()) a.insert(a.end(), {"-ot", rules});
     return a;
 }
 

@@ -27,9 +27,16 @@ std::vector<std::string> launch_argv(const Plan& p) {
             a.insert(a.end(), {"--tensor-split", split});
         }
         a.insert(a.end(), p.server_args.begin(), p.server_args.end());
-        for (const auto& g : p.gpus)
-            for (uint32_t l : g.layers)
-                a.insert(a.end(), {"-ot", "blk\\." + std::to_string(l) + "\\.ffn_(gate|up|down)_exps\\.=CUDA" + std::to_string(g.gpu)});
+        // One -ot, its rules comma-separated, one per GPU, not repeated -ot
+        // options, deprecated in current llama.cpp ("only last value will be used"); every build and ik_llama.cpp read the comma form.
+        std::string rules;
+        for (const auto& g : p.gpus) {
+            if (g.layers.empty()) continue;
+            std::string layers;
+            for (uint32_t l : g.layers) layers += (layers.empty() ? "" : "|") + std::to_string(l);
+            rules += (rules.empty() ? "" : ",") + std::string("blk\\.(") + layers + ")\\.ffn_(gate|up|down)_exps\\.=CUDA" + std::to_string(g.gpu);
+        }
+        if (!rules.empty()) a.insert(a.end(), {"-ot", rules});
         a.push_back("--cpu-moe");  // after the -ot rules: llama.cpp takes the first matching override
         if (p.membind_node) a.insert(a.end(), {"--numa", "numactl"});
     } else {

@@ -103,7 +103,8 @@ LlamaCppFacts probe_llama_cpp(const std::string& path_env) {
         if (!d.empty() && d[0] == '/' && seen_dirs.insert(d).second) dirs.push_back({d, "PATH"});
     for (const char* d : {"/usr/local/bin", "/usr/bin"})
         if (seen_dirs.insert(d).second) dirs.push_back({d, "install location"});
-    static const std::regex build_re(R"(version:?\s*(\d+)\s*\(([0-9a-fA-F]+)\))");
+    // "version: 6123 (1a2b3c4)"; a build from a source tree without git says "version: 0 (unknown)".
+    static const std::regex build_re(R"(version:?\s*(\d+)\s*\(([^()\s]+)\))");
     std::set<std::string> seen;
     for (const std::string role : {"llama-server", "rpc-server"}) {
         for (const auto& name : llama_cpp_names(role)) {

@@ -13,6 +13,7 @@
 #include "launch/cluster_files.h"
 #include "probes/probes.h"
 #include "tests/test_support.h"
+#include "tune/check.h"
 #include "tune/cluster.h"
 #include "tune/planner.h"
 
@@ -144,9 +145,12 @@ TEST(ClusterPlan, GeneratedFilesVerifyAndStayUnprivileged) {
     const auto rpc = std::find(argv.begin(), argv.end(), "--rpc");
     ASSERT_NE(rpc, argv.end());
     EXPECT_EQ(*(rpc + 1), "10.0.0.2:50052,10.0.0.3:50052");
-    int placed = 0;
-    for (const auto& a : argv) placed += a.find("=RPC0[10.0.0.2:50052]") != std::string::npos || a.find("=RPC0[10.0.0.3:50052]") != std::string::npos;
-    EXPECT_EQ(placed, 2);
+    // One -ot with a rule per host: current llama.cpp deprecates repeated -ot options.
+    ASSERT_EQ(std::count(argv.begin(), argv.end(), "-ot"), 1);
+    const std::string rules = *(std::find(argv.begin(), argv.end(), "-ot") + 1);
+    EXPECT_NE(rules.find("=RPC0[10.0.0.2:50052],"), std::string::npos) << rules;
+    EXPECT_NE(rules.find("=RPC0[10.0.0.3:50052],"), std::string::npos) << rules;
+    EXPECT_EQ(rules.substr(rules.size() - 4), "=CPU") << rules;
     const std::string w1 = read_file(dir / "worker1/rpc-server.service");
     EXPECT_NE(w1.find("ExecStart=/bin/true -H 10.0.0.2 -p 50052"), std::string::npos) << w1;
     EXPECT_NE(w1.find("IPAddressAllow=10.0.0.1 localhost\nIPAddressDeny=any"), std::string::npos);
@@ -341,6 +345,23 @@ TEST(ClusterPlan, DefaultBinariesAreFoundNotAssumed) {
     auto [mixed, mixed_out] = test::run_moestream("check --cluster " + dir / "c1/cluster.yaml", true);
     EXPECT_EQ(mixed, 1) << mixed_out;
     EXPECT_NE(mixed_out.find("6900 (0123456) on worker2"), std::string::npos) << mixed_out;
+}
+
+// llama.cpp built from a source tree without git (a release tarball, a distribution package) reports
+// "version: 0 (unknown)": it runs, and its build cannot tell two such builds apart, so check warns.
+TEST(ClusterPlan, BuildWithoutGitRunsButCannotBeCompared) {
+    test::TempDir dir;
+    std::filesystem::create_directories(dir / "bin");
+    std::ofstream(dir / "bin/llama-server") << "#!/bin/sh\necho \"version: 0 (unknown)\" >&2\necho \"built with GNU 12.2.0\" >&2\n";
+    std::filesystem::permissions(dir / "bin/llama-server", std::filesystem::perms::owner_all);
+    const LlamaCppFacts f = probe_llama_cpp(dir / "bin");
+    ASSERT_EQ(f.binaries.size(), 1u);
+    EXPECT_TRUE(f.binaries[0].runs) << f.binaries[0].detail;
+    EXPECT_EQ(f.binaries[0].build, "0 (unknown)");
+    const CheckRow row = llama_builds_row({{"head", "0 (unknown)"}, {"worker1", "0 (unknown)"}});
+    EXPECT_EQ(row.status, CheckStatus::Warn) << row.measured;
+    EXPECT_NE(row.fix.find("without git"), std::string::npos) << row.fix;
+    EXPECT_EQ(llama_builds_row({{"head", "7001 (abcdef1)"}, {"worker1", "7001 (abcdef1)"}}).status, CheckStatus::Pass);
 }
 
 TEST(ClusterPlan, CliNeedsAddresses) {

@@ -345,18 +345,22 @@ CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const
 CheckRow llama_builds_row(const std::vector<std::pair<std::string, std::string>>& host_builds) {
     CheckRow r{"llama_cpp_builds", "one llama.cpp build on every host (RPC refuses another protocol version)", CheckStatus::Pass, "", "the same build", ""};
     std::map<std::string, std::vector<std::string>> by_build;
+    // A build from a source tree without git says "0 (unknown)": two such builds may still differ.
+    const auto anonymous = [](const std::string& b) { return b.empty() || b == "unknown" || b.find("(unknown)") != std::string::npos; };
     for (const auto& [host, build] : host_builds) by_build[build.empty() ? "unknown" : build].push_back(host);
+    bool any_anonymous = false;
+    for (const auto& [build, hosts] : by_build) any_anonymous |= anonymous(build);
     for (const auto& [build, hosts] : by_build) {
         std::string names;
         for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h;
         r.measured += (r.measured.empty() ? "" : "; ") + build + " on " + names;
     }
-    if (by_build.size() > 1 || by_build.count("unknown")) {
+    if (by_build.size() > 1 || any_anonymous) {
         r.status = CheckStatus::Warn;
         r.fix = by_build.size() > 1 ? "install the same llama.cpp build on every host: the head's llama-server and the workers' rpc-server must "
                                       "speak one RPC protocol version"
-                                    : "the builds are not known (rpc-server reports none without a llama-server beside it): compare the "
-                                      "builds by hand";
+                                    : "the builds are not known (rpc-server reports none without a llama-server beside it; a build from a "
+                                      "source tree without git reports 0 (unknown)): compare the builds by hand";
     }
     return r;
 }
