@@ -80,4 +80,32 @@ std::string render_bench_svg(const std::vector<BenchPoint>& p, double fio_bytes_
     return o + "</svg>\n";
 }
 
+std::string render_hit_rate_svg(const std::vector<HitRateCurve>& curves, const std::string& title) {
+    const double left = 70, top = 40, width = 600, height = 300;
+    double x_max = 1;
+    for (const auto& c : curves)
+        for (const auto& [x, y] : c.points) x_max = std::max(x_max, x);
+    auto X = [&](double b) { return left + width * b / x_max; };
+    auto Y = [&](double h) { return top + height - height * h; };
+    static const char* colors[] = {"#0b57d0", "#137333", "#b06000", "#8430ce", "#a50e0e"};
+    std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(left + width + 180) + "\" height=\"" + num(top + height + 50) +
+                    "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+    o += "<text x=\"" + num(left) + "\" y=\"20\" font-weight=\"bold\">" + esc(title) + "</text>\n";
+    o += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"#fff\" stroke=\"#c4c7cc\"/>\n";
+    o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + 10) + "\" text-anchor=\"end\">100%</text>\n";
+    o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + height) + "\" text-anchor=\"end\">0%</text>\n";
+    o += "<text x=\"" + num(left + width) + "\" y=\"" + num(top + height + 16) + "\" text-anchor=\"end\">" + num(x_max / (1 << 20)) + " MiB</text>\n";
+    o += "<text x=\"" + num(left + width / 2) + "\" y=\"" + num(top + height + 32) + "\" text-anchor=\"middle\">expert cache budget</text>\n";
+    for (size_t i = 0; i < curves.size(); ++i) {
+        const auto& c = curves[i];
+        const std::string color = colors[i % 5];
+        o += "<polyline class=\"curve\" data-name=\"" + esc(c.name) + "\" fill=\"none\" stroke=\"" + color + "\" stroke-width=\"2\"" +
+             (c.bound ? " stroke-dasharray=\"6 4\"" : "") + " points=\"";
+        for (const auto& [x, y] : c.points) o += num(X(x)) + "," + num(Y(y)) + " ";
+        o += "\"/>\n";
+        o += "<text x=\"" + num(left + width + 10) + "\" y=\"" + num(top + 14 + 18 * static_cast<double>(i)) + "\" fill=\"" + color + "\">" + esc(c.name) + "</text>\n";
+    }
+    return o + "</svg>\n";
+}
+
 }  // namespace moe::cli

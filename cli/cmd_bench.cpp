@@ -123,7 +123,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     LoadedEngine le = load_engine(model_path, ef, n_ctx, 1, beside);
     ModelFacts facts = model_facts(le.file);
     if (prefetch_layers < 0 || prefetch_layers > 4) throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
-    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers});
+    const auto trace = open_routing_trace(ef, le.file, *le.model, prefetch_layers);
+    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers,
+                              .routing_trace = trace.get()});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();

@@ -166,6 +166,8 @@ int cmd_run(const std::vector<std::string>& args) {
                        " does not fit the context of " + std::to_string(n_ctx) + " positions (--ctx)");
 
     // Both paths behind one small interface: evaluate tokens, read logits.
+    if (use_ref && !ef.routing_trace.empty()) throw CliError("--routing-trace records the fast forward; drop --ref");
+    std::unique_ptr<RoutingTraceWriter> trace;
     std::unique_ptr<Runner> runner;
     RefState ref_state;
     std::vector<float> ref_logits;
@@ -174,7 +176,8 @@ int cmd_run(const std::vector<std::string>& args) {
         ref_state = make_ref_state(*L.model, n_ctx, L.flavor);
         ref_logits.resize(hp.n_vocab);
     } else {
-        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor});
+        trace = open_routing_trace(ef, L.file, *L.model);
+        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor, .routing_trace = trace.get()});
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);

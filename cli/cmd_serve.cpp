@@ -198,13 +198,15 @@ int cmd_serve(const std::vector<std::string>& args) {
     const uint64_t load_us = std::max<uint64_t>(30'000'000, file.total_bytes() / 200 * 1);
     sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=loading %s", static_cast<unsigned long long>(load_us), model_path.c_str());
     LoadedEngine engine;
+    std::unique_ptr<RoutingTraceWriter> trace;  // before gen: outlives the runner that writes it
     std::unique_ptr<Generator> gen;
     try {
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx), parallel);
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
         std::cerr << "moestream serve: " << engine.summary << "\n" << "moestream serve: " << engine.kernels << "\n";
+        trace = open_routing_trace(ef, engine.file, *engine.model);
         gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
-                                                        .n_seq = parallel},
+                                                        .n_seq = parallel, .routing_trace = trace.get()},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();

@@ -27,6 +27,7 @@ int cmd_regen(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
 int cmd_repack(const std::vector<std::string>& args);
+int cmd_cache_sim(const std::vector<std::string>& args);
 // "8G", "512M", "1073741824" -> bytes; CliError naming the flag otherwise.
 uint64_t parse_bytes(const std::string& flag, const std::string& text);
 

@@ -29,6 +29,7 @@ const char* kUsage =
     "  run        generate text (or --score a token sequence)\n"
     "  bench      tokens/s against the memory-bandwidth bound\n"
     "  profile    record how often each expert is routed to, for --profile (keep the hottest resident)\n"
+    "  cache-sim  replay routing traces (--routing-trace) against the cache policies and the optimal bound, per budget\n"
     "  repack     write the expert-contiguous store beside a GGUF (one read per streamed expert), or --verify it\n"
     "  serve      OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)\n"
     "\n"
@@ -41,7 +42,7 @@ int dispatch(const std::vector<std::string>& argv) {
         {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
         {"plan", cmd_plan},       {"apply", cmd_apply},       {"install", cmd_install},
         {"launch", cmd_launch},   {"regen", cmd_regen},       {"serve", cmd_serve},
-        {"profile", cmd_profile}, {"repack", cmd_repack},
+        {"profile", cmd_profile}, {"repack", cmd_repack}, {"cache-sim", cmd_cache_sim},
     };
     if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
         std::cout << kUsage;

@@ -32,7 +32,48 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         ("expert-store", po::value(&f.expert_store)->default_value("auto"),
          "expert-contiguous store (moestream repack): auto (MODEL.gguf.experts when valid) | off | PATH")
         ("numerics", po::value(&f.numerics), "follow the float arithmetic of llama.cpp's avx512 or avx2 CPU build "
-                                             "(default: the build for this CPU, or MOESTREAM_NUMERICS)");
+                                             "(default: the build for this CPU, or MOESTREAM_NUMERICS)")
+        ("routing-trace", po::value(&f.routing_trace),
+         "append each forward step's routing and expert cache outcomes to FILE (moestream cache-sim replays it)")
+        ("routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)");
+}
+
+std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& m, int prefetch_layers) {
+    if (f.routing_trace.empty()) return nullptr;
+    if (!m.hp.moe.n_expert) throw CliError("--routing-trace: " + m.hp.arch + " has no routed experts to trace");
+    RoutingTraceHeader h;
+    h.arch = m.hp.arch;
+    h.n_layer = m.hp.n_layer;
+    h.n_expert = m.hp.moe.n_expert;
+    h.n_expert_used = m.hp.moe.n_expert_used;
+    std::vector<std::string> paths;
+    std::vector<uint64_t> offsets;
+    for (const auto& split : file.files) {
+        paths.push_back(split.path);
+        offsets.push_back(split.data_offset);
+    }
+    h.model_hash = routing_model_hash(paths, offsets);
+    const std::vector<ExpertLayer> layers = expert_layers(m);
+    const auto* streamed = dynamic_cast<const StreamingExpertSource*>(m.experts.get());
+    h.slot_bytes = streamed ? streamed->slot_bytes() : StreamingExpertSource::slot_bytes_for(layers);
+    if (streamed) {
+        h.cache_bytes = streamed->bytes_in_ram();
+        h.policy = f.policy;
+        h.prefetch_layers = static_cast<uint32_t>(prefetch_layers);
+        h.prefetch_cap = streamed->prefetch_cap();
+    }
+    h.load_bytes.resize(static_cast<size_t>(h.n_layer) * h.n_expert);
+    for (uint32_t l = 0; l < h.n_layer; ++l)
+        for (uint32_t e = 0; e < h.n_expert; ++e)
+            h.load_bytes[static_cast<size_t>(l) * h.n_expert + e] = static_cast<uint32_t>(
+                streamed ? streamed->load_bytes(l, e) : layers[l].present() ? StreamingExpertSource::gguf_load_bytes(layers[l], e) : 0);
+    try {
+        auto w = std::make_unique<RoutingTraceWriter>(f.routing_trace, std::move(h), parse_bytes("--routing-trace-max", f.routing_trace_max));
+        m.experts->set_event_sink(w.get());
+        return w;
+    } catch (const RoutingTraceError& e) {
+        throw CliError(std::string("--routing-trace: ") + e.what());
+    }
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path) {

@@ -10,6 +10,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/model.h"
 #include "engine/runtime/expert_cache.h"
+#include "engine/runtime/routing_trace.h"
 
 namespace moe::cli {
 
@@ -23,6 +24,8 @@ struct EngineFlags {
     std::string profile;      // routing profile: its hottest experts stay resident
     std::string expert_store = "auto";  // auto (MODEL.experts when present and valid) | off | a path
     std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2
+    std::string routing_trace;              // --routing-trace FILE: append each step's routing ("" = none)
+    std::string routing_trace_max = "1G";   // its size bound (oldest steps dropped past it)
 };
 
 void add_engine_options(boost::program_options::options_description& opts, EngineFlags& f);
@@ -55,6 +58,11 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
 // `store`: "off", "auto" (the GGUF's `.experts` store when present and valid; `note` says why not otherwise)
 // or a path (CliError when it is not usable).
 ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& store = "off", std::string* note = nullptr);
+
+// The routing trace --routing-trace names, for this engine (header: the model's identity, how experts are read
+// and cached), attached to its expert source; null when no trace was asked for. The runner's options take it
+// too (RunnerOptions::routing_trace). Throws CliError for an unusable file (another model's trace, locked).
+std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& model, int prefetch_layers = 1);
 
 // Reads `moestream profile` output: (layer, expert) hottest first.
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path);

@@ -242,6 +242,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
     const float* bias = L.probs_bias.present() ? L.probs_bias.f32() : nullptr;
     for (int t = 0; t < n; ++t) route_token(hp.moe, fops_, &probs_[t * X], bias, &sel_[t * U], &sel_w_[t * U]);
+    if (opt_.routing_trace) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
     for (int i = 0; i < n * U; ++i) {

@@ -356,6 +356,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const auto chunk_start = Clock::now();
+    const uint64_t wait_start = opt_.routing_trace ? m_.experts->stats().wait_ns : 0;
+    if (opt_.routing_trace) opt_.routing_trace->begin_step(static_cast<uint32_t>(n));
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
         for (int t = 0; t < n; ++t) fops_.norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
@@ -382,6 +384,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     for (const Segment& sg : segs_) past_[static_cast<size_t>(sg.seq)] += sg.n;
     select_sequence(active_);
     stats_.tokens_evaluated += static_cast<uint64_t>(n);
+    if (opt_.routing_trace)
+        opt_.routing_trace->end_step(static_cast<uint64_t>(seconds_since(chunk_start) * 1e9), m_.experts->stats().wait_ns - wait_start);
     if (out_base == -2) {
         stats_.eval_seconds += seconds_since(chunk_start);
         return;

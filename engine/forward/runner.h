@@ -13,6 +13,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/model/model.h"
 #include "engine/model/model_facts.h"
+#include "engine/runtime/routing_trace.h"
 #include "engine/runtime/thread_pool.h"
 
 namespace moe {
@@ -31,6 +32,8 @@ struct RunnerOptions {
     int prefetch_layers = 1;
     // Independent sequences (server slots), each with its own cache of n_ctx positions and checkpoints.
     int n_seq = 1;
+    // Where each forward step's routing goes (--routing-trace); not owned, may be null.
+    RoutingTraceWriter* routing_trace = nullptr;
 };
 
 struct RunnerStats {

@@ -11,11 +11,8 @@ namespace {
 constexpr uint64_t kAlign = 4096;
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 std::string mib(uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; }
-constexpr uint64_t kDecayEvery = 4096;  // requests between halvings of the use counts
-constexpr int kFrequencyWindow = 8;     // LRU-tail candidates the frequency policy chooses among
 }  // namespace
 
-const char* policy_name(EvictionPolicy p) { return p == EvictionPolicy::Lru ? "lru" : "lru+frequency"; }
 
 uint64_t StreamingExpertSource::slot_bytes_for(const std::vector<LayerTensors>& layers) {
     uint64_t total = 0;
@@ -28,6 +25,27 @@ uint64_t StreamingExpertSource::slot_bytes_for(const std::vector<LayerTensors>& 
         total += m;
     }
     return total;
+}
+
+uint64_t StreamingExpertSource::gguf_load_bytes(const LayerTensors& l, uint32_t expert) {
+    uint64_t total = 0;
+    for (const ExpertTensor* t : {l.gate, l.up, l.down}) {
+        if (!t) return 0;
+        const uint64_t off = t->file_offset + static_cast<uint64_t>(expert) * t->expert_stride;
+        total += align_up(off + t->expert_bytes) - off / kAlign * kAlign;
+    }
+    return total;
+}
+
+uint64_t StreamingExpertSource::load_bytes(uint32_t layer, uint32_t expert) const {
+    const LayerTensors& l = layers_.at(layer);
+    if (!l.gate) return 0;
+    if (opt_.store && record_state_[static_cast<size_t>(key_of(layer, expert))] != RecordState::Bad) return opt_.store->layer(layer).stride;
+    return gguf_load_bytes(l, expert);
+}
+
+uint64_t StreamingExpertSource::prefetch_cap() const {
+    return static_cast<uint64_t>(std::max(1, opt_.io.queue_depth)) * opt_.read_size / 2;
 }
 
 StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers,
@@ -150,14 +168,13 @@ int StreamingExpertSource::allocate_slot() {
         return s;
     }
     // Oldest unpinned slots first; the frequency policy keeps the most-used of the last few.
-    int best = -1, seen = 0;
-    const int window = opt_.policy == EvictionPolicy::Lru ? 1 : kFrequencyWindow;
-    for (int s = lru_tail_; s >= 0 && seen < window; s = slots_[s].prev) {
-        const Slot& x = slots_[s];
-        if (x.pins > 0 || x.loading || x.permanent || x.protect) continue;
-        ++seen;
-        if (best < 0 || freq_[static_cast<size_t>(x.key)] < freq_[static_cast<size_t>(slots_[best].key)]) best = s;
-    }
+    const int best = pick_victim(
+        opt_.policy, lru_tail_, [&](int s) { return slots_[s].prev; },
+        [&](int s) {
+            const Slot& x = slots_[s];
+            return x.pins == 0 && !x.loading && !x.permanent && !x.protect;
+        },
+        [&](int s) { return freq_[static_cast<size_t>(slots_[s].key)]; });
     if (best < 0) return -1;
     Slot& v = slots_[best];
     lru_remove(best);
@@ -286,11 +303,12 @@ void StreamingExpertSource::complete(const ReadCompletion& c) {
     if (s.demanded) {
         ready_.push_back(si);
     } else if (!s.valid) {  // a failed prefetch: forget it
+        lru_remove(si);
         map_.erase(s.key);
         s.key = -1;
         s.protect = false;
         free_.push_back(si);
-    } else if (s.pins == 0 && !s.permanent) {
+    } else if (s.pins == 0 && !s.permanent && !s.in_list) {  // an abandoned demand load (prefetches are listed already)
         lru_push_front(si);
     }
 }
@@ -300,15 +318,19 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
     // Prefetches for this layer that the router did not pick are no longer worth protecting.
     for (auto& s : slots_)
         if (s.protect && s.layer == layer && std::find(experts.begin(), experts.end(), s.expert) == experts.end()) s.protect = false;
-    if (++requests_ % kDecayEvery == 0)
+    if (++requests_ % kFrequencyDecayEvery == 0)
         for (auto& f : freq_) f >>= 1;
-    for (uint32_t e : experts) {
+    flags_.assign(experts.size(), 0);
+    for (size_t i = 0; i < experts.size(); ++i) {
+        const uint32_t e = experts[i];
         if (e >= n_expert_) throw ModelError("expert " + std::to_string(e) + " requested of layer " + std::to_string(layer));
         const int64_t key = key_of(layer, e);
         freq_[static_cast<size_t>(key)]++;
         auto it = map_.find(key);
+        flags_[i] = it != map_.end();
         if (it != map_.end()) {
             Slot& s = slots_[it->second];
+            if (s.prefetched) flags_[i] |= 2;
             if (s.prefetched) stats_.prefetch_used++;
             s.prefetched = s.protect = false;
             s.pins++;
@@ -326,6 +348,7 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
         }
         claim(si, layer, e, true);
     }
+    if (sink_) sink_->demand(layer, experts, flags_);
 }
 
 void StreamingExpertSource::claim(int si, uint32_t layer, uint32_t expert, bool demand) {
@@ -335,6 +358,10 @@ void StreamingExpertSource::claim(int si, uint32_t layer, uint32_t expert, bool 
     s.prefetched = s.protect = !demand;  // a prefetch is protected until its layer runs
     s.permanent = permanent_key_[static_cast<size_t>(key_of(layer, expert))];
     start_load(si, layer, expert, demand);
+    // A prefetch takes its LRU place when issued, not when its read completes: the cache's order then does
+    // not depend on I/O timing, so a routing trace replays to the same decisions (cache_sim.cpp). While
+    // loading it cannot be evicted (allocate_slot skips loading slots).
+    if (!demand && !s.permanent) lru_push_front(si);
 }
 
 void StreamingExpertSource::start_deferred() {
@@ -395,6 +422,7 @@ std::pair<uint32_t, ExpertView> StreamingExpertSource::next_ready(uint32_t layer
 }
 
 void StreamingExpertSource::release(uint32_t layer, uint32_t expert) {
+    if (sink_) sink_->release(layer, expert);
     auto it = map_.find(key_of(layer, expert));
     if (it == map_.end()) return;
     Slot& s = slots_[it->second];
@@ -407,17 +435,21 @@ void StreamingExpertSource::release(uint32_t layer, uint32_t expert) {
 
 void StreamingExpertSource::prefetch(uint32_t layer, std::span<const uint32_t> experts) {
     if (layer >= layers_.size() || !layers_[layer].gate) return;
-    for (uint32_t e : experts) {
+    flags_.assign(experts.size(), 0);
+    for (size_t i = 0; i < experts.size(); ++i) {
+        const uint32_t e = experts[i];
         // Never let speculation crowd out demand reads: stop when the disk already has half of depth x read
         // size to do. Counted in bytes, not requests, so that the GGUF's three reads per expert and the
         // store's one get the same allowance.
-        if (loading_bytes_ >= static_cast<uint64_t>(std::max(1, opt_.io.queue_depth)) * opt_.read_size / 2) return;
+        if (loading_bytes_ >= prefetch_cap()) break;
         if (e >= n_expert_ || map_.count(key_of(layer, e))) continue;
         int si = allocate_slot();
-        if (si < 0) return;
+        if (si < 0) break;
         claim(si, layer, e, false);
         stats_.prefetch_issued++;
+        flags_[i] = 1;
     }
+    if (sink_) sink_->prefetch(layer, experts, flags_);
 }
 
 void StreamingExpertSource::abandon() {

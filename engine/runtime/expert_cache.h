@@ -16,14 +16,13 @@
 
 #include "engine/weights/weights.h"
 #include "engine/runtime/block_reader.h"
+#include "engine/runtime/cache_policy.h"
 #include "engine/runtime/disk_health.h"
 #include "engine/runtime/expert_store.h"
 #include "engine/util/weight_memory.h"
 
 namespace moe {
 
-enum class EvictionPolicy { Lru, LruFrequency };
-const char* policy_name(EvictionPolicy p);
 
 struct StreamingOptions {
     uint64_t cache_bytes = 0;                            // RAM for expert slots
@@ -57,6 +56,7 @@ public:
     uint64_t bytes_in_ram() const override { return arena_bytes_; }
     ExpertSourceStats stats() const override { return stats_; }
     void trace_reads(std::vector<ReadRecord>* sink) override { reader_->trace(sink); }
+    void set_event_sink(ExpertEventSink* sink) override { sink_ = sink; }
 
     size_t slot_count() const { return slots_.size(); }
     uint64_t slot_bytes() const { return slot_bytes_; }
@@ -70,6 +70,13 @@ public:
     const std::vector<std::string>& read_files() const { return read_files_; }
     // Bytes one slot needs for this model, so callers can size budgets.
     static uint64_t slot_bytes_for(const std::vector<LayerTensors>& layers);
+    // Bytes one load of an expert reads from the GGUF: its three 4 KiB-aligned windows.
+    static uint64_t gguf_load_bytes(const LayerTensors& layer, uint32_t expert);
+    // What a load of (layer, expert) reads here (the store's record, else the GGUF's windows); 0 for layers
+    // without experts.
+    uint64_t load_bytes(uint32_t layer, uint32_t expert) const;
+    // Bytes of loads in flight past which prefetch stops (half of queue depth x read size).
+    uint64_t prefetch_cap() const;
 
 private:
     struct Window { uint32_t file; uint64_t start; uint64_t length; uint64_t skew; uint64_t used_end; };
@@ -133,6 +140,8 @@ private:
     uint64_t loading_bytes_ = 0;  // bytes of loads in flight or queued (prefetch stops at a limit)
     bool registered_ = false;
     ExpertSourceStats stats_;
+    ExpertEventSink* sink_ = nullptr;
+    std::vector<uint8_t> flags_;  // per expert of the call being reported to sink_
 };
 
 }  // namespace moe

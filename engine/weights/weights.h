@@ -94,6 +94,18 @@ struct ExpertSourceStats {
     uint64_t store_read_fallbacks = 0;      // store records that could not be read (then read from the GGUF)
 };
 
+// Told what a streaming source did with each request and each prediction (routing traces, routing_trace.h).
+struct ExpertEventSink {
+    virtual ~ExpertEventSink() = default;
+    // The experts a layer asked for, each a hit (bit 0: in RAM or already loading; bit 1 too: brought in by a
+    // prefetch) or a miss (0).
+    virtual void demand(uint32_t layer, std::span<const uint32_t> experts, std::span<const uint8_t> hit) = 0;
+    // The experts predicted for a coming layer, each issued as a read or not (cached, or prefetch stopped).
+    virtual void prefetch(uint32_t layer, std::span<const uint32_t> predicted, std::span<const uint8_t> issued) = 0;
+    // A requested expert computed and unpinned (the order decides the LRU order).
+    virtual void release(uint32_t layer, uint32_t expert) = 0;
+};
+
 // Where routed experts come from. The forward pass asks for every expert a layer needs at once, computes
 // them in the order they become ready, and releases each when done:
 //   request(l, {e...});  for each: [e, view] = next_ready(l); ...compute...; release(l, e);
@@ -115,6 +127,9 @@ public:
     virtual ExpertSourceStats stats() const = 0;
     // Records every disk read from now on into `sink` (nullptr stops); sources that do not read ignore it.
     virtual void trace_reads(std::vector<ReadRecord>* /*sink*/) {}
+    // Reports each request's hits and misses and each prefetch to `sink` (nullptr stops); in-RAM sources,
+    // which have no cache, ignore it.
+    virtual void set_event_sink(ExpertEventSink* /*sink*/) {}
 
     // One expert, synchronously (the reference forward). Release it when done.
     ExpertView get(uint32_t layer, uint32_t expert) {

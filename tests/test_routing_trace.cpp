@@ -1,0 +1,369 @@
+// Routing traces and the cache simulator: the file round-trips, appends across runs, refuses another model's
+// trace, trims a cut tail, stays within its bound; the parser names the offset and field of bad bytes;
+// Belady's MIN is optimal (brute force on small traces) and never below a policy's retained hits; the
+// workload measures are exact on hand-made routing; and over a real streamed run the simulator reproduces
+// the engine's hit rate and bytes read per token within 1%.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "engine/runtime/cache_sim.h"
+#include "engine/runtime/routing_trace.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+RoutingTraceHeader header(uint32_t layers = 3, uint32_t experts = 8, uint32_t used = 2) {
+    RoutingTraceHeader h;
+    h.arch = "qwen3moe";
+    h.n_layer = layers;
+    h.n_expert = experts;
+    h.n_expert_used = used;
+    h.model_hash = 0x1234abcd;
+    h.slot_bytes = 8192;
+    h.cache_bytes = 4 * 8192;
+    h.policy = "lru";
+    h.prefetch_layers = 1;
+    h.prefetch_cap = 1 << 20;
+    h.load_bytes.assign(static_cast<size_t>(layers) * experts, 8192);
+    for (uint32_t e = 0; e < experts; ++e) h.load_bytes[e] = 0;  // layer 0 is dense
+    return h;
+}
+
+// One decode step routing token 0 of each MoE layer to `experts`, the cache's outcome recorded as given.
+void write_step(RoutingTraceWriter& w, const std::vector<std::vector<int>>& per_layer) {
+    w.begin_step(1);
+    for (uint32_t l = 1; l <= per_layer.size(); ++l) {
+        const auto& ex = per_layer[l - 1];
+        std::vector<float> wt(ex.size(), 0.5f);
+        w.route(l, 1, static_cast<int>(ex.size()), ex.data(), wt.data());
+        std::vector<uint32_t> set(ex.begin(), ex.end());
+        std::sort(set.begin(), set.end());
+        std::vector<uint8_t> hit(set.size(), 0);
+        w.demand(l, set, hit);
+        for (uint32_t e : set) w.release(l, e);
+    }
+    w.end_step(1000, 250);
+}
+
+TEST(RoutingTrace, RoundTripAppendAndRefuseAnotherModel) {
+    test::TempDir dir;
+    const std::string path = dir / "t.trace";
+    {
+        RoutingTraceWriter w(path, header());
+        write_step(w, {{1, 5}, {7, 2}});
+        const std::vector<uint32_t> predicted = {3, 4};
+        const std::vector<uint8_t> issued = {1, 0};
+        w.begin_step(2);
+        const int ex[4] = {1, 2, 3, 4};
+        const float wt[4] = {0.25f, 0.75f, 0.5f, 0.5f};
+        w.route(1, 2, 2, ex, wt);
+        w.prefetch(2, predicted, issued);
+        w.end_step(5000, 0);
+    }
+    RoutingTrace t = read_routing_trace(path);
+    ASSERT_EQ(t.steps.size(), 2u);
+    EXPECT_TRUE(t.header.same_model(header()));
+    EXPECT_EQ(t.header.load(2, 3), 8192u);
+    EXPECT_EQ(t.steps[0].wall_ns, 1000u);
+    EXPECT_EQ(t.steps[0].io_wait_ns, 250u);
+    ASSERT_EQ(t.steps[0].events.size(), 6u);  // R, D, X per layer
+    EXPECT_EQ(t.steps[0].events[0].kind, 'R');
+    EXPECT_EQ(t.steps[0].events[0].experts, (std::vector<uint16_t>{1, 5}));
+    EXPECT_EQ(t.steps[0].events[1].kind, 'D');
+    EXPECT_EQ(t.steps[0].events[2].kind, 'X');
+    EXPECT_EQ(t.steps[0].events[5].experts, (std::vector<uint16_t>{2, 7}));
+    EXPECT_EQ(t.steps[1].n_tokens, 2u);
+    EXPECT_EQ(t.steps[1].events[0].weights, (std::vector<float>{0.25f, 0.75f, 0.5f, 0.5f}));
+    EXPECT_EQ(t.steps[1].events[1].flags, (std::vector<uint8_t>{1, 0}));
+
+    // Another run of the same model continues the file, with its own recording settings.
+    {
+        RoutingTraceHeader h = header();
+        h.cache_bytes = 6 * 8192;
+        RoutingTraceWriter w(path, h);
+        write_step(w, {{0, 6}, {4, 3}});
+    }
+    t = read_routing_trace(path);
+    EXPECT_EQ(t.steps.size(), 3u);
+    EXPECT_EQ(t.header.cache_bytes, 6u * 8192);
+
+    // Another model's trace is refused, the file untouched.
+    const auto size = std::filesystem::file_size(path);
+    RoutingTraceHeader other = header();
+    other.model_hash = 99;
+    try {
+        RoutingTraceWriter w(path, other);
+        FAIL() << "opened another model's trace";
+    } catch (const RoutingTraceError& e) {
+        EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(std::filesystem::file_size(path), size);
+
+    // A second writer on the same file (two servers) is refused while the first holds it.
+    RoutingTraceWriter first(path, header());
+    EXPECT_THROW(RoutingTraceWriter(path, header()), RoutingTraceError);
+}
+
+TEST(RoutingTrace, CutTailIsTrimmedAndBoundDropsOldestSteps) {
+    test::TempDir dir;
+    const std::string path = dir / "t.trace";
+    { RoutingTraceWriter w(path, header()); write_step(w, {{1, 2}, {3, 4}}); write_step(w, {{1, 2}, {3, 4}}); }
+    const auto whole = std::filesystem::file_size(path);
+    std::filesystem::resize_file(path, whole - 5);  // a crash inside the last step
+    EXPECT_EQ(read_routing_trace(path).steps.size(), 1u);
+    { RoutingTraceWriter w(path, header()); write_step(w, {{5, 6}, {7, 0}}); }
+    RoutingTrace t = read_routing_trace(path);
+    ASSERT_EQ(t.steps.size(), 2u);
+    EXPECT_EQ(t.steps[1].events[0].experts, (std::vector<uint16_t>{5, 6}));
+
+    // Bounded: the file never passes its bound; the oldest steps go and are counted.
+    const std::string small = dir / "small.trace";
+    const uint64_t bound = 70 * 1024;
+    {
+        RoutingTraceWriter w(small, header(), bound);
+        for (int i = 0; i < 2000; ++i) {
+            write_step(w, {{i % 8, (i + 1) % 8}, {(i + 3) % 8, (i + 5) % 8}});
+            ASSERT_LE(w.file_bytes(), bound);
+        }
+        EXPECT_GT(w.steps_dropped(), 0u);
+    }
+    t = read_routing_trace(small);
+    EXPECT_GT(t.header.steps_dropped, 0u);
+    EXPECT_EQ(t.header.steps_dropped + t.steps.size(), 2000u);
+    EXPECT_EQ(t.steps.back().events[0].experts, (std::vector<uint16_t>{1999 % 8, 2000 % 8}));  // the newest kept
+}
+
+TEST(RoutingTrace, BadBytesNameOffsetAndField) {
+    test::TempDir dir;
+    const std::string path = dir / "t.trace";
+    { RoutingTraceWriter w(path, header()); write_step(w, {{1, 2}, {3, 4}}); }
+    std::ifstream f(path, std::ios::binary);
+    std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};
+    auto error_of = [&](std::vector<uint8_t> b, bool strict = false) -> std::string {
+        try {
+            parse_routing_trace(b, "t.trace", strict);
+        } catch (const RoutingTraceError& e) {
+            return e.what();
+        }
+        return "";
+    };
+    auto bad = bytes;
+    bad[0] = 'X';
+    EXPECT_NE(error_of(bad).find("magic"), std::string::npos);
+    EXPECT_NE(error_of({bytes.begin(), bytes.begin() + 30}).find("cut short"), std::string::npos);
+    const RoutingTrace ok = parse_routing_trace(bytes, "t");
+    // The route record of layer 1, by its head: kind 'R', k 2, layer 1 (u16); its first expert id follows.
+    size_t at = 0;
+    for (size_t i = 0; i + 8 < bytes.size() && !at; ++i)
+        if (bytes[i] == 'R' && bytes[i + 1] == 2 && bytes[i + 2] == 1 && bytes[i + 3] == 0) at = i;
+    ASSERT_GT(at, 0u);
+    bad = bytes;
+    bad[at + 8] = 200;  // expert 200 of 8
+    const std::string e1 = error_of(bad);
+    EXPECT_NE(e1.find("names expert 200"), std::string::npos) << e1;
+    EXPECT_NE(e1.find("at byte " + std::to_string(at)), std::string::npos) << e1;
+    bad = bytes;
+    bad[at + 2] = 9;  // layer 9 of 3
+    EXPECT_NE(error_of(bad).find("layer 9 of 3"), std::string::npos);
+    bad = bytes;
+    bad.resize(bytes.size() - 3);
+    EXPECT_EQ(error_of(bad), "");  // a cut tail is dropped...
+    EXPECT_NE(error_of(bad, true).find("cut short"), std::string::npos);  // ...unless asked to be strict
+    EXPECT_EQ(ok.steps.size(), 1u);
+}
+
+// A trace of single-expert lookups, one per step (each its own request group), on one layer.
+RoutingTrace lookups(const std::vector<int>& keys, uint32_t n_expert) {
+    RoutingTrace t;
+    t.header = header(2, n_expert, 1);
+    for (int k : keys) {
+        TraceStep s;
+        s.n_tokens = 1;
+        TraceLayerEvent d;
+        d.kind = 'D';
+        d.layer = 1;
+        d.experts = {static_cast<uint16_t>(k)};
+        d.flags = {0};
+        s.events.push_back(d);
+        t.steps.push_back(s);
+    }
+    return t;
+}
+
+// The most hits any replacement can get (with bypass), by exhaustive search: the definition of optimal.
+uint64_t brute_force_best(const std::vector<int>& keys, size_t capacity) {
+    std::function<uint64_t(size_t, std::set<int>)> go = [&](size_t i, std::set<int> cache) -> uint64_t {
+        if (i == keys.size()) return 0;
+        if (cache.count(keys[i])) return 1 + go(i + 1, cache);
+        uint64_t best = go(i + 1, cache);  // bypass
+        if (cache.size() < capacity) {
+            auto c = cache;
+            c.insert(keys[i]);
+            return std::max(best, go(i + 1, c));
+        }
+        for (int victim : cache) {
+            auto c = cache;
+            c.erase(victim);
+            c.insert(keys[i]);
+            best = std::max(best, go(i + 1, c));
+        }
+        return best;
+    };
+    return go(0, {});
+}
+
+TEST(CacheSim, BeladyIsOptimalAndBoundsEveryPolicy) {
+    std::mt19937 rng(7);
+    for (int round = 0; round < 40; ++round) {
+        const int n_keys = 3 + round % 4;
+        std::vector<int> keys(12);
+        for (auto& k : keys) k = static_cast<int>(rng() % static_cast<unsigned>(n_keys));
+        const size_t capacity = 1 + round % 3;
+        const RoutingTrace t = lookups(keys, 8);
+        const CacheSimResult min = simulate_belady(t, capacity * t.header.slot_bytes);
+        EXPECT_EQ(min.hits, brute_force_best(keys, capacity)) << "round " << round;
+        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency}) {
+            const CacheSimResult r = simulate_engine_cache(t, p, capacity * t.header.slot_bytes);
+            EXPECT_LE(r.retained_hits(), min.hits) << policy_name(p) << " round " << round;
+            EXPECT_EQ(r.lookups, keys.size());
+        }
+    }
+    // LRU by hand: capacity 2, A B A C B A -> hits on the second A only (C evicts B, B evicts A).
+    const RoutingTrace t = lookups({0, 1, 0, 2, 1, 0}, 8);
+    const CacheSimResult lru = simulate_engine_cache(t, EvictionPolicy::Lru, 2 * t.header.slot_bytes);
+    EXPECT_EQ(lru.hits, 1u);
+    EXPECT_EQ(lru.bytes_read, 5u * 8192);
+    EXPECT_EQ(simulate_belady(t, 2 * t.header.slot_bytes).hits, 3u);  // keep A throughout: A, B(via bypass C), A
+}
+
+TEST(CacheSim, WorkloadMeasuresAreExact) {
+    // One MoE layer of 10 experts, 2 used: tokens route {0,1}, {0,2}, {0,1}, {3,4}.
+    RoutingTrace t;
+    t.header = header(2, 10, 2);
+    const std::vector<std::vector<uint16_t>> tokens = {{0, 1}, {0, 2}, {0, 1}, {3, 4}};
+    for (const auto& tok : tokens) {
+        TraceStep s;
+        s.n_tokens = 1;
+        s.wall_ns = 3000;
+        s.io_wait_ns = 1000;
+        TraceLayerEvent r;
+        r.kind = 'R';
+        r.layer = 1;
+        r.k = 2;
+        r.experts = tok;
+        r.weights = {0.5f, 0.5f};
+        s.events.push_back(r);
+        t.steps.push_back(s);
+    }
+    const RoutingWorkload w = measure_workload(t);
+    EXPECT_DOUBLE_EQ(w.hot10_share, 3.0 / 8);           // the hottest 10% (1 expert: 0) takes 3 of 8 routings
+    EXPECT_DOUBLE_EQ(w.consecutive_overlap, 2.0 / 6);   // {0} of {0,2}, {0} of {0,1}, none of {3,4}
+    EXPECT_DOUBLE_EQ(w.compute_ns_per_token, 2000);
+    EXPECT_EQ(w.total_expert_bytes, 10u * 8192);
+    // Without 'D' records the lookups come from the routes: 8 routings, 6 distinct per-step sets of 2.
+    const CacheSimResult r = simulate_engine_cache(t, EvictionPolicy::Lru, 4 * 8192);
+    EXPECT_EQ(r.lookups, 8u);
+    EXPECT_EQ(r.hits, 3u);  // 0 at tokens 2 and 3, 1 at token 3
+}
+
+// profile --trace counts the traces' routings: the profile a server's own traffic gives.
+TEST(RoutingTrace, ProfileCountsTheTracesRoutings) {
+    test::TempDir dir;
+    const std::string path = dir / "t.trace";
+    {
+        RoutingTraceWriter w(path, header());
+        write_step(w, {{1, 5}, {7, 2}});
+        write_step(w, {{1, 6}, {7, 3}});
+    }
+    auto [rc, out] = test::run_moestream("profile --trace " + path + " --out " + dir / "p.yaml", true);
+    ASSERT_EQ(rc, 0) << out;
+    std::ifstream f(dir / "p.yaml");
+    const std::string yaml{std::istreambuf_iterator<char>(f), {}};
+    EXPECT_NE(yaml.find("tokens: 2"), std::string::npos) << yaml;
+    EXPECT_NE(yaml.find("- [0, 2, 0, 0, 0, 1, 1, 0]"), std::string::npos) << yaml;  // layer 1: expert 1 twice, 5 and 6 once
+    EXPECT_NE(yaml.find("hottest:\n  - {layer: 1, expert: 1, count: 2}"), std::string::npos) << yaml;
+    auto [bad, bad_out] = test::run_moestream("profile --trace " + path + " --prompts x --out " + dir / "q.yaml", true);
+    EXPECT_EQ(bad, 2) << bad_out;
+}
+
+// The command on the checked-in seed trace: a row per budget and policy plus the bound, the recorded budget
+// added, the plot's curves, and one-line errors for bad budgets and for another model's file.
+TEST(CacheSim, CommandReportsPlotsAndRefuses) {
+    test::TempDir dir;
+    const std::string trace = std::string(MOESTREAM_SOURCE_DIR) + "/tests/fuzz/seed_routing_trace/valid";
+    auto [rc, out] = test::run_moestream("cache-sim --trace " + trace + " --budgets 50%,100% --disk-gbps 2 --json --plot " + dir / "p.svg", false);
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    ASSERT_EQ(j["budgets"].size(), 3u);  // 16 KiB recorded, 32 KiB, 64 KiB
+    EXPECT_EQ(j["budgets"][0]["budget_bytes"], 16384);
+    EXPECT_EQ(j["total_expert_bytes"], 2 * 8 * 4096);
+    for (const auto& b : j["budgets"]) {
+        ASSERT_EQ(b["policies"].size(), 2u);
+        for (const auto& p : b["policies"]) {
+            EXPECT_LE(p["hits"].get<uint64_t>() - p["prefetch_used"].get<uint64_t>(), b["belady"]["hits"].get<uint64_t>());
+            EXPECT_GT(p["predicted_tokens_per_s"].get<double>(), 0);
+        }
+    }
+    // Every expert fits at 100%: the bound misses each distinct expert once.
+    std::set<std::pair<uint32_t, uint16_t>> distinct;
+    for (const auto& step : read_routing_trace(trace).steps)
+        for (const auto& ev : step.events)
+            if (ev.kind == 'D')
+                for (uint16_t e : ev.experts) distinct.insert({ev.layer, e});
+    EXPECT_EQ(j["budgets"][2]["belady"]["hits"], j["budgets"][2]["belady"]["lookups"].get<uint64_t>() - distinct.size());
+    std::ifstream svg(dir / "p.svg");
+    const std::string plot{std::istreambuf_iterator<char>(svg), {}};
+    size_t curves = 0;
+    for (size_t at = plot.find("class=\"curve\""); at != std::string::npos; at = plot.find("class=\"curve\"", at + 1)) ++curves;
+    EXPECT_EQ(curves, 3u) << plot;
+    auto [bad, bad_out] = test::run_moestream("cache-sim --trace " + trace + " --budgets 0%", true);
+    EXPECT_EQ(bad, 2);
+    EXPECT_NE(bad_out.find("--budgets: 0%"), std::string::npos) << bad_out;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 2 --embd 64 --heads 2 --experts 4 --experts-used 2 --ffn 64 --vocab-builtin --out " + model, true).first, 0);
+    auto [other, other_out] = test::run_moestream("cache-sim --trace " + trace + " --model " + model, true);
+    EXPECT_EQ(other, 2);
+    EXPECT_NE(other_out.find("not the model the routing trace was recorded on"), std::string::npos) << other_out;
+}
+
+// Over a recorded run on a streamed model, the simulator at the recorded budget and policy gives the engine's
+// own hit rate and bytes read per token (within 1%), with and without the expert store's layout.
+TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 5 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 128 "
+                                  "--vocab-builtin --seed 5 --out " + model, true).first, 0);
+    for (const std::string budget : {"40M", "46M"}) {
+        for (const std::string policy : {"lru", "lru-freq"}) {
+            const std::string trace = dir / ("t-" + budget + policy + ".trace");
+            auto [rc, out] = test::run_moestream("run --model " + model + " -p 'the routing trace and the cache simulator agree' -n 80 "
+                                                 "--ram-budget " + budget + " --policy " + policy + " --routing-trace " + trace, true);
+            ASSERT_EQ(rc, 0) << out;
+            auto [sim_rc, sim] = test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false);
+            ASSERT_EQ(sim_rc, 0) << sim;
+            const auto j = nlohmann::json::parse(sim);
+            ASSERT_TRUE(j.contains("simulated_at_recorded")) << sim;
+            const auto& rec = j["recorded"];
+            const auto& got = j["simulated_at_recorded"];
+            const double rec_hit = rec["hit_rate"], got_hit = got["hit_rate"];
+            const double rec_bytes = rec["bytes_per_token"], got_bytes = got["bytes_per_token"];
+            EXPECT_GT(rec["lookups"].get<uint64_t>(), 500u);
+            EXPECT_GT(rec_bytes, 0);
+            EXPECT_NEAR(got_hit, rec_hit, 0.01 * rec_hit) << budget << " " << policy;
+            EXPECT_NEAR(got_bytes, rec_bytes, 0.01 * rec_bytes) << budget << " " << policy;
+            std::cerr << "[  NOTE    ] " << budget << " " << policy << ": engine hit " << rec_hit << ", " << rec_bytes
+                      << " B/token; simulated " << got_hit << ", " << got_bytes << " B/token\n";
+        }
+    }
+}
+
+}  // namespace
+}  // namespace moe
