@@ -178,7 +178,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                static_cast<double>(st.store_loads));
         metric("moestream_expert_store_bad_records_total", "counter", "Expert store records that failed their checksum (read from the GGUF instead).",
                static_cast<double>(st.store_bad_records));
-        return m;
+        return m + g->request_io_metrics();
     };
     http_opt.host = host;
     http_opt.port = port;

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "engine/model/model_facts.h"
+#include "tests/budget.h"
 #include "tests/serve_fixture.h"
 
 namespace moe {
@@ -235,6 +237,50 @@ namespace {
 double metric_value(const std::string& metrics, const std::string& name) {
     const size_t p = metrics.find("\n" + name + " ");
     return p == std::string::npos ? -1 : std::stod(metrics.substr(p + name.size() + 2));
+}
+
+// Each response's usage carries what the request cost the expert cache (usage.moestream, OpenAI and Anthropic
+// shapes); over requests one at a time and two at once, the requests' bytes add up to the server's counter
+// exactly (a shared decode step is split among its slots), and /metrics has a histogram entry per request.
+TEST_F(ServeTest, RequestsReportTheirExpertReads) {
+    const ModelFacts f = model_facts(open_gguf_model(model_));
+    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + 2 * f.kv_bytes(1024) + f.expert_bytes / 3, 1024, 2);
+    Server s(model_, {"--ram-budget", budget, "--ctx", "1024", "--parallel", "2"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();
+    const double bytes_before = metric_value(test::request(s.port(), "GET", "/metrics").body, "moestream_expert_bytes_read_total");
+    std::atomic<uint64_t> charged{0};
+    std::atomic<int> answered{0};
+    auto ask = [&](int i) {
+        const bool anthropic = i % 2 == 1;
+        const auto r = anthropic ? test::request(s.port(), "POST", "/v1/messages",
+                                                 json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump())
+                                 : test::request(s.port(), "POST", "/v1/chat/completions",
+                                                 json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump());
+        ASSERT_EQ(r.status, 200) << r.body;
+        const json usage = json::parse(r.body)["usage"];
+        ASSERT_TRUE(usage.contains("moestream")) << usage.dump();
+        const json& io = usage["moestream"];
+        EXPECT_GT(io["expert_cache_hits"].get<uint64_t>() + io["expert_cache_misses"].get<uint64_t>(), 0u) << io.dump();
+        EXPECT_GE(io["expert_hit_rate"].get<double>(), 0.0);
+        EXPECT_LE(io["expert_hit_rate"].get<double>(), 1.0);
+        EXPECT_GE(io["expert_io_wait_ms"].get<double>(), 0.0);
+        charged += io["expert_bytes_read"].get<uint64_t>();
+        answered++;
+    };
+    for (int i = 0; i < 4; ++i) ask(i);  // one at a time
+    std::vector<std::thread> together;
+    for (int i = 4; i < 8; ++i) together.emplace_back(ask, i);  // two slots, four clients
+    for (auto& t : together) t.join();
+    ASSERT_EQ(answered.load(), 8);
+    const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
+    const double bytes_after = metric_value(metrics, "moestream_expert_bytes_read_total");
+    EXPECT_GT(charged.load(), 0u);
+    EXPECT_EQ(static_cast<double>(charged.load()), bytes_after - bytes_before);
+    EXPECT_EQ(metric_value(metrics, "moestream_request_expert_bytes_read_count"), 8);
+    EXPECT_EQ(metric_value(metrics, "moestream_request_expert_bytes_read_sum"), static_cast<double>(charged.load()));
+    EXPECT_NE(metrics.find("moestream_request_expert_hit_rate_bucket{le=\"+Inf\"} 8\n"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("# TYPE moestream_request_expert_wait_seconds histogram"), std::string::npos);
 }
 
 // --parallel 3: three requests generate together; the decode steps are batched, so fewer expert fetches than

@@ -80,7 +80,7 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
     const std::string stop_reason = !calls.empty() ? "tool_use" : r.finish_reason == "length" ? "max_tokens" : !r.stop_string.empty() ? "stop_sequence" : "end_turn";
     const json stop_sequence = r.stop_string.empty() ? json(nullptr) : json(r.stop_string);
     const json usage = {{"input_tokens", r.prompt_tokens - r.prompt_reused}, {"cache_read_input_tokens", r.prompt_reused},
-                        {"cache_creation_input_tokens", 0}, {"output_tokens", r.completion_tokens}};
+                        {"cache_creation_input_tokens", 0}, {"output_tokens", r.completion_tokens}, {"moestream", expert_usage_json(r.experts)}};
     if (stream) {
         if (sse.ok()) {
             close_block();

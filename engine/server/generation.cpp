@@ -132,6 +132,27 @@ void Generator::worker() {
     }
 }
 
+void Generator::charge(const std::vector<Slot*>& slots, const ExpertSourceStats& before) {
+    if (slots.empty()) return;
+    const ExpertSourceStats now = model_.experts->stats();
+    const uint64_t n = slots.size();
+    auto share = [&](uint64_t total, size_t i) { return total / n + (i == 0 ? total % n : 0); };  // nothing lost
+    for (size_t i = 0; i < slots.size(); ++i) {
+        RequestExpertIo& io = slots[i]->r.experts;
+        io.bytes_read += share(now.bytes_read - before.bytes_read, i);
+        io.hits += share(now.hits - before.hits, i);
+        io.misses += share(now.misses - before.misses, i);
+        io.io_wait_ms += static_cast<double>(now.wait_ns - before.wait_ns) / 1e6 / static_cast<double>(n);
+    }
+}
+
+std::string Generator::request_io_metrics() const {
+    std::lock_guard<std::mutex> lk(expert_stats_mu_);
+    return request_bytes_.prometheus("moestream_request_expert_bytes_read", "Expert bytes read from disk per finished request.") +
+           request_hit_rate_.prometheus("moestream_request_expert_hit_rate", "Share of a finished request's expert lookups served from RAM.") +
+           request_io_wait_.prometheus("moestream_request_expert_wait_seconds", "Time a finished request's forward passes blocked on expert reads.");
+}
+
 void Generator::publish_counters() {
     std::lock_guard<std::mutex> lk(expert_stats_mu_);
     expert_stats_ = model_.experts->stats();
@@ -197,7 +218,9 @@ void Generator::prefill_some(Slot& slot, int budget) {
         while (budget > 0 && slot.next_cut < slot.cuts.size()) {
             const int begin = runner_.n_past(), cut = slot.cuts[slot.next_cut];
             const int end = static_cast<int>(std::min<int64_t>(cut, int64_t{begin} + budget));
+            const ExpertSourceStats before = model_.experts->stats();
             runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
+            charge({&slot}, before);
             budget -= end - begin;
             if (end == cut) {
                 if (cut < P) runner_.checkpoint();
@@ -301,6 +324,7 @@ void Generator::step() {
         going.push_back(&slot);
     }
     if (tokens.empty()) return;
+    const ExpertSourceStats before = model_.experts->stats();
     try {
         if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
             runner_.select_sequence(seqs[0]);
@@ -308,7 +332,9 @@ void Generator::step() {
         } else {
             runner_.eval_batch(seqs, tokens);
         }
+        charge(going, before);
     } catch (const std::exception& e) {
+        charge(going, before);
         for (Slot* slot : going) {
             slot->r.finish_reason = "error";
             slot->r.error = e.what();
@@ -344,6 +370,13 @@ void Generator::finish(Slot& slot) {
     if (r.completion_tokens > 1 && r.gen_ms > 0) stats_.last_tok_per_s = (r.completion_tokens - 1) * 1000.0 / r.gen_ms;
     if (r.finish_reason != "cancelled" && r.finish_reason != "error") remember(r.text, r.tokens);
     publish_counters();
+    {
+        std::lock_guard<std::mutex> lk(expert_stats_mu_);
+        request_bytes_.add(static_cast<double>(r.experts.bytes_read));
+        const uint64_t lookups = r.experts.hits + r.experts.misses;
+        if (lookups) request_hit_rate_.add(static_cast<double>(r.experts.hits) / static_cast<double>(lookups));
+        request_io_wait_.add(r.experts.io_wait_ms / 1e3);
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
         std::erase(running_cancels_, slot.req.cancel);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/forward/runner.h"
+#include "engine/server/histogram.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sampler/token_constraint.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -56,6 +57,14 @@ struct GenerationRequest {
     std::vector<int> checkpoint_at;
 };
 
+// What one request cost the expert cache: its share of each forward step it took part in (a decode step
+// shared by several slots is split evenly among them).
+struct RequestExpertIo {
+    uint64_t bytes_read = 0;  // expert bytes read from disk (demand and prefetch)
+    uint64_t hits = 0, misses = 0;
+    double io_wait_ms = 0;    // time the forward pass blocked on expert reads
+};
+
 struct GenerationResult {
     std::string text;
     std::vector<int32_t> tokens;     // generated, without the end-of-generation token
@@ -67,6 +76,7 @@ struct GenerationResult {
     int prompt_reused = 0;           // taken from the KV cache instead of evaluated
     int completion_tokens = 0;
     double prompt_ms = 0, gen_ms = 0;
+    RequestExpertIo experts;
 };
 
 struct GenerationStats {
@@ -102,6 +112,8 @@ public:
     // The expert source's counters, refreshed every few decode steps and at each request's end (safe from any
     // thread).
     ExpertSourceStats expert_stats() const;
+    // /metrics histograms of the finished requests' expert bytes read, hit rate and time blocked on reads.
+    std::string request_io_metrics() const;
     // How often the router chose each expert, [layer * n_expert + expert], refreshed like expert_stats().
     std::vector<uint64_t> expert_heat() const;
     // Cancels the running requests and fails queued ones; the worker exits.
@@ -126,6 +138,8 @@ private:
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
     void publish_counters();  // expert_stats_ and heat_ from the worker's runner and source
+    // Charges the expert source's counters since `before` to these slots' results, split evenly.
+    void charge(const std::vector<Slot*>& slots, const ExpertSourceStats& before);
     void remember(const std::string& text, const std::vector<int32_t>& tokens);
     // Draws the next token within the grammar: the sampler's choice when allowed, else a draw from the
     // logits masked to the allowed tokens.
@@ -148,6 +162,9 @@ private:
     GenerationStats stats_;
     mutable std::mutex expert_stats_mu_;
     ExpertSourceStats expert_stats_;
+    Histogram request_bytes_{{1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 4.0 * (1 << 30), 16.0 * (1 << 30), 64.0 * (1 << 30)}};
+    Histogram request_hit_rate_{{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0}};
+    Histogram request_io_wait_{{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}};
     std::vector<uint64_t> heat_;
     uint64_t steps_ = 0;
     uint64_t slot_uses_ = 0;  // admissions so far: the least recently used free slot wins ties

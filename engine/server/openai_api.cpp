@@ -32,7 +32,7 @@ json tool_call_json(const ToolCall& c) {
 
 json usage_json(const GenerationResult& r) {
     return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens}, {"total_tokens", r.prompt_tokens + r.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", r.prompt_reused}}}};
+            {"prompt_tokens_details", {{"cached_tokens", r.prompt_reused}}}, {"moestream", expert_usage_json(r.experts)}};
 }
 
 json timings_json(const GenerationResult& r) {
