@@ -49,6 +49,8 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         ("groups-used", po::value(&s.groups_used)->default_value(0), "groups kept per token")
         ("gating", po::value(&s.gating), "softmax | sigmoid (default: no key, the architecture's default)")
         ("probs-bias", po::bool_switch(&s.probs_bias), "add an exp_probs_b selection bias")
+        ("router-skew", po::value(&s.router_skew)->default_value(0.f),
+         "Zipf exponent of expert popularity per layer (real routers are skewed; 0: the random router's, near uniform)")
         ("norm-weights", po::bool_switch(&s.norm_weights), "renormalise the chosen experts' weights")
         ("weights-scale", po::value(&s.weights_scale)->default_value(0.f), "multiply the experts' weights (0: off)")
         ("nextn", po::value(&s.nextn)->default_value(0), "NextN/MTP blocks after the trunk (not run)")

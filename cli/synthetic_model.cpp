@@ -108,31 +108,34 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
 
 class Writer {
 public:
+    // Changes row r's values after they are drawn (the draws, and so every other tensor, stay the same).
+    using RowEdit = std::function<void(uint64_t, std::vector<float>&)>;
     Writer(const SyntheticSpec& s, TypePlan plan) : s_(s), rng_(s.seed), plan_(plan) {}
 
     // A matrix [fan_in, rows...] of the plan's type for it. Rows that are not whole blocks of it fall back to q8_0,
     // then f16, as llama-quantize falls back for such tensors.
     void matrix(const std::string& name, std::vector<uint64_t> ne, float gain = 1.f, bool sensitive = false,
-                const std::function<bool(uint64_t)>& zero_row = {}) {
+                const std::function<bool(uint64_t)>& zero_row = {}, const std::function<void(uint64_t, std::vector<float>&)>& edit = {}) {
         GgmlType t = plan_.of(name, sensitive);
         // ik_llama.cpp never interleaves token_embd (it is looked up by row), nor a matrix whose rows do not fill
         // the groups: those keep the non-interleaved form (its IQ1_S_R4 mixes use Q2_K for them).
         if (type_info(t).interleave > 1 && (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave))
             t = t == GgmlType::IQ4_KS_R4 ? GgmlType::IQ4_KS : GgmlType::Q2_K;
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
-        add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row);
+        add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row, edit);
     }
     // An f32 vector around `center`.
     void vec(const std::string& name, uint64_t n, float center = 1.f, float spread = 0.2f) { add(name, {n}, GgmlType::F32, spread, center); }
-    void f32_matrix(const std::string& name, std::vector<uint64_t> ne, float gain) {
-        add(name, std::move(ne), GgmlType::F32, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f);
+    void f32_matrix(const std::string& name, std::vector<uint64_t> ne, float gain, const RowEdit& edit = {}) {
+        add(name, std::move(ne), GgmlType::F32, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, {}, edit);
     }
+
 
     std::vector<GgufTensorData> tensors;
 
 private:
     void add(const std::string& name, std::vector<uint64_t> ne, GgmlType type, float scale, float offset,
-             const std::function<bool(uint64_t)>& zero_row = {}) {
+             const std::function<bool(uint64_t)>& zero_row = {}, const std::function<void(uint64_t, std::vector<float>&)>& edit = {}) {
         auto rb = row_bytes(type, ne[0]);
         if (!rb)
             throw CliError("tensor " + name + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
@@ -161,6 +164,7 @@ private:
             }
             for (auto& x : row) x = offset + scale * uni(rng_);
             if (zero_row && zero_row(r)) std::fill(row.begin(), row.end(), 0.f);
+            if (edit) edit(r, row);
             kernels::quantize_row(type, row.data(), t.bytes.data() + r * *rb, static_cast<int64_t>(ne[0]));
         }
         tensors.push_back(std::move(t));
@@ -178,9 +182,25 @@ void check_positive(std::initializer_list<std::pair<const char*, uint32_t>> valu
 
 bool is_mla(const std::string& arch) { return arch == "deepseek2" || arch == "glm-dsa"; }
 
+// Skewed routing (--router-skew): router row e is scaled by (1 + rank_e)^(-skew / 2), the ranks a random
+// permutation per layer. A row's logit then varies more across tokens the hotter the expert is, so it reaches
+// the top-k more often: popularity falls with rank, with no component shared by all tokens (which would route
+// consecutive tokens alike).
+Writer::RowEdit skewed_router(const SyntheticSpec& s, const std::string& prefix) {
+    if (s.router_skew <= 0.f) return {};
+    std::vector<uint32_t> rank(s.experts);
+    for (uint32_t e = 0; e < s.experts; ++e) rank[e] = e;
+    std::mt19937_64 rng(s.seed ^ std::hash<std::string>{}(prefix));  // its own stream: other tensors unchanged
+    std::shuffle(rank.begin(), rank.end(), rng);
+    return [rank, skew = s.router_skew](uint64_t expert, std::vector<float>& row) {
+        const float g = std::pow(1.f + static_cast<float>(rank[expert]), -skew / 2);
+        for (float& x : row) x *= g;
+    };
+}
+
 // Router, selection bias, routed experts and shared expert of one MoE block.
 void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
-    w.f32_matrix(p + "ffn_gate_inp.weight", {s.embd, s.experts}, 2.f);
+    w.f32_matrix(p + "ffn_gate_inp.weight", {s.embd, s.experts}, 2.f, skewed_router(s, p));
     if (s.probs_bias) w.vec(p + "exp_probs_b.bias", s.experts, 0.f, 0.05f);
     w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts});
     w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts});

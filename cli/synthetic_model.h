@@ -29,6 +29,9 @@ struct SyntheticSpec {
     uint32_t dense_layers = 0, dense_ffn = 0, shared = 0, groups = 0, groups_used = 0;
     std::string gating;  // "", softmax, sigmoid: written as expert_gating_func when set
     bool probs_bias = false;
+    // > 0: expert popularity per layer follows a Zipf law of this exponent (the hot experts differ per layer),
+    // as real routers are skewed; 0: the random router's own, close to uniform.
+    float router_skew = 0.f;
     bool norm_weights = false;
     float weights_scale = 0.f;
     uint32_t nextn = 0;  // NextN/MTP blocks appended after the trunk

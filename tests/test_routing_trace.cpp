@@ -334,6 +334,37 @@ TEST(CacheSim, CommandReportsPlotsAndRefuses) {
     EXPECT_NE(other_out.find("not the model the routing trace was recorded on"), std::string::npos) << other_out;
 }
 
+// mkmodel --router-skew: the same prompt and generation route more of their lookups to each layer's hottest
+// experts than on the unskewed model, and the hot experts differ between layers.
+TEST(CacheSim, RouterSkewConcentratesRouting) {
+    test::TempDir dir;
+    auto hot10 = [&](const std::string& skew) {
+        const std::string model = dir / ("m" + skew + ".gguf"), trace = dir / ("t" + skew + ".trace");
+        EXPECT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
+                                      "--vocab-builtin --seed 3 --router-skew " + skew + " --out " + model, true).first, 0);
+        auto [rc, out] = test::run_moestream("run --model " + model + " -p 'skewed routing, measured' -n 48 --routing-trace " + trace, true);
+        EXPECT_EQ(rc, 0) << out;
+        const auto j = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false).second);
+        // The hottest expert of each MoE layer.
+        std::set<int> hottest;
+        const RoutingTrace t = read_routing_trace(trace);
+        for (uint32_t l = 0; l < t.header.n_layer; ++l) {
+            std::vector<int> counts(t.header.n_expert, 0);
+            for (const auto& step : t.steps)
+                for (const auto& ev : step.events)
+                    if (ev.kind == 'R' && ev.layer == l)
+                        for (uint16_t e : ev.experts) counts[e]++;
+            hottest.insert(static_cast<int>(std::max_element(counts.begin(), counts.end()) - counts.begin()));
+        }
+        return std::make_pair(j["workload"]["hot10_share"].get<double>(), hottest.size());
+    };
+    const auto [flat, flat_layers] = hot10("0");
+    const auto [skewed, skewed_layers] = hot10("2");
+    std::cerr << "[  NOTE    ] hottest 10% of experts take " << flat << " of routings unskewed, " << skewed << " at --router-skew 2\n";
+    EXPECT_GT(skewed, flat + 0.05);
+    EXPECT_GT(skewed_layers, 1u);  // not one expert id hot in every layer
+}
+
 // Over a recorded run on a streamed model, the simulator at the recorded budget and policy gives the engine's
 // own hit rate and bytes read per token (within 1%), with and without the expert store's layout.
 TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
