@@ -215,8 +215,10 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     if (disk > 0) std::printf("disk: %.2f GB/s from %s\n", disk / 1e9, disk_source.c_str());
     else std::printf("disk: unknown (--disk-gbps or --host): no speed prediction\n");
     std::printf("\n(hit: lookups served from RAM, prefetched ones included; of MIN: hits on experts kept from an earlier use,\n"
-                " against Belady's MIN, which keeps the best possible set and does not prefetch)\n");
-    std::printf("%10s %6s %6s  %-14s %7s %8s %11s %10s\n", "budget", "share", "slots", "policy", "hit", "of MIN", "MiB/token", "pred tok/s");
+                " against Belady's MIN, which keeps the best possible set and does not prefetch; unused: share of the bytes read\n"
+                " that were prefetched and never asked for)\n");
+    std::printf("%10s %6s %6s  %-14s %7s %8s %11s %7s %10s\n", "budget", "share", "slots", "policy", "hit", "of MIN", "MiB/token", "unused",
+                "pred tok/s");
     for (const auto& row : rows) {
         const double share = 100.0 * static_cast<double>(row.budget) / static_cast<double>(w.total_expert_bytes);
         auto print = [&](const CacheSimResult& r, bool first) {
@@ -225,10 +227,12 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
             const double pred = predict(r);
             char pred_text[32] = "-";
             if (pred > 0) std::snprintf(pred_text, sizeof pred_text, "%.2f", pred);
-            std::snprintf(line, sizeof line, "%10s %5.1f%% %6llu  %-14s %6.1f%% %8s %11.3f %10s\n",
+            // Share of the bytes read that were prefetched and never used.
+            const double unused = r.bytes_read ? 100.0 * static_cast<double>(r.prefetch_unused_bytes) / static_cast<double>(r.bytes_read) : 0;
+            std::snprintf(line, sizeof line, "%10s %5.1f%% %6llu  %-14s %6.1f%% %8s %11.3f %6.1f%% %10s\n",
                           first ? human_bytes(static_cast<double>(row.budget)).c_str() : "", share, static_cast<unsigned long long>(r.slots),
                           r.policy.c_str(), 100 * r.hit_rate(), r.policy == "belady" ? "" : of_min.c_str(), r.decode_bytes_per_token() / (1 << 20),
-                          pred_text);
+                          unused, pred_text);
             std::fputs(line, stdout);
         };
         for (size_t i = 0; i < row.policies.size(); ++i) print(row.policies[i], i == 0);

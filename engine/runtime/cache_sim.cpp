@@ -78,6 +78,11 @@ public:
         for (uint16_t e : predicted) {
             if (loading_ >= h_.prefetch_cap) break;
             if (map_.count(key_of(layer, e))) continue;
+            if (free_.empty()) {
+                const int v = victim();
+                if (v < 0) break;
+                if (!prefetch_admits(policy_, freq_[static_cast<size_t>(key_of(layer, e))], freq_[static_cast<size_t>(slots_[v].key)])) continue;
+            }
             const int si = allocate();
             if (si < 0) break;
             claim(si, layer, e, false);
@@ -142,16 +147,18 @@ private:
         if (tail_ < 0) tail_ = s;
         x.in_list = true;
     }
+    int victim() const {
+        return pick_victim(
+            policy_, tail_, [&](int s) { return slots_[s].prev; }, [&](int s) { return slots_[s].pins == 0 && !slots_[s].protect; },
+            [&](int s) { return freq_[static_cast<size_t>(slots_[s].key)]; });
+    }
     int allocate() {
         if (!free_.empty()) {
             const int s = free_.back();
             free_.pop_back();
             return s;
         }
-        const int best = pick_victim(
-            policy_, tail_, [&](int s) { return slots_[s].prev; },
-            [&](int s) { return slots_[s].pins == 0 && !slots_[s].protect; },
-            [&](int s) { return freq_[static_cast<size_t>(slots_[s].key)]; });
+        const int best = victim();
         if (best < 0) return -1;
         lru_remove(best);
         map_.erase(slots_[best].key);

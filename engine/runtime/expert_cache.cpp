@@ -161,20 +161,24 @@ void StreamingExpertSource::lru_push_front(int s) {
     x.in_list = true;
 }
 
-int StreamingExpertSource::allocate_slot() {
-    if (!free_.empty()) {
-        int s = free_.back();
-        free_.pop_back();
-        return s;
-    }
+int StreamingExpertSource::victim() const {
     // Oldest unpinned slots first; the frequency policy keeps the most-used of the last few.
-    const int best = pick_victim(
+    return pick_victim(
         opt_.policy, lru_tail_, [&](int s) { return slots_[s].prev; },
         [&](int s) {
             const Slot& x = slots_[s];
             return x.pins == 0 && !x.loading && !x.permanent && !x.protect;
         },
         [&](int s) { return freq_[static_cast<size_t>(slots_[s].key)]; });
+}
+
+int StreamingExpertSource::allocate_slot() {
+    if (!free_.empty()) {
+        int s = free_.back();
+        free_.pop_back();
+        return s;
+    }
+    const int best = victim();
     if (best < 0) return -1;
     Slot& v = slots_[best];
     lru_remove(best);
@@ -443,6 +447,11 @@ void StreamingExpertSource::prefetch(uint32_t layer, std::span<const uint32_t> e
         // store's one get the same allowance.
         if (loading_bytes_ >= prefetch_cap()) break;
         if (e >= n_expert_ || map_.count(key_of(layer, e))) continue;
+        if (free_.empty()) {
+            const int v = victim();
+            if (v < 0) break;
+            if (!prefetch_admits(opt_.policy, freq_[static_cast<size_t>(key_of(layer, e))], freq_[static_cast<size_t>(slots_[v].key)])) continue;
+        }
         int si = allocate_slot();
         if (si < 0) break;
         claim(si, layer, e, false);

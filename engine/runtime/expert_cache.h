@@ -100,6 +100,7 @@ private:
     int64_t key_of(uint32_t layer, uint32_t expert) const { return static_cast<int64_t>(layer) * n_expert_ + expert; }
     Window window(uint32_t layer, uint32_t expert, int kind) const;
     ExpertView view(const Slot& s) const;
+    int victim() const;   // the slot allocate_slot would evict, -1 when none can go
     int allocate_slot();  // -1 when every slot is pinned, loading or protected
     // from_gguf: skip the store (its copy could not be read).
     void start_load(int slot, uint32_t layer, uint32_t expert, bool urgent, bool from_gguf = false);
