@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/plan_trace.h"
 #include "cli/engine_setup.h"
 #include "cli/plan_cluster.h"
 #include "cli/plan_files.h"
@@ -212,7 +213,7 @@ std::optional<std::string> unit_exposure(const std::string& unit) {
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
-    std::string model, facts, budget, target, gpu_mem, gpu_layers, out, root = "/", listen, alias, profile, cache_type_k, cache_type_v;
+    std::string model, facts, budget, target, gpu_mem, gpu_layers, out, root = "/", listen, alias, profile, cache_type_k, cache_type_v, trace;
     int n_batch = 2048, n_ubatch = 512;
     int threads = 0, port = 8000;
     uint32_t n_ctx = 4096;
@@ -248,6 +249,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("port", po::value(&port)->default_value(8000), "port the server listens on")
         ("alias", po::value(&alias), "model name the API reports")
         ("profile", po::value(&profile), "routing profile (moestream profile): hottest experts resident; llama-server: hottest layers on GPUs")
+        ("trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache's hit rate simulated on it")
         ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
         ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
         ("no-storage", po::bool_switch(&no_storage), "do not measure the disk")
@@ -297,6 +299,10 @@ int cmd_plan(const std::vector<std::string>& args) {
         o.llama_server_binary = server.path;
     }
     Plan p = plan_or_cli_error(h, m, o);
+    if (!trace.empty()) {
+        p.routing_trace_path = fs::absolute(trace).string();
+        apply_routing_trace(p, m, o.mem_bytes_per_s);
+    }
     if (is_llama_target(target)) {
         p.reasons.push_back({"llama_server_binary", {server.path, server.reason}});
         if (!server.warning.empty()) p.notes.push_back(server.warning);
@@ -489,6 +495,8 @@ int cmd_regen(const std::vector<std::string>& args) {
     ModelFacts m = read_model_facts(old.model_path);
     PlanOptions o = options_from(old);
     Plan p = plan_or_cli_error(h, m, o);
+    p.routing_trace_path = old.routing_trace_path;
+    apply_routing_trace(p, m, 0);
     p.asked_ram_budget = old.asked_ram_budget;
     p.asked_threads = old.asked_threads;
     p.asked_gpu_mem = old.asked_gpu_mem;

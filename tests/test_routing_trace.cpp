@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <yaml-cpp/yaml.h>
 
 #include "engine/runtime/cache_sim.h"
 #include "engine/runtime/routing_trace.h"
@@ -363,6 +364,43 @@ TEST(CacheSim, RouterSkewConcentratesRouting) {
     std::cerr << "[  NOTE    ] hottest 10% of experts take " << flat << " of routings unskewed, " << skewed << " at --router-skew 2\n";
     EXPECT_GT(skewed, flat + 0.05);
     EXPECT_GT(skewed_layers, 1u);  // not one expert id hot in every layer
+}
+
+// plan --trace: the planned cache's hit rate comes from replaying the user's trace (the same figure cache-sim
+// gives at that budget), plan.yaml says so and keeps the trace for regen; another model's trace is refused.
+TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf", trace = dir / "t.trace";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
+                                  "--vocab-builtin --seed 9 --router-skew 1 --out " + model, true).first, 0);
+    auto [rc, out] = test::run_moestream("run --model " + model + " -p 'plan from traffic' -n 40 --ram-budget 40M --routing-trace " + trace, true);
+    ASSERT_EQ(rc, 0) << out;
+    const std::string facts = dir / "host.json";
+    ASSERT_EQ(test::run_moestream_cmd(std::string(MOESTREAM_BINARY) + " probe --root " + MOESTREAM_SOURCE_DIR +
+                                      "/tests/fixtures/hosts/laptop-1node-smt --json > " + facts).first, 0);
+    auto [prc, pout] = test::run_moestream("plan --model " + model + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "p", true);
+    ASSERT_EQ(prc, 0) << pout;
+    const YAML::Node plan = YAML::LoadFile(dir / "p/plan.yaml");
+    const uint64_t cache = plan["decisions"]["expert_cache_bytes"].as<uint64_t>();
+    const double planned_hit = std::stod(plan["reasons"]["expert_cache_hit_rate"]["value"].as<std::string>());
+    EXPECT_NE(plan["reasons"]["expert_cache_hit_rate"]["reason"].as<std::string>().find("simulated on " + trace), std::string::npos);
+    EXPECT_EQ(plan["asked"]["routing_trace"].as<std::string>(), trace);
+    const auto j = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(cache), false).second);
+    bool found = false;
+    for (const auto& b : j["budgets"])
+        if (b["budget_bytes"] == cache) {
+            EXPECT_NEAR(b["policies"][1]["hit_rate"].get<double>(), planned_hit, 1e-4);
+            found = true;
+        }
+    EXPECT_TRUE(found);
+    auto [same, same_out] = test::run_moestream("regen --plan " + dir / "p/plan.yaml --host " + facts, true);
+    EXPECT_EQ(same, 0) << same_out;
+    const std::string other = dir / "o.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
+                                  "--vocab-builtin --seed 10 --out " + other, true).first, 0);
+    auto [bad, bad_out] = test::run_moestream("plan --model " + other + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "q", true);
+    EXPECT_EQ(bad, 2) << bad_out;
+    EXPECT_NE(bad_out.find("another model"), std::string::npos) << bad_out;
 }
 
 // Over a recorded run on a streamed model, the simulator at the recorded budget and policy gives the engine's

@@ -28,6 +28,11 @@ DecodeEstimate estimate_decode_with_hit_rate(const ModelFacts& m, double hit_rat
 
 std::string DecodeEstimate::formula() const {
     char buf[512];
+    if (ssd_bytes_per_s <= 0 && io_bytes_per_token > 0) {  // nothing to divide by: say so instead of an infinite time
+        std::snprintf(buf, sizeof buf, "unknown: t_io=%.1f MiB x (1-h), h=%.2f, over a disk bandwidth not measured (probe the storage)",
+                      expert_bytes_per_token / 1048576.0, hit_rate);
+        return buf;
+    }
     std::snprintf(buf, sizeof buf,
                   "1/max(t_io=%.1f MiB x (1-h), h=%.2f, / %.2f GB/s = %.2f ms; t_compute=%.1f MiB / %.1f GB/s = %.2f ms)",
                   expert_bytes_per_token / 1048576.0, hit_rate, ssd_bytes_per_s / 1e9, t_io * 1e3,

@@ -99,6 +99,7 @@ struct Plan {
     std::optional<int> asked_threads;
     std::string asked_gpu_mem;
     std::string profile_path;         // routing profile: the engine keeps its hottest experts resident
+    std::string routing_trace_path;   // routing trace (--trace): the cache's hit rate simulated on it, not assumed
 
     // Where the generated files were written (plan.yaml's directory).
     std::string out_dir;

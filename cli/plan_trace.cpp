@@ -1,0 +1,64 @@
+#include "cli/plan_trace.h"
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "engine/gguf/gguf.h"
+#include "engine/runtime/cache_sim.h"
+#include "tune/check.h"
+#include "tune/perf_model.h"
+
+namespace moe::cli {
+
+void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
+    if (p.routing_trace_path.empty()) return;
+    if (p.target != "engine") throw CliError("--trace: only the engine target streams experts through a cache to simulate");
+    RoutingTrace t;
+    try {
+        t = read_routing_trace(p.routing_trace_path);
+    } catch (const RoutingTraceError& e) {
+        throw CliError(e.what());
+    }
+    const GgufModel file = open_gguf_model(p.model_path);
+    std::vector<std::string> paths;
+    std::vector<uint64_t> offsets;
+    for (const auto& f : file.files) paths.push_back(f.path), offsets.push_back(f.data_offset);
+    if (routing_model_hash(paths, offsets) != t.header.model_hash)
+        throw CliError(p.routing_trace_path + ": a routing trace of another model than " + p.model_path + " (" + t.header.arch + ")");
+    if (t.steps.empty()) throw CliError(p.routing_trace_path + ": the routing trace has no steps");
+
+    auto per_token = [](const CacheSimResult& r) { return r.decode_tokens ? r.decode_bytes_per_token() : r.bytes_per_token(); };
+    const CacheSimResult planned = simulate_engine_cache(t, EvictionPolicy::LruFrequency, p.expert_cache_bytes);
+    const double bytes = per_token(planned);
+    const double expert_bytes = static_cast<double>(m.expert_bytes_per_token());
+    const double uniform = m.expert_bytes ? std::min(1.0, static_cast<double>(p.expert_cache_bytes) / static_cast<double>(m.expert_bytes)) : 1.0;
+    // The estimate's hit rate in bytes: what the trace says is read per token, prefetches included.
+    const double h = expert_bytes > 0 ? std::clamp(1.0 - bytes / expert_bytes, 0.0, 1.0) : 1.0;
+    const DecodeEstimate e = estimate_decode_with_hit_rate(m, h, p.disk_bytes_per_s, mem_bytes_per_s);
+    p.predicted_tok_s = e.tokens_per_s;
+    p.prediction_formula = e.formula() + " (h: bytes read per token simulated on the routing trace)";
+    char reason[512];
+    std::snprintf(reason, sizeof reason,
+                  "simulated on %s (%llu tokens) at the planned cache of %s with lru+frequency: hit rate %.1f%%, %.2f MiB read per token "
+                  "(uniform routing would assume a hit rate of %.1f%%)",
+                  p.routing_trace_path.c_str(), static_cast<unsigned long long>(planned.tokens), human_bytes(static_cast<double>(p.expert_cache_bytes)).c_str(),
+                  100 * planned.hit_rate(), bytes / 1048576.0, 100 * uniform);
+    char value[32];
+    std::snprintf(value, sizeof value, "%.4f", planned.hit_rate());
+    p.reasons.push_back({"expert_cache_hit_rate", {value, reason}});
+    // The curve below the plan: the smallest share of the cache that reads within 5% as much.
+    for (double f : {0.25, 0.5, 0.75}) {
+        const uint64_t smaller = static_cast<uint64_t>(static_cast<double>(p.expert_cache_bytes) * f);
+        if (smaller < t.header.slot_bytes * t.header.n_expert_used) continue;
+        const CacheSimResult r = simulate_engine_cache(t, EvictionPolicy::LruFrequency, smaller);
+        if (per_token(r) <= bytes * 1.05 + 1) {
+            p.notes.push_back("routing trace: a cache of " + human_bytes(static_cast<double>(smaller)) + " reads within 5% of the planned " +
+                              human_bytes(static_cast<double>(p.expert_cache_bytes)) + "'s bytes per token on this traffic; the other " +
+                              human_bytes(static_cast<double>(p.expert_cache_bytes - smaller)) +
+                              " could hold KV cache for a longer --ctx or more --parallel slots");
+            break;
+        }
+    }
+}
+
+}  // namespace moe::cli
