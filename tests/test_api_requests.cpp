@@ -56,6 +56,24 @@ TEST(ApiRequests, LimitsAreNamedWithTheirValues) {
     EXPECT_EQ(rejection(R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", 0).param, "stop");
     const ApiError long_stop = rejection(R"({"messages":[{"role":"user","content":"x"}],"stop":")" + std::string(2000, 'z') + "\"}", 0);
     EXPECT_NE(long_stop.message.find("2000 bytes; the limit is 1024"), std::string::npos) << long_stop.message;
+
+    // A schema's size, in response_format and in each API's tool declarations (compact JSON bytes).
+    limits.max_tools = 512;
+    limits.max_schema_bytes = 200;
+    const std::string big_schema = R"({"type":"object","description":")" + std::string(300, 'd') + R"("})";
+    const ApiError rf = rejection(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":)" +
+                                      big_schema + "}}}", 0, limits);
+    EXPECT_EQ(rf.status, 400);
+    EXPECT_NE(rf.message.find("response_format.json_schema.schema is a schema of 334 bytes"), std::string::npos) << rf.message;
+    EXPECT_NE(rf.message.find("at most 200"), std::string::npos) << rf.message;
+    const ApiError tool = rejection(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":)" +
+                                        big_schema + "}}]}", 0, limits);
+    EXPECT_NE(tool.message.find(".function.parameters is a schema of 334 bytes"), std::string::npos) << tool.message;
+    const ApiError anthropic = rejection(R"({"max_tokens":4,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":)" +
+                                             big_schema + "}]}", 2, limits);
+    EXPECT_NE(anthropic.message.find(".input_schema is a schema of 334 bytes"), std::string::npos) << anthropic.message;
+    EXPECT_EQ(rejection(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})",
+                        0, limits).status, 0);
 }
 
 TEST(ApiRequests, WrongJsonTypesAreTheClientsError) {

@@ -16,6 +16,12 @@ void check_count(size_t n, size_t limit, const char* what) {
     if (n > limit) throw bad(std::string(what) + " has " + std::to_string(n) + " entries; this server takes at most " + std::to_string(limit), what);
 }
 
+void check_schema_size(const ordered_json& schema, size_t limit, const std::string& where) {
+    const size_t n = schema.dump().size();
+    if (n > limit)
+        throw bad(where + " is a schema of " + std::to_string(n) + " bytes (compact JSON); this server takes at most " + std::to_string(limit), where);
+}
+
 // OpenAI message content: a string, null, or [{"type":"text","text":"..."}].
 std::string text_of(const ordered_json& content, const std::string& param) {
     if (content.is_string()) return content.get<std::string>();
@@ -83,13 +89,14 @@ void read_openai_logprobs(const ordered_json& body, ApiRequest& r, bool chat) {
 // tools: [{"type":"function","function":{"name","description","parameters"}}], key order kept for the prompt.
 std::vector<ToolSpec> read_openai_tools(const ordered_json& body, const RequestLimits& limits) {
     if (body.contains("tools") && body["tools"].is_array()) check_count(body["tools"].size(), limits.max_tools, "tools");
-    return read_tool_list(body, [](const ordered_json& t, const std::string& where) {
+    return read_tool_list(body, [&limits](const ordered_json& t, const std::string& where) {
         if (!t.is_object() || string_field(t, "type", where) != "function" || !t.contains("function") || !t["function"].is_object())
             throw bad(where + " must be {\"type\": \"function\", \"function\": {...}}", where);
         const auto& f = t["function"];
         if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
             throw bad(where + ".function.name must be a non-empty string", where);
         if (f.contains("parameters") && !f["parameters"].is_object()) throw bad(where + ".function.parameters must be a JSON schema object", where);
+        if (f.contains("parameters")) check_schema_size(f["parameters"], limits.max_schema_bytes, where + ".function.parameters");
         return ToolSpec{f["name"].get<std::string>(), f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
                         f.contains("parameters") ? f["parameters"] : ordered_json::object()};
     });
@@ -116,7 +123,7 @@ void read_openai_tool_choice(const ordered_json& body, ChatInput& in) {
         throw bad("tool_choice asks for a tool call but tools is empty", "tool_choice");
 }
 
-void read_response_format(const ordered_json& body, ChatInput& in) {
+void read_response_format(const ordered_json& body, ChatInput& in, const RequestLimits& limits) {
     if (!body.contains("response_format") || body["response_format"].is_null()) return;
     const ordered_json& rf = body["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) throw bad("response_format must be {\"type\": ...}", "response_format");
@@ -126,6 +133,7 @@ void read_response_format(const ordered_json& body, ChatInput& in) {
     } else if (type == "json_schema") {
         if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
             throw bad("response_format.json_schema.schema is required", "response_format");
+        check_schema_size(rf["json_schema"]["schema"], limits.max_schema_bytes, "response_format.json_schema.schema");
         in.response_schema = json::parse(rf["json_schema"]["schema"].dump());
     } else if (type != "text") {
         throw bad("response_format type '" + type + "' is not text, json_object or json_schema", "response_format");
@@ -226,11 +234,12 @@ void read_anthropic_message(const ordered_json& m, const std::string& where, con
 
 std::vector<ToolSpec> read_anthropic_tools(const ordered_json& body, const RequestLimits& limits) {
     if (body.contains("tools") && body["tools"].is_array()) check_count(body["tools"].size(), limits.max_tools, "tools");
-    return read_tool_list(body, [](const ordered_json& t, const std::string& where) {
+    return read_tool_list(body, [&limits](const ordered_json& t, const std::string& where) {
         if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
             throw bad(where + ".name must be a non-empty string", where);
         const ordered_json schema = t.contains("input_schema") ? t["input_schema"] : ordered_json::object();
         if (!schema.is_object()) throw bad(where + ".input_schema must be a JSON schema object", where);
+        check_schema_size(schema, limits.max_schema_bytes, where + ".input_schema");
         const std::string name = t["name"].get<std::string>(), description = t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
         // Declared to the model exactly as the same tool from an OpenAI client.
         ordered_json declaration = {{"type", "function"}, {"function", {{"name", name}, {"description", description}, {"parameters", schema}}}};
@@ -296,7 +305,7 @@ ApiRequest read_openai_chat(const ordered_json& body, const RequestLimits& limit
     read_openai_sampling(body, r, limits);
     read_openai_logprobs(body, r, true);
     ChatInput& in = r.chat;
-    read_response_format(body, in);
+    read_response_format(body, in, limits);
     in.tools = read_openai_tools(body, limits);
     read_openai_tool_choice(body, in);
     if (!body.contains("messages") || !body["messages"].is_array()) throw bad("messages must be an array", "messages");

@@ -26,6 +26,9 @@ struct RequestLimits {
     size_t max_tools = 512;
     size_t max_stop = 16;          // stop_sequences (OpenAI's own limit, 4, applies to `stop`)
     size_t max_stop_bytes = 1024;  // one stop string
+    // One JSON schema (response_format, a tool's parameters) as compact JSON: it is compiled into a grammar
+    // whose states grow with it, and tool schemas are rendered into every prompt.
+    size_t max_schema_bytes = 64 * 1024;
 };
 
 // A request in the terms the generator and the chat renderer take.
