@@ -62,6 +62,14 @@ TEST(JsonGrammar, AcceptsWhatTheSchemaAllowsAndNothingElse) {
     }
     EXPECT_THROW(grammar_of(json::parse(R"({"$ref":"#/$defs/missing"})")), GrammarError);
     EXPECT_THROW(grammar_of(json::parse(R"({"type":"object","required":["x"]})")), GrammarError);
+    // A keyword of the wrong JSON type is the schema's error, not an escaping type_error (found by the fuzzer).
+    try {
+        grammar_of(json::parse(R"({"type":"string","nullable":"yes"})"));
+        ADD_FAILURE() << "nullable: \"yes\" accepted";
+    } catch (const GrammarError& e) {
+        EXPECT_NE(std::string(e.what()).find("nullable must be true or false"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(accepts(json::parse(R"({"type":"string","nullable":true})"), "null"));
 }
 
 // Random walks: at each step pick a random byte the grammar allows (or stop where it may end); whatever comes

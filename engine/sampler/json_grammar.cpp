@@ -112,7 +112,10 @@ int JsonGrammar::compile(const json& s, const std::string& path) {
     } else {
         return any_value();
     }
-    if (s.value("nullable", false)) types.push_back("null");
+    if (s.contains("nullable")) {  // checked: value() would throw nlohmann's type_error on a non-boolean
+        if (!s["nullable"].is_boolean()) throw GrammarError(path + ".nullable must be true or false");
+        if (s["nullable"].get<bool>()) types.push_back("null");
+    }
     std::vector<int> alts;
     for (const auto& t : types) alts.push_back(compile_type(t, s, path));
     return alts.size() == 1 ? alts[0] : any_of(std::move(alts));
