@@ -96,10 +96,7 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
         } catch (const std::exception& e) {
             throw CliError(e.what());
         }
-        std::vector<std::string> paths;
-        std::vector<uint64_t> offsets;
-        for (const auto& f : file.files) paths.push_back(f.path), offsets.push_back(f.data_offset);
-        if (routing_model_hash(paths, offsets) != h.model_hash)
+        if (routing_model_hash(file) != h.model_hash)
             throw CliError(model_path + ": not the model the routing trace was recorded on (" + h.arch + ", model hash " + std::to_string(h.model_hash) + ")");
     }
     const RoutingWorkload w = measure_workload(trace);

@@ -46,13 +46,7 @@ std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, con
     h.n_layer = m.hp.n_layer;
     h.n_expert = m.hp.moe.n_expert;
     h.n_expert_used = m.hp.moe.n_expert_used;
-    std::vector<std::string> paths;
-    std::vector<uint64_t> offsets;
-    for (const auto& split : file.files) {
-        paths.push_back(split.path);
-        offsets.push_back(split.data_offset);
-    }
-    h.model_hash = routing_model_hash(paths, offsets);
+    h.model_hash = routing_model_hash(file);
     const std::vector<ExpertLayer> layers = expert_layers(m);
     const auto* streamed = dynamic_cast<const StreamingExpertSource*>(m.experts.get());
     h.slot_bytes = streamed ? streamed->slot_bytes() : StreamingExpertSource::slot_bytes_for(layers);

@@ -19,11 +19,7 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     } catch (const RoutingTraceError& e) {
         throw CliError(e.what());
     }
-    const GgufModel file = open_gguf_model(p.model_path);
-    std::vector<std::string> paths;
-    std::vector<uint64_t> offsets;
-    for (const auto& f : file.files) paths.push_back(f.path), offsets.push_back(f.data_offset);
-    if (routing_model_hash(paths, offsets) != t.header.model_hash)
+    if (routing_model_hash(open_gguf_model(p.model_path)) != t.header.model_hash)
         throw CliError(p.routing_trace_path + ": a routing trace of another model than " + p.model_path + " (" + t.header.arch + ")");
     if (t.steps.empty()) throw CliError(p.routing_trace_path + ": the routing trace has no steps");
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf/gguf.h"
 #include "engine/weights/weights.h"
 
 namespace moe {
@@ -65,6 +66,13 @@ struct RoutingTrace {
 
 // XXH3 over each GGUF file's size and its bytes before the tensor data (metadata and tensor table).
 uint64_t routing_model_hash(const std::vector<std::string>& files, const std::vector<uint64_t>& data_offsets);
+// The same for a GGUF model (every split).
+inline uint64_t routing_model_hash(const GgufModel& model) {
+    std::vector<std::string> files;
+    std::vector<uint64_t> offsets;
+    for (const auto& f : model.files) files.push_back(f.path), offsets.push_back(f.data_offset);
+    return routing_model_hash(files, offsets);
+}
 
 // Strict reader: throws RoutingTraceError naming the file, the byte offset and the field for anything out of
 // bounds or inconsistent. A last step cut short is dropped (the writer trims it too) unless `strict_tail`.
