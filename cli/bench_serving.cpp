@@ -18,7 +18,7 @@ json bench_parallel_slots(const LoadedEngine& le, int threads, uint32_t n_ctx, i
     const int V = static_cast<int>(le.model->hp.n_vocab);
     double one_slot_bytes = 0;
     for (int n : slots) {
-        Runner r(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .n_seq = n});
+        Runner r(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .n_seq = n, .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
         std::vector<int32_t> next(static_cast<size_t>(n));
         std::vector<int> seqs(static_cast<size_t>(n));
         for (int s = 0; s < n; ++s) {

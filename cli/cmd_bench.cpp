@@ -96,18 +96,19 @@ int cmd_bench(const std::vector<std::string>& args) {
     // Under a budget, what the bench holds beside the main runner comes out of it too: the slot section's runner
     // (its KV caches and scratch, while the main one lives) and fio (its buffers, queue depth x block size).
     const bool budgeted = !ef.ram_budget.empty() || vm.count("cache-fraction");
+    const kernels::KvCacheTypes kv_types = parse_kv_cache_types(ef.cache_type_k, ef.cache_type_v);
     uint64_t beside = 0;
     if (budgeted) {
         const GgufModel header = open_gguf_model(model_path);
         const int max_slots = slot_counts.empty() ? 0 : *std::max_element(slot_counts.begin(), slot_counts.end());
         if (max_slots > 0)
-            beside += engine_working_bytes(header, n_ctx, max_slots) - kProcessBaseBytes + model_facts(header).kv_bytes(n_ctx) * static_cast<uint64_t>(max_slots);
+            beside += engine_working_bytes(header, n_ctx, max_slots) - kProcessBaseBytes + model_facts(header).kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(max_slots);
         if (!no_fio) beside += static_cast<uint64_t>(ef.io_depth) * parse_bytes("--read-size", ef.read_size) + kFioBaseBytes;
         if (vm.count("cache-fraction")) {
             if (!ef.ram_budget.empty()) throw CliError("give --cache-fraction or --ram-budget, not both");
             if (!(cache_fraction > 0 && cache_fraction < 1)) throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
             const ModelFacts f = model_facts(header);
-            ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx) + engine_working_bytes(header, n_ctx, 1) + beside +
+            ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx, kv_types) + engine_working_bytes(header, n_ctx, 1) + beside +
                                            static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
         }
     }
@@ -125,7 +126,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (prefetch_layers < 0 || prefetch_layers > 4) throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
     const auto trace = open_routing_trace(ef, le.file, *le.model, prefetch_layers);
     Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers,
-                              .routing_trace = trace.get()});
+                              .routing_trace = trace.get(), .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();

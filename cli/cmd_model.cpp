@@ -51,6 +51,7 @@ struct Loaded {
     GgufModel file;
     std::unique_ptr<Model> model;
     kernels::Flavor flavor = kernels::default_flavor();
+    kernels::KvCacheTypes kv_types;
     std::shared_ptr<const Tokenizer> tok;
     std::string summary;
     std::string kernels;
@@ -62,6 +63,7 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     l.file = std::move(e.file);
     l.model = std::move(e.model);
     l.flavor = e.flavor;
+    l.kv_types = e.kv_types;
     l.summary = e.summary;
     l.kernels = e.kernels;
     l.tok = Tokenizer::from_gguf(l.file.meta());
@@ -173,11 +175,11 @@ int cmd_run(const std::vector<std::string>& args) {
     std::vector<float> ref_logits;
     std::vector<std::vector<float>> ref_all;
     if (use_ref) {
-        ref_state = make_ref_state(*L.model, n_ctx, L.flavor);
+        ref_state = make_ref_state(*L.model, n_ctx, L.flavor, L.kv_types);
         ref_logits.resize(hp.n_vocab);
     } else {
         trace = open_routing_trace(ef, L.file, *L.model);
-        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor, .routing_trace = trace.get()});
+        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor, .routing_trace = trace.get(), .cache_type_k = L.kv_types.k, .cache_type_v = L.kv_types.v});
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);

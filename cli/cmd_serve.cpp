@@ -56,7 +56,8 @@ nlohmann::json engine_view_config(const std::string& name, const LoadedEngine& e
                                   int threads, int parallel, int n_ctx) {
     const ModelFacts facts = model_facts(engine.file);
     nlohmann::json c = {{"model", name}, {"arch", facts.arch}, {"threads", threads}, {"parallel", parallel}, {"n_ctx", n_ctx},
-                        {"resident_bytes", facts.resident_bytes}, {"kv_bytes", facts.kv_bytes(static_cast<uint32_t>(n_ctx)) * static_cast<uint64_t>(parallel)},
+                        {"resident_bytes", facts.resident_bytes}, {"kv_bytes", facts.kv_bytes(static_cast<uint32_t>(n_ctx), engine.kv_types) * static_cast<uint64_t>(parallel)},
+                        {"cache_types", kernels::kv_cache_type_name(engine.kv_types.k) + "/" + kernels::kv_cache_type_name(engine.kv_types.v)},
                         {"expert_bytes", facts.expert_bytes}, {"expert_cache_bytes", engine.streaming ? engine.cache_bytes : facts.expert_bytes},
                         {"streaming", engine.streaming}, {"experts", engine.summary}, {"kernels", engine.kernels},
                         {"cpus_allowed", status_field("Cpus_allowed_list:")}, {"mems_allowed", status_field("Mems_allowed_list:")}};
@@ -206,7 +207,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         std::cerr << "moestream serve: " << engine.summary << "\n" << "moestream serve: " << engine.kernels << "\n";
         trace = open_routing_trace(ef, engine.file, *engine.model);
         gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
-                                                        .n_seq = parallel, .routing_trace = trace.get()},
+                                                        .n_seq = parallel, .routing_trace = trace.get(), .cache_type_k = engine.kv_types.k, .cache_type_v = engine.kv_types.v},
                                           static_cast<size_t>(max_queue));
     } catch (...) {
         server.stop();

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
 #include "engine/gguf/gguf.h"
 #include "engine/weights/weights.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -54,6 +55,7 @@ int dispatch(const std::vector<std::string>& argv) {
         return 2;
     }
     std::vector<std::string> rest(argv.begin() + 1, argv.end());
+    rewrite_llama_short_options(rest);
     try {
         return it->second(rest);
     } catch (const CliError& e) {

@@ -1,6 +1,7 @@
 #include "cli/engine_setup.h"
 
 #include "engine/forward/runner.h"
+#include "engine/forward/sequence_cache.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -35,7 +36,25 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
                                              "(default: the build for this CPU, or MOESTREAM_NUMERICS)")
         ("routing-trace", po::value(&f.routing_trace),
          "append each forward step's routing and expert cache outcomes to FILE (moestream cache-sim replays it)")
-        ("routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)");
+        ("routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)")
+        ("cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
+         "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")
+        ("cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)");
+}
+
+void rewrite_llama_short_options(std::vector<std::string>& args) {
+    for (auto& a : args) {
+        if (a == "-ctk") a = "--cache-type-k";
+        else if (a == "-ctv") a = "--cache-type-v";
+    }
+}
+
+kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v) {
+    auto one = [](const char* flag, const std::string& name) {
+        if (auto t = kernels::parse_kv_cache_type(name)) return *t;
+        throw CliError(std::string(flag) + " " + name + " is not a cache type (" + kernels::kv_cache_type_list() + ")");
+    };
+    return {one("--cache-type-k", k), one("--cache-type-v", v)};
 }
 
 std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& m, int prefetch_layers) {
@@ -146,10 +165,11 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
             le.flavor = kernels::Flavor::Avx2;
         }
     }
+    le.kv_types = parse_kv_cache_types(f.cache_type_k, f.cache_type_v);
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
-        const uint64_t kv = facts.kv_bytes(n_ctx) * static_cast<uint64_t>(n_seq);  // one cache per server slot
+        const uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
         // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
         const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes;
         if (budget <= facts.resident_bytes + kv + working)
@@ -183,6 +203,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     std::string store_note;
     if (streaming) lo.experts = streaming_experts(*streaming, f.expert_store, &store_note);
     le.model = load_model(le.file, lo);
+    if (const std::string why = kv_cache_types_problem(*le.model, le.kv_types); !why.empty()) throw CliError(why);
     const uint64_t unlocked = le.model->resident->try_lock();
     std::string where;
     if (le.streaming) {

@@ -7,6 +7,7 @@
 
 #include "engine/gguf/gguf.h"
 #include "engine/kernels/flavor.h"
+#include "engine/kernels/kv_cache_types.h"
 #include "engine/model/loader.h"
 #include "engine/model/model.h"
 #include "engine/runtime/expert_cache.h"
@@ -26,14 +27,21 @@ struct EngineFlags {
     std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2
     std::string routing_trace;              // --routing-trace FILE: append each step's routing ("" = none)
     std::string routing_trace_max = "1G";   // its size bound (oldest steps dropped past it)
+    std::string cache_type_k = "f16", cache_type_v = "f16";  // --cache-type-k / -v (-ctk / -ctv), as llama.cpp's
 };
 
 void add_engine_options(boost::program_options::options_description& opts, EngineFlags& f);
+// llama.cpp's spellings -ctk / -ctv as --cache-type-k / --cache-type-v (program_options has no multi-letter
+// short options), in place.
+void rewrite_llama_short_options(std::vector<std::string>& args);
+// The cache types of --cache-type-k/-v, or CliError naming the flag, the value and the choices.
+kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v);
 
 struct LoadedEngine {
     GgufModel file;
     std::unique_ptr<Model> model;
     kernels::Flavor flavor = kernels::default_flavor();
+    kernels::KvCacheTypes kv_types;  // checked against the model at load
     bool streaming = false;
     uint64_t cache_bytes = 0;
     std::shared_ptr<DiskHealth> disk_health;

@@ -1,7 +1,10 @@
 // Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers): q/k/v projections (+ biases), per-head
-// q/k RMSNorm where the model has it, RoPE on the first n_rot dims, fp16 K/V cache, flash attention, an output
-// gate where attn_q yields one (each head's q then its gate: out *= sigmoid(gate)), output projection.
+// q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless asked otherwise),
+// flash attention, an output gate where attn_q yields one (each head's q then its gate: out *= sigmoid(gate)),
+// output projection. A quantized cache is rotated as llama.cpp's build_attn does (attn_rot_k / attn_rot_v): q and
+// k by a Walsh-Hadamard block before k is stored, v by a 64-block, the attention output by it again (undoing it).
 #include "engine/forward/runner.h"
+#include "engine/kernels/kv_cache_types.h"
 
 namespace moe {
 
@@ -25,14 +28,13 @@ void Runner::attention_gqa(uint32_t l, int n) {
     add_bias(k_, w.bk, kv_dim);
     add_bias(v_, w.bv, kv_dim);
 
+    const int rot_k = kernels::kv_rotation_k(opt_.cache_type_k, hd), rot_v = kernels::kv_rotation_v(opt_.cache_type_v, hd);
     // Projections above ran for every row at once (the weights read once for all sequences of a decode
     // batch); each sequence's rows now meet its own cache at its own positions.
     const int keep = active_;
     for (const Segment& sg : segs_) {
         select_sequence(sg.seq);
         const int r0 = sg.row0, ns = sg.n;
-        uint16_t* kc = cache_->k[l].data();
-        uint16_t* vc = cache_->v[l].data();
         pool_.parallel_for(ns, [&](int64_t t0, int64_t t1) {
             std::vector<float> cs;
             for (int64_t ts = t0; ts < t1; ++ts) {
@@ -43,24 +45,27 @@ void Runner::attention_gqa(uint32_t l, int n) {
                     float* qh = &q_[t * q_row + h * q_head];
                     if (w.q_norm.present()) fops_.norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
                     ops::rope(qh, hp.rope, cs);
+                    for (int i = 0; rot_k && i < hd; i += rot_k) ops::hadamard(qh + i, rot_k);
                 }
                 for (int h = 0; h < nkv; ++h) {
                     float* kh = &k_[t * kv_dim + h * hd];
                     if (w.k_norm.present()) fops_.norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
                     ops::rope(kh, hp.rope, cs);
+                    for (int i = 0; rot_k && i < hd; i += rot_k) ops::hadamard(kh + i, rot_k);
                 }
-                for (int i = 0; i < kv_dim; ++i) {
-                    kc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(k_[t * kv_dim + i]);
-                    vc[static_cast<size_t>(pos) * kv_dim + i] = fp32_to_fp16(v_[t * kv_dim + i]);
-                }
+                for (int i = 0; rot_v && i < kv_dim; i += rot_v) ops::hadamard(&v_[t * kv_dim + i], rot_v);
+                cache_->store_k(l, pos, &k_[t * kv_dim]);
+                cache_->store_v(l, pos, &v_[t * kv_dim]);
             }
         });
         // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
-        const ops::KvView view{kc, vc, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, 0, nullptr};
-        attention_heads(view, q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns, 1.0f / std::sqrt(static_cast<float>(hd)),
-                        att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false);
+        attention_heads(cache_->view(l, hd, hd, &kt_), q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns,
+                        1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false);
     }
     select_sequence(keep);
+    if (rot_v)
+        for (int t = 0; t < n; ++t)
+            for (int i = 0; i < Qd; i += rot_v) ops::hadamard(&att_[t * Qd + i], rot_v);
     if (g.output_gate)
         for (int t = 0; t < n; ++t)
             for (int h = 0; h < nh; ++h)

@@ -3,7 +3,7 @@
 //   q      = q_b(RMSNorm(q_a(x)))                      (or attn_q(x)), per head [nope | rope]
 //   kv     = kv_a_mqa(x) = [c_raw (kv_lora) | k_pe (rope)],  c = RMSNorm(c_raw)
 //   q_abs  = k_b[h] . q_nope[h]                        per head, kv_lora values
-//   cache  = [c | rope(k_pe)] per token (fp16): one key for all heads (MQA), values = its first kv_lora
+//   cache  = [c | rope(k_pe)] per token (fp16, or the K cache type): one key for all heads (MQA), values = its first kv_lora
 //   out[h] = v_b[h] . attention([q_abs | rope(q_pe)], cache)
 //   y      = attn_output(concat heads)
 #include <cmath>
@@ -31,7 +31,6 @@ void Runner::attention_mla(uint32_t l, int n) {
         matmul_group({{&w.wq, q_.data(), H * qk}, {&w.wkv_a, kva_.data(), dk}}, xn_.data(), E, n);
     }
 
-    uint16_t* cache = cache_->k[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> cs;
         for (int64_t t = t0; t < t1; ++t) {
@@ -41,8 +40,7 @@ void Runner::attention_mla(uint32_t l, int n) {
             float* kv = &kva_[t * dk];
             ops::rope(kv + lora, hp.rope, cs);
             ops::rms_norm(kv, w.kv_a_norm.f32(), kv, lora, hp.rms_eps);
-            uint16_t* row = cache + static_cast<size_t>(pos) * dk;
-            for (int i = 0; i < dk; ++i) row[i] = fp32_to_fp16(kv[i]);
+            cache_->store_k(l, pos, kv);
             // The attention query: [absorbed nope part (filled below) | roped rope part].
             for (int h = 0; h < H; ++h) std::copy_n(&q_[(t * H + h) * qk + nope], rope, &qabs_[(t * H + h) * dk + lora]);
         }
@@ -50,8 +48,7 @@ void Runner::attention_mla(uint32_t l, int n) {
     matmul_heads(w.wk_b, H, lora, q_.data(), qk, static_cast<int64_t>(H) * qk, n, qabs_.data(), dk, static_cast<int64_t>(H) * dk);
 
     if (m_.has_indexer() && m_.layers[l].indexer_full) dsa_select(l, n, qa_.data(), ql);
-    const ops::KvView view{cache, cache, static_cast<size_t>(dk), static_cast<size_t>(dk), dk, lora, 0, nullptr};
-    attention_heads(view, qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
+    attention_heads(cache_->view(l, dk, lora, &kt_), qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
                     static_cast<int64_t>(H) * lora, lora, m_.has_indexer());
     matmul_heads(w.wv_b, H, vh, lat_.data(), lora, static_cast<int64_t>(H) * lora, n, att_.data(), vh, static_cast<int64_t>(H) * vh);
     matmul(w.wo, att_.data(), static_cast<int64_t>(H) * vh, n, tmp_.data(), E);
@@ -59,7 +56,7 @@ void Runner::attention_mla(uint32_t l, int n) {
 
 // The DSA lightning indexer of a full layer: per query, scores over the past positions
 //   score[s] = sum_h w[h] * max(0, iq[h] . ik[s])
-// with roped, Hadamard-rotated queries and keys (the keys cached in fp16), and the top_k positions kept. Shared
+// with roped, Hadamard-rotated queries and keys (the keys cached in the K cache type), and the top_k positions kept. Shared
 // layers that follow reuse this selection.
 void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     const Hparams& hp = m_.hp;
@@ -70,7 +67,6 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     matmul(w.ix_q_b, qr, qr_stride, n, ixq_.data(), static_cast<int64_t>(IH) * ID);
     matmul_group({{&w.ix_k, ixk_.data(), ID}, {&w.ix_proj, ixw_.data(), IH}}, xn_.data(), E, n);
     const float w_scale = 1.0f / std::sqrt(static_cast<float>(ID * IH));
-    uint16_t* keys = cache_->ix[l].data();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> cs, normed(static_cast<size_t>(ID));
         for (int64_t t = t0; t < t1; ++t) {
@@ -85,7 +81,7 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
             ops::layer_norm(opt_.flavor, k, w.ix_k_norm.f32(), w.ix_k_norm_b.f32(), normed.data(), ID, 0.0f);
             ops::rope(normed.data(), hp.rope, cs);
             ops::hadamard(normed.data(), ID);
-            for (int i = 0; i < ID; ++i) keys[static_cast<size_t>(pos) * ID + i] = fp32_to_fp16(normed[i]);
+            cache_->store_ix(l, pos, normed.data());
             for (int h = 0; h < IH; ++h) ixw_[t * IH + h] *= w_scale;
         }
     });
@@ -94,7 +90,7 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     const int used = n_past_ + n;
     const int view = std::max(256, (used + 255) / 256 * 256);
     if (ixkf_.size() < static_cast<size_t>(used) * ID) ixkf_.resize(static_cast<size_t>(used) * ID);
-    for (size_t i = 0; i < static_cast<size_t>(used) * ID; ++i) ixkf_[i] = fp16_to_fp32_lut(keys[i]);
+    cache_->load_ix(l, used, ixkf_.data());  // the keys' to_float, as ggml's lightning indexer reads them
     const kernels::DotFn dot = kt_.dot[static_cast<int>(GgmlType::F32)];  // ggml_vec_dot_f32
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> score(static_cast<size_t>(view));

@@ -11,6 +11,7 @@
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/kv_cache_types.h"
 
 namespace moe {
 namespace {
@@ -51,10 +52,10 @@ void dense(const Ctx& c, const Tensor& t, const float* x, float* out) {
 void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, float* out) {
     ops::AttnScratch scratch;
     const bool tiled = ops::tiled_attention(c.fops.flavor, c.batch.n_tok, kv.dv);
-    (tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
+    (kv.typed() ? ops::attend_typed : tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
 }
 
-// GQA: projections (+ biases), per-head q/k norm, RoPE, fp16 cache, attention per head, output gate (qwen35moe:
+// GQA: projections (+ biases), per-head q/k norm, RoPE, the K/V cache, attention per head, output gate (qwen35moe:
 // attn_q gives each head's query then its gate), output projection.
 void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     const Hparams& hp = c.m.hp;
@@ -77,17 +78,21 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
         if (w.k_norm.present()) c.fops.norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
         ops::rope(&k[h * hd], hp.rope, cs);
     }
-    uint16_t* kc = c.st.cache.k[l].data();
-    uint16_t* vc = c.st.cache.v[l].data();
-    for (int i = 0; i < kv_dim; ++i) {
-        kc[static_cast<size_t>(c.pos) * kv_dim + i] = fp32_to_fp16(k[i]);
-        vc[static_cast<size_t>(c.pos) * kv_dim + i] = fp32_to_fp16(v[i]);
-    }
+    // A quantized cache: q and k rotated by a Walsh-Hadamard block, v by a 64-block (undone on the output).
+    const int rot_k = kernels::kv_rotation_k(c.st.cache.types.k, hd), rot_v = kernels::kv_rotation_v(c.st.cache.types.v, hd);
+    for (int h = 0; rot_k && h < nh; ++h)
+        for (int i = 0; i < hd; i += rot_k) ops::hadamard(&qg[h * qh + i], rot_k);
+    for (int i = 0; rot_k && i < kv_dim; i += rot_k) ops::hadamard(&k[i], rot_k);
+    for (int i = 0; rot_v && i < kv_dim; i += rot_v) ops::hadamard(&v[i], rot_v);
+    c.st.cache.store_k(l, c.pos, k.data());
+    c.st.cache.store_v(l, c.pos, v.data());
     // Query head h reads kv head h / (nh / nkv).
+    const ops::KvView layer_view = c.st.cache.view(l, hd, hd, &c.kt);
     for (int h = 0; h < nh; ++h) {
-        const int kvh = h / (nh / nkv);
-        const ops::KvView kv{kc + kvh * hd, vc + kvh * hd, static_cast<size_t>(kv_dim), static_cast<size_t>(kv_dim), hd, hd, c.pos + 1, nullptr};
+        ops::KvView kv = kv_view_head(layer_view, h / (nh / nkv));
+        kv.n_kv = c.pos + 1;
         attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
+        for (int i = 0; rot_v && i < hd; i += rot_v) ops::hadamard(&att[h * hd + i], rot_v);
         if (hp.gqa.output_gate)
             for (int i = 0; i < hd; ++i) att[h * hd + i] *= ops::sigmoid(qg[h * qh + hd + i]);
     }
@@ -147,16 +152,16 @@ std::vector<uint8_t> dsa_select(const Ctx& c, uint32_t l, const Vec& xn, const V
     ops::layer_norm(c.fops.flavor, ik.data(), w.ix_k_norm.f32(), w.ix_k_norm_b.f32(), normed.data(), ID, 0.0f);
     ops::rope(normed.data(), hp.rope, cs);
     ops::hadamard(normed.data(), ID);
-    uint16_t* keys = c.st.cache.ix[l].data();
-    for (int i = 0; i < ID; ++i) keys[static_cast<size_t>(c.pos) * ID + i] = fp32_to_fp16(normed[i]);
+    c.st.cache.store_ix(l, c.pos, normed.data());
     const float w_scale = 1.0f / std::sqrt(static_cast<float>(ID * IH));
     for (float& x : hw) x *= w_scale;
     // score[s] = sum_h w[h] * relu(q[h] . k[s]) over positions 0..pos, in a row as long as llama.cpp's cache view.
     const int used = c.pos - c.batch.index + c.batch.n_tok;
     const int view = std::max(256, (used + 255) / 256 * 256);
-    Vec score(view, -std::numeric_limits<float>::infinity());
+    Vec score(view, -std::numeric_limits<float>::infinity()), keys(static_cast<size_t>(c.pos + 1) * ID);
+    c.st.cache.load_ix(l, c.pos + 1, keys.data());  // each key's to_float
     for (int s = 0; s <= c.pos; ++s) {
-        for (int i = 0; i < ID; ++i) kf[i] = fp16_to_fp32_lut(keys[static_cast<size_t>(s) * ID + i]);
+        std::copy_n(&keys[static_cast<size_t>(s) * ID], ID, kf.data());
         float acc = 0.f;
         for (int h = 0; h < IH; ++h) acc = std::fma(std::max(c.fops.dot_f32(&iq[h * ID], kf.data(), ID), 0.0f), hw[h], acc);
         score[s] = acc + 0.0f;
@@ -186,14 +191,13 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
     } else {
         dense(c, w.wq, xn.data(), q.data());
     }
-    // 2. the compressed KV: [latent | k_pe]; RoPE on q_pe and k_pe, RMSNorm on the latent; cached as fp16
+    // 2. the compressed KV: [latent | k_pe]; RoPE on q_pe and k_pe, RMSNorm on the latent; cached in the K cache type
     dense(c, w.wkv_a, xn.data(), kv.data());
     ops::rope_cache(hp.rope, c.pos, cs);
     for (int h = 0; h < H; ++h) ops::rope(&q[h * qk + nope], hp.rope, cs);
     ops::rope(&kv[lora], hp.rope, cs);
     ops::rms_norm(kv.data(), w.kv_a_norm.f32(), kv.data(), lora, hp.rms_eps);
-    uint16_t* cache = c.st.cache.k[l].data();
-    for (int i = 0; i < dk; ++i) cache[static_cast<size_t>(c.pos) * dk + i] = fp32_to_fp16(kv[i]);
+    c.st.cache.store_k(l, c.pos, kv.data());
     // 3. DSA: a full layer picks the visible positions; a shared layer keeps the last full layer's pick
     if (c.m.has_indexer() && c.m.layers[l].indexer_full) dsa_visible = dsa_select(c, l, xn, qr);
     // 4. per head: absorb k_b into the query, attend over the latent cache (values: its first kv_lora), project
@@ -202,8 +206,9 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
         matvec(c, w.wk_b.row(static_cast<int64_t>(h) * lora), w.wk_b.type, w.wk_b.row_bytes, lora, nope, &q[h * qk], qh.data(),
                c.batch.n_tok, c.batch.index, true);
         std::copy_n(&q[h * qk + nope], rope, &qh[lora]);
-        const ops::KvView view{cache, cache, static_cast<size_t>(dk), static_cast<size_t>(dk), dk, lora, c.pos + 1,
-                               c.m.has_indexer() ? dsa_visible.data() : nullptr};
+        ops::KvView view = c.st.cache.view(l, dk, lora, &c.kt);
+        view.n_kv = c.pos + 1;
+        view.visible = c.m.has_indexer() ? dsa_visible.data() : nullptr;
         attend(c, view, qh.data(), mc.kq_scale, lat.data());
         matvec(c, w.wv_b.row(static_cast<int64_t>(h) * vh), w.wv_b.type, w.wv_b.row_bytes, vh, lora, lat.data(), &att[h * vh],
                c.batch.n_tok, c.batch.index, true);
@@ -259,10 +264,10 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
 
 }  // namespace
 
-RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor) {
+RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor, kernels::KvCacheTypes kv_types) {
     RefState st;
     st.flavor = m.ik_numerics ? kernels::Flavor::Avx2 : flavor;  // as Runner: ik files follow ik's AVX2 build
-    st.cache = SequenceCache::make(m, n_ctx);
+    st.cache = SequenceCache::make(m, n_ctx, kv_types);
     return st;
 }
 

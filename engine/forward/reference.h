@@ -31,7 +31,7 @@ struct RefBatch {
     const uint64_t* expert_tokens = nullptr;
 };
 
-RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor = kernels::default_flavor());
+RefState make_ref_state(const Model& m, int n_ctx, kernels::Flavor flavor = kernels::default_flavor(), kernels::KvCacheTypes kv_types = {});
 // Runs `token` at position st.n_past, appends to the cache, writes n_vocab logits.
 void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatch batch = {});
 

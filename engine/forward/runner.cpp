@@ -33,7 +33,7 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
     if (opt_.n_batch <= 0) opt_.n_batch = 512;
     if (opt_.n_seq < 1) throw std::invalid_argument("the number of sequences must be positive");
-    for (int i = 0; i < opt_.n_seq; ++i) caches_.push_back(SequenceCache::make(m_, opt_.n_ctx));
+    for (int i = 0; i < opt_.n_seq; ++i) caches_.push_back(SequenceCache::make(m_, opt_.n_ctx, opt_.kv_types()));
     past_.assign(static_cast<size_t>(opt_.n_seq), 0);
     seq_checkpoints_.resize(static_cast<size_t>(opt_.n_seq));
     select_sequence(0);
@@ -402,17 +402,16 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 // map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
                              int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked) {
-    // As llama.cpp for a batch of n query rows (ik's attention has one path for all).
-    const bool tiled = !fops_.ik && ops::tiled_attention(opt_.flavor, n, base.dv);
-    const ops::AttendFn fn = tiled ? attend_tiled_ : attend_;
+    // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
+    // always take flash attention's one-row path there.
+    const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, n, base.dv);
+    const ops::AttendFn fn = base.typed() ? ops::attend_typed : tiled ? attend_tiled_ : attend_;
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
     size_t k_tile_floats = 0, v_floats = 0;
     // One kv head's view of the cache with n_kv positions (and, tiled, its f32 copies).
     auto head_view = [&](int kvh, int n_kv) {
-        ops::KvView kv = base;
-        kv.k += static_cast<size_t>(kvh) * base.dk;
-        kv.v += static_cast<size_t>(kvh) * base.dv;
+        ops::KvView kv = kv_view_head(base, kvh);
         kv.n_kv = n_kv;
         if (tiled) {
             kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
@@ -434,7 +433,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     }
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     // (ik's attention: its group form, which converts each key block once for all the rows.)
-    const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik ? fops_.attend_group : nullptr;
+    const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik && !base.typed() ? fops_.attend_group : nullptr;
     if (group_fn && !masked && n > 1) {
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.

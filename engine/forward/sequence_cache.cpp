@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/kv_cache_types.h"
+
 namespace moe {
 
 uint64_t recurrent_state_bytes(const Hparams& hp, uint32_t n_recurrent_layers) {
@@ -11,9 +14,45 @@ uint64_t recurrent_state_bytes(const Hparams& hp, uint32_t n_recurrent_layers) {
     return per_layer * n_recurrent_layers * sizeof(float);
 }
 
-SequenceCache SequenceCache::make(const Model& m, int n_ctx) {
+namespace {
+size_t bytes_of(GgmlType t, int n) { return static_cast<size_t>(row_bytes(t, static_cast<uint64_t>(n)).value_or(0)); }
+}  // namespace
+
+std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) {
+    const Hparams& hp = m.hp;
+    bool gqa = false, mla = false;
+    for (const Layer& layer : m.layers) {
+        gqa |= layer.attn == AttentionKind::Gqa;
+        mla |= layer.attn == AttentionKind::Mla;
+    }
+    auto name = [](GgmlType t) { return kernels::kv_cache_type_name(t); };
+    if (mla && types.k != types.v)
+        return "this model (MLA) keeps V inside the K cache, so --cache-type-k " + name(types.k) + " and --cache-type-v " + name(types.v) +
+               " must be the same type (as llama.cpp requires)";
+    auto divides = [&](GgmlType t, const char* flag, uint32_t width, const std::string& what) -> std::string {
+        const uint32_t block = type_info(t).block_elems;
+        if (width % block == 0) return "";
+        return std::string(flag) + " " + name(t) + " stores blocks of " + std::to_string(block) + " values, which do not divide " + what +
+               " (" + std::to_string(width) + ")";
+    };
+    std::string why;
+    if (gqa) {
+        if (why.empty()) why = divides(types.k, "--cache-type-k", hp.gqa.head_dim, "the attention head size");
+        if (why.empty()) why = divides(types.v, "--cache-type-v", hp.gqa.head_dim, "the attention head size");
+    }
+    if (mla) {
+        if (why.empty()) why = divides(types.k, "--cache-type-k", hp.mla.kv_lora_rank + hp.mla.qk_rope, "the MLA latent row");
+        if (why.empty()) why = divides(types.k, "--cache-type-k", hp.mla.kv_lora_rank, "the MLA value rows");
+        if (why.empty() && m.has_indexer()) why = divides(types.k, "--cache-type-k", hp.indexer.head_dim, "the DSA indexer key");
+    }
+    return why;
+}
+
+SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTypes types) {
+    if (const std::string why = kv_cache_types_problem(m, types); !why.empty()) throw std::invalid_argument(why);
     SequenceCache c;
     c.n_ctx = n_ctx;
+    c.types = types;
     const Hparams& hp = m.hp;
     const size_t L = m.layers.size();
     c.k.resize(L);
@@ -23,28 +62,89 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx) {
     c.ssm.resize(L);
     c.k_width.assign(L, 0);
     c.v_width.assign(L, 0);
+    c.k_row.assign(L, 0);
+    c.v_row.assign(L, 0);
+    if (m.has_indexer()) {
+        c.ix_width = static_cast<int>(hp.indexer.head_dim);
+        c.ix_row = bytes_of(types.k, c.ix_width);
+    }
     for (size_t l = 0; l < L; ++l) {
         const Layer& layer = m.layers[l];
         if (layer.attn == AttentionKind::Gqa) {
             c.k_width[l] = c.v_width[l] = static_cast<int>(hp.gqa.n_head_kv * hp.gqa.head_dim);
         } else if (layer.attn == AttentionKind::Mla) {
             c.k_width[l] = static_cast<int>(hp.mla.kv_lora_rank + hp.mla.qk_rope);
-            if (layer.indexer_full) c.ix[l].assign(static_cast<size_t>(n_ctx) * hp.indexer.head_dim, 0);
+            if (layer.indexer_full) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
         } else {
             const DeltaNetConfig& s = hp.ssm;
             c.conv[l].assign(size_t{s.conv_kernel - 1} * s.conv_dim(), 0.f);
             c.ssm[l].assign(size_t{s.n_v_heads} * s.state * s.state, 0.f);
         }
-        c.k[l].assign(static_cast<size_t>(n_ctx) * c.k_width[l], 0);
-        c.v[l].assign(static_cast<size_t>(n_ctx) * c.v_width[l], 0);
+        c.k_row[l] = bytes_of(types.k, c.k_width[l]);
+        c.v_row[l] = bytes_of(types.v, c.v_width[l]);
+        c.k[l].assign(static_cast<size_t>(n_ctx) * c.k_row[l], 0);
+        c.v[l].assign(static_cast<size_t>(n_ctx) * c.v_row[l], 0);
     }
     return c;
 }
 
 uint64_t SequenceCache::bytes() const {
     uint64_t b = 0;
-    for (size_t l = 0; l < k.size(); ++l) b += (k[l].size() + v[l].size() + ix[l].size()) * sizeof(uint16_t);
+    for (size_t l = 0; l < k.size(); ++l) b += k[l].size() + v[l].size() + ix[l].size();
     return b + recurrent_bytes();
+}
+
+void SequenceCache::store_k(size_t l, int pos, const float* x) {
+    kernels::store_kv_row(types.k, x, k[l].data() + static_cast<size_t>(pos) * k_row[l], k_width[l]);
+}
+void SequenceCache::store_v(size_t l, int pos, const float* x) {
+    kernels::store_kv_row(types.v, x, v[l].data() + static_cast<size_t>(pos) * v_row[l], v_width[l]);
+}
+void SequenceCache::store_ix(size_t l, int pos, const float* x) {
+    kernels::store_kv_row(types.k, x, ix[l].data() + static_cast<size_t>(pos) * ix_row, ix_width);
+}
+void SequenceCache::load_ix(size_t l, int n, float* out) const {
+    if (types.k == GgmlType::F16) {  // the hot case, through the table
+        const auto* h = reinterpret_cast<const uint16_t*>(ix[l].data());
+        for (size_t i = 0; i < static_cast<size_t>(n) * ix_width; ++i) out[i] = fp16_to_fp32_lut(h[i]);
+        return;
+    }
+    for (int p = 0; p < n; ++p)
+        kernels::dequantize_row(types.k, ix[l].data() + static_cast<size_t>(p) * ix_row, out + static_cast<size_t>(p) * ix_width, ix_width);
+}
+
+ops::KvView SequenceCache::view(size_t l, int dk, int dv, const kernels::KernelTable* table) const {
+    ops::KvView kv;
+    kv.dk = dk;
+    kv.dv = dv;
+    const bool latent = v[l].empty();  // MLA: values are the leading part of each K row
+    if (types.f16()) {
+        kv.k = reinterpret_cast<const uint16_t*>(k[l].data());
+        kv.v = latent ? kv.k : reinterpret_cast<const uint16_t*>(v[l].data());
+        kv.k_stride = static_cast<size_t>(k_width[l]);
+        kv.v_stride = latent ? kv.k_stride : static_cast<size_t>(v_width[l]);
+        return kv;
+    }
+    kv.k_raw = k[l].data();
+    kv.v_raw = latent ? kv.k_raw : v[l].data();
+    kv.k_row = k_row[l];
+    kv.v_row = latent ? k_row[l] : v_row[l];
+    kv.k_type = types.k;
+    kv.v_type = latent ? types.k : types.v;
+    kv.table = table;
+    return kv;
+}
+
+ops::KvView kv_view_head(const ops::KvView& base, int h) {
+    ops::KvView kv = base;
+    if (base.typed()) {
+        kv.k_raw += bytes_of(base.k_type, h * base.dk);
+        kv.v_raw += bytes_of(base.v_type, h * base.dv);
+    } else {
+        kv.k += static_cast<size_t>(h) * base.dk;
+        kv.v += static_cast<size_t>(h) * base.dv;
+    }
+    return kv;
 }
 
 bool SequenceCache::has_recurrent() const {

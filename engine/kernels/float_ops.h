@@ -9,8 +9,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/gguf/ggml_types.h"
 #include "engine/kernels/flavor.h"
 #include "engine/kernels/fp16.h"
+
+namespace moe::kernels {
+struct KernelTable;
+}
 
 namespace moe::ops {
 using kernels::Flavor;
@@ -100,11 +105,21 @@ struct KvView {
     // Group calls over a block of consecutive tokens: > 0 means row r sees n_kv + r / rows_per_position
     // positions (causal), so one pass over the key/value tiles serves every row of the block.
     int rows_per_position = 0;
+    // A cache of other types (llama.cpp's -ctk / -ctv, kernels/kv_cache_types.h): when k_raw is set, keys are
+    // rows of k_type k_row bytes apart and values rows of v_type v_row bytes apart (k and v above unused), read
+    // by attend_typed with `table`'s dot kernel for K.
+    const uint8_t* k_raw = nullptr;
+    const uint8_t* v_raw = nullptr;
+    size_t k_row = 0, v_row = 0;
+    GgmlType k_type = GgmlType::F16, v_type = GgmlType::F16;
+    const kernels::KernelTable* table = nullptr;
+    bool typed() const { return k_raw != nullptr; }
 };
 // Fills the two f32 copies above for positions [0, n_kv) of a view: k_tiles needs ceil(n_kv / 64) * 64 * dk
 // floats, v_f32 n_kv * dv.
 void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32);
 struct AttnScratch {
+    std::vector<uint8_t> q_act;  // attend_typed: the query in K's dot type
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;
     std::vector<float> max_sum;  // per query row of a group: the running max and sum
@@ -113,6 +128,12 @@ struct AttnScratch {
 inline bool tiled_attention(Flavor f, int n_query_rows, int dv) { return n_query_rows >= 64 && dv % kernels::f32_lanes(f) == 0; }
 
 using AttendFn = void (*)(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s);
+// One query row against a typed view (kv.typed()), as ggml_compute_forward_flash_attn_ext_f16_one_chunk runs
+// every cache with a quantized K or V, or K and V of different types: q converted once to K's dot type (Q8_0 for
+// q8_0/q4_0/q5_0/iq4_nl, Q8_1 for q4_1/q5_1, bf16, f16, f32), K.q by that type's vec_dot, online softmax with
+// expf; an f16 V accumulates in fp16 (ggml_vec_mad_f16), any other V is dequantized per row and accumulated in
+// f32 (ggml_vec_mad_f32). Every flavor: the dot kernel in kv.table carries the build's order.
+void attend_typed(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s);
 // `rows` query rows q_stride apart (heads sharing one kv head) against one view, outputs out_stride apart.
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int rows, const KvView& kv, float scale, float* out, int64_t out_stride,
                                AttnScratch& s);

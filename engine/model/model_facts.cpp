@@ -49,6 +49,20 @@ uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, uint32_t checkpoints) const {
     return cache_bytes_per_token * n_ctx + state_bytes * (1 + uint64_t{checkpoints});
 }
 
+uint64_t ModelFacts::cache_bytes_per_token_as(kernels::KvCacheTypes types) const {
+    if (types.f16()) return cache_bytes_per_token;
+    // Rows are whole blocks (SequenceCache refuses widths the block does not divide), so elements scale exactly.
+    auto bytes = [](uint64_t elems, GgmlType t) {
+        const TypeInfo ti = type_info(t);
+        return (elems + ti.block_elems - 1) / ti.block_elems * ti.block_bytes;
+    };
+    return bytes(cache_k_elems_per_token, types.k) + bytes(cache_v_elems_per_token, types.v);
+}
+
+uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint32_t checkpoints) const {
+    return cache_bytes_per_token_as(types) * n_ctx + state_bytes * (1 + uint64_t{checkpoints});
+}
+
 namespace {
 
 // Per-sequence cache per token, from the architecture's keys: MLA keeps one fp16 latent row per layer (and DSA

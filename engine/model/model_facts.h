@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/kv_cache_types.h"
+
 #include "engine/gguf/gguf.h"
 
 namespace moe {
@@ -69,6 +71,9 @@ struct ModelFacts {
     uint64_t expert_bytes_per_token() const;
     // Cache bytes for a context of n_ctx tokens: positions, the recurrent state and its checkpoints.
     uint64_t kv_bytes(uint32_t n_ctx, uint32_t checkpoints = kDefaultCheckpoints) const;
+    // The same with the K and V caches in other types (--cache-type-k/-v); recurrent states stay f32.
+    uint64_t kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint32_t checkpoints = kDefaultCheckpoints) const;
+    uint64_t cache_bytes_per_token_as(kernels::KvCacheTypes types) const;
     static constexpr uint32_t kDefaultCheckpoints = 8;
 };
 
