@@ -156,8 +156,9 @@ int cmd_bench(const std::vector<std::string>& args) {
 
     json out = {{"model", model_path}, {"arch", facts.arch}, {"threads", threads},
                 {"kernels", kernels::isa_name(kernels::active_table(le.flavor).isa)},
-                {"cache_bytes_per_token", facts.cache_bytes_per_token}, {"cache_layout", facts.cache_layout},
-                {"cache_bytes_4k", facts.kv_bytes(4096)}, {"cache_bytes_32k", facts.kv_bytes(32768)},
+                {"cache_bytes_per_token", facts.cache_bytes_per_token_as(le.kv_types)}, {"cache_layout", facts.cache_layout},
+                {"cache_types", kernels::kv_cache_type_name(le.kv_types.k) + "/" + kernels::kv_cache_type_name(le.kv_types.v)},
+                {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)}, {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
@@ -249,11 +250,12 @@ int cmd_bench(const std::vector<std::string>& args) {
         return 0;
     }
     std::printf("model            %s (%s)\nkernels          %s, %d threads\nexperts          %s\n"
-                "context cache    %s per token (%s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
+                "context cache    %s per token (%s; K/V %s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
                 "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
                 model_path.c_str(), facts.arch.c_str(), kernels::isa_name(kernels::active_table(le.flavor).isa), threads, le.summary.c_str(),
-                human_bytes(static_cast<double>(facts.cache_bytes_per_token)).c_str(), facts.cache_layout.c_str(),
-                human_bytes(static_cast<double>(facts.kv_bytes(4096))).c_str(), human_bytes(static_cast<double>(facts.kv_bytes(32768))).c_str(),
+                human_bytes(static_cast<double>(facts.cache_bytes_per_token_as(le.kv_types))).c_str(), facts.cache_layout.c_str(),
+                out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
+                human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(),
                 n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
     if (out.contains("prompt_split")) {
         const json& split = out["prompt_split"];

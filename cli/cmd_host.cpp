@@ -228,13 +228,15 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
 
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget, cluster, plan_path;
+    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16";
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model), "GGUF model (first split file for split models)")
         ("ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")
         ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
+        ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type the engine will run with")
+        ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type")
         ("json", po::bool_switch(&as_json), "rows as JSON")
         ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here")
         ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens; the programs it starts, on each host by its facts file, and their llama.cpp builds)")
@@ -252,6 +254,9 @@ int cmd_check(const std::vector<std::string>& args) {
     if (!std::filesystem::is_directory(root)) throw CliError("--root " + root + " is not a directory");
     CheckInput in;
     in.n_ctx = n_ctx;
+    const kernels::KvCacheTypes kv_types = parse_kv_cache_types(cache_type_k, cache_type_v);
+    in.cache_type_k = kv_types.k;
+    in.cache_type_v = kv_types.v;
     if (n_ctx < 1 || n_ctx > (1u << 24)) throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
     if (!budget.empty()) in.ram_budget = parse_bytes("--ram-budget", budget);
     if (!model.empty()) in.model = read_model_facts(model);  // header only; GgufError -> one line, exit 2

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,15 @@
 #include "engine/sampler/sampler.h"
 
 namespace moe::test {
+
+// The recorded runs (one per prompt) a test checks: all of them, or the first N where MOESTREAM_ORACLE_PROMPTS=N
+// says so (tests/cpu_models/run.sh: under CPU emulation one prompt of a reference costs up to a minute).
+inline std::vector<nlohmann::json> oracle_runs(const nlohmann::json& expected) {
+    std::vector<nlohmann::json> runs(expected["runs"].begin(), expected["runs"].end());
+    if (const char* n = std::getenv("MOESTREAM_ORACLE_PROMPTS"); n && std::atoi(n) > 0 && runs.size() > static_cast<size_t>(std::atoi(n)))
+        runs.resize(static_cast<size_t>(std::atoi(n)));
+    return runs;
+}
 
 struct OracleTally {
     int steps = 0, greedy_match = 0, greedy_total = 0;

@@ -42,7 +42,7 @@ TEST_P(IkOracleModel, MatchesIkLlamaCpp) {
     auto model = load_model(file);
     auto tok = Tokenizer::from_gguf(file.meta());
     test::OracleTally t;
-    for (const auto& run : expected["runs"]) {
+    for (const auto& run : test::oracle_runs(expected)) {
         const auto want_prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
         EXPECT_EQ(tok->encode(run["prompt"].get<std::string>(), true, true), want_prompt) << run["prompt"];
         test::check_teacher_forced(*model, run, kernels::Flavor::Avx2, kLogitTol, c.name, t);

@@ -55,7 +55,7 @@ TEST_P(OracleKv, MatchesLlamaCpp) {
     auto model = load_model(file);
     test::OracleTally t;
     constexpr double kTol = 1e-4;
-    for (const auto& run : expected["runs"]) {
+    for (const auto& run : test::oracle_runs(expected)) {
         test::check_teacher_forced(*model, run, Flavor::Avx2, kTol, c.file(), t, types_of(c));
         test::check_greedy(*model, run, Flavor::Avx2, kTol, c.file(), "llama.cpp", t, types_of(c));
     }

@@ -88,7 +88,7 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
     auto model = load_model(file);
     auto tok = Tokenizer::from_gguf(file.meta());
     test::OracleTally t;
-    for (const auto& run : expected["runs"]) {
+    for (const auto& run : test::oracle_runs(expected)) {
         const auto want_prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
         EXPECT_EQ(tok->encode(run["prompt"].get<std::string>(), true, true), want_prompt) << run["prompt"];
         test::check_teacher_forced(*model, run, c.flavor, c.logit_tol, c.name, t);
@@ -108,7 +108,7 @@ TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
     GgufModel file = model_of(c);
     auto in_ram = load_model(file);
     auto streamed = test::load_streamed(file, *in_ram);
-    for (const auto& run : expected["runs"]) {
+    for (const auto& run : test::oracle_runs(expected)) {
         const auto prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
         EXPECT_EQ(test::greedy_tokens(*streamed, prompt, 32, c.flavor), test::greedy_tokens(*in_ram, prompt, 32, c.flavor)) << c.name << " " << run["prompt"];
     }

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "engine/forward/runner.h"
+#include "engine/kernels/kv_cache_types.h"
 #include "engine/model/loader.h"
 #include "tests/test_support.h"
 
@@ -25,9 +26,12 @@ int32_t argmax_of(const float* l, int n) { return static_cast<int32_t>(std::max_
 
 class ParallelSequences : public ::testing::TestWithParam<std::string> {};
 
+// "arch" or "arch:cache type" (K and V both; kernels/kv_cache_types.h).
 TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
     test::TempDir dir;
-    const GgufModel file = open_gguf_model(make(dir, GetParam()));
+    const std::string param = GetParam(), arch = param.substr(0, param.find(':'));
+    const GgmlType ct = param.find(':') == std::string::npos ? GgmlType::F16 : *kernels::parse_kv_cache_type(param.substr(param.find(':') + 1));
+    const GgufModel file = open_gguf_model(make(dir, arch));
     auto model = load_model(file);
     const int V = static_cast<int>(model->hp.n_vocab), steps = 6;
     const std::vector<std::vector<int32_t>> prompts = {{5, 77, 200, 31}, {9, 120, 64, 3, 250, 17, 99}, {42}};
@@ -36,7 +40,7 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
     std::vector<std::vector<std::vector<float>>> alone(prompts.size());
     uint64_t loads_alone = 0;
     for (size_t s = 0; s < prompts.size(); ++s) {
-        Runner r(*model, {.n_ctx = 64, .n_threads = 2});
+        Runner r(*model, {.n_ctx = 64, .n_threads = 2, .cache_type_k = ct, .cache_type_v = ct});
         r.eval(prompts[s]);
         const uint64_t before = r.stats().expert_loads;
         for (int i = 0; i < steps; ++i) {
@@ -48,7 +52,7 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
     }
 
     // Together: prompts one sequence at a time, then one decode step for all three.
-    Runner r(*model, {.n_ctx = 64, .n_threads = 2, .n_seq = 3});
+    Runner r(*model, {.n_ctx = 64, .n_threads = 2, .n_seq = 3, .cache_type_k = ct, .cache_type_v = ct});
     std::vector<std::vector<float>> last(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
         r.select_sequence(static_cast<int>(s));
@@ -89,7 +93,14 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
     EXPECT_THROW(r.select_sequence(3), std::out_of_range);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ParallelSequences, ::testing::Values("qwen3moe", "deepseek2", "qwen35moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, ParallelSequences,
+                         ::testing::Values("qwen3moe", "deepseek2", "qwen35moe", "qwen3moe:q8_0", "deepseek2:bf16", "qwen35moe:iq4_nl"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (char& ch : n)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return n;
+                         });
 
 }  // namespace
 }  // namespace moe

@@ -405,6 +405,40 @@ TEST(Planner, ParallelSlotsCountEverySlotsCache) {
     EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), moe_model(48, 0, 512, 4ull << 30), o), PlanError);
 }
 
+// The engine target with a quantized cache: KV counted in the type's bytes, the flags in launch.sh, the request kept
+// in plan.yaml for regen, and the MLA rule (V lives in K) refused with the engine's reason.
+TEST(Planner, EngineCacheTypesShrinkTheKvAndReachLaunchSh) {
+    PlanOptions o = opts();
+    ModelFacts m = moe_model(48, 0, 4096, 4ull << 30);  // more experts than RAM: the cache takes what KV leaves
+    m.cache_k_elems_per_token = m.cache_v_elems_per_token = 48ull * 4 * 128;
+    m.cache_bytes_per_token = 2 * m.cache_k_elems_per_token * 2;
+    const Plan f16 = make_plan(fixture_host("laptop-1node-smt"), m, o);
+    o.cache_type_k = o.cache_type_v = "q8_0";
+    const Plan q8 = make_plan(fixture_host("laptop-1node-smt"), m, o);
+    EXPECT_EQ(q8.kv_bytes * 32, f16.kv_bytes * 17);  // 34 bytes per 32 values against 64
+    EXPECT_EQ(q8.expert_cache_bytes - f16.expert_cache_bytes, f16.kv_bytes - q8.kv_bytes);  // what the cache saves goes to experts
+    const auto argv = launch_argv(q8);
+    const auto k = std::find(argv.begin(), argv.end(), "--cache-type-k");
+    ASSERT_NE(k, argv.end());
+    EXPECT_EQ(*(k + 1), "q8_0");
+    const auto argv_f16 = launch_argv(f16);
+    EXPECT_EQ(argv_f16.end(), std::find(argv_f16.begin(), argv_f16.end(), "--cache-type-k"));
+    test::TempDir dir;
+    std::ofstream(dir / "plan.yaml") << plan_to_yaml(q8);
+    EXPECT_EQ(load_plan(dir / "plan.yaml").cache_type_v, "q8_0");
+    o.cache_type_k = "q6_0";
+    try {
+        make_plan(fixture_host("laptop-1node-smt"), m, o);
+        ADD_FAILURE() << "q6_0 is not a cache type the engine computes";
+    } catch (const PlanError& e) {
+        EXPECT_NE(std::string(e.what()).find("--cache-type-k q6_0 is not a cache type the engine computes"), std::string::npos) << e.what();
+    }
+    m.cache_v_elems_per_token = 0;  // MLA: the latent only
+    o.cache_type_k = "q8_0";
+    o.cache_type_v = "f16";
+    EXPECT_THROW(make_plan(fixture_host("laptop-1node-smt"), m, o), PlanError);
+}
+
 // A plan whose GPU figures are maps instead of numbers (what the fuzzer found): a PlanError naming the file.
 TEST(PlanFile, WrongKindOfFieldIsAPlanError) {
     test::TempDir dir;

@@ -124,12 +124,16 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                  ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
                    "IQ2_K..IQ6_K, IQ2_KS..IQ5_KS, IQ4_KSS, IQ2_KL, IQ1_KT..IQ4_KT, Q6_0, IQ1_S_R4 and IQ4_KS_R4, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
-        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20), work = in.working_bytes;
+        const uint64_t kv = m.kv_bytes(in.n_ctx, {in.cache_type_k, in.cache_type_v}), reserve = std::max<uint64_t>(ram / 20, 512ull << 20),
+                       work = in.working_bytes;
         const uint64_t need = m.resident_bytes + kv + work + reserve;
         CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;
         add({"ram_resident", "resident weights + KV cache fit in RAM", st,
-             human_bytes(m.resident_bytes) + " resident + " + human_bytes(kv) + " KV (" + std::to_string(in.n_ctx) +
-                 " ctx) + " + (work ? human_bytes(work) + " engine working memory + " : std::string()) + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
+             human_bytes(m.resident_bytes) + " resident + " + human_bytes(kv) + " KV (" + std::to_string(in.n_ctx) + " ctx" +
+                 (in.cache_type_k == GgmlType::F16 && in.cache_type_v == GgmlType::F16
+                      ? std::string()
+                      : ", " + kernels::kv_cache_type_name(in.cache_type_k) + "/" + kernels::kv_cache_type_name(in.cache_type_v)) +
+                 ") + " + (work ? human_bytes(work) + " engine working memory + " : std::string()) + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
              "<= available RAM",
              st == CheckStatus::Pass ? "" : st == CheckStatus::Fail ? "a host with more RAM, or a smaller quantization of the model"
                                                                      : "free memory (stop other services) or use a shorter context (--ctx)"});
@@ -300,7 +304,7 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         for (const auto& r : h.storage->results)
             if (r.block_size == (1u << 20) && (ssd == 0 || r.tool == "fio")) ssd = r.bytes_per_s;
         const ModelFacts& m = *in.model;
-        const uint64_t kv = m.kv_bytes(in.n_ctx), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
+        const uint64_t kv = m.kv_bytes(in.n_ctx, {in.cache_type_k, in.cache_type_v}), reserve = std::max<uint64_t>(ram / 20, 512ull << 20);
         const uint64_t fixed = m.resident_bytes + kv + in.working_bytes;
         const uint64_t room = avail > fixed + reserve ? avail - fixed - reserve : 0;
         const uint64_t budget_cache = in.ram_budget && *in.ram_budget > fixed ? *in.ram_budget - fixed : room;

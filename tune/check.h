@@ -34,6 +34,7 @@ struct CheckInput {
     bool tuned_running = false;
     std::string tuned_profile;
     uint32_t n_ctx = 4096;
+    GgmlType cache_type_k = GgmlType::F16, cache_type_v = GgmlType::F16;  // --cache-type-k/-v: the KV rows' types
 };
 
 std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs);

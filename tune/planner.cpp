@@ -1,5 +1,7 @@
 #include "tune/planner.h"
 
+#include "engine/kernels/kv_cache_types.h"
+
 #include <filesystem>
 
 #include <sys/stat.h>
@@ -193,7 +195,20 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     const uint64_t reserve = std::max<uint64_t>(1ull << 30, ram / 20);
     if (opt.parallel < 1 || opt.parallel > 256) throw PlanError("--parallel " + std::to_string(opt.parallel) + " is out of range (1..256)");
     p.parallel = opt.parallel;
-    p.kv_bytes = m.kv_bytes(opt.n_ctx) * static_cast<uint64_t>(opt.parallel);
+    kernels::KvCacheTypes kv_types;  // the engine's cache types (llama-server's are read with the GPU plan below)
+    if (opt.target == "engine") {
+        auto type = [](const char* flag, const std::string& name) {
+            if (auto t = kernels::parse_kv_cache_type(name)) return *t;
+            throw PlanError(std::string(flag) + " " + name + " is not a cache type the engine computes (" + kernels::kv_cache_type_list() + ")");
+        };
+        kv_types = {type("--cache-type-k", opt.cache_type_k), type("--cache-type-v", opt.cache_type_v)};
+        if (m.cache_k_elems_per_token && !m.cache_v_elems_per_token && kv_types.k != kv_types.v)
+            throw PlanError("this model (MLA) keeps V inside the K cache, so --cache-type-k " + opt.cache_type_k + " and --cache-type-v " +
+                            opt.cache_type_v + " must be the same type");
+        p.cache_type_k = opt.cache_type_k;
+        p.cache_type_v = opt.cache_type_v;
+    }
+    p.kv_bytes = m.kv_bytes(opt.n_ctx, kv_types) * static_cast<uint64_t>(opt.parallel);
     if (opt.ram_budget && *opt.ram_budget > ram)
         throw PlanError("--ram-budget " + mib(*opt.ram_budget) + " exceeds the " + mib(ram) + " of RAM" +
                         (node ? " on node " + std::to_string(node->id) : ""));
@@ -215,7 +230,8 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         opt.ram_budget ? "given by --ram-budget" : mib(ram) + " RAM minus an OS reserve of " + mib(reserve) + " (5%, at least 1 GiB)");
     why("kv_cache", std::to_string(p.kv_bytes),
         (opt.parallel > 1 ? std::to_string(opt.parallel) + " slots x (" : "") + std::to_string(opt.n_ctx) + " positions x " +
-            std::to_string(m.cache_bytes_per_token) + " bytes (" + m.cache_layout + ")" +
+            std::to_string(m.cache_bytes_per_token_as(kv_types)) + " bytes (" + m.cache_layout +
+            (kv_types.f16() ? std::string() : "; stored as K " + opt.cache_type_k + ", V " + opt.cache_type_v) + ")" +
             (m.state_bytes ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) +
                                  " checkpoints)"
                            : "") + (opt.parallel > 1 ? ")" : ""));

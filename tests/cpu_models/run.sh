@@ -15,7 +15,9 @@ fi
 # TCG lacks a few of the named models' system features (pcid, x2apic, TSX); they do not matter to user code.
 cpu="$model"
 for f in pcid x2apic tsc-deadline hle rtm invpcid; do cpu+=",-$f"; done
-echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter"
+# One prompt per oracle reference: emulated AVX2 runs one at 30-120 s on some hosts (Intel Xeon, QEMU 7.2).
+export MOESTREAM_ORACLE_PROMPTS=${MOESTREAM_ORACLE_PROMPTS:-1}
+echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter (oracle prompts: $MOESTREAM_ORACLE_PROMPTS per reference)"
 "$qemu" -cpu "$cpu" "$tests" --gtest_filter="$filter" --gtest_brief=1 2>&1 | grep -v "^qemu-x86_64: warning"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { echo "cpu-models: tests failed under -cpu $model (exit $rc)"; exit 1; }
