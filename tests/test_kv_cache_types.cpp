@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "engine/forward/runner.h"
 #include "engine/forward/sequence_cache.h"
+#include "engine/kernels/attention.h"
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/iq_tables.h"
@@ -179,8 +180,13 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
                 ops::AttnScratch s;
                 ops::attend_typed(q.data(), c.view(ref, visible.data()), 0.125f, a.data(), s);
                 ops::attend_typed(q.data(), c.view(fast, visible.data()), 0.125f, b.data(), s);
+                std::vector<float> simd(64);
+                kernels::typed_attention_kernel(f)(q.data(), c.view(fast, visible.data()), 0.125f, simd.data(), s);  // F16C/FMA where the CPU has them
                 const std::string what = kernels::kv_cache_type_name(kt) + "/" + kernels::kv_cache_type_name(vt) + " n " + std::to_string(n);
-                for (int d = 0; d < 64; ++d) ASSERT_EQ(std::memcmp(&a[d], &b[d], 4), 0) << what << " dim " << d;
+                for (int d = 0; d < 64; ++d) {
+                    ASSERT_EQ(std::memcmp(&a[d], &b[d], 4), 0) << what << " dim " << d;
+                    ASSERT_EQ(std::memcmp(&a[d], &simd[d], 4), 0) << what << " dim " << d << " (SIMD kernel)";
+                }
                 // Plain attention in double over what the cache holds.
                 std::vector<float> kf(64), vf(64), qd(64);
                 std::vector<uint8_t> qa(kernels::activation_bytes(kt, 64));

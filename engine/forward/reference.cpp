@@ -87,7 +87,7 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     c.st.cache.store_k(l, c.pos, k.data());
     c.st.cache.store_v(l, c.pos, v.data());
     // Query head h reads kv head h / (nh / nkv).
-    const ops::KvView layer_view = c.st.cache.view(l, hd, hd, &c.kt);
+    const ops::KvView layer_view = c.st.cache.view(l, hd, hd, &kernels::reference_table(c.st.flavor));
     for (int h = 0; h < nh; ++h) {
         ops::KvView kv = kv_view_head(layer_view, h / (nh / nkv));
         kv.n_kv = c.pos + 1;
@@ -206,7 +206,7 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
         matvec(c, w.wk_b.row(static_cast<int64_t>(h) * lora), w.wk_b.type, w.wk_b.row_bytes, lora, nope, &q[h * qk], qh.data(),
                c.batch.n_tok, c.batch.index, true);
         std::copy_n(&q[h * qk + nope], rope, &qh[lora]);
-        ops::KvView view = c.st.cache.view(l, dk, lora, &c.kt);
+        ops::KvView view = c.st.cache.view(l, dk, lora, &kernels::reference_table(c.st.flavor));
         view.n_kv = c.pos + 1;
         view.visible = c.m.has_indexer() ? dsa_visible.data() : nullptr;
         attend(c, view, qh.data(), mc.kq_scale, lat.data());

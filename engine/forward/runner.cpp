@@ -27,6 +27,7 @@ Runner::Runner(const Model& model, RunnerOptions opt)
       kt_(model.ik_numerics ? ik::kernel_table(kernels::active_table(opt_.flavor)) : kernels::active_table(opt_.flavor)),
       fops_(model.ik_numerics ? ik::float_ops(kernels::simd_float_ops(opt_.flavor)) : kernels::simd_float_ops(opt_.flavor)),
       attend_(model.ik_numerics ? fops_.attend : kernels::attention_kernel(opt_.flavor)),
+      attend_typed_(kernels::typed_attention_kernel(opt_.flavor)),
       attend_tiled_(model.ik_numerics ? fops_.attend_tiled : kernels::tiled_attention_kernel(opt_.flavor)),
       attend_tiled_group_(model.ik_numerics ? nullptr : kernels::tiled_attention_group_kernel(opt_.flavor)) {
     const Hparams& hp = m_.hp;
@@ -405,7 +406,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, n, base.dv);
-    const ops::AttendFn fn = base.typed() ? ops::attend_typed : tiled ? attend_tiled_ : attend_;
+    const ops::AttendFn fn = base.typed() ? attend_typed_ : tiled ? attend_tiled_ : attend_;
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
     size_t k_tile_floats = 0, v_floats = 0;

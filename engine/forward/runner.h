@@ -169,7 +169,7 @@ private:
     ThreadPool pool_;
     const kernels::KernelTable& kt_;
     const ops::FloatOps& fops_;
-    ops::AttendFn attend_, attend_tiled_;
+    ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;  // the tiled attention's f32 keys and values of the current batch
     int n_past_ = 0;  // the positions the selected sequence (or the segment being computed) holds

@@ -11,6 +11,11 @@ ops::AttendFn attention_kernel(Flavor f) {
     return ops::float_ops(f).attend;
 }
 
+ops::AttendFn typed_attention_kernel(Flavor f) {
+    if (active_table(f).isa != Isa::Scalar) return attend_typed_f16c();
+    return ops::attend_typed;
+}
+
 ops::AttendFn tiled_attention_kernel(Flavor f) {
     if (active_table(f).isa == Isa::Avx512)
         if (const ops::AttendFn wide = attend_tiled_avx512(f)) return wide;

@@ -14,7 +14,11 @@ ops::AttendFn tiled_attention_kernel(Flavor f);
 // bits; float_ops_simd.cpp), else the reference's.
 const ops::FloatOps& simd_float_ops(Flavor f);
 
+// ops::attend_typed (caches of other types) as this CPU runs it best: the F16C/FMA variant, or the reference
+// where the CPU lacks them or MOESTREAM_ISA=scalar.
+ops::AttendFn typed_attention_kernel(Flavor f);
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
+ops::AttendFn attend_typed_f16c();
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendFn attend_tiled_f16c(Flavor f);
 // The tiled path's online-softmax step on registers (ggml::tiled_softmax_step's bits), for the kernel tests.

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/expf_simd.h"
 #include "engine/kernels/ggml_numerics.h"
+#include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
@@ -97,6 +99,118 @@ void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float*
     }
     const float inv = S == 0.f ? 0.f : 1.0f / S;
     for (int d = 0; d < dv; ++d) out[d] = h2f(acc[d]) * inv;
+}
+
+// A V row to f32 as the type's to_float computes it (one rounding per value: d * q), eight values at a time for
+// the common types; the others through dequantize_row.
+inline void v_row_to_f32(GgmlType t, const uint8_t* row, float* out, int n) {
+    if (t == GgmlType::Q8_0) {
+        for (int b = 0; b < n / 32; ++b) {
+            const uint8_t* blk = row + 34 * b;
+            uint16_t dh;
+            std::memcpy(&dh, blk, 2);
+            const __m256 d = _mm256_set1_ps(h2f(dh));
+            for (int k = 0; k < 4; ++k) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)));
+                _mm256_storeu_ps(out + 32 * b + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+    } else if (t == GgmlType::Q4_0) {
+        for (int b = 0; b < n / 32; ++b) {
+            const uint8_t* blk = row + 18 * b;
+            uint16_t dh;
+            std::memcpy(&dh, blk, 2);
+            const __m256 d = _mm256_set1_ps(h2f(dh));
+            const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+            const __m128i eight = _mm_set1_epi8(8);
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, _mm_set1_epi8(0x0F)), eight);                     // elements 0..15
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0F)), eight);  // 16..31
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int k = 0; k < 4; ++k)
+                _mm256_storeu_ps(out + 32 * b + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d));
+        }
+    } else if (t == GgmlType::BF16) {
+        const auto* h = reinterpret_cast<const uint16_t*>(row);
+        for (int i = 0; i < n; i += 8) {
+            const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+            _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)));
+        }
+    } else {
+        dequantize_row(t, row, out, n);
+    }
+}
+
+// ops::attend_typed with the same operations per value: every score first, through the K type's row kernel (the
+// same bits as its dot per row), then the online softmax with V's updates eight lanes at a time (fp16 through
+// F16C with round-to-nearest-even, f32 with one FMA per value), as the reference does one value at a time.
+void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+    const KernelTable& kt = *kv.table;
+    const int slot = type_slot(kv.k_type), dv = kv.dv;
+    s.q_act.resize(activation_bytes(kv.k_type, kv.dk));
+    prepare_activations(kv.k_type, q, s.q_act.data(), kv.dk);
+    s.scores.resize(static_cast<size_t>(kv.n_kv));
+    float* score = s.scores.data();
+    if (kt.dot_rows[slot]) {
+        kt.dot_rows[slot](kv.dk, kv.k_raw, kv.k_row, kv.n_kv, s.q_act.data(), score);
+    } else {
+        for (int j = 0; j < kv.n_kv; ++j) score[j] = kt.dot[slot](kv.dk, kv.k_raw + static_cast<size_t>(j) * kv.k_row, s.q_act.data());
+    }
+    const bool f16_v = kv.v_type == GgmlType::F16;
+    s.acc16.assign(f16_v ? static_cast<size_t>(dv) : 0, 0);
+    s.acc.assign(static_cast<size_t>(dv), 0.f);
+    s.kv_block.resize(static_cast<size_t>(dv));
+    uint16_t* acc16 = s.acc16.data();
+    float* acc = s.acc.data();
+    float M = kNegInf, S = 0.f;
+    for (int j = 0; j < kv.n_kv; ++j) {
+        if (kv.visible && !kv.visible[j]) continue;
+        float sc = score[j] * scale;
+        sc += 0.0f;  // the mask's zero
+        float ms = 1.f, vs = 1.f;
+        if (sc > M) {
+            const float m_old = M;
+            M = sc;
+            ms = std::exp(m_old - M);
+            const __m256 msv = _mm256_set1_ps(ms);
+            int d = 0;
+            if (f16_v) {
+                for (; d + 8 <= dv; d += 8) {
+                    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
+                }
+                for (; d < dv; ++d) acc16[d] = f2h(h2f(acc16[d]) * ms);
+            } else {
+                for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), msv));
+                for (; d < dv; ++d) acc[d] *= ms;
+            }
+        } else {
+            vs = std::exp(sc - M);
+        }
+        const uint8_t* vj = kv.v_raw + static_cast<size_t>(j) * kv.v_row;
+        const __m256 vsv = _mm256_set1_ps(vs);
+        int d = 0;
+        if (f16_v) {
+            const auto* vh = reinterpret_cast<const uint16_t*>(vj);
+            for (; d + 8 <= dv; d += 8) {
+                const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
+                const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vh + d)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
+            }
+            for (; d < dv; ++d) acc16[d] = f2h(std::fma(h2f(vh[d]), vs, h2f(acc16[d])));
+        } else {
+            const float* vr = s.kv_block.data();
+            if (kv.v_type == GgmlType::F32) vr = reinterpret_cast<const float*>(vj);
+            else v_row_to_f32(kv.v_type, vj, s.kv_block.data(), dv);
+            for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(vr + d), vsv, _mm256_loadu_ps(acc + d)));
+            for (; d < dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);
+        }
+        S = std::fma(S, ms, vs);
+    }
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    if (f16_v)
+        for (int d = 0; d < dv; ++d) out[d] = h2f(acc16[d]) * inv;
+    else
+        for (int d = 0; d < dv; ++d) out[d] = acc[d] * inv;
 }
 
 // The reference's tiled path with the same operations per value: the score chains of eight positions run side
@@ -392,6 +506,8 @@ void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
 ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &tiled_softmax_step8<Flavor::Avx512> : &tiled_softmax_step8<Flavor::Avx2>;
 }
+
+ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
 
 ops::AttendFn attend_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>;

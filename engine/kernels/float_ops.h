@@ -120,6 +120,7 @@ struct KvView {
 void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32);
 struct AttnScratch {
     std::vector<uint8_t> q_act;  // attend_typed: the query in K's dot type
+    std::vector<float> scores;   // attend_typed (SIMD): every position's score, computed first
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;
     std::vector<float> max_sum;  // per query row of a group: the running max and sum
