@@ -166,11 +166,8 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
         if (kv.visible && !kv.visible[j]) continue;
         float sc = score[j] * scale;
         sc += 0.0f;  // the mask's zero
-        float ms = 1.f, vs = 1.f;
-        if (sc > M) {
-            const float m_old = M;
-            M = sc;
-            ms = std::exp(m_old - M);
+        float ms, vs;
+        if (ops::online_softmax_step(sc, M, ms, vs)) {
             const __m256 msv = _mm256_set1_ps(ms);
             int d = 0;
             if (f16_v) {
@@ -183,8 +180,6 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
                 for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), msv));
                 for (; d < dv; ++d) acc[d] *= ms;
             }
-        } else {
-            vs = std::exp(sc - M);
         }
         const uint8_t* vj = kv.v_raw + static_cast<size_t>(j) * kv.v_row;
         const __m256 vsv = _mm256_set1_ps(vs);

@@ -26,17 +26,12 @@ MOE_FMA_CLONES void attend_typed(const float* q, const KvView& kv, float scale, 
         if (kv.visible && !kv.visible[j]) continue;
         float sc = dot(kv.dk, kv.k_raw + static_cast<size_t>(j) * kv.k_row, s.q_act.data()) * scale;
         sc += 0.0f;  // the mask's zero
-        float ms = 1.f, vs = 1.f;
-        if (sc > M) {
-            const float m_old = M;
-            M = sc;
-            ms = std::exp(m_old - M);
+        float ms, vs;
+        if (online_softmax_step(sc, M, ms, vs)) {
             if (f16_v)
                 for (int d = 0; d < kv.dv; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32_lut(acc16[d]) * ms);  // ggml_vec_scale_f16
             else
                 for (int d = 0; d < kv.dv; ++d) acc[d] *= ms;  // ggml_vec_scale_f32
-        } else {
-            vs = std::exp(sc - M);
         }
         const uint8_t* vj = kv.v_raw + static_cast<size_t>(j) * kv.v_row;
         if (f16_v) {

@@ -64,15 +64,9 @@ void attend_impl(const float* q, const KvView& kv, float scale, float* out, Attn
         const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
         float sc = ggml::dot_vec_order<F>(kj, s.q16.data(), kv.dk, ggml::half_as_float, true) * scale;  // ggml_vec_dot_f16
         sc += 0.0f;  // the mask's zero
-        float ms = 1.f, vs = 1.f;
-        if (sc > M) {
-            const float m_old = M;
-            M = sc;
-            ms = std::exp(m_old - M);
+        float ms, vs;
+        if (online_softmax_step(sc, M, ms, vs))
             for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32_lut(acc[d]) * ms);
-        } else {
-            vs = std::exp(sc - M);
-        }
         for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc[d])));
         S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
     }

@@ -86,6 +86,21 @@ void layer_norm(Flavor f, const float* x, const float* w, const float* b, float*
 // ggml_compute_forward_fwht: the orthonormal Walsh-Hadamard transform of a power-of-two row, in place.
 void hadamard(float* x, int n);
 
+// One step of the one-row path's online softmax (ggml_compute_forward_flash_attn_ext_f16_one_chunk) for a
+// score sc: above the running max M it becomes the max, the accumulator is to be scaled by ms = exp(old - new)
+// and this value weighs vs = 1 (returns true); otherwise ms = 1 and vs = exp(sc - M). libm's expf either way.
+inline bool online_softmax_step(float sc, float& M, float& ms, float& vs) {
+    ms = vs = 1.f;
+    if (sc > M) {
+        const float m_old = M;
+        M = sc;
+        ms = std::exp(m_old - M);
+        return true;
+    }
+    vs = std::exp(sc - M);
+    return false;
+}
+
 // One query row against a view of an fp16 cache: keys and values `*_stride` halves apart (V may alias the
 // first dv values of K, as MLA's latent cache does), positions 0..n_kv-1, of which those with visible[j] == 0
 // are masked (visible null: all). ggml's flash attention: the one-row path (q rounded to fp16, K.Q as

@@ -14,15 +14,27 @@
 namespace moe::kernels {
 namespace {
 
+// The block's value of largest magnitude, the first of equals (q4_0 / q5_0 scale by it, sign included).
+float signed_absmax(const float* x) {
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < 32; ++j)
+        if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
+    return max;
+}
+void block_min_max(const float* x, float& min, float& max) {
+    min = 3.402823466e+38f, max = -3.402823466e+38f;
+    for (int j = 0; j < 32; ++j) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+}
+
 // The rows below are llama.cpp's _ref quantizers (ggml-quants.c, built without FMA: every product and sum is
 // rounded on its own, as -ffp-contract=off gives here). Casts to int truncate toward zero, as C's do.
 
 void store_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-        float amax = 0.f, max = 0.f;
-        for (int j = 0; j < 32; ++j)
-            if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
-        const float d = max / -8, id = d != 0.f ? 1.0f / d : 0.0f;
+        const float d = signed_absmax(x) / -8, id = d != 0.f ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
         for (int j = 0; j < 16; ++j) {
             const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
@@ -34,11 +46,8 @@ void store_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
 
 void store_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-        float min = 3.402823466e+38f, max = -3.402823466e+38f;
-        for (int j = 0; j < 32; ++j) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, min, max);
         const float d = (max - min) / 15, id = d != 0.f ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
         y[b].m = fp32_to_fp16(min);
@@ -52,10 +61,7 @@ void store_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
 
 void store_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-        float amax = 0.f, max = 0.f;
-        for (int j = 0; j < 32; ++j)
-            if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
-        const float d = max / -16, id = d != 0.f ? 1.0f / d : 0.0f;
+        const float d = signed_absmax(x) / -16, id = d != 0.f ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
         uint32_t qh = 0;
         for (int j = 0; j < 16; ++j) {
@@ -71,11 +77,8 @@ void store_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
 
 void store_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-        float min = 3.402823466e+38f, max = -3.402823466e+38f;
-        for (int j = 0; j < 32; ++j) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, min, max);
         const float d = (max - min) / 31, id = d != 0.f ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
         y[b].m = fp32_to_fp16(min);
@@ -110,9 +113,7 @@ void store_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
     const int8_t* values = iq::kValuesIq4nl;
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
         uint8_t L[32] = {};
-        float amax = 0.f, max = 0.f;
-        for (int j = 0; j < 32; ++j)
-            if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+        const float max = signed_absmax(x), amax = std::fabs(max);
         float d = 0.f;
         if (amax >= 1e-15f) {  // GROUP_MAX_EPS
             const float id = 1 / (max / values[0]);
