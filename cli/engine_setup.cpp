@@ -220,6 +220,9 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
                  (unlocked ? human_bytes(static_cast<double>(unlocked)) + " of " + human_bytes(static_cast<double>(le.model->resident->bytes())) +
                                  " resident bytes not locked (raise RLIMIT_MEMLOCK: LimitMEMLOCK= or limits.d)"
                            : "all " + human_bytes(static_cast<double>(le.model->resident->bytes())) + " resident bytes locked");
+    if (!le.kv_types.f16())
+        le.summary += "; KV cache " + kernels::kv_cache_type_name(le.kv_types.k) + "/" + kernels::kv_cache_type_name(le.kv_types.v) +
+                      (kernels::kv_rotation_k(le.kv_types.k, static_cast<int>(le.model->hp.gqa.head_dim)) ? " (Hadamard-rotated, as llama.cpp)" : "");
     return le;
 }
 
