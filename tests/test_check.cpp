@@ -21,7 +21,7 @@ const CheckRow* row(const std::vector<CheckRow>& rows, const std::string& id) {
 }
 
 std::vector<CheckRow> check_fixture(const std::string& name, std::optional<ModelFacts> model = {},
-                                    std::optional<uint64_t> budget = {}) {
+                                    std::optional<uint64_t> budget = {}, kernels::KvCacheTypes types = {}) {
     FsRoot fs(fixture(name));
     CheckInput in;
     in.host = probe_host({.root = fs.root(), .try_ring = false});
@@ -31,6 +31,8 @@ std::vector<CheckRow> check_fixture(const std::string& name, std::optional<Model
     in.model = model;
     in.ram_budget = budget;
     in.mem_bytes_per_s = 50e9;
+    in.cache_type_k = types.k;
+    in.cache_type_v = types.v;
     return run_checks(in, fs);
 }
 
@@ -133,6 +135,26 @@ TEST(Check, ModelRowsAndBudgetLimits) {
     ModelFacts giant = big_model();
     giant.resident_bytes = 64ull << 30;  // more than the laptop's RAM
     EXPECT_EQ(row(check_fixture("laptop-1node-smt", giant), "ram_resident")->status, CheckStatus::Fail);
+}
+
+// Quantized KV types: the row says what they save, or why the model cannot keep its cache in them.
+TEST(Check, KvCacheTypesRowSaysWhatTheySaveOrWhyNot) {
+    ModelFacts m = big_model();
+    m.cache_k_elems_per_token = m.cache_v_elems_per_token = 94ull * 4 * 128;
+    EXPECT_EQ(row(check_fixture("laptop-1node-smt", m), "kv_cache_types"), nullptr);  // f16: nothing to say
+    auto q8 = check_fixture("laptop-1node-smt", m, {}, {GgmlType::Q8_0, GgmlType::Q8_0});
+    ASSERT_NE(row(q8, "kv_cache_types"), nullptr);
+    EXPECT_EQ(row(q8, "kv_cache_types")->status, CheckStatus::Pass);
+    EXPECT_NE(row(q8, "kv_cache_types")->measured.find("q8_0/q8_0: 102272 bytes per token (f16: 192512)"), std::string::npos)
+        << row(q8, "kv_cache_types")->measured;
+    m.head_dim = 80;
+    auto odd = check_fixture("laptop-1node-smt", m, {}, {GgmlType::Q4_0, GgmlType::Q4_0});
+    EXPECT_EQ(row(odd, "kv_cache_types")->status, CheckStatus::Fail);
+    m.head_dim = 128;
+    m.cache_v_elems_per_token = 0;  // MLA
+    auto mla = check_fixture("laptop-1node-smt", m, {}, {GgmlType::Q8_0, GgmlType::F16});
+    EXPECT_EQ(row(mla, "kv_cache_types")->status, CheckStatus::Fail);
+    EXPECT_EQ(row(mla, "kv_cache_types")->fix, "--cache-type-v q8_0");
 }
 
 TEST(Check, ExitCodes) {

@@ -124,8 +124,21 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                  ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
                    "IQ2_K..IQ6_K, IQ2_KS..IQ5_KS, IQ4_KSS, IQ2_KL, IQ1_KT..IQ4_KT, Q6_0, IQ1_S_R4 and IQ4_KS_R4, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
-        const uint64_t kv = m.kv_bytes(in.n_ctx, {in.cache_type_k, in.cache_type_v}), reserve = std::max<uint64_t>(ram / 20, 512ull << 20),
-                       work = in.working_bytes;
+        const kernels::KvCacheTypes types{in.cache_type_k, in.cache_type_v};
+        if (!types.f16()) {  // the types asked for: whether this model can keep its cache in them, and what they save
+            const std::string k = kernels::kv_cache_type_name(types.k), v = kernels::kv_cache_type_name(types.v);
+            const bool mla = m.cache_k_elems_per_token && !m.cache_v_elems_per_token;
+            const uint32_t block = std::max(type_info(types.k).block_elems, type_info(types.v).block_elems);
+            std::string why;
+            if (mla && types.k != types.v) why = "an MLA model keeps V inside the K cache: K and V must be the same type";
+            else if (!mla && m.head_dim % block) why = "blocks of " + std::to_string(block) + " do not divide the head size " + std::to_string(m.head_dim);
+            add({"kv_cache_types", "the KV cache can be stored as asked", why.empty() ? CheckStatus::Pass : CheckStatus::Fail,
+                 k + "/" + v + ": " + (why.empty() ? std::to_string(m.cache_bytes_per_token_as(types)) + " bytes per token (f16: " +
+                                                         std::to_string(m.cache_bytes_per_token) + ")"
+                                                   : why),
+                 "a type the model's rows hold in whole blocks", why.empty() ? "" : mla ? "--cache-type-v " + k : "--cache-type-k f16 --cache-type-v f16"});
+        }
+        const uint64_t kv = m.kv_bytes(in.n_ctx, types), reserve = std::max<uint64_t>(ram / 20, 512ull << 20), work = in.working_bytes;
         const uint64_t need = m.resident_bytes + kv + work + reserve;
         CheckStatus st = ram == 0 ? CheckStatus::Unknown : need > ram ? CheckStatus::Fail : need > avail ? CheckStatus::Warn : CheckStatus::Pass;
         add({"ram_resident", "resident weights + KV cache fit in RAM", st,
