@@ -410,6 +410,9 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
     size_t k_tile_floats = 0, v_floats = 0;
+    // A typed cache's quantized (or bf16) values, for a batch of rows: each row would convert every value row
+    // again, so they are converted once per kv head into f32 (the type's to_float: the same values) and read there.
+    const bool typed_v_f32 = base.typed() && n >= 4 && base.v_type != GgmlType::F16 && base.v_type != GgmlType::F32;
     // One kv head's view of the cache with n_kv positions (and, tiled, its f32 copies).
     auto head_view = [&](int kvh, int n_kv) {
         ops::KvView kv = kv_view_head(base, kvh);
@@ -418,8 +421,26 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             kv.k_tiles = kv_f32_.data() + static_cast<size_t>(kvh) * (k_tile_floats + v_floats);
             kv.v_f32 = kv.k_tiles + k_tile_floats;
         }
+        if (typed_v_f32) {
+            kv.v_raw = reinterpret_cast<const uint8_t*>(kv_f32_.data() + static_cast<size_t>(kvh) * v_floats);
+            kv.v_row = static_cast<size_t>(base.dv) * sizeof(float);
+            kv.v_type = GgmlType::F32;
+        }
         return kv;
     };
+    if (typed_v_f32) {
+        const int n_kv = n_past_ + n;
+        v_floats = static_cast<size_t>(n_kv) * base.dv;
+        if (kv_f32_.size() < v_floats * kv_heads) kv_f32_.resize(v_floats * kv_heads);
+        pool_.parallel_for(kv_heads, [&](int64_t h0, int64_t h1) {
+            for (int64_t h = h0; h < h1; ++h) {
+                const ops::KvView src = kv_view_head(base, static_cast<int>(h));
+                float* dst = kv_f32_.data() + static_cast<size_t>(h) * v_floats;
+                for (int j = 0; j < n_kv; ++j)
+                    kernels::dequantize_row(base.v_type, src.v_raw + static_cast<size_t>(j) * src.v_row, dst + static_cast<size_t>(j) * base.dv, base.dv);
+            }
+        });
+    }
     if (tiled) {
         const int n_kv = n_past_ + n, tiles = (n_kv + ggml::kFaTile - 1) / ggml::kFaTile;
         k_tile_floats = static_cast<size_t>(tiles) * ggml::kFaTile * base.dk;
