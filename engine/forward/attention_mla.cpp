@@ -48,7 +48,7 @@ void Runner::attention_mla(uint32_t l, int n) {
     matmul_heads(w.wk_b, H, lora, q_.data(), qk, static_cast<int64_t>(H) * qk, n, qabs_.data(), dk, static_cast<int64_t>(H) * dk);
 
     if (m_.has_indexer() && m_.layers[l].indexer_full) dsa_select(l, n, qa_.data(), ql);
-    attention_heads(cache_->view(l, dk, lora, &kernels::active_table(opt_.flavor)), qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
+    attention_heads(cache_->view(l, dk, lora, &kv_kt_), qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
                     static_cast<int64_t>(H) * lora, lora, m_.has_indexer());
     matmul_heads(w.wv_b, H, vh, lat_.data(), lora, static_cast<int64_t>(H) * lora, n, att_.data(), vh, static_cast<int64_t>(H) * vh);
     matmul(w.wo, att_.data(), static_cast<int64_t>(H) * vh, n, tmp_.data(), E);

@@ -25,6 +25,7 @@ static RunnerOptions numerics_for(const Model& m, RunnerOptions opt) {
 Runner::Runner(const Model& model, RunnerOptions opt)
     : m_(model), opt_(numerics_for(model, opt)), pool_(opt.n_threads),
       kt_(model.ik_numerics ? ik::kernel_table(kernels::active_table(opt_.flavor)) : kernels::active_table(opt_.flavor)),
+      kv_kt_(kernels::active_table(opt_.flavor)),
       fops_(model.ik_numerics ? ik::float_ops(kernels::simd_float_ops(opt_.flavor)) : kernels::simd_float_ops(opt_.flavor)),
       attend_(model.ik_numerics ? fops_.attend : kernels::attention_kernel(opt_.flavor)),
       attend_typed_(kernels::typed_attention_kernel(opt_.flavor)),

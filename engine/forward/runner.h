@@ -168,6 +168,7 @@ private:
     RunnerOptions opt_;
     ThreadPool pool_;
     const kernels::KernelTable& kt_;
+    const kernels::KernelTable& kv_kt_;  // typed caches' K dots: the mainline table, also for ik files (ik's expects its activations)
     const ops::FloatOps& fops_;
     ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use

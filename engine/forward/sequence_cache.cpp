@@ -104,13 +104,8 @@ void SequenceCache::store_ix(size_t l, int pos, const float* x) {
     kernels::store_kv_row(types.k, x, ix[l].data() + static_cast<size_t>(pos) * ix_row, ix_width);
 }
 void SequenceCache::load_ix(size_t l, int n, float* out) const {
-    if (types.k == GgmlType::F16) {  // the hot case, through the table
-        const auto* h = reinterpret_cast<const uint16_t*>(ix[l].data());
-        for (size_t i = 0; i < static_cast<size_t>(n) * ix_width; ++i) out[i] = fp16_to_fp32_lut(h[i]);
-        return;
-    }
-    for (int p = 0; p < n; ++p)
-        kernels::dequantize_row(types.k, ix[l].data() + static_cast<size_t>(p) * ix_row, out + static_cast<size_t>(p) * ix_width, ix_width);
+    // Rows are whole blocks and adjacent, so positions [0, n) are one run of n * ix_width values.
+    kernels::dequantize_row(types.k, ix[l].data(), out, static_cast<int64_t>(n) * ix_width);
 }
 
 ops::KvView SequenceCache::view(size_t l, int dk, int dv, const kernels::KernelTable* table) const {

@@ -153,18 +153,10 @@ bool kv_type_quantized(GgmlType t) { return t != GgmlType::F32 && t != GgmlType:
 
 void store_kv_row(GgmlType t, const float* x, void* dst, int64_t n) {
     switch (t) {
-        case GgmlType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
-        case GgmlType::F16: {
-            auto* h = static_cast<uint16_t*>(dst);
-            for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(x[i]);
+        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+            // Each its own dot type: fp16 and bf16 rounded to nearest even, q8_0's x86 form (127/amax, halves to even).
+            prepare_activations(t, x, dst, n);
             return;
-        }
-        case GgmlType::BF16: {
-            auto* h = static_cast<uint16_t*>(dst);
-            for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(x[i]);
-            return;
-        }
-        case GgmlType::Q8_0: quantize_q8_0(x, dst, n); return;  // the x86 form: 127/amax, halves to even
         case GgmlType::Q4_0: store_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;
         case GgmlType::Q4_1: store_q4_1(x, static_cast<BlockQ4_1*>(dst), n); return;
         case GgmlType::Q5_0: store_q5_0(x, static_cast<BlockQ5_0*>(dst), n); return;
@@ -176,8 +168,11 @@ void store_kv_row(GgmlType t, const float* x, void* dst, int64_t n) {
 
 namespace {
 bool rotation_disabled() {
-    const char* e = std::getenv("LLAMA_ATTN_ROT_DISABLE");  // llama.cpp's switch, honoured for A/B comparisons
-    return e && std::atoi(e) != 0;
+    static const bool disabled = [] {  // llama.cpp's switch, honoured for A/B comparisons; read once
+        const char* e = std::getenv("LLAMA_ATTN_ROT_DISABLE");
+        return e && std::atoi(e) != 0;
+    }();
+    return disabled;
 }
 }  // namespace
 
