@@ -17,6 +17,8 @@
 #include "engine/model/model.h"
 #include "engine/server/generation.h"
 #include "engine/server/http_server.h"
+#include "engine/server/prompt_cache.h"
+#include "engine/runtime/routing_trace.h"
 #include "engine/server/api_service.h"
 #include "engine/model/model_facts.h"
 #include "tune/plan_io.h"
@@ -82,7 +84,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     int port = 8000, threads = 2, n_ctx = 4096, max_queue = 16, max_tokens = 256, checkpoints = ModelFacts::kDefaultCheckpoints;
     size_t max_body = 4u << 20;
     HttpServerOptions http_opt;
-    std::string reasoning_format = "deepseek", plan_path;
+    std::string reasoning_format = "deepseek", plan_path, prompt_cache_dir, prompt_cache_size = "8G", prompt_cache_rate = "128M";
+    int prompt_cache_min = 256;
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("host", po::value(&host)->default_value("127.0.0.1"), "address to bind")
@@ -97,6 +100,11 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("max-queue", po::value(&max_queue)->default_value(16), "requests waiting beyond those in slots (then 503)")
         ("ctx-checkpoints", po::value(&checkpoints)->default_value(ModelFacts::kDefaultCheckpoints),
          "recurrent models: state snapshots kept for prefix reuse (0: none; a changed prefix then re-evaluates from the start)")
+        ("prompt-cache", po::value(&prompt_cache_dir),
+         "directory where long prompt prefixes' KV caches are saved in the background and restored after a restart")
+        ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "bytes the prompt cache may take on disk (least recently used dropped)")
+        ("prompt-cache-rate", po::value(&prompt_cache_rate)->default_value("128M"), "bytes per second the prompt cache writes at most (0: unbounded)")
+        ("prompt-cache-min", po::value(&prompt_cache_min)->default_value(256), "new prompt tokens a prefix must add to be saved")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
         ("plan", po::value(&plan_path), "plan.yaml this server runs (moestream plan): the web page shows its decisions beside the measured figures")
@@ -120,6 +128,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
+    PromptCacheOptions pc_opt{.dir = prompt_cache_dir, .max_bytes = parse_bytes("--prompt-cache-size", prompt_cache_size),
+                              .write_bytes_per_s = parse_bytes("--prompt-cache-rate", prompt_cache_rate), .min_tokens = prompt_cache_min};
+    if (prompt_cache_min < 1) throw CliError("--prompt-cache-min " + std::to_string(prompt_cache_min) + " must be at least 1");
     if (!plan_path.empty()) {
         // Only the web page reads the plan: an unreadable one is reported and serving goes on without it.
         try {
@@ -179,6 +190,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                static_cast<double>(st.store_loads));
         metric("moestream_expert_store_bad_records_total", "counter", "Expert store records that failed their checksum (read from the GGUF instead).",
                static_cast<double>(st.store_bad_records));
+        if (const PromptCache* pc = g->prompt_cache()) m += prompt_cache_metrics(*pc, g->prompt_seconds_per_token());
         return m + g->request_io_metrics();
     };
     http_opt.host = host;
@@ -200,6 +212,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=loading %s", static_cast<unsigned long long>(load_us), model_path.c_str());
     LoadedEngine engine;
     std::unique_ptr<RoutingTraceWriter> trace;  // before gen: outlives the runner that writes it
+    std::unique_ptr<PromptCache> prompt_cache;  // before gen: its writer reads the slots' rows until gen ends it
     std::unique_ptr<Generator> gen;
     try {
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx), parallel);
@@ -209,6 +222,17 @@ int cmd_serve(const std::vector<std::string>& args) {
         gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
                                                         .n_seq = parallel, .routing_trace = trace.get(), .cache_type_k = engine.kv_types.k, .cache_type_v = engine.kv_types.v},
                                           static_cast<size_t>(max_queue));
+        if (!prompt_cache_dir.empty()) {
+            // Serving goes on without it when DIR cannot be used: a cold prompt is slower, not wrong.
+            try {
+                prompt_cache = std::make_unique<PromptCache>(pc_opt, routing_model_hash(engine.file),
+                                                             SequenceCache::make(*engine.model, 1, engine.kv_types),
+                                                             [](const std::string& line) { std::cerr << "moestream serve: " << line << "\n"; });
+                gen->use_prompt_cache(prompt_cache.get());
+            } catch (const PromptCacheError& e) {
+                std::cerr << "moestream serve: WARNING: " << e.what() << ": serving without a prompt cache\n";
+            }
+        }
     } catch (...) {
         server.stop();
         http.join();
@@ -216,7 +240,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     }
     served = gen.get();
     service.set_generator(gen.get());
-    EngineMonitor monitor(gen.get(), engine_view_config(name, engine, ef, plan_path, threads, parallel, n_ctx),
+    nlohmann::json view_config = engine_view_config(name, engine, ef, plan_path, threads, parallel, n_ctx);
+    if (prompt_cache) view_config["prompt_cache"] = {{"dir", prompt_cache_dir}, {"limit_bytes", pc_opt.max_bytes}};
+    EngineMonitor monitor(gen.get(), view_config,
                           {engine.model->hp.n_layer, engine.model->hp.moe.n_expert},
                           ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile));
     service.set_monitor(&monitor);

@@ -162,6 +162,19 @@ void Runner::checkpoint() {
     checkpoints_->push_back(std::move(c));
 }
 
+void Runner::adopt_prefix(int n, std::vector<Checkpoint> snapshots) {
+    if (n < 0 || n > opt_.n_ctx) throw std::out_of_range("adopt_prefix beyond the context");
+    std::erase_if(snapshots, [&](const Checkpoint& c) { return c.pos > n; });
+    if (cache_->has_recurrent()) {
+        if (snapshots.empty() || snapshots.back().pos != n) throw std::invalid_argument("a recurrent prefix needs the state at its end");
+        cache_->restore_recurrent(snapshots.back().state);
+    }
+    const auto keep = static_cast<ptrdiff_t>(std::max(0, opt_.max_checkpoints));
+    if (static_cast<ptrdiff_t>(snapshots.size()) > keep) snapshots.erase(snapshots.begin(), snapshots.end() - keep);
+    *checkpoints_ = std::move(snapshots);
+    past_[static_cast<size_t>(active_)] = n_past_ = n;
+}
+
 const float* Runner::logits(int i) const {
     if (logits_rows_ == 0) throw std::logic_error("no logits: eval() has not run");
     if (i < 0) i = logits_rows_ - 1;

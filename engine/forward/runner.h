@@ -89,6 +89,18 @@ public:
     // same position; the oldest go beyond max_checkpoints). No-op for models without recurrent layers.
     void checkpoint();
     bool has_recurrent_state() const { return cache_->has_recurrent(); }
+    // A snapshot of the recurrent state after `pos` positions.
+    struct Checkpoint {
+        int pos;
+        std::vector<float> state;
+    };
+    // The selected sequence's snapshots, oldest first.
+    const std::vector<Checkpoint>& checkpoints() const { return *checkpoints_; }
+    // The selected sequence's cache, for a prompt cache to copy rows out of or into.
+    SequenceCache& sequence_cache() { return *cache_; }
+    // Takes positions [0, n) as filled in from outside (a prompt cache on disk wrote their rows) with these
+    // snapshots (recurrent models: one of them at n, whose state becomes the current one).
+    void adopt_prefix(int n, std::vector<Checkpoint> snapshots);
     size_t checkpoint_count() const { return checkpoints_->size(); }
     uint64_t checkpoint_bytes() const { return checkpoints_->size() * cache_->recurrent_bytes(); }
     const RunnerStats& stats() const { return stats_; }
@@ -206,10 +218,6 @@ private:
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
     std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
     int predicted_layer_ = -1;
-    struct Checkpoint {
-        int pos;
-        std::vector<float> state;
-    };
     std::vector<std::vector<Checkpoint>> seq_checkpoints_;  // per sequence, by position, oldest first
     std::vector<Checkpoint>* checkpoints_ = nullptr;         // the selected sequence's
 };

@@ -1,5 +1,7 @@
 #include "engine/server/engine_monitor.h"
 
+#include "engine/server/prompt_cache.h"
+
 #include <fstream>
 
 namespace moe {
@@ -56,6 +58,7 @@ json EngineMonitor::take_sample() {
                    {"rss_bytes", process_rss_bytes()},
                    {"slots_busy", gen_->slots_busy()},
                    {"queued", gen_->queued()}};
+    if (const PromptCache* pc = gen_->prompt_cache()) sample["prompt_cache"] = prompt_cache_json(*pc, gen_->prompt_seconds_per_token());
     last_t_ = now;
     last_tokens_ = tokens;
     last_prompt_ = prompt;

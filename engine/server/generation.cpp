@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/server/chat_template.h"
+#include "engine/server/prompt_cache.h"
 
 namespace moe {
 
@@ -41,6 +42,7 @@ struct Generator::Slot {
     size_t next_cut = 0;
     size_t common = 0;
     Clock::time_point t0;
+    std::shared_ptr<PromptCache::Pending> saving;  // the prompt cache's write of this slot's rows, if one runs
 };
 
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
@@ -55,6 +57,10 @@ Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, R
 Generator::~Generator() {
     shutdown();
     if (thread_.joinable()) thread_.join();
+    if (prompt_cache_) {  // saves read the slots' rows: they end before the runner goes
+        prompt_cache_->flush(10);
+        for (auto& sp : slots_) prompt_cache_->cancel(sp->saving);
+    }
 }
 
 std::optional<std::future<GenerationResult>> Generator::submit(GenerationRequest req) {
@@ -180,6 +186,8 @@ void Generator::start(Slot& slot) {
         if (common == prompt.size()) --common;
         common = static_cast<size_t>(runner_.truncate(static_cast<int>(common)));  // a recurrent model may go back further
         slot.cached.resize(common);
+        common = restore_prefix(slot, common);
+        stop_save_above(slot, common);
         slot.common = common;
         r.prompt_reused = static_cast<int>(common);
         slot.t0 = Clock::now();
@@ -209,6 +217,44 @@ void Generator::start(Slot& slot) {
     prefill_some(slot, others_decoding ? kPrefillChunk : INT32_MAX);
 }
 
+size_t Generator::restore_prefix(Slot& slot, size_t common) {
+    if (!prompt_cache_) return common;
+    const auto& prompt = slot.req.prompt;
+    // Restoring reads the whole record: worth it for a real gain over what the slot holds.
+    const size_t min_gain = static_cast<size_t>(std::min(64, prompt_cache_->min_tokens()));
+    const auto match = prompt_cache_->best_match(prompt, static_cast<int>(prompt.size()) - 1, runner_.has_recurrent_state());
+    if (!match || static_cast<size_t>(match->tokens) < common + min_gain) return common;
+    stop_save_above(slot, 0);  // the restore rewrites the slot's rows from position 0
+    if (auto snapshots = prompt_cache_->restore(*match, runner_.sequence_cache())) {
+        runner_.adopt_prefix(match->tokens, std::move(*snapshots));
+        slot.cached.assign(prompt.begin(), prompt.begin() + match->tokens);
+        slot.r.prompt_restored = match->tokens - static_cast<int>(common);
+        return static_cast<size_t>(match->tokens);
+    }
+    // A damaged record (logged, counted, dropped) may have overwritten part of the slot's prefix.
+    slot.cached.clear();
+    return static_cast<size_t>(runner_.truncate(0));
+}
+
+void Generator::save_prefix(Slot& slot) {
+    const auto& prompt = slot.req.prompt;
+    std::vector<Runner::Checkpoint> snapshots;
+    size_t n = prompt.size();
+    if (runner_.has_recurrent_state()) {  // the state exists only where a snapshot was taken
+        snapshots = runner_.checkpoints();
+        n = snapshots.empty() ? 0 : static_cast<size_t>(snapshots.back().pos);
+    }
+    if (static_cast<int>(n) < prompt_cache_->min_tokens()) return;
+    auto pending = prompt_cache_->save(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(n)), runner_.sequence_cache(), std::move(snapshots));
+    if (!pending) return;
+    prompt_cache_->cancel(slot.saving);  // an earlier save of this slot: the new record extends it
+    slot.saving = std::move(pending);
+}
+
+void Generator::stop_save_above(Slot& slot, size_t kept) {
+    if (prompt_cache_ && slot.saving && !slot.saving->done() && static_cast<size_t>(slot.saving->tokens()) > kept) prompt_cache_->cancel(slot.saving);
+}
+
 void Generator::prefill_some(Slot& slot, int budget) {
     GenerationResult& r = slot.r;
     const auto& prompt = slot.req.prompt;
@@ -219,7 +265,9 @@ void Generator::prefill_some(Slot& slot, int budget) {
             const int begin = runner_.n_past(), cut = slot.cuts[slot.next_cut];
             const int end = static_cast<int>(std::min<int64_t>(cut, int64_t{begin} + budget));
             const ExpertSourceStats before = model_.experts->stats();
+            const auto t_eval = Clock::now();
             runner_.eval(std::span<const int32_t>(prompt.data() + begin, static_cast<size_t>(end - begin)));
+            stats_.prompt_eval_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t_eval).count());
             charge({&slot}, before);
             budget -= end - begin;
             if (end == cut) {
@@ -231,6 +279,7 @@ void Generator::prefill_some(Slot& slot, int budget) {
         slot.cached.insert(slot.cached.end(), prompt.begin() + static_cast<long>(slot.common), prompt.end());
         stats_.prompt_evaluated += prompt.size() - slot.common;
         r.prompt_ms = ms_since(slot.t0);
+        if (prompt_cache_) save_prefix(slot);
         slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
     } catch (const std::exception& e) {
         r.finish_reason = "error";

@@ -29,6 +29,8 @@
 
 namespace moe {
 
+class PromptCache;
+
 // A generated token's log-probability and the most likely alternatives, from the distribution the sampler
 // drew from before truncation: log-softmax of the logits over the temperature (1 when greedy).
 struct TokenLogprob {
@@ -74,6 +76,7 @@ struct GenerationResult {
     std::string error;
     int prompt_tokens = 0;
     int prompt_reused = 0;           // taken from the KV cache instead of evaluated
+    int prompt_restored = 0;         // of those, read from the prompt cache on disk
     int completion_tokens = 0;
     double prompt_ms = 0, gen_ms = 0;
     RequestExpertIo experts;
@@ -88,6 +91,7 @@ struct GenerationStats {
     std::atomic<uint64_t> grammar_tokens{0}, grammar_masks{0}, grammar_ns{0};
     // Live, as tokens go (the totals above move when a request ends): for the engine view's rates.
     std::atomic<uint64_t> tokens_decoded{0}, prompt_evaluated{0}, busy_ns{0};
+    std::atomic<uint64_t> prompt_eval_ns{0};  // time spent evaluating prompts (what restored prefixes save)
 };
 
 class Generator {
@@ -116,6 +120,15 @@ public:
     std::string request_io_metrics() const;
     // How often the router chose each expert, [layer * n_expert + expert], refreshed like expert_stats().
     std::vector<uint64_t> expert_heat() const;
+    // Prefixes saved to and restored from disk (serve --prompt-cache); set before the first request. The cache
+    // must outlive the generator.
+    void use_prompt_cache(PromptCache* cache) { prompt_cache_ = cache; }
+    const PromptCache* prompt_cache() const { return prompt_cache_; }
+    // Measured prompt evaluation time per token so far (0 before any prompt was evaluated).
+    double prompt_seconds_per_token() const {
+        const uint64_t n = stats_.prompt_evaluated.load();
+        return n ? static_cast<double>(stats_.prompt_eval_ns.load()) / 1e9 / static_cast<double>(n) : 0.0;
+    }
     // Cancels the running requests and fails queued ones; the worker exits.
     void shutdown();
 
@@ -137,6 +150,11 @@ private:
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
+    // Prompt cache: restores a longer prefix than the slot holds, if one is on disk (start) / queues the
+    // evaluated prompt's save (prefill done) / stops a save whose rows are about to change.
+    size_t restore_prefix(Slot& slot, size_t common);
+    void save_prefix(Slot& slot);
+    void stop_save_above(Slot& slot, size_t kept);
     void publish_counters();  // expert_stats_ and heat_ from the worker's runner and source
     // Charges the expert source's counters since `before` to these slots' results, split evenly.
     void charge(const std::vector<Slot*>& slots, const ExpertSourceStats& before);
@@ -173,6 +191,7 @@ private:
     std::deque<std::string> memory_order_;
     std::shared_ptr<const VocabTrie> trie_;  // built on the first constrained request (worker thread only)
     std::vector<float> masked_;
+    PromptCache* prompt_cache_ = nullptr;
     std::thread thread_;
 };
 

@@ -1,0 +1,612 @@
+#include "engine/server/prompt_cache.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/kernels/kv_cache_types.h"
+
+namespace moe {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'S', 'P', 'R', 'O', 'M', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 96;
+constexpr size_t kPiece = 1u << 20;       // bytes written between rate checks
+constexpr size_t kSyncEvery = 8u << 20;   // dirty bytes pushed out (and dropped from the page cache) at once
+
+// The header's fields at fixed offsets, little-endian (x86_64 only, as the engine).
+struct Header {
+    uint64_t identity = 0, layout = 0;
+    uint32_t n_tokens = 0, n_snapshots = 0;
+    uint64_t payload_bytes = 0, index_hash = 0, payload_hash = 0, created_ms = 0;
+
+    void encode(uint8_t* h) const {
+        std::memset(h, 0, kHeaderBytes);
+        std::memcpy(h, kMagic, 8);
+        const uint32_t version = kVersion, size = kHeaderBytes;
+        std::memcpy(h + 8, &version, 4);
+        std::memcpy(h + 12, &size, 4);
+        std::memcpy(h + 16, &identity, 8);
+        std::memcpy(h + 24, &layout, 8);
+        std::memcpy(h + 32, &n_tokens, 4);
+        std::memcpy(h + 36, &n_snapshots, 4);
+        std::memcpy(h + 40, &payload_bytes, 8);
+        std::memcpy(h + 48, &index_hash, 8);
+        std::memcpy(h + 56, &payload_hash, 8);
+        std::memcpy(h + 64, &created_ms, 8);
+        const uint64_t self = XXH3_64bits(h, 88);
+        std::memcpy(h + 88, &self, 8);
+    }
+    // "" when the bytes are a header of this version, else why not.
+    std::string decode(const uint8_t* h) {
+        if (std::memcmp(h, kMagic, 8) != 0) return "not a prompt-cache record (magic)";
+        uint32_t version = 0, size = 0;
+        std::memcpy(&version, h + 8, 4);
+        std::memcpy(&size, h + 12, 4);
+        if (version != kVersion || size != kHeaderBytes) return "record version " + std::to_string(version) + " (this build reads " + std::to_string(kVersion) + ")";
+        uint64_t self = 0;
+        std::memcpy(&self, h + 88, 8);
+        if (self != XXH3_64bits(h, 88)) return "header checksum mismatch";
+        std::memcpy(&identity, h + 16, 8);
+        std::memcpy(&layout, h + 24, 8);
+        std::memcpy(&n_tokens, h + 32, 4);
+        std::memcpy(&n_snapshots, h + 36, 4);
+        std::memcpy(&payload_bytes, h + 40, 8);
+        std::memcpy(&index_hash, h + 48, 8);
+        std::memcpy(&payload_hash, h + 56, 8);
+        std::memcpy(&created_ms, h + 64, 8);
+        return "";
+    }
+};
+
+std::string hex(uint64_t v) {
+    char b[17];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return b;
+}
+
+std::string gib(uint64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
+    return s;
+}
+
+uint64_t index_hash(std::span<const int32_t> tokens, std::span<const int32_t> snapshot_pos) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, tokens.data(), tokens.size_bytes());
+    XXH3_64bits_update(st, snapshot_pos.data(), snapshot_pos.size_bytes());
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+bool read_exact(int fd, void* p, size_t n) {
+    auto* b = static_cast<uint8_t*>(p);
+    while (n) {
+        const ssize_t r = ::read(fd, b, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        b += r;
+        n -= static_cast<size_t>(r);
+    }
+    return true;
+}
+
+bool write_exact(int fd, const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    while (n) {
+        const ssize_t r = ::write(fd, b, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        b += r;
+        n -= static_cast<size_t>(r);
+    }
+    return true;
+}
+
+// The writer's I/O goes behind every other (the expert reads): ioprio_set has no glibc wrapper.
+void lower_io_priority() {
+    constexpr int kWhoProcess = 1, kClassIdle = 3, kClassShift = 13;
+    ::syscall(SYS_ioprio_set, kWhoProcess, 0, kClassIdle << kClassShift);
+}
+
+}  // namespace
+
+void PromptCache::Pending::finish() {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+    cv_.notify_all();
+}
+
+PromptCache::PromptCache(PromptCacheOptions opt, uint64_t model_hash, const SequenceCache& layout, std::function<void(const std::string&)> log)
+    : opt_(std::move(opt)), log_(std::move(log)) {
+    std::error_code ec;
+    if (fs::exists(opt_.dir, ec) && !fs::is_directory(opt_.dir, ec)) throw PromptCacheError("--prompt-cache " + opt_.dir + " is not a directory");
+    fs::create_directories(opt_.dir, ec);
+    if (ec) throw PromptCacheError("--prompt-cache " + opt_.dir + ": cannot create it: " + ec.message());
+    {  // writable for real (access() says yes to root on a read-only mount)
+        const std::string probe = path(".tmp-" + std::to_string(::getpid()) + "-probe");
+        const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) throw PromptCacheError("--prompt-cache " + opt_.dir + " is not writable: " + std::strerror(errno));
+        ::close(fd);
+        ::unlink(probe.c_str());
+    }
+    if (opt_.min_tokens < 1) throw PromptCacheError("--prompt-cache-min " + std::to_string(opt_.min_tokens) + " must be at least 1");
+    const size_t L = layout.k.size();
+    for (size_t l = 0; l < L; ++l) {
+        k_row_.push_back(layout.k[l].empty() ? 0 : layout.k_row[l]);
+        v_row_.push_back(layout.v[l].empty() ? 0 : layout.v_row[l]);
+        ix_row_.push_back(layout.ix[l].empty() ? 0 : layout.ix_row);
+    }
+    recurrent_bytes_ = layout.recurrent_bytes();
+    const uint64_t id_parts[] = {model_hash, static_cast<uint64_t>(layout.types.k), static_cast<uint64_t>(layout.types.v),
+                                 static_cast<uint64_t>(kernels::kv_rotation_k(layout.types.k, 64)), static_cast<uint64_t>(kernels::kv_rotation_v(layout.types.v, 64))};
+    identity_ = XXH3_64bits(id_parts, sizeof id_parts);
+    std::vector<uint64_t> shape{L, recurrent_bytes_};
+    for (size_t l = 0; l < L; ++l) shape.insert(shape.end(), {k_row_[l], v_row_[l], ix_row_[l]});
+    layout_hash_ = XXH3_64bits(shape.data(), shape.size() * sizeof(uint64_t));
+    scan();
+    thread_ = std::thread([this] { writer(); });
+}
+
+PromptCache::~PromptCache() {
+    flush(10);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+uint64_t PromptCache::record_bytes(int n, int snapshots) const {
+    uint64_t row = 0;
+    for (size_t l = 0; l < k_row_.size(); ++l) row += k_row_[l] + v_row_[l] + ix_row_[l];
+    return kHeaderBytes + uint64_t(n) * (4 + row) + uint64_t(snapshots) * (4 + recurrent_bytes_);
+}
+
+void PromptCache::scan() {
+    int foreign = 0, damaged = 0, leftovers = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(opt_.dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(".tmp-", 0) == 0) {  // a write a crash interrupted, unless its writer still runs
+            const long pid = std::atol(name.c_str() + 5);
+            if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || pid == ::getpid()) {
+                ::unlink(e.path().c_str());
+                ++leftovers;
+            }
+            continue;
+        }
+        if (e.path().extension() != ".mspc") continue;
+        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st{};
+        uint8_t raw[kHeaderBytes];
+        Header h;
+        std::string why = fd < 0 ? std::string(std::strerror(errno)) : "";
+        if (why.empty() && (::fstat(fd, &st) != 0 || !read_exact(fd, raw, sizeof raw))) why = "shorter than its header";
+        if (why.empty()) why = h.decode(raw);
+        bool ours = false;
+        Entry en;
+        if (why.empty() && (h.identity != identity_ || h.layout != layout_hash_)) why = "another model or cache layout";
+        else if (why.empty()) {
+            ours = true;
+            en.tokens.resize(h.n_tokens);
+            en.snapshot_pos.resize(h.n_snapshots);
+            if (uint64_t(st.st_size) != kHeaderBytes + h.payload_bytes || h.payload_bytes + kHeaderBytes != record_bytes(int(h.n_tokens), int(h.n_snapshots)))
+                why = "size " + std::to_string(st.st_size) + " does not match its header";
+            else if (!read_exact(fd, en.tokens.data(), en.tokens.size() * 4) || !read_exact(fd, en.snapshot_pos.data(), en.snapshot_pos.size() * 4) ||
+                     index_hash(en.tokens, en.snapshot_pos) != h.index_hash)
+                why = "token list checksum mismatch";
+        }
+        if (fd >= 0) ::close(fd);
+        if (!why.empty()) {
+            stats_.rejected++;
+            if (ours || why.rfind("another", 0) != 0) {  // ours but damaged (or unreadable): it will never restore
+                ++damaged;
+                log_("prompt cache: " + e.path().string() + ": " + why + " (removed)");
+                ::unlink(e.path().c_str());
+            } else {
+                ++foreign;
+            }
+            continue;
+        }
+        en.file = name;
+        en.bytes = kHeaderBytes + h.payload_bytes;
+        en.used_ns = mtime_ns(st);
+        entries_.push_back(std::move(en));
+    }
+    if (ec) throw PromptCacheError("--prompt-cache " + opt_.dir + ": cannot list it: " + ec.message());
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.used_ns < b.used_ns; });
+    uint64_t total = 0;
+    for (const auto& en : entries_) total += en.bytes;
+    stats_.records = entries_.size();
+    stats_.bytes = total;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        make_room(0);
+    }
+    std::string line = "prompt cache " + opt_.dir + ": " + std::to_string(entries_.size()) + " records (" + gib(stats_.bytes) + " of " + gib(opt_.max_bytes) + ")";
+    if (damaged) line += ", " + std::to_string(damaged) + " damaged (removed)";
+    if (foreign) line += ", " + std::to_string(foreign) + " of another model or cache layout (ignored)";
+    if (leftovers) line += ", " + std::to_string(leftovers) + " unfinished writes removed";
+    log_(line);
+}
+
+void PromptCache::drop(size_t i, bool evicted) {
+    ::unlink(path(entries_[i].file).c_str());
+    stats_.bytes -= entries_[i].bytes;
+    stats_.records--;
+    if (evicted) stats_.evicted++;
+    entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
+}
+
+void PromptCache::make_room(uint64_t bytes) {
+    while (!entries_.empty() && stats_.bytes + bytes > opt_.max_bytes) {
+        size_t oldest = 0;
+        for (size_t i = 1; i < entries_.size(); ++i)
+            if (entries_[i].used_ns < entries_[oldest].used_ns) oldest = i;
+        drop(oldest);
+    }
+}
+
+std::optional<PromptCache::Match> PromptCache::best_match(std::span<const int32_t> prompt, int max_tokens, bool recurrent) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::optional<Match> best;
+    size_t best_bytes = 0;
+    for (const auto& en : entries_) {
+        int usable = static_cast<int>(std::min<size_t>(common_prefix(en.tokens, prompt), static_cast<size_t>(std::max(0, max_tokens))));
+        if (recurrent) {  // only where a snapshot of the state is
+            int at = 0;
+            for (int32_t p : en.snapshot_pos)
+                if (p <= usable) at = std::max(at, int(p));
+            usable = at;
+        }
+        if (usable > 0 && (!best || usable > best->tokens || (usable == best->tokens && en.bytes < best_bytes))) {
+            best = Match{en.file, usable};
+            best_bytes = en.bytes;
+        }
+    }
+    return best;
+}
+
+int PromptCache::covered(std::span<const int32_t> tokens) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    size_t best = 0;
+    for (const auto& en : entries_) best = std::max(best, common_prefix(en.tokens, tokens));
+    return static_cast<int>(best);
+}
+
+std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match& m, SequenceCache& dst) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int fd = -1;
+    Entry en;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto& e : entries_)
+            if (e.file == m.file) en = e;
+        if (en.file.empty()) return std::nullopt;  // evicted meanwhile
+        fd = ::open(path(en.file).c_str(), O_RDONLY | O_CLOEXEC);  // open: an eviction from now on unlinks a name only
+    }
+    const int n = static_cast<int>(en.tokens.size());
+    auto fail = [&](const std::string& why) -> std::optional<std::vector<Runner::Checkpoint>> {
+        if (fd >= 0) ::close(fd);
+        log_("prompt cache: " + path(en.file) + ": " + why + " (ignored and removed)");
+        stats_.rejected++;
+        std::lock_guard<std::mutex> lk(mu_);
+        for (size_t i = 0; i < entries_.size(); ++i)
+            if (entries_[i].file == en.file) {
+                drop(i, false);  // counted as rejected, not as evicted
+                break;
+            }
+        return std::nullopt;
+    };
+    if (fd < 0) return fail(std::strerror(errno));
+    if (m.tokens > n || m.tokens > dst.n_ctx || dst.k.size() != k_row_.size()) {
+        ::close(fd);
+        return std::nullopt;
+    }
+    uint8_t raw[kHeaderBytes];
+    Header h;
+    if (!read_exact(fd, raw, sizeof raw)) return fail("shorter than its header");
+    if (const std::string why = h.decode(raw); !why.empty()) return fail(why);
+    if (h.identity != identity_ || h.layout != layout_hash_ || h.n_tokens != uint32_t(n)) return fail("header changed since the scan");
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
+    XXH3_64bits_reset(hash.get());
+    std::vector<uint8_t> buf(4u << 20);
+    // Reads `len` payload bytes, hashing them, the first `keep` into `out`.
+    auto take = [&](uint64_t len, uint8_t* out, uint64_t keep) {
+        uint64_t done = 0;
+        while (done < len) {
+            const size_t piece = static_cast<size_t>(std::min<uint64_t>(buf.size(), len - done));
+            if (!read_exact(fd, buf.data(), piece)) return false;
+            XXH3_64bits_update(hash.get(), buf.data(), piece);
+            if (done < keep) std::memcpy(out + done, buf.data(), static_cast<size_t>(std::min<uint64_t>(piece, keep - done)));
+            done += piece;
+        }
+        return true;
+    };
+    std::vector<int32_t> tokens(static_cast<size_t>(n)), positions(h.n_snapshots);
+    bool ok = take(tokens.size() * 4, reinterpret_cast<uint8_t*>(tokens.data()), tokens.size() * 4) &&
+              take(positions.size() * 4, reinterpret_cast<uint8_t*>(positions.data()), positions.size() * 4);
+    const uint64_t keep = static_cast<uint64_t>(m.tokens);
+    for (size_t l = 0; ok && l < k_row_.size(); ++l)
+        ok = take(uint64_t(n) * k_row_[l], dst.k[l].data(), keep * k_row_[l]) && take(uint64_t(n) * v_row_[l], dst.v[l].data(), keep * v_row_[l]) &&
+             take(uint64_t(n) * ix_row_[l], dst.ix[l].data(), keep * ix_row_[l]);
+    std::vector<Runner::Checkpoint> snapshots;
+    std::vector<float> state(recurrent_bytes_ / sizeof(float));
+    for (size_t i = 0; ok && i < positions.size(); ++i) {
+        ok = take(recurrent_bytes_, reinterpret_cast<uint8_t*>(state.data()), recurrent_bytes_);
+        if (ok && positions[i] <= m.tokens) snapshots.push_back({positions[i], state});
+    }
+    if (!ok) return fail("shorter than its header says");
+    if (XXH3_64bits_digest(hash.get()) != h.payload_hash) return fail("payload checksum mismatch");
+    if (tokens != en.tokens) return fail("token list changed since the scan");
+    ::futimens(fd, nullptr);  // recently used: survives the next eviction, in this run and after a restart
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto& e : entries_)
+            if (e.file == en.file) e.used_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    }
+    stats_.restored++;
+    stats_.restored_tokens += keep;
+    stats_.restored_bytes += en.bytes;
+    stats_.restore_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    return snapshots;
+}
+
+std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots) {
+    const int n = static_cast<int>(tokens.size());
+    if (n < opt_.min_tokens || n - covered(tokens) < opt_.min_tokens) return nullptr;
+    if (recurrent_bytes_ && (snapshots.empty() || snapshots.back().pos != n)) return nullptr;
+    std::erase_if(snapshots, [&](const Runner::Checkpoint& c) { return c.pos > n || c.pos <= 0; });
+    if (record_bytes(n, static_cast<int>(snapshots.size())) > opt_.max_bytes) return nullptr;
+    auto p = std::make_shared<Pending>();
+    p->n_ = n;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stop_) return nullptr;
+        jobs_.push_back(Job{p, std::move(tokens), &src, std::move(snapshots)});
+    }
+    cv_.notify_all();
+    return p;
+}
+
+void PromptCache::cancel(const std::shared_ptr<Pending>& p) {
+    if (!p) return;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
+            if (it->pending == p) {  // not started: just forget it
+                jobs_.erase(it);
+                stats_.cancelled++;
+                p->finish();
+                return;
+            }
+    }
+    std::unique_lock<std::mutex> lk(p->mu_);
+    p->cancel_ = true;
+    p->cv_.notify_all();
+    p->cv_.wait(lk, [&] { return p->done_.load(); });
+}
+
+void PromptCache::flush(double seconds) {
+    full_speed_ = true;
+    std::shared_ptr<Pending> current;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        current = current_;
+    }
+    if (current) {
+        std::lock_guard<std::mutex> lk(current->mu_);
+        current->cv_.notify_all();
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (jobs_.empty() && !current_) break;
+        }
+        if (std::chrono::steady_clock::now() >= until) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::vector<std::shared_ptr<Pending>> left;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto& j : jobs_) left.push_back(j.pending);
+        if (current_) left.push_back(current_);
+    }
+    for (auto& p : left) cancel(p);
+    full_speed_ = false;
+}
+
+void PromptCache::writer() {
+    lower_io_priority();
+    for (;;) {
+        Job job;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+            if (jobs_.empty()) return;
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+            current_ = job.pending;
+        }
+        if (!job.pending->cancel_) write_record(job);
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            current_.reset();
+        }
+        job.pending->finish();
+    }
+}
+
+bool PromptCache::write_record(Job& job) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int n = static_cast<int>(job.tokens.size());
+    std::vector<int32_t> positions;
+    for (const auto& c : job.snapshots) positions.push_back(c.pos);
+    const uint64_t ihash = index_hash(job.tokens, positions);
+    const uint64_t bytes = record_bytes(n, static_cast<int>(positions.size()));
+    const std::string final_name = hex(identity_) + "-" + hex(ihash) + ".mspc";
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto& e : entries_)
+            if (e.file == final_name) return false;  // the same prefix landed meanwhile
+        make_room(bytes);
+    }
+    const std::string tmp = path(".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_) + ".mspc");
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        log_("prompt cache: cannot create " + tmp + ": " + std::strerror(errno) + " (prefix not saved)");
+        return false;
+    }
+    std::string error;
+    auto give_up = [&](const std::string& why) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        if (!why.empty()) log_("prompt cache: writing " + tmp + ": " + why + " (prefix not saved)");
+        else stats_.cancelled++;
+        return false;
+    };
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
+    XXH3_64bits_reset(hash.get());
+    uint8_t raw[kHeaderBytes] = {};
+    if (!write_exact(fd, raw, sizeof raw)) return give_up(std::strerror(errno));
+    uint64_t written = 0, synced = kHeaderBytes;
+    Pending& p = *job.pending;
+    // Writes len bytes in pieces, each after the rate allows it; false when cancelled or on an error.
+    auto put = [&](const void* data, uint64_t len) {
+        const auto* b = static_cast<const uint8_t*>(data);
+        for (uint64_t off = 0; off < len;) {
+            if (!full_speed_ && opt_.write_bytes_per_s > 0) {
+                const auto due = t0 + std::chrono::duration<double>(static_cast<double>(written) / static_cast<double>(opt_.write_bytes_per_s));
+                std::unique_lock<std::mutex> lk(p.mu_);
+                p.cv_.wait_until(lk, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due), [&] { return p.cancel_.load() || full_speed_.load(); });
+            }
+            if (p.cancel_) return false;
+            const size_t piece = static_cast<size_t>(std::min<uint64_t>(kPiece, len - off));
+            XXH3_64bits_update(hash.get(), b + off, piece);
+            if (!write_exact(fd, b + off, piece)) {
+                error = std::strerror(errno);
+                return false;
+            }
+            off += piece;
+            written += piece;
+            const uint64_t end = kHeaderBytes + written;
+            if (end - synced >= kSyncEvery) {  // no burst of dirty pages later, and no page cache kept
+                ::sync_file_range(fd, static_cast<off_t>(synced), static_cast<off_t>(end - synced),
+                                  SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+                ::posix_fadvise(fd, static_cast<off_t>(synced), static_cast<off_t>(end - synced), POSIX_FADV_DONTNEED);
+                synced = end;
+            }
+        }
+        return true;
+    };
+    const SequenceCache& src = *job.src;
+    bool ok = put(job.tokens.data(), job.tokens.size() * 4) && put(positions.data(), positions.size() * 4);
+    for (size_t l = 0; ok && l < k_row_.size(); ++l)
+        ok = put(src.k[l].data(), uint64_t(n) * k_row_[l]) && put(src.v[l].data(), uint64_t(n) * v_row_[l]) && put(src.ix[l].data(), uint64_t(n) * ix_row_[l]);
+    for (size_t i = 0; ok && i < job.snapshots.size(); ++i) ok = put(job.snapshots[i].state.data(), recurrent_bytes_);
+    if (!ok) return give_up(error);
+    Header h;
+    h.identity = identity_;
+    h.layout = layout_hash_;
+    h.n_tokens = static_cast<uint32_t>(n);
+    h.n_snapshots = static_cast<uint32_t>(positions.size());
+    h.payload_bytes = written;
+    h.index_hash = ihash;
+    h.payload_hash = XXH3_64bits_digest(hash.get());
+    h.created_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    h.encode(raw);
+    if (::pwrite(fd, raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw) || ::fdatasync(fd) != 0) return give_up(std::strerror(errno));
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (::rename(tmp.c_str(), path(final_name).c_str()) != 0) {
+        log_("prompt cache: cannot rename " + tmp + ": " + std::strerror(errno) + " (prefix not saved)");
+        ::unlink(tmp.c_str());
+        return false;
+    }
+    if (const int dfd = ::open(opt_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {  // the rename itself
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    // Records this one extends are redundant: any prefix of theirs restores from it, snapshots included.
+    for (size_t i = entries_.size(); i-- > 0;) {
+        const Entry& e = entries_[i];
+        const bool extends = e.tokens.size() < job.tokens.size() && common_prefix(e.tokens, job.tokens) == e.tokens.size() &&
+                             std::all_of(e.snapshot_pos.begin(), e.snapshot_pos.end(), [&](int32_t q) { return std::count(positions.begin(), positions.end(), q) > 0; });
+        if (extends) drop(i);
+    }
+    Entry en{final_name, std::move(job.tokens), std::move(positions), bytes,
+             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+    entries_.push_back(std::move(en));
+    stats_.records++;
+    stats_.bytes += bytes;
+    stats_.saved++;
+    stats_.saved_bytes += bytes;
+    stats_.write_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    return true;
+}
+
+namespace {
+double seconds_saved(const PromptCacheStats& s, double prompt_s_per_token) {
+    return std::max(0.0, static_cast<double>(s.restored_tokens.load()) * prompt_s_per_token - static_cast<double>(s.restore_ns.load()) / 1e9);
+}
+}  // namespace
+
+std::string prompt_cache_metrics(const PromptCache& cache, double prompt_s_per_token) {
+    const PromptCacheStats& s = cache.stats();
+    std::string m;
+    auto metric = [&](const char* name, const char* type, const char* help, double v) {
+        m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
+    };
+    metric("moestream_prompt_cache_records", "gauge", "Prompt prefixes saved on disk (this model's).", static_cast<double>(s.records.load()));
+    metric("moestream_prompt_cache_bytes", "gauge", "Bytes of this model's prompt-cache records on disk.", static_cast<double>(s.bytes.load()));
+    metric("moestream_prompt_cache_limit_bytes", "gauge", "--prompt-cache-size.", static_cast<double>(cache.options().max_bytes));
+    metric("moestream_prompt_cache_saved_total", "counter", "Prefixes written to the prompt cache.", static_cast<double>(s.saved.load()));
+    metric("moestream_prompt_cache_saved_bytes_total", "counter", "Bytes written to the prompt cache.", static_cast<double>(s.saved_bytes.load()));
+    metric("moestream_prompt_cache_save_cancelled_total", "counter", "Saves given up because their slot needed its rows.", static_cast<double>(s.cancelled.load()));
+    metric("moestream_prompt_cache_restored_total", "counter", "Prefixes restored from disk instead of evaluated.", static_cast<double>(s.restored.load()));
+    metric("moestream_prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from disk.", static_cast<double>(s.restored_tokens.load()));
+    metric("moestream_prompt_cache_restore_seconds_total", "counter", "Time spent reading prefixes back.", static_cast<double>(s.restore_ns.load()) / 1e9);
+    metric("moestream_prompt_cache_rejected_total", "counter", "Damaged or foreign records ignored.", static_cast<double>(s.rejected.load()));
+    metric("moestream_prompt_cache_evicted_total", "counter", "Records dropped for room or because a longer one holds them.", static_cast<double>(s.evicted.load()));
+    metric("moestream_prompt_cache_seconds_saved", "gauge", "Estimated prompt evaluation time the restores saved.", seconds_saved(s, prompt_s_per_token));
+    return m;
+}
+
+nlohmann::json prompt_cache_json(const PromptCache& cache, double prompt_s_per_token) {
+    const PromptCacheStats& s = cache.stats();
+    return {{"records", s.records.load()}, {"bytes", s.bytes.load()}, {"limit_bytes", cache.options().max_bytes}, {"saved", s.saved.load()},
+            {"restored", s.restored.load()}, {"restored_tokens", s.restored_tokens.load()}, {"rejected", s.rejected.load()},
+            {"seconds_saved", seconds_saved(s, prompt_s_per_token)}};
+}
+
+}  // namespace moe

@@ -1,0 +1,156 @@
+// A prompt cache on disk (serve --prompt-cache DIR): the KV rows (and recurrent-state snapshots) of long prompt
+// prefixes, written in the background so that after a restart a request whose prompt starts with a saved
+// prefix restores it instead of evaluating it.
+//
+// One file per record, named by the model identity and the prefix's hash:
+//   header (96 bytes, docs/server.md): magic, version, identity (the GGUF header's hash, the cache types and
+//     whether the quantized-cache rotation is on), the cache layout's hash, token and snapshot counts, payload
+//     size, the XXH3 of the tokens and snapshot positions, the XXH3 of the whole payload, and its own XXH3;
+//   payload: the tokens, the snapshot positions, per layer the K, V and indexer rows of positions [0, n), then
+//     each snapshot's recurrent state (f32).
+// Written to a temporary name, fsync'd and renamed: a crash leaves either the whole record or none. A record
+// whose checksum fails, or that belongs to another model or cache layout, is ignored with one log line and
+// counted. The directory is bounded in bytes: the least recently used records go first (use = the file's
+// mtime, touched on restore, so the order survives restarts). A record whose prefix a newer one extends is
+// dropped when the newer one lands: every shorter prefix can be restored from the longer record.
+//
+// The writer is one thread at idle I/O priority and a bounded byte rate, so that expert reads on the same disk
+// keep their throughput; it reads a slot's cache rows in place (no copy of a long prefix in RAM), so the
+// generator cancels a save before it overwrites those rows (PromptCache::cancel).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/forward/runner.h"
+
+namespace moe {
+
+struct PromptCacheError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct PromptCacheOptions {
+    std::string dir;
+    uint64_t max_bytes = 8ull << 30;         // --prompt-cache-size
+    uint64_t write_bytes_per_s = 128ull << 20;  // --prompt-cache-rate
+    int min_tokens = 256;                    // --prompt-cache-min: new tokens a prefix must add to be saved
+};
+
+struct PromptCacheStats {
+    std::atomic<uint64_t> records{0}, bytes{0};                    // on disk now (this model's)
+    std::atomic<uint64_t> saved{0}, saved_bytes{0}, write_ns{0};   // records written
+    std::atomic<uint64_t> cancelled{0};                            // saves given up (the slot needed its rows)
+    std::atomic<uint64_t> restored{0}, restored_tokens{0}, restored_bytes{0}, restore_ns{0};
+    std::atomic<uint64_t> rejected{0};                             // damaged or foreign records ignored
+    std::atomic<uint64_t> evicted{0};                              // dropped for room or superseded
+};
+
+class PromptCache {
+public:
+    // A save in flight. The generator cancels it before overwriting the rows it reads.
+    class Pending {
+    public:
+        bool done() const { return done_.load(); }
+        int tokens() const { return n_; }
+
+    private:
+        friend class PromptCache;
+        int n_ = 0;
+        std::atomic<bool> cancel_{false}, done_{false};
+        std::mutex mu_;
+        std::condition_variable cv_;
+        void finish();
+    };
+
+    // identity: the model files' hash (routing_model_hash); layout: a cache of the engine's shape and types
+    // (only its row sizes are read). Creates DIR when missing; throws PromptCacheError with one line naming
+    // DIR when it cannot be used (a file, not writable). Scans the records and logs one line.
+    PromptCache(PromptCacheOptions opt, uint64_t model_hash, const SequenceCache& layout, std::function<void(const std::string&)> log);
+    ~PromptCache();  // finishes the write in progress (at full speed, bounded) and stops the writer
+    PromptCache(const PromptCache&) = delete;
+    PromptCache& operator=(const PromptCache&) = delete;
+
+    struct Match {
+        std::string file;
+        int tokens = 0;  // positions a restore gives: the shared prefix (recurrent: the newest snapshot within it)
+    };
+    // The record that gives the most positions of `prompt` (at most `max_tokens`), if any.
+    std::optional<Match> best_match(std::span<const int32_t> prompt, int max_tokens, bool recurrent) const;
+    // Longest prefix of `tokens` some record holds.
+    int covered(std::span<const int32_t> tokens) const;
+    // Reads positions [0, m.tokens) of the record into `dst` and returns the snapshots at or below it; nullopt
+    // (logged, counted, the record dropped) when it is damaged or does not fit. dst's rows past the restored
+    // prefix are untouched, those within it are undefined after a failure.
+    std::optional<std::vector<Runner::Checkpoint>> restore(const Match& m, SequenceCache& dst);
+    // Queues a save of `tokens` (positions [0, n)) whose rows `src` holds, with these snapshots (recurrent: one
+    // at n). `src` must keep those rows until the returned save is done or cancelled. Null when not worth it
+    // (too short, already held) or too large for the budget.
+    std::shared_ptr<Pending> save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots);
+    // Stops a save (a started one removes its temporary file) and returns once it no longer reads its rows.
+    void cancel(const std::shared_ptr<Pending>& p);
+    // Waits up to `seconds` for the queued saves to land, at full speed (shutdown).
+    void flush(double seconds);
+
+    const PromptCacheStats& stats() const { return stats_; }
+    const PromptCacheOptions& options() const { return opt_; }
+    int min_tokens() const { return opt_.min_tokens; }
+    // Bytes a record of n positions with k snapshots takes.
+    uint64_t record_bytes(int n, int snapshots) const;
+
+private:
+    struct Entry {
+        std::string file;  // name within dir
+        std::vector<int32_t> tokens;
+        std::vector<int32_t> snapshot_pos;
+        uint64_t bytes = 0;
+        int64_t used_ns = 0;  // mtime
+    };
+    struct Job {
+        std::shared_ptr<Pending> pending;
+        std::vector<int32_t> tokens;
+        const SequenceCache* src = nullptr;
+        std::vector<Runner::Checkpoint> snapshots;
+    };
+    void scan();
+    void writer();
+    bool write_record(Job& job);  // false: cancelled or failed (logged)
+    void make_room(uint64_t bytes);  // under mu_
+    void drop(size_t index, bool evicted = true);  // under mu_: unlinks and forgets entries_[index]
+    std::string path(const std::string& file) const { return opt_.dir + "/" + file; }
+    uint64_t identity_ = 0, layout_hash_ = 0;
+    // Row sizes per layer, the recurrent state's size: what a record's payload is made of.
+    std::vector<size_t> k_row_, v_row_, ix_row_;
+    uint64_t recurrent_bytes_ = 0;
+    PromptCacheOptions opt_;
+    std::function<void(const std::string&)> log_;
+    PromptCacheStats stats_;
+    mutable std::mutex mu_;  // entries_, jobs_
+    std::condition_variable cv_;
+    std::vector<Entry> entries_;
+    std::deque<Job> jobs_;
+    std::shared_ptr<Pending> current_;  // the job being written
+    bool stop_ = false;
+    std::atomic<bool> full_speed_{false};
+    uint64_t counter_ = 0;
+    std::thread thread_;
+};
+
+// The cache's figures for /metrics (Prometheus text) and the web page's samples (JSON). Time saved is
+// estimated: restored tokens at this server's measured prompt seconds per token, less the restores' time.
+std::string prompt_cache_metrics(const PromptCache& cache, double prompt_s_per_token);
+nlohmann::json prompt_cache_json(const PromptCache& cache, double prompt_s_per_token);
+
+}  // namespace moe
