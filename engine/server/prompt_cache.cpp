@@ -21,56 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'S', 'P', 'R', 'O', 'M', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 96;
 constexpr size_t kPiece = 1u << 20;       // bytes written between rate checks
 constexpr size_t kSyncEvery = 8u << 20;   // dirty bytes pushed out (and dropped from the page cache) at once
-
-// The header's fields at fixed offsets, little-endian (x86_64 only, as the engine).
-struct Header {
-    uint64_t identity = 0, layout = 0;
-    uint32_t n_tokens = 0, n_snapshots = 0;
-    uint64_t payload_bytes = 0, index_hash = 0, payload_hash = 0, created_ms = 0;
-
-    void encode(uint8_t* h) const {
-        std::memset(h, 0, kHeaderBytes);
-        std::memcpy(h, kMagic, 8);
-        const uint32_t version = kVersion, size = kHeaderBytes;
-        std::memcpy(h + 8, &version, 4);
-        std::memcpy(h + 12, &size, 4);
-        std::memcpy(h + 16, &identity, 8);
-        std::memcpy(h + 24, &layout, 8);
-        std::memcpy(h + 32, &n_tokens, 4);
-        std::memcpy(h + 36, &n_snapshots, 4);
-        std::memcpy(h + 40, &payload_bytes, 8);
-        std::memcpy(h + 48, &index_hash, 8);
-        std::memcpy(h + 56, &payload_hash, 8);
-        std::memcpy(h + 64, &created_ms, 8);
-        const uint64_t self = XXH3_64bits(h, 88);
-        std::memcpy(h + 88, &self, 8);
-    }
-    // "" when the bytes are a header of this version, else why not.
-    std::string decode(const uint8_t* h) {
-        if (std::memcmp(h, kMagic, 8) != 0) return "not a prompt-cache record (magic)";
-        uint32_t version = 0, size = 0;
-        std::memcpy(&version, h + 8, 4);
-        std::memcpy(&size, h + 12, 4);
-        if (version != kVersion || size != kHeaderBytes) return "record version " + std::to_string(version) + " (this build reads " + std::to_string(kVersion) + ")";
-        uint64_t self = 0;
-        std::memcpy(&self, h + 88, 8);
-        if (self != XXH3_64bits(h, 88)) return "header checksum mismatch";
-        std::memcpy(&identity, h + 16, 8);
-        std::memcpy(&layout, h + 24, 8);
-        std::memcpy(&n_tokens, h + 32, 4);
-        std::memcpy(&n_snapshots, h + 36, 4);
-        std::memcpy(&payload_bytes, h + 40, 8);
-        std::memcpy(&index_hash, h + 48, 8);
-        std::memcpy(&payload_hash, h + 56, 8);
-        std::memcpy(&created_ms, h + 64, 8);
-        return "";
-    }
-};
 
 std::string hex(uint64_t v) {
     char b[17];
@@ -84,34 +36,12 @@ std::string gib(uint64_t b) {
     return s;
 }
 
-uint64_t index_hash(std::span<const int32_t> tokens, std::span<const int32_t> snapshot_pos) {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, tokens.data(), tokens.size_bytes());
-    XXH3_64bits_update(st, snapshot_pos.data(), snapshot_pos.size_bytes());
-    const uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h;
-}
-
 int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
 
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
     size_t n = 0;
     while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
     return n;
-}
-
-bool read_exact(int fd, void* p, size_t n) {
-    auto* b = static_cast<uint8_t*>(p);
-    while (n) {
-        const ssize_t r = ::read(fd, b, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        b += r;
-        n -= static_cast<size_t>(r);
-    }
-    return true;
 }
 
 bool write_exact(int fd, const void* p, size_t n) {
@@ -154,19 +84,16 @@ PromptCache::PromptCache(PromptCacheOptions opt, uint64_t model_hash, const Sequ
         ::unlink(probe.c_str());
     }
     if (opt_.min_tokens < 1) throw PromptCacheError("--prompt-cache-min " + std::to_string(opt_.min_tokens) + " must be at least 1");
-    const size_t L = layout.k.size();
-    for (size_t l = 0; l < L; ++l) {
-        k_row_.push_back(layout.k[l].empty() ? 0 : layout.k_row[l]);
-        v_row_.push_back(layout.v[l].empty() ? 0 : layout.v_row[l]);
-        ix_row_.push_back(layout.ix[l].empty() ? 0 : layout.ix_row);
+    for (size_t l = 0; l < layout.k.size(); ++l) {
+        layout_.k_row.push_back(layout.k[l].empty() ? 0 : layout.k_row[l]);
+        layout_.v_row.push_back(layout.v[l].empty() ? 0 : layout.v_row[l]);
+        layout_.ix_row.push_back(layout.ix[l].empty() ? 0 : layout.ix_row);
     }
-    recurrent_bytes_ = layout.recurrent_bytes();
+    layout_.recurrent_bytes = layout.recurrent_bytes();
     const uint64_t id_parts[] = {model_hash, static_cast<uint64_t>(layout.types.k), static_cast<uint64_t>(layout.types.v),
                                  static_cast<uint64_t>(kernels::kv_rotation_k(layout.types.k, 64)), static_cast<uint64_t>(kernels::kv_rotation_v(layout.types.v, 64))};
-    identity_ = XXH3_64bits(id_parts, sizeof id_parts);
-    std::vector<uint64_t> shape{L, recurrent_bytes_};
-    for (size_t l = 0; l < L; ++l) shape.insert(shape.end(), {k_row_[l], v_row_[l], ix_row_[l]});
-    layout_hash_ = XXH3_64bits(shape.data(), shape.size() * sizeof(uint64_t));
+    layout_.identity = XXH3_64bits(id_parts, sizeof id_parts);
+    layout_.seal();
     scan();
     thread_ = std::thread([this] { writer(); });
 }
@@ -181,14 +108,8 @@ PromptCache::~PromptCache() {
     if (thread_.joinable()) thread_.join();
 }
 
-uint64_t PromptCache::record_bytes(int n, int snapshots) const {
-    uint64_t row = 0;
-    for (size_t l = 0; l < k_row_.size(); ++l) row += k_row_[l] + v_row_[l] + ix_row_[l];
-    return kHeaderBytes + uint64_t(n) * (4 + row) + uint64_t(snapshots) * (4 + recurrent_bytes_);
-}
-
 void PromptCache::scan() {
-    int foreign = 0, damaged = 0, leftovers = 0;
+    int foreign_count = 0, damaged = 0, leftovers = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(opt_.dir, ec)) {
         const std::string name = e.path().filename().string();
@@ -201,47 +122,33 @@ void PromptCache::scan() {
             continue;
         }
         if (e.path().extension() != ".mspc") continue;
-        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
-        struct stat st{};
-        uint8_t raw[kHeaderBytes];
-        Header h;
-        std::string why = fd < 0 ? std::string(std::strerror(errno)) : "";
-        if (why.empty() && (::fstat(fd, &st) != 0 || !read_exact(fd, raw, sizeof raw))) why = "shorter than its header";
-        if (why.empty()) why = h.decode(raw);
-        bool ours = false;
         Entry en;
-        if (why.empty() && (h.identity != identity_ || h.layout != layout_hash_)) why = "another model or cache layout";
-        else if (why.empty()) {
-            ours = true;
-            en.tokens.resize(h.n_tokens);
-            en.snapshot_pos.resize(h.n_snapshots);
-            if (uint64_t(st.st_size) != kHeaderBytes + h.payload_bytes || h.payload_bytes + kHeaderBytes != record_bytes(int(h.n_tokens), int(h.n_snapshots)))
-                why = "size " + std::to_string(st.st_size) + " does not match its header";
-            else if (!read_exact(fd, en.tokens.data(), en.tokens.size() * 4) || !read_exact(fd, en.snapshot_pos.data(), en.snapshot_pos.size() * 4) ||
-                     index_hash(en.tokens, en.snapshot_pos) != h.index_hash)
-                why = "token list checksum mismatch";
-        }
+        bool foreign = false;
+        std::string why;
+        struct stat st{};
+        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::fstat(fd, &st) != 0) why = std::strerror(errno);
+        else why = read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, en.index, foreign);
         if (fd >= 0) ::close(fd);
         if (!why.empty()) {
             stats_.rejected++;
-            if (ours || why.rfind("another", 0) != 0) {  // ours but damaged (or unreadable): it will never restore
+            if (foreign) {  // another model's server may share the directory: left alone
+                ++foreign_count;
+            } else {  // ours but damaged: it would never restore
                 ++damaged;
                 log_("prompt cache: " + e.path().string() + ": " + why + " (removed)");
                 ::unlink(e.path().c_str());
-            } else {
-                ++foreign;
             }
             continue;
         }
         en.file = name;
-        en.bytes = kHeaderBytes + h.payload_bytes;
         en.used_ns = mtime_ns(st);
         entries_.push_back(std::move(en));
     }
     if (ec) throw PromptCacheError("--prompt-cache " + opt_.dir + ": cannot list it: " + ec.message());
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.used_ns < b.used_ns; });
     uint64_t total = 0;
-    for (const auto& en : entries_) total += en.bytes;
+    for (const auto& en : entries_) total += en.index.bytes;
     stats_.records = entries_.size();
     stats_.bytes = total;
     {
@@ -250,14 +157,14 @@ void PromptCache::scan() {
     }
     std::string line = "prompt cache " + opt_.dir + ": " + std::to_string(entries_.size()) + " records (" + gib(stats_.bytes) + " of " + gib(opt_.max_bytes) + ")";
     if (damaged) line += ", " + std::to_string(damaged) + " damaged (removed)";
-    if (foreign) line += ", " + std::to_string(foreign) + " of another model or cache layout (ignored)";
+    if (foreign_count) line += ", " + std::to_string(foreign_count) + " of another model or cache layout (ignored)";
     if (leftovers) line += ", " + std::to_string(leftovers) + " unfinished writes removed";
     log_(line);
 }
 
 void PromptCache::drop(size_t i, bool evicted) {
     ::unlink(path(entries_[i].file).c_str());
-    stats_.bytes -= entries_[i].bytes;
+    stats_.bytes -= entries_[i].index.bytes;
     stats_.records--;
     if (evicted) stats_.evicted++;
     entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
@@ -277,16 +184,16 @@ std::optional<PromptCache::Match> PromptCache::best_match(std::span<const int32_
     std::optional<Match> best;
     size_t best_bytes = 0;
     for (const auto& en : entries_) {
-        int usable = static_cast<int>(std::min<size_t>(common_prefix(en.tokens, prompt), static_cast<size_t>(std::max(0, max_tokens))));
+        int usable = static_cast<int>(std::min<size_t>(common_prefix(en.index.tokens, prompt), static_cast<size_t>(std::max(0, max_tokens))));
         if (recurrent) {  // only where a snapshot of the state is
             int at = 0;
-            for (int32_t p : en.snapshot_pos)
+            for (int32_t p : en.index.snapshot_pos)
                 if (p <= usable) at = std::max(at, int(p));
             usable = at;
         }
-        if (usable > 0 && (!best || usable > best->tokens || (usable == best->tokens && en.bytes < best_bytes))) {
+        if (usable > 0 && (!best || usable > best->tokens || (usable == best->tokens && en.index.bytes < best_bytes))) {
             best = Match{en.file, usable};
-            best_bytes = en.bytes;
+            best_bytes = en.index.bytes;
         }
     }
     return best;
@@ -295,7 +202,7 @@ std::optional<PromptCache::Match> PromptCache::best_match(std::span<const int32_
 int PromptCache::covered(std::span<const int32_t> tokens) const {
     std::lock_guard<std::mutex> lk(mu_);
     size_t best = 0;
-    for (const auto& en : entries_) best = std::max(best, common_prefix(en.tokens, tokens));
+    for (const auto& en : entries_) best = std::max(best, common_prefix(en.index.tokens, tokens));
     return static_cast<int>(best);
 }
 
@@ -310,7 +217,6 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
         if (en.file.empty()) return std::nullopt;  // evicted meanwhile
         fd = ::open(path(en.file).c_str(), O_RDONLY | O_CLOEXEC);  // open: an eviction from now on unlinks a name only
     }
-    const int n = static_cast<int>(en.tokens.size());
     auto fail = [&](const std::string& why) -> std::optional<std::vector<Runner::Checkpoint>> {
         if (fd >= 0) ::close(fd);
         log_("prompt cache: " + path(en.file) + ": " + why + " (ignored and removed)");
@@ -324,47 +230,24 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
         return std::nullopt;
     };
     if (fd < 0) return fail(std::strerror(errno));
-    if (m.tokens > n || m.tokens > dst.n_ctx || dst.k.size() != k_row_.size()) {
+    if (m.tokens <= 0 || m.tokens > static_cast<int>(en.index.tokens.size()) || m.tokens > dst.n_ctx || dst.k.size() != layout_.k_row.size()) {
         ::close(fd);
         return std::nullopt;
     }
-    uint8_t raw[kHeaderBytes];
-    Header h;
-    if (!read_exact(fd, raw, sizeof raw)) return fail("shorter than its header");
-    if (const std::string why = h.decode(raw); !why.empty()) return fail(why);
-    if (h.identity != identity_ || h.layout != layout_hash_ || h.n_tokens != uint32_t(n)) return fail("header changed since the scan");
+    // The file again from its start: the header and index as the scan read them, then the rows.
+    struct stat st{};
+    RecordIndex again;
+    bool foreign = false;
+    std::string why = ::fstat(fd, &st) != 0 ? std::strerror(errno) : read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, again, foreign);
+    if (why.empty() && again.tokens != en.index.tokens) why = "token list changed since the scan";
+    if (!why.empty()) return fail(why);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
-    XXH3_64bits_reset(hash.get());
-    std::vector<uint8_t> buf(4u << 20);
-    // Reads `len` payload bytes, hashing them, the first `keep` into `out`.
-    auto take = [&](uint64_t len, uint8_t* out, uint64_t keep) {
-        uint64_t done = 0;
-        while (done < len) {
-            const size_t piece = static_cast<size_t>(std::min<uint64_t>(buf.size(), len - done));
-            if (!read_exact(fd, buf.data(), piece)) return false;
-            XXH3_64bits_update(hash.get(), buf.data(), piece);
-            if (done < keep) std::memcpy(out + done, buf.data(), static_cast<size_t>(std::min<uint64_t>(piece, keep - done)));
-            done += piece;
-        }
-        return true;
-    };
-    std::vector<int32_t> tokens(static_cast<size_t>(n)), positions(h.n_snapshots);
-    bool ok = take(tokens.size() * 4, reinterpret_cast<uint8_t*>(tokens.data()), tokens.size() * 4) &&
-              take(positions.size() * 4, reinterpret_cast<uint8_t*>(positions.data()), positions.size() * 4);
+    std::vector<RecordSnapshot> states;
     const uint64_t keep = static_cast<uint64_t>(m.tokens);
-    for (size_t l = 0; ok && l < k_row_.size(); ++l)
-        ok = take(uint64_t(n) * k_row_[l], dst.k[l].data(), keep * k_row_[l]) && take(uint64_t(n) * v_row_[l], dst.v[l].data(), keep * v_row_[l]) &&
-             take(uint64_t(n) * ix_row_[l], dst.ix[l].data(), keep * ix_row_[l]);
+    why = read_record_rows(fd, layout_, again, keep, [&](int part, size_t l) { return (part == 0 ? dst.k : part == 1 ? dst.v : dst.ix)[l].data(); }, states);
+    if (!why.empty()) return fail(why);
     std::vector<Runner::Checkpoint> snapshots;
-    std::vector<float> state(recurrent_bytes_ / sizeof(float));
-    for (size_t i = 0; ok && i < positions.size(); ++i) {
-        ok = take(recurrent_bytes_, reinterpret_cast<uint8_t*>(state.data()), recurrent_bytes_);
-        if (ok && positions[i] <= m.tokens) snapshots.push_back({positions[i], state});
-    }
-    if (!ok) return fail("shorter than its header says");
-    if (XXH3_64bits_digest(hash.get()) != h.payload_hash) return fail("payload checksum mismatch");
-    if (tokens != en.tokens) return fail("token list changed since the scan");
+    for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state)});
     ::futimens(fd, nullptr);  // recently used: survives the next eviction, in this run and after a restart
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
@@ -375,7 +258,7 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     }
     stats_.restored++;
     stats_.restored_tokens += keep;
-    stats_.restored_bytes += en.bytes;
+    stats_.restored_bytes += en.index.bytes;
     stats_.restore_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     return snapshots;
 }
@@ -383,7 +266,7 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
 std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots) {
     const int n = static_cast<int>(tokens.size());
     if (n < opt_.min_tokens || n - covered(tokens) < opt_.min_tokens) return nullptr;
-    if (recurrent_bytes_ && (snapshots.empty() || snapshots.back().pos != n)) return nullptr;
+    if (layout_.recurrent_bytes && (snapshots.empty() || snapshots.back().pos != n)) return nullptr;
     std::erase_if(snapshots, [&](const Runner::Checkpoint& c) { return c.pos > n || c.pos <= 0; });
     if (record_bytes(n, static_cast<int>(snapshots.size())) > opt_.max_bytes) return nullptr;
     auto p = std::make_shared<Pending>();
@@ -471,9 +354,9 @@ bool PromptCache::write_record(Job& job) {
     const int n = static_cast<int>(job.tokens.size());
     std::vector<int32_t> positions;
     for (const auto& c : job.snapshots) positions.push_back(c.pos);
-    const uint64_t ihash = index_hash(job.tokens, positions);
+    const uint64_t ihash = record_index_hash(job.tokens, positions);
     const uint64_t bytes = record_bytes(n, static_cast<int>(positions.size()));
-    const std::string final_name = hex(identity_) + "-" + hex(ihash) + ".mspc";
+    const std::string final_name = hex(layout_.identity) + "-" + hex(ihash) + ".mspc";
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (const auto& e : entries_)
@@ -496,9 +379,9 @@ bool PromptCache::write_record(Job& job) {
     };
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
     XXH3_64bits_reset(hash.get());
-    uint8_t raw[kHeaderBytes] = {};
+    uint8_t raw[kRecordHeaderBytes] = {};
     if (!write_exact(fd, raw, sizeof raw)) return give_up(std::strerror(errno));
-    uint64_t written = 0, synced = kHeaderBytes;
+    uint64_t written = 0, synced = kRecordHeaderBytes;
     Pending& p = *job.pending;
     // Writes len bytes in pieces, each after the rate allows it; false when cancelled or on an error.
     auto put = [&](const void* data, uint64_t len) {
@@ -518,7 +401,7 @@ bool PromptCache::write_record(Job& job) {
             }
             off += piece;
             written += piece;
-            const uint64_t end = kHeaderBytes + written;
+            const uint64_t end = kRecordHeaderBytes + written;
             if (end - synced >= kSyncEvery) {  // no burst of dirty pages later, and no page cache kept
                 ::sync_file_range(fd, static_cast<off_t>(synced), static_cast<off_t>(end - synced),
                                   SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
@@ -530,13 +413,14 @@ bool PromptCache::write_record(Job& job) {
     };
     const SequenceCache& src = *job.src;
     bool ok = put(job.tokens.data(), job.tokens.size() * 4) && put(positions.data(), positions.size() * 4);
-    for (size_t l = 0; ok && l < k_row_.size(); ++l)
-        ok = put(src.k[l].data(), uint64_t(n) * k_row_[l]) && put(src.v[l].data(), uint64_t(n) * v_row_[l]) && put(src.ix[l].data(), uint64_t(n) * ix_row_[l]);
-    for (size_t i = 0; ok && i < job.snapshots.size(); ++i) ok = put(job.snapshots[i].state.data(), recurrent_bytes_);
+    for (size_t l = 0; ok && l < layout_.k_row.size(); ++l)
+        ok = put(src.k[l].data(), uint64_t(n) * layout_.k_row[l]) && put(src.v[l].data(), uint64_t(n) * layout_.v_row[l]) &&
+             put(src.ix[l].data(), uint64_t(n) * layout_.ix_row[l]);
+    for (size_t i = 0; ok && i < job.snapshots.size(); ++i) ok = put(job.snapshots[i].state.data(), layout_.recurrent_bytes);
     if (!ok) return give_up(error);
-    Header h;
-    h.identity = identity_;
-    h.layout = layout_hash_;
+    RecordHeader h;
+    h.identity = layout_.identity;
+    h.layout = layout_.layout_hash;
     h.n_tokens = static_cast<uint32_t>(n);
     h.n_snapshots = static_cast<uint32_t>(positions.size());
     h.payload_bytes = written;
@@ -559,12 +443,12 @@ bool PromptCache::write_record(Job& job) {
     std::lock_guard<std::mutex> lk(mu_);
     // Records this one extends are redundant: any prefix of theirs restores from it, snapshots included.
     for (size_t i = entries_.size(); i-- > 0;) {
-        const Entry& e = entries_[i];
+        const RecordIndex& e = entries_[i].index;
         const bool extends = e.tokens.size() < job.tokens.size() && common_prefix(e.tokens, job.tokens) == e.tokens.size() &&
                              std::all_of(e.snapshot_pos.begin(), e.snapshot_pos.end(), [&](int32_t q) { return std::count(positions.begin(), positions.end(), q) > 0; });
         if (extends) drop(i);
     }
-    Entry en{final_name, std::move(job.tokens), std::move(positions), bytes,
+    Entry en{final_name, RecordIndex{std::move(job.tokens), std::move(positions), bytes, h.payload_hash},
              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
     entries_.push_back(std::move(en));
     stats_.records++;

@@ -2,12 +2,7 @@
 // prefixes, written in the background so that after a restart a request whose prompt starts with a saved
 // prefix restores it instead of evaluating it.
 //
-// One file per record, named by the model identity and the prefix's hash:
-//   header (96 bytes, docs/server.md): magic, version, identity (the GGUF header's hash, the cache types and
-//     whether the quantized-cache rotation is on), the cache layout's hash, token and snapshot counts, payload
-//     size, the XXH3 of the tokens and snapshot positions, the XXH3 of the whole payload, and its own XXH3;
-//   payload: the tokens, the snapshot positions, per layer the K, V and indexer rows of positions [0, n), then
-//     each snapshot's recurrent state (f32).
+// One file per record (prompt_record.h: the format), named by the model identity and the prefix's hash.
 // Written to a temporary name, fsync'd and renamed: a crash leaves either the whole record or none. A record
 // whose checksum fails, or that belongs to another model or cache layout, is ignored with one log line and
 // counted. The directory is bounded in bytes: the least recently used records go first (use = the file's
@@ -35,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/forward/runner.h"
+#include "engine/server/prompt_record.h"
 
 namespace moe {
 
@@ -108,14 +104,12 @@ public:
     const PromptCacheOptions& options() const { return opt_; }
     int min_tokens() const { return opt_.min_tokens; }
     // Bytes a record of n positions with k snapshots takes.
-    uint64_t record_bytes(int n, int snapshots) const;
+    uint64_t record_bytes(int n, int snapshots) const { return layout_.record_bytes(uint64_t(n), uint64_t(snapshots)); }
 
 private:
     struct Entry {
         std::string file;  // name within dir
-        std::vector<int32_t> tokens;
-        std::vector<int32_t> snapshot_pos;
-        uint64_t bytes = 0;
+        RecordIndex index;
         int64_t used_ns = 0;  // mtime
     };
     struct Job {
@@ -130,10 +124,7 @@ private:
     void make_room(uint64_t bytes);  // under mu_
     void drop(size_t index, bool evicted = true);  // under mu_: unlinks and forgets entries_[index]
     std::string path(const std::string& file) const { return opt_.dir + "/" + file; }
-    uint64_t identity_ = 0, layout_hash_ = 0;
-    // Row sizes per layer, the recurrent state's size: what a record's payload is made of.
-    std::vector<size_t> k_row_, v_row_, ix_row_;
-    uint64_t recurrent_bytes_ = 0;
+    RecordLayout layout_;
     PromptCacheOptions opt_;
     std::function<void(const std::string&)> log_;
     PromptCacheStats stats_;
