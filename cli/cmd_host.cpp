@@ -228,7 +228,7 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
 
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16";
+    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16", prompt_cache, prompt_cache_size = "8G";
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
@@ -238,7 +238,9 @@ int cmd_check(const std::vector<std::string>& args) {
         ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type the engine will run with")
         ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type")
         ("json", po::bool_switch(&as_json), "rows as JSON")
-        ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here")
+        ("prompt-cache", po::value(&prompt_cache), "serve --prompt-cache DIR: the directory exists, is writable and has room")
+        ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "serve --prompt-cache-size")
+        ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here, an engine plan's prompt cache")
         ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens; the programs it starts, on each host by its facts file, and their llama.cpp builds)")
         ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
     add_storage_options(opts, sf, 3);
@@ -276,7 +278,9 @@ int cmd_check(const std::vector<std::string>& args) {
             throw CliError(e.what());
         }
         if (is_llama_target(p.target)) rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
+        if (!p.prompt_cache_dir.empty() && prompt_cache.empty()) rows.push_back(prompt_cache_row(p.prompt_cache_dir, p.prompt_cache_bytes));
     }
+    if (!prompt_cache.empty()) rows.push_back(prompt_cache_row(prompt_cache, parse_bytes("--prompt-cache-size", prompt_cache_size)));
     if (as_json) {
         auto out = rows_to_json(rows);
         if (in.model) {

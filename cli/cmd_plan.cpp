@@ -220,7 +220,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     int parallel = 1, rpc_port = 50052;
     double seconds = 3, link_gbps = 10, mem_gbps = 20;
     bool no_storage = false;
-    std::string head, rpc_binary, llama_binary;
+    std::string head, rpc_binary, llama_binary, prompt_cache, prompt_cache_size = "8G";
     std::vector<std::string> workers;
     po::options_description opts("moestream plan options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")
@@ -249,6 +249,8 @@ int cmd_plan(const std::vector<std::string>& args) {
         ("port", po::value(&port)->default_value(8000), "port the server listens on")
         ("alias", po::value(&alias), "model name the API reports")
         ("profile", po::value(&profile), "routing profile (moestream profile): hottest experts resident; llama-server: hottest layers on GPUs")
+        ("prompt-cache", po::value(&prompt_cache), "engine: serve --prompt-cache DIR, prompt prefixes kept across restarts (under /var/cache the unit has systemd make it)")
+        ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "engine: bytes the prompt cache may take on disk")
         ("trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache's hit rate simulated on it")
         ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
         ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
@@ -310,6 +312,12 @@ int cmd_plan(const std::vector<std::string>& args) {
     p.asked_ram_budget = o.ram_budget;
     if (vm.count("threads")) p.asked_threads = threads;
     p.asked_gpu_mem = gpu_mem;
+    if (!prompt_cache.empty()) {
+        if (target != "engine")
+            throw CliError("--prompt-cache is the engine's (serve --prompt-cache); --target " + target + " keeps no prompt cache across restarts");
+        p.prompt_cache_dir = fs::absolute(prompt_cache).lexically_normal().string();
+        p.prompt_cache_bytes = parse_bytes("--prompt-cache-size", prompt_cache_size);
+    }
     write_plan_dir(p, out);
     print_plan(p);
     if (const auto exposure = unit_exposure(p.out_dir + "/moestream.service"))
@@ -501,6 +509,8 @@ int cmd_regen(const std::vector<std::string>& args) {
     p.asked_threads = old.asked_threads;
     p.asked_gpu_mem = old.asked_gpu_mem;
     p.service_user = old.service_user;
+    p.prompt_cache_dir = old.prompt_cache_dir;  // saved prefixes stay where they are
+    p.prompt_cache_bytes = old.prompt_cache_bytes;
     std::cout << write_plan_dir(p, fs::absolute(plan_path).parent_path().string());
     std::cout << "rewrote the plan; apply and install put the new files in place\n";
     return 0;

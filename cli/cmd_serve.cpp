@@ -129,7 +129,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
     PromptCacheOptions pc_opt{.dir = prompt_cache_dir, .max_bytes = parse_bytes("--prompt-cache-size", prompt_cache_size),
-                              .write_bytes_per_s = parse_bytes("--prompt-cache-rate", prompt_cache_rate), .min_tokens = prompt_cache_min};
+                              .write_bytes_per_s = parse_bytes("--prompt-cache-rate", prompt_cache_rate), .min_tokens = prompt_cache_min, .disk_busy = {}};
     if (prompt_cache_min < 1) throw CliError("--prompt-cache-min " + std::to_string(prompt_cache_min) + " must be at least 1");
     if (!plan_path.empty()) {
         // Only the web page reads the plan: an unreadable one is reported and serving goes on without it.
@@ -225,6 +225,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         if (!prompt_cache_dir.empty()) {
             // Serving goes on without it when DIR cannot be used: a cold prompt is slower, not wrong.
             try {
+                if (engine.streaming) pc_opt.disk_busy = [g = gen.get()] { return g->busy(); };
                 prompt_cache = std::make_unique<PromptCache>(pc_opt, routing_model_hash(engine.file),
                                                              SequenceCache::make(*engine.model, 1, engine.kv_types),
                                                              [](const std::string& line) { std::cerr << "moestream serve: " << line << "\n"; });

@@ -48,6 +48,8 @@ std::vector<std::string> launch_argv(const Plan& p) {
         if (p.cache_type_v != "f16") a.insert(a.end(), {"--cache-type-v", p.cache_type_v});
         if (!p.out_dir.empty()) a.insert(a.end(), {"--plan", p.out_dir + "/plan.yaml"});  // the web page shows its decisions
         if (!p.profile_path.empty()) a.insert(a.end(), {"--profile", p.profile_path});
+        if (!p.prompt_cache_dir.empty())
+            a.insert(a.end(), {"--prompt-cache", p.prompt_cache_dir, "--prompt-cache-size", std::to_string(p.prompt_cache_bytes)});
     }
     return a;
 }

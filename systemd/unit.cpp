@@ -71,6 +71,17 @@ std::string render_unit(const Plan& p) {
     s += "IOSchedulingPriority=2\n";
     line("the kernel should pick other victims first: losing the cache costs a long reload", "OOMScoreAdjust=-500");
     s += sandbox_section(model_dir.empty() ? std::string("/") : model_dir, true);
+    if (!p.prompt_cache_dir.empty()) {
+        // The one place the service writes. Under /var/cache systemd makes it, owned by the service's user
+        // (DynamicUser included), and keeps it across restarts; elsewhere the directory must exist and be
+        // writable by that user.
+        const std::string cache_root = "/var/cache/";
+        if (p.prompt_cache_dir.rfind(cache_root, 0) == 0 && p.prompt_cache_dir.size() > cache_root.size())
+            line("prompt cache (serve --prompt-cache): made and kept by systemd, writable by the service",
+                 "CacheDirectory=" + p.prompt_cache_dir.substr(cache_root.size()));
+        else
+            line("prompt cache (serve --prompt-cache): the only path the service writes", "ReadWritePaths=" + p.prompt_cache_dir);
+    }
     s += "\n[Install]\nWantedBy=multi-user.target\n";
     return s;
 }

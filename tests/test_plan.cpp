@@ -503,13 +503,22 @@ int run_quiet(const std::string& cmd) {
 TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
     if (run_quiet("command -v systemd-analyze") != 0) GTEST_SKIP() << "systemd-analyze not installed (scripts/setup.sh installs systemd)";
     test::TempDir dir;
-    for (const std::string target : {"engine", "llama-server", "ik-llama-server"}) {
+    // The engine also with a prompt cache: systemd's cache directory, or a directory of the user's.
+    for (const std::string& variant : std::vector<std::string>{"engine", "engine /var/cache/moestream/prompts", "engine " + (dir / "prompts"), "llama-server", "ik-llama-server"}) {
+        const std::string target = variant.substr(0, variant.find(' '));
         PlanOptions o = opts();
         o.target = target;
         if (target != "engine") o.gpu_mem = parse_gpu_mem("0=24G");
         HostFacts h = fixture_host("server-2socket-nvme-node1", 1);
         Plan p = make_plan(h, moe_model(48, 0, 512, 4ull << 30), o);
         p.out_dir = dir.path.string();
+        if (variant != target) {
+            p.prompt_cache_dir = variant.substr(variant.find(' ') + 1);
+            fs::create_directories(dir / "prompts");
+            EXPECT_NE(render_launch_sh(p).find("--prompt-cache " + p.prompt_cache_dir + " --prompt-cache-size 8589934592"), std::string::npos);
+            EXPECT_NE(render_unit(p).find(p.prompt_cache_dir[1] == 'v' ? "CacheDirectory=moestream/prompts\n" : "ReadWritePaths=" + p.prompt_cache_dir + "\n"),
+                      std::string::npos) << render_unit(p);
+        }
         std::ofstream(dir / "launch.sh") << render_launch_sh(p);
         fs::permissions(dir / "launch.sh", fs::perms::owner_all);
         const std::string unit = dir / "moestream.service";
@@ -585,8 +594,11 @@ TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
     auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
     ASSERT_EQ(pc, 0) << facts;
     std::ofstream(dir / "laptop.yaml") << facts;
-    auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan"));
+    auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan") +
+                                         " --prompt-cache " + (dir / "prompts") + " --prompt-cache-size 2G");
     ASSERT_EQ(rc, 0) << out;
+    const std::string keep_prompts = "--prompt-cache " + (dir / "prompts") + " --prompt-cache-size 2147483648";
+    EXPECT_NE(slurp(dir / "plan/launch.sh").find(keep_prompts), std::string::npos) << slurp(dir / "plan/launch.sh");
     for (const char* f : {"plan.yaml", "launch.sh", "60-moestream.conf", "99-moestream.conf", "moestream.service"})
         EXPECT_TRUE(fs::exists(dir / ("plan/" + std::string(f)))) << f;
     const std::string root = dir / "root";
@@ -615,6 +627,13 @@ TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
     EXPECT_NE(regen.find("changed: physical cores: 4 -> 8"), std::string::npos) << regen;
     EXPECT_NE(regen.find("+NUMAMask=0"), std::string::npos) << regen;  // disk node unknown: the node with most memory
     EXPECT_NE(slurp(dir / "plan/plan.yaml").find("AMD EPYC"), std::string::npos);
+    EXPECT_NE(slurp(dir / "plan/launch.sh").find(keep_prompts), std::string::npos) << "regen dropped the prompt cache";
+    EXPECT_NE(slurp(dir / "plan/moestream.service").find("ReadWritePaths=" + (dir / "prompts")), std::string::npos);
+    // Only the engine keeps prompts across restarts.
+    auto [lsrc, ls] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan2") +
+                                          " --target llama-server --gpu-mem 0=8G --prompt-cache " + (dir / "prompts"));
+    EXPECT_EQ(lsrc, 2) << ls;
+    EXPECT_NE(ls.find("--prompt-cache is the engine's"), std::string::npos) << ls;
 }
 
 TEST(PlanCli, BadPlanFilesGiveOneLine) {

@@ -14,6 +14,7 @@
 #include "engine/kernels/kv_cache_types.h"
 #include "engine/model/loader.h"
 #include "engine/server/prompt_cache.h"
+#include "tune/check.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -50,7 +51,7 @@ struct Log {
 };
 
 PromptCacheOptions options(const std::string& dir, int min_tokens = 16) {
-    return {.dir = dir, .max_bytes = 64ull << 20, .write_bytes_per_s = 0, .min_tokens = min_tokens};
+    return {.dir = dir, .max_bytes = 64ull << 20, .write_bytes_per_s = 0, .min_tokens = min_tokens, .disk_busy = {}};
 }
 
 size_t files_in(const std::string& dir, const std::string& ext) {
@@ -275,6 +276,18 @@ TEST_F(PromptCacheFiles, ASaveGivesWayToItsSlotAndLeavesNoFile) {
     EXPECT_EQ(pc.stats().cancelled.load(), 1u);
     EXPECT_EQ(pc.stats().records.load(), 0u);
     EXPECT_TRUE(fs::is_empty(cache_dir));
+
+    // The slot's next request: a save under way finishes at full speed when it can, instead of being lost.
+    auto q = pc.save(t, r.sequence_cache(), {});
+    ASSERT_TRUE(q);
+    for (int i = 0; i < 100 && !q->started(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(q->started());
+    EXPECT_FALSE(q->done());
+    pc.finish_or_cancel(q, 10.0);
+    EXPECT_TRUE(q->done());
+    EXPECT_EQ(pc.stats().hurried.load(), 1u);
+    EXPECT_EQ(pc.stats().records.load(), 1u);
+    EXPECT_EQ(files_in(cache_dir, ".mspc"), 1u);
 }
 
 TEST_F(PromptCacheFiles, UnusableDirectoryIsOneLine) {
@@ -290,6 +303,27 @@ TEST_F(PromptCacheFiles, UnusableDirectoryIsOneLine) {
         EXPECT_EQ(std::string(e.what()), "--prompt-cache " + file + " is not a directory");
     }
     EXPECT_THROW(PromptCache(options("/proc/self/prompt-cache"), 42, r.sequence_cache(), log.fn()), PromptCacheError);
+}
+
+// check's row: what the server would find.
+TEST(PromptCacheCheck, RowSaysWhetherTheDirectoryCanHoldTheBound) {
+    test::TempDir dir;
+    std::ofstream(dir / "file") << "x";
+    const CheckRow file = prompt_cache_row(dir / "file", 1 << 20);
+    EXPECT_EQ(file.status, CheckStatus::Fail);
+    EXPECT_NE(file.measured.find("is not a directory"), std::string::npos) << file.measured;
+    const CheckRow absent = prompt_cache_row(dir / "absent", 1 << 20);
+    EXPECT_EQ(absent.status, CheckStatus::Warn);
+    EXPECT_EQ(absent.fix.rfind("mkdir -p " + (dir / "absent"), 0), 0u) << absent.fix;
+    EXPECT_EQ(prompt_cache_row("/var/cache/moestream-never-made/prompts", 1 << 20).status, CheckStatus::Pass);  // systemd makes it
+    fs::create_directories(dir / "pc");
+    std::ofstream(dir / "pc/a.mspc") << std::string(1000, 'x');
+    const CheckRow ok = prompt_cache_row(dir / "pc", 1 << 20);
+    EXPECT_EQ(ok.status, CheckStatus::Pass) << ok.measured;
+    EXPECT_EQ(ok.measured.rfind("1 records, ", 0), 0u) << ok.measured;
+    const CheckRow too_big = prompt_cache_row(dir / "pc", uint64_t{1} << 60);  // an exabyte: no filesystem here has it
+    EXPECT_EQ(too_big.status, CheckStatus::Warn);
+    EXPECT_EQ(too_big.fix.rfind("--prompt-cache-size ", 0), 0u) << too_big.fix;
 }
 
 }  // namespace

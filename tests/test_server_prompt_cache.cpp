@@ -4,7 +4,9 @@
 // directory that cannot be used is one warning, and the server runs without the cache.
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "cli/commands.h"
@@ -77,6 +79,7 @@ TEST_P(PromptCacheServe, APrefixSavedBeforeARestartIsRestoredAfterIt) {
     const int cached = g["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
     EXPECT_GT(cached, 200);
     EXPECT_LT(cached, g["usage"]["prompt_tokens"].get<int>());
+    EXPECT_EQ(g["timings"]["prompt_restored"].get<int>(), cached);  // all of it from disk: the slot was empty
     EXPECT_EQ(metric(b.port(), "moestream_prompt_cache_restored_total"), 1);
     EXPECT_EQ(metric(b.port(), "moestream_prompt_cache_restored_tokens_total"), cached);
     EXPECT_EQ(metric(b.port(), "moestream_prompt_cache_rejected_total"), 0);
@@ -94,6 +97,70 @@ TEST_P(PromptCacheServe, APrefixSavedBeforeARestartIsRestoredAfterIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PromptCacheServe, ::testing::Values("qwen3moe", "qwen35moe"));
+
+// Two slots, many clients, prompts that share prefixes, streams cut short: saves are queued, extended,
+// hurried and cancelled while slots take their rows back. Every record that lands is whole: a restart over the
+// directory finds them all sound, and one restores.
+TEST_F(ServeTest, PromptCacheUnderConcurrentLoadWritesOnlySoundRecords) {
+    test::TempDir dir;
+    const std::string cache = dir / "prompts";
+    const std::vector<std::string> args = {"--parallel", "2", "--ctx", "1024", "--prompt-cache", cache, "--prompt-cache-min", "8"};
+    std::atomic<long> ok{0}, other{0};
+    {
+        Server s(model_, args);
+        ASSERT_GT(s.port(), 0) << s.log();
+        auto client = [&](int c) {
+            for (int i = 0; i < 12; ++i) {
+                // Conversations A..D, each growing by one turn per request, interleaved across clients.
+                json messages = {{{"role", "system"}, {"content", "agent " + std::to_string((c + i) % 4) + ": be brief and exact in every answer"}}};
+                for (int t = 0; t <= i % 5; ++t) messages.push_back({{"role", "user"}, {"content", "step " + std::to_string(t)}});
+                const json body = {{"messages", messages}, {"max_tokens", 4}, {"stream", i % 3 == 0}};
+                if (i % 4 == 3) {  // a client that goes away once the answer starts
+                    const std::string b = body.dump();
+                    const int fd = test::connect_loopback(s.port());
+                    test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                                           std::to_string(b.size()) + "\r\n\r\n" + b);
+                    char buf[64];
+                    ::recv(fd, buf, sizeof buf, 0);
+                    ::close(fd);
+                    continue;
+                }
+                const auto r = test::request(s.port(), "POST", "/v1/chat/completions", body.dump());
+                (r.status == 200 ? ok : other)++;
+            }
+        };
+        std::vector<std::thread> clients;
+        for (int c = 0; c < 6; ++c) clients.emplace_back(client, c);
+        for (auto& t : clients) t.join();
+        EXPECT_EQ(other.load(), 0);
+        EXPECT_GT(ok.load(), 0);
+        EXPECT_EQ(s.terminate(), 0) << s.log();  // lets the last save land
+        const std::string log = s.log();
+        EXPECT_EQ(log.find("(removed)"), std::string::npos) << log;
+        EXPECT_EQ(log.find("not saved"), std::string::npos) << log;
+    }
+    size_t files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(cache)) {
+        EXPECT_EQ(e.path().extension(), ".mspc") << "left behind: " << e.path();
+        ++files;
+    }
+    EXPECT_GT(files, 0u);
+    std::printf("[ load     ] %ld answered, %zu records on disk\n", ok.load(), files);
+    Server again(model_, args);
+    ASSERT_GT(again.port(), 0) << again.log();
+    EXPECT_NE(again.log().find(": " + std::to_string(files) + " records ("), std::string::npos) << again.log();
+    EXPECT_EQ(again.log().find("damaged"), std::string::npos) << again.log();
+    const json first = {{"messages", {{{"role", "system"}, {"content", "agent 1: be brief and exact in every answer"}},
+                                      {{"role", "user"}, {"content", "step 0"}}, {{"role", "user"}, {"content", "step 1"}},
+                                      {{"role", "user"}, {"content", "a new step"}}}},
+                        {"max_tokens", 2}};
+    const auto r = test::request(again.port(), "POST", "/v1/chat/completions", first.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_GT(json::parse(r.body)["timings"]["prompt_restored"].get<int>(), 0) << r.body;
+    EXPECT_EQ(metric(again.port(), "moestream_prompt_cache_restored_total"), 1);
+    EXPECT_EQ(metric(again.port(), "moestream_prompt_cache_rejected_total"), 0);
+    EXPECT_EQ(again.terminate(), 0) << again.log();
+}
 
 TEST_F(ServeTest, PromptCacheDirectoryThatIsAFileIsOneWarning) {
     test::TempDir dir;

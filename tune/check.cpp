@@ -1,6 +1,12 @@
 #include "tune/check.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <cstdio>
@@ -356,6 +362,49 @@ CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const
     r.fix = found.empty() ? "install llama.cpp on " + host + " (cmake -DGGML_RPC=ON, cmake --install: " + role + " as " +
                                 llama_cpp_names(role).front() + " in /usr/local/bin), or plan again with --" + role + "-binary PATH"
                           : "plan again with --" + role + "-binary " + found.substr(0, found.find(',')) + " (moestream plan ... or edit the request in cluster.yaml and regen)";
+    return r;
+}
+
+CheckRow prompt_cache_row(const std::string& dir, uint64_t limit_bytes) {
+    namespace fs = std::filesystem;
+    CheckRow r{"prompt_cache", "the prompt cache directory (--prompt-cache) can hold --prompt-cache-size", CheckStatus::Pass, "",
+               "a writable directory with " + human_bytes(static_cast<double>(limit_bytes)) + " free beside its records", ""};
+    std::error_code ec;
+    const bool exists = fs::exists(dir, ec);
+    if (exists && !fs::is_directory(dir, ec)) {
+        r.status = CheckStatus::Fail;
+        r.measured = dir + " is not a directory (the server would run without a prompt cache)";
+        r.fix = "--prompt-cache a directory, e.g. /var/cache/moestream/prompts";
+        return r;
+    }
+    if (!exists) {
+        if (dir.rfind("/var/cache/", 0) == 0) {
+            r.measured = dir + " absent: the unit's CacheDirectory= makes it at start";
+        } else {
+            r.status = CheckStatus::Warn;
+            r.measured = dir + " absent";
+            r.fix = "mkdir -p " + dir + " (writable by the service's user), or a directory under /var/cache/ that systemd makes";
+        }
+        return r;
+    }
+    uint64_t records = 0, held = 0;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().extension() == ".mspc") {
+            ++records;
+            held += e.file_size(ec);
+        }
+    struct statvfs sv{};
+    const uint64_t free_bytes = ::statvfs(dir.c_str(), &sv) == 0 ? uint64_t{sv.f_bavail} * sv.f_frsize : 0;
+    r.measured = std::to_string(records) + " records, " + human_bytes(static_cast<double>(held)) + "; " + human_bytes(static_cast<double>(free_bytes)) +
+                 " free on its filesystem";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+        r.status = CheckStatus::Fail;
+        r.measured += "; not writable: " + std::string(std::strerror(errno));
+        r.fix = "chown the directory to the service's user, or use one under /var/cache/ (CacheDirectory=)";
+    } else if (free_bytes + held < limit_bytes) {
+        r.status = CheckStatus::Warn;
+        r.fix = "--prompt-cache-size " + std::to_string((free_bytes + held) / 10 * 9) + " (90% of what its filesystem can give), or free space there";
+    }
     return r;
 }
 

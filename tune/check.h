@@ -44,6 +44,9 @@ CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const
 // The llama.cpp builds of the programs the rows above checked: RPC needs the same protocol on both sides (an
 // rpc-server refuses a head of another version), so different builds are a WARN.
 CheckRow llama_builds_row(const std::vector<std::pair<std::string, std::string>>& host_builds);
+// serve --prompt-cache DIR: a directory (or one systemd makes under /var/cache), writable, with room on its
+// filesystem for --prompt-cache-size beside the records already there.
+CheckRow prompt_cache_row(const std::string& dir, uint64_t limit_bytes);
 int check_exit_code(const std::vector<CheckRow>& rows);
 nlohmann::json rows_to_json(const std::vector<CheckRow>& rows);
 std::string rows_to_table(const std::vector<CheckRow>& rows);

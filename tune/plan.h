@@ -84,6 +84,9 @@ struct Plan {
     std::string moestream_binary;     // absolute path used by launch.sh
     // The service's account: "dynamic" (DynamicUser=yes: a transient unprivileged user) or a user name.
     std::string service_user = "dynamic";
+    // serve --prompt-cache: the directory prompt prefixes are saved to ("" off) and its size bound.
+    std::string prompt_cache_dir;
+    uint64_t prompt_cache_bytes = 8ull << 30;
 
     // llama-server target
     std::string llama_server_binary = "llama-server";

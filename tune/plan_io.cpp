@@ -60,7 +60,8 @@ std::string plan_to_yaml(const Plan& p) {
       << YAML::Key << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::EndMap;
     o << YAML::Key << "serve" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << p.host << YAML::Key
       << "port" << YAML::Value << p.port << YAML::Key << "alias" << YAML::Value << p.alias << YAML::Key << "moestream_binary"
-      << YAML::Value << p.moestream_binary << YAML::Key << "user" << YAML::Value << p.service_user << YAML::EndMap;
+      << YAML::Value << p.moestream_binary << YAML::Key << "user" << YAML::Value << p.service_user << YAML::Key << "prompt_cache"
+      << YAML::Value << p.prompt_cache_dir << YAML::Key << "prompt_cache_size" << YAML::Value << p.prompt_cache_bytes << YAML::EndMap;
     if (is_llama_target(p.target)) {
         o << YAML::Key << "llama_server" << YAML::Value << YAML::BeginMap << YAML::Key << "binary" << YAML::Value
           << p.llama_server_binary << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
@@ -193,6 +194,10 @@ Plan load_plan_fields(const std::string& path) {
     }
     p.host = field<std::string>(y, "serve.host", path);
     p.port = field<int>(y, "serve.port", path);
+    if (y["serve"]["prompt_cache"]) p.prompt_cache_dir = field<std::string>(y, "serve.prompt_cache", path);
+    if (y["serve"]["prompt_cache_size"]) p.prompt_cache_bytes = field<uint64_t>(y, "serve.prompt_cache_size", path);
+    if (!p.prompt_cache_dir.empty() && p.prompt_cache_dir[0] != '/')
+        throw PlanError(path + ": serve.prompt_cache " + p.prompt_cache_dir + " is not an absolute path");
     if (p.port < 1 || p.port > 65535) throw PlanError(path + ": serve.port " + std::to_string(p.port) + " is not a port");
     p.alias = field<std::string>(y, "serve.alias", path);
     p.moestream_binary = field<std::string>(y, "serve.moestream_binary", path);

@@ -42,7 +42,8 @@ struct Generator::Slot {
     size_t next_cut = 0;
     size_t common = 0;
     Clock::time_point t0;
-    std::shared_ptr<PromptCache::Pending> saving;  // the prompt cache's write of this slot's rows, if one runs
+    // The prompt cache's writes of this slot's rows: at most one being written and one waiting.
+    std::vector<std::shared_ptr<PromptCache::Pending>> saves;
 };
 
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
@@ -59,7 +60,8 @@ Generator::~Generator() {
     if (thread_.joinable()) thread_.join();
     if (prompt_cache_) {  // saves read the slots' rows: they end before the runner goes
         prompt_cache_->flush(10);
-        for (auto& sp : slots_) prompt_cache_->cancel(sp->saving);
+        for (auto& sp : slots_)
+            for (auto& p : sp->saves) prompt_cache_->cancel(p);
     }
 }
 
@@ -180,6 +182,7 @@ void Generator::start(Slot& slot) {
     r.prompt_tokens = static_cast<int>(prompt.size());
     try {
         runner_.select_sequence(slot.seq);
+        slot.t0 = Clock::now();  // prompt time includes a restore from the prompt cache
         // Reuse the longest common prefix; at least the last prompt token is evaluated to get logits.
         size_t common = 0;
         while (common < slot.cached.size() && common < prompt.size() && slot.cached[common] == prompt[common]) ++common;
@@ -190,7 +193,6 @@ void Generator::start(Slot& slot) {
         stop_save_above(slot, common);
         slot.common = common;
         r.prompt_reused = static_cast<int>(common);
-        slot.t0 = Clock::now();
         const int P = static_cast<int>(prompt.size());
         slot.cuts.clear();
         if (runner_.has_recurrent_state()) {
@@ -247,12 +249,22 @@ void Generator::save_prefix(Slot& slot) {
     if (static_cast<int>(n) < prompt_cache_->min_tokens()) return;
     auto pending = prompt_cache_->save(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(n)), runner_.sequence_cache(), std::move(snapshots));
     if (!pending) return;
-    prompt_cache_->cancel(slot.saving);  // an earlier save of this slot: the new record extends it
-    slot.saving = std::move(pending);
+    // The new record extends this slot's earlier ones: one still waiting is dropped, one being written goes
+    // on (an agent's next turn often lands before a long prefix is written; cancelling would never finish).
+    std::erase_if(slot.saves, [&](const auto& p) {
+        if (!p->started()) prompt_cache_->cancel(p);
+        return p->done();
+    });
+    slot.saves.push_back(std::move(pending));
 }
 
 void Generator::stop_save_above(Slot& slot, size_t kept) {
-    if (prompt_cache_ && slot.saving && !slot.saving->done() && static_cast<size_t>(slot.saving->tokens()) > kept) prompt_cache_->cancel(slot.saving);
+    if (!prompt_cache_) return;
+    std::erase_if(slot.saves, [&](const auto& p) {
+        // Up to a second of full-speed writing (about 1 GB on an NVMe disk) before the slot takes its rows.
+        if (!p->done() && static_cast<size_t>(p->tokens()) > kept) prompt_cache_->finish_or_cancel(p, 1.0);
+        return p->done();
+    });
 }
 
 void Generator::prefill_some(Slot& slot, int budget) {

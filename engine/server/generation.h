@@ -151,7 +151,8 @@ private:
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
     // Prompt cache: restores a longer prefix than the slot holds, if one is on disk (start) / queues the
-    // evaluated prompt's save (prefill done) / stops a save whose rows are about to change.
+    // evaluated prompt's save (prefill done) / finishes at full speed, or else stops, a save whose rows are
+    // about to change.
     size_t restore_prefix(Slot& slot, size_t common);
     void save_prefix(Slot& slot);
     void stop_save_above(Slot& slot, size_t kept);

@@ -23,6 +23,7 @@ namespace {
 
 constexpr size_t kPiece = 1u << 20;       // bytes written between rate checks
 constexpr size_t kSyncEvery = 8u << 20;   // dirty bytes pushed out (and dropped from the page cache) at once
+constexpr double kBusyRateDivisor = 8;    // while requests stream experts, the writer takes this much less
 
 std::string hex(uint64_t v) {
     char b[17];
@@ -203,6 +204,9 @@ int PromptCache::covered(std::span<const int32_t> tokens) const {
     std::lock_guard<std::mutex> lk(mu_);
     size_t best = 0;
     for (const auto& en : entries_) best = std::max(best, common_prefix(en.index.tokens, tokens));
+    // Saves on their way count too: an agent's next turn often comes before the last prefix is written.
+    for (const auto& j : jobs_) best = std::max(best, common_prefix(j.tokens, tokens));
+    if (current_) best = std::max(best, common_prefix(current_tokens_, tokens));
     return static_cast<int>(best);
 }
 
@@ -298,6 +302,20 @@ void PromptCache::cancel(const std::shared_ptr<Pending>& p) {
     p->cv_.wait(lk, [&] { return p->done_.load(); });
 }
 
+void PromptCache::finish_or_cancel(const std::shared_ptr<Pending>& p, double seconds) {
+    if (!p || p->done()) return;
+    if (p->started()) {
+        std::unique_lock<std::mutex> lk(p->mu_);
+        p->hurry_ = true;
+        p->cv_.notify_all();
+        if (p->cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return p->done_.load(); })) {
+            stats_.hurried++;
+            return;
+        }
+    }
+    cancel(p);
+}
+
 void PromptCache::flush(double seconds) {
     full_speed_ = true;
     std::shared_ptr<Pending> current;
@@ -339,11 +357,14 @@ void PromptCache::writer() {
             job = std::move(jobs_.front());
             jobs_.pop_front();
             current_ = job.pending;
+            current_tokens_ = job.tokens;
+            job.pending->started_ = true;
         }
         if (!job.pending->cancel_) write_record(job);
         {
             std::lock_guard<std::mutex> lk(mu_);
             current_.reset();
+            current_tokens_.clear();
         }
         job.pending->finish();
     }
@@ -382,18 +403,23 @@ bool PromptCache::write_record(Job& job) {
     uint8_t raw[kRecordHeaderBytes] = {};
     if (!write_exact(fd, raw, sizeof raw)) return give_up(std::strerror(errno));
     uint64_t written = 0, synced = kRecordHeaderBytes;
+    auto due = std::chrono::steady_clock::now();  // when the next piece may go
     Pending& p = *job.pending;
     // Writes len bytes in pieces, each after the rate allows it; false when cancelled or on an error.
     auto put = [&](const void* data, uint64_t len) {
         const auto* b = static_cast<const uint8_t*>(data);
         for (uint64_t off = 0; off < len;) {
-            if (!full_speed_ && opt_.write_bytes_per_s > 0) {
-                const auto due = t0 + std::chrono::duration<double>(static_cast<double>(written) / static_cast<double>(opt_.write_bytes_per_s));
+            const size_t piece = static_cast<size_t>(std::min<uint64_t>(kPiece, len - off));
+            if (!full_speed_ && !p.hurry_ && opt_.write_bytes_per_s > 0) {
                 std::unique_lock<std::mutex> lk(p.mu_);
-                p.cv_.wait_until(lk, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due), [&] { return p.cancel_.load() || full_speed_.load(); });
+                p.cv_.wait_until(lk, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due), [&] { return p.cancel_.load() || p.hurry_.load() || full_speed_.load(); });
+                // Each piece books its time at the rate of the moment: slower while requests read experts.
+                const bool busy = opt_.disk_busy && opt_.disk_busy();
+                const double rate = static_cast<double>(opt_.write_bytes_per_s) / (busy ? kBusyRateDivisor : 1);
+                due = std::max(due, std::chrono::steady_clock::now()) +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(static_cast<double>(piece) / rate));
             }
             if (p.cancel_) return false;
-            const size_t piece = static_cast<size_t>(std::min<uint64_t>(kPiece, len - off));
             XXH3_64bits_update(hash.get(), b + off, piece);
             if (!write_exact(fd, b + off, piece)) {
                 error = std::strerror(errno);
@@ -477,6 +503,8 @@ std::string prompt_cache_metrics(const PromptCache& cache, double prompt_s_per_t
     metric("moestream_prompt_cache_saved_total", "counter", "Prefixes written to the prompt cache.", static_cast<double>(s.saved.load()));
     metric("moestream_prompt_cache_saved_bytes_total", "counter", "Bytes written to the prompt cache.", static_cast<double>(s.saved_bytes.load()));
     metric("moestream_prompt_cache_save_cancelled_total", "counter", "Saves given up because their slot needed its rows.", static_cast<double>(s.cancelled.load()));
+    metric("moestream_prompt_cache_save_hurried_total", "counter", "Saves finished at full speed because their slot needed its rows.",
+           static_cast<double>(s.hurried.load()));
     metric("moestream_prompt_cache_restored_total", "counter", "Prefixes restored from disk instead of evaluated.", static_cast<double>(s.restored.load()));
     metric("moestream_prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from disk.", static_cast<double>(s.restored_tokens.load()));
     metric("moestream_prompt_cache_restore_seconds_total", "counter", "Time spent reading prefixes back.", static_cast<double>(s.restore_ns.load()) / 1e9);

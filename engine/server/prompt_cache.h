@@ -9,8 +9,8 @@
 // mtime, touched on restore, so the order survives restarts). A record whose prefix a newer one extends is
 // dropped when the newer one lands: every shorter prefix can be restored from the longer record.
 //
-// The writer is one thread at idle I/O priority and a bounded byte rate, so that expert reads on the same disk
-// keep their throughput; it reads a slot's cache rows in place (no copy of a long prefix in RAM), so the
+// The writer is one thread at idle I/O priority and a bounded byte rate (an eighth of it while requests stream
+// experts), so that expert reads on the same disk keep their throughput; it reads a slot's cache rows in place (no copy of a long prefix in RAM), so the
 // generator cancels a save before it overwrites those rows (PromptCache::cancel).
 #pragma once
 #include <atomic>
@@ -43,12 +43,16 @@ struct PromptCacheOptions {
     uint64_t max_bytes = 8ull << 30;         // --prompt-cache-size
     uint64_t write_bytes_per_s = 128ull << 20;  // --prompt-cache-rate
     int min_tokens = 256;                    // --prompt-cache-min: new tokens a prefix must add to be saved
+    // True while requests read experts from the disk (the server: experts streamed and a slot busy): the writer
+    // then goes at an eighth of its rate, so that decode keeps the disk. Null: never.
+    std::function<bool()> disk_busy;
 };
 
 struct PromptCacheStats {
     std::atomic<uint64_t> records{0}, bytes{0};                    // on disk now (this model's)
     std::atomic<uint64_t> saved{0}, saved_bytes{0}, write_ns{0};   // records written
     std::atomic<uint64_t> cancelled{0};                            // saves given up (the slot needed its rows)
+    std::atomic<uint64_t> hurried{0};                              // saves finished at full speed for their slot
     std::atomic<uint64_t> restored{0}, restored_tokens{0}, restored_bytes{0}, restore_ns{0};
     std::atomic<uint64_t> rejected{0};                             // damaged or foreign records ignored
     std::atomic<uint64_t> evicted{0};                              // dropped for room or superseded
@@ -60,12 +64,13 @@ public:
     class Pending {
     public:
         bool done() const { return done_.load(); }
+        bool started() const { return started_.load(); }  // the writer has taken it
         int tokens() const { return n_; }
 
     private:
         friend class PromptCache;
         int n_ = 0;
-        std::atomic<bool> cancel_{false}, done_{false};
+        std::atomic<bool> cancel_{false}, done_{false}, started_{false}, hurry_{false};
         std::mutex mu_;
         std::condition_variable cv_;
         void finish();
@@ -85,7 +90,7 @@ public:
     };
     // The record that gives the most positions of `prompt` (at most `max_tokens`), if any.
     std::optional<Match> best_match(std::span<const int32_t> prompt, int max_tokens, bool recurrent) const;
-    // Longest prefix of `tokens` some record holds.
+    // Longest prefix of `tokens` some record holds or a queued save will hold.
     int covered(std::span<const int32_t> tokens) const;
     // Reads positions [0, m.tokens) of the record into `dst` and returns the snapshots at or below it; nullopt
     // (logged, counted, the record dropped) when it is damaged or does not fit. dst's rows past the restored
@@ -97,6 +102,9 @@ public:
     std::shared_ptr<Pending> save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots);
     // Stops a save (a started one removes its temporary file) and returns once it no longer reads its rows.
     void cancel(const std::shared_ptr<Pending>& p);
+    // The slot needs its rows back: a save being written finishes at full speed if it can within `seconds`
+    // (the request waits that long at most), else it is cancelled; a waiting one is cancelled.
+    void finish_or_cancel(const std::shared_ptr<Pending>& p, double seconds);
     // Waits up to `seconds` for the queued saves to land, at full speed (shutdown).
     void flush(double seconds);
 
@@ -133,6 +141,7 @@ private:
     std::vector<Entry> entries_;
     std::deque<Job> jobs_;
     std::shared_ptr<Pending> current_;  // the job being written
+    std::vector<int32_t> current_tokens_;  // ... and its tokens
     bool stop_ = false;
     std::atomic<bool> full_speed_{false};
     uint64_t counter_ = 0;

@@ -1,5 +1,6 @@
 #include "engine/server/prompt_record.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -130,11 +131,21 @@ std::string read_record_rows(int fd, const RecordLayout& layout, const RecordInd
     XXH3_64bits_update(hash.get(), index.tokens.data(), index.tokens.size() * 4);  // as on disk (little-endian)
     XXH3_64bits_update(hash.get(), index.snapshot_pos.data(), index.snapshot_pos.size() * 4);
     std::vector<uint8_t> buf(4u << 20);
+    // The kernel reads ahead a window at a time (several reads in flight, not one 4 MiB read after another),
+    // and what has been consumed leaves the page cache.
+    constexpr off_t kWindow = 64 << 20;
+    off_t at = ::lseek(fd, 0, SEEK_CUR), advised = at;
     // Reads `len` bytes, hashing them, the first `want` into `out`.
     auto take = [&](uint64_t len, uint8_t* out, uint64_t want) {
         for (uint64_t done = 0; done < len;) {
             const size_t piece = static_cast<size_t>(std::min<uint64_t>(buf.size(), len - done));
+            if (at >= 0 && advised < at + kWindow) {
+                ::posix_fadvise(fd, advised, kWindow, POSIX_FADV_WILLNEED);
+                ::posix_fadvise(fd, 0, at, POSIX_FADV_DONTNEED);
+                advised += kWindow;
+            }
             if (!read_exact(fd, buf.data(), piece)) return false;
+            at += static_cast<off_t>(piece);
             XXH3_64bits_update(hash.get(), buf.data(), piece);
             if (done < want) std::memcpy(out + done, buf.data(), static_cast<size_t>(std::min<uint64_t>(piece, want - done)));
             done += piece;
