@@ -207,11 +207,7 @@ void Generator::start(Slot& slot) {
         slot.next_cut = 0;
         slot.prefilling = true;
     } catch (const std::exception& e) {
-        r.finish_reason = "error";
-        r.error = e.what();
-        slot.cached.clear();  // the cache is in an unknown state: start over next time
-        runner_.truncate(0);
-        return finish(slot);
+        return fail(slot, e.what());
     }
     // Alone, the whole prompt now; beside slots that are generating, a chunk per step (prefill_some).
     bool others_decoding = false;
@@ -294,13 +290,8 @@ void Generator::prefill_some(Slot& slot, int budget) {
         if (prompt_cache_) save_prefix(slot);
         slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
     } catch (const std::exception& e) {
-        r.finish_reason = "error";
-        r.error = e.what();
         slot.prefilling = false;
-        slot.cached.clear();
-        runner_.select_sequence(slot.seq);
-        runner_.truncate(0);
-        return finish(slot);
+        return fail(slot, e.what());
     }
     slot.prefilling = false;
     slot.sampler.emplace(slot.req.sampling);
@@ -396,20 +387,44 @@ void Generator::step() {
         charge(going, before);
     } catch (const std::exception& e) {
         charge(going, before);
-        for (Slot* slot : going) {
-            slot->r.finish_reason = "error";
-            slot->r.error = e.what();
-            slot->cached.clear();
-            runner_.select_sequence(slot->seq);
-            runner_.truncate(0);
-            finish(*slot);
-        }
+        if (going.size() > 1 && !recurrent_) return retry_alone(going, tokens);
+        for (Slot* slot : going) fail(*slot, e.what());
         return;
     }
     for (size_t i = 0; i < going.size(); ++i) {
         const float* l = runner_.logits(tokens.size() == 1 ? -1 : static_cast<int>(i));
         going[i]->logits.assign(l, l + runner_.n_vocab());
         going[i]->cached.push_back(tokens[i]);
+    }
+}
+
+void Generator::fail(Slot& slot, const std::string& error) {
+    slot.r.finish_reason = "error";
+    slot.r.error = error;
+    slot.cached.clear();  // the cache is in an unknown state: start over next time
+    runner_.select_sequence(slot.seq);
+    runner_.truncate(0);
+    finish(slot);
+}
+
+void Generator::retry_alone(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens) {
+    // A batched step failed (an expert read failed: disk error): the step wrote no position yet (n_past moves
+    // at its end) and rows it half wrote are rewritten, so each slot's token goes again on its own. Only the
+    // requests that need what cannot be read fail; the others keep generating.
+    for (size_t i = 0; i < going.size(); ++i) {
+        Slot& slot = *going[i];
+        const ExpertSourceStats before = model_.experts->stats();
+        try {
+            runner_.select_sequence(slot.seq);
+            runner_.eval(std::span<const int32_t>(&tokens[i], 1));
+            charge({&slot}, before);
+        } catch (const std::exception& e) {
+            charge({&slot}, before);
+            fail(slot, e.what());
+            continue;
+        }
+        slot.logits.assign(runner_.logits(), runner_.logits() + runner_.n_vocab());
+        slot.cached.push_back(tokens[i]);
     }
 }
 

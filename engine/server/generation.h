@@ -150,6 +150,9 @@ private:
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
+    void fail(Slot& slot, const std::string& error);  // finish with an error, the slot's cache forgotten
+    // After a batched decode step failed: each slot's token again on its own (models without recurrent state).
+    void retry_alone(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens);
     // Prompt cache: restores a longer prefix than the slot holds, if one is on disk (start) / queues the
     // evaluated prompt's save (prefill done) / finishes at full speed, or else stops, a save whose rows are
     // about to change.
