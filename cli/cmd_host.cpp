@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "cli/plan_files.h"
+#include "cli/plan_trace.h"
 #include "engine/gguf/gguf.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/probes.h"
@@ -228,7 +229,7 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
 
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16", prompt_cache, prompt_cache_size = "8G";
+    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16", prompt_cache, prompt_cache_size = "8G", trace;
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
@@ -238,6 +239,7 @@ int cmd_check(const std::vector<std::string>& args) {
         ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type the engine will run with")
         ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type")
         ("json", po::bool_switch(&as_json), "rows as JSON")
+        ("trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache --ram-budget leaves, replayed on it")
         ("prompt-cache", po::value(&prompt_cache), "serve --prompt-cache DIR: the directory exists, is writable and has room")
         ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "serve --prompt-cache-size")
         ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here, an engine plan's prompt cache")
@@ -279,6 +281,12 @@ int cmd_check(const std::vector<std::string>& args) {
         }
         if (is_llama_target(p.target)) rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
         if (!p.prompt_cache_dir.empty() && prompt_cache.empty()) rows.push_back(prompt_cache_row(p.prompt_cache_dir, p.prompt_cache_bytes));
+    }
+    if (!trace.empty()) {
+        if (!in.model || !in.ram_budget) throw CliError("--trace needs --model and --ram-budget (the cache to replay it on)");
+        const uint64_t fixed = in.model->resident_bytes + in.model->kv_bytes(n_ctx, kv_types) + in.working_bytes;
+        const uint64_t cache = std::min(*in.ram_budget > fixed ? *in.ram_budget - fixed : 0, in.model->expert_bytes);
+        rows.push_back(routing_trace_row(trace, model, *in.ram_budget, cache));
     }
     if (!prompt_cache.empty()) rows.push_back(prompt_cache_row(prompt_cache, parse_bytes("--prompt-cache-size", prompt_cache_size)));
     if (as_json) {

@@ -57,4 +57,38 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     }
 }
 
+CheckRow routing_trace_row(const std::string& trace_path, const std::string& model_path, uint64_t ram_budget, uint64_t cache_bytes) {
+    RoutingTrace t;
+    try {
+        t = read_routing_trace(trace_path);
+    } catch (const RoutingTraceError& e) {
+        throw CliError(e.what());
+    }
+    if (routing_model_hash(open_gguf_model(model_path)) != t.header.model_hash)
+        throw CliError(trace_path + ": a routing trace of another model than " + model_path + " (" + t.header.arch + ")");
+    if (t.steps.empty()) throw CliError(trace_path + ": the routing trace has no steps");
+    auto per_token = [](const CacheSimResult& r) { return r.decode_tokens ? r.decode_bytes_per_token() : r.bytes_per_token(); };
+    const CacheSimResult engine = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes);
+    const CacheSimResult bound = simulate_belady(t, cache_bytes);
+    char measured[512];
+    std::snprintf(measured, sizeof measured,
+                  "hit rate %.1f%% with lru+frequency and prefetch (Belady's eviction without prefetch: %.1f%%, ratio %.2f), %.2f MiB read per "
+                  "token, over %llu tokens at the "
+                  "cache the budget leaves, %s (%llu bytes)",
+                  100 * engine.hit_rate(), 100 * bound.hit_rate(), bound.hit_rate() > 0 ? engine.hit_rate() / bound.hit_rate() : 1.0,
+                  per_token(engine) / 1048576.0, static_cast<unsigned long long>(engine.tokens), human_bytes(static_cast<double>(cache_bytes)).c_str(),
+                  static_cast<unsigned long long>(cache_bytes));
+    CheckRow r{"routing_trace", "the expert cache on your own traffic (--trace " + trace_path + ")", CheckStatus::Pass, measured,
+               "a budget past the steep part of the traffic's curve", ""};
+    const CacheSimResult twice = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes * 2);
+    if (per_token(engine) > 0 && per_token(twice) <= 0.75 * per_token(engine)) {
+        char fix[256];
+        std::snprintf(fix, sizeof fix, "--ram-budget %llu, if RAM allows: a cache twice as large reads %.2f MiB per token (hit rate %.1f%%) on this traffic",
+                      static_cast<unsigned long long>(ram_budget + cache_bytes), per_token(twice) / 1048576.0, 100 * twice.hit_rate());
+        r.status = CheckStatus::Warn;
+        r.fix = fix;
+    }
+    return r;
+}
+
 }  // namespace moe::cli

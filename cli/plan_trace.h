@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/model/model_facts.h"
+#include "tune/check.h"
 #include "tune/plan.h"
 
 namespace moe::cli {
@@ -12,5 +13,11 @@ namespace moe::cli {
 // prediction uses its bytes read per token, plan.yaml says why, and a note names a smaller cache that reads
 // within 5% as much (what could go to KV instead). CliError for another model's trace or a non-engine target.
 void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s);
+
+// `check --model M --ram-budget B --trace FILE`: the expert cache the budget leaves, replayed on the trace with
+// the engine's default policy beside Belady's bound. WARN when a cache twice as large would read at most 3/4
+// of the bytes per token (the budget sits on the steep part of this traffic's curve), naming that budget.
+// CliError for an unreadable trace or one of another model.
+CheckRow routing_trace_row(const std::string& trace_path, const std::string& model_path, uint64_t ram_budget, uint64_t cache_bytes);
 
 }  // namespace moe::cli

@@ -401,6 +401,29 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
     auto [bad, bad_out] = test::run_moestream("plan --model " + other + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "q", true);
     EXPECT_EQ(bad, 2) << bad_out;
     EXPECT_NE(bad_out.find("another model"), std::string::npos) << bad_out;
+
+    // check --trace: the cache the budget leaves, replayed; the same figures cache-sim gives at that size.
+    for (const char* budget : {"40M", "35M"}) {
+        // (this host's own rows may FAIL: only the trace's row is read)
+        const std::string cout = test::run_moestream("check --model " + model + " --ram-budget " + budget + " --trace " + trace + " --no-storage --json", false).second;
+        const nlohmann::json report = nlohmann::json::parse(cout);
+        nlohmann::json row;
+        for (const auto& r : report["rows"])
+            if (r["id"] == "routing_trace") row = r;
+        ASSERT_FALSE(row.is_null()) << cout;
+        const std::string measured = row["measured"];
+        const uint64_t at = std::stoull(measured.substr(measured.rfind('(') + 1));
+        const double hit = std::stod(measured.substr(measured.find("hit rate ") + 9)) / 100;
+        const auto sim = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(at), false).second);
+        EXPECT_NEAR(sim["budgets"][0]["policies"][1]["hit_rate"].get<double>(), hit, 0.0005) << measured;
+        EXPECT_NE(measured.find("Belady's eviction without prefetch"), std::string::npos);
+        if (row["status"] == "WARN") {
+            EXPECT_EQ(row["fix"].get<std::string>().rfind("--ram-budget ", 0), 0u) << row;
+        }
+    }
+    auto [cbad, cbad_out] = test::run_moestream("check --model " + other + " --ram-budget 40M --trace " + trace + " --no-storage", true);
+    EXPECT_EQ(cbad, 2) << cbad_out;
+    EXPECT_NE(cbad_out.find("another model"), std::string::npos) << cbad_out;
 }
 
 // Over a recorded run on a streamed model, the simulator at the recorded budget and policy gives the engine's
