@@ -230,7 +230,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                                                              SequenceCache::make(*engine.model, 1, engine.kv_types),
                                                              [](const std::string& line) { std::cerr << "moestream serve: " << line << "\n"; });
                 gen->use_prompt_cache(prompt_cache.get());
-            } catch (const PromptCacheError& e) {
+            } catch (const std::exception& e) {  // PromptCacheError, or the directory failing while it is listed
                 std::cerr << "moestream serve: WARNING: " << e.what() << ": serving without a prompt cache\n";
             }
         }

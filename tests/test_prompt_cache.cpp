@@ -3,7 +3,9 @@
 // instance (a restart), are bounded in bytes (least recently used first), superseded by longer ones, and a
 // damaged, foreign or unfinished one is ignored with a line and counted; a save gives way to its slot.
 #include <sys/stat.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -105,7 +107,9 @@ TEST_P(PromptCacheModels, RestoredPrefixGivesTheLogitsOfEvaluatingIt) {
     const auto m = pc.best_match(prompt, static_cast<int>(prompt.size()) - 1, b.has_recurrent_state());
     ASSERT_TRUE(m);
     EXPECT_EQ(m->tokens, 100);
-    auto snapshots = pc.restore(*m, b.sequence_cache());
+    bool written = false;
+    auto snapshots = pc.restore(*m, b.sequence_cache(), written);
+    EXPECT_TRUE(written);
     ASSERT_TRUE(snapshots);
     b.adopt_prefix(m->tokens, std::move(*snapshots));
     EXPECT_EQ(b.n_past(), 100);
@@ -168,7 +172,7 @@ TEST_F(PromptCacheFiles, DamagedForeignAndUnfinishedRecordsAreIgnoredAndCounted)
         PromptCache pc(options(cache_dir), 43, r.sequence_cache(), log.fn());
         EXPECT_EQ(pc.stats().records.load(), 0u);
         EXPECT_EQ(pc.stats().rejected.load(), 1u);
-        EXPECT_TRUE(log.has("1 of another model or cache layout (ignored)")) << log.lines[0];
+        EXPECT_TRUE(log.has("1 of another model, cache layout or version (ignored)")) << log.lines[0];
         EXPECT_FALSE(pc.best_match(prefix, 63, false));
         EXPECT_TRUE(fs::exists(record));
     }
@@ -178,6 +182,38 @@ TEST_F(PromptCacheFiles, DamagedForeignAndUnfinishedRecordsAreIgnoredAndCounted)
         PromptCache pc(options(cache_dir), 42, q8, log.fn());
         EXPECT_EQ(pc.stats().rejected.load(), 1u);
     }
+    // Another build's record (a later format version, its header sound) is left alone; a FIFO named like a
+    // record (anyone may write the directory) is skipped, not waited on.
+    {
+        std::ifstream in(record, std::ios::binary);
+        std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+        uint32_t version = 2;
+        std::memcpy(bytes.data() + 8, &version, 4);
+        const uint64_t self = XXH3_64bits(bytes.data(), 88);
+        std::memcpy(bytes.data() + 88, &self, 8);
+        std::ofstream(fs::path(cache_dir) / "newer.mspc", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    ASSERT_EQ(::mkfifo((fs::path(cache_dir) / "fifo.mspc").c_str(), 0644), 0);
+    {
+        Log log;
+        PromptCache pc(options(cache_dir), 42, r.sequence_cache(), log.fn());
+        EXPECT_EQ(pc.stats().records.load(), 1u);
+        EXPECT_TRUE(log.has("fifo.mspc: not a regular file (skipped)"));
+        EXPECT_TRUE(log.has("1 of another model, cache layout or version (ignored)")) << log.lines.back();
+        EXPECT_TRUE(fs::exists(fs::path(cache_dir) / "newer.mspc"));
+        // The record goes away between the match and the read: nothing written, the slot keeps its prefix.
+        const auto m = pc.best_match(prefix, 63, false);
+        ASSERT_TRUE(m);
+        fs::rename(record, fs::path(cache_dir) / "aside");
+        Runner fresh(*model_, {.n_ctx = 128, .n_threads = 2});
+        bool written = true;
+        EXPECT_FALSE(pc.restore(*m, fresh.sequence_cache(), written));
+        EXPECT_FALSE(written);
+        EXPECT_TRUE(log.has("(skipped)"));
+        fs::rename(fs::path(cache_dir) / "aside", record);
+    }
+    fs::remove(fs::path(cache_dir) / "newer.mspc");
+    fs::remove(fs::path(cache_dir) / "fifo.mspc");
     // A crash mid-write left a temporary file (its writer is gone); a byte of the payload flipped on disk.
     std::ofstream(fs::path(cache_dir) / ".tmp-999999999-1.mspc") << "partial";
     {
@@ -193,7 +229,9 @@ TEST_F(PromptCacheFiles, DamagedForeignAndUnfinishedRecordsAreIgnoredAndCounted)
     const auto m = pc.best_match(prefix, 63, false);
     ASSERT_TRUE(m);
     Runner fresh(*model_, {.n_ctx = 128, .n_threads = 2});
-    EXPECT_FALSE(pc.restore(*m, fresh.sequence_cache()));
+    bool written = false;
+    EXPECT_FALSE(pc.restore(*m, fresh.sequence_cache(), written));
+    EXPECT_TRUE(written);  // the rows were read before the checksum said no
     EXPECT_TRUE(log.has("payload checksum mismatch (ignored and removed)"));
     EXPECT_EQ(pc.stats().rejected.load(), 1u);
     EXPECT_EQ(pc.stats().records.load(), 0u);
@@ -227,7 +265,8 @@ TEST_F(PromptCacheFiles, BoundedLeastRecentlyUsedAndSupersededByLongerPrefixes) 
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     // a is used again: b becomes the least recently used.
     Runner other(*model_, {.n_ctx = 256, .n_threads = 2});
-    ASSERT_TRUE(pc.restore(*pc.best_match(a, 63, false), other.sequence_cache()));
+    bool written = false;
+    ASSERT_TRUE(pc.restore(*pc.best_match(a, 63, false), other.sequence_cache(), written));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     save_prefix(pc, r, c);
     EXPECT_EQ(pc.stats().records.load(), 2u);
@@ -284,6 +323,8 @@ TEST_F(PromptCacheFiles, ASaveGivesWayToItsSlotAndLeavesNoFile) {
     ASSERT_TRUE(q->started());
     EXPECT_FALSE(q->done());
     pc.finish_or_cancel(q, 10.0);
+    EXPECT_TRUE(q->released());  // the rows are free; the record is being closed
+    pc.flush(10);
     EXPECT_TRUE(q->done());
     EXPECT_EQ(pc.stats().hurried.load(), 1u);
     EXPECT_EQ(pc.stats().records.load(), 1u);

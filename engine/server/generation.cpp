@@ -223,13 +223,15 @@ size_t Generator::restore_prefix(Slot& slot, size_t common) {
     const auto match = prompt_cache_->best_match(prompt, static_cast<int>(prompt.size()) - 1, runner_.has_recurrent_state());
     if (!match || static_cast<size_t>(match->tokens) < common + min_gain) return common;
     stop_save_above(slot, 0);  // the restore rewrites the slot's rows from position 0
-    if (auto snapshots = prompt_cache_->restore(*match, runner_.sequence_cache())) {
+    bool rows_written = false;
+    if (auto snapshots = prompt_cache_->restore(*match, runner_.sequence_cache(), rows_written)) {
         runner_.adopt_prefix(match->tokens, std::move(*snapshots));
         slot.cached.assign(prompt.begin(), prompt.begin() + match->tokens);
         slot.r.prompt_restored = match->tokens - static_cast<int>(common);
         return static_cast<size_t>(match->tokens);
     }
-    // A damaged record (logged, counted, dropped) may have overwritten part of the slot's prefix.
+    if (!rows_written) return common;  // gone or unreadable before anything was read: the slot's prefix stands
+    // A damaged record (logged, counted, removed) overwrote part of the slot's prefix.
     slot.cached.clear();
     return static_cast<size_t>(runner_.truncate(0));
 }
@@ -248,7 +250,7 @@ void Generator::save_prefix(Slot& slot) {
     // The new record extends this slot's earlier ones: one still waiting is dropped, one being written goes
     // on (an agent's next turn often lands before a long prefix is written; cancelling would never finish).
     std::erase_if(slot.saves, [&](const auto& p) {
-        if (!p->started()) prompt_cache_->cancel(p);
+        prompt_cache_->cancel_if_queued(p);
         return p->done();
     });
     slot.saves.push_back(std::move(pending));
@@ -258,8 +260,8 @@ void Generator::stop_save_above(Slot& slot, size_t kept) {
     if (!prompt_cache_) return;
     std::erase_if(slot.saves, [&](const auto& p) {
         // Up to a second of full-speed writing (about 1 GB on an NVMe disk) before the slot takes its rows.
-        if (!p->done() && static_cast<size_t>(p->tokens()) > kept) prompt_cache_->finish_or_cancel(p, 1.0);
-        return p->done();
+        if (!p->released() && static_cast<size_t>(p->tokens()) > kept) prompt_cache_->finish_or_cancel(p, 1.0);
+        return p->released();
     });
 }
 

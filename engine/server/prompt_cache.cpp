@@ -37,6 +37,21 @@ std::string gib(uint64_t b) {
     return s;
 }
 
+// Opens a record for reading without following a link or blocking on a FIFO; -1 (errno set, or 0 for "not a
+// regular file") otherwise.
+int open_record(const std::string& path, struct stat& st) {
+    errno = 0;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return -1;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int saved = S_ISREG(st.st_mode) ? errno : 0;
+        ::close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
 int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
 
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
@@ -91,7 +106,10 @@ PromptCache::PromptCache(PromptCacheOptions opt, uint64_t model_hash, const Sequ
         layout_.ix_row.push_back(layout.ix[l].empty() ? 0 : layout.ix_row);
     }
     layout_.recurrent_bytes = layout.recurrent_bytes();
-    const uint64_t id_parts[] = {model_hash, static_cast<uint64_t>(layout.types.k), static_cast<uint64_t>(layout.types.v),
+    // kKvRows: bump when the engine's K/V/state values change for the same model (a numerics fix), so that old
+    // rows are not restored beside new ones.
+    constexpr uint64_t kKvRows = 1;
+    const uint64_t id_parts[] = {kKvRows, model_hash, static_cast<uint64_t>(layout.types.k), static_cast<uint64_t>(layout.types.v),
                                  static_cast<uint64_t>(kernels::kv_rotation_k(layout.types.k, 64)), static_cast<uint64_t>(kernels::kv_rotation_v(layout.types.v, 64))};
     layout_.identity = XXH3_64bits(id_parts, sizeof id_parts);
     layout_.seal();
@@ -112,33 +130,40 @@ PromptCache::~PromptCache() {
 void PromptCache::scan() {
     int foreign_count = 0, damaged = 0, leftovers = 0;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(opt_.dir, ec)) {
-        const std::string name = e.path().filename().string();
+    fs::directory_iterator it(opt_.dir, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        const fs::path& p = it->path();
+        const std::string name = p.filename().string();
         if (name.rfind(".tmp-", 0) == 0) {  // a write a crash interrupted, unless its writer still runs
             const long pid = std::atol(name.c_str() + 5);
-            if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || pid == ::getpid()) {
-                ::unlink(e.path().c_str());
+            struct stat st{};
+            const bool stale = ::lstat(p.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 24 * 3600;  // the pid may be another's now
+            if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || pid == ::getpid() || stale) {
+                ::unlink(p.c_str());
                 ++leftovers;
             }
             continue;
         }
-        if (e.path().extension() != ".mspc") continue;
+        if (p.extension() != ".mspc") continue;
         Entry en;
-        bool foreign = false;
-        std::string why;
         struct stat st{};
-        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || ::fstat(fd, &st) != 0) why = std::strerror(errno);
-        else why = read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, en.index, foreign);
-        if (fd >= 0) ::close(fd);
+        const int fd = open_record(p.string(), st);
+        if (fd < 0) {  // a passing error (EMFILE, EIO) or not a regular file: skipped, never deleted
+            stats_.rejected++;
+            log_("prompt cache: " + p.string() + ": " + (errno ? std::strerror(errno) : "not a regular file") + " (skipped)");
+            continue;
+        }
+        bool foreign = false;
+        const std::string why = read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, en.index, foreign);
+        ::close(fd);
         if (!why.empty()) {
             stats_.rejected++;
-            if (foreign) {  // another model's server may share the directory: left alone
+            if (foreign) {  // another model's (or another version's) server may share the directory: left alone
                 ++foreign_count;
             } else {  // ours but damaged: it would never restore
                 ++damaged;
-                log_("prompt cache: " + e.path().string() + ": " + why + " (removed)");
-                ::unlink(e.path().c_str());
+                log_("prompt cache: " + p.string() + ": " + why + " (removed)");
+                ::unlink(p.c_str());
             }
             continue;
         }
@@ -158,7 +183,7 @@ void PromptCache::scan() {
     }
     std::string line = "prompt cache " + opt_.dir + ": " + std::to_string(entries_.size()) + " records (" + gib(stats_.bytes) + " of " + gib(opt_.max_bytes) + ")";
     if (damaged) line += ", " + std::to_string(damaged) + " damaged (removed)";
-    if (foreign_count) line += ", " + std::to_string(foreign_count) + " of another model or cache layout (ignored)";
+    if (foreign_count) line += ", " + std::to_string(foreign_count) + " of another model, cache layout or version (ignored)";
     if (leftovers) line += ", " + std::to_string(leftovers) + " unfinished writes removed";
     log_(line);
 }
@@ -204,52 +229,60 @@ int PromptCache::covered(std::span<const int32_t> tokens) const {
     std::lock_guard<std::mutex> lk(mu_);
     size_t best = 0;
     for (const auto& en : entries_) best = std::max(best, common_prefix(en.index.tokens, tokens));
-    // Saves on their way count too: an agent's next turn often comes before the last prefix is written.
-    for (const auto& j : jobs_) best = std::max(best, common_prefix(j.tokens, tokens));
+    // The save being written counts too (an agent's next turn often comes before the last prefix is written);
+    // queued ones do not: they may still be cancelled when their slot needs its rows.
     if (current_) best = std::max(best, common_prefix(current_tokens_, tokens));
     return static_cast<int>(best);
 }
 
-std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match& m, SequenceCache& dst) {
+std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match& m, SequenceCache& dst, bool& rows_written) {
     const auto t0 = std::chrono::steady_clock::now();
+    rows_written = false;
     int fd = -1;
     Entry en;
+    struct stat st{};
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (const auto& e : entries_)
             if (e.file == m.file) en = e;
         if (en.file.empty()) return std::nullopt;  // evicted meanwhile
-        fd = ::open(path(en.file).c_str(), O_RDONLY | O_CLOEXEC);  // open: an eviction from now on unlinks a name only
+        fd = open_record(path(en.file), st);        // open: an eviction from now on unlinks a name only
     }
-    auto fail = [&](const std::string& why) -> std::optional<std::vector<Runner::Checkpoint>> {
+    // Forgets the entry; a damaged file (ours, failing its checks) goes too, one that cannot be read now stays.
+    auto forget = [&](const std::string& why, bool remove) -> std::optional<std::vector<Runner::Checkpoint>> {
         if (fd >= 0) ::close(fd);
-        log_("prompt cache: " + path(en.file) + ": " + why + " (ignored and removed)");
+        log_("prompt cache: " + path(en.file) + ": " + why + (remove ? " (ignored and removed)" : " (skipped)"));
         stats_.rejected++;
         std::lock_guard<std::mutex> lk(mu_);
         for (size_t i = 0; i < entries_.size(); ++i)
             if (entries_[i].file == en.file) {
-                drop(i, false);  // counted as rejected, not as evicted
+                if (remove) drop(i, false);  // counted as rejected, not as evicted
+                else {
+                    stats_.bytes -= entries_[i].index.bytes;
+                    stats_.records--;
+                    entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
+                }
                 break;
             }
         return std::nullopt;
     };
-    if (fd < 0) return fail(std::strerror(errno));
+    if (fd < 0) return forget(errno ? std::strerror(errno) : "not a regular file", false);
     if (m.tokens <= 0 || m.tokens > static_cast<int>(en.index.tokens.size()) || m.tokens > dst.n_ctx || dst.k.size() != layout_.k_row.size()) {
         ::close(fd);
         return std::nullopt;
     }
     // The file again from its start: the header and index as the scan read them, then the rows.
-    struct stat st{};
     RecordIndex again;
     bool foreign = false;
-    std::string why = ::fstat(fd, &st) != 0 ? std::strerror(errno) : read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, again, foreign);
-    if (why.empty() && again.tokens != en.index.tokens) why = "token list changed since the scan";
-    if (!why.empty()) return fail(why);
+    std::string why = read_record_index(fd, static_cast<uint64_t>(st.st_size), layout_, again, foreign);
+    if (!why.empty()) return forget(why, !foreign);
+    if (again.tokens != en.index.tokens || again.snapshot_pos != en.index.snapshot_pos) return forget("replaced since the scan", false);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     std::vector<RecordSnapshot> states;
     const uint64_t keep = static_cast<uint64_t>(m.tokens);
+    rows_written = true;
     why = read_record_rows(fd, layout_, again, keep, [&](int part, size_t l) { return (part == 0 ? dst.k : part == 1 ? dst.v : dst.ix)[l].data(); }, states);
-    if (!why.empty()) return fail(why);
+    if (!why.empty()) return forget(why, true);
     std::vector<Runner::Checkpoint> snapshots;
     for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state)});
     ::futimens(fd, nullptr);  // recently used: survives the next eviction, in this run and after a restart
@@ -284,31 +317,34 @@ std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tok
     return p;
 }
 
+void PromptCache::cancel_if_queued(const std::shared_ptr<Pending>& p) {
+    if (!p) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
+        if (it->pending == p) {
+            jobs_.erase(it);
+            stats_.cancelled++;
+            p->finish();
+            return;
+        }
+}
+
 void PromptCache::cancel(const std::shared_ptr<Pending>& p) {
     if (!p) return;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
-            if (it->pending == p) {  // not started: just forget it
-                jobs_.erase(it);
-                stats_.cancelled++;
-                p->finish();
-                return;
-            }
-    }
+    cancel_if_queued(p);
     std::unique_lock<std::mutex> lk(p->mu_);
     p->cancel_ = true;
     p->cv_.notify_all();
-    p->cv_.wait(lk, [&] { return p->done_.load(); });
+    p->cv_.wait(lk, [&] { return p->released(); });
 }
 
 void PromptCache::finish_or_cancel(const std::shared_ptr<Pending>& p, double seconds) {
-    if (!p || p->done()) return;
+    if (!p || p->released()) return;
     if (p->started()) {
         std::unique_lock<std::mutex> lk(p->mu_);
         p->hurry_ = true;
         p->cv_.notify_all();
-        if (p->cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return p->done_.load(); })) {
+        if (p->cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return p->released(); })) {
             stats_.hurried++;
             return;
         }
@@ -444,6 +480,11 @@ bool PromptCache::write_record(Job& job) {
              put(src.ix[l].data(), uint64_t(n) * layout_.ix_row[l]);
     for (size_t i = 0; ok && i < job.snapshots.size(); ++i) ok = put(job.snapshots[i].state.data(), layout_.recurrent_bytes);
     if (!ok) return give_up(error);
+    {  // every row read: the slot may change them now, while the record is closed and renamed
+        std::lock_guard<std::mutex> lk(p.mu_);
+        p.released_ = true;
+        p.cv_.notify_all();
+    }
     RecordHeader h;
     h.identity = layout_.identity;
     h.layout = layout_.layout_hash;

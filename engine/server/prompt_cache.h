@@ -65,12 +65,14 @@ public:
     public:
         bool done() const { return done_.load(); }
         bool started() const { return started_.load(); }  // the writer has taken it
+        // The writer no longer reads the slot's rows (the record is being closed, or it ended).
+        bool released() const { return released_.load() || done_.load(); }
         int tokens() const { return n_; }
 
     private:
         friend class PromptCache;
         int n_ = 0;
-        std::atomic<bool> cancel_{false}, done_{false}, started_{false}, hurry_{false};
+        std::atomic<bool> cancel_{false}, done_{false}, started_{false}, hurry_{false}, released_{false};
         std::mutex mu_;
         std::condition_variable cv_;
         void finish();
@@ -90,18 +92,21 @@ public:
     };
     // The record that gives the most positions of `prompt` (at most `max_tokens`), if any.
     std::optional<Match> best_match(std::span<const int32_t> prompt, int max_tokens, bool recurrent) const;
-    // Longest prefix of `tokens` some record holds or a queued save will hold.
+    // Longest prefix of `tokens` some record or the save being written holds.
     int covered(std::span<const int32_t> tokens) const;
     // Reads positions [0, m.tokens) of the record into `dst` and returns the snapshots at or below it; nullopt
-    // (logged, counted, the record dropped) when it is damaged or does not fit. dst's rows past the restored
-    // prefix are untouched, those within it are undefined after a failure.
-    std::optional<std::vector<Runner::Checkpoint>> restore(const Match& m, SequenceCache& dst);
+    // when it is gone, unreadable now (logged, skipped) or damaged (logged, counted, removed). `rows_written`
+    // says whether dst's rows within the prefix were touched (undefined after a failure); past it they never are.
+    std::optional<std::vector<Runner::Checkpoint>> restore(const Match& m, SequenceCache& dst, bool& rows_written);
     // Queues a save of `tokens` (positions [0, n)) whose rows `src` holds, with these snapshots (recurrent: one
     // at n). `src` must keep those rows until the returned save is done or cancelled. Null when not worth it
     // (too short, already held) or too large for the budget.
     std::shared_ptr<Pending> save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots);
-    // Stops a save (a started one removes its temporary file) and returns once it no longer reads its rows.
+    // Stops a save (a started one removes its temporary file) and returns once it no longer reads its rows
+    // (one that has read them all finishes its record).
     void cancel(const std::shared_ptr<Pending>& p);
+    // Drops the save if the writer has not taken it yet; otherwise leaves it alone.
+    void cancel_if_queued(const std::shared_ptr<Pending>& p);
     // The slot needs its rows back: a save being written finishes at full speed if it can within `seconds`
     // (the request waits that long at most), else it is cancelled; a waiting one is cancelled.
     void finish_or_cancel(const std::shared_ptr<Pending>& p, double seconds);

@@ -98,7 +98,10 @@ std::string read_record_index(int fd, uint64_t file_size, const RecordLayout& la
     uint8_t raw[kRecordHeaderBytes];
     RecordHeader h;
     if (file_size < kRecordHeaderBytes || !read_exact(fd, raw, sizeof raw)) return "shorter than its header";
-    if (std::string why = h.decode(raw); !why.empty()) return why;
+    if (std::string why = h.decode(raw); !why.empty()) {
+        foreign = why.rfind("record version", 0) == 0;  // another build's: not ours to judge or delete
+        return why;
+    }
     if (h.identity != layout.identity || h.layout != layout.layout_hash) {
         foreign = true;
         return "another model or cache layout";
