@@ -389,7 +389,7 @@ void Generator::step() {
         charge(going, before);
     } catch (const std::exception& e) {
         charge(going, before);
-        if (going.size() > 1 && !recurrent_) return retry_alone(going, tokens);
+        if (going.size() > 1) return retry_alone(going, tokens);
         for (Slot* slot : going) fail(*slot, e.what());
         return;
     }
@@ -418,6 +418,17 @@ void Generator::retry_alone(const std::vector<Slot*>& going, const std::vector<i
         const ExpertSourceStats before = model_.experts->stats();
         try {
             runner_.select_sequence(slot.seq);
+            if (recurrent_) {
+                // The failed step had advanced this slot's recurrent state in place, layer by layer: back to its
+                // newest snapshot, then what followed it, the prompt's rest at once and each generated token alone.
+                const int at = runner_.n_past(), P = static_cast<int>(slot.req.prompt.size());
+                int p = at > 0 ? runner_.truncate(at - 1) : 0;
+                if (p < std::min(P, at)) {
+                    runner_.eval(std::span<const int32_t>(slot.cached.data() + p, static_cast<size_t>(std::min(P, at) - p)));
+                    p = std::min(P, at);
+                }
+                for (; p < at; ++p) runner_.eval(std::span<const int32_t>(slot.cached.data() + p, 1));
+            }
             runner_.eval(std::span<const int32_t>(&tokens[i], 1));
             charge({&slot}, before);
         } catch (const std::exception& e) {

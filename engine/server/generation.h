@@ -151,7 +151,8 @@ private:
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
     void fail(Slot& slot, const std::string& error);  // finish with an error, the slot's cache forgotten
-    // After a batched decode step failed: each slot's token again on its own (models without recurrent state).
+    // After a batched decode step failed: each slot's token again on its own (recurrent models first rebuild the
+    // state from the slot's newest snapshot).
     void retry_alone(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens);
     // Prompt cache: restores a longer prefix than the slot holds, if one is on disk (start) / queues the
     // evaluated prompt's save (prefill done) / finishes at full speed, or else stops, a save whose rows are
