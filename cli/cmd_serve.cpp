@@ -174,9 +174,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         if (!g) return "";
         const auto st = g->expert_stats();
         std::string m;
-        auto metric = [&](const char* name, const char* type, const char* help, double v) {
-            m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
-        };
+        auto metric = [&](const char* name, const char* type, const char* help, double v) { m += prometheus_metric(name, type, help, v); };
         metric("moestream_expert_cache_hits_total", "counter", "Expert lookups served from RAM.", static_cast<double>(st.hits));
         metric("moestream_expert_cache_misses_total", "counter", "Expert lookups that read from disk.", static_cast<double>(st.misses));
         metric("moestream_expert_bytes_read_total", "counter", "Expert bytes read from disk.", static_cast<double>(st.bytes_read));

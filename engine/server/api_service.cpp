@@ -252,9 +252,7 @@ std::string ApiService::metrics_text() {
     m << "# HELP moestream_ready 1 once the model is loaded.\n# TYPE moestream_ready gauge\nmoestream_ready " << (ready_ ? 1 : 0) << "\n";
     if (!gen_) return m.str();
     auto& s = gen_->stats();
-    auto metric = [&](const char* name, const char* type, const char* help, double v) {
-        m << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
-    };
+    auto metric = [&](const char* name, const char* type, const char* help, double v) { m << prometheus_metric(name, type, help, v); };
     metric("moestream_prompt_tokens_total", "counter", "Prompt tokens received.", static_cast<double>(s.prompt_tokens.load()));
     metric("moestream_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the KV cache.", static_cast<double>(s.prompt_reused.load()));
     metric("moestream_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens.load()));

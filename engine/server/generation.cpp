@@ -220,7 +220,7 @@ size_t Generator::restore_prefix(Slot& slot, size_t common) {
     const auto& prompt = slot.req.prompt;
     // Restoring reads the whole record: worth it for a real gain over what the slot holds.
     const size_t min_gain = static_cast<size_t>(std::min(64, prompt_cache_->min_tokens()));
-    const auto match = prompt_cache_->best_match(prompt, static_cast<int>(prompt.size()) - 1, runner_.has_recurrent_state());
+    const auto match = prompt_cache_->best_match(prompt, static_cast<int>(prompt.size()) - 1, recurrent_);
     if (!match || static_cast<size_t>(match->tokens) < common + min_gain) return common;
     stop_save_above(slot, 0);  // the restore rewrites the slot's rows from position 0
     bool rows_written = false;
@@ -238,14 +238,15 @@ size_t Generator::restore_prefix(Slot& slot, size_t common) {
 
 void Generator::save_prefix(Slot& slot) {
     const auto& prompt = slot.req.prompt;
-    std::vector<Runner::Checkpoint> snapshots;
     size_t n = prompt.size();
-    if (runner_.has_recurrent_state()) {  // the state exists only where a snapshot was taken
-        snapshots = runner_.checkpoints();
-        n = snapshots.empty() ? 0 : static_cast<size_t>(snapshots.back().pos);
+    if (recurrent_) {  // the state exists only where a snapshot was taken
+        const auto& cps = runner_.checkpoints();
+        n = cps.empty() ? 0 : static_cast<size_t>(cps.back().pos);
     }
-    if (static_cast<int>(n) < prompt_cache_->min_tokens()) return;
-    auto pending = prompt_cache_->save(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(n)), runner_.sequence_cache(), std::move(snapshots));
+    const std::span<const int32_t> prefix(prompt.data(), n);
+    if (!prompt_cache_->worth_saving(prefix)) return;  // before copying the snapshots' states
+    auto pending = prompt_cache_->save(std::vector<int32_t>(prefix.begin(), prefix.end()), runner_.sequence_cache(),
+                                       recurrent_ ? runner_.checkpoints() : std::vector<Runner::Checkpoint>{});
     if (!pending) return;
     // The new record extends this slot's earlier ones: one still waiting is dropped, one being written goes
     // on (an agent's next turn often lands before a long prefix is written; cancelling would never finish).

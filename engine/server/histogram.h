@@ -1,5 +1,6 @@
-// A Prometheus histogram (cumulative buckets, sum, count) for /metrics: per-request figures whose spread
-// matters more than their total (expert bytes read, time blocked on reads).
+// Prometheus text for /metrics: one-value metrics (counters, gauges), and histograms (cumulative buckets, sum,
+// count) for per-request figures whose spread matters more than their total (expert bytes read, time blocked
+// on reads).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -7,6 +8,13 @@
 #include <vector>
 
 namespace moe {
+
+// "# HELP", "# TYPE" and the value line of one metric (integers print without a fraction).
+inline std::string prometheus_metric(const std::string& name, const char* type, const std::string& help, double v) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.17g", v);
+    return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + value + "\n";
+}
 
 struct Histogram {
     std::vector<double> bounds;    // bucket upper bounds, ascending (+Inf is implicit)

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "engine/kernels/kv_cache_types.h"
+#include "engine/server/histogram.h"
 
 namespace moe {
 
@@ -188,8 +189,8 @@ void PromptCache::scan() {
     log_(line);
 }
 
-void PromptCache::drop(size_t i, bool evicted) {
-    ::unlink(path(entries_[i].file).c_str());
+void PromptCache::drop(size_t i, bool evicted, bool unlink) {
+    if (unlink) ::unlink(path(entries_[i].file).c_str());
     stats_.bytes -= entries_[i].index.bytes;
     stats_.records--;
     if (evicted) stats_.evicted++;
@@ -256,12 +257,7 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
         std::lock_guard<std::mutex> lk(mu_);
         for (size_t i = 0; i < entries_.size(); ++i)
             if (entries_[i].file == en.file) {
-                if (remove) drop(i, false);  // counted as rejected, not as evicted
-                else {
-                    stats_.bytes -= entries_[i].index.bytes;
-                    stats_.records--;
-                    entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
-                }
+                drop(i, false, remove);  // counted as rejected, not as evicted
                 break;
             }
         return std::nullopt;
@@ -302,7 +298,7 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
 
 std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots) {
     const int n = static_cast<int>(tokens.size());
-    if (n < opt_.min_tokens || n - covered(tokens) < opt_.min_tokens) return nullptr;
+    if (!worth_saving(tokens)) return nullptr;
     if (layout_.recurrent_bytes && (snapshots.empty() || snapshots.back().pos != n)) return nullptr;
     std::erase_if(snapshots, [&](const Runner::Checkpoint& c) { return c.pos > n || c.pos <= 0; });
     if (record_bytes(n, static_cast<int>(snapshots.size())) > opt_.max_bytes) return nullptr;
@@ -535,9 +531,7 @@ double seconds_saved(const PromptCacheStats& s, double prompt_s_per_token) {
 std::string prompt_cache_metrics(const PromptCache& cache, double prompt_s_per_token) {
     const PromptCacheStats& s = cache.stats();
     std::string m;
-    auto metric = [&](const char* name, const char* type, const char* help, double v) {
-        m += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
-    };
+    auto metric = [&](const char* name, const char* type, const char* help, double v) { m += prometheus_metric(name, type, help, v); };
     metric("moestream_prompt_cache_records", "gauge", "Prompt prefixes saved on disk (this model's).", static_cast<double>(s.records.load()));
     metric("moestream_prompt_cache_bytes", "gauge", "Bytes of this model's prompt-cache records on disk.", static_cast<double>(s.bytes.load()));
     metric("moestream_prompt_cache_limit_bytes", "gauge", "--prompt-cache-size.", static_cast<double>(cache.options().max_bytes));

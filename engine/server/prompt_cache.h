@@ -94,6 +94,12 @@ public:
     std::optional<Match> best_match(std::span<const int32_t> prompt, int max_tokens, bool recurrent) const;
     // Longest prefix of `tokens` some record or the save being written holds.
     int covered(std::span<const int32_t> tokens) const;
+    // Whether save() would take these tokens (long enough, enough of them new): asked before gathering the
+    // snapshots a save carries.
+    bool worth_saving(std::span<const int32_t> tokens) const {
+        const int n = static_cast<int>(tokens.size());
+        return n >= opt_.min_tokens && n - covered(tokens) >= opt_.min_tokens;
+    }
     // Reads positions [0, m.tokens) of the record into `dst` and returns the snapshots at or below it; nullopt
     // when it is gone, unreadable now (logged, skipped) or damaged (logged, counted, removed). `rows_written`
     // says whether dst's rows within the prefix were touched (undefined after a failure); past it they never are.
@@ -135,7 +141,8 @@ private:
     void writer();
     bool write_record(Job& job);  // false: cancelled or failed (logged)
     void make_room(uint64_t bytes);  // under mu_
-    void drop(size_t index, bool evicted = true);  // under mu_: unlinks and forgets entries_[index]
+    // Under mu_: forgets entries_[index], and unlinks its file unless told not to.
+    void drop(size_t index, bool evicted = true, bool unlink = true);
     std::string path(const std::string& file) const { return opt_.dir + "/" + file; }
     RecordLayout layout_;
     PromptCacheOptions opt_;
