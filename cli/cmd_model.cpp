@@ -15,6 +15,7 @@
 #include "engine/model/model_facts.h"
 #include "engine/forward/reference.h"
 #include "engine/forward/runner.h"
+#include "engine/forward/speculative.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -23,6 +24,14 @@ using json = nlohmann::json;
 
 namespace moe::cli {
 namespace {
+
+// What speculation did in a run: the drafts verified and kept, and the planner's figures.
+json draft_json(const Drafter& d) {
+    const DraftStats& s = d.stats();
+    return {{"mode", draft_mode_name(d.mode())}, {"steps", s.steps}, {"drafted", s.drafted}, {"accepted", s.accepted},
+            {"acceptance", s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
+            {"one_row_s", d.planner().one_row_seconds()}, {"extra_row_s", d.planner().extra_row_seconds()}};
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -52,6 +61,7 @@ struct Loaded {
     std::unique_ptr<Model> model;
     kernels::Flavor flavor = kernels::default_flavor();
     kernels::KvCacheTypes kv_types;
+    bool streaming = false;
     std::shared_ptr<const Tokenizer> tok;
     std::string summary;
     std::string kernels;
@@ -64,6 +74,7 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     l.model = std::move(e.model);
     l.flavor = e.flavor;
     l.kv_types = e.kv_types;
+    l.streaming = e.streaming;
     l.summary = e.summary;
     l.kernels = e.kernels;
     l.tok = Tokenizer::from_gguf(l.file.meta());
@@ -125,6 +136,8 @@ int cmd_run(const std::vector<std::string>& args) {
     std::string model_path, prompt, token_list;
     int n_predict = 32, threads = 2, n_ctx = 4096, top_n = 5;
     bool as_json = false, score = false, use_ref = false, no_bos = false;
+    std::string draft = "off";
+    int draft_max = 8;
     SamplerParams sp;
     EngineFlags ef;
     po::options_description opts("moestream run options");
@@ -143,7 +156,10 @@ int cmd_run(const std::vector<std::string>& args) {
         ("top", po::value(&top_n)->default_value(5), "entries per step in --json/--score output")
         ("score", po::bool_switch(&score), "feed the whole prompt and print the top entries after every position (JSON)")
         ("ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")
-        ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt");
+        ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt")
+        ("draft", po::value(&draft)->default_value("off"),
+         "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | off")
+        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -153,6 +169,16 @@ int cmd_run(const std::vector<std::string>& args) {
     if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
+    if (draft_max < 1 || draft_max > 64) throw CliError("--draft-max " + std::to_string(draft_max) + " is out of range (1..64)");
+    DraftMode draft_mode;
+    try {
+        draft_mode = parse_draft_mode(draft);
+    } catch (const std::invalid_argument& e) {
+        throw CliError(e.what());
+    }
+    if (draft_mode == DraftMode::Mtp)
+        throw CliError("--draft mtp: NextN/MTP drafts are not implemented yet; --draft lookup or auto drafts from the context");
+    if (use_ref && draft_mode != DraftMode::Off) throw CliError("--draft verifies on the fast forward; drop --ref");
 
     Loaded L = load(model_path, ef, static_cast<uint32_t>(std::max(1, n_ctx)));
     const auto& hp = L.model->hp;
@@ -218,19 +244,41 @@ int cmd_run(const std::vector<std::string>& args) {
     const double t_prompt = seconds_since(t0);
     auto t1 = Clock::now();
     bool stopped_eog = false;
-    for (int i = 0; i < n_predict; ++i) {
-        auto logits = logits_at(-1);
-        int32_t next = sampler.sample(logits, history);
+    // Each token as it is chosen (history already holds it); false once generation is over.
+    auto emit = [&](int32_t next, std::span<const float> logits) {
         if (as_json) {
             json step = piece_json(*L.tok, next);
             step["top"] = top_json(*L.tok, logits, top_n);
             steps.push_back(std::move(step));
         }
         generated.push_back(next);
-        history.push_back(next);
-        if (L.tok->is_eog(next)) { stopped_eog = true; break; }
+        if (L.tok->is_eog(next)) {
+            stopped_eog = true;
+            return false;
+        }
         if (!as_json) std::cout << stream.push(next) << std::flush;
-        if (i + 1 < n_predict) eval(std::span<const int32_t>(&next, 1), false);
+        return static_cast<int>(generated.size()) < n_predict;
+    };
+    Drafter drafter(draft_mode, draft_max, L.streaming ? 1.0 : routed_share_of_step(model_facts(L.file)));
+    bool more = false;
+    if (n_predict > 0) {
+        history.push_back(sampler.sample(logits_at(-1), history));
+        more = emit(history.back(), logits_at(-1));
+    }
+    while (more) {
+        if (!runner) {  // the reference: one token at a time
+            eval(std::span<const int32_t>(&history.back(), 1), false);
+            history.push_back(sampler.sample(logits_at(-1), history));
+            more = emit(history.back(), logits_at(-1));
+            continue;
+        }
+        // Drafts never run past -n or the context: a step yields its kept drafts and one token more.
+        const int limit = std::min(n_predict - static_cast<int>(generated.size()), n_ctx - runner->n_past()) - 1;
+        const std::vector<int32_t> drafts = drafter.propose(history, limit);
+        const auto step_start = Clock::now();
+        const StepOutcome o = speculative_step(*runner, sampler, history, drafts, emit);
+        drafter.observe(o.rows, seconds_since(step_start), static_cast<int>(drafts.size()), o.accepted);
+        more = !o.stopped;
     }
     const double t_gen = seconds_since(t1);
     const double pp = prompt_ids.size() / std::max(t_prompt, 1e-9);
@@ -239,6 +287,7 @@ int cmd_run(const std::vector<std::string>& args) {
         json out = {{"prompt_tokens", prompt_ids}, {"tokens", generated}, {"text", L.tok->decode(generated)},
                     {"stopped_eog", stopped_eog}, {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
+                    {"draft", draft_json(drafter)},
                     {"kernels", kernels::isa_name(kernels::active_table(L.flavor).isa)},
                     {"numerics", kernels::flavor_name(L.flavor)}, {"kernels_why", L.kernels}, {"reference", use_ref}};
         std::cout << json_text(out) << "\n";
@@ -248,6 +297,11 @@ int cmd_run(const std::vector<std::string>& args) {
         std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
                   << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table(L.flavor).isa)
                   << (use_ref ? " (reference)" : "") << "\n";
+        if (draft_mode != DraftMode::Off) {
+            const DraftStats& d = drafter.stats();
+            std::cerr << "drafts (" << draft_mode_name(draft_mode) << "): " << d.accepted << " of " << d.drafted << " kept over " << d.steps
+                      << " verification steps\n";
+        }
     }
     return 0;
 }

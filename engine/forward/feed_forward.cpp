@@ -86,8 +86,8 @@ void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const Exp
     if (act_.size() < gate_bytes + (shared_act ? 0 : in.ab_up * c)) act_.resize(gate_bytes + (shared_act ? 0 : in.ab_up * c));
     gather_inputs(in.gate, in.ab_gate, who, U, act_.data());
     if (!shared_act) gather_inputs(in.up, in.ab_up, who, U, act_.data() + gate_bytes);
-    const kernels::MatmulDots gate_dots = kernels::matmul_dots(kt_, L.gate.type, F, E, c, false);
-    const kernels::MatmulDots up_dots = kernels::matmul_dots(kt_, L.up.type, F, E, c, false);
+    const kernels::MatmulDots gate_dots = kernels::matmul_dots(kt_, L.gate.type, F, E, kernel_rows(c), false);
+    const kernels::MatmulDots up_dots = kernels::matmul_dots(kt_, L.up.type, F, E, kernel_rows(c), false);
     const uint8_t* gate_act = act_.data();
     const uint8_t* up_act = shared_act ? gate_act : gate_act + gate_bytes;
     parallel_rows(2 * F, std::max(gate_dots.row_group, up_dots.row_group), [&](int64_t r0, int64_t r1) {
@@ -169,7 +169,7 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
         y.resize(most * E);
         act.resize(most * std::max({in.ab_gate, in.ab_up, ab_down}));
         auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, size_t ab, int c, float* out) {
-            matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, c, false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
+            matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, kernel_rows(c), false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
         };
         for (int64_t k = k0; k < k1; ++k) {
             const auto& [e, ev] = ready[k];

@@ -162,6 +162,22 @@ void Runner::checkpoint() {
     checkpoints_->push_back(std::move(c));
 }
 
+Runner::Checkpoint Runner::mark() const {
+    Checkpoint c{n_past_, {}};
+    if (cache_->has_recurrent()) cache_->save_recurrent(c.state);
+    return c;
+}
+
+void Runner::rewind(const Checkpoint& mark) {
+    if (mark.pos < 0 || mark.pos > n_past_) throw std::out_of_range("rewind beyond the cached positions");
+    if (cache_->has_recurrent()) {
+        if (mark.state.empty()) throw std::invalid_argument("rewind: a recurrent sequence needs the mark's state");
+        cache_->restore_recurrent(mark.state);
+        while (!checkpoints_->empty() && checkpoints_->back().pos > mark.pos) checkpoints_->pop_back();
+    }
+    past_[static_cast<size_t>(active_)] = n_past_ = mark.pos;
+}
+
 void Runner::adopt_prefix(int n, std::vector<Checkpoint> snapshots) {
     if (n < 0 || n > opt_.n_ctx) throw std::out_of_range("adopt_prefix beyond the context");
     std::erase_if(snapshots, [&](const Checkpoint& c) { return c.pos > n; });
@@ -188,7 +204,7 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
     // F32 weights read strided activations directly in llama.cpp, which keeps them off llamafile's GEMM.
     const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
-    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, n_tok, gemm_ok, opt_.n_threads);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, kernel_rows(n_tok), gemm_ok, opt_.n_threads);
     const uint8_t* act = act_.data();
     parallel_rows(rows, dots.row_group, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
 }
@@ -235,7 +251,7 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
         kernels::MatmulDots dots;
     };
     for (const MatmulOut& o : outs)
-        if (kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true, opt_.n_threads).row_group > 1) {
+        if (kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, kernel_rows(n_tok), true, opt_.n_threads).row_group > 1) {
             // Interleaved rows cannot share one loop's arbitrary row ranges: one matmul each.
             for (const MatmulOut& p : outs) matmul(*p.w, x, x_stride, n_tok, p.out, p.out_stride);
             return;
@@ -245,7 +261,7 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
     int64_t rows = 0;
     for (const MatmulOut& o : outs) {
         const size_t ab = kernels::activation_bytes(o.w->type, o.w->ne0);
-        parts.push_back({o, ab, total, rows, kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, n_tok, true, opt_.n_threads)});
+        parts.push_back({o, ab, total, rows, kernels::matmul_dots(kt_, o.w->type, o.w->ne1, o.w->ne0, kernel_rows(n_tok), true, opt_.n_threads)});
         total += ab * static_cast<size_t>(n_tok);
         rows += o.w->ne1;
     }
@@ -275,7 +291,7 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         for (int t = 0; t < n_tok; ++t)
             kernels::prepare_activations(w.type, x + h * x_head + t * x_stride, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab, cols);
     // Each head is a MUL_MAT over a strided view of the activations (permuted heads).
-    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, n_tok, w.type != GgmlType::F32, opt_.n_threads);
+    const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, kernel_rows(n_tok), w.type != GgmlType::F32, opt_.n_threads);
     if (n_tok == 1 && dots.single_rows) {  // decode: each head's rows in one kernel call
         pool_.parallel_for(heads, [&](int64_t h0, int64_t h1) {
             for (int64_t h = h0; h < h1; ++h)
@@ -293,7 +309,7 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
     });
 }
 
-void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits) {
+void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits, Rows rows) {
     if (tokens.empty()) return;
     if (static_cast<int64_t>(n_past_) + static_cast<int64_t>(tokens.size()) > opt_.n_ctx)
         throw std::length_error("the prompt needs " + std::to_string(n_past_ + tokens.size()) + " positions but the context holds " +
@@ -302,6 +318,11 @@ void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits) {
         if (t < 0 || t >= static_cast<int32_t>(m_.hp.n_vocab))
             throw std::out_of_range("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(m_.hp.n_vocab - 1) + ")");
     const int total = static_cast<int>(tokens.size());
+    one_by_one_ = rows == Rows::OneByOne;
+    struct Reset {
+        bool& flag;
+        ~Reset() { flag = false; }
+    } reset{one_by_one_};
     logits_rows_ = want_all_logits ? total : 1;
     logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
     for (int off = 0; off < total; off += opt_.n_batch) {
@@ -419,14 +440,14 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                              int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked) {
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
-    const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, n, base.dv);
+    const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);
     const ops::AttendFn fn = base.typed() ? attend_typed_ : tiled ? attend_tiled_ : attend_;
     const int group = heads / kv_heads;
     // The tiled path's keys and values converted to f32 once for the batch (per kv head), not per query row.
     size_t k_tile_floats = 0, v_floats = 0;
     // A typed cache's quantized (or bf16) values, for a batch of rows: each row would convert every value row
     // again, so they are converted once per kv head into f32 (the type's to_float: the same values) and read there.
-    const bool typed_v_f32 = base.typed() && n >= 4 && base.v_type != GgmlType::F16 && base.v_type != GgmlType::F32;
+    const bool typed_v_f32 = base.typed() && kernel_rows(n) >= 4 && base.v_type != GgmlType::F16 && base.v_type != GgmlType::F32;
     // One kv head's view of the cache with n_kv positions (and, tiled, its f32 copies).
     auto head_view = [&](int kvh, int n_kv) {
         ops::KvView kv = kv_view_head(base, kvh);
@@ -470,7 +491,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     // (ik's attention: its group form, which converts each key block once for all the rows.)
     const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik && !base.typed() ? fops_.attend_group : nullptr;
-    if (group_fn && !masked && n > 1) {
+    if (group_fn && !masked && kernel_rows(n) > 1) {
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.
         constexpr int kTokenBlock = 16;

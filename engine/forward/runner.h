@@ -71,10 +71,15 @@ public:
     // chosen by several sequences is fetched and its weights read once; attention runs per sequence.
     void eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens);
 
+    // How a batch's rows are computed. Batch: as llama.cpp computes a batch of that many tokens (its kernels and
+    // summation orders change with the row count). OneByOne: every row with the kernels of a one-token step,
+    // so its logits are the bits evaluating the tokens one at a time would give (each weight still read once
+    // for all rows): what verifying drafted tokens needs for greedy output to equal decoding without drafts.
+    enum class Rows { Batch, OneByOne };
     // Evaluates `tokens` at positions n_past().. and appends them to the cache. Logits are kept for every
     // token when want_all_logits, else for the last one only. Throws std::length_error when the context would
     // overflow and std::out_of_range for a token id outside the vocabulary.
-    void eval(std::span<const int32_t> tokens, bool want_all_logits = false);
+    void eval(std::span<const int32_t> tokens, bool want_all_logits = false, Rows rows = Rows::Batch);
     // Logits of token i of the last eval (i = -1: the last token).
     const float* logits(int i = -1) const;
     int n_past() const { return n_past_; }
@@ -94,6 +99,11 @@ public:
         int pos;
         std::vector<float> state;
     };
+    // The selected sequence's state at n_past (recurrent models: its recurrent state; others: the position
+    // only), and going back to such a mark: positions past it are forgotten, checkpoints past it dropped. A
+    // speculative step marks before its drafts and rewinds past the first rejected one.
+    Checkpoint mark() const;
+    void rewind(const Checkpoint& mark);
     // The selected sequence's snapshots, oldest first.
     const std::vector<Checkpoint>& checkpoints() const { return *checkpoints_; }
     // The selected sequence's cache, for a prompt cache to copy rows out of or into.
@@ -108,6 +118,8 @@ public:
     const std::vector<uint64_t>& expert_selections() const { return selections_; }
 
 private:
+    // The row count whose kernels a batch of n rows uses (1 while evaluating Rows::OneByOne).
+    int kernel_rows(int n) const { return one_by_one_ ? 1 : n; }
     // Per-chunk row counts: n tokens, and the rows whose last-layer feed-forward runs (llama.cpp's inp_out_ids).
     void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base);
 
@@ -185,6 +197,7 @@ private:
     ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;  // the tiled attention's f32 keys and values of the current batch
+    bool one_by_one_ = false;  // the current eval's Rows
     int n_past_ = 0;  // the positions the selected sequence (or the segment being computed) holds
     std::vector<int> past_;  // per sequence
     int active_ = 0;

@@ -56,8 +56,7 @@ std::pair<double, std::vector<std::pair<int32_t, double>>> token_logprobs(std::s
     return {logprob(chosen), std::move(top)};
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-    if (p_.temperature <= 0.f && p_.repeat_penalty == 1.f) return argmax(logits);  // greedy: no candidate list
+std::vector<double> Sampler::candidates(std::span<const float> logits, std::span<const int32_t> history) {
     cand_.clear();
     cand_.reserve(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
@@ -73,7 +72,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
             }
     }
     auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    if (p_.temperature <= 0.f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+    if (greedy()) {
+        cand_ = {*std::min_element(cand_.begin(), cand_.end(), by_logit)};
+        return {1.0};
+    }
     size_t keep = cand_.size();
     if (p_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(p_.top_k));
     std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
@@ -96,10 +98,49 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
         cand_.resize(std::max<size_t>(k, 1));
     }
     std::vector<double> w(cand_.size());
-    for (size_t i = 0; i < cand_.size(); ++i)
-        w[i] = std::exp(static_cast<double>(cand_[i].first - cand_[0].first) / p_.temperature);
+    for (size_t i = 0; i < cand_.size(); ++i) w[i] = std::exp(static_cast<double>(cand_[i].first - cand_[0].first) / p_.temperature);
+    return w;
+}
+
+// The weights candidates() returns, summing to one.
+static std::vector<double> normalized(std::vector<double> w) {
+    double total = 0;
+    for (double x : w) total += x;
+    for (double& x : w) x /= total;
+    return w;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+    if (greedy() && p_.repeat_penalty == 1.f) return argmax(logits);  // greedy: no candidate list
+    const std::vector<double> w = candidates(logits, history);
+    if (w.size() == 1) return cand_[0].second;
     std::discrete_distribution<size_t> dist(w.begin(), w.end());
     return cand_[dist(rng_)].second;
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history) {
+    const std::vector<double> w = normalized(candidates(logits, history));
+    std::vector<std::pair<int32_t, double>> out;
+    for (size_t i = 0; i < w.size(); ++i) out.emplace_back(cand_[i].second, w[i]);
+    return out;
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft) {
+    if (greedy()) {
+        const int32_t best = sample(logits, history);
+        return {best == draft, best};
+    }
+    const std::vector<double> w = normalized(candidates(logits, history));
+    double p_draft = 0;
+    for (size_t i = 0; i < w.size(); ++i)
+        if (cand_[i].second == draft) p_draft = w[i];
+    if (p_draft >= 1.0 || std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < p_draft) return {true, draft};
+    // Rejected: the residual max(0, p - q) with q the draft's point mass is p without the draft.
+    std::vector<double> rest = w;
+    for (size_t i = 0; i < rest.size(); ++i)
+        if (cand_[i].second == draft) rest[i] = 0;
+    std::discrete_distribution<size_t> dist(rest.begin(), rest.end());
+    return {false, cand_[dist(rng_)].second};
 }
 
 }  // namespace moe

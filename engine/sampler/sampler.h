@@ -24,9 +24,23 @@ public:
     explicit Sampler(SamplerParams p) : p_(p), rng_(p.seed) {}
     // Picks the next token from n_vocab logits given the tokens so far.
     int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+    // The distribution sample() draws from: (token, probability) pairs, most likely first (greedy: the one token).
+    std::vector<std::pair<int32_t, double>> distribution(std::span<const float> logits, std::span<const int32_t> history);
+    // Speculative decoding's rule for a drafted token (a draft that proposes one token, probability 1): it is
+    // kept with the probability the sampler gives it; otherwise the token is drawn from the sampler's
+    // distribution without it (renormalised). The tokens kept this way have exactly sample()'s distribution;
+    // greedy, the draft is kept when it is the argmax, else the argmax is returned.
+    struct Verdict {
+        bool accepted;
+        int32_t token;  // the draft when accepted, else its replacement
+    };
+    Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
     const SamplerParams& params() const { return p_; }
 
 private:
+    bool greedy() const { return p_.temperature <= 0.f; }
+    // Fills cand_ with the kept tokens and returns their unnormalised weights (the same order).
+    std::vector<double> candidates(std::span<const float> logits, std::span<const int32_t> history);
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> cand_;  // reused between calls

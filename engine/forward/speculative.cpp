@@ -1,0 +1,185 @@
+#include "engine/forward/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace moe {
+
+DraftMode parse_draft_mode(const std::string& name) {
+    if (name == "off") return DraftMode::Off;
+    if (name == "auto") return DraftMode::Auto;
+    if (name == "lookup") return DraftMode::Lookup;
+    if (name == "mtp") return DraftMode::Mtp;
+    throw std::invalid_argument("--draft " + name + ": expected auto, off, lookup or mtp");
+}
+
+const char* draft_mode_name(DraftMode mode) {
+    switch (mode) {
+        case DraftMode::Off: return "off";
+        case DraftMode::Auto: return "auto";
+        case DraftMode::Lookup: return "lookup";
+        case DraftMode::Mtp: return "mtp";
+    }
+    return "?";
+}
+
+std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_tokens, int min_ngram, int max_ngram) {
+    const int len = static_cast<int>(context.size());
+    if (max_tokens <= 0) return {};
+    for (int n = std::min(max_ngram, len - 1); n >= std::max(min_ngram, 1); --n) {
+        const int32_t* tail = context.data() + len - n;
+        // Latest start first: the most recent repetition is the likeliest to continue the same way.
+        for (int start = len - n - 1; start >= 0; --start) {
+            if (!std::equal(tail, tail + n, context.data() + start)) continue;
+            const int from = start + n, count = std::min(max_tokens, len - from);
+            return {context.begin() + from, context.begin() + from + count};
+        }
+    }
+    return {};
+}
+
+double routed_share_of_step(const ModelFacts& facts) {
+    const double active = static_cast<double>(facts.active_bytes_per_token());
+    return active > 0 ? static_cast<double>(facts.expert_bytes_per_token()) / active : 1.0;
+}
+
+DraftPlanner::DraftPlanner(int max_draft, double prior_extra_row_share)
+    : max_(std::max(0, max_draft)), prior_share_(std::clamp(prior_extra_row_share, 0.0, 1.0)) {}
+
+// Running averages: the first samples count fully, later ones with a fixed weight, so the estimate follows a
+// cache that warms up or a disk that slows down.
+static void running_average(double& avg, int& n, double sample) {
+    ++n;
+    avg += (sample - avg) / std::min(n, 16);
+}
+
+void DraftPlanner::observe_step(int rows, double seconds) {
+    if (rows <= 0 || !(seconds >= 0)) return;
+    if (rows == 1) return running_average(one_row_, one_row_n_, seconds);
+    if (one_row_n_ == 0) return;  // nothing to take the extra rows' share from yet
+    running_average(extra_row_, extra_row_n_, std::max(0.0, (seconds - one_row_) / (rows - 1)));
+    since_probe_ = 0;
+}
+
+void DraftPlanner::observe_drafts(int drafted, int accepted) {
+    if (drafted <= 0) return;
+    // Per drafted position reached: kept, or the first rejection (the drafts after it were never judged).
+    const int judged = std::min(drafted, accepted + 1);
+    constexpr double kDecay = 0.97;  // about the last 30 positions
+    for (int i = 0; i < judged; ++i) {
+        kept_ = kept_ * kDecay + (i < accepted ? 1 : 0);
+        tried_ = tried_ * kDecay + 1;
+    }
+}
+
+double DraftPlanner::extra_row_seconds() const { return extra_row_n_ > 0 ? extra_row_ : prior_share_ * one_row_; }
+
+double DraftPlanner::expected_tokens(int k) const {
+    const double p = acceptance();
+    double total = 0, reach = 1;
+    for (int i = 0; i <= k; ++i, reach *= p) total += reach;
+    return total;
+}
+
+int DraftPlanner::depth(int available) {
+    const int most = std::min(available, max_);
+    if (most <= 0) return 0;
+    if (one_row_n_ == 0) return 0;  // a plain step first, to know what drafts must beat
+    const double extra = extra_row_seconds();
+    int best = 0;
+    double best_rate = 1.0 / one_row_;
+    for (int k = 1; k <= most; ++k) {
+        const double rate = expected_tokens(k) / (one_row_ + k * extra);
+        if (rate > best_rate * 1.03) best = k, best_rate = rate;  // a margin: a near tie is not worth the variance
+    }
+    // Until a multi-row step has been measured the extra row's cost is a guess: now and then verify one draft
+    // to measure it (at most one step in 64 that could have drafted).
+    if (best == 0 && extra_row_n_ < 3 && ++since_probe_ >= 64) {
+        since_probe_ = 0;
+        return 1;
+    }
+    return best;
+}
+
+Drafter::Drafter(DraftMode mode, int max_draft, double prior_extra_row_share)
+    : mode_(mode), max_(std::max(0, max_draft)), planner_(max_draft, prior_extra_row_share) {
+    if (mode_ == DraftMode::Mtp) throw std::invalid_argument("--draft mtp: NextN/MTP drafts are not implemented yet (use lookup or auto)");
+}
+
+std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limit) {
+    limit = std::min(limit, max_);
+    if (mode_ == DraftMode::Off || limit <= 0) return {};
+    std::vector<int32_t> drafts = lookup_draft(history, limit);
+    if (mode_ == DraftMode::Auto) drafts.resize(static_cast<size_t>(planner_.depth(static_cast<int>(drafts.size()))));
+    return drafts;
+}
+
+void Drafter::observe(int rows, double seconds, int drafted, int accepted) {
+    planner_.observe_step(rows, seconds);
+    planner_.observe_drafts(drafted, accepted);
+    if (drafted > 0) {
+        stats_.steps++;
+        stats_.drafted += static_cast<uint64_t>(drafted);
+        stats_.accepted += static_cast<uint64_t>(accepted);
+    }
+}
+
+StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts,
+                             const EmitToken& emit) {
+    if (history.empty()) throw std::invalid_argument("speculative_step: no pending token");
+    StepOutcome out;
+    const int n_vocab = runner.n_vocab();
+    std::vector<int32_t> batch{history.back()};
+    batch.insert(batch.end(), drafts.begin(), drafts.end());
+    out.rows = static_cast<int>(batch.size());
+    if (drafts.empty()) {
+        runner.eval(batch);
+        const std::span<const float> row(runner.logits(), static_cast<size_t>(n_vocab));
+        const int32_t next = sampler.sample(row, history);
+        history.push_back(next);
+        out.stopped = !emit(next, row);
+        return out;
+    }
+    const Runner::Checkpoint before = runner.mark();
+    runner.eval(batch, true, Runner::Rows::OneByOne);
+    // Row i holds the logits after batch[i]: they judge drafts[i].
+    int i = 0;
+    int32_t next = -1;
+    for (; i < static_cast<int>(drafts.size()); ++i) {
+        const std::span<const float> row(runner.logits(i), static_cast<size_t>(n_vocab));
+        const Sampler::Verdict v = sampler.verify(row, history, drafts[static_cast<size_t>(i)]);
+        history.push_back(v.token);
+        if (!v.accepted) {
+            next = v.token;
+            out.stopped = !emit(v.token, row);
+            break;
+        }
+        ++out.accepted;
+        if (!emit(v.token, row)) {
+            out.stopped = true;
+            break;
+        }
+    }
+    // Kept in the cache: the pending token and the drafts accepted (a rejected one and those after it go).
+    const int keep = before.pos + 1 + out.accepted;
+    if (keep < runner.n_past()) {
+        if (runner.has_recurrent_state()) {
+            // A recurrent state cannot be cut back: from the mark, the kept tokens again (the same rows' bits).
+            runner.rewind(before);
+            runner.eval(std::span<const int32_t>(batch.data(), static_cast<size_t>(1 + out.accepted)), false, Runner::Rows::OneByOne);
+        } else {
+            runner.rewind({keep, {}});
+        }
+    }
+    if (next < 0 && !out.stopped) {  // every draft kept: the last row gives one more token
+        const std::span<const float> row(runner.logits(static_cast<int>(drafts.size())), static_cast<size_t>(n_vocab));
+        next = sampler.sample(row, history);
+        history.push_back(next);
+        out.stopped = !emit(next, row);
+    }
+    return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,104 @@
+// Speculative decoding: tokens drafted cheaply are verified by the model in one batch, which reads each weight
+// (and each routed expert the batch needs) once for all of them. Greedy output is token for token what
+// decoding without drafts gives (the batch's rows use one-token kernels, Runner::Rows::OneByOne); sampled
+// output keeps the sampler's distribution (Sampler::verify). How many drafts a step verifies is chosen from
+// what this sequence measured: the seconds a step costs per row, and how often drafts were kept.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/forward/runner.h"
+#include "engine/sampler/sampler.h"
+
+namespace moe {
+
+enum class DraftMode {
+    Off,
+    Auto,    // prompt-lookup drafts, as many as the measured cost pays for (often none)
+    Lookup,  // prompt-lookup drafts whenever the context offers some, up to the maximum
+    Mtp,     // the model's NextN/MTP block (not implemented: refused where asked for)
+};
+// "off", "auto", "lookup", "mtp"; std::invalid_argument naming the value otherwise.
+DraftMode parse_draft_mode(const std::string& name);
+const char* draft_mode_name(DraftMode mode);
+
+// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's last n tokens, for
+// the longest n in [min_ngram, max_ngram] that occurs, at most max_tokens of them. Agents resend and re-emit
+// spans of code and text, which this copies.
+std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_tokens, int min_ngram = 2, int max_ngram = 4);
+
+// How many drafts to verify. A step of 1 + k rows is predicted to cost one_row + k * extra_row seconds (both
+// measured on this sequence; extra_row starts at prior_extra_row_share of a one-row step until measured), and
+// to yield 1 + p + ... + p^k tokens, p the measured rate at which a draft is kept given the ones before it
+// were. The depth maximises tokens per second; it is 0 unless that beats a plain step by a margin.
+class DraftPlanner {
+public:
+    DraftPlanner(int max_draft, double prior_extra_row_share);
+    int depth(int available);
+    void observe_step(int rows, double seconds);
+    // A step that verified `drafted` tokens kept the first `accepted` of them.
+    void observe_drafts(int drafted, int accepted);
+    double acceptance() const { return kept_ / tried_; }
+    double one_row_seconds() const { return one_row_; }
+    double extra_row_seconds() const;
+    double expected_tokens(int k) const;
+
+private:
+    int max_;
+    double prior_share_;
+    double one_row_ = 0, extra_row_ = 0;  // running averages; 0 until measured
+    int one_row_n_ = 0, extra_row_n_ = 0;
+    double kept_ = 1, tried_ = 2;  // the acceptance estimate's counts, decaying (prior: one half, weight two)
+    int since_probe_ = 0;          // chances passed up since the last measured multi-row step
+};
+
+struct DraftStats {
+    uint64_t steps = 0;     // verification steps with at least one draft
+    uint64_t drafted = 0;   // drafted tokens verified
+    uint64_t accepted = 0;  // of them kept
+};
+
+// One sequence's drafts: where they come from and how many a step verifies.
+class Drafter {
+public:
+    Drafter(DraftMode mode, int max_draft, double prior_extra_row_share);
+    DraftMode mode() const { return mode_; }
+    // Drafts to verify after `history` (its last token is the one the next step evaluates), at most `limit`.
+    std::vector<int32_t> propose(std::span<const int32_t> history, int limit);
+    // What the step did: rows evaluated, its wall time, drafts verified and kept.
+    void observe(int rows, double seconds, int drafted, int accepted);
+    const DraftStats& stats() const { return stats_; }
+    const DraftPlanner& planner() const { return planner_; }
+
+private:
+    DraftMode mode_;
+    int max_;
+    DraftPlanner planner_;
+    DraftStats stats_;
+};
+
+// The share of a token's weight reads that are routed experts (what another row in a batch adds, as a
+// fraction of a one-token step, when its experts differ from the others'): the planner's starting guess.
+double routed_share_of_step(const ModelFacts& facts);
+
+// Called for each token a step produces, with the logits row it was chosen from; false stops the step.
+using EmitToken = std::function<bool(int32_t token, std::span<const float> logits)>;
+
+struct StepOutcome {
+    int rows = 0;       // tokens evaluated
+    int accepted = 0;   // drafts kept
+    bool stopped = false;  // emit asked to stop
+};
+
+// One decode step on the runner's selected sequence. history's last token is the pending one (chosen, not yet
+// evaluated); it and `drafts` are evaluated as one batch. Drafts are kept in order while the sampler accepts
+// them; the sequence is rolled back past the first rejected one; then the sampler's token from the last kept
+// row is emitted and appended to history (the next pending token). Every kept draft is emitted and appended
+// too. With no drafts this is a plain decode step.
+StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts,
+                             const EmitToken& emit);
+
+}  // namespace moe

@@ -1,0 +1,231 @@
+// Speculative decoding: greedy output with drafts is token for token (and logit for logit) what decoding
+// without them gives, on every shared reference model the engine loads, whether the drafts are all right, all
+// wrong or mixed; the sampled acceptance rule keeps the sampler's distribution; prompt lookup finds the right
+// span; the planner drafts only where its measured costs pay.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "engine/forward/speculative.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+TEST(LookupDraft, CopiesWhatFollowedTheLatestLongestMatch) {
+    //                          0  1  2  3  4  5  6  7  8  9 10 11 12
+    const std::vector<int32_t> c = {1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 2, 3};
+    // The last two tokens (2 3) occur at 1 and 6: the latest (6) wins; what followed it is 4 5 6 ...
+    EXPECT_EQ(lookup_draft(c, 3), (std::vector<int32_t>{4, 5, 6}));
+    EXPECT_EQ(lookup_draft(c, 20), (std::vector<int32_t>{4, 5, 6, 2, 3}));
+    // A longer match outranks a later shorter one: (7 1 2 3) occurs at 0, followed by 8; (1 2 3) also at 5.
+    const std::vector<int32_t> d = {7, 1, 2, 3, 8, 1, 2, 3, 9, 7, 1, 2, 3};
+    EXPECT_EQ(lookup_draft(d, 2), (std::vector<int32_t>{8, 1}));
+    EXPECT_TRUE(lookup_draft(std::vector<int32_t>{1, 2, 3, 4}, 4).empty());
+    EXPECT_TRUE(lookup_draft(c, 0).empty());
+    EXPECT_TRUE(lookup_draft(std::vector<int32_t>{}, 4).empty());
+}
+
+TEST(DraftMode, ParsesTheFourNamesAndRefusesOthers) {
+    EXPECT_EQ(parse_draft_mode("auto"), DraftMode::Auto);
+    EXPECT_EQ(parse_draft_mode("off"), DraftMode::Off);
+    EXPECT_EQ(parse_draft_mode("lookup"), DraftMode::Lookup);
+    EXPECT_EQ(parse_draft_mode("mtp"), DraftMode::Mtp);
+    EXPECT_THROW(parse_draft_mode("ngram"), std::invalid_argument);
+}
+
+// Over many draws, the token a verification yields (the draft when kept, else its replacement) has the
+// sampler's own distribution, for a likely draft, an unlikely one and one the filters cut away.
+TEST(SpeculativeSampling, VerifiedTokensKeepTheSamplersDistribution) {
+    const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f};
+    for (const SamplerParams p : {SamplerParams{.temperature = 0.8f, .top_k = 0, .top_p = 1.f, .min_p = 0.f, .seed = 1},
+                                  SamplerParams{.temperature = 1.2f, .top_k = 4, .top_p = 1.f, .min_p = 0.f, .seed = 2}}) {
+        Sampler probe(p);
+        std::map<int32_t, double> want;
+        for (const auto& [id, prob] : probe.distribution(logits, {})) want[id] = prob;
+        for (int32_t draft : {0, 3, 5}) {
+            Sampler s(p);
+            constexpr int kDraws = 200000;
+            std::map<int32_t, int> got;
+            int kept = 0;
+            for (int i = 0; i < kDraws; ++i) {
+                const Sampler::Verdict v = s.verify(logits, {}, draft);
+                got[v.token]++;
+                kept += v.accepted;
+                if (v.accepted) {
+                    EXPECT_EQ(v.token, draft);
+                }
+            }
+            // Kept as often as the sampler gives the draft (0 where top-k cuts it).
+            EXPECT_NEAR(static_cast<double>(kept) / kDraws, want.count(draft) ? want[draft] : 0.0, 0.005) << "draft " << draft;
+            for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
+                const double expect = want.count(id) ? want[id] : 0.0, seen = static_cast<double>(got[id]) / kDraws;
+                EXPECT_NEAR(seen, expect, 0.005) << "token " << id << " with draft " << draft << " at temperature " << p.temperature;
+            }
+        }
+    }
+}
+
+TEST(SpeculativeSampling, GreedyKeepsOnlyTheArgmax) {
+    const std::vector<float> logits = {0.5f, 3.0f, 3.0f, 1.0f};
+    Sampler s({.temperature = 0.f});
+    EXPECT_TRUE(s.verify(logits, {}, 1).accepted);
+    const Sampler::Verdict v = s.verify(logits, {}, 2);  // tied, but greedy takes the lowest id
+    EXPECT_FALSE(v.accepted);
+    EXPECT_EQ(v.token, 1);
+}
+
+TEST(DraftPlanner, DraftsWhereExtraRowsAreCheapAndNotWhereTheyCostAStep) {
+    DraftPlanner cheap(8, 0.5);
+    EXPECT_EQ(cheap.depth(8), 0);  // nothing measured: a plain step first
+    cheap.observe_step(1, 0.100);
+    cheap.observe_step(3, 0.120);  // 10 ms an extra row
+    for (int i = 0; i < 10; ++i) cheap.observe_drafts(4, 4);  // drafts nearly always kept
+    EXPECT_GT(cheap.acceptance(), 0.8);
+    EXPECT_NEAR(cheap.extra_row_seconds(), 0.010, 1e-9);
+    EXPECT_GE(cheap.depth(8), 4);
+    EXPECT_LE(cheap.depth(2), 2);
+
+    // I/O bound: an extra row reads as many new experts as a step; even always-kept drafts cannot pay.
+    DraftPlanner costly(8, 1.0);
+    costly.observe_step(1, 0.100);
+    for (int i = 0; i < 3; ++i) costly.observe_step(2, 0.200);
+    for (int i = 0; i < 10; ++i) costly.observe_drafts(4, 4);
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(costly.depth(8), 0);
+
+    // Unmeasured, with a prior that says no: one draft now and then, to measure.
+    DraftPlanner probing(8, 1.0);
+    probing.observe_step(1, 0.100);
+    int probes = 0;
+    for (int i = 0; i < 640; ++i) probes += probing.depth(8) > 0;
+    EXPECT_EQ(probes, 10);
+    // Rarely-kept drafts are not worth verifying even when rows are cheap.
+    DraftPlanner rejected(8, 0.05);
+    rejected.observe_step(1, 0.100);
+    for (int i = 0; i < 50; ++i) rejected.observe_drafts(3, 0);
+    EXPECT_LT(rejected.acceptance(), 0.05);
+    EXPECT_EQ(rejected.depth(8), 0);
+}
+
+struct Decoded {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;  // the row each token was chosen from
+};
+
+// Greedy decoding without drafts, one token per step.
+Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n) {
+    Runner r(m, ro);
+    r.eval(prompt);
+    Decoded d;
+    for (int i = 0; i < n; ++i) {
+        const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
+        d.tokens.push_back(argmax(row));
+        d.logits.emplace_back(row.begin(), row.end());
+        if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
+    }
+    return d;
+}
+
+// The same with drafts from `draft_for(history)` verified each step.
+template <class DraftFn>
+Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
+    Runner r(m, ro);
+    Sampler s({.temperature = 0.f});
+    r.eval(prompt);
+    Decoded d;
+    std::vector<int32_t> history = prompt;
+    auto emit = [&](int32_t t, std::span<const float> row) {
+        d.tokens.push_back(t);
+        d.logits.emplace_back(row.begin(), row.end());
+        return static_cast<int>(d.tokens.size()) < n;
+    };
+    history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
+    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
+    while (more) {
+        std::vector<int32_t> drafts = draft_for(history);
+        drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(n - static_cast<int>(d.tokens.size()) - 1)));
+        const StepOutcome o = speculative_step(r, s, history, drafts, emit);
+        *kept += o.accepted;
+        more = !o.stopped;
+    }
+    return d;
+}
+
+void expect_same(const Decoded& want, const Decoded& got, const std::string& what) {
+    ASSERT_EQ(want.tokens, got.tokens) << what;
+    for (size_t i = 0; i < want.logits.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
+            << what << ": logits of token " << i << " differ from decoding one token at a time";
+}
+
+// Every shared reference model the engine loads (attention, MLA, DSA, DeltaNet; every weight type; ik's files
+// on ik's numerics), with drafts that are the model's own continuation (all kept), wrong (all rejected) and
+// right but broken every third token (kept, then rejected mid-batch): the same tokens and logits as without.
+TEST(SpeculativeGreedy, DraftsNeverChangeTheTokensOnAnySharedModel) {
+    REQUIRE_ORACLE();
+    std::vector<std::string> paths, refused;
+    for (const auto& e : std::filesystem::directory_iterator(test::oracle_dir() + "/models"))
+        if (e.path().extension() == ".gguf") paths.push_back(e.path().string());
+    std::sort(paths.begin(), paths.end());
+    int checked = 0;
+    for (const std::string& path : paths) {
+        GgufModel file = open_gguf_model(path);
+        std::unique_ptr<Model> m;
+        try {
+            m = load_model(file);
+        } catch (const std::exception& e) {
+            refused.push_back(std::filesystem::path(path).filename().string() + " (" + e.what() + ")");
+            continue;
+        }
+        const std::string name = std::filesystem::path(path).filename().string();
+        const int V = static_cast<int>(m->hp.n_vocab);
+        const std::vector<int32_t> prompt = {1 % V, 17 % V, 42 % V, 9 % V, 250 % V, 17 % V, 42 % V};
+        const int n = 14;
+        // Both llama.cpp builds' numerics: the AVX2 build's batches take other kernels (repacked GEMMs) than its
+        // one-token steps, more often than the AVX-512 build's.
+        std::vector<RunnerOptions> options = {{.n_ctx = 64, .n_threads = 2, .flavor = kernels::Flavor::Avx512},
+                                              {.n_ctx = 64, .n_threads = 2, .flavor = kernels::Flavor::Avx2}};
+        if (name.find("qwen-s64") != std::string::npos || name.find("deepseek2-gpt2") != std::string::npos)
+            options.push_back({.n_ctx = 64, .n_threads = 2, .cache_type_k = GgmlType::Q8_0, .cache_type_v = GgmlType::Q8_0});
+        for (const RunnerOptions& ro : options) {
+            const Decoded plain = decode_plain(*m, ro, prompt, n);
+            const std::string what = name + (ro.cache_type_k == GgmlType::F16 ? "" : " (q8_0 cache)") +
+                                     (ro.flavor == kernels::Flavor::Avx2 ? " (AVX2 build's numerics)" : "");
+            // The continuation the model will produce from here: its own greedy tokens.
+            auto own = [&](const std::vector<int32_t>& h) {
+                const size_t done = h.size() - prompt.size();
+                return std::vector<int32_t>(plain.tokens.begin() + static_cast<long>(done), plain.tokens.end());
+            };
+            int kept = 0;
+            expect_same(plain, decode_drafted(*m, ro, prompt, n, own, &kept), what + ", right drafts");
+            EXPECT_EQ(kept, n - 2) << what << ": every right draft is kept (one step verifies them all)";
+            kept = 0;
+            auto wrong = [&](const std::vector<int32_t>& h) {
+                std::vector<int32_t> d = own(h);
+                for (int32_t& t : d) t = (t + 1) % V;
+                return std::vector<int32_t>(d.begin(), d.begin() + std::min<long>(3, static_cast<long>(d.size())));
+            };
+            expect_same(plain, decode_drafted(*m, ro, prompt, n, wrong, &kept), what + ", wrong drafts");
+            EXPECT_EQ(kept, 0) << what;
+            kept = 0;
+            auto broken = [&](const std::vector<int32_t>& h) {
+                std::vector<int32_t> d = own(h);
+                if (d.size() > 2) d[2] = (d[2] + 1) % V;
+                return std::vector<int32_t>(d.begin(), d.begin() + std::min<long>(5, static_cast<long>(d.size())));
+            };
+            expect_same(plain, decode_drafted(*m, ro, prompt, n, broken, &kept), what + ", drafts wrong at the third");
+            EXPECT_GT(kept, 0) << what;
+        }
+        ++checked;
+    }
+    std::string list;
+    for (const std::string& r : refused) list += "\n  " + r;
+    std::printf("[ speculative ] %d shared models checked; not loadable by this engine (%zu):%s\n", checked, refused.size(), list.c_str());
+    EXPECT_GE(checked, 40);
+}
+
+}  // namespace
+}  // namespace moe
