@@ -169,15 +169,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
-    if (draft_max < 1 || draft_max > 64) throw CliError("--draft-max " + std::to_string(draft_max) + " is out of range (1..64)");
-    DraftMode draft_mode;
-    try {
-        draft_mode = parse_draft_mode(draft);
-    } catch (const std::invalid_argument& e) {
-        throw CliError(e.what());
-    }
-    if (draft_mode == DraftMode::Mtp)
-        throw CliError("--draft mtp: NextN/MTP drafts are not implemented yet; --draft lookup or auto drafts from the context");
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
     if (use_ref && draft_mode != DraftMode::Off) throw CliError("--draft verifies on the fast forward; drop --ref");
 
     Loaded L = load(model_path, ef, static_cast<uint32_t>(std::max(1, n_ctx)));

@@ -85,7 +85,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     size_t max_body = 4u << 20;
     HttpServerOptions http_opt;
     std::string reasoning_format = "deepseek", plan_path, prompt_cache_dir, prompt_cache_size = "8G", prompt_cache_rate = "128M";
-    int prompt_cache_min = 256;
+    int prompt_cache_min = 256, draft_max = 8;
+    std::string draft = "off";
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
         ("host", po::value(&host)->default_value("127.0.0.1"), "address to bind")
@@ -105,6 +106,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "bytes the prompt cache may take on disk (least recently used dropped)")
         ("prompt-cache-rate", po::value(&prompt_cache_rate)->default_value("128M"), "bytes per second the prompt cache writes at most (0: unbounded)")
         ("prompt-cache-min", po::value(&prompt_cache_min)->default_value(256), "new prompt tokens a prefix must add to be saved")
+        ("draft", po::value(&draft)->default_value("off"),
+         "speculative decoding while one slot generates: auto (prompt-lookup drafts as the measured cost pays) | lookup | off")
+        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")
         ("max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")
         ("max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")
         ("plan", po::value(&plan_path), "plan.yaml this server runs (moestream plan): the web page shows its decisions beside the measured figures")
@@ -130,6 +134,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
     PromptCacheOptions pc_opt{.dir = prompt_cache_dir, .max_bytes = parse_bytes("--prompt-cache-size", prompt_cache_size),
                               .write_bytes_per_s = parse_bytes("--prompt-cache-rate", prompt_cache_rate), .min_tokens = prompt_cache_min, .disk_busy = {}};
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
     if (prompt_cache_min < 1) throw CliError("--prompt-cache-min " + std::to_string(prompt_cache_min) + " must be at least 1");
     if (!plan_path.empty()) {
         // Only the web page reads the plan: an unreadable one is reported and serving goes on without it.
@@ -220,6 +225,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         gen = std::make_unique<Generator>(*engine.model, tok, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = engine.flavor, .max_checkpoints = checkpoints,
                                                         .n_seq = parallel, .routing_trace = trace.get(), .cache_type_k = engine.kv_types.k, .cache_type_v = engine.kv_types.v},
                                           static_cast<size_t>(max_queue));
+        // Streaming, an extra row's experts are mostly new reads: assume a whole step until measured.
+        if (draft_mode != DraftMode::Off) gen->use_drafts(draft_mode, draft_max, engine.streaming ? 1.0 : routed_share_of_step(model_facts(engine.file)));
         if (!prompt_cache_dir.empty()) {
             // Serving goes on without it when DIR cannot be used: a cold prompt is slower, not wrong.
             try {

@@ -49,6 +49,19 @@ void rewrite_llama_short_options(std::vector<std::string>& args) {
     }
 }
 
+DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
+    if (draft_max < 1 || draft_max > 64) throw CliError("--draft-max " + std::to_string(draft_max) + " is out of range (1..64)");
+    DraftMode mode;
+    try {
+        mode = parse_draft_mode(draft);
+    } catch (const std::invalid_argument& e) {
+        throw CliError(e.what());
+    }
+    if (mode == DraftMode::Mtp)
+        throw CliError("--draft mtp: NextN/MTP drafts are not implemented yet; --draft lookup or auto drafts from the context");
+    return mode;
+}
+
 kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v) {
     auto one = [](const char* flag, const std::string& name) {
         if (auto t = kernels::parse_kv_cache_type(name)) return *t;

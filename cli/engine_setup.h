@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/forward/speculative.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kernels/flavor.h"
 #include "engine/kernels/kv_cache_types.h"
@@ -36,6 +37,9 @@ void add_engine_options(boost::program_options::options_description& opts, Engin
 void rewrite_llama_short_options(std::vector<std::string>& args);
 // The cache types of --cache-type-k/-v, or CliError naming the flag, the value and the choices.
 kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v);
+
+// --draft and --draft-max (run, serve): the mode, or CliError naming the flag and value (mtp: not implemented).
+DraftMode parse_draft_flags(const std::string& draft, int draft_max);
 
 struct LoadedEngine {
     GgufModel file;

@@ -20,7 +20,10 @@ TEST(LookupDraft, CopiesWhatFollowedTheLatestLongestMatch) {
     const std::vector<int32_t> c = {1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 2, 3};
     // The last two tokens (2 3) occur at 1 and 6: the latest (6) wins; what followed it is 4 5 6 ...
     EXPECT_EQ(lookup_draft(c, 3), (std::vector<int32_t>{4, 5, 6}));
-    EXPECT_EQ(lookup_draft(c, 20), (std::vector<int32_t>{4, 5, 6, 2, 3}));
+    // Past the context's end the repetition goes on with its period (here 2 3 4 5 6).
+    EXPECT_EQ(lookup_draft(c, 7), (std::vector<int32_t>{4, 5, 6, 2, 3, 4, 5}));
+    // A loop of one token drafts more of it, however close the match is to the end.
+    EXPECT_EQ(lookup_draft(std::vector<int32_t>{5, 7, 7, 7}, 4), (std::vector<int32_t>{7, 7, 7, 7}));
     // A longer match outranks a later shorter one: (7 1 2 3) occurs at 0, followed by 8; (1 2 3) also at 5.
     const std::vector<int32_t> d = {7, 1, 2, 3, 8, 1, 2, 3, 9, 7, 1, 2, 3};
     EXPECT_EQ(lookup_draft(d, 2), (std::vector<int32_t>{8, 1}));
@@ -108,6 +111,30 @@ TEST(DraftPlanner, DraftsWhereExtraRowsAreCheapAndNotWhereTheyCostAStep) {
     for (int i = 0; i < 50; ++i) rejected.observe_drafts(3, 0);
     EXPECT_LT(rejected.acceptance(), 0.05);
     EXPECT_EQ(rejected.depth(8), 0);
+}
+
+// auto learns how often drafts would be kept from the ones it passes up: the tokens that follow judge them.
+TEST(Drafter, AutoJudgesTheDraftsItPassesUpAgainstWhatFollows) {
+    Drafter d(DraftMode::Auto, 8, 1.0);  // extra rows assumed as costly as a step: nothing gets verified
+    std::vector<int32_t> history = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+    const double before = d.planner().acceptance();
+    for (int i = 0; i < 40; ++i) {
+        EXPECT_TRUE(d.propose(history, 8).empty());
+        d.observe(1, 0.01, 0, 0);
+        history.push_back(history[history.size() - 4]);  // the loop goes on: every passed-up draft was right
+    }
+    EXPECT_GT(d.planner().acceptance(), 0.9);
+    EXPECT_GT(d.planner().acceptance(), before);
+    Drafter wrong(DraftMode::Auto, 8, 1.0);
+    std::vector<int32_t> h2 = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+    uint32_t x = 12345;
+    for (int i = 0; i < 200; ++i) {
+        wrong.propose(h2, 8);
+        wrong.observe(1, 0.01, 0, 0);
+        x = x * 1664525u + 1013904223u;
+        h2.push_back(1 + static_cast<int32_t>((x >> 16) % 4));  // random over the same four tokens: drafts right 1 in 4
+    }
+    EXPECT_LT(wrong.planner().acceptance(), 0.45);
 }
 
 struct Decoded {

@@ -33,8 +33,12 @@ std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_toke
         // Latest start first: the most recent repetition is the likeliest to continue the same way.
         for (int start = len - n - 1; start >= 0; --start) {
             if (!std::equal(tail, tail + n, context.data() + start)) continue;
-            const int from = start + n, count = std::min(max_tokens, len - from);
-            return {context.begin() + from, context.begin() + from + count};
+            // What followed the match, continued with the same period past the context's end: a match close
+            // to the end (a loop of a few tokens) still drafts max_tokens.
+            std::vector<int32_t> draft;
+            for (int i = start + n; static_cast<int>(draft.size()) < max_tokens; ++i)
+                draft.push_back(i < len ? context[static_cast<size_t>(i)] : draft[static_cast<size_t>(i - len)]);
+            return draft;
         }
     }
     return {};
@@ -109,10 +113,26 @@ Drafter::Drafter(DraftMode mode, int max_draft, double prior_extra_row_share)
 }
 
 std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limit) {
+    // Drafts proposed last time but not verified: the tokens generated since say how many would have been
+    // kept (for a sampled token, kept with the probability the sampler gave the draft: the acceptance rate).
+    if (!shadow_.empty() && history.size() > shadow_at_) {
+        const size_t seen = std::min(shadow_.size(), history.size() - shadow_at_);
+        size_t same = 0;
+        while (same < seen && history[shadow_at_ + same] == shadow_[same]) ++same;
+        planner_.observe_drafts(static_cast<int>(same < seen ? same + 1 : seen), static_cast<int>(same));
+        shadow_.clear();
+    }
     limit = std::min(limit, max_);
     if (mode_ == DraftMode::Off || limit <= 0) return {};
     std::vector<int32_t> drafts = lookup_draft(history, limit);
-    if (mode_ == DraftMode::Auto) drafts.resize(static_cast<size_t>(planner_.depth(static_cast<int>(drafts.size()))));
+    if (mode_ == DraftMode::Auto) {
+        const size_t depth = static_cast<size_t>(planner_.depth(static_cast<int>(drafts.size())));
+        if (depth == 0 && !drafts.empty()) {
+            shadow_ = drafts;
+            shadow_at_ = history.size();
+        }
+        drafts.resize(depth);
+    }
     return drafts;
 }
 
@@ -123,6 +143,17 @@ void Drafter::observe(int rows, double seconds, int drafted, int accepted) {
         stats_.steps++;
         stats_.drafted += static_cast<uint64_t>(drafted);
         stats_.accepted += static_cast<uint64_t>(accepted);
+    }
+}
+
+void keep_verified(Runner& runner, const Runner::Checkpoint& mark, std::span<const int32_t> batch, int kept) {
+    if (mark.pos + kept >= runner.n_past()) return;
+    if (runner.has_recurrent_state()) {
+        // A recurrent state cannot be cut back: from the mark, the kept tokens again (the same rows' bits).
+        runner.rewind(mark);
+        runner.eval(batch.first(static_cast<size_t>(kept)), false, Runner::Rows::OneByOne);
+    } else {
+        runner.rewind({mark.pos + kept, {}});
     }
 }
 
@@ -163,16 +194,7 @@ StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32
         }
     }
     // Kept in the cache: the pending token and the drafts accepted (a rejected one and those after it go).
-    const int keep = before.pos + 1 + out.accepted;
-    if (keep < runner.n_past()) {
-        if (runner.has_recurrent_state()) {
-            // A recurrent state cannot be cut back: from the mark, the kept tokens again (the same rows' bits).
-            runner.rewind(before);
-            runner.eval(std::span<const int32_t>(batch.data(), static_cast<size_t>(1 + out.accepted)), false, Runner::Rows::OneByOne);
-        } else {
-            runner.rewind({keep, {}});
-        }
-    }
+    keep_verified(runner, before, batch, 1 + out.accepted);
     if (next < 0 && !out.stopped) {  // every draft kept: the last row gives one more token
         const std::span<const float> row(runner.logits(static_cast<int>(drafts.size())), static_cast<size_t>(n_vocab));
         next = sampler.sample(row, history);

@@ -26,8 +26,8 @@ DraftMode parse_draft_mode(const std::string& name);
 const char* draft_mode_name(DraftMode mode);
 
 // Prompt lookup: the tokens that followed the latest earlier occurrence of the context's last n tokens, for
-// the longest n in [min_ngram, max_ngram] that occurs, at most max_tokens of them. Agents resend and re-emit
-// spans of code and text, which this copies.
+// the longest n in [min_ngram, max_ngram] that occurs, max_tokens of them (continued with the repetition's
+// period past the context's end). Agents resend and re-emit spans of code and text, which this copies.
 std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_tokens, int min_ngram = 2, int max_ngram = 4);
 
 // How many drafts to verify. A step of 1 + k rows is predicted to cost one_row + k * extra_row seconds (both
@@ -78,6 +78,8 @@ private:
     int max_;
     DraftPlanner planner_;
     DraftStats stats_;
+    std::vector<int32_t> shadow_;  // drafts the planner passed up, judged against the tokens that follow
+    size_t shadow_at_ = 0;         // the history position of shadow_[0]
 };
 
 // The share of a token's weight reads that are routed experts (what another row in a batch adds, as a
@@ -92,6 +94,10 @@ struct StepOutcome {
     int accepted = 0;   // drafts kept
     bool stopped = false;  // emit asked to stop
 };
+
+// After a verification batch evaluated from `mark`: keeps its first `kept` rows in the selected sequence and
+// forgets the rest (recurrent models: back to the mark's state, the kept tokens evaluated again).
+void keep_verified(Runner& runner, const Runner::Checkpoint& mark, std::span<const int32_t> batch, int kept);
 
 // One decode step on the runner's selected sequence. history's last token is the pending one (chosen, not yet
 // evaluated); it and `drafts` are evaluated as one batch. Drafts are kept in order while the sampler accepts

@@ -264,6 +264,11 @@ std::string ApiService::metrics_text() {
     metric("moestream_grammar_tokens_total", "counter", "Tokens drawn under a grammar (response_format, forced tool calls).", static_cast<double>(s.grammar_tokens.load()));
     metric("moestream_grammar_masks_total", "counter", "Full vocabulary masks built (the drawn token was not allowed).", static_cast<double>(s.grammar_masks.load()));
     metric("moestream_grammar_seconds_total", "counter", "Time spent checking and masking tokens.", static_cast<double>(s.grammar_ns.load()) / 1e9);
+    if (gen_->draft_mode() != DraftMode::Off) {
+        metric("moestream_draft_steps_total", "counter", "Decode steps that verified drafted tokens.", static_cast<double>(s.draft_steps.load()));
+        metric("moestream_draft_tokens_total", "counter", "Drafted tokens verified.", static_cast<double>(s.draft_tokens.load()));
+        metric("moestream_draft_accepted_total", "counter", "Drafted tokens kept.", static_cast<double>(s.draft_accepted.load()));
+    }
     const auto& rs = gen_->runner_stats();
     metric("moestream_expert_loads_total", "counter", "Experts fetched (once per batch each).", static_cast<double>(rs.expert_loads));
     metric("moestream_expert_activations_total", "counter", "Token-expert pairs computed.", static_cast<double>(rs.expert_activations));

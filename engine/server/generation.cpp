@@ -33,6 +33,10 @@ struct Generator::Slot {
     size_t max_stop = 0;
     int drawn = 0;                // tokens drawn so far (the end-of-generation token included)
     std::vector<float> logits;    // for the next draw
+    // Speculative decoding: this slot's drafts and their measured costs; a token the last verification chose
+    // in place of a rejected draft (taken next instead of a draw; its row is in logits), else -1.
+    std::optional<Drafter> drafter;
+    int32_t pending = -1;
     Clock::time_point t1;         // generation start
     uint64_t last_used = 0;       // for choosing among equally good free slots
     // Prompt evaluation still going (interleaved with the other slots' decode steps): where it must stop to
@@ -306,6 +310,7 @@ void Generator::prefill_some(Slot& slot, int budget) {
     slot.max_stop = 0;
     for (const auto& st : slot.req.stop) slot.max_stop = std::max(slot.max_stop, st.size());
     slot.drawn = 0;
+    slot.pending = -1;
     slot.t1 = Clock::now();
     r.finish_reason = "length";
     if (slot.req.max_tokens <= 0) finish(slot);
@@ -368,8 +373,9 @@ void Generator::step() {
         }
         if (slot.req.ignore_eos)
             for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-        const int32_t next = slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)
-                                             : slot.sampler->sample(slot.logits, slot.history);
+        const int32_t next = slot.pending >= 0   ? std::exchange(slot.pending, -1)
+                             : slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)
+                                               : slot.sampler->sample(slot.logits, slot.history);
         if (!take_token(slot, next)) {
             finish(slot);
             continue;
@@ -381,7 +387,13 @@ void Generator::step() {
     if (tokens.empty()) return;
     const ExpertSourceStats before = model_.experts->stats();
     try {
-        if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
+        if (tokens.size() == 1 && going[0]->drafter && !going[0]->constraint) {
+            runner_.select_sequence(seqs[0]);
+            if (speculate(*going[0], tokens[0])) return charge(going, before);
+            const auto t = Clock::now();
+            runner_.eval(tokens);
+            going[0]->drafter->observe(1, std::chrono::duration<double>(Clock::now() - t).count(), 0, 0);
+        } else if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
             runner_.select_sequence(seqs[0]);
             runner_.eval(tokens);
         } else {
@@ -399,6 +411,59 @@ void Generator::step() {
         going[i]->logits.assign(l, l + runner_.n_vocab());
         going[i]->cached.push_back(tokens[i]);
     }
+}
+
+void Generator::use_drafts(DraftMode mode, int max_draft, double prior_extra_row_share) {
+    draft_mode_ = mode;
+    for (auto& sp : slots_) {
+        if (mode == DraftMode::Off) sp->drafter.reset();
+        else sp->drafter.emplace(mode, max_draft, prior_extra_row_share);
+    }
+}
+
+bool Generator::speculate(Slot& slot, int32_t next) {
+    // Drafts stop where the request's token budget or the context would: the kept ones are drawn tokens.
+    const int limit = std::min(slot.req.max_tokens - slot.drawn, runner_.n_ctx() - runner_.n_past() - 1);
+    const std::vector<int32_t> drafts = slot.drafter->propose(slot.history, limit);
+    if (drafts.empty()) return false;
+    const auto t = Clock::now();
+    const Runner::Checkpoint mark = runner_.mark();
+    std::vector<int32_t> batch{next};
+    batch.insert(batch.end(), drafts.begin(), drafts.end());
+    runner_.eval(batch, true, Runner::Rows::OneByOne);
+    slot.cached.push_back(next);
+    auto row_to_slot = [&](int i) {
+        slot.logits.assign(runner_.logits(i), runner_.logits(i) + runner_.n_vocab());
+        if (slot.req.ignore_eos)
+            for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    };
+    int kept = 0;
+    bool going = true;
+    for (int i = 0; i < static_cast<int>(drafts.size()); ++i) {
+        row_to_slot(i);  // row i judges drafts[i] (and is what take_token's logprobs read)
+        const Sampler::Verdict v = slot.sampler->verify(slot.logits, slot.history, drafts[static_cast<size_t>(i)]);
+        if (!v.accepted) {
+            slot.pending = v.token;
+            break;
+        }
+        ++kept;
+        slot.cached.push_back(v.token);
+        if (!take_token(slot, v.token)) {
+            going = false;
+            break;
+        }
+    }
+    if (going && kept == static_cast<int>(drafts.size())) row_to_slot(kept);  // every draft kept: the next draw's row
+    keep_verified(runner_, mark, batch, 1 + kept);
+    slot.drafter->observe(static_cast<int>(batch.size()), std::chrono::duration<double>(Clock::now() - t).count(),
+                          static_cast<int>(drafts.size()), kept);
+    slot.r.drafted += static_cast<int>(drafts.size());
+    slot.r.draft_accepted += kept;
+    stats_.draft_steps++;
+    stats_.draft_tokens += drafts.size();
+    stats_.draft_accepted += static_cast<uint64_t>(kept);
+    if (!going) finish(slot);
+    return true;
 }
 
 void Generator::fail(Slot& slot, const std::string& error) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/forward/runner.h"
+#include "engine/forward/speculative.h"
 #include "engine/server/histogram.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sampler/token_constraint.h"
@@ -78,6 +79,7 @@ struct GenerationResult {
     int prompt_reused = 0;           // taken from the KV cache instead of evaluated
     int prompt_restored = 0;         // of those, read from the prompt cache on disk
     int completion_tokens = 0;
+    int drafted = 0, draft_accepted = 0;  // speculative decoding: drafts verified, and kept
     double prompt_ms = 0, gen_ms = 0;
     RequestExpertIo experts;
 };
@@ -92,6 +94,7 @@ struct GenerationStats {
     // Live, as tokens go (the totals above move when a request ends): for the engine view's rates.
     std::atomic<uint64_t> tokens_decoded{0}, prompt_evaluated{0}, busy_ns{0};
     std::atomic<uint64_t> prompt_eval_ns{0};  // time spent evaluating prompts (what restored prefixes save)
+    std::atomic<uint64_t> draft_steps{0}, draft_tokens{0}, draft_accepted{0};  // speculative decoding
 };
 
 class Generator {
@@ -124,6 +127,11 @@ public:
     // must outlive the generator.
     void use_prompt_cache(PromptCache* cache) { prompt_cache_ = cache; }
     const PromptCache* prompt_cache() const { return prompt_cache_; }
+    // Speculative decoding (serve --draft): each slot drafts with its own Drafter while it is the only one
+    // generating (verification is not yet batched across slots; constrained requests never draft). Set before
+    // the first request.
+    void use_drafts(DraftMode mode, int max_draft, double prior_extra_row_share);
+    DraftMode draft_mode() const { return draft_mode_; }
     // Measured prompt evaluation time per token so far (0 before any prompt was evaluated).
     double prompt_seconds_per_token() const {
         const uint64_t n = stats_.prompt_evaluated.load();
@@ -147,6 +155,9 @@ private:
     void prefill_some(Slot& slot, int budget);
     // Draws and handles each running slot's next token, then evaluates those that go on in one batch.
     void step();
+    // The only generating slot's step with drafts after `next` (taken, not yet evaluated): false when it has
+    // none to verify (the caller evaluates next alone).
+    bool speculate(Slot& slot, int32_t next);
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
@@ -197,6 +208,7 @@ private:
     std::shared_ptr<const VocabTrie> trie_;  // built on the first constrained request (worker thread only)
     std::vector<float> masked_;
     PromptCache* prompt_cache_ = nullptr;
+    DraftMode draft_mode_ = DraftMode::Off;
     std::thread thread_;
 };
 

@@ -38,6 +38,7 @@ json usage_json(const GenerationResult& r) {
 json timings_json(const GenerationResult& r) {
     return {{"prompt_n", r.prompt_tokens - r.prompt_reused}, {"prompt_reused", r.prompt_reused}, {"prompt_restored", r.prompt_restored}, {"prompt_ms", r.prompt_ms},
             {"predicted_n", r.completion_tokens}, {"predicted_ms", r.gen_ms},
+            {"draft_n", r.drafted}, {"draft_n_accepted", r.draft_accepted},  // llama-server's names
             {"predicted_per_second", r.completion_tokens > 1 && r.gen_ms > 0 ? (r.completion_tokens - 1) * 1000.0 / r.gen_ms : 0.0}};
 }
 

@@ -1,0 +1,76 @@
+// serve --draft: greedy answers (text, tokens' logprobs) are the same with prompt-lookup drafts as without, on
+// an attention model and on a recurrent one (whose rejected drafts roll back through a re-evaluation); the
+// response's timings and /metrics say how many drafts were verified and kept.
+#include <nlohmann/json.hpp>
+
+#include "tests/serve_fixture.h"
+
+namespace moe {
+namespace {
+
+using json = nlohmann::json;
+
+// A code-editing style request: the answer is likely to repeat spans of the prompt, which is what lookup drafts.
+const std::string kEdit = R"({"model":"m","prompt":"def area(w, h):\n    return w * h\n\ndef area(w, h):\n    return w * h\n\ndef area(w, h):\n","max_tokens":48,"temperature":0,"ignore_eos":true,"logprobs":2})";
+
+json completion(const test::Server& s) {
+    const auto r = test::request(s.port(), "POST", "/v1/completions", kEdit);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+}
+
+class ServeDrafts : public test::ServeTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ServeDrafts, GreedyAnswersAreTheSameWithLookupDrafts) {
+    std::string model = model_;
+    if (GetParam()) {
+        model = *dir_ / "hybrid-drafts.gguf";
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", "qwen35moe", "--layers", "4", "--embd", "64", "--heads", "2", "--kv-heads", "1",
+                                 "--head-dim", "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--shared-experts", "1",
+                                 "--vocab-builtin", "--seed", "8", "--out", model}),  // a seed whose answer repeats 2-grams: drafts
+                  0);
+    }
+    json plain, drafted;
+    {
+        test::Server s(model, {"--draft", "off"});
+        ASSERT_GT(s.port(), 0) << s.log();
+        plain = completion(s);
+        EXPECT_EQ(plain["timings"]["draft_n"], 0);
+        EXPECT_EQ(test::request(s.port(), "GET", "/metrics").body.find("moestream_draft_tokens_total"), std::string::npos);
+    }
+    test::Server s(model, {"--draft", "lookup", "--draft-max", "6"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    drafted = completion(s);
+    EXPECT_EQ(drafted["choices"][0]["text"], plain["choices"][0]["text"]);
+    EXPECT_EQ(drafted["choices"][0]["logprobs"], plain["choices"][0]["logprobs"]);
+    EXPECT_EQ(drafted["usage"]["completion_tokens"], plain["usage"]["completion_tokens"]);
+    const int n = drafted["timings"]["draft_n"].get<int>(), kept = drafted["timings"]["draft_n_accepted"].get<int>();
+    EXPECT_GT(n, 0) << drafted.dump();
+    EXPECT_GE(kept, 0);
+    EXPECT_LE(kept, n);
+    const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
+    EXPECT_NE(metrics.find("moestream_draft_tokens_total " + std::to_string(n) + "\n"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("moestream_draft_accepted_total " + std::to_string(kept) + "\n"), std::string::npos) << metrics;
+    // The next request on the same slot starts from what the cache really holds.
+    const json again = completion(s);
+    EXPECT_EQ(again["choices"][0]["text"], plain["choices"][0]["text"]);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ServeDrafts, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "Recurrent" : "Attention"); });
+
+TEST(ServeDraftFlags, BadValuesAreOneLineErrors) {
+    const auto [rc, out] = test::run_moestream("serve --model /nonexistent.gguf --draft sometimes");
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("--draft sometimes: expected auto, off, lookup or mtp"), std::string::npos) << out;
+    const auto [rc2, out2] = test::run_moestream("run --model /nonexistent.gguf -p x --draft mtp");
+    EXPECT_NE(rc2, 0);
+    EXPECT_NE(out2.find("--draft mtp: NextN/MTP drafts are not implemented yet"), std::string::npos) << out2;
+    const auto [rc3, out3] = test::run_moestream("run --model /nonexistent.gguf -p x --draft lookup --draft-max 0");
+    EXPECT_NE(rc3, 0);
+    EXPECT_NE(out3.find("--draft-max 0 is out of range"), std::string::npos) << out3;
+}
+
+}  // namespace
+}  // namespace moe
