@@ -30,7 +30,7 @@ json draft_json(const Drafter& d) {
     const DraftStats& s = d.stats();
     return {{"mode", draft_mode_name(d.mode())}, {"steps", s.steps}, {"drafted", s.drafted}, {"accepted", s.accepted},
             {"acceptance", s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
-            {"one_row_s", d.planner().one_row_seconds()}, {"extra_row_s", d.planner().extra_row_seconds()}};
+            {"one_row_s", d.planner().one_row_seconds()}, {"expert_share", d.planner().expert_share()}};
 }
 
 using Clock = std::chrono::steady_clock;
@@ -136,7 +136,7 @@ int cmd_run(const std::vector<std::string>& args) {
     std::string model_path, prompt, token_list;
     int n_predict = 32, threads = 2, n_ctx = 4096, top_n = 5;
     bool as_json = false, score = false, use_ref = false, no_bos = false;
-    std::string draft = "off";
+    std::string draft = "off", draft_reference;
     int draft_max = 8;
     SamplerParams sp;
     EngineFlags ef;
@@ -159,7 +159,10 @@ int cmd_run(const std::vector<std::string>& args) {
         ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt")
         ("draft", po::value(&draft)->default_value("off"),
          "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | off")
-        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)");
+        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")
+        ("draft-reference", po::value(&draft_reference),
+         "benchmarks: drafts are these token ids (1,2,3: a previous run's output) after the tokens generated so far, "
+         "--draft-max of them every step (perfect drafts when it is this run's own greedy output)");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -170,6 +173,8 @@ int cmd_run(const std::vector<std::string>& args) {
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
     const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
+    const std::vector<int32_t> reference = draft_reference.empty() ? std::vector<int32_t>{} : parse_token_list(draft_reference);
+    if (!reference.empty() && draft_mode != DraftMode::Lookup) throw CliError("--draft-reference needs --draft lookup (drafts every step)");
     if (use_ref && draft_mode != DraftMode::Off) throw CliError("--draft verifies on the fast forward; drop --ref");
 
     Loaded L = load(model_path, ef, static_cast<uint32_t>(std::max(1, n_ctx)));
@@ -251,7 +256,7 @@ int cmd_run(const std::vector<std::string>& args) {
         if (!as_json) std::cout << stream.push(next) << std::flush;
         return static_cast<int>(generated.size()) < n_predict;
     };
-    Drafter drafter(draft_mode, draft_max, L.streaming ? 1.0 : routed_share_of_step(model_facts(L.file)));
+    Drafter drafter(draft_mode, draft_max, step_cost_of(model_facts(L.file), L.streaming));
     bool more = false;
     if (n_predict > 0) {
         history.push_back(sampler.sample(logits_at(-1), history));
@@ -266,7 +271,14 @@ int cmd_run(const std::vector<std::string>& args) {
         }
         // Drafts never run past -n or the context: a step yields its kept drafts and one token more.
         const int limit = std::min(n_predict - static_cast<int>(generated.size()), n_ctx - runner->n_past()) - 1;
-        const std::vector<int32_t> drafts = drafter.propose(history, limit);
+        std::vector<int32_t> drafts;
+        if (!reference.empty()) {
+            const size_t from = std::min(generated.size(), reference.size());
+            drafts.assign(reference.begin() + static_cast<long>(from),
+                          reference.begin() + static_cast<long>(std::min(reference.size(), from + static_cast<size_t>(std::max(0, std::min(limit, draft_max))))));
+        } else {
+            drafts = drafter.propose(history, limit);
+        }
         const auto step_start = Clock::now();
         const StepOutcome o = speculative_step(*runner, sampler, history, drafts, emit);
         drafter.observe(o.rows, seconds_since(step_start), static_cast<int>(drafts.size()), o.accepted);

@@ -82,31 +82,38 @@ TEST(SpeculativeSampling, GreedyKeepsOnlyTheArgmax) {
 }
 
 TEST(DraftPlanner, DraftsWhereExtraRowsAreCheapAndNotWhereTheyCostAStep) {
-    DraftPlanner cheap(8, 0.5);
+    // 64 experts, 6 per token: 3 tokens need about 2.73 tokens' worth of distinct experts.
+    const StepCost moe{.expert_share = 0.5, .n_expert = 64, .n_used = 6};
+    EXPECT_DOUBLE_EQ(moe.expert_sets(1), 1.0);
+    EXPECT_NEAR(moe.expert_sets(3), 64 * (1 - std::pow(58.0 / 64, 3)) / 6, 1e-12);
+    DraftPlanner cheap(8, moe);
     EXPECT_EQ(cheap.depth(8), 0);  // nothing measured: a plain step first
     cheap.observe_step(1, 0.100);
-    cheap.observe_step(3, 0.120);  // 10 ms an extra row
+    cheap.observe_step(3, 0.100 + 0.100 * 0.2 * (moe.expert_sets(3) - 1));  // the experts are a fifth of a step
     for (int i = 0; i < 10; ++i) cheap.observe_drafts(4, 4);  // drafts nearly always kept
     EXPECT_GT(cheap.acceptance(), 0.8);
-    EXPECT_NEAR(cheap.extra_row_seconds(), 0.010, 1e-9);
+    EXPECT_NEAR(cheap.expert_share(), 0.2, 1e-9);
+    EXPECT_NEAR(cheap.step_seconds(9), 0.100 * (0.8 + 0.2 * moe.expert_sets(9)), 1e-12);
     EXPECT_GE(cheap.depth(8), 4);
     EXPECT_LE(cheap.depth(2), 2);
 
-    // I/O bound: an extra row reads as many new experts as a step; even always-kept drafts cannot pay.
-    DraftPlanner costly(8, 1.0);
+    // I/O bound on a model whose every row is new work (a dense count): an extra row costs a step; even
+    // always-kept drafts cannot pay.
+    DraftPlanner costly(8, {.expert_share = 1.0});
     costly.observe_step(1, 0.100);
     for (int i = 0; i < 3; ++i) costly.observe_step(2, 0.200);
     for (int i = 0; i < 10; ++i) costly.observe_drafts(4, 4);
+    EXPECT_NEAR(costly.expert_share(), 1.0, 1e-9);
     for (int i = 0; i < 200; ++i) EXPECT_EQ(costly.depth(8), 0);
 
     // Unmeasured, with a prior that says no: one draft now and then, to measure.
-    DraftPlanner probing(8, 1.0);
+    DraftPlanner probing(8, {.expert_share = 1.0});
     probing.observe_step(1, 0.100);
     int probes = 0;
     for (int i = 0; i < 640; ++i) probes += probing.depth(8) > 0;
     EXPECT_EQ(probes, 10);
     // Rarely-kept drafts are not worth verifying even when rows are cheap.
-    DraftPlanner rejected(8, 0.05);
+    DraftPlanner rejected(8, {.expert_share = 0.05});
     rejected.observe_step(1, 0.100);
     for (int i = 0; i < 50; ++i) rejected.observe_drafts(3, 0);
     EXPECT_LT(rejected.acceptance(), 0.05);
@@ -115,7 +122,7 @@ TEST(DraftPlanner, DraftsWhereExtraRowsAreCheapAndNotWhereTheyCostAStep) {
 
 // auto learns how often drafts would be kept from the ones it passes up: the tokens that follow judge them.
 TEST(Drafter, AutoJudgesTheDraftsItPassesUpAgainstWhatFollows) {
-    Drafter d(DraftMode::Auto, 8, 1.0);  // extra rows assumed as costly as a step: nothing gets verified
+    Drafter d(DraftMode::Auto, 8, {.expert_share = 1.0});  // extra rows assumed as costly as a step: nothing gets verified
     std::vector<int32_t> history = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
     const double before = d.planner().acceptance();
     for (int i = 0; i < 40; ++i) {
@@ -125,7 +132,7 @@ TEST(Drafter, AutoJudgesTheDraftsItPassesUpAgainstWhatFollows) {
     }
     EXPECT_GT(d.planner().acceptance(), 0.9);
     EXPECT_GT(d.planner().acceptance(), before);
-    Drafter wrong(DraftMode::Auto, 8, 1.0);
+    Drafter wrong(DraftMode::Auto, 8, {.expert_share = 1.0});
     std::vector<int32_t> h2 = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
     uint32_t x = 12345;
     for (int i = 0; i < 200; ++i) {

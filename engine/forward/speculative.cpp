@@ -44,13 +44,19 @@ std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_toke
     return {};
 }
 
-double routed_share_of_step(const ModelFacts& facts) {
-    const double active = static_cast<double>(facts.active_bytes_per_token());
-    return active > 0 ? static_cast<double>(facts.expert_bytes_per_token()) / active : 1.0;
+double StepCost::expert_sets(int n) const {
+    if (n_expert == 0 || n_used == 0) return n;
+    const double X = n_expert, U = std::min<double>(n_used, n_expert);
+    return X * (1 - std::pow(1 - U / X, n)) / U;
 }
 
-DraftPlanner::DraftPlanner(int max_draft, double prior_extra_row_share)
-    : max_(std::max(0, max_draft)), prior_share_(std::clamp(prior_extra_row_share, 0.0, 1.0)) {}
+StepCost step_cost_of(const ModelFacts& facts, bool streaming) {
+    const double active = static_cast<double>(facts.active_bytes_per_token());
+    const double share = streaming ? 1.0 : active > 0 ? static_cast<double>(facts.expert_bytes_per_token()) / active : 1.0;
+    return {share, facts.n_expert, facts.n_expert_used};
+}
+
+DraftPlanner::DraftPlanner(int max_draft, StepCost cost) : max_(std::max(0, max_draft)), cost_(cost), share_(std::clamp(cost.expert_share, 0.0, 1.0)) {}
 
 // Running averages: the first samples count fully, later ones with a fixed weight, so the estimate follows a
 // cache that warms up or a disk that slows down.
@@ -62,8 +68,9 @@ static void running_average(double& avg, int& n, double sample) {
 void DraftPlanner::observe_step(int rows, double seconds) {
     if (rows <= 0 || !(seconds >= 0)) return;
     if (rows == 1) return running_average(one_row_, one_row_n_, seconds);
-    if (one_row_n_ == 0) return;  // nothing to take the extra rows' share from yet
-    running_average(extra_row_, extra_row_n_, std::max(0.0, (seconds - one_row_) / (rows - 1)));
+    const double more_sets = cost_.expert_sets(rows) - 1;
+    if (one_row_n_ == 0 || more_sets <= 0) return;  // nothing to take the extra rows' share from yet
+    running_average(share_, share_n_, std::clamp((seconds - one_row_) / (one_row_ * more_sets), 0.0, 2.0));
     since_probe_ = 0;
 }
 
@@ -78,7 +85,7 @@ void DraftPlanner::observe_drafts(int drafted, int accepted) {
     }
 }
 
-double DraftPlanner::extra_row_seconds() const { return extra_row_n_ > 0 ? extra_row_ : prior_share_ * one_row_; }
+double DraftPlanner::step_seconds(int rows) const { return one_row_ * ((1 - share_) + share_ * cost_.expert_sets(rows)); }
 
 double DraftPlanner::expected_tokens(int k) const {
     const double p = acceptance();
@@ -91,24 +98,22 @@ int DraftPlanner::depth(int available) {
     const int most = std::min(available, max_);
     if (most <= 0) return 0;
     if (one_row_n_ == 0) return 0;  // a plain step first, to know what drafts must beat
-    const double extra = extra_row_seconds();
     int best = 0;
     double best_rate = 1.0 / one_row_;
     for (int k = 1; k <= most; ++k) {
-        const double rate = expected_tokens(k) / (one_row_ + k * extra);
+        const double rate = expected_tokens(k) / step_seconds(1 + k);
         if (rate > best_rate * 1.03) best = k, best_rate = rate;  // a margin: a near tie is not worth the variance
     }
-    // Until a multi-row step has been measured the extra row's cost is a guess: now and then verify one draft
+    // Until a few multi-row steps have been measured the experts' share is a guess: now and then verify one draft
     // to measure it (at most one step in 64 that could have drafted).
-    if (best == 0 && extra_row_n_ < 3 && ++since_probe_ >= 64) {
+    if (best == 0 && share_n_ < 3 && ++since_probe_ >= 64) {
         since_probe_ = 0;
         return 1;
     }
     return best;
 }
 
-Drafter::Drafter(DraftMode mode, int max_draft, double prior_extra_row_share)
-    : mode_(mode), max_(std::max(0, max_draft)), planner_(max_draft, prior_extra_row_share) {
+Drafter::Drafter(DraftMode mode, int max_draft, StepCost cost) : mode_(mode), max_(std::max(0, max_draft)), planner_(max_draft, cost) {
     if (mode_ == DraftMode::Mtp) throw std::invalid_argument("--draft mtp: NextN/MTP drafts are not implemented yet (use lookup or auto)");
 }
 

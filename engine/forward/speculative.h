@@ -30,27 +30,42 @@ const char* draft_mode_name(DraftMode mode);
 // period past the context's end). Agents resend and re-emit spans of code and text, which this copies.
 std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int max_tokens, int min_ngram = 2, int max_ngram = 4);
 
-// How many drafts to verify. A step of 1 + k rows is predicted to cost one_row + k * extra_row seconds (both
-// measured on this sequence; extra_row starts at prior_extra_row_share of a one-row step until measured), and
-// to yield 1 + p + ... + p^k tokens, p the measured rate at which a draft is kept given the ones before it
+// What a decode step's time is made of, for predicting a verification batch's: the share of a one-token step
+// that goes to routed experts (their reads from RAM or disk and their matmuls), and the routing that says how
+// many distinct experts n tokens need (n_expert 0: a dense model, whose extra rows cost share each).
+struct StepCost {
+    double expert_share = 0.5;
+    uint32_t n_expert = 0, n_used = 0;
+    // Distinct experts n tokens choosing independently and uniformly need, in units of one token's (1 for n = 1;
+    // real routing is skewed and needs fewer: the measured share absorbs that).
+    double expert_sets(int n) const;
+};
+// From the file's layout: the routed experts' share of the bytes a token reads (streamed experts: the whole
+// step, until measured otherwise).
+StepCost step_cost_of(const ModelFacts& facts, bool streaming);
+
+// How many drafts to verify. A step of 1 + k rows is predicted to cost T1 * ((1 - s) + s * expert_sets(1 + k)),
+// T1 a one-row step and s the experts' share, both measured on this sequence (s starts at StepCost's guess),
+// and to yield 1 + p + ... + p^k tokens, p the measured rate at which a draft is kept given the ones before it
 // were. The depth maximises tokens per second; it is 0 unless that beats a plain step by a margin.
 class DraftPlanner {
 public:
-    DraftPlanner(int max_draft, double prior_extra_row_share);
+    DraftPlanner(int max_draft, StepCost cost);
     int depth(int available);
     void observe_step(int rows, double seconds);
     // A step that verified `drafted` tokens kept the first `accepted` of them.
     void observe_drafts(int drafted, int accepted);
     double acceptance() const { return kept_ / tried_; }
     double one_row_seconds() const { return one_row_; }
-    double extra_row_seconds() const;
+    double expert_share() const { return share_; }
+    double step_seconds(int rows) const;
     double expected_tokens(int k) const;
 
 private:
     int max_;
-    double prior_share_;
-    double one_row_ = 0, extra_row_ = 0;  // running averages; 0 until measured
-    int one_row_n_ = 0, extra_row_n_ = 0;
+    StepCost cost_;
+    double one_row_ = 0, share_;  // running averages (one_row_ 0 until measured)
+    int one_row_n_ = 0, share_n_ = 0;
     double kept_ = 1, tried_ = 2;  // the acceptance estimate's counts, decaying (prior: one half, weight two)
     int since_probe_ = 0;          // chances passed up since the last measured multi-row step
 };
@@ -64,7 +79,7 @@ struct DraftStats {
 // One sequence's drafts: where they come from and how many a step verifies.
 class Drafter {
 public:
-    Drafter(DraftMode mode, int max_draft, double prior_extra_row_share);
+    Drafter(DraftMode mode, int max_draft, StepCost cost);
     DraftMode mode() const { return mode_; }
     // Drafts to verify after `history` (its last token is the one the next step evaluates), at most `limit`.
     std::vector<int32_t> propose(std::span<const int32_t> history, int limit);
@@ -81,10 +96,6 @@ private:
     std::vector<int32_t> shadow_;  // drafts the planner passed up, judged against the tokens that follow
     size_t shadow_at_ = 0;         // the history position of shadow_[0]
 };
-
-// The share of a token's weight reads that are routed experts (what another row in a batch adds, as a
-// fraction of a one-token step, when its experts differ from the others'): the planner's starting guess.
-double routed_share_of_step(const ModelFacts& facts);
 
 // Called for each token a step produces, with the logits row it was chosen from; false stops the step.
 using EmitToken = std::function<bool(int32_t token, std::span<const float> logits)>;

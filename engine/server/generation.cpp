@@ -413,11 +413,11 @@ void Generator::step() {
     }
 }
 
-void Generator::use_drafts(DraftMode mode, int max_draft, double prior_extra_row_share) {
+void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost) {
     draft_mode_ = mode;
     for (auto& sp : slots_) {
         if (mode == DraftMode::Off) sp->drafter.reset();
-        else sp->drafter.emplace(mode, max_draft, prior_extra_row_share);
+        else sp->drafter.emplace(mode, max_draft, cost);
     }
 }
 

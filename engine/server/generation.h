@@ -130,7 +130,7 @@ public:
     // Speculative decoding (serve --draft): each slot drafts with its own Drafter while it is the only one
     // generating (verification is not yet batched across slots; constrained requests never draft). Set before
     // the first request.
-    void use_drafts(DraftMode mode, int max_draft, double prior_extra_row_share);
+    void use_drafts(DraftMode mode, int max_draft, StepCost cost);
     DraftMode draft_mode() const { return draft_mode_; }
     // Measured prompt evaluation time per token so far (0 before any prompt was evaluated).
     double prompt_seconds_per_token() const {
