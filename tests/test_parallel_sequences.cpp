@@ -88,8 +88,10 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
     for (size_t s = 0; s < prompts.size(); ++s) EXPECT_EQ(r.n_past_of(static_cast<int>(s)), static_cast<int>(prompts[s].size()) + steps);
     // Experts two sequences both chose in a step are fetched once.
     EXPECT_LT(r.stats().expert_loads - before, loads_alone);
-    // Misuse is refused, not computed.
-    EXPECT_THROW(r.eval_batch(std::vector<int>{0, 0}, std::vector<int32_t>{1, 2}), std::invalid_argument);
+    // Misuse is refused, not computed: a sequence's tokens apart (together they are its next positions, as a
+    // verification batch sends them), a sequence that does not exist.
+    EXPECT_THROW(r.eval_batch(std::vector<int>{0, 1, 0}, std::vector<int32_t>{1, 2, 3}), std::invalid_argument);
+    EXPECT_THROW(r.eval_batch(std::vector<int>{0, 9}, std::vector<int32_t>{1, 2}), std::invalid_argument);
     EXPECT_THROW(r.select_sequence(3), std::out_of_range);
 }
 

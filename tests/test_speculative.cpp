@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "cli/commands.h"
 #include "engine/forward/speculative.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_facts.h"
@@ -259,6 +260,50 @@ TEST(SpeculativeGreedy, DraftsNeverChangeTheTokensOnAnySharedModel) {
     for (const std::string& r : refused) list += "\n  " + r;
     std::printf("[ speculative ] %d shared models checked; not loadable by this engine (%zu):%s\n", checked, refused.size(), list.c_str());
     EXPECT_GE(checked, 40);
+}
+
+// The server's verification batch: several sequences, each with several consecutive tokens, in one
+// eval_batch; every row's logits are those of evaluating that sequence's tokens one at a time.
+TEST(SpeculativeBatch, SequencesWithSeveralTokensEachMatchDecodingAlone) {
+    test::TempDir dir;
+    for (const std::string arch : {"qwen3moe", "deepseek2", "qwen35moe"}) {
+        const std::string path = dir / (arch + ".gguf");
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", arch, "--layers", "2", "--embd", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
+                                 "--experts", "16", "--experts-used", "2", "--ffn", "128", "--vocab-builtin", "--type", "q8_0", "--seed", "3", "--out", path}),
+                  0);
+        GgufModel file = open_gguf_model(path);
+        auto m = load_model(file);
+        const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_seq = 2};
+        const std::vector<std::vector<int32_t>> prompts = {{5, 9, 33, 71}, {120, 4, 18}};
+        const std::vector<std::vector<int32_t>> next = {{7, 99, 12}, {250, 3}};
+        // Alone: each sequence's tokens one by one.
+        std::vector<std::vector<std::vector<float>>> want(2);
+        for (int q = 0; q < 2; ++q) {
+            Runner r(*m, ro);
+            r.select_sequence(q);
+            r.eval(prompts[q]);
+            for (int32_t t : next[q]) {
+                r.eval(std::span<const int32_t>(&t, 1));
+                want[q].emplace_back(r.logits(), r.logits() + r.n_vocab());
+            }
+        }
+        Runner r(*m, ro);
+        for (int q = 0; q < 2; ++q) {
+            r.select_sequence(q);
+            r.eval(prompts[q]);
+        }
+        const std::vector<int> seqs = {0, 0, 0, 1, 1};
+        const std::vector<int32_t> batch = {7, 99, 12, 250, 3};
+        r.eval_batch(seqs, batch, Runner::Rows::OneByOne);
+        EXPECT_EQ(r.n_past_of(0), 4 + 3);
+        EXPECT_EQ(r.n_past_of(1), 3 + 2);
+        for (size_t i = 0; i < batch.size(); ++i) {
+            const auto& w = want[static_cast<size_t>(seqs[i])][i < 3 ? i : i - 3];
+            EXPECT_EQ(0, std::memcmp(w.data(), r.logits(static_cast<int>(i)), w.size() * sizeof(float))) << arch << " row " << i;
+        }
+        // A sequence's tokens must come together.
+        EXPECT_THROW(r.eval_batch(std::vector<int>{0, 1, 0}, std::vector<int32_t>{1, 2, 3}), std::invalid_argument);
+    }
 }
 
 }  // namespace

@@ -334,22 +334,32 @@ void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits, Rows ro
     }
 }
 
-void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens) {
+void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens, Rows rows) {
     if (seqs.size() != tokens.size() || tokens.empty()) throw std::invalid_argument("eval_batch: one sequence per token");
     if (tokens.size() > static_cast<size_t>(opt_.n_batch)) throw std::invalid_argument("eval_batch: more tokens than the batch holds");
     segs_.clear();
     std::vector<bool> seen(caches_.size(), false);
     for (size_t i = 0; i < tokens.size(); ++i) {
         const int s = seqs[i];
-        if (s < 0 || s >= static_cast<int>(caches_.size()) || seen[static_cast<size_t>(s)]) throw std::invalid_argument("eval_batch: sequences must be distinct and valid");
-        seen[static_cast<size_t>(s)] = true;
-        if (past_[static_cast<size_t>(s)] + 1 > opt_.n_ctx) throw std::length_error("sequence " + std::to_string(s) + " has no context left");
         if (tokens[i] < 0 || tokens[i] >= static_cast<int32_t>(m_.hp.n_vocab)) throw std::out_of_range("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
-        segs_.push_back({static_cast<int>(i), 1, s});
+        if (i > 0 && s == seqs[i - 1]) {  // the sequence's next position: the same segment
+            segs_.back().n++;
+        } else {
+            if (s < 0 || s >= static_cast<int>(caches_.size()) || seen[static_cast<size_t>(s)])
+                throw std::invalid_argument("eval_batch: each sequence's tokens must be valid and together");
+            seen[static_cast<size_t>(s)] = true;
+            segs_.push_back({static_cast<int>(i), 1, s});
+        }
+        if (past_[static_cast<size_t>(s)] + segs_.back().n > opt_.n_ctx) throw std::length_error("sequence " + std::to_string(s) + " has no context left");
     }
     const int n = static_cast<int>(tokens.size());
     logits_rows_ = n;
     logits_.resize(static_cast<size_t>(n) * m_.hp.n_vocab);
+    one_by_one_ = rows == Rows::OneByOne;
+    struct Reset {
+        bool& flag;
+        ~Reset() { flag = false; }
+    } reset{one_by_one_};
     eval_chunk(tokens.data(), n, true, 0);
 }
 

@@ -66,16 +66,17 @@ public:
     // logits), from the model's layout alone: what --ram-budget must leave for it.
     static uint64_t working_bytes(const Model& layout, const RunnerOptions& opt);
     int n_past_of(int seq) const { return past_.at(static_cast<size_t>(seq)); }
-    // One decode step for several sequences at once: token i goes to sequence seqs[i] (all distinct) at that
-    // sequence's next position; logits(i) is row i. The feed-forward sees all rows together, so an expert
-    // chosen by several sequences is fetched and its weights read once; attention runs per sequence.
-    void eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens);
-
     // How a batch's rows are computed. Batch: as llama.cpp computes a batch of that many tokens (its kernels and
     // summation orders change with the row count). OneByOne: every row with the kernels of a one-token step,
     // so its logits are the bits evaluating the tokens one at a time would give (each weight still read once
     // for all rows): what verifying drafted tokens needs for greedy output to equal decoding without drafts.
     enum class Rows { Batch, OneByOne };
+    // One decode step for several sequences at once: token i goes to sequence seqs[i] at that sequence's next
+    // position (a sequence's tokens together, in order: several for a verification batch); logits(i) is row i.
+    // The feed-forward sees all rows together, so an expert chosen by several rows is fetched and its weights
+    // read once; attention runs per sequence.
+    void eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens, Rows rows = Rows::Batch);
+
     // Evaluates `tokens` at positions n_past().. and appends them to the cache. Logits are kept for every
     // token when want_all_logits, else for the last one only. Throws std::length_error when the context would
     // overflow and std::out_of_range for a token id outside the vocabulary.

@@ -385,19 +385,33 @@ void Generator::step() {
         going.push_back(&slot);
     }
     if (tokens.empty()) return;
+    // Each drafting slot's drafts (a grammar's slot does not draft), within its token budget, its context and
+    // the batch.
+    std::vector<std::vector<int32_t>> drafts(going.size());
+    bool drafting = false;
+    int rows = static_cast<int>(tokens.size());
+    for (size_t i = 0; i < going.size(); ++i) {
+        Slot& slot = *going[i];
+        if (!slot.drafter) continue;
+        const int limit = std::min({slot.req.max_tokens - slot.drawn, runner_.n_ctx() - runner_.n_past_of(slot.seq) - 1, kMaxBatchRows - rows});
+        drafts[i] = slot.drafter->propose(slot.history, limit);
+        rows += static_cast<int>(drafts[i].size());
+        drafting = drafting || !drafts[i].empty();
+    }
     const ExpertSourceStats before = model_.experts->stats();
+    const auto started = Clock::now();
     try {
-        if (tokens.size() == 1 && going[0]->drafter && !going[0]->constraint) {
-            runner_.select_sequence(seqs[0]);
-            if (speculate(*going[0], tokens[0])) return charge(going, before);
-            const auto t = Clock::now();
-            runner_.eval(tokens);
-            going[0]->drafter->observe(1, std::chrono::duration<double>(Clock::now() - t).count(), 0, 0);
-        } else if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
+        if (drafting) {
+            verify(going, tokens, drafts);
+            return charge(going, before);
+        }
+        if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
             runner_.select_sequence(seqs[0]);
             runner_.eval(tokens);
         } else {
-            runner_.eval_batch(seqs, tokens);
+            // With drafts on, every multi-slot step computes its rows as one-token steps, as verification batches
+            // do: each slot's output is then what it gives alone, whichever steps drafted.
+            runner_.eval_batch(seqs, tokens, draft_mode_ == DraftMode::Off ? Runner::Rows::Batch : Runner::Rows::OneByOne);
         }
         charge(going, before);
     } catch (const std::exception& e) {
@@ -406,10 +420,12 @@ void Generator::step() {
         for (Slot* slot : going) fail(*slot, e.what());
         return;
     }
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     for (size_t i = 0; i < going.size(); ++i) {
         const float* l = runner_.logits(tokens.size() == 1 ? -1 : static_cast<int>(i));
         going[i]->logits.assign(l, l + runner_.n_vocab());
         going[i]->cached.push_back(tokens[i]);
+        if (going[i]->drafter) going[i]->drafter->observe(static_cast<int>(tokens.size()), seconds, 0, 0);
     }
 }
 
@@ -421,49 +437,80 @@ void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost) {
     }
 }
 
-bool Generator::speculate(Slot& slot, int32_t next) {
-    // Drafts stop where the request's token budget or the context would: the kept ones are drawn tokens.
-    const int limit = std::min(slot.req.max_tokens - slot.drawn, runner_.n_ctx() - runner_.n_past() - 1);
-    const std::vector<int32_t> drafts = slot.drafter->propose(slot.history, limit);
-    if (drafts.empty()) return false;
-    const auto t = Clock::now();
-    const Runner::Checkpoint mark = runner_.mark();
-    std::vector<int32_t> batch{next};
-    batch.insert(batch.end(), drafts.begin(), drafts.end());
-    runner_.eval(batch, true, Runner::Rows::OneByOne);
-    slot.cached.push_back(next);
-    auto row_to_slot = [&](int i) {
-        slot.logits.assign(runner_.logits(i), runner_.logits(i) + runner_.n_vocab());
-        if (slot.req.ignore_eos)
-            for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-    };
-    int kept = 0;
-    bool going = true;
-    for (int i = 0; i < static_cast<int>(drafts.size()); ++i) {
-        row_to_slot(i);  // row i judges drafts[i] (and is what take_token's logprobs read)
-        const Sampler::Verdict v = slot.sampler->verify(slot.logits, slot.history, drafts[static_cast<size_t>(i)]);
-        if (!v.accepted) {
-            slot.pending = v.token;
-            break;
-        }
-        ++kept;
-        slot.cached.push_back(v.token);
-        if (!take_token(slot, v.token)) {
-            going = false;
-            break;
+void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts) {
+    // One batch: each slot's token, then its drafts; every row with one-token kernels, so each slot's logits
+    // are those of decoding it alone.
+    std::vector<int> seqs;
+    std::vector<int32_t> batch;
+    std::vector<size_t> first(going.size());
+    std::vector<Runner::Checkpoint> marks(going.size());
+    for (size_t i = 0; i < going.size(); ++i) {
+        first[i] = batch.size();
+        batch.push_back(tokens[i]);
+        batch.insert(batch.end(), drafts[i].begin(), drafts[i].end());
+        seqs.resize(batch.size(), going[i]->seq);
+        if (!drafts[i].empty()) {
+            runner_.select_sequence(going[i]->seq);
+            marks[i] = runner_.mark();
         }
     }
-    if (going && kept == static_cast<int>(drafts.size())) row_to_slot(kept);  // every draft kept: the next draw's row
-    keep_verified(runner_, mark, batch, 1 + kept);
-    slot.drafter->observe(static_cast<int>(batch.size()), std::chrono::duration<double>(Clock::now() - t).count(),
-                          static_cast<int>(drafts.size()), kept);
-    slot.r.drafted += static_cast<int>(drafts.size());
-    slot.r.draft_accepted += kept;
-    stats_.draft_steps++;
-    stats_.draft_tokens += drafts.size();
-    stats_.draft_accepted += static_cast<uint64_t>(kept);
-    if (!going) finish(slot);
-    return true;
+    const auto started = Clock::now();
+    runner_.eval_batch(seqs, batch, Runner::Rows::OneByOne);
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    // All rows are read before any slot rolls back (a recurrent slot's re-evaluation overwrites the logits).
+    std::vector<int> kept(going.size(), 0);
+    std::vector<bool> goes_on(going.size(), true);
+    for (size_t i = 0; i < going.size(); ++i) {
+        Slot& slot = *going[i];
+        auto row_to_slot = [&](size_t row) {
+            slot.logits.assign(runner_.logits(static_cast<int>(row)), runner_.logits(static_cast<int>(row)) + runner_.n_vocab());
+            if (slot.req.ignore_eos)
+                for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+        };
+        slot.cached.push_back(tokens[i]);
+        for (size_t j = 0; j < drafts[i].size(); ++j) {
+            row_to_slot(first[i] + j);  // row j judges draft j (and is what take_token's logprobs read)
+            // Under a grammar: the token the constrained sampler draws from this row; the draft is kept when it is
+            // that token (an independent draw equal to the draft: kept with the draft's probability, and the
+            // token emitted either way has the constrained sampler's distribution).
+            const Sampler::Verdict v = [&] {
+                if (!slot.constraint) return slot.sampler->verify(slot.logits, slot.history, drafts[i][j]);
+                const int32_t t = constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint);
+                return Sampler::Verdict{t == drafts[i][j], t};
+            }();
+            if (!v.accepted) {
+                slot.pending = v.token;  // taken next step, from this row
+                break;
+            }
+            ++kept[i];
+            slot.cached.push_back(v.token);
+            if (!take_token(slot, v.token)) {
+                goes_on[i] = false;
+                break;
+            }
+        }
+        if (goes_on[i] && kept[i] == static_cast<int>(drafts[i].size())) row_to_slot(first[i] + drafts[i].size());  // the next draw's row
+    }
+    for (size_t i = 0; i < going.size(); ++i) {
+        Slot& slot = *going[i];
+        const int n = static_cast<int>(drafts[i].size());
+        if (n > 0) {
+            try {
+                runner_.select_sequence(slot.seq);
+                keep_verified(runner_, marks[i], std::span<const int32_t>(batch).subspan(first[i], static_cast<size_t>(1 + n)), 1 + kept[i]);
+            } catch (const std::exception& e) {  // a recurrent slot's re-evaluation could not read an expert
+                fail(slot, e.what());
+                continue;
+            }
+            slot.r.drafted += n;
+            slot.r.draft_accepted += kept[i];
+            stats_.draft_steps++;
+            stats_.draft_tokens += static_cast<uint64_t>(n);
+            stats_.draft_accepted += static_cast<uint64_t>(kept[i]);
+        }
+        if (slot.drafter) slot.drafter->observe(static_cast<int>(batch.size()), seconds, n, kept[i]);
+        if (!goes_on[i]) finish(slot);
+    }
 }
 
 void Generator::fail(Slot& slot, const std::string& error) {

@@ -103,6 +103,8 @@ public:
     // A prompt arriving while other slots generate is evaluated this many tokens per decode step, so their
     // streams keep flowing instead of waiting for the whole prompt.
     static constexpr int kPrefillChunk = 256;
+    // A decode step's rows at most (slots' tokens and drafts): the runner's batch.
+    static constexpr int kMaxBatchRows = 512;
     Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue);
     ~Generator();
 
@@ -127,9 +129,8 @@ public:
     // must outlive the generator.
     void use_prompt_cache(PromptCache* cache) { prompt_cache_ = cache; }
     const PromptCache* prompt_cache() const { return prompt_cache_; }
-    // Speculative decoding (serve --draft): each slot drafts with its own Drafter while it is the only one
-    // generating (verification is not yet batched across slots; constrained requests never draft). Set before
-    // the first request.
+    // Speculative decoding (serve --draft): each slot drafts with its own Drafter; the slots' tokens and drafts
+    // are verified in one batch (under a grammar, against the constrained sampler). Set before the first request.
     void use_drafts(DraftMode mode, int max_draft, StepCost cost);
     DraftMode draft_mode() const { return draft_mode_; }
     // Measured prompt evaluation time per token so far (0 before any prompt was evaluated).
@@ -155,9 +156,9 @@ private:
     void prefill_some(Slot& slot, int budget);
     // Draws and handles each running slot's next token, then evaluates those that go on in one batch.
     void step();
-    // The only generating slot's step with drafts after `next` (taken, not yet evaluated): false when it has
-    // none to verify (the caller evaluates next alone).
-    bool speculate(Slot& slot, int32_t next);
+    // A decode step with drafts: each slot's token (taken, not yet evaluated) and its drafts in one batch; the
+    // drafts each slot's sampler accepts are taken, the rest forgotten.
+    void verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts);
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
