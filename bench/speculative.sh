@@ -3,7 +3,8 @@
 # cache of 15% of them (--ram-budget):
 #  - the cost of a verification step against the number of drafted tokens: perfect drafts (the run's own greedy
 #    output fed back with --draft-reference) at depth 1, 2, 4, 8; tok/s, the measured seconds of a one-row step
-#    and the experts' share of it the planner fits from the multi-row steps;
+#    and the experts' share of it the planner fits from the multi-row steps; distinct experts fetched and bytes
+#    read from disk per generated token (a verification batch reads its experts' union once);
 #  - the upper bound with perfect drafts, and prompt lookup on a code-editing style prompt whose answer repeats
 #    spans of it; auto against off for each. Greedy output is checked to be the same in every row.
 # Random weights: the model's output rarely repeats the prompt, so lookup acceptance here is low (see the table).
@@ -28,37 +29,42 @@ prompt='def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 
 run() {  # run LABEL ARGS...: one JSON line of results
   local label=$1; shift
   "$bin" run -m "$model" -p "$prompt" -n "$n" --ctx 512 --json --threads 2 "$@" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"label": sys.argv[1], "tokens": d["tokens"], "tok_s": d["timings"]["gen_tokens_per_s"], "draft": d["draft"]}))' "$label"
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"label": sys.argv[1], "tokens": d["tokens"], "tok_s": d["timings"]["gen_tokens_per_s"], "draft": d["draft"], "io": d["generation_experts"]}))' "$label"
 }
 out=$work/speculative.jsonl
 : > "$out"
+reps=${REPS:-3}
 for where in ram stream; do
   extra=()
   [ "$where" = stream ] && extra=(--ram-budget "$budget")
-  # Warm the page cache / expert cache path once, then the reference output.
-  run warm "${extra[@]}" > /dev/null
+  run warm "${extra[@]}" > /dev/null   # the page cache and the expert cache path warmed once
   ref=$(run off "${extra[@]}")
-  echo "{\"where\": \"$where\", \"run\": $ref}" >> "$out"
   ids=$(echo "$ref" | python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')
-  for k in 1 2 4 8; do
-    echo "{\"where\": \"$where\", \"run\": $(run "perfect-$k" --draft lookup --draft-max "$k" --draft-reference "$ids" "${extra[@]}")}" >> "$out"
-  done
-  for mode in lookup auto off; do
-    echo "{\"where\": \"$where\", \"run\": $(run "$mode" --draft "$mode" "${extra[@]}")}" >> "$out"
+  # Every configuration once per round, rounds interleaved: drift on a shared host hits all of them alike.
+  for rep in $(seq "$reps"); do
+    for k in 1 2 4 8; do
+      echo "{\"where\": \"$where\", \"run\": $(run "perfect-$k" --draft lookup --draft-max "$k" --draft-reference "$ids" "${extra[@]}")}" >> "$out"
+    done
+    for mode in off lookup auto; do
+      echo "{\"where\": \"$where\", \"run\": $(run "$mode" --draft "$mode" "${extra[@]}")}" >> "$out"
+    done
   done
 done
 python3 - "$out" "$budget" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-ref = {}
-print(f"expert cache when streaming: --ram-budget {int(sys.argv[2]) / 2**20:.0f} MiB (15% of the experts)")
-print(f"{'where':7} {'run':11} {'tok/s':>8} {'vs off':>7} {'drafted':>8} {'kept':>6} {'accept':>7} {'1-row ms':>9} {'expert share':>13}  same tokens")
-for r in rows:
-    w, d = r["where"], r["run"]
-    if d["label"] == "off" and w not in ref: ref[w] = d
-    base = ref[w]
-    dr = d["draft"]
-    same = d["tokens"] == base["tokens"]
-    print(f"{w:7} {d['label']:11} {d['tok_s']:8.1f} {d['tok_s'] / base['tok_s']:7.2f} {dr['drafted']:8d} {dr['accepted']:6d} {dr['acceptance']:7.2f} "
-          f"{dr['one_row_s'] * 1e3:9.2f} {dr['expert_share']:13.2f}  {'yes' if same else 'NO'}")
+print(f"expert cache when streaming: --ram-budget {int(sys.argv[2]) / 2**20:.0f} MiB (15% of the experts); median of each configuration's runs")
+print(f"{'where':7} {'run':11} {'tok/s':>8} {'vs off':>7} {'drafted':>8} {'kept':>6} {'accept':>7} {'1-row ms':>9} {'expert share':>13} {'loads/tok':>9} {'MB read/tok':>11}  same tokens")
+groups = {}
+for r in rows: groups.setdefault((r["where"], r["run"]["label"]), []).append(r["run"])
+for where in ("ram", "stream"):
+    off = groups[(where, "off")]
+    base_tok_s = statistics.median(d["tok_s"] for d in off)
+    for label in ("off", "perfect-1", "perfect-2", "perfect-4", "perfect-8", "lookup", "auto"):
+        runs = groups[(where, label)]
+        d = sorted(runs, key=lambda x: x["tok_s"])[len(runs) // 2]  # the median run
+        dr, io, n = d["draft"], d["io"], len(d["tokens"])
+        same = all(x["tokens"] == off[0]["tokens"] for x in runs)
+        print(f"{where:7} {label:11} {d['tok_s']:8.1f} {d['tok_s'] / base_tok_s:7.2f} {dr['drafted']:8d} {dr['accepted']:6d} {dr['acceptance']:7.2f} "
+              f"{dr['one_row_s'] * 1e3:9.2f} {dr['expert_share']:13.2f} {io['expert_loads'] / n:9.1f} {io['bytes_read'] / n / 1e6:11.2f}  {'yes' if same else 'NO'}")
 PY

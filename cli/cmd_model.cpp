@@ -239,6 +239,10 @@ int cmd_run(const std::vector<std::string>& args) {
     auto t0 = Clock::now();
     eval(prompt_ids, false);
     const double t_prompt = seconds_since(t0);
+    // Generation's expert work: distinct experts fetched per batch (a verification batch's union counts once)
+    // and bytes read from disk.
+    const ExpertSourceStats io_before = L.model->experts->stats();
+    const uint64_t loads_before = runner ? runner->stats().expert_loads : 0;
     auto t1 = Clock::now();
     bool stopped_eog = false;
     // Each token as it is chosen (history already holds it); false once generation is over.
@@ -292,6 +296,8 @@ int cmd_run(const std::vector<std::string>& args) {
                     {"stopped_eog", stopped_eog}, {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
                     {"draft", draft_json(drafter)},
+                    {"generation_experts", {{"expert_loads", runner ? runner->stats().expert_loads - loads_before : 0},
+                                            {"bytes_read", L.model->experts->stats().bytes_read - io_before.bytes_read}}},
                     {"kernels", kernels::isa_name(kernels::active_table(L.flavor).isa)},
                     {"numerics", kernels::flavor_name(L.flavor)}, {"kernels_why", L.kernels}, {"reference", use_ref}};
         std::cout << json_text(out) << "\n";
