@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/bench_kernels.h"
 #include "cli/bench_serving.h"
@@ -18,6 +19,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/forward/runner.h"
+#include "engine/forward/speculative.h"
 #include "engine/sampler/sampler.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/storage_probe.h"
@@ -60,7 +62,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
     std::string parallel_list = "1,2,4", mask_vocab, plot_path;
-    int prefetch_layers = 1;
+    int prefetch_layers = 1, draft_max = 8;
+    std::string draft = "off";
     EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
@@ -73,6 +76,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")
         ("mask-vocab", po::value(&mask_vocab), "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")
         ("parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")
+        ("draft", po::value(&draft)->default_value("off"), "generation with speculative decoding: auto | lookup | off (greedy tokens unchanged)")
+        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")
         ("cache-fraction", po::value(&cache_fraction), "stream experts through a cache of this share of their bytes (0..1); "
                                                        "sets --ram-budget to resident + cache + that");
     add_engine_options(opts, ef);
@@ -81,6 +86,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (vm.count("help")) { std::cout << opts; return 0; }
     po::notify(vm);
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
     std::vector<int> slot_counts;
     for (size_t pos = 0; pos < parallel_list.size();) {
         const size_t comma = std::min(parallel_list.find(',', pos), parallel_list.size());
@@ -138,13 +144,32 @@ int cmd_bench(const std::vector<std::string>& args) {
     le.model->experts->trace_reads(&reads);
     std::vector<BenchPoint> timeline{BenchPoint{}};
     auto t1 = Clock::now();
-    for (int i = 0; i < n_gen; ++i) {
-        int32_t next = argmax({runner.logits(), le.model->hp.n_vocab});
-        runner.eval(std::span<const int32_t>(&next, 1));
-        if (!plot_path.empty()) {
-            const ExpertSourceStats s = le.model->experts->stats();
-            timeline.push_back({std::chrono::duration<double>(Clock::now() - t1).count(), static_cast<double>(s.bytes_read - s0.bytes_read),
-                                static_cast<double>(s.hits - s0.hits), static_cast<double>((s.hits - s0.hits) + (s.misses - s0.misses))});
+    auto record_point = [&] {
+        if (plot_path.empty()) return;
+        const ExpertSourceStats s = le.model->experts->stats();
+        timeline.push_back({std::chrono::duration<double>(Clock::now() - t1).count(), static_cast<double>(s.bytes_read - s0.bytes_read),
+                            static_cast<double>(s.hits - s0.hits), static_cast<double>((s.hits - s0.hits) + (s.misses - s0.misses))});
+    };
+    std::optional<Drafter> drafter;
+    if (draft_mode == DraftMode::Off) {
+        for (int i = 0; i < n_gen; ++i) {
+            int32_t next = argmax({runner.logits(), le.model->hp.n_vocab});
+            runner.eval(std::span<const int32_t>(&next, 1));
+            record_point();
+        }
+    } else {
+        // The same greedy tokens, n_gen of them evaluated, in verification steps of the pending token and its drafts.
+        Sampler greedy({.temperature = 0.f});
+        drafter.emplace(draft_mode, draft_max, step_cost_of(facts, le.streaming));
+        std::vector<int32_t> history = prompt;
+        history.push_back(argmax({runner.logits(), le.model->hp.n_vocab}));
+        for (int evaluated = 0; evaluated < n_gen;) {
+            const std::vector<int32_t> drafts = drafter->propose(history, n_gen - evaluated - 1);
+            const auto step_start = Clock::now();
+            const StepOutcome o = speculative_step(runner, greedy, history, drafts, [](int32_t, std::span<const float>) { return true; });
+            drafter->observe(o.rows, std::chrono::duration<double>(Clock::now() - step_start).count(), static_cast<int>(drafts.size()), o.accepted);
+            evaluated += 1 + o.accepted;
+            record_point();
         }
     }
     const double t_tg = std::chrono::duration<double>(Clock::now() - t1).count();
@@ -161,6 +186,11 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)}, {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
+    if (drafter) {
+        const DraftStats& d = drafter->stats();
+        out["draft"] = {{"mode", draft_mode_name(draft_mode)}, {"steps", d.steps}, {"drafted", d.drafted}, {"accepted", d.accepted},
+                        {"acceptance", d.drafted ? static_cast<double>(d.accepted) / static_cast<double>(d.drafted) : 0.0}};
+    }
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
     if (r0.eval_seconds > 0)
         out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds}, {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},
@@ -257,6 +287,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                 out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
                 human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(),
                 n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+    if (out.contains("draft")) {
+        const json& d = out["draft"];
+        std::printf("drafts           %s: %llu of %llu kept (%.0f%%) over %llu verification steps\n", d["mode"].get<std::string>().c_str(),
+                    static_cast<unsigned long long>(d["accepted"].get<uint64_t>()), static_cast<unsigned long long>(d["drafted"].get<uint64_t>()),
+                    100 * d["acceptance"].get<double>(), static_cast<unsigned long long>(d["steps"].get<uint64_t>()));
+    }
     if (out.contains("prompt_split")) {
         const json& split = out["prompt_split"];
         const double att = split["attention"].get<double>(), ffn = split["feed_forward"].get<double>();

@@ -106,6 +106,17 @@ TEST_F(ServeDraftSlots, SlotsDraftingTogetherAnswerAsEachAlone) {
     EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// bench --draft: the drafts it verified and kept beside its tok/s.
+TEST_F(ServeDraftSlots, BenchReportsItsDrafts) {
+    const auto [rc, out] = test::run_moestream("bench --model " + model_ + " --tokens 48 --no-fio --parallel '' --draft lookup --json", false);
+    ASSERT_EQ(rc, 0) << out;
+    const json j = json::parse(out);
+    ASSERT_TRUE(j.contains("draft")) << out;
+    EXPECT_EQ(j["draft"]["mode"], "lookup");
+    EXPECT_LE(j["draft"]["accepted"].get<int>(), j["draft"]["drafted"].get<int>());
+    EXPECT_GT(j["gen_tokens_per_s"].get<double>(), 0);
+}
+
 TEST(ServeDraftFlags, BadValuesAreOneLineErrors) {
     const auto [rc, out] = test::run_moestream("serve --model /nonexistent.gguf --draft sometimes");
     EXPECT_NE(rc, 0);
