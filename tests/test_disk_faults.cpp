@@ -2,7 +2,8 @@
 // which fails or delays reads on command while a live `serve` streams experts from it with its own I/O
 // (io_uring, O_DIRECT). A slow disk is waited for; a store record that cannot be read comes from the GGUF;
 // a vanished disk fails the requests that need it with a clear error, turns /health and systemd's status to
-// degraded, and both recover with the disk, the cache holding no partly read expert; a repack onto a disk
+// degraded, and both recover with the disk, the cache holding no partly read expert; a bad range inside one
+// expert fails only the request that needs it while the slot beside it keeps generating; a repack onto a disk
 // failing mid-write leaves the old store as it was.
 #include <fcntl.h>
 #include <signal.h>
@@ -14,11 +15,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
 #include "engine/runtime/expert_store.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/serve_fixture.h"
 #include "tests/budget.h"
+#include "tests/expert_faults.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -207,6 +213,64 @@ TEST(DiskFaults, LiveServerThroughFailingAndVanishingDisk) {
     EXPECT_TRUE(notify.wait_for("STATUS=serving", 5)) << notify.messages;
     EXPECT_EQ(s.terminate(), 0) << s.log();
     EXPECT_NE(s.log().find("degraded: expert reads fail"), std::string::npos) << s.log();
+}
+
+// Two slots decoding together on a live server, the model on faultfs: the bytes inside one expert that request
+// A needs while decoding (and B never) fail with EIO. A gets the read error in the API's error shape; B's answer
+// is the one it gives on a healthy disk; afterwards B again answers the same.
+TEST(DiskFaults, ABadExpertFailsOnlyTheRequestThatNeedsIt) {
+    if (const std::string why = faultfs_missing(); !why.empty()) GTEST_SKIP() << why;
+    test::TempDir dir;
+    const std::string src = dir / "src", mnt = dir / "mnt", model = src + "/m.gguf";
+    fs::create_directories(src);
+    fs::create_directories(mnt);
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32", "--experts", "32",
+                             "--experts-used", "2", "--ffn", "128", "--vocab-builtin", "--type", "q8_0", "--seed", "4", "--out", model}),
+              0);
+    GgufModel file = open_gguf_model(model);
+    const auto ram = load_model(file);
+    const std::vector<int32_t> prompt_a = {11, 57, 203, 98}, prompt_b = {200, 7, 150, 42, 9};
+    const int steps_a = 6, steps_b = 10;
+    const test::Alone a = test::run_alone(*ram, prompt_a, steps_a), b = test::run_alone(*ram, prompt_b, steps_b);
+    const auto fault = test::fault_only_a_needs(file, a, b, ram->hp.moe.n_expert);
+    ASSERT_TRUE(fault) << "no expert separates the two requests: change the prompts";
+
+    FaultFs ffs(src, mnt);
+    ASSERT_TRUE(ffs.mounted()) << "faultfs did not mount at " << mnt;
+    const ModelFacts f = model_facts(file);
+    const uint32_t n_ctx = 160;
+    const std::string budget = test::budget_plus_working(model, f.resident_bytes + 3 * f.kv_bytes(n_ctx) + f.expert_bytes / 2, n_ctx, 3);
+    test::Server s(mnt + "/m.gguf", {"--ram-budget", budget, "--ctx", std::to_string(n_ctx), "--parallel", "3", "--read-size", "64K"});
+    ASSERT_NE(s.port(), 0) << s.log();
+    ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();
+    ffs.command("read-eio m.gguf " + std::to_string(fault->lo) + " " + std::to_string(fault->hi));
+    auto body = [](const std::vector<int32_t>& prompt, int max_tokens) {
+        return nlohmann::json{{"model", "m"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+    };
+    // A long prompt first keeps the worker busy, so that A and B are admitted together and decode in one batch
+    // (A's result does not depend on it: it needs the bad expert alone or batched; B never does).
+    std::vector<int32_t> first;
+    for (int i = 0; i < 120; ++i) first.push_back((i * 37 + 5) % 250);
+    test::HttpReply ra, rb;
+    std::thread t0([&] { test::request(s.port(), "POST", "/v1/completions", body(first, 1)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::thread ta([&] { ra = test::request(s.port(), "POST", "/v1/completions", body(prompt_a, steps_a)); });
+    std::thread tb([&] { rb = test::request(s.port(), "POST", "/v1/completions", body(prompt_b, steps_b)); });
+    t0.join();
+    ta.join();
+    tb.join();
+    EXPECT_GE(ra.status, 500) << ra.body;
+    const auto err = nlohmann::json::parse(ra.body, nullptr, false);
+    ASSERT_FALSE(err.is_discarded()) << ra.body;
+    EXPECT_NE(err["error"]["message"].get<std::string>().find("Input/output error"), std::string::npos) << ra.body;
+    ASSERT_EQ(rb.status, 200) << rb.body;
+    const std::string want_b = Tokenizer::from_gguf(file.meta())->decode(b.tokens);
+    EXPECT_EQ(nlohmann::json::parse(rb.body)["choices"][0]["text"], want_b);
+    // B again, the fault still there but off its path: the same answer.
+    rb = test::request(s.port(), "POST", "/v1/completions", body(prompt_b, steps_b));
+    ASSERT_EQ(rb.status, 200) << rb.body;
+    EXPECT_EQ(nlohmann::json::parse(rb.body)["choices"][0]["text"], want_b);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
 TEST(DiskFaults, RepackOntoADiskFailingMidWriteKeepsTheOldStore) {

@@ -12,33 +12,11 @@
 #include "engine/model/model_facts.h"
 #include "engine/server/generation.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/expert_faults.h"
 #include "tests/test_support.h"
 
 namespace moe {
 namespace {
-
-int32_t argmax_of(const float* l, int n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
-
-struct Alone {
-    std::vector<uint64_t> prompt_selections, decode_selections;  // [layer * n_expert + expert]
-    std::vector<int32_t> tokens;                                  // greedy, as Generator draws them
-};
-
-// Prompt, then `steps` greedy tokens evaluated one by one (Generator evaluates each drawn token but the last).
-Alone run_alone(const Model& m, const std::vector<int32_t>& prompt, int steps) {
-    Runner r(m, {.n_ctx = 128, .n_threads = 1});
-    Alone a;
-    r.eval(prompt);
-    a.prompt_selections = r.expert_selections();
-    for (int i = 0; i < steps; ++i) {
-        const int32_t next = argmax_of(r.logits(), r.n_vocab());
-        a.tokens.push_back(next);
-        if (i + 1 < steps) r.eval(std::span<const int32_t>(&next, 1));
-    }
-    a.decode_selections = r.expert_selections();
-    for (size_t i = 0; i < a.decode_selections.size(); ++i) a.decode_selections[i] -= a.prompt_selections[i];
-    return a;
-}
 
 class GenerationFaults : public ::testing::TestWithParam<std::string> {};
 
@@ -54,20 +32,12 @@ TEST_P(GenerationFaults, AnUnreadableExpertFailsOnlyTheRequestThatNeedsIt) {
     const uint32_t E = ram->hp.moe.n_expert;
     const std::vector<int32_t> prompt_a = {11, 57, 203, 98}, prompt_b = {200, 7, 150, 42, 9};
     const int steps_a = 6, steps_b = 10;
-    const Alone a = run_alone(*ram, prompt_a, steps_a), b = run_alone(*ram, prompt_b, steps_b);
-    // An expert A needs only while decoding, and B never.
-    int bad = -1;
-    for (size_t i = 0; i < a.decode_selections.size() && bad < 0; ++i)
-        if (a.decode_selections[i] && !a.prompt_selections[i] && !b.prompt_selections[i] && !b.decode_selections[i]) bad = static_cast<int>(i);
-    ASSERT_GE(bad, 0) << "no expert separates the two requests: change the prompts";
-    const uint32_t layer = static_cast<uint32_t>(bad) / E, expert = static_cast<uint32_t>(bad) % E;
-    // Every read touching the inside of that expert's gate matrix fails, as a bad sector would; the 4 KiB
-    // blocks it shares with its neighbours (aligned direct reads of theirs touch them) stay readable.
-    const auto* gate = file.find_tensor("blk." + std::to_string(layer) + ".ffn_gate_exps.weight");
-    ASSERT_NE(gate, nullptr);
-    const uint64_t slice = gate->nbytes / E, start = gate->file_offset + expert * slice;
-    const uint64_t lo = (start + 4095) / 4096 * 4096, hi = (start + slice) / 4096 * 4096;
-    ASSERT_LT(lo, hi) << "the expert's slice holds no whole block";
+    const test::Alone a = test::run_alone(*ram, prompt_a, steps_a), b = test::run_alone(*ram, prompt_b, steps_b);
+    // Every read touching the inside of an expert A needs only while decoding (and B never) fails, as a bad
+    // sector would.
+    const auto fault = test::fault_only_a_needs(file, a, b, E);
+    ASSERT_TRUE(fault) << "no expert separates the two requests: change the prompts";
+    const uint64_t lo = fault->lo, hi = fault->hi;
     StreamingOptions so;
     so.cache_bytes = model_facts(file).expert_bytes / 2;
     so.read_size = 64 << 10;
