@@ -385,8 +385,7 @@ void Generator::step() {
         going.push_back(&slot);
     }
     if (tokens.empty()) return;
-    // Each drafting slot's drafts (a grammar's slot does not draft), within its token budget, its context and
-    // the batch.
+    // Each drafting slot's drafts, within its token budget, its context and the batch.
     std::vector<std::vector<int32_t>> drafts(going.size());
     bool drafting = false;
     int rows = static_cast<int>(tokens.size());
@@ -401,10 +400,7 @@ void Generator::step() {
     const ExpertSourceStats before = model_.experts->stats();
     const auto started = Clock::now();
     try {
-        if (drafting) {
-            verify(going, tokens, drafts);
-            return charge(going, before);
-        }
+        if (drafting) return verify(going, tokens, drafts, before);
         if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
             runner_.select_sequence(seqs[0]);
             runner_.eval(tokens);
@@ -437,7 +433,8 @@ void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost) {
     }
 }
 
-void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts) {
+void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts,
+                       const ExpertSourceStats& before) {
     // One batch: each slot's token, then its drafts; every row with one-token kernels, so each slot's logits
     // are those of decoding it alone.
     std::vector<int> seqs;
@@ -457,6 +454,7 @@ void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_
     const auto started = Clock::now();
     runner_.eval_batch(seqs, batch, Runner::Rows::OneByOne);
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    charge(going, before);  // before any of them finishes
     // All rows are read before any slot rolls back (a recurrent slot's re-evaluation overwrites the logits).
     std::vector<int> kept(going.size(), 0);
     std::vector<bool> goes_on(going.size(), true);

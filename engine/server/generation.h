@@ -157,8 +157,10 @@ private:
     // Draws and handles each running slot's next token, then evaluates those that go on in one batch.
     void step();
     // A decode step with drafts: each slot's token (taken, not yet evaluated) and its drafts in one batch; the
-    // drafts each slot's sampler accepts are taken, the rest forgotten.
-    void verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts);
+    // drafts each slot's sampler accepts are taken, the rest forgotten. The step's expert I/O since `before` is
+    // charged to the slots.
+    void verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts,
+                const ExpertSourceStats& before);
     // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
     bool take_token(Slot& slot, int32_t next);
     void finish(Slot& slot);
