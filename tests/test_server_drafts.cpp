@@ -56,6 +56,19 @@ TEST_P(ServeDrafts, GreedyAnswersAreTheSameWithLookupDrafts) {
     const json again = completion(s);
     EXPECT_EQ(again["choices"][0]["text"], plain["choices"][0]["text"]);
     EXPECT_EQ(s.terminate(), 0) << s.log();
+    // Up to a full context: the answer ends at the same token ("length") with drafts as without.
+    const int n_ctx = plain["usage"]["prompt_tokens"].get<int>() + 20;
+    json short_plain, short_drafted;
+    {
+        test::Server off(model, {"--draft", "off", "--ctx", std::to_string(n_ctx)});
+        short_plain = completion(off);
+    }
+    test::Server on(model, {"--draft", "lookup", "--ctx", std::to_string(n_ctx)});
+    short_drafted = completion(on);
+    EXPECT_EQ(short_drafted["choices"][0]["text"], short_plain["choices"][0]["text"]);
+    EXPECT_EQ(short_drafted["usage"]["completion_tokens"], short_plain["usage"]["completion_tokens"]);
+    EXPECT_EQ(short_drafted["choices"][0]["finish_reason"], "length");
+    EXPECT_LT(short_plain["usage"]["completion_tokens"].get<int>(), 48);  // the context, not max_tokens, ended it
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ServeDrafts, ::testing::Values(false, true),

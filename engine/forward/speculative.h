@@ -83,6 +83,8 @@ public:
     DraftMode mode() const { return mode_; }
     // Drafts to verify after `history` (its last token is the one the next step evaluates), at most `limit`.
     std::vector<int32_t> propose(std::span<const int32_t> history, int limit);
+    // A new context (the next request in a server slot): drafts passed up earlier are not judged against it.
+    void forget_context() { shadow_.clear(); }
     // What the step did: rows evaluated, its wall time, drafts verified and kept.
     void observe(int rows, double seconds, int drafted, int accepted);
     const DraftStats& stats() const { return stats_; }

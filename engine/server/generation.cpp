@@ -311,12 +311,13 @@ void Generator::prefill_some(Slot& slot, int budget) {
     for (const auto& st : slot.req.stop) slot.max_stop = std::max(slot.max_stop, st.size());
     slot.drawn = 0;
     slot.pending = -1;
+    if (slot.drafter) slot.drafter->forget_context();
     slot.t1 = Clock::now();
     r.finish_reason = "length";
     if (slot.req.max_tokens <= 0) finish(slot);
 }
 
-bool Generator::take_token(Slot& slot, int32_t next) {
+bool Generator::take_token(Slot& slot, int32_t next, int position) {
     GenerationRequest& req = slot.req;
     GenerationResult& r = slot.r;
     ++slot.drawn;
@@ -350,7 +351,7 @@ bool Generator::take_token(Slot& slot, int32_t next) {
     r.text += ready;
     if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = "cancelled"; return false; }
     if (stopped || req.finish_now->load()) { r.finish_reason = "stop"; return false; }
-    if (runner_.n_past_of(slot.seq) >= runner_.n_ctx()) return false;  // context full: finish as "length"
+    if ((position >= 0 ? position : runner_.n_past_of(slot.seq)) >= runner_.n_ctx()) return false;  // context full: finish as "length"
     return slot.drawn < req.max_tokens;
 }
 
@@ -398,9 +399,9 @@ void Generator::step() {
         drafting = drafting || !drafts[i].empty();
     }
     const ExpertSourceStats before = model_.experts->stats();
+    if (drafting) return verify(going, tokens, drafts, before);
     const auto started = Clock::now();
     try {
-        if (drafting) return verify(going, tokens, drafts, before);
         if (tokens.size() == 1) {  // one slot: the single-sequence path (llama.cpp's one-token numerics)
             runner_.select_sequence(seqs[0]);
             runner_.eval(tokens);
@@ -452,7 +453,13 @@ void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_
         }
     }
     const auto started = Clock::now();
-    runner_.eval_batch(seqs, batch, Runner::Rows::OneByOne);
+    try {
+        runner_.eval_batch(seqs, batch, Runner::Rows::OneByOne);
+    } catch (const std::exception& e) {  // no position moved: each slot's token again on its own, without drafts
+        charge(going, before);
+        if (going.size() > 1) return retry_alone(going, tokens);
+        return fail(*going[0], e.what());
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     charge(going, before);  // before any of them finishes
     // All rows are read before any slot rolls back (a recurrent slot's re-evaluation overwrites the logits).
@@ -466,6 +473,7 @@ void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_
                 for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
         };
         slot.cached.push_back(tokens[i]);
+        const int base = marks[i].pos;  // draft j goes to position base + 1 + j
         for (size_t j = 0; j < drafts[i].size(); ++j) {
             row_to_slot(first[i] + j);  // row j judges draft j (and is what take_token's logprobs read)
             // Under a grammar: the token the constrained sampler draws from this row; the draft is kept when it is
@@ -481,8 +489,10 @@ void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_
                 break;
             }
             ++kept[i];
+            // The position it would be evaluated at without drafts: the batch already moved the sequence's end.
+            const bool more = take_token(slot, v.token, base + 1 + static_cast<int>(j));
             slot.cached.push_back(v.token);
-            if (!take_token(slot, v.token)) {
+            if (!more) {
                 goes_on[i] = false;
                 break;
             }

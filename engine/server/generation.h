@@ -161,8 +161,9 @@ private:
     // charged to the slots.
     void verify(const std::vector<Slot*>& going, const std::vector<int32_t>& tokens, const std::vector<std::vector<int32_t>>& drafts,
                 const ExpertSourceStats& before);
-    // Handles slot's token `next`: text, stop strings, limits. False when the generation is over.
-    bool take_token(Slot& slot, int32_t next);
+    // Handles slot's token `next`: text, stop strings, limits. False when the generation is over. `position`:
+    // where next goes in the slot's sequence (-1: at its end, as in a plain step).
+    bool take_token(Slot& slot, int32_t next, int position = -1);
     void finish(Slot& slot);
     void fail(Slot& slot, const std::string& error);  // finish with an error, the slot's cache forgotten
     // After a batched decode step failed: each slot's token again on its own (recurrent models first rebuild the
