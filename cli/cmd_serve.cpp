@@ -248,6 +248,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     service.set_generator(gen.get());
     nlohmann::json view_config = engine_view_config(name, engine, ef, plan_path, threads, parallel, n_ctx);
     if (prompt_cache) view_config["prompt_cache"] = {{"dir", prompt_cache_dir}, {"limit_bytes", pc_opt.max_bytes}};
+    view_config["draft"] = draft_mode_name(draft_mode);
     EngineMonitor monitor(gen.get(), view_config,
                           {engine.model->hp.n_layer, engine.model->hp.moe.n_expert},
                           ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile));

@@ -52,6 +52,17 @@ TEST_P(ServeDrafts, GreedyAnswersAreTheSameWithLookupDrafts) {
     const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
     EXPECT_NE(metrics.find("moestream_draft_tokens_total " + std::to_string(n) + "\n"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("moestream_draft_accepted_total " + std::to_string(kept) + "\n"), std::string::npos) << metrics;
+    // The web page's samples carry the same figures.
+    json stats;
+    for (int i = 0; i < 40; ++i) {
+        stats = json::parse(test::request(s.port(), "GET", "/v1/engine/stats").body);
+        if (!stats["samples"].empty() && stats["samples"].back().contains("drafts")) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_FALSE(stats["samples"].empty());
+    EXPECT_EQ(stats["config"]["draft"], "lookup");
+    EXPECT_EQ(stats["samples"].back()["drafts"]["drafted"], n);
+    EXPECT_EQ(stats["samples"].back()["drafts"]["accepted"], kept);
     // The next request on the same slot starts from what the cache really holds.
     const json again = completion(s);
     EXPECT_EQ(again["choices"][0]["text"], plain["choices"][0]["text"]);

@@ -59,6 +59,8 @@ json EngineMonitor::take_sample() {
                    {"slots_busy", gen_->slots_busy()},
                    {"queued", gen_->queued()}};
     if (const PromptCache* pc = gen_->prompt_cache()) sample["prompt_cache"] = prompt_cache_json(*pc, gen_->prompt_seconds_per_token());
+    if (gen_->draft_mode() != DraftMode::Off)
+        sample["drafts"] = {{"steps", s.draft_steps.load()}, {"drafted", s.draft_tokens.load()}, {"accepted", s.draft_accepted.load()}};
     last_t_ = now;
     last_tokens_ = tokens;
     last_prompt_ = prompt;
