@@ -165,10 +165,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         history.push_back(argmax({runner.logits(), le.model->hp.n_vocab}));
         for (int evaluated = 0; evaluated < n_gen;) {
             const std::vector<int32_t> drafts = drafter->propose(history, n_gen - evaluated - 1);
-            const auto step_start = Clock::now();
-            const StepOutcome o = speculative_step(runner, greedy, history, drafts, [](int32_t, std::span<const float>) { return true; });
-            drafter->observe(o.rows, std::chrono::duration<double>(Clock::now() - step_start).count(), static_cast<int>(drafts.size()), o.accepted);
-            evaluated += 1 + o.accepted;
+            evaluated += 1 + drafter->step(runner, greedy, history, drafts, [](int32_t, std::span<const float>) { return true; }).accepted;
             record_point();
         }
     }
@@ -186,11 +183,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)}, {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
                 {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
-    if (drafter) {
-        const DraftStats& d = drafter->stats();
-        out["draft"] = {{"mode", draft_mode_name(draft_mode)}, {"steps", d.steps}, {"drafted", d.drafted}, {"accepted", d.accepted},
-                        {"acceptance", d.drafted ? static_cast<double>(d.accepted) / static_cast<double>(d.drafted) : 0.0}};
-    }
+    if (drafter) out["draft"] = draft_json(*drafter);
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
     if (r0.eval_seconds > 0)
         out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds}, {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},

@@ -25,14 +25,6 @@ using json = nlohmann::json;
 namespace moe::cli {
 namespace {
 
-// What speculation did in a run: the drafts verified and kept, and the planner's figures.
-json draft_json(const Drafter& d) {
-    const DraftStats& s = d.stats();
-    return {{"mode", draft_mode_name(d.mode())}, {"steps", s.steps}, {"drafted", s.drafted}, {"accepted", s.accepted},
-            {"acceptance", s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
-            {"one_row_s", d.planner().one_row_seconds()}, {"expert_share", d.planner().expert_share()}};
-}
-
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -283,10 +275,7 @@ int cmd_run(const std::vector<std::string>& args) {
         } else {
             drafts = drafter.propose(history, limit);
         }
-        const auto step_start = Clock::now();
-        const StepOutcome o = speculative_step(*runner, sampler, history, drafts, emit);
-        drafter.observe(o.rows, seconds_since(step_start), static_cast<int>(drafts.size()), o.accepted);
-        more = !o.stopped;
+        more = !drafter.step(*runner, sampler, history, drafts, emit).stopped;
     }
     const double t_gen = seconds_since(t1);
     const double pp = prompt_ids.size() / std::max(t_prompt, 1e-9);

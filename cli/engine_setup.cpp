@@ -62,6 +62,13 @@ DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
     return mode;
 }
 
+nlohmann::json draft_json(const Drafter& d) {
+    const DraftStats& s = d.stats();
+    return {{"mode", draft_mode_name(d.mode())}, {"steps", s.steps}, {"drafted", s.drafted}, {"accepted", s.accepted},
+            {"acceptance", s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
+            {"one_row_s", d.planner().one_row_seconds()}, {"expert_share", d.planner().expert_share()}};
+}
+
 kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v) {
     auto one = [](const char* flag, const std::string& name) {
         if (auto t = kernels::parse_kv_cache_type(name)) return *t;

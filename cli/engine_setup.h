@@ -2,6 +2,7 @@
 // sized from --ram-budget (the engine's whole footprint, as `plan` computes it), with the I/O options.
 #pragma once
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,8 @@ kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::stri
 
 // --draft and --draft-max (run, serve): the mode, or CliError naming the flag and value (mtp: not implemented).
 DraftMode parse_draft_flags(const std::string& draft, int draft_max);
+// What speculation did in a run or bench: the drafts verified and kept, and the planner's figures.
+nlohmann::json draft_json(const Drafter& d);
 
 struct LoadedEngine {
     GgufModel file;

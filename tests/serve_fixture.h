@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,17 @@ private:
     int port_ = 0;
     bool exited_ = false;
 };
+
+// /v1/engine/stats once its newest sample carries `key` (the monitor samples every second), or after ~4 s.
+inline nlohmann::json engine_stats_with(int port, const std::string& key) {
+    nlohmann::json stats;
+    for (int i = 0; i < 40; ++i) {
+        stats = nlohmann::json::parse(request(port, "GET", "/v1/engine/stats").body);
+        if (!stats["samples"].empty() && stats["samples"].back().contains(key)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return stats;
+}
 
 class ServeTest : public ::testing::Test {
 protected:

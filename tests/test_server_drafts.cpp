@@ -53,12 +53,7 @@ TEST_P(ServeDrafts, GreedyAnswersAreTheSameWithLookupDrafts) {
     EXPECT_NE(metrics.find("moestream_draft_tokens_total " + std::to_string(n) + "\n"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("moestream_draft_accepted_total " + std::to_string(kept) + "\n"), std::string::npos) << metrics;
     // The web page's samples carry the same figures.
-    json stats;
-    for (int i = 0; i < 40; ++i) {
-        stats = json::parse(test::request(s.port(), "GET", "/v1/engine/stats").body);
-        if (!stats["samples"].empty() && stats["samples"].back().contains("drafts")) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const json stats = test::engine_stats_with(s.port(), "drafts");
     ASSERT_FALSE(stats["samples"].empty());
     EXPECT_EQ(stats["config"]["draft"], "lookup");
     EXPECT_EQ(stats["samples"].back()["drafts"]["drafted"], n);

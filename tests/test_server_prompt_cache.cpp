@@ -84,12 +84,7 @@ TEST_P(PromptCacheServe, APrefixSavedBeforeARestartIsRestoredAfterIt) {
     EXPECT_EQ(metric(b.port(), "moestream_prompt_cache_restored_tokens_total"), cached);
     EXPECT_EQ(metric(b.port(), "moestream_prompt_cache_rejected_total"), 0);
     // The web page's samples carry the same figures.
-    json stats;
-    for (int i = 0; i < 40; ++i) {
-        stats = json::parse(test::request(b.port(), "GET", "/v1/engine/stats").body);
-        if (!stats["samples"].empty() && stats["samples"].back().contains("prompt_cache")) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const json stats = test::engine_stats_with(b.port(), "prompt_cache");
     ASSERT_FALSE(stats["samples"].empty());
     EXPECT_EQ(stats["samples"].back()["prompt_cache"]["restored"], 1);
     EXPECT_EQ(stats["config"]["prompt_cache"]["dir"], cache);

@@ -318,19 +318,14 @@ void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits, Rows ro
         if (t < 0 || t >= static_cast<int32_t>(m_.hp.n_vocab))
             throw std::out_of_range("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(m_.hp.n_vocab - 1) + ")");
     const int total = static_cast<int>(tokens.size());
-    one_by_one_ = rows == Rows::OneByOne;
-    struct Reset {
-        bool& flag;
-        ~Reset() { flag = false; }
-    } reset{one_by_one_};
     logits_rows_ = want_all_logits ? total : 1;
     logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
     for (int off = 0; off < total; off += opt_.n_batch) {
         const int n = std::min(opt_.n_batch, total - off);
         segs_ = {{0, n, active_}};
         const bool last_chunk = off + n == total;
-        if (want_all_logits || last_chunk) eval_chunk(tokens.data() + off, n, want_all_logits, want_all_logits ? off : -1);
-        else eval_chunk(tokens.data() + off, n, false, -2);
+        if (want_all_logits || last_chunk) eval_chunk(tokens.data() + off, n, want_all_logits, want_all_logits ? off : -1, rows);
+        else eval_chunk(tokens.data() + off, n, false, -2, rows);
     }
 }
 
@@ -355,12 +350,7 @@ void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> toke
     const int n = static_cast<int>(tokens.size());
     logits_rows_ = n;
     logits_.resize(static_cast<size_t>(n) * m_.hp.n_vocab);
-    one_by_one_ = rows == Rows::OneByOne;
-    struct Reset {
-        bool& flag;
-        ~Reset() { flag = false; }
-    } reset{one_by_one_};
-    eval_chunk(tokens.data(), n, true, 0);
+    eval_chunk(tokens.data(), n, true, 0, rows);
 }
 
 void Runner::attention_kind(uint32_t l, int n) {
@@ -393,7 +383,12 @@ void Runner::attention_by_sequence(uint32_t l, int n) {
 }
 
 // out_base >= 0: write logits of all n tokens at row out_base; -1: last token only at row 0; -2: none.
-void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base) {
+void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode) {
+    one_by_one_ = row_mode == Rows::OneByOne;  // read by kernel_rows() while this chunk runs
+    struct Reset {
+        bool& flag;
+        ~Reset() { flag = false; }
+    } reset{one_by_one_};
     const Hparams& hp = m_.hp;
     const int E = static_cast<int>(hp.n_embd);
     for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);

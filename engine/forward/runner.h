@@ -122,7 +122,7 @@ private:
     // The row count whose kernels a batch of n rows uses (1 while evaluating Rows::OneByOne).
     int kernel_rows(int n) const { return one_by_one_ ? 1 : n; }
     // Per-chunk row counts: n tokens, and the rows whose last-layer feed-forward runs (llama.cpp's inp_out_ids).
-    void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base);
+    void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode);
 
     // Matmuls. `dense`: a MUL_MAT in llama.cpp's graph (its batched order may differ from one token's);
     // otherwise an expert's MUL_MAT_ID. `strided`: the activations are a strided view in llama.cpp, which keeps

@@ -209,4 +209,12 @@ StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32
     return out;
 }
 
+StepOutcome Drafter::step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts,
+                          const EmitToken& emit) {
+    const auto start = std::chrono::steady_clock::now();
+    const StepOutcome o = speculative_step(runner, sampler, history, drafts, emit);
+    observe(o.rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), static_cast<int>(drafts.size()), o.accepted);
+    return o;
+}
+
 }  // namespace moe

@@ -76,6 +76,15 @@ struct DraftStats {
     uint64_t accepted = 0;  // of them kept
 };
 
+// Called for each token a step produces, with the logits row it was chosen from; false stops the step.
+using EmitToken = std::function<bool(int32_t token, std::span<const float> logits)>;
+
+struct StepOutcome {
+    int rows = 0;       // tokens evaluated
+    int accepted = 0;   // drafts kept
+    bool stopped = false;  // emit asked to stop
+};
+
 // One sequence's drafts: where they come from and how many a step verifies.
 class Drafter {
 public:
@@ -87,6 +96,8 @@ public:
     void forget_context() { shadow_.clear(); }
     // What the step did: rows evaluated, its wall time, drafts verified and kept.
     void observe(int rows, double seconds, int drafted, int accepted);
+    // speculative_step (below) with `drafts`, timed and observed.
+    StepOutcome step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts, const EmitToken& emit);
     const DraftStats& stats() const { return stats_; }
     const DraftPlanner& planner() const { return planner_; }
 
@@ -97,15 +108,6 @@ private:
     DraftStats stats_;
     std::vector<int32_t> shadow_;  // drafts the planner passed up, judged against the tokens that follow
     size_t shadow_at_ = 0;         // the history position of shadow_[0]
-};
-
-// Called for each token a step produces, with the logits row it was chosen from; false stops the step.
-using EmitToken = std::function<bool(int32_t token, std::span<const float> logits)>;
-
-struct StepOutcome {
-    int rows = 0;       // tokens evaluated
-    int accepted = 0;   // drafts kept
-    bool stopped = false;  // emit asked to stop
 };
 
 // After a verification batch evaluated from `mark`: keeps its first `kept` rows in the selected sequence and
