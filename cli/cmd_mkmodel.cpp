@@ -18,13 +18,14 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")
-        ("arch", po::value(&s.arch)->default_value("qwen3moe"), "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa")
+        ("arch", po::value(&s.arch)->default_value("qwen3moe"), "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss")
         ("layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")
         ("embd", po::value(&s.embd)->required(), "model width")
         ("heads", po::value(&s.heads)->required(), "query heads")
         ("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")
         ("head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")
-        ("rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe, half for glm4moe)")
+        ("rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe)")
+        ("window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")
         ("experts", po::value(&s.experts)->required(), "routed experts per layer")
         ("experts-used", po::value(&s.used)->required(), "experts chosen per token")
         ("ffn", po::value(&s.ffn)->required(), "expert hidden width")

@@ -247,6 +247,33 @@ void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool bia
     w.vec(p + "attn_k_norm.weight", s.head_dim);
 }
 
+// gpt-oss's attention: biased q/k/v/output projections without q/k norms, and a sink logit per head.
+void gpt_oss_attention(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+    w.matrix(p + "attn_q.weight", {s.embd, Q});
+    w.matrix(p + "attn_k.weight", {s.embd, KV});
+    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
+    w.vec(p + "attn_q.bias", Q, 0.f, 0.1f);
+    w.vec(p + "attn_k.bias", KV, 0.f, 0.1f);
+    w.vec(p + "attn_v.bias", KV, 0.f, 0.1f);
+    w.matrix(p + "attn_output.weight", {Q, s.embd});
+    w.vec(p + "attn_output.bias", s.embd, 0.f, 0.1f);
+    w.vec(p + "attn_sinks.weight", s.heads, 0.f, 1.f);
+}
+
+// gpt-oss's experts: a biased router, biased experts; gate and up x4 and down /4 (as the reference files) so
+// that swiglu_oai's clamps at 7 are reached.
+void gpt_oss_moe(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    w.f32_matrix(p + "ffn_gate_inp.weight", {s.embd, s.experts}, 2.f, skewed_router(s, p));
+    w.vec(p + "ffn_gate_inp.bias", s.experts, 0.f, 0.5f);
+    w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts}, 4.f);
+    w.f32_matrix(p + "ffn_gate_exps.bias", {s.ffn, s.experts}, 0.5f);
+    w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts}, 4.f);
+    w.f32_matrix(p + "ffn_up_exps.bias", {s.ffn, s.experts}, 0.5f);
+    w.matrix(p + "ffn_down_exps.weight", {s.ffn, s.embd, s.experts}, 0.25f, true);
+    w.f32_matrix(p + "ffn_down_exps.bias", {s.embd, s.experts}, 0.5f);
+}
+
 // qwen35moe's gated DeltaNet block, with the value ranges of real checkpoints' initialisation: -exp(A_log)
 // for A ~ U(0, 16), dt bias for dt in [1e-3, 1e-1].
 void deltanet_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
@@ -306,13 +333,17 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     SyntheticSpec s = s_in;
     const std::string& A = s.arch;
     const bool hybrid = A == "qwen35moe";
-    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A))
-        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa)");
+    const bool oss = A == "gpt-oss";
+    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss)
+        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss)");
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
     if (s.used > s.experts) throw CliError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
     if (s.dense_layers >= s.layers && s.dense_layers) throw CliError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
     if (s.dense_layers && !s.dense_ffn) s.dense_ffn = s.ffn * std::max(s.used, 1u);
-    if (A == "qwen3moe" && (s.dense_layers || s.shared)) throw CliError("qwen3moe has no dense layers or shared experts");
+    if ((A == "qwen3moe" || oss) && (s.dense_layers || s.shared)) throw CliError(A + " has no dense layers or shared experts");
+    if (oss && (s.rope_dims && s.rope_dims != (s.head_dim ? s.head_dim : s.embd / s.heads)))
+        throw CliError("gpt-oss rotates whole heads: --rope-dims must equal --head-dim");
+    if (oss) check_positive({{"window", s.window}});
     if (hybrid) {
         if (s.dense_layers) throw CliError("qwen35moe has no dense layers");
         check_positive({{"ssm-state", s.ssm_state}, {"ssm-k-heads", s.ssm_k_heads}, {"ssm-v-heads", s.ssm_v_heads},
@@ -393,6 +424,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         key("attention.key_length", u32(s.head_dim));
         key("attention.value_length", u32(s.head_dim));
         if (A != "qwen3moe" || s.rope_dims != s.head_dim) key("rope.dimension_count", u32(s.rope_dims));
+        if (oss) key("attention.sliding_window", u32(s.window));
     } else {
         key("feed_forward_length", u32(s.dense_ffn ? s.dense_ffn : s.ffn * s.used));
         if (s.mla_kv_b) {  // the older keys: per-head key and value lengths, no *_mla keys
@@ -423,7 +455,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
             }
         }
     }
-    if (A != "qwen3moe" && !hybrid) {
+    if (A != "qwen3moe" && !hybrid && !oss) {
         key("leading_dense_block_count", u32(s.dense_layers));
         key("expert_shared_count", u32(s.shared));
         key("expert_weights_norm", GgufValue::boolean(s.norm_weights));
@@ -454,16 +486,18 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     std::function<bool(uint64_t)> unprintable;
     if (s.printable_head) unprintable = [](uint64_t id) { return !((id >= 32 && id <= 126) || id == 10 || id == 258); };
     if (!s.tie_output) w.matrix("output.weight", {s.embd, n_vocab}, 4.f, true, unprintable);
-    const std::string ffn_norm = A == "glm4moe" || hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
+    const std::string ffn_norm = A == "glm4moe" || hybrid || oss ? "post_attention_norm.weight" : "ffn_norm.weight";
     for (uint32_t l = 0; l < s.layers + s.nextn; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         w.vec(p + "attn_norm.weight", s.embd);
         if (is_mla(A)) mla_block(w, s, p, A == "glm-dsa" && (s.ix_full.empty() || (l < s.layers && s.ix_full[l]) || l >= s.layers));
         else if (hybrid && l < s.layers && (l + 1) % s.full_interval != 0) deltanet_block(w, s, p);
         else if (hybrid) gated_attention_block(w, s, p);
+        else if (oss) gpt_oss_attention(w, s, p);
         else gqa_block(w, s, p, A == "glm4moe");
         w.vec(p + ffn_norm, s.embd);
         if (l < s.dense_layers) dense_block(w, s, p);
+        else if (oss) gpt_oss_moe(w, s, p);
         else moe_block(w, s, p);
         if (hybrid && s.shared) w.vec(p + "ffn_gate_inp_shexp.weight", s.embd, 0.f, 0.3f);
         if (l >= s.layers) {  // a NextN/MTP block's own tensors

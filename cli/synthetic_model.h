@@ -11,12 +11,13 @@
 namespace moe::cli {
 
 struct SyntheticSpec {
-    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss
     uint32_t layers = 0, embd = 0, vocab = 0;
     uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
     // GQA (qwen3moe, glm4moe)
     uint32_t heads = 0, kv_heads = 0, head_dim = 0;
-    uint32_t rope_dims = 0;  // 0: the whole head (qwen3moe) / half of it (glm4moe)
+    uint32_t rope_dims = 0;  // 0: the whole head (qwen3moe, gpt-oss) / half of it (glm4moe)
+    uint32_t window = 128;   // gpt-oss: the sliding window of its even layers
     // MLA (deepseek2, glm-dsa)
     uint32_t q_lora = 96, kv_lora = 64, qk_nope = 32, qk_rope = 16, v_head = 32;
     // DSA indexer (glm-dsa)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "engine/kernels/attention.h"
@@ -169,6 +170,83 @@ TEST(Attention, SimdEqualsReference) {
             }
         }
     }
+}
+
+// Attention sinks (gpt-oss): a per-head logit that joins the softmax's sum with no value. Every kernel against
+// softmax attention computed in double with the sink in the denominator (sinks far below, near and far above the
+// scores, so both of ggml's branches run), and each SIMD kernel against its scalar reference bit for bit.
+TEST(Attention, SinksJoinTheSoftmaxInEveryKernel) {
+    std::mt19937 rng(29);
+    std::normal_distribution<float> nd;
+    const bool simd = kernels::table_for(kernels::Isa::Avx2) != nullptr;
+    int compared = 0;
+    for (int n : {1, 9, 70}) {
+        Cache c(64, 64, n, rng);
+        std::vector<float> q(64), a(64), b(64);
+        for (auto& x : q) x = nd(rng);
+        // The scores in double, their max and sum.
+        std::vector<double> sc(static_cast<size_t>(n));
+        double mx = -1e300;
+        for (int j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int d = 0; d < 64; ++d) dot += static_cast<double>(q[d]) * fp16_to_fp32(c.k[static_cast<size_t>(j) * 64 + d]);
+            sc[static_cast<size_t>(j)] = dot * 0.125;
+            mx = std::max(mx, sc[static_cast<size_t>(j)]);
+        }
+        for (float offset : {-30.f, -1.f, 0.5f, 4.f, 40.f}) {
+            const float sink = static_cast<float>(mx) + offset;
+            ops::KvView kv = c.view(n);
+            kv.sinks = &sink;
+            double z = std::exp(static_cast<double>(sink) - mx);
+            for (double x : sc) z += std::exp(x - mx);
+            auto check_plain = [&](const std::vector<float>& out, const char* what) {
+                for (int d = 0; d < 64; ++d) {
+                    double o = 0;
+                    for (int j = 0; j < n; ++j) o += std::exp(sc[static_cast<size_t>(j)] - mx) / z * fp16_to_fp32(c.v[static_cast<size_t>(j) * 64 + d]);
+                    ASSERT_NEAR(out[d], o, 2e-3 * (1 + std::fabs(o))) << what << " n " << n << " sink offset " << offset << " d " << d;
+                }
+                ++compared;
+            };
+            for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+                ops::AttnScratch s1, s2;
+                ops::float_ops(f).attend(q.data(), kv, 0.125f, a.data(), s1);
+                check_plain(a, "one-row");
+                if (simd) {
+                    kernels::attend_f16c(f)(q.data(), kv, 0.125f, b.data(), s2);
+                    ASSERT_EQ(a, b) << "one-row f16c, n " << n << " offset " << offset;
+                }
+                ops::float_ops(f).attend_tiled(q.data(), kv, 0.125f, a.data(), s1);
+                check_plain(a, "tiled");
+                if (simd) {
+                    kernels::attend_tiled_f16c(f)(q.data(), kv, 0.125f, b.data(), s2);
+                    ASSERT_EQ(a, b) << "tiled f16c, n " << n << " offset " << offset;
+                    // Two rows of a group call, each with its own sink: row r uses sinks[r % n_sinks].
+                    const float two[2] = {sink, sink - 3.f};
+                    std::vector<float> qs(128), outs(128), want(64);
+                    std::copy(q.begin(), q.end(), qs.begin());
+                    std::copy(q.begin(), q.end(), qs.begin() + 64);
+                    ops::KvView g = c.view(n);
+                    g.sinks = two, g.n_sinks = 2;
+                    kernels::attend_tiled_group(f, false)(qs.data(), 64, 2, g, 0.125f, outs.data(), 64, s2);
+                    for (int r = 0; r < 2; ++r) {
+                        ops::KvView one = c.view(n);
+                        one.sinks = &two[r];
+                        ops::float_ops(f).attend_tiled(q.data(), one, 0.125f, want.data(), s1);
+                        ASSERT_TRUE(std::equal(want.begin(), want.end(), outs.begin() + 64 * r)) << "group row " << r << " n " << n;
+                    }
+                }
+            }
+            // ik's attention, scalar and SIMD.
+            ik::attend_ik(q.data(), kv, 0.125f, a.data(), *std::make_unique<ops::AttnScratch>());
+            check_plain(a, "ik");
+            if (simd) {
+                ops::AttnScratch s;
+                ik::attend_ik_simd()(q.data(), kv, 0.125f, b.data(), s);
+                ASSERT_EQ(a, b) << "ik simd, n " << n << " offset " << offset;
+            }
+        }
+    }
+    EXPECT_EQ(compared, 3 * 5 * 5);
 }
 
 // The vector exp of both builds stays within 2 ulp of exp over its whole range, across the boundary where the

@@ -118,6 +118,14 @@ const ArchCase kArchCases[] = {
     {"qwen35moe-q4_k_m", Flavor::Avx2, {"--arch", "qwen35moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "64",
                                         "--ssm-state", "128", "--ssm-k-heads", "1", "--ssm-v-heads", "2", "--full-attention-interval", "3",
                                         "--shared-experts", "1", "--type", "q4_k_m"}},
+    // gpt-oss: sinks, sliding-window layers (a window far below the prompts: tiles and one-row views cut by it),
+    // biased router and experts, softmax over the chosen logits, swiglu_oai's clamps; YaRN.
+    {"gpt-oss-q8_0", Flavor::Avx2, {"--arch", "gpt-oss", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--window", "5",
+                                    "--yarn-factor", "4", "--yarn-orig-ctx", "32", "--type", "q8_0"}},
+    {"gpt-oss-mxfp4", Flavor::Avx512, {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--window", "3",
+                                       "--experts", "16", "--experts-used", "4", "--type", "mxfp4"}},
+    {"gpt-oss-iq4_ks", Flavor::Avx2, {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "4",
+                                      "--type", "iq4_ks", "--random-blocks"}},  // ik's attention and routing with sinks and windows
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};

@@ -187,6 +187,16 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
                     ASSERT_EQ(std::memcmp(&a[d], &b[d], 4), 0) << what << " dim " << d;
                     ASSERT_EQ(std::memcmp(&a[d], &simd[d], 4), 0) << what << " dim " << d << " (SIMD kernel)";
                 }
+                {  // an attention sink (gpt-oss) scales every output down, in both kernels alike
+                    const float sink = 0.5f;
+                    ops::KvView va = c.view(ref, visible.data()), vb = c.view(fast, visible.data());
+                    va.sinks = vb.sinks = &sink;
+                    std::vector<float> sa(64), sb(64);
+                    ops::attend_typed(q.data(), va, 0.125f, sa.data(), s);
+                    kernels::typed_attention_kernel(f)(q.data(), vb, 0.125f, sb.data(), s);
+                    ASSERT_EQ(std::memcmp(sa.data(), sb.data(), sizeof(float) * 64), 0) << what << " with a sink";
+                    for (int d = 0; d < 64; ++d) ASSERT_LT(std::fabs(sa[d]), std::fabs(a[d]) + 1e-6f) << what << " with a sink, dim " << d;
+                }
                 // Plain attention in double over what the cache holds.
                 std::vector<float> kf(64), vf(64), qd(64);
                 std::vector<uint8_t> qa(kernels::activation_bytes(kt, 64));

@@ -67,6 +67,9 @@ const Case kCases[] = {
     {"shared-qtype-BF16", Flavor::Avx2, 1e-4},
     {"shared-qtype-F16", Flavor::Avx2, 1e-4},
     {"shared-mix-udlike", Flavor::Avx2, 1e-4},
+    // README-2026.md: gpt-oss (sinks, alternating sliding window, biased router and experts, swiglu_oai).
+    {"shared-gpt-oss-gpt2-1k-s64-F32", Flavor::Avx2, 1e-4},
+    {"shared-gpt-oss-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
 };
 
 class OracleModel : public ::testing::TestWithParam<Case> {

@@ -1,8 +1,10 @@
-// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers): q/k/v projections (+ biases), per-head
-// q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless asked otherwise),
-// flash attention, an output gate where attn_q yields one (each head's q then its gate: out *= sigmoid(gate)),
-// output projection. A quantized cache is rotated as llama.cpp's build_attn does (attn_rot_k / attn_rot_v): q and
-// k by a Walsh-Hadamard block before k is stored, v by a 64-block, the attention output by it again (undoing it).
+// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss): q/k/v projections (+ biases),
+// per-head q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless asked
+// otherwise), flash attention (sliding-window layers over their last GqaConfig::window positions; gpt-oss's sinks
+// add a logit per head to the softmax), an output gate where attn_q yields one (each head's q then its gate:
+// out *= sigmoid(gate)), output projection (+ bias). A quantized cache is rotated as llama.cpp's build_attn does
+// (attn_rot_k / attn_rot_v): q and k by a Walsh-Hadamard block before k is stored, v by a 64-block, the attention
+// output by it again (undoing it).
 #include "engine/forward/runner.h"
 #include "engine/kernels/kv_cache_types.h"
 
@@ -60,7 +62,8 @@ void Runner::attention_gqa(uint32_t l, int n) {
         });
         // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
         attention_heads(cache_->view(l, hd, hd, &kv_kt_), q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns,
-                        1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false);
+                        1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false,
+                        m_.layers[l].sliding ? static_cast<int>(g.window) : 0, w.sinks.present() ? w.sinks.f32() : nullptr);
     }
     select_sequence(keep);
     if (rot_v)
@@ -71,6 +74,9 @@ void Runner::attention_gqa(uint32_t l, int n) {
             for (int h = 0; h < nh; ++h)
                 for (int i = 0; i < hd; ++i) att_[t * Qd + h * hd + i] *= ops::sigmoid(q_[t * q_row + h * q_head + hd + i]);
     matmul(w.wo, att_.data(), Qd, n, tmp_.data(), E);
+    if (w.bo.present())
+        for (int t = 0; t < n; ++t)
+            for (int i = 0; i < E; ++i) tmp_[t * E + i] += w.bo.f32()[i];
 }
 
 }  // namespace moe

@@ -128,8 +128,9 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 const int t = who[j] / U;
                 matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g);
                 matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u);
-                fops_.swiglu(g, u, F);
+                expert_activation(m_.hp.moe, L, fops_, e, g, u, F);
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
+                expert_down_bias(L, e, y, E);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
             }
         }
@@ -179,9 +180,10 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
             project(ev.gate, L.gate, F, E, in.ab_gate, c, g.data());
             if (in.up != in.gate) gather_inputs(in.up, in.ab_up, who, U, act.data());
             project(ev.up, L.up, F, E, in.ab_up, c, u.data());
-            for (int j = 0; j < c; ++j) fops_.swiglu(&g[j * F], &u[j * F], F);
+            for (int j = 0; j < c; ++j) expert_activation(m_.hp.moe, L, fops_, e, &g[j * F], &u[j * F], static_cast<int>(F));
             for (int j = 0; j < c; ++j) kernels::prepare_activations(L.down.type, &g[j * F], act.data() + j * ab_down, F);
             project(ev.down, L.down, E, F, ab_down, c, y.data());
+            for (int j = 0; j < c; ++j) expert_down_bias(L, e, &y[j * E], static_cast<int>(E));
             for (int j = 0; j < c; ++j) std::copy_n(&y[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
         }
     });
@@ -209,7 +211,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     std::vector<char> chosen(static_cast<size_t>(X), 0);
     std::vector<int> top(static_cast<size_t>(U));
     for (int t = 0; t < n; ++t) {
-        route_token(hp.moe, fops_, &logits[t * X], L.experts.probs_bias.present() ? L.experts.probs_bias.f32() : nullptr, top.data(), w.data());
+        route_token(hp.moe, L.experts, fops_, &logits[t * X], top.data(), w.data());
         for (int e : top) chosen[e] = 1;
     }
     std::vector<uint32_t> guess;
@@ -240,8 +242,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
         }
     }
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
-    const float* bias = L.probs_bias.present() ? L.probs_bias.f32() : nullptr;
-    for (int t = 0; t < n; ++t) route_token(hp.moe, fops_, &probs_[t * X], bias, &sel_[t * U], &sel_w_[t * U]);
+    for (int t = 0; t < n; ++t) route_token(hp.moe, L, fops_, &probs_[t * X], &sel_[t * U], &sel_w_[t * U]);
     if (opt_.routing_trace) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
@@ -278,8 +279,9 @@ void Runner::ffn_moe(uint32_t l, int n) {
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
                 expert_gate_up(ev, L, in, who);
-                for (int j = 0; j < c; ++j) fops_.swiglu(&gg_[j * F], &gu_[j * F], F);
+                for (int j = 0; j < c; ++j) expert_activation(hp.moe, L, fops_, e, &gg_[j * F], &gu_[j * F], F);
                 matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
+                for (int j = 0; j < c; ++j) expert_down_bias(L, e, &gy_[j * E], E);
                 src.release(l, e);
                 for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
                 stats_.expert_loads++;

@@ -55,8 +55,9 @@ void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, fl
     (kv.typed() ? ops::attend_typed : tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
 }
 
-// GQA: projections (+ biases), per-head q/k norm, RoPE, the K/V cache, attention per head, output gate (qwen35moe:
-// attn_q gives each head's query then its gate), output projection.
+// GQA: projections (+ biases), per-head q/k norm, RoPE, the K/V cache, attention per head (a sliding window and
+// sinks where the model has them), output gate (qwen35moe: attn_q gives each head's query then its gate), output
+// projection (+ bias).
 void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     const Hparams& hp = c.m.hp;
     const GqaWeights& w = c.m.layers[l].gqa;
@@ -88,15 +89,23 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     c.st.cache.store_v(l, c.pos, v.data());
     // Query head h reads kv head h / (nh / nkv).
     const ops::KvView layer_view = c.st.cache.view(l, hd, hd, &kernels::reference_table(c.st.flavor));
+    // A sliding-window layer masks positions more than window - 1 before this one (llama.cpp's is_masked_swa).
+    std::vector<uint8_t> in_window;
+    if (c.m.layers[l].sliding)
+        for (int p = 0; p <= c.pos; ++p) in_window.push_back(c.pos - p < static_cast<int>(hp.gqa.window) ? 1 : 0);
     for (int h = 0; h < nh; ++h) {
         ops::KvView kv = kv_view_head(layer_view, h / (nh / nkv));
         kv.n_kv = c.pos + 1;
+        if (!in_window.empty()) kv.visible = in_window.data();
+        if (w.sinks.present()) kv.sinks = w.sinks.f32() + h;
         attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
         for (int i = 0; rot_v && i < hd; i += rot_v) ops::hadamard(&att[h * hd + i], rot_v);
         if (hp.gqa.output_gate)
             for (int i = 0; i < hd; ++i) att[h * hd + i] *= ops::sigmoid(qg[h * qh + hd + i]);
     }
     dense(c, w.wo, att.data(), out.data());
+    if (w.bo.present())
+        for (int i = 0; i < static_cast<int>(hp.n_embd); ++i) out[i] += w.bo.f32()[i];
 }
 
 // Gated DeltaNet (see forward/attention_deltanet.cpp for the equations), one token: projections and gates, the
@@ -234,7 +243,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     Vec probs(X), weight(U);
     std::vector<int> sel(U);
     matvec(c, w.router.data, w.router.type, w.router.row_bytes, X, E, xn.data(), probs.data(), router_batch.n_tok, router_batch.index);
-    route_token(hp.moe, c.fops, probs.data(), w.probs_bias.present() ? w.probs_bias.f32() : nullptr, sel.data(), weight.data());
+    route_token(hp.moe, w, c.fops, probs.data(), sel.data(), weight.data());
     const int F = static_cast<int>(w.gate.n_out);
     Vec g(F), u(F), y(E);
     for (int s = 0; s < U; ++s) {
@@ -242,8 +251,9 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
         const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
         matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data(), 0, 0, false, tokens);
         matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data(), 0, 0, false, tokens);
-        c.fops.swiglu(g.data(), u.data(), F);
+        expert_activation(hp.moe, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F);
         matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data(), 0, 0, false, tokens);
+        expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), E);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
         // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
         for (int i = 0; i < E; ++i)

@@ -6,8 +6,11 @@
 
 namespace moe {
 
-void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const float* probs_bias, int* selected, float* weights) {
+void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const float* logit_bias, const float* probs_bias, int* selected,
+                 float* weights) {
     const int X = static_cast<int>(c.n_expert), U = static_cast<int>(c.n_expert_used);
+    if (logit_bias)
+        for (int e = 0; e < X; ++e) p[e] += logit_bias[e];
     if (ops.ik && c.gating == Gating::Softmax && c.n_group <= 1 && !probs_bias) {  // ik's fused top-k on the logits
         ik::route_softmax(p, X, U, c.norm_weights, selected, weights);
         if (c.weights_scale != 0.f && c.weights_scale != 1.f)
@@ -15,7 +18,8 @@ void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const f
         return;
     }
     if (c.gating == Gating::Softmax) ops.softmax(p, X);
-    else for (int e = 0; e < X; ++e) p[e] = ops::sigmoid(p[e]);
+    else if (c.gating == Gating::Sigmoid)
+        for (int e = 0; e < X; ++e) p[e] = ops::sigmoid(p[e]);
 
     // Selection scores: the probabilities plus the bias (DeepSeek-V3); the weights stay unbiased.
     std::vector<float> score(p, p + X);
@@ -41,6 +45,7 @@ void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const f
 
     ops::top_k(score.data(), X, U, selected);
     for (int s = 0; s < U; ++s) weights[s] = p[selected[s]];
+    if (c.gating == Gating::SoftmaxWeight) ops.softmax(weights, U);  // over the chosen logits only
     if (c.norm_weights) {
         double sum = 0;
         for (int s = 0; s < U; ++s) sum += weights[s];
@@ -49,6 +54,22 @@ void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const f
     }
     if (c.weights_scale != 0.f && c.weights_scale != 1.f)
         for (int s = 0; s < U; ++s) weights[s] *= c.weights_scale;
+}
+
+void expert_activation(const MoeConfig& c, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff) {
+    if (w.gate_bias.present()) {
+        const float* gb = w.gate_bias.f32() + static_cast<size_t>(expert) * n_ff;
+        const float* ub = w.up_bias.f32() + static_cast<size_t>(expert) * n_ff;
+        for (int i = 0; i < n_ff; ++i) g[i] += gb[i], u[i] += ub[i];
+    }
+    if (c.activation == ExpertActivation::SwigluOai) ops::swiglu_oai(g, u, n_ff);
+    else ops.swiglu(g, u, n_ff);
+}
+
+void expert_down_bias(const MoeWeights& w, uint32_t expert, float* y, int n_embd) {
+    if (!w.down_bias.present()) return;
+    const float* b = w.down_bias.f32() + static_cast<size_t>(expert) * n_embd;
+    for (int i = 0; i < n_embd; ++i) y[i] += b[i];
 }
 
 }  // namespace moe

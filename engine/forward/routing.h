@@ -3,13 +3,26 @@
 // probabilities as weights, renormalised and scaled. Shared by the reference and the fast forward.
 #pragma once
 #include "engine/kernels/float_ops.h"
-#include "engine/model/hparams.h"
+#include "engine/model/model.h"
 
 namespace moe {
 
 // logits: the router's n_expert outputs (overwritten with the probabilities). probs_bias may be null.
 // Writes n_expert_used expert ids in llama.cpp's order (that order is the order their outputs are summed)
 // and their weights.
-void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* logits, const float* probs_bias, int* selected, float* weights);
+// logit_bias (gpt-oss's router bias) is added to the logits first; both biases may be null.
+void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* logits, const float* logit_bias, const float* probs_bias, int* selected,
+                 float* weights);
+// The same for layer weights w (its router bias and selection bias).
+inline void route_token(const MoeConfig& c, const MoeWeights& w, const ops::FloatOps& ops, float* logits, int* selected, float* weights) {
+    route_token(c, ops, logits, w.router_bias.present() ? w.router_bias.f32() : nullptr, w.probs_bias.present() ? w.probs_bias.f32() : nullptr,
+                selected, weights);
+}
+
+// A routed expert between its gate/up and its down projection: the expert's gate and up biases where the model
+// has them (ggml_add_id), then the model's gated activation into g (u is modified by its bias).
+void expert_activation(const MoeConfig& c, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff);
+// The expert's down bias added to its output y (n_embd values), where the model has one.
+void expert_down_bias(const MoeWeights& w, uint32_t expert, float* y, int n_embd);
 
 }  // namespace moe

@@ -442,7 +442,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 // One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads
 // map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
-                             int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked) {
+                             int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked,
+                             int window, const float* sinks) {
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);
@@ -496,7 +497,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     // (ik's attention: its group form, which converts each key block once for all the rows.)
     const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik && !base.typed() ? fops_.attend_group : nullptr;
-    if (group_fn && !masked && kernel_rows(n) > 1) {
+    if (group_fn && !masked && window == 0 && kernel_rows(n) > 1) {
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.
         constexpr int kTokenBlock = 16;
@@ -518,6 +519,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                     std::copy_n(q + (t0 + r / group) * q_tok_stride + (h0 + r % group) * q_head_stride, base.dk, &q_block[static_cast<size_t>(r) * base.dk]);
                 ops::KvView kv = head_view(kvh, n_past_ + t0 + 1);
                 kv.rows_per_position = group;
+                if (sinks) kv.sinks = sinks + h0, kv.n_sinks = group;  // rows are (token, head of the group)
                 group_fn(q_block.data(), base.dk, rows, kv, scale, out_block.data(), base.dv, scratch);
                 for (int r = 0; r < rows; ++r)
                     std::copy_n(&out_block[static_cast<size_t>(r) * base.dv], base.dv,
@@ -535,6 +537,21 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             const int t = static_cast<int>(i / per_token);
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
             ops::KvView kv = head_view(kvh, n_past_ + t + 1);
+            if (sinks) kv.sinks = sinks + h, kv.n_sinks = group_fn ? group : 1;
+            const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0;  // a sliding window's oldest position
+            if (first > 0 && !tiled && !fops_.ik) {
+                // The one-row paths skip masked positions one by one, so starting the view at the window is the
+                // same arithmetic without visiting the positions before it.
+                if (kv.typed()) kv.k_raw += first * kv.k_row, kv.v_raw += first * kv.v_row;
+                else kv.k += first * kv.k_stride, kv.v += first * kv.v_stride;
+                kv.n_kv -= first;
+            } else if (first > 0) {
+                // Tiles (and ik's blocks) start at position 0 whatever is masked, as llama.cpp's do: masked instead.
+                visible.assign(static_cast<size_t>(kv.n_kv), 0);
+                std::fill(visible.begin() + first, visible.end(), 1);
+                kv.visible = visible.data();
+                visible_for = -1;
+            }
             if (masked) {
                 if (visible_for != t) {
                     visible.assign(static_cast<size_t>(kv.n_kv), 0);

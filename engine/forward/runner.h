@@ -161,8 +161,11 @@ private:
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
     template <class Size>
     static void scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size);
+    // Flash attention of n query rows against the selected sequence's cache. masked: each row sees only the DSA
+    // indexer's picks (dsa_sel_); window > 0: only its last `window` positions; sinks: one logit per query head.
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
-                         int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked);
+                         int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked,
+                         int window = 0, const float* sinks = nullptr);
 
     // Feed-forward kinds: read xn_ (n rows), add their output to x_.
     void ffn_dense(uint32_t l, int n);

@@ -97,8 +97,9 @@ void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float*
         for (; d < dv; ++d) acc[d] = f2h(std::fma(h2f(vj[d]), vs, h2f(acc[d])));
         S = std::fma(S, ms, vs);  // contracted, as GCC builds ggml
     }
+    const float sink_scale = ops::apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < dv; ++d) out[d] = h2f(acc[d]) * inv;
+    for (int d = 0; d < dv; ++d) out[d] = h2f(acc[d]) * sink_scale * inv;
 }
 
 // A V row to f32 as the type's to_float computes it (one rounding per value: d * q), eight values at a time for
@@ -201,11 +202,12 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
         }
         S = std::fma(S, ms, vs);
     }
+    const float sink_scale = ops::apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
     if (f16_v)
-        for (int d = 0; d < dv; ++d) out[d] = h2f(acc16[d]) * inv;
+        for (int d = 0; d < dv; ++d) out[d] = h2f(acc16[d]) * sink_scale * inv;
     else
-        for (int d = 0; d < dv; ++d) out[d] = acc[d] * inv;
+        for (int d = 0; d < dv; ++d) out[d] = acc[d] * sink_scale * inv;
 }
 
 // The reference's tiled path with the same operations per value: the score chains of eight positions run side
@@ -484,10 +486,11 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
         }
     }
     for (int r = 0; r < rows; ++r) {
-        const float S = s.max_sum[2 * r + 1];
+        float S = s.max_sum[2 * r + 1];
+        const float sink_scale = ops::apply_sink(kv, r, s.max_sum[2 * r], S);
         const float inv = S == 0.f ? 0.f : 1.0f / S;
         const float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
-        for (int d = 0; d < dv; ++d) out_rows[r * out_stride + d] = acc[d] * inv;
+        for (int d = 0; d < dv; ++d) out_rows[r * out_stride + d] = acc[d] * sink_scale * inv;
     }
 }
 

@@ -45,11 +45,12 @@ MOE_FMA_CLONES void attend_typed(const float* q, const KvView& kv, float scale, 
         }
         S = std::fma(S, ms, vs);
     }
+    const float sink_scale = apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
     if (f16_v)
-        for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc16[d]) * inv;
+        for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc16[d]) * sink_scale * inv;
     else
-        for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * inv;
+        for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * sink_scale * inv;
 }
 
 }  // namespace moe::ops

@@ -70,8 +70,9 @@ void attend_impl(const float* q, const KvView& kv, float scale, float* out, Attn
         for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc[d])));
         S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
     }
+    const float sink_scale = apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc[d]) * inv;
+    for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc[d]) * sink_scale * inv;
 }
 
 template <Flavor F>
@@ -101,8 +102,9 @@ void attend_tiled_impl(const float* q, const KvView& kv, float scale, float* out
             acc[d] = a;
         }
     }
+    const float sink_scale = apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * inv;
+    for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * sink_scale * inv;
 }
 
 // Entry points with FMA clones, per flavor.

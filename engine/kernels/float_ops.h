@@ -43,6 +43,17 @@ inline void l2_norm(float* x, int n, float eps) {
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 // log(1 + exp(x)), linear above 20, as ggml_softplus.
 inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
+// gpt-oss's expert activation, as ggml_compute_forward_swiglu_oai_f32 (alpha 1.702, limit 7): g = min(g, 7),
+// u = clamp(u, -7, 7), g = g / (1 + exp(-1.702 g)) * (u + 1), in place.
+inline void swiglu_oai(float* g, const float* u, int n) {
+    constexpr float alpha = 1.702f, limit = 7.0f;
+    for (int k = 0; k < n; ++k) {
+        const float x = std::min(g[k], limit);
+        const float y = std::clamp(u[k], -limit, limit);
+        const float out_glu = x / (1.f + std::exp(alpha * (-x)));
+        g[k] = out_glu * (y + 1.f);
+    }
+}
 
 // RoPE as ggml_rope_ext: the first n_rot dims of a head rotate; NORM pairs adjacent dims (2i, 2i+1), NEOX pairs
 // i with i + n_rot/2. YaRN mixes interpolated and extrapolated angles per pair between corr_dims and scales
@@ -128,8 +139,25 @@ struct KvView {
     size_t k_row = 0, v_row = 0;
     GgmlType k_type = GgmlType::F16, v_type = GgmlType::F16;
     const kernels::KernelTable* table = nullptr;
+    // Attention sinks (gpt-oss): row r of a call adds the logit sinks[r % n_sinks] to its softmax's sum, with no
+    // value (null: none). One-row calls use sinks[0]; group calls point at their kv head's query heads.
+    const float* sinks = nullptr;
+    int n_sinks = 1;
     bool typed() const { return k_raw != nullptr; }
 };
+
+// A row's sink joined to its softmax after the last position, as ggml's flash attention does (both its paths):
+// the sum S gains exp(sink - M), or, where the sink is the larger, everything so far is rescaled to it. Returns
+// the factor the row's accumulator is to be multiplied by before dividing by S (1 without a sink).
+inline float apply_sink(const KvView& kv, int row, float M, float& S) {
+    if (!kv.sinks) return 1.f;
+    const float sink = kv.sinks[row % kv.n_sinks];
+    float ms = 1.f, vs = 1.f;
+    if (sink > M) ms = std::exp(M - sink);
+    else vs = std::exp(sink - M);
+    S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
+    return ms;
+}
 // Fills the two f32 copies above for positions [0, n_kv) of a view: k_tiles needs ceil(n_kv / 64) * 64 * dk
 // floats, v_f32 n_kv * dv.
 void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32);

@@ -16,12 +16,22 @@ enum class AttentionKind {
     GatedDeltaNet,  // linear attention with a recurrent state (qwen35moe)
 };
 
-enum class Gating { Softmax, Sigmoid };
+// Softmax and Sigmoid turn every router logit into a probability before the top-k; SoftmaxWeight (gpt-oss)
+// picks the top-k logits and softmaxes only those into the weights.
+enum class Gating { Softmax, Sigmoid, SoftmaxWeight };
+
+// The gated activation of the experts' gate and up projections.
+enum class ExpertActivation {
+    Swiglu,     // silu(gate) * up
+    SwigluOai,  // gpt-oss: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
+};
 
 struct GqaConfig {
     uint32_t n_head = 0, n_head_kv = 0;
     uint32_t head_dim = 0;  // key_length == value_length
     bool output_gate = false;  // qwen35moe: attn_q also yields a per-head gate, out *= sigmoid(gate)
+    // Sliding-window layers (Layer::sliding) see only the last `window` positions, their own included (gpt-oss).
+    uint32_t window = 0;
 };
 
 struct MlaConfig {
@@ -55,6 +65,7 @@ struct MoeConfig {
     float weights_scale = 0.f;  // multiply the weights (0 or 1: no scaling)
     uint32_t n_group = 0, n_group_used = 0;  // group-limited routing (DeepSeek-V3) when n_group > 1
     bool shared_gate = false;   // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
+    ExpertActivation activation = ExpertActivation::Swiglu;
 };
 
 struct Hparams {

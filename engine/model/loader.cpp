@@ -16,6 +16,7 @@ constexpr ArchEntry kArchs[] = {
     {"qwen35moe", arch::load_qwen35moe},
     {"deepseek2", arch::load_deepseek2},
     {"glm-dsa", arch::load_deepseek2},
+    {"gpt-oss", arch::load_gpt_oss},
 };
 
 }  // namespace

@@ -19,6 +19,8 @@ struct GqaWeights {
     Tensor bq, bk, bv;      // optional biases [rows] f32 (glm4moe)
     Tensor q_norm, k_norm;  // optional [head_dim] f32, RMS per head
     Tensor wo;              // [n_head*head_dim, n_embd]
+    Tensor bo;              // optional [n_embd] f32 output bias (gpt-oss)
+    Tensor sinks;           // optional [n_head] f32: a logit per head that joins the softmax without a value (gpt-oss)
 };
 
 struct MlaWeights {
@@ -56,8 +58,11 @@ struct DenseFfnWeights {
 
 struct MoeWeights {
     Tensor router;      // [n_embd, n_expert] ffn_gate_inp
+    Tensor router_bias; // optional [n_expert] f32: added to the router's logits (gpt-oss)
     Tensor probs_bias;  // optional [n_expert] f32 exp_probs_b: added to the selection scores only
     ExpertTensor gate, up, down;  // routed experts [n_embd, n_ff_exp, n_expert] / [n_ff_exp, n_embd, n_expert]
+    // Optional per-expert biases (gpt-oss), resident f32: [n_ff_exp, n_expert] for gate and up, [n_embd, n_expert] for down.
+    Tensor gate_bias, up_bias, down_bias;
     Tensor gate_sh, up_sh, down_sh;  // optional shared expert
     Tensor gate_inp_sh;  // optional [n_embd] f32 (qwen35moe): the shared expert's sigmoid gate
 };
@@ -66,6 +71,7 @@ struct Layer {
     AttentionKind attn = AttentionKind::Gqa;
     bool moe = true;          // else a dense FFN
     bool indexer_full = false;  // MLA with DSA: this layer computes top-k (else reuses the last full layer's)
+    bool sliding = false;     // GQA over the last GqaConfig::window positions only
     Tensor attn_norm;         // [n_embd] f32
     Tensor ffn_norm;          // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
     GqaWeights gqa;

@@ -69,8 +69,9 @@ void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, o
             for (int d = 0; d < kv.dv; ++d) acc[d] = std::fma(fp16_to_fp32(v[d]), p[c], acc[d]);
         }
     }
+    const float sink_scale = ops::apply_sink(kv, 0, M, S);  // as mainline's (no ik reference)
     const float norm = S > 0.f ? 1.0f / S : 0.f;
-    for (int d = 0; d < kv.dv; ++d) out[d] = S > 0.f ? acc[d] * norm : 0.f;
+    for (int d = 0; d < kv.dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
 }
 
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps) {

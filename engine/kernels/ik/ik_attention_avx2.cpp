@@ -145,11 +145,12 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
         }
     }
     for (int r = 0; r < rows; ++r) {
-        const float S = s.max_sum[2 * static_cast<size_t>(r) + 1];
+        float S = s.max_sum[2 * static_cast<size_t>(r) + 1];
+        const float sink_scale = ops::apply_sink(kv, r, s.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
         const float norm = S > 0.f ? 1.0f / S : 0.f;
         const float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
         float* out = out_rows + r * out_stride;
-        for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * norm : 0.f;
+        for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
     }
 }
 
