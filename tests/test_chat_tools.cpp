@@ -58,6 +58,81 @@ TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
     EXPECT_EQ(render(ChatFamily::Glm4), fixture("glm46.txt"));
     EXPECT_EQ(render(ChatFamily::Glm47), fixture("glm47.txt"));
     EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
+    // gpt-oss's Harmony: the reference template keeps one call per turn and drops reasoning once an answer
+    // closed the tool loop; its "Current date" is the fixture's.
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, tool_conversation(),
+                                        {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = "", .tools = tools(), .date_unix = 1767355200})),
+              fixture("gpt-oss.txt"));
+}
+
+// Harmony without tools: no developer message unless there are instructions; the effort named; a last
+// assistant turn without a generation prompt ends with <|return|> and shows its reasoning.
+TEST(ChatTools, HarmonyWithoutToolsAndAsTrainingText) {
+    const ChatRenderOptions opt{.add_generation_prompt = false, .enable_thinking = {}, .bos_text = "", .tools = {},
+                                .reasoning_effort = ReasoningEffort::High, .date_unix = 1767355200};
+    const std::string head = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
+                             "Current date: 2026-01-02\n\nReasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included "
+                             "for every message.<|end|>";
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, {{"user", "Hi"}, {"assistant", "<think>\nGreet back.\n</think>\n\nHello!"}}, opt)),
+              head + "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>Greet back.<|end|>"
+                     "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, {{"developer", "Be brief."}, {"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = {},
+                                                                                                           .bos_text = "", .tools = {}, .date_unix = 1767355200})),
+              "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-02"
+              "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+              "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant");
+    EXPECT_EQ(detect_chat_family("{{- \"<|start|>system<|message|>\" }} ... <|channel|>analysis"), ChatFamily::Harmony);
+}
+
+// The schema shapes the template's TypeScript rendering distinguishes (its quirks included), against jinja2's
+// output of the reference template for the same tool.
+TEST(ChatTools, HarmonyToolTypes) {
+    const auto decl = ordered_json::parse(R"({"type": "function", "function": {"name": "f", "description": "All kinds", "parameters": {"type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string", "enum": ["x", "y"], "default": "x"},
+        "c": {"type": ["string", "null"]}, "d": {"type": "object", "properties": {"e": {"type": "boolean"}}, "required": ["e"]},
+        "g": {"type": "number", "default": 1.5}, "h": {"oneOf": [{"type": "string"}, {"type": "integer"}]}, "i": {"type": "string", "nullable": true}},
+        "required": ["a"]}}})");
+    const std::vector<ToolSpec> ts = {{"f", "All kinds", decl, decl["function"]["parameters"]}};
+    const std::string text = segments_text(render_chat(ChatFamily::Harmony, {{"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = {},
+                                                                                              .bos_text = "", .tools = ts, .date_unix = 1767355200}));
+    const std::string want = "type f = (_: {\na: number[],\nb?: \"x\" | \"y\", // default: x,\nc?: string | null,\nd?: {\ne: \n                boolean},\n"
+                             "g?: number, // default: 1.5,\nh?: string | \nnumber,\ni?: string | null,\n}) => any;";
+    EXPECT_NE(text.find(want), std::string::npos) << text;
+}
+
+ChatOutputParser parse_in_pieces(ChatFamily f, const OutputParserOptions& opt, const std::string& text, unsigned seed);
+
+// gpt-oss's output: analysis is the reasoning, final the answer, commentary to functions.NAME a call (header in
+// either order); text without any header is the answer; arguments that are not JSON stay text.
+TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
+    const OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "call_"};
+    for (unsigned seed = 0; seed < 20; ++seed) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto answer = parse_in_pieces(ChatFamily::Harmony, opt,
+                                      "<|channel|>analysis<|message|>Weather and news.<|end|><|start|>assistant<|channel|>final<|message|>Let me check.<|return|>", seed);
+        EXPECT_EQ(answer.reasoning(), "Weather and news.");
+        EXPECT_EQ(answer.content(), "Let me check.");
+        EXPECT_TRUE(answer.calls().empty());
+        auto call = parse_in_pieces(ChatFamily::Harmony, opt,
+                                    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+                                    "<|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 2}<|call|>", seed);
+        EXPECT_EQ(call.reasoning(), "Need weather.");
+        EXPECT_EQ(call.content(), "");
+        ASSERT_EQ(call.calls().size(), 1u);
+        EXPECT_EQ(call.calls()[0].name, "get_weather");
+        EXPECT_EQ(call.calls()[0].arguments, R"({"city":"Paris","days":2})");
+        EXPECT_EQ(call.calls()[0].id, "call_0");
+        auto recipient_first = parse_in_pieces(ChatFamily::Harmony, opt, " to=functions.search<|channel|>commentary json<|message|>{\"q\": \"x\"}<|call|>", seed);
+        ASSERT_EQ(recipient_first.calls().size(), 1u);
+        EXPECT_EQ(recipient_first.calls()[0].name, "search");
+        EXPECT_EQ(parse_in_pieces(ChatFamily::Harmony, opt, "Plain words, no channel.", seed).content(), "Plain words, no channel.");
+        auto broken = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>commentary to=functions.get_weather json<|message|>{\"city\": <|call|>", seed);
+        EXPECT_TRUE(broken.calls().empty());
+        EXPECT_EQ(broken.content(), "{\"city\": ");
+        auto cut = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>analysis<|message|>Still thinking<|end|><|start|>assistant<|chan", seed);
+        EXPECT_EQ(cut.reasoning(), "Still thinking");
+        EXPECT_EQ(cut.content(), "");
+    }
 }
 
 TEST(ChatTools, DeepSeekGetsTheModelCardsToolDescription) {
@@ -195,7 +270,8 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
 }
 
 TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
-    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2}) {
+    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
+                         ChatFamily::Harmony}) {
         // What each model writes after its forced opening for get_weather.
         const std::map<ChatFamily, std::string> rest = {
             {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
@@ -203,7 +279,8 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
             {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
             {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
             {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
-            {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"}};
+            {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
+            {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"}};
         ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
         EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
         p.push(rest.at(f));

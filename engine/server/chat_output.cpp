@@ -1,5 +1,7 @@
 #include "engine/server/chat_output.h"
 
+#include "engine/server/chat_harmony.h"
+
 namespace moe {
 
 namespace {
@@ -12,18 +14,6 @@ std::string trim(const std::string& s) {
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
-// Length of the longest tail of `s` that is a proper beginning of one of the markers.
-size_t partial_marker_tail(const std::string& s, const std::vector<std::string>& markers) {
-    size_t best = 0;
-    for (const auto& m : markers)
-        for (size_t k = std::min(m.size() - 1, s.size()); k > best; --k)
-            if (s.compare(s.size() - k, k, m, 0, k) == 0) {
-                best = k;
-                break;
-            }
-    return best;
-}
 
 // An argument value of a tag-style call: text for string parameters, else JSON when it parses as JSON.
 ordered_json typed_value(const ToolSpec* tool, const std::string& key, const std::string& raw) {
@@ -53,6 +43,17 @@ const std::string kKimiSectionBegin = "<|tool_calls_section_begin|>", kKimiCallB
 
 }  // namespace
 
+size_t partial_marker_tail(const std::string& s, const std::vector<std::string>& markers) {
+    size_t best = 0;
+    for (const auto& m : markers)
+        for (size_t k = std::min(m.size() - 1, s.size()); k > best; --k)
+            if (s.compare(s.size() - k, k, m, 0, k) == 0) {
+                best = k;
+                break;
+            }
+    return best;
+}
+
 ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) : family_(family), opt_(std::move(opt)) {
     switch (family_) {
         case ChatFamily::DeepSeek:
@@ -70,19 +71,36 @@ ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) :
     }
     if (!opt_.split_reasoning) state_ = State::Content;
     else if (opt_.starts_in_reasoning) state_ = State::Reasoning;
+    if (family_ == ChatFamily::Harmony) harmony_ = std::make_unique<harmony::OutputParser>(opt_);
 }
 
+ChatOutputParser::ChatOutputParser(ChatOutputParser&&) noexcept = default;
+ChatOutputParser& ChatOutputParser::operator=(ChatOutputParser&&) noexcept = default;
+ChatOutputParser::~ChatOutputParser() = default;
+
 std::vector<OutputEvent> ChatOutputParser::push(const std::string& piece) {
-    buf_ += piece;
     std::vector<OutputEvent> out;
+    if (harmony_) return harmony_step(piece, false);
+    buf_ += piece;
     step(out, false);
     return out;
 }
 
 std::vector<OutputEvent> ChatOutputParser::finish() {
+    if (harmony_) return harmony_step("", true);
     std::vector<OutputEvent> out;
     step(out, true);
     held_space_.clear();
+    return out;
+}
+
+std::vector<OutputEvent> ChatOutputParser::harmony_step(const std::string& piece, bool final) {
+    std::vector<OutputEvent> out;
+    harmony_->push(piece, out, calls_, final);
+    for (const auto& e : out) {
+        if (e.kind == OutputEvent::Reasoning) reasoning_ += e.text;
+        else if (e.kind == OutputEvent::Content) content_ += e.text;
+    }
     return out;
 }
 
@@ -216,6 +234,7 @@ bool ChatOutputParser::parse_one(const std::string& raw, ToolCall& call) const {
         return true;
     };
     switch (family_) {
+        case ChatFamily::Harmony: return false;  // chat_harmony.cpp parses its own calls
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {  // {"name": ..., "arguments": {...}}
             ordered_json j = ordered_json::parse(body, nullptr, false);

@@ -4,6 +4,7 @@
 // text that could be the start of a marker is held back until it is known not to be one. A call that cannot be
 // parsed comes back as answer text, never as an error.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,19 @@ struct OutputParserOptions {
     std::string call_id_prefix = "call_";
 };
 
+namespace harmony {
+class OutputParser;
+}
+
+// Length of the longest tail of `s` that is a proper beginning of one of the markers (text held back in a stream).
+size_t partial_marker_tail(const std::string& s, const std::vector<std::string>& markers);
+
 class ChatOutputParser {
 public:
     ChatOutputParser(ChatFamily family, OutputParserOptions opt);
+    ChatOutputParser(ChatOutputParser&&) noexcept;
+    ChatOutputParser& operator=(ChatOutputParser&&) noexcept;
+    ~ChatOutputParser();
     std::vector<OutputEvent> push(const std::string& piece);
     // The end of the output: what was held back, and a call cut short (parsed if it is whole, else text).
     std::vector<OutputEvent> finish();
@@ -42,6 +53,7 @@ private:
     void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string text, bool section_end);
     bool parse_call_body(const std::string& body, std::vector<ToolCall>& out) const;
     bool parse_one(const std::string& body, ToolCall& out) const;
+    std::vector<OutputEvent> harmony_step(const std::string& piece, bool final);
 
     ChatFamily family_;
     OutputParserOptions opt_;
@@ -54,6 +66,7 @@ private:
     bool section_started_ = false;
     std::string reasoning_, content_;
     std::vector<ToolCall> calls_;
+    std::unique_ptr<harmony::OutputParser> harmony_;  // gpt-oss's channels (chat_harmony.h)
 };
 
 }  // namespace moe

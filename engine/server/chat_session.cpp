@@ -64,9 +64,10 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
         p.grammar = g;
     }
     ChatRenderOptions opt{.add_generation_prompt = true, .enable_thinking = constrained ? std::optional<bool>(false) : in.thinking,
-                          .bos_text = format.bos_text, .tools = in.tools};
+                          .bos_text = format.bos_text, .tools = in.tools, .reasoning_effort = in.reasoning_effort};
     const auto segs = render_chat(format.family, in.messages, opt);
     if (forced) p.prefill = forced_call_prefix(format.family, in.tool_choice == ToolChoice::Named ? in.forced_tool : "");
+    else if (in.response_schema) p.prefill = constrained_answer_prefix(format.family);
     p.prompt = tokens_of(segs, p.prefill, tok);
 
     // Where a generated turn goes when the next request sends it back: render the history with a placeholder

@@ -24,6 +24,7 @@ struct ChatInput {
     std::string forced_tool;           // ToolChoice::Named
     bool parallel_tool_calls = true;
     std::optional<bool> thinking;      // unset: the family's default
+    ReasoningEffort reasoning_effort = ReasoningEffort::Medium;  // gpt-oss
     // response_format: the answer is JSON matching this schema ({"type": "object"} for json_object).
     std::optional<nlohmann::json> response_schema;
 };

@@ -1,5 +1,7 @@
 #include "engine/server/chat_template.h"
 
+#include "engine/server/chat_harmony.h"
+
 #include <deque>
 
 namespace moe {
@@ -14,8 +16,17 @@ const char* family_name(ChatFamily f) {
         case ChatFamily::DeepSeek: return "deepseek";
         case ChatFamily::DeepSeekV31: return "deepseek-v3.1";
         case ChatFamily::KimiK2: return "kimi-k2";
+        case ChatFamily::Harmony: return "harmony";
     }
     return "?";
+}
+
+const char* effort_name(ReasoningEffort e) {
+    switch (e) {
+        case ReasoningEffort::Low: return "low";
+        case ReasoningEffort::High: return "high";
+        default: return "medium";
+    }
 }
 
 ChatFamily detect_chat_family(const std::string& t) {
@@ -23,6 +34,7 @@ ChatFamily detect_chat_family(const std::string& t) {
     // DeepSeek-V3.1 and later close the think block after <｜Assistant｜> unless thinking is asked for.
     if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
+    if (has("<|start|>") && has("<|channel|>")) return ChatFamily::Harmony;
     // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
     if (has("[gMASK]") || (has("<|user|>") && has("<|assistant|>"))) return has("/nothink") ? ChatFamily::Glm4 : ChatFamily::Glm47;
     // Qwen3.5: XML tool calls (<function=...>) and a think block opened by the generation prompt.
@@ -214,6 +226,7 @@ CallSyntax call_syntax(ChatFamily family) {
         case ChatFamily::DeepSeek:
         case ChatFamily::DeepSeekV31: return {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", true};
         case ChatFamily::KimiK2: return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
+        case ChatFamily::Harmony: return {harmony::kCallOpen, harmony::kCallTail, true};
     }
     return {};
 }
@@ -228,6 +241,7 @@ std::string call_head(ChatFamily family, const std::string& name) {
         case ChatFamily::DeepSeek:
         case ChatFamily::DeepSeekV31: return name + "<｜tool▁sep｜>";
         case ChatFamily::KimiK2: return name + ":0<|tool_call_argument_begin|>";
+        case ChatFamily::Harmony: return harmony::call_head(name);
     }
     return name;
 }
@@ -236,7 +250,10 @@ std::string forced_call_prefix(ChatFamily family, const std::string& name) {
     return call_syntax(family).open + (name.empty() ? "" : call_head(family, name));
 }
 
+std::string constrained_answer_prefix(ChatFamily family) { return family == ChatFamily::Harmony ? harmony::kFinalHeader : ""; }
+
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {
+    if (family == ChatFamily::Harmony) return harmony::render(ms, options);
     Out o;
     struct {
         bool add_generation_prompt, enable_thinking;
@@ -247,6 +264,7 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
     // Families that fold the first system message into the tool declaration skip it in the loop.
     const bool system_first = !ms.empty() && ms[0].role == "system";
     switch (family) {
+        case ChatFamily::Harmony: break;  // rendered above
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {
             size_t first = 0;

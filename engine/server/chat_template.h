@@ -1,5 +1,6 @@
 // Chat templates of the families the engine serves, rendered natively (no Jinja): Qwen3 ChatML (with and
-// without thinking), Qwen3.5, plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1 and Kimi-K2,
+// without thinking), Qwen3.5, plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2 and
+// gpt-oss's Harmony (chat_harmony.h),
 // chosen from `tokenizer.chat_template`.
 //
 // Rendering yields segments: text (tokenized with special tokens parsed) or exact token ids. Earlier
@@ -16,7 +17,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2 };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);
@@ -37,6 +38,9 @@ struct ChatSegment {
     std::vector<int32_t> tokens;  // exact ids (spliced assistant turn)
 };
 
+enum class ReasoningEffort { Low, Medium, High };
+const char* effort_name(ReasoningEffort e);
+
 struct ChatRenderOptions {
     bool add_generation_prompt = true;
     // Thinking on or off (chat_template_kwargs.enable_thinking / thinking); unset: the family's own default (on
@@ -44,6 +48,10 @@ struct ChatRenderOptions {
     std::optional<bool> enable_thinking;
     std::string bos_text;         // the model's BOS text for families that write it (DeepSeek)
     std::vector<ToolSpec> tools;  // declared in the prompt as the family's template does
+    // Harmony (gpt-oss): how long it reasons, and the day its system message names (0: today, UTC). Scalars, so
+    // that designated initializers may leave them out.
+    ReasoningEffort reasoning_effort = ReasoningEffort::Medium;
+    int64_t date_unix = 0;
 };
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& messages, const ChatRenderOptions& opt);
@@ -61,6 +69,10 @@ std::string call_head(ChatFamily family, const std::string& name);
 // Text that opens a tool call in the family's own format, appended after the generation prompt to make the
 // model call a tool (`name` given: that function; empty: any). Thinking is off for such a turn.
 std::string forced_call_prefix(ChatFamily family, const std::string& name);
+
+// Text a constrained answer (response_format) starts with after the generation prompt: Harmony's final-channel
+// header; nothing for the other families.
+std::string constrained_answer_prefix(ChatFamily family);
 
 // What a family's template shows of an earlier assistant turn: the answer after any think block.
 std::string strip_thinking(const std::string& content);

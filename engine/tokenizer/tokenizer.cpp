@@ -150,6 +150,13 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& meta) {
     for (const char* text : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|user|>", "<|observation|>",
                              "<｜end▁of▁sentence｜>", "</s>"})
         if (auto id = t->find(text); id && t->types_[*id] == TokenType::Control) t->eog_.push_back(*id);
+    // gpt-oss (Harmony): a turn ends with <|return|> or a call with <|call|>; <|end|> only closes one message of
+    // the turn (analysis before final), so it never ends generation even where a file names it EOT (as llama.cpp).
+    if (auto ret = t->find("<|return|>"), call = t->find("<|call|>"); ret && call) {
+        t->eog_.push_back(*ret);
+        t->eog_.push_back(*call);
+        if (auto end = t->find("<|end|>")) std::erase(t->eog_, *end);
+    }
     return t;
 }
 
