@@ -85,7 +85,7 @@ TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2"});
     expect_mentions(load_error(dir, path, set_key("general.architecture", GgufValue::string("mamba"))),
-                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa"});
+                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa", "gpt-oss"});
 }
 
 TEST(ModelErrors, MoeKeysThatContradictEachOther) {
@@ -176,6 +176,26 @@ TEST(ModelErrors, DeltaNetStateAndLayerPattern) {
     expect_mentions(load_error(dir, path, set_key("qwen35moe.attention.recurrent_layers", flags)),
                     {"qwen35moe.attention.recurrent_layers", "3 entries", "4 layers"});
     expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.2.ssm_a"; }), {"blk.2.ssm_a", "missing"});
+}
+
+// gpt-oss: keys that contradict its tensors or each other, a missing sink or bias, a quantized bias.
+TEST(ModelErrors, GptOssKeysAndTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "o", {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "8"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.dimension_count", GgufValue::u32(16))),
+                    {"key_length 32", "rope.dimension_count 16"});
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.attention.sliding_window", GgufValue::u32(0))), {"gpt-oss.attention.sliding_window"});
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.freq_base_swa", GgufValue::f32(1e4f))), {"gpt-oss.rope.freq_base_swa", "rope.freq_base"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.attn_sinks.weight"; }), {"blk.1.attn_sinks.weight", "missing"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.0.ffn_up_exps.bias"; }), {"blk.0.ffn_up_exps.bias", "missing"});
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.attention.head_count", GgufValue::u32(6))), {"head_count 6", "attn_q.weight"});
+    // A per-expert bias stored quantized: named with its type.
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) {
+                        if (t.name == "blk.0.ffn_down_exps.bias") t.type = GgmlType::F16, t.bytes.resize(t.bytes.size() / 2);
+                        return true;
+                    }),
+                    {"blk.0.ffn_down_exps.bias", "f16", "f32"});
 }
 
 TEST(ModelErrors, TensorsNoArchitectureClaims) {
