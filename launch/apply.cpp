@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 #include "launch/diff.h"
-#include "sysctl/render.h"
+#include "launch/sysctl_render.h"
 #include "systemd/unit.h"
 
 namespace fs = std::filesystem;

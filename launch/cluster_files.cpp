@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "launch/launch_script.h"
-#include "sysctl/render.h"
+#include "launch/sysctl_render.h"
 #include "systemd/unit.h"
 
 namespace moe {

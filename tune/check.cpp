@@ -15,7 +15,7 @@
 #include "engine/kernels/cpu_choice.h"
 #include "probes/probes.h"
 #include "engine/kernels/kernels.h"
-#include "sysctl/sysctl_d.h"
+#include "probes/sysctl_d.h"
 #include "tune/perf_model.h"
 
 namespace moe {

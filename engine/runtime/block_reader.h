@@ -7,18 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/util/read_record.h"
+
 namespace moe {
 
 struct ReadCompletion {
     uint64_t tag;  // the caller's
     int result;    // bytes read, or -errno
-};
-
-// One read as submitted (for replaying the same sequence with fio).
-struct ReadRecord {
-    uint32_t file;
-    uint64_t offset;
-    uint32_t len;
 };
 
 struct BlockReaderOptions {

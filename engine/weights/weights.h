@@ -1,14 +1,15 @@
 // Weight views: resident tensors in an arena read once from the file, and routed experts behind an
 // ExpertSource: every expert in RAM (InRamExpertSource) or streamed from disk (runtime/expert_cache.h).
 #pragma once
-#include "engine/runtime/block_reader.h"
 #include <cstdint>
-#include <stdexcept>
-#include <span>
-#include <string>
 #include <deque>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "engine/util/read_record.h"
 
 #include "engine/gguf/gguf.h"
 #include "engine/util/weight_memory.h"

@@ -1,4 +1,4 @@
-#include "sysctl/sysctl_d.h"
+#include "probes/sysctl_d.h"
 
 #include <algorithm>
 #include <sstream>

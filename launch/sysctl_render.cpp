@@ -1,4 +1,4 @@
-#include "sysctl/render.h"
+#include "launch/sysctl_render.h"
 
 namespace moe {
 
