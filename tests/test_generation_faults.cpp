@@ -64,9 +64,9 @@ TEST_P(GenerationFaults, AnUnreadableExpertFailsOnlyTheRequestThatNeedsIt) {
     ASSERT_TRUE(fa && fb);
     const GenerationResult got_a = fa->get(), got_b = fb->get();
     (void)f0->get();  // its prompt may touch the bad expert too: only its own result would say so
-    EXPECT_EQ(got_a.finish_reason, "error");
+    EXPECT_EQ(got_a.finish_reason, FinishReason::Error);
     EXPECT_NE(got_a.error.find("Input/output error"), std::string::npos) << got_a.error;
-    EXPECT_EQ(got_b.finish_reason, "length") << got_b.error;
+    EXPECT_EQ(got_b.finish_reason, FinishReason::Length) << got_b.error;
     EXPECT_EQ(got_b.tokens, b.tokens);
     // The engine goes on: the same request again, the fault gone from B's path, answers as before.
     GenerationRequest again;

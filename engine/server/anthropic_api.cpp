@@ -73,11 +73,11 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
                                   stream ? event("message_start", {{"type", "message_start"}, {"message", start_message}}) + event("ping", {{"type", "ping"}}) : "");
     if (ended_in_error(r, stream, sse, event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", r.error}}}}))) return;
-    if (r.finish_reason != "cancelled") handle_events(parser.finish());
+    if (r.finish_reason != FinishReason::Cancelled) handle_events(parser.finish());
     remember(parser, chat, r);
     std::vector<ToolCall> calls = parser.calls();
     if (gate.one_call && calls.size() > 1) calls.resize(1);
-    const std::string stop_reason = !calls.empty() ? "tool_use" : r.finish_reason == "length" ? "max_tokens" : !r.stop_string.empty() ? "stop_sequence" : "end_turn";
+    const std::string stop_reason = !calls.empty() ? "tool_use" : r.finish_reason == FinishReason::Length ? "max_tokens" : !r.stop_string.empty() ? "stop_sequence" : "end_turn";
     const json stop_sequence = r.stop_string.empty() ? json(nullptr) : json(r.stop_string);
     const json usage = {{"input_tokens", r.prompt_tokens - r.prompt_reused}, {"cache_read_input_tokens", r.prompt_reused},
                         {"cache_creation_input_tokens", 0}, {"output_tokens", r.completion_tokens}, {"moestream", expert_usage_json(r.experts)}};

@@ -190,7 +190,7 @@ PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, cons
 }
 
 void ApiService::remember(const ChatOutputParser& parser, const PreparedChat& chat, const GenerationResult& r) {
-    if (r.finish_reason == "cancelled" || r.finish_reason == "error") return;
+    if (r.finish_reason == FinishReason::Cancelled || r.finish_reason == FinishReason::Error) return;
     if (chat.prefill.empty()) return gen_->remember_turn(turn_key(parser.content(), parser.calls()), r.tokens);
     // A forced call's opening sits in the prompt: the turn is the prompt's tail from the splice point on.
     if (chat.splice_from < 0) return;
@@ -226,8 +226,8 @@ void ApiService::engine_stats(HttpResponder& res, bool stream) {
 }
 
 bool ApiService::ended_in_error(const GenerationResult& r, bool stream, SseStream& sse, const std::string& error_event) {
-    if (r.finish_reason != "error" && (r.finish_reason != "cancelled" || r.error.empty())) return false;
-    if (!stream) throw ApiError{r.finish_reason == "error" ? 500 : 503, r.error, "server_error", "", ""};
+    if (r.finish_reason != FinishReason::Error && (r.finish_reason != FinishReason::Cancelled || r.error.empty())) return false;
+    if (!stream) throw ApiError{r.finish_reason == FinishReason::Error ? 500 : 503, r.error, "server_error", "", ""};
     if (sse.ok()) sse.send(error_event);
     sse.end();
     return true;

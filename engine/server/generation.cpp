@@ -11,6 +11,16 @@
 
 namespace moe {
 
+const char* finish_reason_name(FinishReason f) {
+    switch (f) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "cancelled";
+        case FinishReason::Error: return "error";
+    }
+    return "stop";
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -97,7 +107,7 @@ void Generator::shutdown() {
     cv_.notify_all();
     for (auto& [req, p] : dropped) {
         GenerationResult r;
-        r.finish_reason = "cancelled";
+        r.finish_reason = FinishReason::Cancelled;
         r.error = "the server is shutting down";
         p.set_value(r);
     }
@@ -313,7 +323,7 @@ void Generator::prefill_some(Slot& slot, int budget) {
     slot.pending = -1;
     if (slot.drafter) slot.drafter->forget_context();
     slot.t1 = Clock::now();
-    r.finish_reason = "length";
+    r.finish_reason = FinishReason::Length;
     if (slot.req.max_tokens <= 0) finish(slot);
 }
 
@@ -321,8 +331,8 @@ bool Generator::take_token(Slot& slot, int32_t next, int position) {
     GenerationRequest& req = slot.req;
     GenerationResult& r = slot.r;
     ++slot.drawn;
-    if (next < 0) { r.finish_reason = "stop"; return false; }  // the grammar allows nothing more
-    if (tok_->is_eog(next)) { r.finish_reason = "stop"; return false; }
+    if (next < 0) { r.finish_reason = FinishReason::Stop; return false; }  // the grammar allows nothing more
+    if (tok_->is_eog(next)) { r.finish_reason = FinishReason::Stop; return false; }
     if (req.logprobs >= 0) {
         const auto lp = token_logprobs(slot.logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
         TokenLogprob t{next, lp.first, lp.second};
@@ -349,8 +359,8 @@ bool Generator::take_token(Slot& slot, int32_t next, int position) {
     ready.resize(utf8_complete_prefix(ready));
     slot.held.erase(0, ready.size());
     r.text += ready;
-    if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = "cancelled"; return false; }
-    if (stopped || req.finish_now->load()) { r.finish_reason = "stop"; return false; }
+    if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = FinishReason::Cancelled; return false; }
+    if (stopped || req.finish_now->load()) { r.finish_reason = FinishReason::Stop; return false; }
     if ((position >= 0 ? position : runner_.n_past_of(slot.seq)) >= runner_.n_ctx()) return false;  // context full: finish as "length"
     return slot.drawn < req.max_tokens;
 }
@@ -363,7 +373,7 @@ void Generator::step() {
         Slot& slot = *sp;
         if (!slot.active) continue;
         if (slot.req.cancel->load()) {
-            slot.r.finish_reason = "cancelled";
+            slot.r.finish_reason = FinishReason::Cancelled;
             slot.prefilling = false;
             finish(slot);
             continue;
@@ -522,7 +532,7 @@ void Generator::verify(const std::vector<Slot*>& going, const std::vector<int32_
 }
 
 void Generator::fail(Slot& slot, const std::string& error) {
-    slot.r.finish_reason = "error";
+    slot.r.finish_reason = FinishReason::Error;
     slot.r.error = error;
     slot.cached.clear();  // the cache is in an unknown state: start over next time
     runner_.select_sequence(slot.seq);
@@ -564,7 +574,7 @@ void Generator::retry_alone(const std::vector<Slot*>& going, const std::vector<i
 
 void Generator::finish(Slot& slot) {
     GenerationResult r = std::move(slot.r);
-    if (slot.stream && r.finish_reason != "cancelled" && r.finish_reason != "error") {
+    if (slot.stream && r.finish_reason != FinishReason::Cancelled && r.finish_reason != FinishReason::Error) {
         slot.held += slot.stream->flush();
         r.text += slot.held;
         if (slot.req.on_text && !slot.held.empty()) slot.req.on_text(slot.held);
@@ -578,7 +588,7 @@ void Generator::finish(Slot& slot) {
     stats_.generated_tokens += static_cast<uint64_t>(r.completion_tokens);
     stats_.gen_ms_total += static_cast<uint64_t>(r.gen_ms);
     if (r.completion_tokens > 1 && r.gen_ms > 0) stats_.last_tok_per_s = (r.completion_tokens - 1) * 1000.0 / r.gen_ms;
-    if (r.finish_reason != "cancelled" && r.finish_reason != "error") remember(r.text, r.tokens);
+    if (r.finish_reason != FinishReason::Cancelled && r.finish_reason != FinishReason::Error) remember(r.text, r.tokens);
     publish_counters();
     {
         std::lock_guard<std::mutex> lk(expert_stats_mu_);

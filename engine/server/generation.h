@@ -68,11 +68,16 @@ struct RequestExpertIo {
     double io_wait_ms = 0;    // time the forward pass blocked on expert reads
 };
 
+// Why a generation ended. The APIs name it their way (openai_api: "stop"/"length", anthropic_api: end_turn,
+// max_tokens, stop_sequence); Cancelled (the client went away) and Error (a disk fault) never reach a client as such.
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason f);  // "stop" | "length" | "cancelled" | "error"
+
 struct GenerationResult {
     std::string text;
     std::vector<int32_t> tokens;     // generated, without the end-of-generation token
     std::vector<TokenLogprob> logprobs;  // one per generated token when asked for
-    std::string finish_reason;       // stop | length | cancelled | error
+    FinishReason finish_reason = FinishReason::Stop;
     std::string stop_string;         // the stop string that ended it, if one did
     std::string error;
     int prompt_tokens = 0;

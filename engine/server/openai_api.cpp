@@ -8,6 +8,9 @@ namespace moe {
 
 namespace {
 
+// OpenAI's finish_reason ("tool_calls" is decided by the caller): a cancelled generation reads as stopped.
+std::string openai_finish(FinishReason f) { return f == FinishReason::Cancelled ? "stop" : finish_reason_name(f); }
+
 json token_json(const Tokenizer& tok, int32_t id, double logprob) {
     const std::string piece = tok.piece(id);
     json bytes = json::array();
@@ -92,11 +95,11 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
                                   stream ? "data: " + wire(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n" : "");
     if (ended_in_error(r, stream, sse, "data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n")) return;
-    if (r.finish_reason != "cancelled") handle_events(parser->finish());
+    if (r.finish_reason != FinishReason::Cancelled) handle_events(parser->finish());
     remember(*parser, chat, r);
     std::vector<ToolCall> calls = parser->calls();
     if (gate.one_call && calls.size() > 1) calls.resize(1);
-    const std::string finish = !calls.empty() ? "tool_calls" : r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
+    const std::string finish = !calls.empty() ? "tool_calls" : openai_finish(r.finish_reason);
     if (stream) {
         if (sse.ok()) {
             json last = chunk(json::object(), finish);
@@ -167,7 +170,7 @@ void ApiService::openai_completions(const HttpRequest& req, HttpResponder& res) 
     if (stream) g.on_text = [&sse, chunk](const std::string& piece) { return sse.send("data: " + wire(chunk(piece, nullptr)) + "\n\n"); };
     GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr, "");
     if (ended_in_error(r, stream, sse, "data: " + wire(json{{"error", {{"message", r.error}, {"type", "server_error"}}}}) + "\n\n")) return;
-    const std::string finish = r.finish_reason == "cancelled" ? "stop" : r.finish_reason;
+    const std::string finish = openai_finish(r.finish_reason);
     json last = chunk(stream ? "" : r.text, finish);
     if (logprobs >= 0) last["choices"][0]["logprobs"] = legacy_logprobs(r.logprobs);
     last["usage"] = usage_json(r);
