@@ -14,8 +14,8 @@
 #include "engine/kernels/kernels.h"
 #include "ggml.h"
 
-extern "C" bool iqk_mul_mat(long Nx, long Ny, long ne00, int typeA, const void* A, long strideA, int typeB, const void* B, long strideB,
-                            float* C, long stride_C, int ith, int nth);
+extern "C" bool iqk_mul_mat(long Nx, long Ny, long ne00, int typeA, const void* A, long strideA, int typeB, const void* B, long strideB, float* C,
+                            long stride_C, int ith, int nth);
 
 using Clock = std::chrono::steady_clock;
 
@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
         best_me = std::min(best_me, std::chrono::duration<double>(t2 - t1).count());
     }
     const bool same = std::memcmp(r_ik.data(), r_me.data(), r_ik.size() * 4) == 0;
-    std::printf("%-10s rows=%-3d tokens=%-3d ik %6.2f GB/s  moestream %6.2f GB/s  ratio %.2f  %s\n", ggml_type_name(static_cast<ggml_type>(type)), rows,
-                ny, static_cast<double>(w.size()) / best_ik / 1e9, static_cast<double>(w.size()) / best_me / 1e9, best_ik / best_me,
+    std::printf("%-10s rows=%-3d tokens=%-3d ik %6.2f GB/s  moestream %6.2f GB/s  ratio %.2f  %s\n", ggml_type_name(static_cast<ggml_type>(type)),
+                rows, ny, static_cast<double>(w.size()) / best_ik / 1e9, static_cast<double>(w.size()) / best_me / 1e9, best_ik / best_me,
                 same ? "same bits" : "other bits");
     return 0;
 }

@@ -40,8 +40,8 @@ double best_rate(Pass&& pass, double work_per_pass, double seconds) {
 }
 
 // Weight bytes per second of `table`'s kernel for type t over `rows` rows of n.
-double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights,
-                          size_t row_bytes, int64_t rows, const std::vector<uint8_t>& act, double seconds) {
+double weight_bytes_per_s(const kernels::KernelTable& table, GgmlType t, int64_t n, const std::vector<uint8_t>& weights, size_t row_bytes,
+                          int64_t rows, const std::vector<uint8_t>& act, double seconds) {
     const int i = kernels::type_slot(t);
     std::vector<float> out(static_cast<size_t>(rows));
     const double rate = best_rate(
@@ -81,7 +81,8 @@ std::pair<double, double> prompt_tile_rates(const kernels::KernelTable& table, G
     const double pairs = best_rate(
         [&] {
             for (int64_t r = 0; r < rows; ++r)
-                for (int k = 0; k < kPromptTokens; ++k) out[k * rows + r] = dots.single(n, weights.data() + static_cast<size_t>(r) * row_bytes, act.data() + k * ab);
+                for (int k = 0; k < kPromptTokens; ++k)
+                    out[k * rows + r] = dots.single(n, weights.data() + static_cast<size_t>(r) * row_bytes, act.data() + k * ab);
         },
         work, seconds);
     volatile float sink = out[0];
@@ -97,7 +98,10 @@ nlohmann::json bench_weight_kernels(const GgufModel& model, kernels::Flavor flav
         if (ti.ne.size() < 2 || !type_info(ti.raw_type)) continue;  // norms and biases are not matmuls
         TypeUse& u = uses[ti.type()];
         u.bytes += ti.nbytes;
-        if (ti.nbytes > u.largest) { u.largest = ti.nbytes; u.row_len = ti.ne[0]; }
+        if (ti.nbytes > u.largest) {
+            u.largest = ti.nbytes;
+            u.row_len = ti.ne[0];
+        }
     }
     uint64_t total = 0;
     for (const auto& [t, u] : uses) total += u.bytes;
@@ -113,7 +117,8 @@ nlohmann::json bench_weight_kernels(const GgufModel& model, kernels::Flavor flav
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& [t, u] : order) {
         const int i = kernels::type_slot(t);
-        nlohmann::json row = {{"type", std::string(type_info(t).name)}, {"bytes", u.bytes},
+        nlohmann::json row = {{"type", std::string(type_info(t).name)},
+                              {"bytes", u.bytes},
                               {"share", total ? static_cast<double>(u.bytes) / static_cast<double>(total) : 0.0},
                               {"row_length", u.row_len}};
         if (i < 0 || (!active.dot[i] && !active.dot_rows[i])) {

@@ -36,7 +36,8 @@ std::string panel(double top, const std::string& label, const Series& s, double 
     auto X = [&](double t) { return left + width * t / t_max; };
     auto Y = [&](double v) { return top + height - height * v / y_max; };
     std::string o = "<text x=\"" + num(left) + "\" y=\"" + num(top - 6) + "\" font-weight=\"bold\">" + esc(label) + "</text>\n";
-    o += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"#fff\" stroke=\"#c4c7cc\"/>\n";
+    o += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(width) + "\" height=\"" + num(height) +
+         "\" fill=\"#fff\" stroke=\"#c4c7cc\"/>\n";
     o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + 10) + "\" text-anchor=\"end\">" + num(y_max) + "</text>\n";
     o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + height) + "\" text-anchor=\"end\">0</text>\n";
     o += "<text x=\"" + num(left + width) + "\" y=\"" + num(top + height + 14) + "\" text-anchor=\"end\">" + num(t_max) + " s</text>\n";
@@ -48,7 +49,8 @@ std::string panel(double top, const std::string& label, const Series& s, double 
     if (ref > 0) {
         o += "<line class=\"reference\" x1=\"" + num(left) + "\" x2=\"" + num(left + width) + "\" y1=\"" + num(Y(ref)) + "\" y2=\"" + num(Y(ref)) +
              "\" stroke=\"#a50e0e\" stroke-dasharray=\"6 4\"/>\n";
-        o += "<text x=\"" + num(left + width - 4) + "\" y=\"" + num(Y(ref) - 4) + "\" text-anchor=\"end\" fill=\"#a50e0e\">" + esc(ref_label) + "</text>\n";
+        o += "<text x=\"" + num(left + width - 4) + "\" y=\"" + num(Y(ref) - 4) + "\" text-anchor=\"end\" fill=\"#a50e0e\">" + esc(ref_label) +
+             "</text>\n";
     }
     return o;
 }
@@ -71,7 +73,8 @@ std::string render_bench_svg(const std::vector<BenchPoint>& p, double fio_bytes_
             hit.y.push_back((p[i].hits - p[a].hits) / looks);
         }
     }
-    std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"640\" viewBox=\"0 0 720 640\" font-family=\"sans-serif\" font-size=\"12\">\n";
+    std::string o =
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"640\" viewBox=\"0 0 720 640\" font-family=\"sans-serif\" font-size=\"12\">\n";
     o += "<title>" + esc(title) + "</title>\n<rect width=\"720\" height=\"640\" fill=\"#f3f4f6\"/>\n";
     o += "<text x=\"60\" y=\"22\" font-size=\"14\" font-weight=\"bold\">" + esc(title) + "</text>\n";
     o += panel(60, "generation, tok/s (" + std::to_string(window) + "-token window)", tps, 0, "", 0);
@@ -91,7 +94,8 @@ std::string render_hit_rate_svg(const std::vector<HitRateCurve>& curves, const s
     std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(left + width + 180) + "\" height=\"" + num(top + height + 50) +
                     "\" font-family=\"sans-serif\" font-size=\"12\">\n";
     o += "<text x=\"" + num(left) + "\" y=\"20\" font-weight=\"bold\">" + esc(title) + "</text>\n";
-    o += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"#fff\" stroke=\"#c4c7cc\"/>\n";
+    o += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(width) + "\" height=\"" + num(height) +
+         "\" fill=\"#fff\" stroke=\"#c4c7cc\"/>\n";
     o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + 10) + "\" text-anchor=\"end\">100%</text>\n";
     o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(top + height) + "\" text-anchor=\"end\">0%</text>\n";
     o += "<text x=\"" + num(left + width) + "\" y=\"" + num(top + height + 16) + "\" text-anchor=\"end\">" + num(x_max / (1 << 20)) + " MiB</text>\n";
@@ -103,7 +107,8 @@ std::string render_hit_rate_svg(const std::vector<HitRateCurve>& curves, const s
              (c.bound ? " stroke-dasharray=\"6 4\"" : "") + " points=\"";
         for (const auto& [x, y] : c.points) o += num(X(x)) + "," + num(Y(y)) + " ";
         o += "\"/>\n";
-        o += "<text x=\"" + num(left + width + 10) + "\" y=\"" + num(top + 14 + 18 * static_cast<double>(i)) + "\" fill=\"" + color + "\">" + esc(c.name) + "</text>\n";
+        o += "<text x=\"" + num(left + width + 10) + "\" y=\"" + num(top + 14 + 18 * static_cast<double>(i)) + "\" fill=\"" + color + "\">" +
+             esc(c.name) + "</text>\n";
     }
     return o + "</svg>\n";
 }

@@ -8,9 +8,9 @@
 namespace moe::cli {
 
 struct BenchPoint {
-    double t = 0;                 // seconds since the generation started, after this token
-    double bytes_read = 0;        // expert bytes read so far in the generation
-    double hits = 0, lookups = 0; // expert cache hits and lookups so far
+    double t = 0;                  // seconds since the generation started, after this token
+    double bytes_read = 0;         // expert bytes read so far in the generation
+    double hits = 0, lookups = 0;  // expert cache hits and lookups so far
 };
 
 // Rates over a sliding window of `window` tokens. fio_bytes_per_s <= 0: no reference line.
@@ -20,7 +20,7 @@ std::string render_bench_svg(const std::vector<BenchPoint>& points, double fio_b
 struct HitRateCurve {
     std::string name;
     std::vector<std::pair<double, double>> points;  // (budget bytes, hit rate 0..1), budgets ascending
-    bool bound = false;                              // drawn dashed (Belady's MIN)
+    bool bound = false;                             // drawn dashed (Belady's MIN)
 };
 std::string render_hit_rate_svg(const std::vector<HitRateCurve>& curves, const std::string& title);
 

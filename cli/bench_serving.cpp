@@ -18,7 +18,12 @@ json bench_parallel_slots(const LoadedEngine& le, int threads, uint32_t n_ctx, i
     const int V = static_cast<int>(le.model->hp.n_vocab);
     double one_slot_bytes = 0;
     for (int n : slots) {
-        Runner r(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .n_seq = n, .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
+        Runner r(*le.model, {.n_ctx = static_cast<int>(n_ctx),
+                             .n_threads = threads,
+                             .flavor = le.flavor,
+                             .n_seq = n,
+                             .cache_type_k = le.kv_types.k,
+                             .cache_type_v = le.kv_types.v});
         std::vector<int32_t> next(static_cast<size_t>(n));
         std::vector<int> seqs(static_cast<size_t>(n));
         for (int s = 0; s < n; ++s) {
@@ -46,7 +51,9 @@ json bench_parallel_slots(const LoadedEngine& le, int threads, uint32_t n_ctx, i
         const double tokens = static_cast<double>(n) * n_gen;
         const double bytes = static_cast<double>(s1.bytes_read - s0.bytes_read) / tokens;
         if (n == slots.front()) one_slot_bytes = bytes;
-        rows.push_back({{"slots", n}, {"gen_tokens_per_s", tokens / secs}, {"expert_bytes_read_per_token", bytes},
+        rows.push_back({{"slots", n},
+                        {"gen_tokens_per_s", tokens / secs},
+                        {"expert_bytes_read_per_token", bytes},
                         {"expert_loads_per_token", static_cast<double>(r.stats().expert_loads - loads0) / tokens},
                         {"expert_bytes_ratio_of_first", one_slot_bytes > 0 ? bytes / one_slot_bytes : 0.0}});
     }
@@ -84,8 +91,13 @@ json bench_grammar_mask(const GgufFile& vocab_source, double decode_ms_per_token
         tc.accept(allowed[rng() % allowed.size()]);
     }
     const double mean = masks ? total_ms / masks : 0;
-    return {{"vocab", tok->n_vocab()}, {"trie_build_ms", trie_ms}, {"masks", masks}, {"mask_ms_mean", mean}, {"mask_ms_worst", worst_ms},
-            {"decode_ms_per_token", decode_ms_per_token}, {"mask_ratio_of_decode", decode_ms_per_token > 0 ? mean / decode_ms_per_token : 0.0}};
+    return {{"vocab", tok->n_vocab()},
+            {"trie_build_ms", trie_ms},
+            {"masks", masks},
+            {"mask_ms_mean", mean},
+            {"mask_ms_worst", worst_ms},
+            {"decode_ms_per_token", decode_ms_per_token},
+            {"mask_ratio_of_decode", decode_ms_per_token > 0 ? mean / decode_ms_per_token : 0.0}};
 }
 
 }  // namespace moe::cli

@@ -44,7 +44,10 @@ uint64_t proc_kib_field(const char* path, const std::string& field) {
     std::string key;
     uint64_t kb = 0;
     while (f >> key) {
-        if (key == field) { f >> kb; break; }
+        if (key == field) {
+            f >> kb;
+            break;
+        }
         std::getline(f, key);
     }
     return kb * 1024;
@@ -66,24 +69,29 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::string draft = "off";
     EngineFlags ef;
     po::options_description opts("moestream bench options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
-        ("tokens", po::value(&n_gen)->default_value(32), "tokens to generate")
-        ("prompt-tokens", po::value(&n_prompt)->default_value(64), "prompt tokens")
-        ("threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")
-        ("fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")
-        ("no-fio", po::bool_switch(&no_fio), "skip the fio baseline")
-        ("prefetch-layers", po::value(&prefetch_layers)->default_value(1), "streaming: MoE layers ahead to prefetch (1 or 2)")
-        ("plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")
-        ("mask-vocab", po::value(&mask_vocab), "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")
-        ("parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")
-        ("draft", po::value(&draft)->default_value("off"), "generation with speculative decoding: auto | lookup | off (greedy tokens unchanged)")
-        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")
-        ("cache-fraction", po::value(&cache_fraction), "stream experts through a cache of this share of their bytes (0..1); "
-                                                       "sets --ram-budget to resident + cache + that");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")(
+        "tokens", po::value(&n_gen)->default_value(32), "tokens to generate")(
+        "prompt-tokens", po::value(&n_prompt)->default_value(64), "prompt tokens")("threads,t", po::value(&threads)->default_value(2), "threads")(
+        "json", po::bool_switch(&as_json), "JSON output")("fio-seconds", po::value(&fio_seconds)->default_value(5),
+                                                          "length of the fio baseline run (streaming)")(
+        "no-fio", po::bool_switch(&no_fio), "skip the fio baseline")("prefetch-layers", po::value(&prefetch_layers)->default_value(1),
+                                                                     "streaming: MoE layers ahead to prefetch (1 or 2)")(
+        "plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")(
+        "mask-vocab", po::value(&mask_vocab),
+        "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")(
+        "parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")(
+        "draft", po::value(&draft)->default_value("off"), "generation with speculative decoding: auto | lookup | off (greedy tokens unchanged)")(
+        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
+        "cache-fraction", po::value(&cache_fraction),
+        "stream experts through a cache of this share of their bytes (0..1); "
+        "sets --ram-budget to resident + cache + that");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
     const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
@@ -108,11 +116,13 @@ int cmd_bench(const std::vector<std::string>& args) {
         const GgufModel header = open_gguf_model(model_path);
         const int max_slots = slot_counts.empty() ? 0 : *std::max_element(slot_counts.begin(), slot_counts.end());
         if (max_slots > 0)
-            beside += engine_working_bytes(header, n_ctx, max_slots) - kProcessBaseBytes + model_facts(header).kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(max_slots);
+            beside += engine_working_bytes(header, n_ctx, max_slots) - kProcessBaseBytes +
+                      model_facts(header).kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(max_slots);
         if (!no_fio) beside += static_cast<uint64_t>(ef.io_depth) * parse_bytes("--read-size", ef.read_size) + kFioBaseBytes;
         if (vm.count("cache-fraction")) {
             if (!ef.ram_budget.empty()) throw CliError("give --cache-fraction or --ram-budget, not both");
-            if (!(cache_fraction > 0 && cache_fraction < 1)) throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
+            if (!(cache_fraction > 0 && cache_fraction < 1))
+                throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
             const ModelFacts f = model_facts(header);
             ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx, kv_types) + engine_working_bytes(header, n_ctx, 1) + beside +
                                            static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
@@ -129,10 +139,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t cache_before = page_cache_bytes();
     LoadedEngine le = load_engine(model_path, ef, n_ctx, 1, beside);
     ModelFacts facts = model_facts(le.file);
-    if (prefetch_layers < 0 || prefetch_layers > 4) throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
+    if (prefetch_layers < 0 || prefetch_layers > 4)
+        throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
     const auto trace = open_routing_trace(ef, le.file, *le.model, prefetch_layers);
-    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx), .n_threads = threads, .flavor = le.flavor, .prefetch_layers = prefetch_layers,
-                              .routing_trace = trace.get(), .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
+    Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx),
+                              .n_threads = threads,
+                              .flavor = le.flavor,
+                              .prefetch_layers = prefetch_layers,
+                              .routing_trace = trace.get(),
+                              .cache_type_k = le.kv_types.k,
+                              .cache_type_v = le.kv_types.v});
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();
@@ -176,17 +192,26 @@ int cmd_bench(const std::vector<std::string>& args) {
     const uint64_t rss = rss_bytes(), cache_after = page_cache_bytes();
     const double pp = n_prompt / t_pp, tg = n_gen / t_tg;
 
-    json out = {{"model", model_path}, {"arch", facts.arch}, {"threads", threads},
+    json out = {{"model", model_path},
+                {"arch", facts.arch},
+                {"threads", threads},
                 {"kernels", kernels::isa_name(kernels::active_table(le.flavor).isa)},
-                {"cache_bytes_per_token", facts.cache_bytes_per_token_as(le.kv_types)}, {"cache_layout", facts.cache_layout},
+                {"cache_bytes_per_token", facts.cache_bytes_per_token_as(le.kv_types)},
+                {"cache_layout", facts.cache_layout},
                 {"cache_types", kernels::kv_cache_type_name(le.kv_types.k) + "/" + kernels::kv_cache_type_name(le.kv_types.v)},
-                {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)}, {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
-                {"experts", le.summary}, {"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"memory_read_bytes_per_s", bw},
-                {"active_bytes_per_token", facts.active_bytes_per_token()}, {"rss_bytes", rss}};
+                {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)},
+                {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
+                {"experts", le.summary},
+                {"prompt_tokens_per_s", pp},
+                {"gen_tokens_per_s", tg},
+                {"memory_read_bytes_per_s", bw},
+                {"active_bytes_per_token", facts.active_bytes_per_token()},
+                {"rss_bytes", rss}};
     if (drafter) out["draft"] = draft_json(*drafter);
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
     if (r0.eval_seconds > 0)
-        out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds}, {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},
+        out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds},
+                               {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},
                                {"eval_seconds", r0.eval_seconds}};
     if (!le.streaming) {
         const double bound = bw / static_cast<double>(facts.active_bytes_per_token());
@@ -198,7 +223,9 @@ int cmd_bench(const std::vector<std::string>& args) {
         const double hit = lookups ? static_cast<double>(s1.hits - s0.hits) / static_cast<double>(lookups) : 0;
         const double wait_s = static_cast<double>(s1.wait_ns - s0.wait_ns) / 1e9;
         const uint64_t pred_total = r1.prefetch_predicted_total - r0.prefetch_predicted_total;
-        const double pred = pred_total ? static_cast<double>(r1.prefetch_predicted_hits - r0.prefetch_predicted_hits) / static_cast<double>(pred_total) : 0;
+        const double pred = pred_total
+                                ? static_cast<double>(r1.prefetch_predicted_hits - r0.prefetch_predicted_hits) / static_cast<double>(pred_total)
+                                : 0;
         out["expert_bytes_read_per_token"] = bytes / n_gen;
         out["reads_per_token"] = static_cast<double>(s1.reads_submitted - s0.reads_submitted) / n_gen;
         out["expert_loads_per_token"] = static_cast<double>(s1.misses - s0.misses + s1.prefetch_issued - s0.prefetch_issued) / n_gen;
@@ -228,9 +255,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                 } else {
                     out["fio_note"] = why;
                 }
-            } catch (const StorageProbeError& e) {
-                out["fio_note"] = e.what();
-            }
+            } catch (const StorageProbeError& e) { out["fio_note"] = e.what(); }
             // The same reads the engine issued, in its order and at its depth, with no compute between them.
             try {
                 const auto& read_files = dynamic_cast<const StreamingExpertSource&>(*le.model->experts).read_files();
@@ -241,9 +266,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                 } else {
                     out["fio_replay_note"] = why;
                 }
-            } catch (const StorageProbeError& e) {
-                out["fio_replay_note"] = e.what();
-            }
+            } catch (const StorageProbeError& e) { out["fio_replay_note"] = e.what(); }
         }
         out["bound_tokens_per_s"] = 0.0;
         if (fio_bw > 0) {
@@ -259,12 +282,11 @@ int cmd_bench(const std::vector<std::string>& args) {
     try {
         out["grammar_mask"] = mask_vocab.empty() ? bench_grammar_mask(le.file.meta(), 1000.0 / tg)
                                                  : bench_grammar_mask(read_gguf_header(mask_vocab), 1000.0 / tg);
-    } catch (const std::exception& e) {
-        out["grammar_mask"] = {{"note", e.what()}};
-    }
+    } catch (const std::exception& e) { out["grammar_mask"] = {{"note", e.what()}}; }
     if (!plot_path.empty()) {
         std::ofstream svg(plot_path);
-        svg << render_bench_svg(timeline, out.value("fio_bytes_per_s", 0.0), "moestream bench: " + fs_basename(model_path) + ", " + std::to_string(threads) + " threads");
+        svg << render_bench_svg(timeline, out.value("fio_bytes_per_s", 0.0),
+                                "moestream bench: " + fs_basename(model_path) + ", " + std::to_string(threads) + " threads");
         if (!svg) throw CliError("--plot " + plot_path + ": cannot write");
         out["plot"] = plot_path;
     }
@@ -272,14 +294,15 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::cout << out.dump(2) << "\n";
         return 0;
     }
-    std::printf("model            %s (%s)\nkernels          %s, %d threads\nexperts          %s\n"
-                "context cache    %s per token (%s; K/V %s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
-                "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
-                model_path.c_str(), facts.arch.c_str(), kernels::isa_name(kernels::active_table(le.flavor).isa), threads, le.summary.c_str(),
-                human_bytes(static_cast<double>(facts.cache_bytes_per_token_as(le.kv_types))).c_str(), facts.cache_layout.c_str(),
-                out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
-                human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(),
-                n_prompt, pp, n_gen, tg, bw / 1e9, threads, human_bytes(static_cast<double>(rss)).c_str());
+    std::printf(
+        "model            %s (%s)\nkernels          %s, %d threads\nexperts          %s\n"
+        "context cache    %s per token (%s; K/V %s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
+        "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
+        model_path.c_str(), facts.arch.c_str(), kernels::isa_name(kernels::active_table(le.flavor).isa), threads, le.summary.c_str(),
+        human_bytes(static_cast<double>(facts.cache_bytes_per_token_as(le.kv_types))).c_str(), facts.cache_layout.c_str(),
+        out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
+        human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(), n_prompt, pp, n_gen, tg, bw / 1e9, threads,
+        human_bytes(static_cast<double>(rss)).c_str());
     if (out.contains("draft")) {
         const json& d = out["draft"];
         std::printf("drafts           %s: %llu of %llu kept (%.0f%%) over %llu verification steps\n", d["mode"].get<std::string>().c_str(),
@@ -295,8 +318,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (out.contains("parallel_slots"))
         for (const auto& row : out["parallel_slots"])
             std::printf("slots %-10d %.1f tok/s summed, expert reads %s per token (%.2f of 1 slot's), %.1f expert loads per token\n",
-                        row["slots"].get<int>(), row["gen_tokens_per_s"].get<double>(), human_bytes(row["expert_bytes_read_per_token"].get<double>()).c_str(),
-                        row["expert_bytes_ratio_of_first"].get<double>(), row["expert_loads_per_token"].get<double>());
+                        row["slots"].get<int>(), row["gen_tokens_per_s"].get<double>(),
+                        human_bytes(row["expert_bytes_read_per_token"].get<double>()).c_str(), row["expert_bytes_ratio_of_first"].get<double>(),
+                        row["expert_loads_per_token"].get<double>());
     if (out["grammar_mask"].contains("mask_ms_mean"))
         std::printf("grammar mask     %.2f ms per full mask (worst %.2f) over %d tokens = %.1f%% of a decode step\n",
                     out["grammar_mask"]["mask_ms_mean"].get<double>(), out["grammar_mask"]["mask_ms_worst"].get<double>(),
@@ -307,12 +331,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                     out["gen_ratio_of_bound"].get<double>());
         return 0;
     }
-    std::printf("expert reads     %s per token, %.2f GB/s over the generation, %.2f GB/s while waiting\n"
-                "read requests    %.1f per token for %.1f expert loads (%s)\n",
-                human_bytes(out["expert_bytes_read_per_token"].get<double>()).c_str(), out["read_bytes_per_s_wall"].get<double>() / 1e9,
-                out["read_bytes_per_s_while_waiting"].get<double>() / 1e9, out["reads_per_token"].get<double>(),
-                out["expert_loads_per_token"].get<double>(),
-                out["store_loads"].get<uint64_t>() ? "one store record each" : "three GGUF windows each");
+    std::printf(
+        "expert reads     %s per token, %.2f GB/s over the generation, %.2f GB/s while waiting\n"
+        "read requests    %.1f per token for %.1f expert loads (%s)\n",
+        human_bytes(out["expert_bytes_read_per_token"].get<double>()).c_str(), out["read_bytes_per_s_wall"].get<double>() / 1e9,
+        out["read_bytes_per_s_while_waiting"].get<double>() / 1e9, out["reads_per_token"].get<double>(), out["expert_loads_per_token"].get<double>(),
+        out["store_loads"].get<uint64_t>() ? "one store record each" : "three GGUF windows each");
     std::printf("cache            %.1f%% hits; prefetch: router prediction %.1f%% right, %llu issued, %llu used\n",
                 100 * out["cache_hit_rate"].get<double>(), 100 * out["prefetch_prediction_accuracy"].get<double>(),
                 static_cast<unsigned long long>(out["prefetch_issued"].get<uint64_t>()),
@@ -327,15 +351,13 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::printf("fio replay       %.2f GB/s (the generation's %llu reads, same order and depth, no compute between)\nengine/replay    %.2f\n",
                     out["fio_replay_bytes_per_s"].get<double>() / 1e9, static_cast<unsigned long long>(out["fio_replay_reads"].get<uint64_t>()),
                     out["engine_read_ratio_of_replay"].get<double>());
-    else if (out.contains("fio_replay_note"))
-        std::printf("fio replay       not run: %s\n", out["fio_replay_note"].get<std::string>().c_str());
+    else if (out.contains("fio_replay_note")) std::printf("fio replay       not run: %s\n", out["fio_replay_note"].get<std::string>().c_str());
     if (!out.contains("fio_bytes_per_s") && out.contains("fio_note"))
         std::printf("fio baseline     not run: %s\n", out["fio_note"].get<std::string>().c_str());
     if (out["bound_tokens_per_s"].get<double>() > 0)
         std::printf("bound            %.2f tok/s = %s\nratio            %.2f of the bound\n", out["bound_tokens_per_s"].get<double>(),
                     out["bound_formula"].get<std::string>().c_str(), out["gen_ratio_of_bound"].get<double>());
-    else
-        std::printf("bound            not computed: it needs the fio baseline's bandwidth\n");
+    else std::printf("bound            not computed: it needs the fio baseline's bandwidth\n");
     return 0;
 }
 

@@ -39,7 +39,8 @@ std::vector<uint64_t> parse_budgets(const std::string& text, uint64_t total) {
         if (item.back() == '%') {
             char* end = nullptr;
             const double pct = std::strtod(item.c_str(), &end);
-            if (end != item.c_str() + item.size() - 1 || !(pct > 0) || pct > 100) throw CliError("--budgets: " + item + " is not a share in (0, 100]%");
+            if (end != item.c_str() + item.size() - 1 || !(pct > 0) || pct > 100)
+                throw CliError("--budgets: " + item + " is not a share in (0, 100]%");
             out.push_back(static_cast<uint64_t>(static_cast<double>(total) * pct / 100));
         } else {
             out.push_back(parse_bytes("--budgets", item));
@@ -50,10 +51,18 @@ std::vector<uint64_t> parse_budgets(const std::string& text, uint64_t total) {
 }
 
 json result_json(const CacheSimResult& r, double belady_hits, double predicted) {
-    json j = {{"policy", r.policy}, {"budget_bytes", r.budget_bytes}, {"slots", r.slots}, {"lookups", r.lookups}, {"hits", r.hits},
-              {"hit_rate", r.hit_rate()}, {"bytes_read", r.bytes_read}, {"bytes_per_token", r.bytes_per_token()},
-              {"decode_bytes_per_token", r.decode_bytes_per_token()}, {"prefetch_issued", r.prefetch_issued},
-              {"prefetch_used", r.prefetch_used}, {"prefetch_unused_bytes", r.prefetch_unused_bytes}};
+    json j = {{"policy", r.policy},
+              {"budget_bytes", r.budget_bytes},
+              {"slots", r.slots},
+              {"lookups", r.lookups},
+              {"hits", r.hits},
+              {"hit_rate", r.hit_rate()},
+              {"bytes_read", r.bytes_read},
+              {"bytes_per_token", r.bytes_per_token()},
+              {"decode_bytes_per_token", r.decode_bytes_per_token()},
+              {"prefetch_issued", r.prefetch_issued},
+              {"prefetch_used", r.prefetch_used},
+              {"prefetch_unused_bytes", r.prefetch_unused_bytes}};
     if (belady_hits > 0) j["retained_hits_ratio_of_belady"] = static_cast<double>(r.retained_hits()) / belady_hits;
     if (predicted > 0) j["predicted_tokens_per_s"] = predicted;
     return j;
@@ -68,36 +77,36 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     bool as_json = false, no_prefetch = false;
     po::options_description opts("moestream cache-sim options");
     opts.add_options()("help,h", "show this help")("trace", po::value(&traces)->multitoken()->required(),
-                                                   "routing trace(s) of one model (--routing-trace of run, serve, bench)")
-        ("model,m", po::value(&model_path), "the GGUF the traces were recorded on (checked against their model hash)")
-        ("budgets", po::value(&budgets_text)->default_value(budgets_text),
-         "expert cache budgets: shares of every routed expert once (20%) or sizes (8G); the recorded budget is added")
-        ("disk-gbps", po::value(&disk_gbps), "disk read bandwidth for the predicted tok/s, GB/s")
-        ("host", po::value(&host_path), "host facts (probe --json) whose measured storage bandwidth to use")
-        ("no-prefetch", po::bool_switch(&no_prefetch), "simulate demand reads only (ignore the traces' predictions)")
-        ("json", po::bool_switch(&as_json), "JSON output")("plot", po::value(&plot_path), "write hit rate against budget as an SVG");
+                                                   "routing trace(s) of one model (--routing-trace of run, serve, bench)")(
+        "model,m", po::value(&model_path), "the GGUF the traces were recorded on (checked against their model hash)")(
+        "budgets", po::value(&budgets_text)->default_value(budgets_text),
+        "expert cache budgets: shares of every routed expert once (20%) or sizes (8G); the recorded budget is added")(
+        "disk-gbps", po::value(&disk_gbps), "disk read bandwidth for the predicted tok/s, GB/s")(
+        "host", po::value(&host_path), "host facts (probe --json) whose measured storage bandwidth to use")(
+        "no-prefetch", po::bool_switch(&no_prefetch), "simulate demand reads only (ignore the traces' predictions)")(
+        "json", po::bool_switch(&as_json), "JSON output")("plot", po::value(&plot_path), "write hit rate against budget as an SVG");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
 
     RoutingTrace trace;
     try {
         trace = read_routing_traces(traces);
-    } catch (const RoutingTraceError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
     const RoutingTraceHeader& h = trace.header;
     if (trace.steps.empty()) throw CliError(traces.front() + ": the routing trace has no steps");
     if (!model_path.empty()) {
         GgufModel file;
         try {
             file = open_gguf_model(model_path);
-        } catch (const std::exception& e) {
-            throw CliError(e.what());
-        }
+        } catch (const std::exception& e) { throw CliError(e.what()); }
         if (routing_model_hash(file) != h.model_hash)
-            throw CliError(model_path + ": not the model the routing trace was recorded on (" + h.arch + ", model hash " + std::to_string(h.model_hash) + ")");
+            throw CliError(model_path + ": not the model the routing trace was recorded on (" + h.arch + ", model hash " +
+                           std::to_string(h.model_hash) + ")");
     }
     const RoutingWorkload w = measure_workload(trace);
 
@@ -142,7 +151,8 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     std::vector<Row> rows;
     for (uint64_t b : budgets) {
         Row row{b, simulate_belady(trace, b), {}};
-        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency}) row.policies.push_back(simulate_engine_cache(trace, p, b, !no_prefetch));
+        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency})
+            row.policies.push_back(simulate_engine_cache(trace, p, b, !no_prefetch));
         rows.push_back(std::move(row));
     }
     // Recommendation: the smallest budget whose best policy reaches 90% of the best predicted speed (of the
@@ -154,7 +164,8 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     const Row* pick = nullptr;
     const CacheSimResult* pick_policy = nullptr;
     for (const auto& row : rows) {
-        const auto best = std::max_element(row.policies.begin(), row.policies.end(), [&](const auto& a, const auto& b) { return score(a) < score(b); });
+        const auto best = std::max_element(row.policies.begin(), row.policies.end(),
+                                           [&](const auto& a, const auto& b) { return score(a) < score(b); });
         if (score(*best) >= 0.9 * best_score) {
             pick = &row;
             pick_policy = &*best;
@@ -183,18 +194,32 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     }
 
     if (as_json) {
-        json out = {{"traces", traces}, {"arch", h.arch}, {"layers", h.n_layer}, {"experts", h.n_expert}, {"experts_used", h.n_expert_used},
-                    {"steps", w.steps}, {"tokens", w.tokens}, {"steps_dropped", h.steps_dropped}, {"slot_bytes", h.slot_bytes},
-                    {"total_expert_bytes", w.total_expert_bytes}, {"prefetch", !no_prefetch},
-                    {"workload", {{"hot10_share", w.hot10_share}, {"consecutive_overlap", w.consecutive_overlap}, {"compute_ns_per_token", w.compute_ns_per_token}}},
-                    {"disk_bytes_per_s", disk}, {"disk_source", disk > 0 ? disk_source : ""}, {"budgets", json::array()}};
+        json out = {
+            {"traces", traces},
+            {"arch", h.arch},
+            {"layers", h.n_layer},
+            {"experts", h.n_expert},
+            {"experts_used", h.n_expert_used},
+            {"steps", w.steps},
+            {"tokens", w.tokens},
+            {"steps_dropped", h.steps_dropped},
+            {"slot_bytes", h.slot_bytes},
+            {"total_expert_bytes", w.total_expert_bytes},
+            {"prefetch", !no_prefetch},
+            {"workload",
+             {{"hot10_share", w.hot10_share}, {"consecutive_overlap", w.consecutive_overlap}, {"compute_ns_per_token", w.compute_ns_per_token}}},
+            {"disk_bytes_per_s", disk},
+            {"disk_source", disk > 0 ? disk_source : ""},
+            {"budgets", json::array()}};
         if (h.cache_bytes) {
             out["recorded"] = result_json(recorded, 0, predict(recorded));
             if (same_as_recorded) out["simulated_at_recorded"] = result_json(*same_as_recorded, 0, predict(*same_as_recorded));
         }
         for (const auto& row : rows) {
-            json b = {{"budget_bytes", row.budget}, {"share", static_cast<double>(row.budget) / static_cast<double>(w.total_expert_bytes)},
-                      {"belady", result_json(row.belady, 0, predict(row.belady))}, {"policies", json::array()}};
+            json b = {{"budget_bytes", row.budget},
+                      {"share", static_cast<double>(row.budget) / static_cast<double>(w.total_expert_bytes)},
+                      {"belady", result_json(row.belady, 0, predict(row.belady))},
+                      {"policies", json::array()}};
             for (const auto& r : row.policies) b["policies"].push_back(result_json(r, static_cast<double>(row.belady.hits), predict(r)));
             out["budgets"].push_back(b);
         }
@@ -207,20 +232,26 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     std::printf("trace: %s, %u layers x %u experts (%u used), %llu steps, %llu tokens%s\n", h.arch.c_str(), h.n_layer, h.n_expert, h.n_expert_used,
                 static_cast<unsigned long long>(w.steps), static_cast<unsigned long long>(w.tokens),
                 h.steps_dropped ? (", " + std::to_string(h.steps_dropped) + " oldest steps dropped").c_str() : "");
-    std::printf("workload: the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% of experts; "
-                "compute %.2f ms per token\n", 100 * w.hot10_share, 100 * w.consecutive_overlap, w.compute_ns_per_token / 1e6);
+    std::printf(
+        "workload: the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% of experts; "
+        "compute %.2f ms per token\n",
+        100 * w.hot10_share, 100 * w.consecutive_overlap, w.compute_ns_per_token / 1e6);
     if (disk > 0) std::printf("disk: %.2f GB/s from %s\n", disk / 1e9, disk_source.c_str());
     else std::printf("disk: unknown (--disk-gbps or --host): no speed prediction\n");
-    std::printf("\n(hit: lookups served from RAM, prefetched ones included; of MIN: hits on experts kept from an earlier use,\n"
-                " against Belady's MIN, which keeps the best possible set and does not prefetch; unused: share of the bytes read\n"
-                " that were prefetched and never asked for)\n");
+    std::printf(
+        "\n(hit: lookups served from RAM, prefetched ones included; of MIN: hits on experts kept from an earlier use,\n"
+        " against Belady's MIN, which keeps the best possible set and does not prefetch; unused: share of the bytes read\n"
+        " that were prefetched and never asked for)\n");
     std::printf("%10s %6s %6s  %-14s %7s %8s %11s %7s %10s\n", "budget", "share", "slots", "policy", "hit", "of MIN", "MiB/token", "unused",
                 "pred tok/s");
     for (const auto& row : rows) {
         const double share = 100.0 * static_cast<double>(row.budget) / static_cast<double>(w.total_expert_bytes);
         auto print = [&](const CacheSimResult& r, bool first) {
             // Hits kept from earlier uses against MIN's (prefetched hits are bought with reads MIN does not make).
-            const std::string of_min = row.belady.hits ? std::to_string(static_cast<int>(std::lround(100.0 * static_cast<double>(r.retained_hits()) / static_cast<double>(row.belady.hits)))) + "%" : "-";
+            const std::string of_min = row.belady.hits ? std::to_string(static_cast<int>(std::lround(100.0 * static_cast<double>(r.retained_hits()) /
+                                                                                                     static_cast<double>(row.belady.hits)))) +
+                                                             "%"
+                                                       : "-";
             const double pred = predict(r);
             char pred_text[32] = "-";
             if (pred > 0) std::snprintf(pred_text, sizeof pred_text, "%.2f", pred);
@@ -236,10 +267,12 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
         print(row.belady, false);
     }
     if (h.cache_bytes) {
-        std::printf("\nrecorded run: %s at %s: hit %.2f%%, %.3f MiB read per decode token", h.policy.c_str(), human_bytes(static_cast<double>(h.cache_bytes)).c_str(),
-                    100 * recorded.hit_rate(), recorded.decode_bytes_per_token() / (1 << 20));
+        std::printf("\nrecorded run: %s at %s: hit %.2f%%, %.3f MiB read per decode token", h.policy.c_str(),
+                    human_bytes(static_cast<double>(h.cache_bytes)).c_str(), 100 * recorded.hit_rate(),
+                    recorded.decode_bytes_per_token() / (1 << 20));
         if (same_as_recorded)
-            std::printf("; simulated: hit %.2f%%, %.3f MiB per decode token", 100 * same_as_recorded->hit_rate(), same_as_recorded->decode_bytes_per_token() / (1 << 20));
+            std::printf("; simulated: hit %.2f%%, %.3f MiB per decode token", 100 * same_as_recorded->hit_rate(),
+                        same_as_recorded->decode_bytes_per_token() / (1 << 20));
         std::printf("\n");
     }
     if (pick)

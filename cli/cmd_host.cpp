@@ -27,9 +27,7 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text) {
     double v;
     try {
         v = std::stod(text, &used);
-    } catch (...) {
-        throw CliError(flag + " '" + text + "' is not a size (examples: 8G, 512M, 1073741824)");
-    }
+    } catch (...) { throw CliError(flag + " '" + text + "' is not a size (examples: 8G, 512M, 1073741824)"); }
     std::string unit = text.substr(used);
     for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     double mult = 1;
@@ -40,8 +38,7 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text) {
     else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
     else throw CliError(flag + " '" + text + "': unknown unit '" + unit + "' (use K, M, G or T)");
     const double bytes = v * mult;
-    if (!(bytes >= 1) || bytes > 1.0 * (1ull << 50))
-        throw CliError(flag + " '" + text + "' is not a plausible size (1 byte .. 1 PiB)");
+    if (!(bytes >= 1) || bytes > 1.0 * (1ull << 50)) throw CliError(flag + " '" + text + "' is not a plausible size (1 byte .. 1 PiB)");
     return static_cast<uint64_t>(bytes);
 }
 
@@ -55,10 +52,10 @@ struct StorageFlags {
 };
 
 void add_storage_options(po::options_description& opts, StorageFlags& f, double default_seconds) {
-    opts.add_options()("storage", po::value(&f.storage), "directory whose filesystem to measure (default: the model's, else .)")
-        ("seconds", po::value(&f.seconds)->default_value(default_seconds), "seconds per bandwidth measurement")
-        ("no-fio", po::bool_switch(&f.no_fio), "only the built-in io_uring probe")
-        ("no-storage", po::bool_switch(&f.no_storage), "skip the bandwidth measurement");
+    opts.add_options()("storage", po::value(&f.storage), "directory whose filesystem to measure (default: the model's, else .)")(
+        "seconds", po::value(&f.seconds)->default_value(default_seconds), "seconds per bandwidth measurement")(
+        "no-fio", po::bool_switch(&f.no_fio), "only the built-in io_uring probe")("no-storage", po::bool_switch(&f.no_storage),
+                                                                                  "skip the bandwidth measurement");
 }
 
 std::optional<StorageFacts> measure(const StorageFlags& f, const std::string& model, bool quiet, bool sweep) {
@@ -75,17 +72,16 @@ std::optional<StorageFacts> measure(const StorageFlags& f, const std::string& mo
     if (!quiet && ::isatty(2)) o.progress = [](const std::string& s) { std::cerr << "measuring: " << s << "\n"; };
     try {
         return probe_storage(o);
-    } catch (const StorageProbeError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const StorageProbeError& e) { throw CliError(e.what()); }
 }
 
 void print_human(const HostFacts& h) {
     auto opt = [](const auto& s) { return s.value ? std::to_string(*s.value) : "unknown (" + s.source + ")"; };
     std::cout << "cpu      " << h.cpu.model.value.value_or("unknown") << "\n"
-              << "         " << opt(h.cpu.physical_cores) << " physical cores, " << opt(h.cpu.logical_cpus) << " logical CPUs, "
-              << opt(h.cpu.sockets) << " socket(s)\n         simd:";
-    for (const auto& [k, v] : h.cpu.simd) if (v) std::cout << " " << k;
+              << "         " << opt(h.cpu.physical_cores) << " physical cores, " << opt(h.cpu.logical_cpus) << " logical CPUs, " << opt(h.cpu.sockets)
+              << " socket(s)\n         simd:";
+    for (const auto& [k, v] : h.cpu.simd)
+        if (v) std::cout << " " << k;
     std::cout << "\nnuma     " << h.numa.nodes.size() << " node(s) [" << h.numa.source << "]\n";
     for (const auto& n : h.numa.nodes)
         std::cout << "         node " << n.id << ": cpus " << format_cpu_list(n.cpus) << ", "
@@ -98,8 +94,8 @@ void print_human(const HostFacts& h) {
         return !s.value ? std::string("unknown") : *s.value == UINT64_MAX ? std::string("unlimited") : human_bytes(static_cast<double>(*s.value));
     };
     std::cout << "limits   memlock soft " << lim(h.limits.memlock_soft) << ", hard " << lim(h.limits.memlock_hard)
-              << (h.limits.memlock_hard_raisable ? " (raisable)" : " (not raisable by this process)") << "; nofile "
-              << opt(h.limits.nofile_soft) << "/" << opt(h.limits.nofile_hard) << "\nkernel  ";
+              << (h.limits.memlock_hard_raisable ? " (raisable)" : " (not raisable by this process)") << "; nofile " << opt(h.limits.nofile_soft)
+              << "/" << opt(h.limits.nofile_hard) << "\nkernel  ";
     for (const auto& [k, v] : h.kernel.sysctl) std::cout << " " << k << "=" << (v.value ? std::to_string(*v.value) : "?");
     std::cout << "\n         io_uring: "
               << (h.kernel.io_uring_works.value ? (*h.kernel.io_uring_works.value ? "works" : h.kernel.io_uring_works.source)
@@ -109,23 +105,23 @@ void print_human(const HostFacts& h) {
     if (h.llama_cpp.binaries.empty()) std::cout << " none found (" << h.llama_cpp.source << ")\n";
     for (size_t i = 0; i < h.llama_cpp.binaries.size(); ++i) {
         const auto& b = h.llama_cpp.binaries[i];
-        std::cout << (i ? "         " : "") << " " << b.role << " " << b.path << " (" << b.found_by << "): "
-                  << (b.runs ? "runs" : "does not run: " + b.detail)
+        std::cout << (i ? "         " : "") << " " << b.role << " " << b.path << " (" << b.found_by
+                  << "): " << (b.runs ? "runs" : "does not run: " + b.detail)
                   << (b.build.empty() ? "" : ", build " + b.build + (b.build_source == "--version" ? "" : " (" + b.build_source + ")")) << "\n";
     }
     if (h.storage) {
         const auto& s = *h.storage;
-        std::cout << "storage  " << s.path << " (" << s.filesystem.value.value_or("?") << "), free "
-                  << bytes(s.free_bytes) << ", read from " << s.file << "\n";
+        std::cout << "storage  " << s.path << " (" << s.filesystem.value.value_or("?") << "), free " << bytes(s.free_bytes) << ", read from "
+                  << s.file << "\n";
         if (s.device)
             std::cout << "         device " << s.device->name << " (" << s.device->model.value.value_or("model unknown") << "), scheduler "
                       << s.device->scheduler.value.value_or("?") << ", numa node "
                       << (s.device->numa_node.value ? std::to_string(*s.device->numa_node.value) : "unknown") << "\n";
         for (const auto& r : s.results) {
             char buf[200];
-            std::snprintf(buf, sizeof buf, "         %-15s %5lluK QD%-3d %7.2f GB/s %9.0f IOPS  p50 %7.0f us  p99 %7.0f us\n",
-                          r.tool.c_str(), static_cast<unsigned long long>(r.block_size >> 10), r.queue_depth, r.bytes_per_s / 1e9,
-                          r.iops, r.clat_p50_us, r.clat_p99_us);
+            std::snprintf(buf, sizeof buf, "         %-15s %5lluK QD%-3d %7.2f GB/s %9.0f IOPS  p50 %7.0f us  p99 %7.0f us\n", r.tool.c_str(),
+                          static_cast<unsigned long long>(r.block_size >> 10), r.queue_depth, r.bytes_per_s / 1e9, r.iops, r.clat_p50_us,
+                          r.clat_p99_us);
             std::cout << buf;
         }
         for (const auto& n : s.notes) std::cout << "         note: " << n << "\n";
@@ -139,14 +135,18 @@ int cmd_probe(const std::vector<std::string>& args) {
     std::string root = "/", model;
     StorageFlags sf;
     po::options_description opts("moestream probe options");
-    opts.add_options()("help,h", "show this help")("json", po::bool_switch(&as_json), "JSON output")
-        ("yaml", po::bool_switch(&as_yaml), "YAML output")("root", po::value(&root)->default_value("/"),
-        "read /proc and /sys under this directory (fixture trees); storage is not measured unless --storage is given")
-        ("model", po::value(&model), "measure by reading this model file (read-only)");
+    opts.add_options()("help,h", "show this help")("json", po::bool_switch(&as_json), "JSON output")("yaml", po::bool_switch(&as_yaml),
+                                                                                                     "YAML output")(
+        "root", po::value(&root)->default_value("/"),
+        "read /proc and /sys under this directory (fixture trees); storage is not measured unless --storage is given")(
+        "model", po::value(&model), "measure by reading this model file (read-only)");
     add_storage_options(opts, sf, 5);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (as_json && as_yaml) throw CliError("give at most one of --json and --yaml");
     if (!std::filesystem::is_directory(root)) throw CliError("--root " + root + " is not a directory");
@@ -169,9 +169,7 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
     YAML::Node y;
     try {
         y = YAML::LoadFile(path);
-    } catch (const YAML::Exception& e) {
-        throw CliError(path + ": not valid YAML (" + e.msg + ")");
-    }
+    } catch (const YAML::Exception& e) { throw CliError(path + ": not valid YAML (" + e.msg + ")"); }
     if (!y["hosts"] || !y["hosts"].IsSequence()) throw CliError(path + ": no hosts (write it with plan --target llama-rpc)");
     std::vector<CheckRow> rows;
     for (const auto& h : y["hosts"]) {
@@ -187,7 +185,9 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
         } else {
             r.status = CheckStatus::Fail;
             r.what = name + ": rpc-server on a PUBLIC address, no authentication";
-            r.fix = "anyone who reaches " + address + " can make it run code in its memory: plan again with --worker FACTS@<the worker's private interface address>, and load its nftables.conf";
+            r.fix =
+                "anyone who reaches " + address +
+                " can make it run code in its memory: plan again with --worker FACTS@<the worker's private interface address>, and load its nftables.conf";
         }
         rows.push_back(r);
     }
@@ -207,12 +207,14 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
                 facts = host_facts_from_text(read_text(facts_file), facts_file);
             } catch (const std::exception& e) {
                 rows.push_back({"binary_" + role + "_" + name, name + ": " + role + " the plan starts", CheckStatus::Unknown,
-                                std::string("facts not readable: ") + e.what(), path + " exists and runs", "probe " + name + " again: moestream probe --json > " + facts_file});
+                                std::string("facts not readable: ") + e.what(), path + " exists and runs",
+                                "probe " + name + " again: moestream probe --json > " + facts_file});
                 continue;
             }
             if (path.empty()) {
                 rows.push_back({"binary_" + role + "_" + name, name + ": " + role + " the plan starts", CheckStatus::Warn,
-                                "cluster.yaml names no " + role + " (planned before the paths were recorded)", "a path", "moestream regen --cluster " + yaml_path});
+                                "cluster.yaml names no " + role + " (planned before the paths were recorded)", "a path",
+                                "moestream regen --cluster " + yaml_path});
                 continue;
             }
             CheckRow r = llama_binary_row(name, facts, role, path);
@@ -229,26 +231,32 @@ std::vector<CheckRow> check_cluster(const std::string& yaml_path) {
 
 int cmd_check(const std::vector<std::string>& args) {
     bool as_json = false;
-    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16", prompt_cache, prompt_cache_size = "8G", trace;
+    std::string root = "/", model, budget, cluster, plan_path, cache_type_k = "f16", cache_type_v = "f16", prompt_cache, prompt_cache_size = "8G",
+                trace;
     uint32_t n_ctx = 4096;
     StorageFlags sf;
     po::options_description opts("moestream check options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model), "GGUF model (first split file for split models)")
-        ("ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")
-        ("ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")
-        ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type the engine will run with")
-        ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type")
-        ("json", po::bool_switch(&as_json), "rows as JSON")
-        ("trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache --ram-budget leaves, replayed on it")
-        ("prompt-cache", po::value(&prompt_cache), "serve --prompt-cache DIR: the directory exists, is writable and has room")
-        ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "serve --prompt-cache-size")
-        ("plan", po::value(&plan_path), "also check what a plan starts: a llama-server plan's llama-server exists and runs here, an engine plan's prompt cache")
-        ("cluster", po::value(&cluster), "instead: check a cluster plan's cluster.yaml (where each rpc-server listens; the programs it starts, on each host by its facts file, and their llama.cpp builds)")
-        ("root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model), "GGUF model (first split file for split models)")(
+        "ram-budget", po::value(&budget), "RAM for the whole engine: resident + KV + expert cache (bytes, or 64G / 512M)")(
+        "ctx", po::value(&n_ctx)->default_value(4096), "context length the KV cache is sized for")(
+        "cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type the engine will run with")(
+        "cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type")("json", po::bool_switch(&as_json),
+                                                                                                    "rows as JSON")(
+        "trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache --ram-budget leaves, replayed on it")(
+        "prompt-cache", po::value(&prompt_cache), "serve --prompt-cache DIR: the directory exists, is writable and has room")(
+        "prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "serve --prompt-cache-size")(
+        "plan", po::value(&plan_path),
+        "also check what a plan starts: a llama-server plan's llama-server exists and runs here, an engine plan's prompt cache")(
+        "cluster", po::value(&cluster),
+        "instead: check a cluster plan's cluster.yaml (where each rpc-server listens; the programs it starts, on each host by its facts file, and their llama.cpp builds)")(
+        "root", po::value(&root)->default_value("/"), "read /proc, /sys and /etc under this directory");
     add_storage_options(opts, sf, 3);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!cluster.empty()) {
         const auto rows = check_cluster(cluster);
@@ -276,9 +284,7 @@ int cmd_check(const std::vector<std::string>& args) {
         Plan p;
         try {
             p = load_plan(plan_path);
-        } catch (const std::exception& e) {
-            throw CliError(e.what());
-        }
+        } catch (const std::exception& e) { throw CliError(e.what()); }
         if (is_llama_target(p.target)) rows.push_back(llama_binary_row("this host", in.host, "llama-server", p.llama_server_binary));
         if (!p.prompt_cache_dir.empty() && prompt_cache.empty()) rows.push_back(prompt_cache_row(p.prompt_cache_dir, p.prompt_cache_bytes));
     }
@@ -293,18 +299,27 @@ int cmd_check(const std::vector<std::string>& args) {
         auto out = rows_to_json(rows);
         if (in.model) {
             const ModelFacts& m = *in.model;
-            out["model"] = {{"arch", m.arch}, {"name", m.name}, {"layers", m.n_layer}, {"nextn_layers", m.n_layer_nextn},
-                            {"experts", m.n_expert}, {"experts_used", m.n_expert_used}, {"resident_bytes", m.resident_bytes},
-                            {"expert_bytes", m.expert_bytes}, {"shared_expert_bytes", m.shared_expert_bytes},
-                            {"nextn_bytes", m.nextn_bytes}, {"expert_bytes_per_token", m.expert_bytes_per_token()},
-                            {"active_bytes_per_token", m.active_bytes_per_token()}, {"cache_bytes_per_token", m.cache_bytes_per_token},
-                            {"state_bytes_per_sequence", m.state_bytes}, {"recurrent_layers", m.recurrent_layers},
-                            {"cache_layout", m.cache_layout}, {"supported", m.supported}};
+            out["model"] = {{"arch", m.arch},
+                            {"name", m.name},
+                            {"layers", m.n_layer},
+                            {"nextn_layers", m.n_layer_nextn},
+                            {"experts", m.n_expert},
+                            {"experts_used", m.n_expert_used},
+                            {"resident_bytes", m.resident_bytes},
+                            {"expert_bytes", m.expert_bytes},
+                            {"shared_expert_bytes", m.shared_expert_bytes},
+                            {"nextn_bytes", m.nextn_bytes},
+                            {"expert_bytes_per_token", m.expert_bytes_per_token()},
+                            {"active_bytes_per_token", m.active_bytes_per_token()},
+                            {"cache_bytes_per_token", m.cache_bytes_per_token},
+                            {"state_bytes_per_sequence", m.state_bytes},
+                            {"recurrent_layers", m.recurrent_layers},
+                            {"cache_layout", m.cache_layout},
+                            {"supported", m.supported}};
             if (!m.supported) out["model"]["unsupported_reason"] = m.unsupported_reason;
         }
         std::cout << out.dump(2) << "\n";
-    }
-    else std::cout << rows_to_table(rows);
+    } else std::cout << rows_to_table(rows);
     return check_exit_code(rows);
 }
 

@@ -17,62 +17,63 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     std::string vocab, ix_types, template_file;
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
-    opts.add_options()("help,h", "show this help")
-        ("arch", po::value(&s.arch)->default_value("qwen3moe"), "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss")
-        ("layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")
-        ("embd", po::value(&s.embd)->required(), "model width")
-        ("heads", po::value(&s.heads)->required(), "query heads")
-        ("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")
-        ("head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")
-        ("rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe)")
-        ("window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")
-        ("experts", po::value(&s.experts)->required(), "routed experts per layer")
-        ("experts-used", po::value(&s.used)->required(), "experts chosen per token")
-        ("ffn", po::value(&s.ffn)->required(), "expert hidden width")
-        ("q-lora", po::value(&s.q_lora)->default_value(96), "MLA: q LoRA rank (0: plain attn_q)")
-        ("kv-lora", po::value(&s.kv_lora)->default_value(64), "MLA: latent width")
-        ("qk-nope", po::value(&s.qk_nope)->default_value(32), "MLA: per-head q/k dims without RoPE")
-        ("qk-rope", po::value(&s.qk_rope)->default_value(16), "MLA: per-head RoPE dims")
-        ("v-head", po::value(&s.v_head)->default_value(32), "MLA: per-head value width")
-        ("indexer-heads", po::value(&s.ix_heads)->default_value(8), "glm-dsa: indexer heads")
-        ("indexer-dim", po::value(&s.ix_dim)->default_value(64), "glm-dsa: indexer key width (power of two >= 64)")
-        ("indexer-top-k", po::value(&s.ix_top_k)->default_value(16), "glm-dsa: positions each query attends to")
-        ("indexer-types", po::value(&ix_types), "glm-dsa: per layer 1 (full) or 0 (shared), e.g. 1010 (default: no key, all full)")
-        ("ssm-state", po::value(&s.ssm_state)->default_value(32), "qwen35moe: DeltaNet head dim (state S x S per v head)")
-        ("ssm-k-heads", po::value(&s.ssm_k_heads)->default_value(2), "qwen35moe: DeltaNet q/k heads")
-        ("ssm-v-heads", po::value(&s.ssm_v_heads)->default_value(4), "qwen35moe: DeltaNet v heads (a multiple of the k heads)")
-        ("ssm-conv", po::value(&s.ssm_conv)->default_value(4), "qwen35moe: causal conv taps")
-        ("full-attention-interval", po::value(&s.full_interval)->default_value(4), "qwen35moe: every n-th layer is full attention")
-        ("dense-layers", po::value(&s.dense_layers)->default_value(0), "leading layers with a dense FFN")
-        ("dense-ffn", po::value(&s.dense_ffn)->default_value(0), "their hidden width (default: ffn x experts-used)")
-        ("shared-experts", po::value(&s.shared)->default_value(0), "shared experts (width ffn x count)")
-        ("groups", po::value(&s.groups)->default_value(0), "expert groups for group-limited routing")
-        ("groups-used", po::value(&s.groups_used)->default_value(0), "groups kept per token")
-        ("gating", po::value(&s.gating), "softmax | sigmoid (default: no key, the architecture's default)")
-        ("probs-bias", po::bool_switch(&s.probs_bias), "add an exp_probs_b selection bias")
-        ("router-skew", po::value(&s.router_skew)->default_value(0.f),
-         "Zipf exponent of expert popularity per layer (real routers are skewed; 0: the random router's, near uniform)")
-        ("norm-weights", po::bool_switch(&s.norm_weights), "renormalise the chosen experts' weights")
-        ("weights-scale", po::value(&s.weights_scale)->default_value(0.f), "multiply the experts' weights (0: off)")
-        ("nextn", po::value(&s.nextn)->default_value(0), "NextN/MTP blocks after the trunk (not run)")
-        ("yarn-factor", po::value(&s.yarn_factor)->default_value(0.f), "YaRN context extension factor (> 1 writes rope.scaling.*)")
-        ("yarn-orig-ctx", po::value(&s.yarn_orig_ctx)->default_value(4096), "YaRN original context length")
-        ("yarn-log-mul", po::value(&s.yarn_log_mul)->default_value(0.f), "deepseek2 rope.scaling.yarn_log_multiplier (0.1 x mscale_all_dim)")
-        ("vocab-from", po::value(&vocab), "copy tokenizer metadata from this GGUF")
-        ("vocab-builtin", po::bool_switch(&builtin), "use a built-in byte-level vocabulary (259 tokens)")
-        ("random-blocks", po::bool_switch(&s.random_blocks), "quantized weights as random well-formed blocks (speed benchmarks; "
-                                                             "allows iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s)")
-        ("type", po::value(&s.type)->default_value("f32"), "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; q4_k_m (q4_K, q6_K attn_v/ffn_down/output); dynamic (q2_K expert gate/up, iq4_xs/q3_K expert down by layer, q4_K elsewhere, q6_K attn_v/output)")
-        ("fused-gate-up", po::bool_switch(&s.fused_gate_up), "write the experts' gate and up as one ffn_gate_up_exps tensor")
-        ("mla-kv-b", po::bool_switch(&s.mla_kv_b), "MLA: one unsplit attn_kv_b per layer (older conversions) instead of attn_k_b / attn_v_b")
-        ("chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")
-        ("tie-output", po::bool_switch(&s.tie_output), "no output.weight: the head reuses token_embd (as small Qwen3 files)")
-        ("rope-base", po::value(&s.rope_base)->default_value(1e6f), "rope.freq_base")
-        ("seed", po::value(&s.seed)->default_value(1), "random seed")
-        ("out", po::value<std::string>()->required(), "output .gguf");
+    opts.add_options()("help,h", "show this help")("arch", po::value(&s.arch)->default_value("qwen3moe"),
+                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss")(
+        "layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")("embd", po::value(&s.embd)->required(), "model width")(
+        "heads", po::value(&s.heads)->required(), "query heads")("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")(
+        "head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")(
+        "rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe)")(
+        "window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")(
+        "experts", po::value(&s.experts)->required(), "routed experts per layer")(
+        "experts-used", po::value(&s.used)->required(), "experts chosen per token")("ffn", po::value(&s.ffn)->required(), "expert hidden width")(
+        "q-lora", po::value(&s.q_lora)->default_value(96), "MLA: q LoRA rank (0: plain attn_q)")(
+        "kv-lora", po::value(&s.kv_lora)->default_value(64), "MLA: latent width")("qk-nope", po::value(&s.qk_nope)->default_value(32),
+                                                                                  "MLA: per-head q/k dims without RoPE")(
+        "qk-rope", po::value(&s.qk_rope)->default_value(16), "MLA: per-head RoPE dims")("v-head", po::value(&s.v_head)->default_value(32),
+                                                                                        "MLA: per-head value width")(
+        "indexer-heads", po::value(&s.ix_heads)->default_value(8), "glm-dsa: indexer heads")("indexer-dim", po::value(&s.ix_dim)->default_value(64),
+                                                                                             "glm-dsa: indexer key width (power of two >= 64)")(
+        "indexer-top-k", po::value(&s.ix_top_k)->default_value(16), "glm-dsa: positions each query attends to")(
+        "indexer-types", po::value(&ix_types), "glm-dsa: per layer 1 (full) or 0 (shared), e.g. 1010 (default: no key, all full)")(
+        "ssm-state", po::value(&s.ssm_state)->default_value(32), "qwen35moe: DeltaNet head dim (state S x S per v head)")(
+        "ssm-k-heads", po::value(&s.ssm_k_heads)->default_value(2), "qwen35moe: DeltaNet q/k heads")(
+        "ssm-v-heads", po::value(&s.ssm_v_heads)->default_value(4), "qwen35moe: DeltaNet v heads (a multiple of the k heads)")(
+        "ssm-conv", po::value(&s.ssm_conv)->default_value(4), "qwen35moe: causal conv taps")(
+        "full-attention-interval", po::value(&s.full_interval)->default_value(4), "qwen35moe: every n-th layer is full attention")(
+        "dense-layers", po::value(&s.dense_layers)->default_value(0), "leading layers with a dense FFN")(
+        "dense-ffn", po::value(&s.dense_ffn)->default_value(0), "their hidden width (default: ffn x experts-used)")(
+        "shared-experts", po::value(&s.shared)->default_value(0), "shared experts (width ffn x count)")(
+        "groups", po::value(&s.groups)->default_value(0), "expert groups for group-limited routing")(
+        "groups-used", po::value(&s.groups_used)->default_value(0), "groups kept per token")(
+        "gating", po::value(&s.gating), "softmax | sigmoid (default: no key, the architecture's default)")(
+        "probs-bias", po::bool_switch(&s.probs_bias), "add an exp_probs_b selection bias")(
+        "router-skew", po::value(&s.router_skew)->default_value(0.f),
+        "Zipf exponent of expert popularity per layer (real routers are skewed; 0: the random router's, near uniform)")(
+        "norm-weights", po::bool_switch(&s.norm_weights), "renormalise the chosen experts' weights")(
+        "weights-scale", po::value(&s.weights_scale)->default_value(0.f), "multiply the experts' weights (0: off)")(
+        "nextn", po::value(&s.nextn)->default_value(0), "NextN/MTP blocks after the trunk (not run)")(
+        "yarn-factor", po::value(&s.yarn_factor)->default_value(0.f), "YaRN context extension factor (> 1 writes rope.scaling.*)")(
+        "yarn-orig-ctx", po::value(&s.yarn_orig_ctx)->default_value(4096), "YaRN original context length")(
+        "yarn-log-mul", po::value(&s.yarn_log_mul)->default_value(0.f), "deepseek2 rope.scaling.yarn_log_multiplier (0.1 x mscale_all_dim)")(
+        "vocab-from", po::value(&vocab), "copy tokenizer metadata from this GGUF")("vocab-builtin", po::bool_switch(&builtin),
+                                                                                   "use a built-in byte-level vocabulary (259 tokens)")(
+        "random-blocks", po::bool_switch(&s.random_blocks),
+        "quantized weights as random well-formed blocks (speed benchmarks; "
+        "allows iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s)")(
+        "type", po::value(&s.type)->default_value("f32"),
+        "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; q4_k_m (q4_K, q6_K attn_v/ffn_down/output); dynamic (q2_K expert gate/up, iq4_xs/q3_K expert down by layer, q4_K elsewhere, q6_K attn_v/output)")(
+        "fused-gate-up", po::bool_switch(&s.fused_gate_up), "write the experts' gate and up as one ffn_gate_up_exps tensor")(
+        "mla-kv-b", po::bool_switch(&s.mla_kv_b), "MLA: one unsplit attn_kv_b per layer (older conversions) instead of attn_k_b / attn_v_b")(
+        "chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")(
+        "tie-output", po::bool_switch(&s.tie_output), "no output.weight: the head reuses token_embd (as small Qwen3 files)")(
+        "rope-base", po::value(&s.rope_base)->default_value(1e6f), "rope.freq_base")("seed", po::value(&s.seed)->default_value(1), "random seed")(
+        "out", po::value<std::string>()->required(), "output .gguf");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (builtin == !vocab.empty()) throw CliError("give exactly one of --vocab-from FILE and --vocab-builtin");
     for (char c : ix_types) {

@@ -38,9 +38,7 @@ std::vector<int32_t> parse_token_list(const std::string& s) {
             long v = std::stol(item, &used);
             if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument("");
             out.push_back(static_cast<int32_t>(v));
-        } catch (const std::exception&) {
-            throw CliError("--tokens: '" + item + "' is not a token id");
-        }
+        } catch (const std::exception&) { throw CliError("--tokens: '" + item + "' is not a token id"); }
     }
     if (out.empty()) throw CliError("--tokens is empty");
     return out;
@@ -102,13 +100,15 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     std::string model, prompt;
     bool as_json = false, no_special = false, no_bos = false;
     po::options_description opts("moestream tokenize options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model or vocab file")
-        ("prompt,p", po::value(&prompt), "text (default: standard input)")("json", po::bool_switch(&as_json), "JSON output")
-        ("no-special", po::bool_switch(&no_special), "treat control-token text as plain text")
-        ("no-bos", po::bool_switch(&no_bos), "never add BOS");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model or vocab file")(
+        "prompt,p", po::value(&prompt), "text (default: standard input)")("json", po::bool_switch(&as_json), "JSON output")(
+        "no-special", po::bool_switch(&no_special), "treat control-token text as plain text")("no-bos", po::bool_switch(&no_bos), "never add BOS");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!vm.count("prompt")) prompt = read_stdin();
     auto tok = Tokenizer::from_gguf(read_gguf_header(model));
@@ -133,32 +133,33 @@ int cmd_run(const std::vector<std::string>& args) {
     SamplerParams sp;
     EngineFlags ef;
     po::options_description opts("moestream run options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")
-        ("prompt,p", po::value(&prompt), "prompt text")("tokens", po::value(&token_list), "prompt as token ids: 1,2,3")
-        ("n-predict,n", po::value(&n_predict)->default_value(32), "tokens to generate")
-        ("temp", po::value(&sp.temperature)->default_value(0.f), "temperature (0: greedy)")
-        ("top-k", po::value(&sp.top_k)->default_value(40), "top-k (0: off)")
-        ("top-p", po::value(&sp.top_p)->default_value(0.95f), "top-p (1: off)")
-        ("min-p", po::value(&sp.min_p)->default_value(0.05f), "min-p (0: off)")
-        ("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.f), "repetition penalty (1: off)")
-        ("seed", po::value(&sp.seed)->default_value(0), "sampling seed")
-        ("threads,t", po::value(&threads)->default_value(2), "threads")
-        ("ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")
-        ("json", po::bool_switch(&as_json), "JSON: token ids and top probabilities per step")
-        ("top", po::value(&top_n)->default_value(5), "entries per step in --json/--score output")
-        ("score", po::bool_switch(&score), "feed the whole prompt and print the top entries after every position (JSON)")
-        ("ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")
-        ("no-bos", po::bool_switch(&no_bos), "do not add BOS to a text prompt")
-        ("draft", po::value(&draft)->default_value("off"),
-         "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | off")
-        ("draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")
-        ("draft-reference", po::value(&draft_reference),
-         "benchmarks: drafts are these token ids (1,2,3: a previous run's output) after the tokens generated so far, "
-         "--draft-max of them every step (perfect drafts when it is this run's own greedy output)");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")(
+        "prompt,p", po::value(&prompt), "prompt text")("tokens", po::value(&token_list), "prompt as token ids: 1,2,3")(
+        "n-predict,n", po::value(&n_predict)->default_value(32), "tokens to generate")("temp", po::value(&sp.temperature)->default_value(0.f),
+                                                                                       "temperature (0: greedy)")(
+        "top-k", po::value(&sp.top_k)->default_value(40), "top-k (0: off)")("top-p", po::value(&sp.top_p)->default_value(0.95f), "top-p (1: off)")(
+        "min-p", po::value(&sp.min_p)->default_value(0.05f), "min-p (0: off)")("repeat-penalty", po::value(&sp.repeat_penalty)->default_value(1.f),
+                                                                               "repetition penalty (1: off)")(
+        "seed", po::value(&sp.seed)->default_value(0), "sampling seed")("threads,t", po::value(&threads)->default_value(2), "threads")(
+        "ctx,c", po::value(&n_ctx)->default_value(4096), "context positions")(
+        "json", po::bool_switch(&as_json), "JSON: token ids and top probabilities per step")("top", po::value(&top_n)->default_value(5),
+                                                                                             "entries per step in --json/--score output")(
+        "score", po::bool_switch(&score), "feed the whole prompt and print the top entries after every position (JSON)")(
+        "ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")("no-bos", po::bool_switch(&no_bos),
+                                                                                                   "do not add BOS to a text prompt")(
+        "draft", po::value(&draft)->default_value("off"),
+        "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | off")(
+        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
+        "draft-reference", po::value(&draft_reference),
+        "benchmarks: drafts are these token ids (1,2,3: a previous run's output) after the tokens generated so far, "
+        "--draft-max of them every step (perfect drafts when it is this run's own greedy output)");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (vm.count("prompt") == vm.count("tokens")) throw CliError("give exactly one of -p TEXT and --tokens IDS");
     if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
@@ -194,7 +195,12 @@ int cmd_run(const std::vector<std::string>& args) {
         ref_logits.resize(hp.n_vocab);
     } else {
         trace = open_routing_trace(ef, L.file, *L.model);
-        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx, .n_threads = threads, .flavor = L.flavor, .routing_trace = trace.get(), .cache_type_k = L.kv_types.k, .cache_type_v = L.kv_types.v});
+        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx,
+                                                                  .n_threads = threads,
+                                                                  .flavor = L.flavor,
+                                                                  .routing_trace = trace.get(),
+                                                                  .cache_type_k = L.kv_types.k,
+                                                                  .cache_type_v = L.kv_types.v});
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);
@@ -271,7 +277,8 @@ int cmd_run(const std::vector<std::string>& args) {
         if (!reference.empty()) {
             const size_t from = std::min(generated.size(), reference.size());
             drafts.assign(reference.begin() + static_cast<long>(from),
-                          reference.begin() + static_cast<long>(std::min(reference.size(), from + static_cast<size_t>(std::max(0, std::min(limit, draft_max))))));
+                          reference.begin() +
+                              static_cast<long>(std::min(reference.size(), from + static_cast<size_t>(std::max(0, std::min(limit, draft_max))))));
         } else {
             drafts = drafter.propose(history, limit);
         }
@@ -281,21 +288,26 @@ int cmd_run(const std::vector<std::string>& args) {
     const double pp = prompt_ids.size() / std::max(t_prompt, 1e-9);
     const double tg = generated.size() > 1 ? (generated.size() - 1) / std::max(t_gen, 1e-9) : 0.0;
     if (as_json) {
-        json out = {{"prompt_tokens", prompt_ids}, {"tokens", generated}, {"text", L.tok->decode(generated)},
-                    {"stopped_eog", stopped_eog}, {"steps", steps},
+        json out = {{"prompt_tokens", prompt_ids},
+                    {"tokens", generated},
+                    {"text", L.tok->decode(generated)},
+                    {"stopped_eog", stopped_eog},
+                    {"steps", steps},
                     {"timings", {{"prompt_tokens_per_s", pp}, {"gen_tokens_per_s", tg}, {"prompt_s", t_prompt}, {"gen_s", t_gen}}},
                     {"draft", draft_json(drafter)},
-                    {"generation_experts", {{"expert_loads", runner ? runner->stats().expert_loads - loads_before : 0},
-                                            {"bytes_read", L.model->experts->stats().bytes_read - io_before.bytes_read}}},
+                    {"generation_experts",
+                     {{"expert_loads", runner ? runner->stats().expert_loads - loads_before : 0},
+                      {"bytes_read", L.model->experts->stats().bytes_read - io_before.bytes_read}}},
                     {"kernels", kernels::isa_name(kernels::active_table(L.flavor).isa)},
-                    {"numerics", kernels::flavor_name(L.flavor)}, {"kernels_why", L.kernels}, {"reference", use_ref}};
+                    {"numerics", kernels::flavor_name(L.flavor)},
+                    {"kernels_why", L.kernels},
+                    {"reference", use_ref}};
         std::cout << json_text(out) << "\n";
     } else {
         std::cout << stream.flush() << "\n";
         std::cerr << L.summary << "\n" << L.kernels << "\n";
-        std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size()
-                  << " tokens, " << tg << " tok/s | kernels: " << kernels::isa_name(kernels::active_table(L.flavor).isa)
-                  << (use_ref ? " (reference)" : "") << "\n";
+        std::cerr << "prompt: " << prompt_ids.size() << " tokens, " << pp << " tok/s | generation: " << generated.size() << " tokens, " << tg
+                  << " tok/s | kernels: " << kernels::isa_name(kernels::active_table(L.flavor).isa) << (use_ref ? " (reference)" : "") << "\n";
         if (draft_mode != DraftMode::Off) {
             const DraftStats& d = drafter.stats();
             std::cerr << "drafts (" << draft_mode_name(draft_mode) << "): " << d.accepted << " of " << d.drafted << " kept over " << d.steps

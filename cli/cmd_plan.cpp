@@ -72,14 +72,11 @@ std::vector<std::string> path_directories() {
     return dirs;
 }
 
-HostFacts gather_host(const std::string& facts_file, const std::string& root, const std::string& model, double seconds,
-                      bool no_storage) {
+HostFacts gather_host(const std::string& facts_file, const std::string& root, const std::string& model, double seconds, bool no_storage) {
     if (!facts_file.empty()) {
         try {
             return host_facts_from_text(read_text(facts_file), facts_file);
-        } catch (const std::runtime_error& e) {
-            throw CliError(e.what());
-        }
+        } catch (const std::runtime_error& e) { throw CliError(e.what()); }
     }
     HostFacts h = probe_host({.root = root, .try_ring = true});
     if (!no_storage && root == "/") {
@@ -90,9 +87,7 @@ HostFacts gather_host(const std::string& facts_file, const std::string& root, co
         if (::isatty(2)) o.progress = [](const std::string& s) { std::cerr << "measuring: " << s << "\n"; };
         try {
             h.storage = probe_storage(o);
-        } catch (const StorageProbeError& e) {
-            std::cerr << "moestream: storage not measured: " << e.what() << "\n";
-        }
+        } catch (const StorageProbeError& e) { std::cerr << "moestream: storage not measured: " << e.what() << "\n"; }
     }
     return h;
 }
@@ -114,8 +109,7 @@ std::string write_plan_dir(Plan& p, const std::string& dir) {
     }
     // The unit and the sysctl/limits files are previewed here; apply/install put them in place.
     const std::pair<std::string, std::string> previews[] = {
-        {"60-moestream.conf", apply_files(p)[0].content}, {"99-moestream.conf", apply_files(p)[1].content},
-        {"moestream.service", render_unit(p)}};
+        {"60-moestream.conf", apply_files(p)[0].content}, {"99-moestream.conf", apply_files(p)[1].content}, {"moestream.service", render_unit(p)}};
     for (const auto& [name, text] : previews) {
         const std::string path = p.out_dir + "/" + name;
         std::string old;
@@ -142,9 +136,7 @@ std::vector<std::pair<uint32_t, uint64_t>> profile_layer_heat(const std::string&
         YAML::Node y = YAML::LoadFile(path);
         if (!y["hottest"] || !y["hottest"].IsSequence()) throw CliError(path + ": not a routing profile (no 'hottest' list)");
         for (const auto& e : y["hottest"]) heat[e["layer"].as<uint32_t>()] += e["count"].as<uint64_t>();
-    } catch (const YAML::Exception& e) {
-        throw CliError(path + ": not a valid routing profile (" + e.msg + ")");
-    }
+    } catch (const YAML::Exception& e) { throw CliError(path + ": not a valid routing profile (" + e.msg + ")"); }
     return {heat.begin(), heat.end()};
 }
 
@@ -181,17 +173,13 @@ Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOption
     if (o.target == "engine") o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel);
     try {
         return make_plan(h, m, o);
-    } catch (const PlanError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const PlanError& e) { throw CliError(e.what()); }
 }
 
 Plan load_or_cli_error(const std::string& path) {
     try {
         return load_plan(path);
-    } catch (const PlanError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const PlanError& e) { throw CliError(e.what()); }
 }
 
 }  // namespace
@@ -223,46 +211,65 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::string head, rpc_binary, llama_binary, prompt_cache, prompt_cache_size = "8G";
     std::vector<std::string> workers;
     po::options_description opts("moestream plan options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")
-        ("host", po::value(&facts), "host facts from `moestream probe --yaml` (default: probe this host now)")
-        ("ram-budget", po::value(&budget), "RAM for the whole engine: resident weights + KV cache + expert cache")
-        ("threads", po::value(&threads), "at most this many threads (default: every physical core of the node)")
-        ("target", po::value(&target)->default_value("engine"), "engine | llama-server | ik-llama-server (ik_llama.cpp's server) | llama-rpc (a cluster: --head and --worker)")
-        ("head", po::value(&head), "llama-rpc: the head's facts (probe --json or --yaml) @ the address workers see it at, as head.json@10.0.0.1")
-        ("worker", po::value(&workers)->composing(), "llama-rpc: a worker's facts @ the address its rpc-server binds, as w1.json@10.0.0.2 (repeat)")
-        ("rpc-port", po::value(&rpc_port)->default_value(50052), "llama-rpc: the workers' rpc-server port")
-        ("link-gbps", po::value(&link_gbps)->default_value(10), "llama-rpc: network speed between the hosts, Gbit/s")
-        ("rpc-server-binary", po::value(&rpc_binary), "llama-rpc: rpc-server on the workers (default: where their probes found "
-         "ggml-rpc-server or rpc-server, else this host's PATH, else /usr/local/bin/ggml-rpc-server)")
-        ("llama-server-binary", po::value(&llama_binary), "llama-server / llama-rpc: llama-server (on the head; default: where its probe found it, "
-         "else this host's PATH, else /usr/local/bin/llama-server)")
-        ("mem-gbps", po::value(&mem_gbps)->default_value(20), "llama-rpc: each host's RAM read bandwidth for the prediction, GB/s")
-        ("gpu-mem", po::value(&gpu_mem), "llama-server: GPU memory the plan may use, per GPU, as 0=96G,1=96G (every layer's share, KV, compute and experts fit in it)")
-        ("gpu-layers", po::value(&gpu_layers), "llama-server: pin which layers' experts go to which GPU, as 3-17:0,74-77:1")
-        ("batch-size,b", po::value(&n_batch)->default_value(2048), "llama-server: -b")
-        ("ubatch-size", po::value(&n_ubatch)->default_value(512), "llama-server: -ub (the compute buffer grows with it)")
-        ("cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type, for the engine or llama-server (q8_0 halves it)")
-        ("cache-type-v", po::value(&cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the engine needs it equal to K; llama-server has none)")
-        ("ctx", po::value(&n_ctx)->default_value(4096), "context length")
-        ("parallel", po::value(&parallel)->default_value(1), "server slots (serve --parallel); each holds a KV cache of --ctx")
-        ("listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")
-        ("port", po::value(&port)->default_value(8000), "port the server listens on")
-        ("alias", po::value(&alias), "model name the API reports")
-        ("profile", po::value(&profile), "routing profile (moestream profile): hottest experts resident; llama-server: hottest layers on GPUs")
-        ("prompt-cache", po::value(&prompt_cache), "engine: serve --prompt-cache DIR, prompt prefixes kept across restarts (under /var/cache the unit has systemd make it)")
-        ("prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "engine: bytes the prompt cache may take on disk")
-        ("trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache's hit rate simulated on it")
-        ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
-        ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
-        ("no-storage", po::bool_switch(&no_storage), "do not measure the disk")
-        ("out", po::value(&out)->required(), "directory for plan.yaml and the generated files");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")(
+        "host", po::value(&facts), "host facts from `moestream probe --yaml` (default: probe this host now)")(
+        "ram-budget", po::value(&budget), "RAM for the whole engine: resident weights + KV cache + expert cache")(
+        "threads", po::value(&threads), "at most this many threads (default: every physical core of the node)")(
+        "target", po::value(&target)->default_value("engine"),
+        "engine | llama-server | ik-llama-server (ik_llama.cpp's server) | llama-rpc (a cluster: --head and --worker)")(
+        "head", po::value(&head), "llama-rpc: the head's facts (probe --json or --yaml) @ the address workers see it at, as head.json@10.0.0.1")(
+        "worker", po::value(&workers)->composing(), "llama-rpc: a worker's facts @ the address its rpc-server binds, as w1.json@10.0.0.2 (repeat)")(
+        "rpc-port", po::value(&rpc_port)->default_value(50052), "llama-rpc: the workers' rpc-server port")(
+        "link-gbps", po::value(&link_gbps)->default_value(10), "llama-rpc: network speed between the hosts, Gbit/s")(
+        "rpc-server-binary", po::value(&rpc_binary),
+        "llama-rpc: rpc-server on the workers (default: where their probes found "
+        "ggml-rpc-server or rpc-server, else this host's PATH, else /usr/local/bin/ggml-rpc-server)")(
+        "llama-server-binary", po::value(&llama_binary),
+        "llama-server / llama-rpc: llama-server (on the head; default: where its probe found it, "
+        "else this host's PATH, else /usr/local/bin/llama-server)")("mem-gbps", po::value(&mem_gbps)->default_value(20),
+                                                                    "llama-rpc: each host's RAM read bandwidth for the prediction, GB/s")(
+        "gpu-mem", po::value(&gpu_mem),
+        "llama-server: GPU memory the plan may use, per GPU, as 0=96G,1=96G (every layer's share, KV, compute and experts fit in it)")(
+        "gpu-layers", po::value(&gpu_layers), "llama-server: pin which layers' experts go to which GPU, as 3-17:0,74-77:1")(
+        "batch-size,b", po::value(&n_batch)->default_value(2048), "llama-server: -b")("ubatch-size", po::value(&n_ubatch)->default_value(512),
+                                                                                      "llama-server: -ub (the compute buffer grows with it)")(
+        "cache-type-k", po::value(&cache_type_k)->default_value("f16"), "-ctk: the K cache's type, for the engine or llama-server (q8_0 halves it)")(
+        "cache-type-v", po::value(&cache_type_v)->default_value("f16"),
+        "-ctv: the V cache's type (MLA models: the engine needs it equal to K; llama-server has none)")(
+        "ctx", po::value(&n_ctx)->default_value(4096), "context length")("parallel", po::value(&parallel)->default_value(1),
+                                                                         "server slots (serve --parallel); each holds a KV cache of --ctx")(
+        "listen", po::value(&listen)->default_value("127.0.0.1"), "address the server binds")(
+        "port", po::value(&port)->default_value(8000), "port the server listens on")("alias", po::value(&alias), "model name the API reports")(
+        "profile", po::value(&profile), "routing profile (moestream profile): hottest experts resident; llama-server: hottest layers on GPUs")(
+        "prompt-cache", po::value(&prompt_cache),
+        "engine: serve --prompt-cache DIR, prompt prefixes kept across restarts (under /var/cache the unit has systemd make it)")(
+        "prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "engine: bytes the prompt cache may take on disk")(
+        "trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache's hit rate simulated on it")(
+        "root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")("seconds", po::value(&seconds)->default_value(3),
+                                                                                                   "seconds per storage measurement")(
+        "no-storage", po::bool_switch(&no_storage), "do not measure the disk")("out", po::value(&out)->required(),
+                                                                               "directory for plan.yaml and the generated files");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (target == "llama-rpc")
-        return plan_cluster({.model = model, .head = head, .workers = workers, .out = out, .rpc_port = rpc_port, .link_gbps = link_gbps,
-                             .mem_gbps = mem_gbps, .n_ctx = n_ctx, .port = port, .rpc_binary = rpc_binary, .llama_binary = llama_binary, .rpc_binary_reason = "", .llama_binary_reason = ""});
+        return plan_cluster({.model = model,
+                             .head = head,
+                             .workers = workers,
+                             .out = out,
+                             .rpc_port = rpc_port,
+                             .link_gbps = link_gbps,
+                             .mem_gbps = mem_gbps,
+                             .n_ctx = n_ctx,
+                             .port = port,
+                             .rpc_binary = rpc_binary,
+                             .llama_binary = llama_binary,
+                             .rpc_binary_reason = "",
+                             .llama_binary_reason = ""});
     if (is_llama_target(target) && gpu_mem.empty()) throw CliError("--target " + target + " needs --gpu-mem, as 0=96G,1=96G");
     if (port < 1 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     ModelFacts m = read_model_facts(model);
@@ -275,9 +282,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     o.parallel = parallel;
     try {
         if (!gpu_mem.empty()) o.gpu_mem = parse_gpu_mem(gpu_mem);
-    } catch (const PlanError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const PlanError& e) { throw CliError(e.what()); }
     o.gpu_layers = gpu_layers;
     o.n_batch = n_batch;
     o.n_ubatch = n_ubatch;
@@ -331,22 +336,23 @@ int cmd_apply(const std::vector<std::string>& args) {
     std::string plan_path, root = "/";
     bool dry_run = false, rollback = false;
     po::options_description opts("moestream apply options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
-        ("root", po::value(&root)->default_value("/"), "install under this directory instead of /")
-        ("dry-run", po::bool_switch(&dry_run), "show the diff, write nothing; exit 2 when changes are pending, 0 when none")
-        ("rollback", po::bool_switch(&rollback), "restore the files the last apply/install replaced");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")("root", po::value(&root)->default_value("/"),
+                                                                                               "install under this directory instead of /")(
+        "dry-run", po::bool_switch(&dry_run), "show the diff, write nothing; exit 2 when changes are pending, 0 when none")(
+        "rollback", po::bool_switch(&rollback), "restore the files the last apply/install replaced");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!fs::is_directory(root)) throw CliError("--root " + root + " is not a directory");
     if (rollback) {
         if (dry_run) throw CliError("--rollback and --dry-run together: nothing to show");
         try {
             for (const auto& p : rollback_latest(root)) std::cout << "restored " << p << "\n";
-        } catch (const std::runtime_error& e) {
-            throw CliError(e.what());
-        }
+        } catch (const std::runtime_error& e) { throw CliError(e.what()); }
         return 0;
     }
     if (plan_path.empty()) throw CliError("--plan is required");
@@ -354,9 +360,7 @@ int cmd_apply(const std::vector<std::string>& args) {
     ApplyResult r;
     try {
         r = apply_files_under(apply_files(p), root, dry_run, "apply");
-    } catch (const std::runtime_error& e) {
-        throw CliError(e.what(), 1);
-    }
+    } catch (const std::runtime_error& e) { throw CliError(e.what(), 1); }
     std::cout << r.diff;
     if (r.changed.empty()) {
         std::cout << "nothing to change: " << r.unchanged.size() << " files already as planned\n";
@@ -371,9 +375,7 @@ int cmd_apply(const std::vector<std::string>& args) {
     if (root == "/") {
         try {
             for (const auto& s : apply_sysctl_now(p)) std::cout << "sysctl " << s << "\n";
-        } catch (const std::runtime_error& e) {
-            std::cerr << "moestream apply: " << e.what() << "; the file applies at next boot\n";
-        }
+        } catch (const std::runtime_error& e) { std::cerr << "moestream apply: " << e.what() << "; the file applies at next boot\n"; }
     } else {
         std::cout << "running kernel untouched: --root is not /\n";
     }
@@ -384,13 +386,16 @@ int cmd_install(const std::vector<std::string>& args) {
     std::string plan_path, root = "/", host_dir;
     bool dry_run = false;
     po::options_description opts("moestream install options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
-        ("host-dir", po::value(&host_dir), "instead of --plan: one host's directory of a cluster plan (plan --target llama-rpc)")
-        ("dry-run", po::bool_switch(&dry_run), "show what would change, change nothing")
-        ("root", po::value(&root)->default_value("/"), "install under this directory instead of /");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")(
+        "host-dir", po::value(&host_dir), "instead of --plan: one host's directory of a cluster plan (plan --target llama-rpc)")(
+        "dry-run", po::bool_switch(&dry_run), "show what would change, change nothing")("root", po::value(&root)->default_value("/"),
+                                                                                        "install under this directory instead of /");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!fs::is_directory(root)) throw CliError("--root " + root + " is not a directory");
     if (plan_path.empty() == host_dir.empty()) throw CliError("give --plan plan.yaml or --host-dir DIR/HOST");
@@ -430,11 +435,14 @@ int cmd_launch(const std::vector<std::string>& args) {
     std::string plan_path;
     bool print_only = false;
     po::options_description opts("moestream launch options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")
-        ("print", po::bool_switch(&print_only), "print the command instead of running it");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path)->required(), "plan.yaml")("print", po::bool_switch(&print_only),
+                                                                                                           "print the command instead of running it");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     Plan p = load_or_cli_error(plan_path);
     std::vector<std::string> argv = launch_argv(p);
@@ -448,7 +456,9 @@ int cmd_launch(const std::vector<std::string>& args) {
     struct rlimit rl {};
     const rlim_t want = static_cast<rlim_t>(std::stoull(p.memlock_limit)) << 20;
     if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur < want) {
-        struct rlimit up{want, std::max(want, rl.rlim_max)};
+        struct rlimit up {
+            want, std::max(want, rl.rlim_max)
+        };
         if (::setrlimit(RLIMIT_MEMLOCK, &up) != 0 && rl.rlim_max > rl.rlim_cur) {
             up = {rl.rlim_max, rl.rlim_max};
             ::setrlimit(RLIMIT_MEMLOCK, &up);
@@ -459,8 +469,9 @@ int cmd_launch(const std::vector<std::string>& args) {
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     ::execvp(cargv[0], cargv.data());
-    throw CliError(std::string("cannot exec ") + argv[0] + ": " + std::strerror(errno) +
-                   (argv[0] == std::string("numactl") ? " (apt-get install numactl)" : ""), 1);
+    throw CliError(
+        std::string("cannot exec ") + argv[0] + ": " + std::strerror(errno) + (argv[0] == std::string("numactl") ? " (apt-get install numactl)" : ""),
+        1);
 }
 
 int cmd_regen(const std::vector<std::string>& args) {
@@ -468,15 +479,19 @@ int cmd_regen(const std::vector<std::string>& args) {
     double seconds = 3;
     bool no_storage = false;
     po::options_description opts("moestream regen options");
-    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")
-        ("cluster", po::value(&cluster), "instead of --plan: a cluster.yaml from plan --target llama-rpc; plans again from the hosts' facts files and shows each host's diffs")
-        ("host", po::value(&facts), "host facts file instead of probing")
-        ("root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")
-        ("seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")
-        ("no-storage", po::bool_switch(&no_storage), "do not measure the disk");
+    opts.add_options()("help,h", "show this help")("plan", po::value(&plan_path), "plan.yaml")(
+        "cluster", po::value(&cluster),
+        "instead of --plan: a cluster.yaml from plan --target llama-rpc; plans again from the hosts' facts files and shows each host's diffs")(
+        "host", po::value(&facts), "host facts file instead of probing")("root", po::value(&root)->default_value("/"),
+                                                                         "probe /proc and /sys under this directory")(
+        "seconds", po::value(&seconds)->default_value(3), "seconds per storage measurement")("no-storage", po::bool_switch(&no_storage),
+                                                                                             "do not measure the disk");
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!cluster.empty()) return regen_cluster(cluster);
     if (plan_path.empty()) throw CliError("give --plan plan.yaml or --cluster cluster.yaml");

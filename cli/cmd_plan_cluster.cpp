@@ -50,9 +50,7 @@ int plan_cluster(const ClusterRequest& r) {
     ClusterPlan cp;
     try {
         cp = make_cluster_plan(read_model_facts(r.model), o);
-    } catch (const PlanError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const PlanError& e) { throw CliError(e.what()); }
     const std::string dir = fs::absolute(r.out).string();
     // What was asked, so `regen --cluster DIR/cluster.yaml` can plan again from the hosts' new facts.
     YAML::Emitter req;
@@ -60,12 +58,11 @@ int plan_cluster(const ClusterRequest& r) {
     req << YAML::Key << "head" << YAML::Value << (fs::absolute(r.head.substr(0, r.head.rfind('@'))).string() + r.head.substr(r.head.rfind('@')));
     req << YAML::Key << "workers" << YAML::Value << YAML::BeginSeq;
     for (const auto& w : r.workers) req << (fs::absolute(w.substr(0, w.rfind('@'))).string() + w.substr(w.rfind('@')));
-    req << YAML::EndSeq << YAML::Key << "rpc_port" << YAML::Value << r.rpc_port << YAML::Key << "link_gbps" << YAML::Value << r.link_gbps
-        << YAML::Key << "mem_gbps" << YAML::Value << r.mem_gbps << YAML::Key << "n_ctx" << YAML::Value << r.n_ctx << YAML::Key << "port"
-        << YAML::Value << r.port << YAML::Key << "rpc_server_binary" << YAML::Value << cp.rpc_server_binary << YAML::Key
-        << "rpc_server_binary_reason" << YAML::Value << cp.rpc_server_binary_reason << YAML::Key << "llama_server_binary" << YAML::Value
-        << cp.llama_server_binary << YAML::Key << "llama_server_binary_reason" << YAML::Value << cp.llama_server_binary_reason << YAML::EndMap
-        << YAML::EndMap;
+    req << YAML::EndSeq << YAML::Key << "rpc_port" << YAML::Value << r.rpc_port << YAML::Key << "link_gbps" << YAML::Value << r.link_gbps << YAML::Key
+        << "mem_gbps" << YAML::Value << r.mem_gbps << YAML::Key << "n_ctx" << YAML::Value << r.n_ctx << YAML::Key << "port" << YAML::Value << r.port
+        << YAML::Key << "rpc_server_binary" << YAML::Value << cp.rpc_server_binary << YAML::Key << "rpc_server_binary_reason" << YAML::Value
+        << cp.rpc_server_binary_reason << YAML::Key << "llama_server_binary" << YAML::Value << cp.llama_server_binary << YAML::Key
+        << "llama_server_binary_reason" << YAML::Value << cp.llama_server_binary_reason << YAML::EndMap << YAML::EndMap;
     // Each file against what the directory holds: a re-plan shows, per host, what changed.
     size_t changed = 0;
     for (auto f : render_cluster_files(cp, dir)) {
@@ -81,29 +78,30 @@ int plan_cluster(const ClusterRequest& r) {
     std::cout << "cluster plan for " << o.model_path << "\n";
     for (const auto& s : cp.hosts)
         std::cout << "  " << s.name << " " << s.address << ": layers "
-                  << (s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) : std::string("none")) << ", "
-                  << human_bytes(static_cast<double>(s.weight_bytes)) << " of " << human_bytes(static_cast<double>(s.budget_bytes)) << ", "
+                  << (s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) : std::string("none"))
+                  << ", " << human_bytes(static_cast<double>(s.weight_bytes)) << " of " << human_bytes(static_cast<double>(s.budget_bytes)) << ", "
                   << s.threads << " threads\n";
     for (const auto& [k, v] : cp.reasons)
         if (k == "prediction") std::cout << "predicted        " << v << "\n";
     for (const auto& w : cp.warnings) std::cerr << "moestream plan: WARNING: " << w << "\n";
     for (const auto& s : cp.hosts) {
         const std::string unit = dir + "/" + s.name + (&s == &cp.hosts.front() ? "/llama-server.service" : "/rpc-server.service");
-        if (const auto exposure = unit_exposure(unit)) std::cout << s.name << " unit exposure " << *exposure << " (systemd-analyze security --offline)\n";
+        if (const auto exposure = unit_exposure(unit))
+            std::cout << s.name << " unit exposure " << *exposure << " (systemd-analyze security --offline)\n";
     }
     if (changed)
-        std::cout << "wrote " << changed << " files under " << dir << ": cluster.yaml and a directory per host (units, nftables.conf, sysctl and limits files)\n";
-    else
-        std::cout << "nothing changed under " << dir << "\n";
+        std::cout << "wrote " << changed << " files under " << dir
+                  << ": cluster.yaml and a directory per host (units, nftables.conf, sysctl and limits files)\n";
+    else std::cout << "nothing changed under " << dir << "\n";
     return 0;
 }
 
 std::vector<GeneratedFile> host_dir_files(const std::string& dir) {
     const std::pair<const char*, const char*> places[] = {{"60-moestream.conf", "/etc/sysctl.d/60-moestream.conf"},
-                                                           {"99-moestream.conf", "/etc/security/limits.d/99-moestream.conf"},
-                                                           {"rpc-server.service", "/etc/systemd/system/llama-rpc-server.service"},
-                                                           {"llama-server.service", "/etc/systemd/system/llama-server-rpc.service"},
-                                                           {"nftables.conf", "/etc/nftables.d/moestream-rpc.nft"}};
+                                                          {"99-moestream.conf", "/etc/security/limits.d/99-moestream.conf"},
+                                                          {"rpc-server.service", "/etc/systemd/system/llama-rpc-server.service"},
+                                                          {"llama-server.service", "/etc/systemd/system/llama-server-rpc.service"},
+                                                          {"nftables.conf", "/etc/nftables.d/moestream-rpc.nft"}};
     std::vector<GeneratedFile> files;
     for (const auto& [name, target] : places)
         if (fs::exists(dir + "/" + name)) files.push_back({target, read_text(dir + "/" + name), 0644});
@@ -115,9 +113,7 @@ int regen_cluster(const std::string& path) {
     YAML::Node y;
     try {
         y = YAML::LoadFile(path);
-    } catch (const YAML::Exception& e) {
-        throw CliError(path + ": not valid YAML (" + e.msg + ")");
-    }
+    } catch (const YAML::Exception& e) { throw CliError(path + ": not valid YAML (" + e.msg + ")"); }
     const YAML::Node q = y["request"];
     if (!q || !q.IsMap() || !q["model"] || !q["head"] || !q["workers"]) throw CliError(path + ": no request (write it with plan --target llama-rpc)");
     try {
@@ -139,9 +135,7 @@ int regen_cluster(const std::string& path) {
         if (!r.rpc_binary.empty() && r.rpc_binary_reason.empty()) r.rpc_binary_reason = "kept from cluster.yaml";
         if (!r.llama_binary.empty() && r.llama_binary_reason.empty()) r.llama_binary_reason = "kept from cluster.yaml";
         return plan_cluster(r);
-    } catch (const YAML::Exception& e) {
-        throw CliError(path + ": request: " + e.msg);
-    }
+    } catch (const YAML::Exception& e) { throw CliError(path + ": request: " + e.msg); }
 }
 
 }  // namespace moe::cli

@@ -36,17 +36,19 @@ std::vector<uint64_t> counts_from_traces(const RoutingTrace& t, uint64_t& tokens
 // The hottest (layer, expert) pairs first, and every layer's counts.
 int write_profile(const std::string& out, const std::string& source, size_t prompts, uint64_t tokens, uint32_t n_layer, uint32_t n_expert,
                   const std::vector<uint64_t>& totals) {
-    struct Hot { uint32_t layer, expert; uint64_t count; };
+    struct Hot {
+        uint32_t layer, expert;
+        uint64_t count;
+    };
     std::vector<Hot> hot;
     for (uint32_t l = 0; l < n_layer; ++l)
         for (uint32_t e = 0; e < n_expert; ++e)
             if (uint64_t c = totals[size_t{l} * n_expert + e]) hot.push_back({l, e, c});
     std::stable_sort(hot.begin(), hot.end(), [](const Hot& a, const Hot& b) { return a.count > b.count; });
     YAML::Emitter y;
-    y << YAML::BeginMap << YAML::Key << "moestream_profile" << YAML::Value << 1 << YAML::Key << "model" << YAML::Value << source
-      << YAML::Key << "prompts" << YAML::Value << prompts << YAML::Key << "tokens" << YAML::Value << tokens << YAML::Key
-      << "layers" << YAML::Value << n_layer << YAML::Key << "experts" << YAML::Value << n_expert << YAML::Key << "counts"
-      << YAML::Value << YAML::BeginSeq;
+    y << YAML::BeginMap << YAML::Key << "moestream_profile" << YAML::Value << 1 << YAML::Key << "model" << YAML::Value << source << YAML::Key
+      << "prompts" << YAML::Value << prompts << YAML::Key << "tokens" << YAML::Value << tokens << YAML::Key << "layers" << YAML::Value << n_layer
+      << YAML::Key << "experts" << YAML::Value << n_expert << YAML::Key << "counts" << YAML::Value << YAML::BeginSeq;
     for (uint32_t l = 0; l < n_layer; ++l) {
         std::vector<uint64_t> row(totals.begin() + static_cast<long>(size_t{l} * n_expert),
                                   totals.begin() + static_cast<long>(size_t{l + 1} * n_expert));
@@ -54,8 +56,8 @@ int write_profile(const std::string& out, const std::string& source, size_t prom
     }
     y << YAML::EndSeq << YAML::Key << "hottest" << YAML::Value << YAML::BeginSeq;
     for (const auto& h : hot)
-        y << YAML::Flow << YAML::BeginMap << YAML::Key << "layer" << YAML::Value << h.layer << YAML::Key << "expert" << YAML::Value
-          << h.expert << YAML::Key << "count" << YAML::Value << h.count << YAML::EndMap;
+        y << YAML::Flow << YAML::BeginMap << YAML::Key << "layer" << YAML::Value << h.layer << YAML::Key << "expert" << YAML::Value << h.expert
+          << YAML::Key << "count" << YAML::Value << h.count << YAML::EndMap;
     y << YAML::EndSeq << YAML::EndMap;
     std::ofstream(out) << y.c_str() << "\n";
     std::cerr << "profile: " << prompts << " prompts, " << tokens << " tokens, " << hot.size() << " experts used; wrote " << out << "\n";
@@ -70,16 +72,19 @@ int cmd_profile(const std::vector<std::string>& args) {
     int gen = 16, threads = 2, n_ctx = 4096;
     EngineFlags ef;
     po::options_description opts("moestream profile options");
-    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path), "GGUF model (with --prompts)")
-        ("prompts", po::value(&prompts_path), "text file, one prompt per line")
-        ("trace", po::value(&traces)->multitoken(), "count routing traces (--routing-trace of run, serve, bench) instead of running prompts")
-        ("tokens", po::value(&gen)->default_value(16), "tokens generated (greedy) after each prompt")
-        ("threads,t", po::value(&threads)->default_value(2), "threads")("ctx", po::value(&n_ctx)->default_value(4096), "context")
-        ("out", po::value(&out)->required(), "profile.yaml to write");
+    opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path), "GGUF model (with --prompts)")(
+        "prompts", po::value(&prompts_path), "text file, one prompt per line")(
+        "trace", po::value(&traces)->multitoken(), "count routing traces (--routing-trace of run, serve, bench) instead of running prompts")(
+        "tokens", po::value(&gen)->default_value(16), "tokens generated (greedy) after each prompt")(
+        "threads,t", po::value(&threads)->default_value(2), "threads")("ctx", po::value(&n_ctx)->default_value(4096), "context")(
+        "out", po::value(&out)->required(), "profile.yaml to write");
     add_engine_options(opts, ef);
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(opts).run(), vm);
-    if (vm.count("help")) { std::cout << opts; return 0; }
+    if (vm.count("help")) {
+        std::cout << opts;
+        return 0;
+    }
     po::notify(vm);
     if (!traces.empty() && vm.count("prompts")) throw CliError("give either --trace or --model with --prompts");
     if (traces.empty() && (model_path.empty() || prompts_path.empty())) throw CliError("give --model and --prompts, or --trace");
@@ -87,9 +92,7 @@ int cmd_profile(const std::vector<std::string>& args) {
         RoutingTrace t;
         try {
             t = read_routing_traces(traces);
-        } catch (const RoutingTraceError& e) {
-            throw CliError(e.what());
-        }
+        } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
         uint64_t tokens = 0;
         const auto totals = counts_from_traces(t, tokens);
         return write_profile(out, traces.front(), 0, tokens, t.header.n_layer, t.header.n_expert, totals);
@@ -108,7 +111,8 @@ int cmd_profile(const std::vector<std::string>& args) {
     std::vector<uint64_t> totals(size_t{hp.n_layer} * hp.moe.n_expert, 0);
     uint64_t tokens = 0;
     for (const auto& p : prompts) {
-        Runner r(*le.model, {.n_ctx = n_ctx, .n_threads = threads, .flavor = le.flavor, .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
+        Runner r(*le.model,
+                 {.n_ctx = n_ctx, .n_threads = threads, .flavor = le.flavor, .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
         auto ids = tok->encode(p, true, true);
         if (ids.empty()) continue;
         if (static_cast<int>(ids.size()) + gen > n_ctx) ids.resize(static_cast<size_t>(std::max(1, n_ctx - gen)));

@@ -39,11 +39,9 @@ const char* kUsage =
 
 int dispatch(const std::vector<std::string>& argv) {
     static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
-        {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},
-        {"bench", cmd_bench},     {"probe", cmd_probe},       {"check", cmd_check},
-        {"plan", cmd_plan},       {"apply", cmd_apply},       {"install", cmd_install},
-        {"launch", cmd_launch},   {"regen", cmd_regen},       {"serve", cmd_serve},
-        {"profile", cmd_profile}, {"repack", cmd_repack}, {"cache-sim", cmd_cache_sim},
+        {"mkmodel", cmd_mkmodel}, {"tokenize", cmd_tokenize}, {"run", cmd_run},         {"bench", cmd_bench},     {"probe", cmd_probe},
+        {"check", cmd_check},     {"plan", cmd_plan},         {"apply", cmd_apply},     {"install", cmd_install}, {"launch", cmd_launch},
+        {"regen", cmd_regen},     {"serve", cmd_serve},       {"profile", cmd_profile}, {"repack", cmd_repack},   {"cache-sim", cmd_cache_sim},
     };
     if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
         std::cout << kUsage;

@@ -23,23 +23,24 @@ namespace moe::cli {
 
 void add_engine_options(po::options_description& opts, EngineFlags& f) {
     opts.add_options()("ram-budget", po::value(&f.ram_budget),
-                       "RAM for the whole engine (resident + KV + expert cache); below the model's size experts stream from disk")
-        ("io-depth", po::value(&f.io_depth)->default_value(32), "expert reads kept in flight")
-        ("read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")
-        ("policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")
-        ("no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")
-        ("io-sqpoll", po::bool_switch(&f.io_sqpoll), "io_uring SQPOLL: a kernel thread submits expert reads (measured: docs/streaming.md)")
-        ("profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")
-        ("expert-store", po::value(&f.expert_store)->default_value("auto"),
-         "expert-contiguous store (moestream repack): auto (MODEL.gguf.experts when valid) | off | PATH")
-        ("numerics", po::value(&f.numerics), "follow the float arithmetic of llama.cpp's avx512 or avx2 CPU build "
-                                             "(default: the build for this CPU, or MOESTREAM_NUMERICS)")
-        ("routing-trace", po::value(&f.routing_trace),
-         "append each forward step's routing and expert cache outcomes to FILE (moestream cache-sim replays it)")
-        ("routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)")
-        ("cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
-         "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")
-        ("cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)");
+                       "RAM for the whole engine (resident + KV + expert cache); below the model's size experts stream from disk")(
+        "io-depth", po::value(&f.io_depth)->default_value(32), "expert reads kept in flight")(
+        "read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")(
+        "policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")(
+        "no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")(
+        "io-sqpoll", po::bool_switch(&f.io_sqpoll), "io_uring SQPOLL: a kernel thread submits expert reads (measured: docs/streaming.md)")(
+        "profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")(
+        "expert-store", po::value(&f.expert_store)->default_value("auto"),
+        "expert-contiguous store (moestream repack): auto (MODEL.gguf.experts when valid) | off | PATH")(
+        "numerics", po::value(&f.numerics),
+        "follow the float arithmetic of llama.cpp's avx512 or avx2 CPU build "
+        "(default: the build for this CPU, or MOESTREAM_NUMERICS)")(
+        "routing-trace", po::value(&f.routing_trace),
+        "append each forward step's routing and expert cache outcomes to FILE (moestream cache-sim replays it)")(
+        "routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)")(
+        "cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
+        "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")(
+        "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)");
 }
 
 void rewrite_llama_short_options(std::vector<std::string>& args) {
@@ -54,9 +55,7 @@ DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
     DraftMode mode;
     try {
         mode = parse_draft_mode(draft);
-    } catch (const std::invalid_argument& e) {
-        throw CliError(e.what());
-    }
+    } catch (const std::invalid_argument& e) { throw CliError(e.what()); }
     if (mode == DraftMode::Mtp)
         throw CliError("--draft mtp: NextN/MTP drafts are not implemented yet; --draft lookup or auto drafts from the context");
     return mode;
@@ -64,9 +63,13 @@ DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
 
 nlohmann::json draft_json(const Drafter& d) {
     const DraftStats& s = d.stats();
-    return {{"mode", draft_mode_name(d.mode())}, {"steps", s.steps}, {"drafted", s.drafted}, {"accepted", s.accepted},
+    return {{"mode", draft_mode_name(d.mode())},
+            {"steps", s.steps},
+            {"drafted", s.drafted},
+            {"accepted", s.accepted},
             {"acceptance", s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
-            {"one_row_s", d.planner().one_row_seconds()}, {"expert_share", d.planner().expert_share()}};
+            {"one_row_s", d.planner().one_row_seconds()},
+            {"expert_share", d.planner().expert_share()}};
 }
 
 kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v) {
@@ -98,15 +101,15 @@ std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, con
     h.load_bytes.resize(static_cast<size_t>(h.n_layer) * h.n_expert);
     for (uint32_t l = 0; l < h.n_layer; ++l)
         for (uint32_t e = 0; e < h.n_expert; ++e)
-            h.load_bytes[static_cast<size_t>(l) * h.n_expert + e] = static_cast<uint32_t>(
-                streamed ? streamed->load_bytes(l, e) : layers[l].present() ? StreamingExpertSource::gguf_load_bytes(layers[l], e) : 0);
+            h.load_bytes[static_cast<size_t>(l) * h.n_expert + e] = static_cast<uint32_t>(streamed ? streamed->load_bytes(l, e)
+                                                                                          : layers[l].present()
+                                                                                              ? StreamingExpertSource::gguf_load_bytes(layers[l], e)
+                                                                                              : 0);
     try {
         auto w = std::make_unique<RoutingTraceWriter>(f.routing_trace, std::move(h), parse_bytes("--routing-trace-max", f.routing_trace_max));
         m.experts->set_event_sink(w.get());
         return w;
-    } catch (const RoutingTraceError& e) {
-        throw CliError(std::string("--routing-trace: ") + e.what());
-    }
+    } catch (const RoutingTraceError& e) { throw CliError(std::string("--routing-trace: ") + e.what()); }
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path) {
@@ -115,9 +118,7 @@ std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path)
         YAML::Node y = YAML::LoadFile(path);
         if (!y["hottest"] || !y["hottest"].IsSequence()) throw CliError(path + ": not a routing profile (no 'hottest' list)");
         for (const auto& e : y["hottest"]) out.emplace_back(e["layer"].as<uint32_t>(), e["expert"].as<uint32_t>());
-    } catch (const YAML::Exception& e) {
-        throw CliError(path + ": not a valid routing profile (" + e.msg + ")");
-    }
+    } catch (const YAML::Exception& e) { throw CliError(path + ": not a valid routing profile (" + e.msg + ")"); }
     return out;
 }
 
@@ -159,9 +160,7 @@ uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq) 
 uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq) {
     try {
         return engine_working_bytes(open_gguf_model(path), n_ctx, n_seq);
-    } catch (const std::exception&) {
-        return kProcessBaseBytes;
-    }
+    } catch (const std::exception&) { return kProcessBaseBytes; }
 }
 
 LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t n_ctx, int n_seq, uint64_t extra_bytes) {
@@ -178,7 +177,8 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         const char* env_numerics = std::getenv("MOESTREAM_NUMERICS");
         const std::string numerics = !f.numerics.empty() ? f.numerics : env_numerics ? env_numerics : "";
         le.kernels = kernels::choose_kernels(kernels::host_cpu_features(), isa ? isa : "", numerics,
-                                             !f.numerics.empty() ? "--numerics " : "MOESTREAM_NUMERICS=").why;
+                                             !f.numerics.empty() ? "--numerics " : "MOESTREAM_NUMERICS=")
+                         .why;
         if (!facts.ik_tensor.empty()) {  // the Runner computes such a file in ik's AVX2 numerics, whatever was chosen
             le.kernels = le.kernels.substr(0, le.kernels.find("; ")) + "; ik_llama.cpp's AVX2 numerics: a file made by ik_llama.cpp (" +
                          facts.ik_tensor + ")";
@@ -194,9 +194,8 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes;
         if (budget <= facts.resident_bytes + kv + working)
             throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
-                           human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" +
-                           human_bytes(static_cast<double>(kv)) + ") plus the engine's working memory (" +
-                           human_bytes(static_cast<double>(working)) + ")");
+                           human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" + human_bytes(static_cast<double>(kv)) +
+                           ") plus the engine's working memory (" + human_bytes(static_cast<double>(working)) + ")");
         const uint64_t cache = budget - facts.resident_bytes - kv - working;
         le.working_bytes = working;
         if (cache < facts.expert_bytes) {
@@ -228,9 +227,9 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     std::string where;
     if (le.streaming) {
         auto& src = dynamic_cast<StreamingExpertSource&>(*le.model->experts);
-        where = "experts streamed: " + std::to_string(src.slot_count()) + " slots of " + human_bytes(static_cast<double>(src.slot_bytes())) +
-                " (" + human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) +
-                "), " + (src.uring() ? (src.sqpoll() ? "io_uring SQPOLL" : "io_uring") : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
+        where = "experts streamed: " + std::to_string(src.slot_count()) + " slots of " + human_bytes(static_cast<double>(src.slot_bytes())) + " (" +
+                human_bytes(static_cast<double>(src.bytes_in_ram())) + " of " + human_bytes(static_cast<double>(facts.expert_bytes)) + "), " +
+                (src.uring() ? (src.sqpoll() ? "io_uring SQPOLL" : "io_uring") : "pread") + (src.direct_io() ? " O_DIRECT" : " buffered") +
                 (src.registered_buffers() ? ", registered buffers" : "") + ", " + policy_name(streaming->policy) +
                 (src.io_note().empty() ? "" : " (" + src.io_note() + ")") + (store_note.empty() ? "" : "; " + store_note);
     } else {

@@ -18,17 +18,17 @@
 namespace moe::cli {
 
 struct EngineFlags {
-    std::string ram_budget;   // "" = everything in RAM
+    std::string ram_budget;  // "" = everything in RAM
     int io_depth = 32;
     std::string read_size = "1M";
     std::string policy = "lru-freq";
     bool no_uring = false;
     bool io_sqpoll = false;
-    std::string profile;      // routing profile: its hottest experts stay resident
-    std::string expert_store = "auto";  // auto (MODEL.experts when present and valid) | off | a path
-    std::string numerics;     // "" = the llama.cpp build of this host; avx512 | avx2
-    std::string routing_trace;              // --routing-trace FILE: append each step's routing ("" = none)
-    std::string routing_trace_max = "1G";   // its size bound (oldest steps dropped past it)
+    std::string profile;                                     // routing profile: its hottest experts stay resident
+    std::string expert_store = "auto";                       // auto (MODEL.experts when present and valid) | off | a path
+    std::string numerics;                                    // "" = the llama.cpp build of this host; avx512 | avx2
+    std::string routing_trace;                               // --routing-trace FILE: append each step's routing ("" = none)
+    std::string routing_trace_max = "1G";                    // its size bound (oldest steps dropped past it)
     std::string cache_type_k = "f16", cache_type_v = "f16";  // --cache-type-k / -v (-ctk / -ctv), as llama.cpp's
 };
 
@@ -52,9 +52,10 @@ struct LoadedEngine {
     bool streaming = false;
     uint64_t cache_bytes = 0;
     std::shared_ptr<DiskHealth> disk_health;
-    uint64_t working_bytes = 0;   // streaming: what the budget kept for the engine's own allocations  // streaming: the expert reads' health (the server's /health)
-    std::string summary;      // one line for the log: where experts live, I/O mode, mlock result
-    std::string kernels;      // one line: the kernel table and numerics chosen, and why (cpu_choice.h)
+    uint64_t working_bytes =
+        0;  // streaming: what the budget kept for the engine's own allocations  // streaming: the expert reads' health (the server's /health)
+    std::string summary;  // one line for the log: where experts live, I/O mode, mlock result
+    std::string kernels;  // one line: the kernel table and numerics chosen, and why (cpu_choice.h)
 };
 
 // What the process allocates besides weights, KV and the expert cache, from the file's layout: the runner's

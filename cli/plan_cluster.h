@@ -16,7 +16,7 @@ struct ClusterRequest {
     double link_gbps = 10, mem_gbps = 20;
     uint32_t n_ctx = 4096;
     int port = 8000;
-    std::string rpc_binary, llama_binary;            // empty: found (tune/cluster.h choose_llama_binary)
+    std::string rpc_binary, llama_binary;                // empty: found (tune/cluster.h choose_llama_binary)
     std::string rpc_binary_reason, llama_binary_reason;  // regen: why cluster.yaml has them
 };
 

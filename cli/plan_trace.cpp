@@ -16,9 +16,7 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     RoutingTrace t;
     try {
         t = read_routing_trace(p.routing_trace_path);
-    } catch (const RoutingTraceError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
     if (routing_model_hash(open_gguf_model(p.model_path)) != t.header.model_hash)
         throw CliError(p.routing_trace_path + ": a routing trace of another model than " + p.model_path + " (" + t.header.arch + ")");
     if (t.steps.empty()) throw CliError(p.routing_trace_path + ": the routing trace has no steps");
@@ -37,8 +35,8 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     std::snprintf(reason, sizeof reason,
                   "simulated on %s (%llu tokens) at the planned cache of %s with lru+frequency: hit rate %.1f%%, %.2f MiB read per token "
                   "(uniform routing would assume a hit rate of %.1f%%)",
-                  p.routing_trace_path.c_str(), static_cast<unsigned long long>(planned.tokens), human_bytes(static_cast<double>(p.expert_cache_bytes)).c_str(),
-                  100 * planned.hit_rate(), bytes / 1048576.0, 100 * uniform);
+                  p.routing_trace_path.c_str(), static_cast<unsigned long long>(planned.tokens),
+                  human_bytes(static_cast<double>(p.expert_cache_bytes)).c_str(), 100 * planned.hit_rate(), bytes / 1048576.0, 100 * uniform);
     char value[32];
     std::snprintf(value, sizeof value, "%.4f", planned.hit_rate());
     p.reasons.push_back({"expert_cache_hit_rate", {value, reason}});
@@ -61,9 +59,7 @@ CheckRow routing_trace_row(const std::string& trace_path, const std::string& mod
     RoutingTrace t;
     try {
         t = read_routing_trace(trace_path);
-    } catch (const RoutingTraceError& e) {
-        throw CliError(e.what());
-    }
+    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
     if (routing_model_hash(open_gguf_model(model_path)) != t.header.model_hash)
         throw CliError(trace_path + ": a routing trace of another model than " + model_path + " (" + t.header.arch + ")");
     if (t.steps.empty()) throw CliError(trace_path + ": the routing trace has no steps");
@@ -76,14 +72,19 @@ CheckRow routing_trace_row(const std::string& trace_path, const std::string& mod
                   "token, over %llu tokens at the "
                   "cache the budget leaves, %s (%llu bytes)",
                   100 * engine.hit_rate(), 100 * bound.hit_rate(), bound.hit_rate() > 0 ? engine.hit_rate() / bound.hit_rate() : 1.0,
-                  per_token(engine) / 1048576.0, static_cast<unsigned long long>(engine.tokens), human_bytes(static_cast<double>(cache_bytes)).c_str(),
-                  static_cast<unsigned long long>(cache_bytes));
-    CheckRow r{"routing_trace", "the expert cache on your own traffic (--trace " + trace_path + ")", CheckStatus::Pass, measured,
-               "a budget past the steep part of the traffic's curve", ""};
+                  per_token(engine) / 1048576.0, static_cast<unsigned long long>(engine.tokens),
+                  human_bytes(static_cast<double>(cache_bytes)).c_str(), static_cast<unsigned long long>(cache_bytes));
+    CheckRow r{"routing_trace",
+               "the expert cache on your own traffic (--trace " + trace_path + ")",
+               CheckStatus::Pass,
+               measured,
+               "a budget past the steep part of the traffic's curve",
+               ""};
     const CacheSimResult twice = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes * 2);
     if (per_token(engine) > 0 && per_token(twice) <= 0.75 * per_token(engine)) {
         char fix[256];
-        std::snprintf(fix, sizeof fix, "--ram-budget %llu, if RAM allows: a cache twice as large reads %.2f MiB per token (hit rate %.1f%%) on this traffic",
+        std::snprintf(fix, sizeof fix,
+                      "--ram-budget %llu, if RAM allows: a cache twice as large reads %.2f MiB per token (hit rate %.1f%%) on this traffic",
                       static_cast<unsigned long long>(ram_budget + cache_bytes), per_token(twice) / 1048576.0, 100 * twice.hit_rate());
         r.status = CheckStatus::Warn;
         r.fix = fix;

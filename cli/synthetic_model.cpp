@@ -22,7 +22,10 @@ MetadataList builtin_vocab() {
         uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
         std::string s;
         if (cp < 0x80) s += static_cast<char>(cp);
-        else { s += static_cast<char>(0xC0 | (cp >> 6)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
+        else {
+            s += static_cast<char>(0xC0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
         tokens.push_back(s);
     }
     std::vector<int32_t> types(tokens.size(), 1);
@@ -93,15 +96,23 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
     auto t = parse_type_name(tn);
     if (!t) throw CliError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
     if (type_info(*t).origin == TypeOrigin::IkLlama && !random_blocks)
-        throw CliError("--type " + spelled + ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
+        throw CliError("--type " + spelled +
+                       ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
                        "with --random-blocks, or quantize an f16 model with ik_llama.cpp's llama-quantize");
     switch (*t) {
-        case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
-        case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
             if (random_blocks) return {TypePlan::Mix::Pure, *t};
-            throw CliError("--type " + spelled + ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
-                           "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic "
-                           "(or any type with --random-blocks, for speed benchmarks)");
+            throw CliError(
+                "--type " + spelled +
+                ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
+                "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic "
+                "(or any type with --random-blocks, for speed benchmarks)");
         default: return {TypePlan::Mix::Pure, *t};
     }
 }
@@ -129,7 +140,6 @@ public:
     void f32_matrix(const std::string& name, std::vector<uint64_t> ne, float gain, const RowEdit& edit = {}) {
         add(name, std::move(ne), GgmlType::F32, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, {}, edit);
     }
-
 
     std::vector<GgufTensorData> tensors;
 
@@ -346,7 +356,9 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     if (oss) check_positive({{"window", s.window}});
     if (hybrid) {
         if (s.dense_layers) throw CliError("qwen35moe has no dense layers");
-        check_positive({{"ssm-state", s.ssm_state}, {"ssm-k-heads", s.ssm_k_heads}, {"ssm-v-heads", s.ssm_v_heads},
+        check_positive({{"ssm-state", s.ssm_state},
+                        {"ssm-k-heads", s.ssm_k_heads},
+                        {"ssm-v-heads", s.ssm_v_heads},
                         {"full-attention-interval", s.full_interval}});
         if (s.ssm_v_heads % s.ssm_k_heads) throw CliError("--ssm-v-heads must be a multiple of --ssm-k-heads");
         if (s.ssm_conv < 2 || s.ssm_conv > 64) throw CliError("--ssm-conv must be in 2..64");
@@ -355,7 +367,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (!s.kv_heads) s.kv_heads = s.heads;
         if (!s.head_dim) s.head_dim = s.embd / s.heads;
         check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
-        if (s.heads % s.kv_heads) throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
+        if (s.heads % s.kv_heads)
+            throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
         if (!s.rope_dims) s.rope_dims = A == "glm4moe" ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
         if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw CliError("--rope-dims must be even and at most --head-dim");
     } else {
@@ -380,9 +393,10 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (k == "tokenizer.ggml.tokens") n_vocab = static_cast<uint32_t>(v.count);
 
     // Metadata
-    MetadataList kv = {{"general.architecture", GgufValue::string(A)},
-                       {"general.name", GgufValue::string("moestream synthetic " + A)},
-                       {"general.description", GgufValue::string("synthetic random-weight MoE model (moestream mkmodel seed=" + std::to_string(s.seed) + ")")}};
+    MetadataList kv = {
+        {"general.architecture", GgufValue::string(A)},
+        {"general.name", GgufValue::string("moestream synthetic " + A)},
+        {"general.description", GgufValue::string("synthetic random-weight MoE model (moestream mkmodel seed=" + std::to_string(s.seed) + ")")}};
     kv.insert(kv.end(), vocab.begin(), vocab.end());
     if (!s.chat_template.empty()) {
         std::erase_if(kv, [](const auto& e) { return e.first == "tokenizer.chat_template"; });
@@ -407,8 +421,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         key("rope.dimension_count", u32(s.rope_dims));
         // Qwen3.5's interleaved sections, in proportion 11:11:10 of the rotated pairs
         const uint32_t pairs = s.rope_dims / 2, t = (pairs * 11 + 31) / 32, h = (pairs * 11 + 31) / 32;
-        GgufValue sections = GgufValue::i32_array_of({static_cast<int32_t>(t), static_cast<int32_t>(std::min(h, pairs - t)),
-                                                      static_cast<int32_t>(pairs - t - std::min(h, pairs - t)), 0});
+        GgufValue sections = GgufValue::i32_array_of(
+            {static_cast<int32_t>(t), static_cast<int32_t>(std::min(h, pairs - t)), static_cast<int32_t>(pairs - t - std::min(h, pairs - t)), 0});
         key("rope.dimension_sections", sections);
         key("ssm.conv_kernel", u32(s.ssm_conv));
         key("ssm.state_size", u32(s.ssm_state));

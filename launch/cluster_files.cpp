@@ -24,19 +24,20 @@ std::string layer_pattern(const HostShare& s) {
 }
 
 std::string unit_head(const std::string& description, const std::string& why_after) {
-    return "# written by `moestream plan --target llama-rpc`\n\n[Unit]\n# what runs\nDescription=" + description +
-           "\n# " + why_after + "\nAfter=network-online.target local-fs.target\nWants=network-online.target\n\n[Service]\n";
+    return "# written by `moestream plan --target llama-rpc`\n\n[Unit]\n# what runs\nDescription=" + description + "\n# " + why_after +
+           "\nAfter=network-online.target local-fs.target\nWants=network-online.target\n\n[Service]\n";
 }
 
 std::string worker_unit(const ClusterPlan& cp, const HostShare& w, const HostShare& head) {
-    std::string s = unit_head("llama.cpp rpc-server: layers " + std::to_string(w.first_layer) + ".." + std::to_string(w.first_layer + w.n_layers - 1) +
-                                  " for " + head.name + " (" + head.address + ")",
+    std::string s = unit_head("llama.cpp rpc-server: layers " + std::to_string(w.first_layer) + ".." +
+                                  std::to_string(w.first_layer + w.n_layers - 1) + " for " + head.name + " (" + head.address + ")",
                               "listen once the network is up");
     auto line = [&](const std::string& why, const std::string& directive) { s += "# " + why + "\n" + directive + "\n"; };
     line("rpc-server does not speak sd_notify", "Type=exec");
-    line("bound to the address the plan names, never every interface: rpc-server has no authentication; -c caches tensors the head sends, "
-         "so a restart does not resend them",
-         "ExecStart=" + cp.rpc_server_binary + " -H " + w.address + " -p " + std::to_string(cp.rpc_port) + " -t " + std::to_string(w.threads) + " -c");
+    line(
+        "bound to the address the plan names, never every interface: rpc-server has no authentication; -c caches tensors the head sends, "
+        "so a restart does not resend them",
+        "ExecStart=" + cp.rpc_server_binary + " -H " + w.address + " -p " + std::to_string(cp.rpc_port) + " -t " + std::to_string(w.threads) + " -c");
     line("where -c keeps its cache (a directory the dynamic user owns)", "CacheDirectory=llama-rpc\nEnvironment=LLAMA_CACHE=/var/cache/llama-rpc");
     line("come back after a crash, not after a clean stop", "Restart=on-failure\nRestartSec=5");
     line("an unprivileged user made for the service's lifetime", "DynamicUser=yes");
@@ -71,15 +72,22 @@ std::string head_unit(const ClusterPlan& cp, const HostShare& head, const std::s
 std::string nft_rules(const ClusterPlan& cp, const HostShare& w, const HostShare& head) {
     const bool v6 = head.address.find(':') != std::string::npos;
     return "#!/usr/sbin/nft -f\n"
-           "# " + w.name + ": rpc-server (port " + std::to_string(cp.rpc_port) + ") admits only the head, " + head.address +
+           "# " +
+           w.name + ": rpc-server (port " + std::to_string(cp.rpc_port) + ") admits only the head, " + head.address +
            ". Load with `nft -f nftables.conf`\n# (or include it from /etc/nftables.conf). Its own table: other rules are left alone.\n"
            "table inet moestream_rpc\ndelete table inet moestream_rpc\n"
            "table inet moestream_rpc {\n"
            "\tchain input {\n"
            "\t\ttype filter hook input priority filter; policy accept;\n"
-           "\t\ttcp dport " + std::to_string(cp.rpc_port) + " " + (v6 ? "ip6" : "ip") + " saddr " + head.address + " accept\n"
-           "\t\ttcp dport " + std::to_string(cp.rpc_port) + " iifname \"lo\" accept\n"
-           "\t\ttcp dport " + std::to_string(cp.rpc_port) + " counter drop\n"
+           "\t\ttcp dport " +
+           std::to_string(cp.rpc_port) + " " + (v6 ? "ip6" : "ip") + " saddr " + head.address +
+           " accept\n"
+           "\t\ttcp dport " +
+           std::to_string(cp.rpc_port) +
+           " iifname \"lo\" accept\n"
+           "\t\ttcp dport " +
+           std::to_string(cp.rpc_port) +
+           " counter drop\n"
            "\t}\n}\n";
 }
 
@@ -107,13 +115,15 @@ std::vector<std::string> head_argv(const ClusterPlan& cp) {
     const HostShare& head = cp.hosts.front();
     std::string rpc;
     for (size_t i = 1; i < cp.hosts.size(); ++i) rpc += (rpc.empty() ? "" : ",") + endpoint(cp.hosts[i], cp.rpc_port);
-    std::vector<std::string> a = {cp.llama_server_binary, "--model", cp.model_path, "--rpc", rpc, "--threads", std::to_string(head.threads),
-                                  "--ctx-size", std::to_string(cp.n_ctx), "--n-gpu-layers", "999", "--host", "127.0.0.1", "--port", std::to_string(cp.port)};
+    std::vector<std::string> a = {
+        cp.llama_server_binary,   "--model",        cp.model_path, "--rpc",  rpc,         "--threads", std::to_string(head.threads), "--ctx-size",
+        std::to_string(cp.n_ctx), "--n-gpu-layers", "999",         "--host", "127.0.0.1", "--port",    std::to_string(cp.port)};
     // Each worker's layer range on its device (RPCn[host:port], n the device index on that server: 0, its CPU),
     // as one -ot with comma-separated rules: current llama.cpp deprecates repeated -ot ("only last value will be used").
     std::string rules;
     for (size_t i = 1; i < cp.hosts.size(); ++i)
-        if (cp.hosts[i].n_layers) rules += (rules.empty() ? "" : ",") + layer_pattern(cp.hosts[i]) + "=RPC0[" + endpoint(cp.hosts[i], cp.rpc_port) + "]";
+        if (cp.hosts[i].n_layers)
+            rules += (rules.empty() ? "" : ",") + layer_pattern(cp.hosts[i]) + "=RPC0[" + endpoint(cp.hosts[i], cp.rpc_port) + "]";
     if (head.n_layers) rules += (rules.empty() ? "" : ",") + layer_pattern(head) + "=CPU";
     if (!rules.empty()) a.insert(a.end(), {"-ot", rules});
     return a;
@@ -127,7 +137,8 @@ std::vector<ClusterFile> render_cluster_files(const ClusterPlan& cp, const std::
     for (const auto& s : head_argv(cp)) cmd += (cmd.empty() ? "" : s[0] == '-' ? " \\\n    " : " ") + shell_quote(s);
     files.push_back({head.name + "/launch.sh",
                      "#!/bin/sh\n# launch.sh: llama-server on the head with the workers' layers placed by -ot (cluster.yaml says why).\nset -eu\n"
-                     "export OMP_NUM_THREADS=" + std::to_string(head.threads) + "\nexec " + cmd + "\n",
+                     "export OMP_NUM_THREADS=" +
+                         std::to_string(head.threads) + "\nexec " + cmd + "\n",
                      0755});
     files.push_back({head.name + "/llama-server.service", head_unit(cp, head, out_dir + "/" + head.name + "/launch.sh"), 0644});
     for (const auto& s : cp.hosts) {

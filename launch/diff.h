@@ -5,7 +5,6 @@
 namespace moe {
 
 // Empty when the texts are equal.
-std::string unified_diff(const std::string& old_text, const std::string& new_text, const std::string& old_label,
-                         const std::string& new_label);
+std::string unified_diff(const std::string& old_text, const std::string& new_text, const std::string& old_label, const std::string& new_label);
 
 }  // namespace moe

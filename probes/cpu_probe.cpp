@@ -30,9 +30,18 @@ CpuFacts probe_cpu(const FsRoot& fs) {
         c.simd_source = "unknown: /proc/cpuinfo unreadable";
     }
     if (!c.model.value) c.model.source = cpuinfo ? "/proc/cpuinfo has no model name" : "unknown: /proc/cpuinfo unreadable";
-    for (auto [name, flag] : {std::pair{"avx2", "avx2"}, {"fma", "fma"}, {"f16c", "f16c"}, {"bmi2", "bmi2"}, {"avx512f", "avx512f"}, {"avx512dq", "avx512dq"},
-                              {"avx512bw", "avx512bw"}, {"avx512vl", "avx512vl"}, {"avx512_vnni", "avx512_vnni"},
-                              {"avx512_bf16", "avx512_bf16"}, {"neon", "asimd"}, {"dotprod", "asimddp"}})
+    for (auto [name, flag] : {std::pair{"avx2", "avx2"},
+                              {"fma", "fma"},
+                              {"f16c", "f16c"},
+                              {"bmi2", "bmi2"},
+                              {"avx512f", "avx512f"},
+                              {"avx512dq", "avx512dq"},
+                              {"avx512bw", "avx512bw"},
+                              {"avx512vl", "avx512vl"},
+                              {"avx512_vnni", "avx512_vnni"},
+                              {"avx512_bf16", "avx512_bf16"},
+                              {"neon", "asimd"},
+                              {"dotprod", "asimddp"}})
         c.simd[name] = flags.count(flag) > 0;
 
     // Topology from sysfs: one physical core per (package, core_id).
@@ -58,7 +67,10 @@ CpuFacts probe_cpu(const FsRoot& fs) {
         std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
         auto core = fs.read_int(base + "core_id");
         auto pkg = fs.read_int(base + "physical_package_id");
-        if (!core || !pkg) { topo_ok = false; break; }
+        if (!core || !pkg) {
+            topo_ok = false;
+            break;
+        }
         if (cores.insert({*pkg, *core}).second) c.first_thread_per_core.push_back(cpu);
         packages.insert(*pkg);
     }

@@ -16,15 +16,20 @@ json src(const Sourced<T>& s) {
 }
 
 json bandwidth(const BandwidthResult& r) {
-    return {{"tool", r.tool}, {"block_size", r.block_size}, {"queue_depth", r.queue_depth},
-            {"bytes_per_s", r.bytes_per_s}, {"iops", r.iops}, {"clat_p50_us", r.clat_p50_us},
-            {"clat_p99_us", r.clat_p99_us}, {"seconds", r.seconds}};
+    return {{"tool", r.tool}, {"block_size", r.block_size},   {"queue_depth", r.queue_depth}, {"bytes_per_s", r.bytes_per_s},
+            {"iops", r.iops}, {"clat_p50_us", r.clat_p50_us}, {"clat_p99_us", r.clat_p99_us}, {"seconds", r.seconds}};
 }
 
 json device(const BlockDeviceFacts& d) {
-    return {{"name", d.name}, {"partition", d.partition}, {"model", src(d.model)}, {"size_bytes", src(d.size_bytes)},
-            {"scheduler", src(d.scheduler)}, {"nr_requests", src(d.nr_requests)}, {"read_ahead_kb", src(d.read_ahead_kb)},
-            {"logical_block_size", src(d.logical_block_size)}, {"rotational", src(d.rotational)},
+    return {{"name", d.name},
+            {"partition", d.partition},
+            {"model", src(d.model)},
+            {"size_bytes", src(d.size_bytes)},
+            {"scheduler", src(d.scheduler)},
+            {"nr_requests", src(d.nr_requests)},
+            {"read_ahead_kb", src(d.read_ahead_kb)},
+            {"logical_block_size", src(d.logical_block_size)},
+            {"rotational", src(d.rotational)},
             {"numa_node", src(d.numa_node)}};
 }
 
@@ -58,37 +63,56 @@ void emit(YAML::Emitter& out, const json& j) {
 }  // namespace
 
 json to_json(const HostFacts& f) {
-    json cpu = {{"model", src(f.cpu.model)}, {"logical_cpus", src(f.cpu.logical_cpus)},
-                {"physical_cores", src(f.cpu.physical_cores)}, {"sockets", src(f.cpu.sockets)},
-                {"smt_siblings_of_cpu0", f.cpu.smt_siblings_of_cpu0}, {"first_thread_per_core", f.cpu.first_thread_per_core},
-                {"simd", f.cpu.simd}, {"simd_source", f.cpu.simd_source}};
+    json cpu = {{"model", src(f.cpu.model)},
+                {"logical_cpus", src(f.cpu.logical_cpus)},
+                {"physical_cores", src(f.cpu.physical_cores)},
+                {"sockets", src(f.cpu.sockets)},
+                {"smt_siblings_of_cpu0", f.cpu.smt_siblings_of_cpu0},
+                {"first_thread_per_core", f.cpu.first_thread_per_core},
+                {"simd", f.cpu.simd},
+                {"simd_source", f.cpu.simd_source}};
     json nodes = json::array();
     for (const auto& n : f.numa.nodes)
         nodes.push_back({{"id", n.id}, {"cpus", n.cpus}, {"mem_total_bytes", n.mem_total_bytes ? json(*n.mem_total_bytes) : json(nullptr)}});
-    json mem = {{"total_bytes", src(f.memory.total_bytes)}, {"available_bytes", src(f.memory.available_bytes)},
-                {"swap_total_bytes", src(f.memory.swap_total_bytes)}, {"swap_free_bytes", src(f.memory.swap_free_bytes)},
-                {"thp_enabled", src(f.memory.thp_enabled)}, {"hugepages_total", src(f.memory.hugepages_total)},
-                {"hugepage_size_bytes", src(f.memory.hugepage_size_bytes)}, {"read_bytes_per_s", src(f.memory.read_bytes_per_s)}};
-    json limits = {{"memlock_soft", src(f.limits.memlock_soft)}, {"memlock_hard", src(f.limits.memlock_hard)},
-                   {"memlock_hard_raisable", f.limits.memlock_hard_raisable}, {"nofile_soft", src(f.limits.nofile_soft)},
-                   {"nofile_hard", src(f.limits.nofile_hard)}, {"unlimited_is", UINT64_MAX}};
+    json mem = {{"total_bytes", src(f.memory.total_bytes)},
+                {"available_bytes", src(f.memory.available_bytes)},
+                {"swap_total_bytes", src(f.memory.swap_total_bytes)},
+                {"swap_free_bytes", src(f.memory.swap_free_bytes)},
+                {"thp_enabled", src(f.memory.thp_enabled)},
+                {"hugepages_total", src(f.memory.hugepages_total)},
+                {"hugepage_size_bytes", src(f.memory.hugepage_size_bytes)},
+                {"read_bytes_per_s", src(f.memory.read_bytes_per_s)}};
+    json limits = {{"memlock_soft", src(f.limits.memlock_soft)},
+                   {"memlock_hard", src(f.limits.memlock_hard)},
+                   {"memlock_hard_raisable", f.limits.memlock_hard_raisable},
+                   {"nofile_soft", src(f.limits.nofile_soft)},
+                   {"nofile_hard", src(f.limits.nofile_hard)},
+                   {"unlimited_is", UINT64_MAX}};
     json sysctl = json::object();
     for (const auto& [k, v] : f.kernel.sysctl) sysctl[k] = src(v);
     json kernel = {{"sysctl", sysctl}, {"io_uring_works", src(f.kernel.io_uring_works)}};
-    json out = {{"schema", f.schema}, {"root", f.root}, {"cpu", cpu}, {"numa", {{"source", f.numa.source}, {"nodes", nodes}}},
-                {"memory", mem}, {"limits", limits}, {"kernel", kernel}};
+    json out = {{"schema", f.schema}, {"root", f.root},   {"cpu", cpu},      {"numa", {{"source", f.numa.source}, {"nodes", nodes}}},
+                {"memory", mem},      {"limits", limits}, {"kernel", kernel}};
     json bins = json::array();
     for (const auto& b : f.llama_cpp.binaries)
-        bins.push_back({{"role", b.role}, {"path", b.path}, {"found_by", b.found_by}, {"runs", b.runs}, {"build", b.build},
-                        {"build_source", b.build_source}, {"detail", b.detail}});
+        bins.push_back({{"role", b.role},
+                        {"path", b.path},
+                        {"found_by", b.found_by},
+                        {"runs", b.runs},
+                        {"build", b.build},
+                        {"build_source", b.build_source},
+                        {"detail", b.detail}});
     out["llama_cpp"] = {{"probed", f.llama_cpp.probed}, {"source", f.llama_cpp.source}, {"binaries", bins}};
     if (f.storage) {
         json res = json::array();
         for (const auto& r : f.storage->results) res.push_back(bandwidth(r));
-        out["storage"] = {{"path", f.storage->path}, {"file", f.storage->file}, {"filesystem", src(f.storage->filesystem)},
+        out["storage"] = {{"path", f.storage->path},
+                          {"file", f.storage->file},
+                          {"filesystem", src(f.storage->filesystem)},
                           {"free_bytes", src(f.storage->free_bytes)},
                           {"device", f.storage->device ? device(*f.storage->device) : json(nullptr)},
-                          {"results", res}, {"notes", f.storage->notes}};
+                          {"results", res},
+                          {"notes", f.storage->notes}};
     }
     return out;
 }
@@ -157,8 +181,7 @@ json yaml_to_json(const YAML::Node& n) {
                     double d = std::stod(s, &used);
                     if (used == s.size()) return d;
                 }
-            } catch (...) {
-            }
+            } catch (...) {}
             return s;
         }
         default: return nullptr;
@@ -180,9 +203,7 @@ HostFacts host_facts_from_text(const std::string& text, const std::string& label
         throw std::runtime_error(label + ": facts schema " + std::to_string(j["schema"].get<int64_t>()) + " is newer than this moestream");
     try {
         (void)j.dump();  // every string must be UTF-8, or writing the facts back (JSON, YAML, plan files) fails later (found by fuzzing)
-    } catch (const nlohmann::json::type_error&) {
-        throw std::runtime_error(label + ": not UTF-8 text");
-    }
+    } catch (const nlohmann::json::type_error&) { throw std::runtime_error(label + ": not UTF-8 text"); }
     try {
         HostFacts h;
         h.root = j.value("root", "/");
@@ -274,9 +295,7 @@ HostFacts host_facts_from_text(const std::string& text, const std::string& label
             h.storage = st;
         }
         return h;
-    } catch (const nlohmann::json::exception& e) {
-        throw std::runtime_error(label + ": a field has the wrong type (" + std::string(e.what()) + ")");
-    }
+    } catch (const nlohmann::json::exception& e) { throw std::runtime_error(label + ": a field has the wrong type (" + std::string(e.what()) + ")"); }
 }
 
 }  // namespace moe

@@ -69,13 +69,12 @@ std::optional<BandwidthResult> run_fio_command(const std::string& fio, const std
 }
 }  // namespace
 
-std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly,
-                                       uint64_t block, int qd, double seconds, std::string& why) {
-    std::string cmd = shell_quote(fio) + " --name=moestream-probe --filename=" + shell_quote(file) +
-                      " --rw=randread --bs=" + std::to_string(block) + " --direct=1 --ioengine=io_uring --iodepth=" +
-                      std::to_string(qd) + " --runtime=" + std::to_string(std::max(1, static_cast<int>(seconds))) +
-                      " --time_based --size=" + std::to_string(size) + " --output-format=json" +
-                      (readonly ? " --readonly" : "") + " 2>&1";
+std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly, uint64_t block, int qd,
+                                       double seconds, std::string& why) {
+    std::string cmd = shell_quote(fio) + " --name=moestream-probe --filename=" + shell_quote(file) + " --rw=randread --bs=" + std::to_string(block) +
+                      " --direct=1 --ioengine=io_uring --iodepth=" + std::to_string(qd) +
+                      " --runtime=" + std::to_string(std::max(1, static_cast<int>(seconds))) + " --time_based --size=" + std::to_string(size) +
+                      " --output-format=json" + (readonly ? " --readonly" : "") + " 2>&1";
     auto r = run_fio_command(fio, cmd, why);
     if (!r) return r;
     r->block_size = block;

@@ -34,16 +34,13 @@ std::optional<int64_t> FsRoot::read_int(const std::string& abs) const {
         int64_t v = std::stoll(*s, &used);
         if (used != s->size()) return std::nullopt;
         return v;
-    } catch (...) {
-        return std::nullopt;
-    }
+    } catch (...) { return std::nullopt; }
 }
 
 std::vector<std::string> FsRoot::list(const std::string& abs_dir) const {
     std::vector<std::string> out;
     std::error_code ec;
-    for (fs::directory_iterator it(path(abs_dir), ec), end; !ec && it != end; it.increment(ec))
-        out.push_back(it->path().filename().string());
+    for (fs::directory_iterator it(path(abs_dir), ec), end; !ec && it != end; it.increment(ec)) out.push_back(it->path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
 }
@@ -77,9 +74,7 @@ std::optional<std::vector<int>> parse_cpu_list(const std::string& s) {
             int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
             if (a < 0 || b < a || b - a > 65536) return std::nullopt;
             for (int c = a; c <= b; ++c) out.push_back(c);
-        } catch (...) {
-            return std::nullopt;
-        }
+        } catch (...) { return std::nullopt; }
     }
     return out;
 }

@@ -23,9 +23,9 @@ struct CpuFacts {
     Sourced<int> logical_cpus;
     Sourced<int> physical_cores;
     Sourced<int> sockets;
-    std::vector<int> smt_siblings_of_cpu0;       // logical CPUs sharing a core with cpu0
-    std::vector<int> first_thread_per_core;      // one logical CPU per physical core (for pinning)
-    std::map<std::string, bool> simd;            // avx2, fma, avx512f, avx512bw, avx512_vnni, avx512_bf16, neon, dotprod
+    std::vector<int> smt_siblings_of_cpu0;   // logical CPUs sharing a core with cpu0
+    std::vector<int> first_thread_per_core;  // one logical CPU per physical core (for pinning)
+    std::map<std::string, bool> simd;        // avx2, fma, avx512f, avx512bw, avx512_vnni, avx512_bf16, neon, dotprod
     std::string simd_source;
 };
 
@@ -42,7 +42,7 @@ struct NumaFacts {
 
 struct MemoryFacts {
     Sourced<uint64_t> total_bytes, available_bytes, swap_total_bytes, swap_free_bytes;
-    Sourced<std::string> thp_enabled;   // always | madvise | never
+    Sourced<std::string> thp_enabled;  // always | madvise | never
     Sourced<uint64_t> hugepages_total, hugepage_size_bytes;
     // RAM read bandwidth measured by `probe` on the live host (absent for fixture trees and older files): what
     // the cluster planner divides each host's weight bytes by.
@@ -52,7 +52,7 @@ struct MemoryFacts {
 struct LimitFacts {
     Sourced<uint64_t> memlock_soft, memlock_hard;  // bytes; absent value + source "unlimited" never: UINT64_MAX = unlimited
     Sourced<uint64_t> nofile_soft, nofile_hard;
-    bool memlock_hard_raisable = false;            // would setrlimit above the hard limit work (CAP_SYS_RESOURCE)
+    bool memlock_hard_raisable = false;  // would setrlimit above the hard limit work (CAP_SYS_RESOURCE)
 };
 
 struct KernelFacts {
@@ -62,18 +62,18 @@ struct KernelFacts {
 };
 
 struct BlockDeviceFacts {
-    std::string name;              // nvme0n1, sda, vda (the whole disk, not the partition)
-    std::string partition;         // nvme0n1p2 when the path lives on a partition
+    std::string name;       // nvme0n1, sda, vda (the whole disk, not the partition)
+    std::string partition;  // nvme0n1p2 when the path lives on a partition
     Sourced<std::string> model;
     Sourced<uint64_t> size_bytes;
     Sourced<std::string> scheduler;
     Sourced<int64_t> nr_requests, read_ahead_kb, logical_block_size;
     Sourced<bool> rotational;
-    Sourced<int> numa_node;        // absent when unknown (never guessed as 0)
+    Sourced<int> numa_node;  // absent when unknown (never guessed as 0)
 };
 
 struct BandwidthResult {
-    std::string tool;              // "fio" or "io_uring-probe"
+    std::string tool;  // "fio" or "io_uring-probe"
     uint64_t block_size = 0;
     int queue_depth = 0;
     double bytes_per_s = 0;
@@ -83,8 +83,8 @@ struct BandwidthResult {
 };
 
 struct StorageFacts {
-    std::string path;              // what was measured
-    std::string file;              // the file read (model or scratch)
+    std::string path;  // what was measured
+    std::string file;  // the file read (model or scratch)
     Sourced<std::string> filesystem;
     Sourced<uint64_t> free_bytes;
     std::optional<BlockDeviceFacts> device;
@@ -95,17 +95,17 @@ struct StorageFacts {
 // llama.cpp's programs found on this host (for the llama-server and llama-rpc plans): where, whether they run,
 // and the build they report.
 struct LlamaCppBinary {
-    std::string role;      // "rpc-server" or "llama-server"
-    std::string path;      // absolute
-    std::string found_by;  // "PATH" or "install location"
-    bool runs = false;     // started, answered --version (or usage) and exited
-    std::string build;     // "6123 (1a2b3c4)" as llama.cpp prints its build; empty when not reported
+    std::string role;          // "rpc-server" or "llama-server"
+    std::string path;          // absolute
+    std::string found_by;      // "PATH" or "install location"
+    bool runs = false;         // started, answered --version (or usage) and exited
+    std::string build;         // "6123 (1a2b3c4)" as llama.cpp prints its build; empty when not reported
     std::string build_source;  // "--version", or "llama-server beside it" (rpc-server reports none)
-    std::string detail;    // what it printed first, or why it did not run
+    std::string detail;        // what it printed first, or why it did not run
 };
 
 struct LlamaCppFacts {
-    bool probed = false;   // false in facts written before this probe existed, and under --root
+    bool probed = false;  // false in facts written before this probe existed, and under --root
     std::string source;
     std::vector<LlamaCppBinary> binaries;
 };

@@ -8,15 +8,16 @@
 namespace moe {
 
 namespace {
-const char* kSysctls[] = {"vm.swappiness",     "vm.overcommit_memory", "vm.min_free_kbytes", "vm.vfs_cache_pressure",
-                          "vm.max_map_count",  "vm.dirty_ratio",       "kernel.numa_balancing", "kernel.io_uring_disabled"};
+const char* kSysctls[] = {"vm.swappiness",    "vm.overcommit_memory", "vm.min_free_kbytes",    "vm.vfs_cache_pressure",
+                          "vm.max_map_count", "vm.dirty_ratio",       "kernel.numa_balancing", "kernel.io_uring_disabled"};
 }
 
 KernelFacts probe_kernel(const FsRoot& fs, bool try_ring) {
     KernelFacts k;
     for (const char* key : kSysctls) {
         std::string rel = key;
-        for (char& c : rel) if (c == '.') c = '/';
+        for (char& c : rel)
+            if (c == '.') c = '/';
         const std::string path = "/proc/sys/" + rel;
         if (auto v = fs.read_int(path)) k.sysctl[key] = {*v, path};
         else k.sysctl[key] = {std::nullopt, fs.exists(path) ? "unreadable: " + path : "absent: " + path};

@@ -21,7 +21,12 @@ double measure_memory_read_bandwidth(int threads, size_t bytes) {
             ts.emplace_back([&, t] {
                 size_t per = buf.size() / threads, b = per * t, e = b + per;
                 uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                for (size_t i = b; i + 4 <= e; i += 4) { s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3]; }
+                for (size_t i = b; i + 4 <= e; i += 4) {
+                    s0 += buf[i];
+                    s1 += buf[i + 1];
+                    s2 += buf[i + 2];
+                    s3 += buf[i + 3];
+                }
                 sums[t] = s0 + s1 + s2 + s3;
             });
         for (auto& t : ts) t.join();

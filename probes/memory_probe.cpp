@@ -29,8 +29,7 @@ MemoryFacts probe_memory(const FsRoot& fs) {
             else if (key == "Hugepagesize:") m.hugepage_size_bytes = {bytes, src};
         }
     }
-    for (auto* f : {&m.total_bytes, &m.available_bytes, &m.swap_total_bytes, &m.swap_free_bytes, &m.hugepages_total,
-                    &m.hugepage_size_bytes})
+    for (auto* f : {&m.total_bytes, &m.available_bytes, &m.swap_total_bytes, &m.swap_free_bytes, &m.hugepages_total, &m.hugepage_size_bytes})
         if (!f->value) f->source = meminfo ? "not in /proc/meminfo" : "unknown: /proc/meminfo unreadable";
     const std::string thp = "/sys/kernel/mm/transparent_hugepage/enabled";
     if (auto s = fs.read(thp)) {

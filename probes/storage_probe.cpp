@@ -77,8 +77,7 @@ StorageFacts probe_storage(const StorageProbeOptions& opt) {
     StorageFacts s;
     s.path = opt.dir;
     struct statfs sfs {};
-    if (::statfs(opt.dir.c_str(), &sfs) != 0)
-        throw StorageProbeError(opt.dir + ": cannot stat the filesystem: " + std::strerror(errno));
+    if (::statfs(opt.dir.c_str(), &sfs) != 0) throw StorageProbeError(opt.dir + ": cannot stat the filesystem: " + std::strerror(errno));
     s.filesystem = {fs_name(static_cast<long>(sfs.f_type)), "statfs(" + opt.dir + ")"};
     s.free_bytes = {static_cast<uint64_t>(sfs.f_bavail) * sfs.f_bsize, "statfs(" + opt.dir + ")"};
     if (static_cast<long>(sfs.f_type) == kTmpfsMagic || static_cast<long>(sfs.f_type) == kRamfsMagic)
@@ -114,8 +113,8 @@ StorageFacts probe_storage(const StorageProbeOptions& opt) {
     for (uint64_t bs : opt.block_sizes) {
         if (!fio_ok) break;
         if (opt.progress)
-            opt.progress("fio: random reads of " + human_block(bs) + " at queue depth " + std::to_string(opt.queue_depth) +
-                         ", O_DIRECT, io_uring, " + std::to_string(static_cast<int>(opt.seconds)) + " s");
+            opt.progress("fio: random reads of " + human_block(bs) + " at queue depth " + std::to_string(opt.queue_depth) + ", O_DIRECT, io_uring, " +
+                         std::to_string(static_cast<int>(opt.seconds)) + " s");
         std::string why;
         auto r = run_fio(opt.fio_binary, file, file_bytes / bs * bs, readonly, bs, opt.queue_depth, opt.seconds, why);
         if (!r) {
@@ -133,8 +132,10 @@ StorageFacts probe_storage(const StorageProbeOptions& opt) {
             double ratio = own.bytes_per_s / r.bytes_per_s;
             if (std::fabs(ratio - 1.0) > 0.2) {
                 char buf[200];
-                std::snprintf(buf, sizeof buf, "fio and the built-in probe differ by %.0f%% at 1M (%.2f vs %.2f GB/s): "
-                              "trust fio's figure", std::fabs(ratio - 1.0) * 100, r.bytes_per_s / 1e9, own.bytes_per_s / 1e9);
+                std::snprintf(buf, sizeof buf,
+                              "fio and the built-in probe differ by %.0f%% at 1M (%.2f vs %.2f GB/s): "
+                              "trust fio's figure",
+                              std::fabs(ratio - 1.0) * 100, r.bytes_per_s / 1e9, own.bytes_per_s / 1e9);
                 s.notes.push_back(buf);
             }
         }

@@ -19,10 +19,10 @@ struct StorageProbeError : std::runtime_error {
 };
 
 struct StorageProbeOptions {
-    std::string dir;                         // filesystem to measure (scratch file goes here)
-    std::string model_file;                  // measure this file read-only instead of a scratch file
-    double seconds = 5;                      // per measurement
-    uint64_t scratch_bytes = 1ull << 30;     // scratch file size (capped by free space)
+    std::string dir;                      // filesystem to measure (scratch file goes here)
+    std::string model_file;               // measure this file read-only instead of a scratch file
+    double seconds = 5;                   // per measurement
+    uint64_t scratch_bytes = 1ull << 30;  // scratch file size (capped by free space)
     bool use_fio = true;
     std::vector<uint64_t> block_sizes = {128 << 10, 512 << 10, 1 << 20};
     int queue_depth = 32;
@@ -34,8 +34,8 @@ struct StorageProbeOptions {
 StorageFacts probe_storage(const StorageProbeOptions& opt);
 
 // One fio random-read run on `file` (read-only when asked); nullopt with `why` set when fio is missing.
-std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly,
-                                       uint64_t block, int qd, double seconds, std::string& why);
+std::optional<BandwidthResult> run_fio(const std::string& fio, const std::string& file, uint64_t size, bool readonly, uint64_t block, int qd,
+                                       double seconds, std::string& why);
 // fio replaying a recorded read sequence (its iolog v2 format) at depth qd, O_DIRECT through io_uring, with no
 // think time: the same work the engine did, at the device's pace. nullopt with `why` when fio is missing.
 std::optional<BandwidthResult> run_fio_replay(const std::string& fio, const std::vector<std::string>& files, const std::vector<ReadRecord>& reads,

@@ -25,7 +25,8 @@ void parse_file(const FsRoot& fs, const std::string& path, std::vector<SysctlAss
         auto eq = line.find('=');
         if (eq == std::string::npos) continue;
         std::string key = trim(line.substr(0, eq));
-        for (char& c : key) if (c == '/') c = '.';
+        for (char& c : key)
+            if (c == '/') c = '.';
         out.push_back({key, trim(line.substr(eq + 1)), path});
     }
 }
@@ -36,8 +37,7 @@ std::vector<SysctlAssignment> sysctl_d_assignments(const FsRoot& fs) {
     std::map<std::string, std::string> by_name;  // basename -> path of the directory that wins it
     for (const char* dir : kDirs)
         for (const auto& name : fs.list(dir))
-            if (name.size() > 5 && name.substr(name.size() - 5) == ".conf" && !by_name.count(name))
-                by_name[name] = std::string(dir) + "/" + name;
+            if (name.size() > 5 && name.substr(name.size() - 5) == ".conf" && !by_name.count(name)) by_name[name] = std::string(dir) + "/" + name;
     std::vector<SysctlAssignment> out;
     for (const auto& [name, path] : by_name) parse_file(fs, path, out);  // std::map iterates in name order
     parse_file(fs, "/etc/sysctl.conf", out);
@@ -50,8 +50,7 @@ std::map<std::string, SysctlAssignment> sysctl_d_effective(const FsRoot& fs) {
     return eff;
 }
 
-std::vector<SysctlAssignment> sysctl_overrides(const FsRoot& fs, const std::string& our_file, const std::string& key,
-                                               const std::string& our_value) {
+std::vector<SysctlAssignment> sysctl_overrides(const FsRoot& fs, const std::string& our_file, const std::string& key, const std::string& our_value) {
     std::vector<SysctlAssignment> out;
     for (const auto& a : sysctl_d_assignments(fs)) {
         std::string base = a.file.substr(a.file.rfind('/') + 1);

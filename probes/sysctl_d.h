@@ -22,7 +22,6 @@ std::vector<SysctlAssignment> sysctl_d_assignments(const FsRoot& fs);
 std::map<std::string, SysctlAssignment> sysctl_d_effective(const FsRoot& fs);
 // Assignments of `key` in files applied after `our_file` (a basename such as 60-moestream.conf) whose
 // value differs from `our_value`.
-std::vector<SysctlAssignment> sysctl_overrides(const FsRoot& fs, const std::string& our_file, const std::string& key,
-                                               const std::string& our_value);
+std::vector<SysctlAssignment> sysctl_overrides(const FsRoot& fs, const std::string& our_file, const std::string& key, const std::string& our_value);
 
 }  // namespace moe

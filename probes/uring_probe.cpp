@@ -46,12 +46,18 @@ BandwidthResult uring_random_read(const std::string& file, uint64_t file_bytes, 
     while (in_flight > 0) {
         struct io_uring_cqe* cqe;
         int rc = io_uring_wait_cqe(&ring, &cqe);
-        if (rc < 0) { error = std::string("io_uring_wait_cqe: ") + std::strerror(-rc); break; }
+        if (rc < 0) {
+            error = std::string("io_uring_wait_cqe: ") + std::strerror(-rc);
+            break;
+        }
         int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
         int res = cqe->res;
         io_uring_cqe_seen(&ring, cqe);
         --in_flight;
-        if (res < 0) { error = std::string("read failed: ") + std::strerror(-res); continue; }
+        if (res < 0) {
+            error = std::string("read failed: ") + std::strerror(-res);
+            continue;
+        }
         ++done;
         if (error.empty() && Clock::now() < deadline) {
             submit(slot);

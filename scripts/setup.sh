@@ -9,6 +9,7 @@ packages=(
   libxxhash-dev                                 # checksums of the expert store (moestream repack)
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev                      # libFuzzer target for the GGUF reader
+  clang-format                                  # .ci/run checks the code against .clang-format
   fio numactl systemd curl jq util-linux procps
   chromium                                      # the web page's tests run in it, headless
   nftables                                      # nft -c checks the cluster plan's firewall rules

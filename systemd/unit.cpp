@@ -23,8 +23,7 @@ std::string sandbox_section(const std::string& read_only_path, bool uses_io_urin
     if (uses_io_uring)
         line("native syscalls only; the service set plus io_uring for expert reads",
              "SystemCallArchitectures=native\nSystemCallFilter=@system-service\nSystemCallFilter=io_uring_setup io_uring_enter io_uring_register");
-    else
-        line("native syscalls only; the service set", "SystemCallArchitectures=native\nSystemCallFilter=@system-service");
+    else line("native syscalls only; the service set", "SystemCallArchitectures=native\nSystemCallFilter=@system-service");
     line("no capabilities: mlock works within LimitMEMLOCK without CAP_IPC_LOCK", "CapabilityBoundingSet=");
     s += "AmbientCapabilities=\n";
     line("files it creates are private", "UMask=0077");
@@ -53,10 +52,8 @@ std::string render_unit(const Plan& p) {
     line("come back after a crash, not after a clean stop", "Restart=on-failure");
     s += "RestartSec=5\n";
     if (p.service_user == "dynamic")
-        line("an unprivileged user made for the service's lifetime: it can read the model (if others may) and nothing of root's",
-             "DynamicUser=yes");
-    else
-        line("account (plan.yaml serve.user)", "User=" + p.service_user);
+        line("an unprivileged user made for the service's lifetime: it can read the model (if others may) and nothing of root's", "DynamicUser=yes");
+    else line("account (plan.yaml serve.user)", "User=" + p.service_user);
     line("mlock the resident weights and KV cache (" + std::to_string(p.mlock_bytes) + " bytes)", "LimitMEMLOCK=" + p.memlock_limit);
     line("split models and sockets", "LimitNOFILE=65536");
     line("one CPU per physical core" + std::string(p.membind_node ? " of the disk's NUMA node" : ""), "CPUAffinity=" + p.cpus);
@@ -79,8 +76,7 @@ std::string render_unit(const Plan& p) {
         if (p.prompt_cache_dir.rfind(cache_root, 0) == 0 && p.prompt_cache_dir.size() > cache_root.size())
             line("prompt cache (serve --prompt-cache): made and kept by systemd, writable by the service",
                  "CacheDirectory=" + p.prompt_cache_dir.substr(cache_root.size()));
-        else
-            line("prompt cache (serve --prompt-cache): the only path the service writes", "ReadWritePaths=" + p.prompt_cache_dir);
+        else line("prompt cache (serve --prompt-cache): the only path the service writes", "ReadWritePaths=" + p.prompt_cache_dir);
     }
     s += "\n[Install]\nWantedBy=multi-user.target\n";
     return s;

@@ -17,7 +17,7 @@ namespace moe::test {
 
 struct Alone {
     std::vector<uint64_t> prompt_selections, decode_selections;  // [layer * n_expert + expert]
-    std::vector<int32_t> tokens;                                  // greedy, as Generator draws them
+    std::vector<int32_t> tokens;                                 // greedy, as Generator draws them
 };
 
 // Prompt, then `steps` greedy tokens evaluated one by one (Generator evaluates each drawn token but the last).

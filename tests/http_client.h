@@ -34,7 +34,9 @@ inline int connect_loopback(int port, const char* from = nullptr) {
         ::close(fd);
         return -1;
     }
-    struct timeval tv {30, 0};
+    struct timeval tv {
+        30, 0
+    };
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
@@ -86,8 +88,7 @@ inline HttpReply raw_request(int port, const std::string& raw, const char* from 
 inline HttpReply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
                          const std::string& extra_headers = "") {
     std::string raw = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + extra_headers;
-    if (!body.empty() || method == "POST")
-        raw += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    if (!body.empty() || method == "POST") raw += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
     raw += "\r\n" + body;
     return raw_request(port, raw);
 }

@@ -60,8 +60,9 @@ inline bool simd_comparable(GgmlType type) {
     if (!broken || type != GgmlType::IQ3_S) return true;
     static bool said = false;
     if (!said)
-        std::printf("[ kernels  ] iq3_s SIMD not compared: this CPU emulator mis-executes VPGATHERDD with index ymm4 "
-                    "(QEMU 7.2 TCG); real CPUs run these comparisons\n");
+        std::printf(
+            "[ kernels  ] iq3_s SIMD not compared: this CPU emulator mis-executes VPGATHERDD with index ymm4 "
+            "(QEMU 7.2 TCG); real CPUs run these comparisons\n");
     said = true;
     return false;
 }
@@ -80,12 +81,11 @@ inline std::vector<SimdCase> simd_cases() {
         for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
             const kernels::KernelTable* t = kernels::table_for(isa, f);
             if (!t) {
-                if (f == kernels::Flavor::Avx2)
-                    std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
+                if (f == kernels::Flavor::Avx2) std::printf("[ kernels  ] %s not supported by this CPU: not compared\n", kernels::isa_name(isa));
                 continue;
             }
-            cases.push_back({isa, f, t, &kernels::reference_table(f),
-                             std::string(kernels::isa_name(isa)) + "/" + kernels::flavor_name(f) + "-numerics"});
+            cases.push_back(
+                {isa, f, t, &kernels::reference_table(f), std::string(kernels::isa_name(isa)) + "/" + kernels::flavor_name(f) + "-numerics"});
         }
     }
     return cases;
@@ -94,9 +94,9 @@ inline std::vector<SimdCase> simd_cases() {
 }  // namespace moe::test
 
 // A CPU without AVX2 runs the scalar table only: the SIMD comparisons have nothing to compare there (visibly).
-#define REQUIRE_SIMD_TABLE()                                                                                  \
-    do {                                                                                                      \
-        if (moe::test::simd_cases().empty())                                                                  \
-            GTEST_SKIP() << "no SIMD kernel table on this CPU (" << moe::kernels::active_kernel_choice().why  \
-                         << "): nothing to compare with the scalar reference";                                \
+#define REQUIRE_SIMD_TABLE()                                                                                 \
+    do {                                                                                                     \
+        if (moe::test::simd_cases().empty())                                                                 \
+            GTEST_SKIP() << "no SIMD kernel table on this CPU (" << moe::kernels::active_kernel_choice().why \
+                         << "): nothing to compare with the scalar reference";                               \
     } while (0)

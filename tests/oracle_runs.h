@@ -63,9 +63,7 @@ inline void check_teacher_forced(const Model& model, const nlohmann::json& run, 
             EXPECT_LE(dl, tol) << label << " prompt " << run["prompt"] << " step " << i << " rank " << k;
             const bool tie_above = k > 0 && step["top"][k - 1]["logit"].get<double>() - want["logit"].get<double>() <= tol;
             const bool tie_below = k + 1 < 5 && want["logit"].get<double>() - step["top"][k + 1]["logit"].get<double>() <= tol;
-            if (!tie_above && !tie_below) {
-                EXPECT_EQ(top[k].first, id) << label << " step " << i << " rank " << k;
-            }
+            if (!tie_above && !tie_below) { EXPECT_EQ(top[k].first, id) << label << " step " << i << " rank " << k; }
         }
         ++t.steps;
         const int32_t next = step["id"].get<int32_t>();
@@ -101,8 +99,8 @@ inline std::unique_ptr<Model> load_streamed(GgufModel& file, const Model& in_ram
     std::vector<ExpertLayer> layers;
     for (const Layer& L : in_ram.layers) layers.push_back(L.moe ? ExpertLayer{&L.experts.gate, &L.experts.up, &L.experts.down} : ExpertLayer{});
     StreamingOptions so;
-    so.cache_bytes =
-        std::max<uint64_t>(model_facts(file).expert_bytes / 5, 2 * StreamingExpertSource::slot_bytes_for(layers) * in_ram.hp.moe.n_expert_used);
+    so.cache_bytes = std::max<uint64_t>(model_facts(file).expert_bytes / 5,
+                                        2 * StreamingExpertSource::slot_bytes_for(layers) * in_ram.hp.moe.n_expert_used);
     so.read_size = 64 << 10;
     return load_model(file, {.experts = cli::streaming_experts(so)});
 }

@@ -23,8 +23,9 @@ public:
     Server(const std::string& model, std::vector<std::string> extra, std::vector<std::string> wrapper = {}) {
         port_file_ = dir_ / "port";
         std::vector<std::string> args = std::move(wrapper);
-        for (std::string a : {std::string(MOESTREAM_BINARY), std::string("serve"), std::string("--model"), model, std::string("--port"), std::string("0"),
-                              std::string("--port-file"), port_file_, std::string("--threads"), std::string("1"), std::string("--alias"), std::string("m")})
+        for (std::string a :
+             {std::string(MOESTREAM_BINARY), std::string("serve"), std::string("--model"), model, std::string("--port"), std::string("0"),
+              std::string("--port-file"), port_file_, std::string("--threads"), std::string("1"), std::string("--alias"), std::string("m")})
             args.push_back(std::move(a));
         args.insert(args.end(), extra.begin(), extra.end());
         pid_ = ::fork();
@@ -96,9 +97,9 @@ protected:
     static void SetUpTestSuite() {
         dir_ = new TempDir;
         model_ = *dir_ / "chat.gguf";
-        ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim",
-                                 "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--seed", "9",
-                                 "--out", model_}),
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",      "--head-dim",
+                                 "32",      "--experts", "4", "--experts-used", "2",  "--ffn",   "64", "--vocab-builtin", "--seed", "9",
+                                 "--out",   model_}),
                   0);
     }
     static void TearDownTestSuite() { delete dir_; }

@@ -16,9 +16,7 @@ ApiError rejection(const std::string& body, int api, const RequestLimits& limits
         if (api == 0) read_openai_chat(j, limits, {});
         else if (api == 1) read_openai_completion(j, limits);
         else read_anthropic_messages(j, limits, {}, false);
-    } catch (const ApiError& e) {
-        return e;
-    }
+    } catch (const ApiError& e) { return e; }
     return {0, "accepted", "", "", ""};
 }
 
@@ -33,7 +31,8 @@ TEST(ApiRequests, LimitsAreNamedWithTheirValues) {
     limits.max_json_depth = 16;
     limits.max_messages = 8;
     limits.max_tools = 2;
-    const ApiError deep = rejection(R"({"messages":[{"role":"user","content":"x","extra":)" + std::string(20, '[') + std::string(20, ']') + "}]}", 0, limits);
+    const ApiError deep = rejection(R"({"messages":[{"role":"user","content":"x","extra":)" + std::string(20, '[') + std::string(20, ']') + "}]}", 0,
+                                    limits);
     EXPECT_EQ(deep.status, 400);
     EXPECT_NE(deep.message.find("deeper than 16 levels"), std::string::npos) << deep.message;
     // Brackets inside strings are text, not nesting.
@@ -61,19 +60,25 @@ TEST(ApiRequests, LimitsAreNamedWithTheirValues) {
     limits.max_tools = 512;
     limits.max_schema_bytes = 200;
     const std::string big_schema = R"({"type":"object","description":")" + std::string(300, 'd') + R"("})";
-    const ApiError rf = rejection(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":)" +
-                                      big_schema + "}}}", 0, limits);
+    const ApiError rf = rejection(
+        R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":)" + big_schema + "}}}", 0,
+        limits);
     EXPECT_EQ(rf.status, 400);
     EXPECT_NE(rf.message.find("response_format.json_schema.schema is a schema of 334 bytes"), std::string::npos) << rf.message;
     EXPECT_NE(rf.message.find("at most 200"), std::string::npos) << rf.message;
-    const ApiError tool = rejection(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":)" +
-                                        big_schema + "}}]}", 0, limits);
+    const ApiError tool = rejection(
+        R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":)" + big_schema + "}}]}", 0,
+        limits);
     EXPECT_NE(tool.message.find(".function.parameters is a schema of 334 bytes"), std::string::npos) << tool.message;
-    const ApiError anthropic = rejection(R"({"max_tokens":4,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":)" +
-                                             big_schema + "}]}", 2, limits);
+    const ApiError anthropic = rejection(
+        R"({"max_tokens":4,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":)" + big_schema + "}]}", 2, limits);
     EXPECT_NE(anthropic.message.find(".input_schema is a schema of 334 bytes"), std::string::npos) << anthropic.message;
-    EXPECT_EQ(rejection(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})",
-                        0, limits).status, 0);
+    EXPECT_EQ(
+        rejection(
+            R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})", 0,
+            limits)
+            .status,
+        0);
 }
 
 TEST(ApiRequests, WrongJsonTypesAreTheClientsError) {
@@ -109,7 +114,9 @@ TEST(ApiRequests, AssistantTurnsAreRecalledBeforeTheirReasoningReturns) {
     };
     const ApiRequest o = read_openai_chat(parse_request_body(R"({"messages":[{"role":"user","content":"q"},
         {"role":"assistant","content":"answer","reasoning_content":"because",
-         "tool_calls":[{"id":"c","function":{"name":"f","arguments":{"x":1}}}]}]})", {}), {}, recall);
+         "tool_calls":[{"id":"c","function":{"name":"f","arguments":{"x":1}}}]}]})",
+                                                             {}),
+                                          {}, recall);
     ASSERT_EQ(asked.size(), 1u);
     EXPECT_EQ(asked[0], "answer|1");
     EXPECT_EQ(o.chat.messages[1].content, "<think>\nbecause\n</think>\n\nanswer");
@@ -121,7 +128,9 @@ TEST(ApiRequests, AssistantTurnsAreRecalledBeforeTheirReasoningReturns) {
     const ApiRequest a = read_anthropic_messages(parse_request_body(R"({"max_tokens":9,"stop_sequences":["END"],"messages":[
         {"role":"user","content":"q"},
         {"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"t"},{"type":"tool_use","id":"u","name":"f","input":{}}]},
-        {"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":"r"}]}]})", {}), {}, recall, false);
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":"r"}]}]})",
+                                                                    {}),
+                                                 {}, recall, false);
     ASSERT_EQ(asked.size(), 1u);
     EXPECT_EQ(asked[0], "t|1");
     ASSERT_EQ(a.chat.messages.size(), 3u);

@@ -88,7 +88,10 @@ TEST(Attention, MaskedPositionsAreSkipped) {
     std::vector<uint8_t> visible(90, 0);
     std::vector<int> keep;
     for (int j = 0; j < 90; ++j)
-        if (j % 3 == 0 || j == 89) { visible[j] = 1; keep.push_back(j); }
+        if (j % 3 == 0 || j == 89) {
+            visible[j] = 1;
+            keep.push_back(j);
+        }
     Cache packed = c;
     packed.n_kv = static_cast<int>(keep.size());
     for (size_t i = 0; i < keep.size(); ++i) std::copy_n(&c.k[keep[i] * 96], 96, &packed.k[i * 96]);
@@ -120,17 +123,17 @@ TEST(Attention, SimdEqualsReference) {
                 // Masks: none, random, a causal prefix (whole tiles masked after it), a masked tile between visible ones.
                 for (int mode : {0, 1, 2, 3}) {
                     const bool masked = mode != 0;
-                    for (int j = 0; j < 150; ++j)
-                        visible[j] = mode == 1 ? coin(rng) : mode == 2 ? j <= n / 3 : mode == 3 ? (j < 64 || j >= 128) : 1;
+                    for (int j = 0; j < 150; ++j) visible[j] = mode == 1 ? coin(rng) : mode == 2 ? j <= n / 3 : mode == 3 ? (j < 64 || j >= 128) : 1;
                     visible[n - 1] = 1;
                     for (auto& x : q) x = nd(rng);
-                    const ops::KvView kv = latent ? c.latent_view(n, masked ? visible.data() : nullptr) : c.view(n, masked ? visible.data() : nullptr);
+                    const ops::KvView kv = latent ? c.latent_view(n, masked ? visible.data() : nullptr)
+                                                  : c.view(n, masked ? visible.data() : nullptr);
                     for (bool tiled : {false, true}) {
                         (tiled ? ops::float_ops(f).attend_tiled : ops::float_ops(f).attend)(q.data(), kv, 0.125f, a.data(), s1);
                         (tiled ? kernels::attend_tiled_f16c(f) : kernels::attend_f16c(f))(q.data(), kv, 0.125f, b.data(), s2);
                         for (int d = 0; d < dv; ++d)
-                            ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " dk " << dk << " n_kv " << n << " mask " << mode
-                                                  << " tiled " << tiled << " d " << d;
+                            ASSERT_EQ(a[d], b[d]) << kernels::flavor_name(f) << " dk " << dk << " n_kv " << n << " mask " << mode << " tiled "
+                                                  << tiled << " d " << d;
                     }
                     // The tiled kernel again from the batch's f32 copies of keys and values.
                     std::vector<float> k_tiles(static_cast<size_t>((n + 63) / 64 * 64 * dk)), v_f32(static_cast<size_t>(n * dv));
@@ -152,9 +155,9 @@ TEST(Attention, SimdEqualsReference) {
                                 for (int r = 0; r < 3; ++r) {
                                     ops::float_ops(f).attend_tiled(qs.data() + r * (dk + 2), kv, 0.125f, want.data(), s1);
                                     for (int d = 0; d < dv; ++d)
-                                        ASSERT_EQ(outs[r * (dv + 3) + d], want[d]) << kernels::flavor_name(f) << " group row " << r << " wide " << wide
-                                                                               << " f32 " << (view == &kv32) << " dk " << dk << " n_kv " << n
-                                                                               << " mask " << mode << " d " << d;
+                                        ASSERT_EQ(outs[r * (dv + 3) + d], want[d])
+                                            << kernels::flavor_name(f) << " group row " << r << " wide " << wide << " f32 " << (view == &kv32)
+                                            << " dk " << dk << " n_kv " << n << " mask " << mode << " d " << d;
                                 }
                             }
                         }
@@ -202,7 +205,8 @@ TEST(Attention, SinksJoinTheSoftmaxInEveryKernel) {
             auto check_plain = [&](const std::vector<float>& out, const char* what) {
                 for (int d = 0; d < 64; ++d) {
                     double o = 0;
-                    for (int j = 0; j < n; ++j) o += std::exp(sc[static_cast<size_t>(j)] - mx) / z * fp16_to_fp32(c.v[static_cast<size_t>(j) * 64 + d]);
+                    for (int j = 0; j < n; ++j)
+                        o += std::exp(sc[static_cast<size_t>(j)] - mx) / z * fp16_to_fp32(c.v[static_cast<size_t>(j) * 64 + d]);
                     ASSERT_NEAR(out[d], o, 2e-3 * (1 + std::fabs(o))) << what << " n " << n << " sink offset " << offset << " d " << d;
                 }
                 ++compared;
@@ -301,8 +305,8 @@ TEST(VectorExp, SoftmaxStepEqualsReference) {
             std::vector<float> kq2 = kq, acc2 = acc;
             const float m0 = trial % 3 == 0 ? kNegInf : (trial % 3 == 1 ? -300.f : 300.f);
             float M1 = m0, S1 = 1.5f, M2 = m0, S2 = 1.5f;
-            const bool r1 = (f == Flavor::Avx512 ? &ggml::tiled_softmax_step<Flavor::Avx512> : &ggml::tiled_softmax_step<Flavor::Avx2>)(
-                kq.data(), M1, S1, acc.data(), 72);
+            const bool r1 = (f == Flavor::Avx512 ? &ggml::tiled_softmax_step<Flavor::Avx512>
+                                                 : &ggml::tiled_softmax_step<Flavor::Avx2>)(kq.data(), M1, S1, acc.data(), 72);
             const bool r2 = simd(kq2.data(), M2, S2, acc2.data(), 72);
             ASSERT_EQ(r1, r2) << kernels::flavor_name(f) << " trial " << trial;
             ASSERT_EQ(std::memcmp(&M1, &M2, 4), 0) << kernels::flavor_name(f) << " trial " << trial;
@@ -336,7 +340,8 @@ TEST(Attention, GroupRowBlocksEqualReference) {
                 std::vector<uint8_t> visible(static_cast<size_t>(n_kv + kRows));
                 for (auto& v : visible) v = mode == 1 ? coin(rng) : 1;
                 const int most = n_kv + (kRows - 1) / kPerPosition;
-                ops::KvView kv = latent ? cm.latent_view(n_kv, mode == 1 ? visible.data() : nullptr) : cm.view(n_kv, mode == 1 ? visible.data() : nullptr);
+                ops::KvView kv = latent ? cm.latent_view(n_kv, mode == 1 ? visible.data() : nullptr)
+                                        : cm.view(n_kv, mode == 1 ? visible.data() : nullptr);
                 std::vector<float> k_tiles(static_cast<size_t>((most + 63) / 64 * 64 * dk)), v_f32(static_cast<size_t>(most) * dv);
                 ops::KvView full = kv;
                 full.n_kv = most;
@@ -344,7 +349,8 @@ TEST(Attention, GroupRowBlocksEqualReference) {
                 // The last tile's keys past the copied positions are NaN: a kernel that scores a partial tile
                 // whole must mask them, not use them.
                 for (int pos = most; pos < (most + 63) / 64 * 64; ++pos)
-                    for (int d = 0; d < dk; ++d) k_tiles[static_cast<size_t>(pos / 64 * dk + d) * 64 + pos % 64] = std::numeric_limits<float>::quiet_NaN();
+                    for (int d = 0; d < dk; ++d)
+                        k_tiles[static_cast<size_t>(pos / 64 * dk + d) * 64 + pos % 64] = std::numeric_limits<float>::quiet_NaN();
                 kv.k_tiles = k_tiles.data();
                 kv.v_f32 = v_f32.data();
                 kv.rows_per_position = kPerPosition;
@@ -357,12 +363,13 @@ TEST(Attention, GroupRowBlocksEqualReference) {
                         if (!group) continue;
                         group(qs.data(), dk, kRows, kv, 0.3f, outs.data(), dv, s2);
                         for (int r = 0; r < kRows; ++r) {
-                            ops::KvView one = latent ? cm.latent_view(n_kv + r / kPerPosition, kv.visible) : cm.view(n_kv + r / kPerPosition, kv.visible);
+                            ops::KvView one = latent ? cm.latent_view(n_kv + r / kPerPosition, kv.visible)
+                                                     : cm.view(n_kv + r / kPerPosition, kv.visible);
                             ops::float_ops(f).attend_tiled(qs.data() + static_cast<size_t>(r) * dk, one, 0.3f, want.data(), s1);
                             for (int d = 0; d < dv; ++d)
                                 ASSERT_EQ(std::memcmp(&outs[static_cast<size_t>(r) * dv + d], &want[d], 4), 0)
-                                    << kernels::flavor_name(f) << " wide " << wide << " dk " << dk << " n_kv " << n_kv << " mode " << mode << " row " << r
-                                    << " d " << d << ": " << outs[static_cast<size_t>(r) * dv + d] << " vs " << want[d];
+                                    << kernels::flavor_name(f) << " wide " << wide << " dk " << dk << " n_kv " << n_kv << " mode " << mode << " row "
+                                    << r << " d " << d << ": " << outs[static_cast<size_t>(r) * dv + d] << " vs " << want[d];
                         }
                     }
                 }
@@ -395,8 +402,10 @@ TEST(VectorExp, SwigluAndSiluEqualReference) {
                 simd.swiglu(g2.data(), u.data(), n);
                 ref.silu(s1.data(), n);
                 simd.silu(s2.data(), n);
-                ASSERT_EQ(std::memcmp(g1.data(), g2.data(), 4 * static_cast<size_t>(n)), 0) << kernels::flavor_name(f) << " swiglu n " << n << " kind " << kind;
-                ASSERT_EQ(std::memcmp(s1.data(), s2.data(), 4 * static_cast<size_t>(n)), 0) << kernels::flavor_name(f) << " silu n " << n << " kind " << kind;
+                ASSERT_EQ(std::memcmp(g1.data(), g2.data(), 4 * static_cast<size_t>(n)), 0)
+                    << kernels::flavor_name(f) << " swiglu n " << n << " kind " << kind;
+                ASSERT_EQ(std::memcmp(s1.data(), s2.data(), 4 * static_cast<size_t>(n)), 0)
+                    << kernels::flavor_name(f) << " silu n " << n << " kind " << kind;
             }
         }
     }
@@ -442,7 +451,8 @@ TEST(Attention, IkFlashAttentionSimdMatchesScalar) {
                         w[static_cast<size_t>(j)] = sc * 0.1;
                         mx = std::max(mx, w[static_cast<size_t>(j)]);
                     }
-                    for (int j = 0; j < n; ++j) w[static_cast<size_t>(j)] = (vis && !vis[j]) ? 0 : std::exp(w[static_cast<size_t>(j)] - mx), z += w[static_cast<size_t>(j)];
+                    for (int j = 0; j < n; ++j)
+                        w[static_cast<size_t>(j)] = (vis && !vis[j]) ? 0 : std::exp(w[static_cast<size_t>(j)] - mx), z += w[static_cast<size_t>(j)];
                     for (int d = 0; d < dv; ++d) {
                         double o = 0;
                         for (int j = 0; j < n; ++j) o += w[static_cast<size_t>(j)] / z * fp16_to_fp32(kv.v[static_cast<size_t>(j) * kv.v_stride + d]);
@@ -469,7 +479,8 @@ TEST(Attention, IkFlashAttentionGroupMatchesOneRow) {
     for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 72}, std::pair{576, 512}}) {
         for (int n_first : {1, 120, 128, 250}) {
             for (int per_position : {0, 1, 4}) {
-                const int tokens = per_position ? 16 : 1, heads = per_position ? per_position : 3, rows = per_position ? tokens * per_position : heads;
+                const int tokens = per_position ? 16 : 1, heads = per_position ? per_position : 3,
+                          rows = per_position ? tokens * per_position : heads;
                 Cache c(dk, dv, n_first + tokens, rng);
                 std::vector<uint8_t> visible(static_cast<size_t>(c.n_kv), 1);
                 for (int j = 1; j < c.n_kv; j += 3) visible[static_cast<size_t>(j)] = 0;

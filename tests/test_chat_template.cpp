@@ -30,15 +30,14 @@ TEST(ChatTemplate, Qwen35) {
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, conversation(), {})),
               "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
               "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n");
-    std::vector<ChatMessage> tool_loop = {{"user", " Weather? ", {}},
-                                          {"assistant", "<think>\nneed a tool\n</think>\n\nChecking.", {}},
-                                          {"tool", "sunny", {}},
-                                          {"tool", "25C", {}}};
+    std::vector<ChatMessage> tool_loop = {
+        {"user", " Weather? ", {}}, {"assistant", "<think>\nneed a tool\n</think>\n\nChecking.", {}}, {"tool", "sunny", {}}, {"tool", "25C", {}}};
     const std::string expected_loop =
         "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\nneed a tool\n</think>\n\nChecking.<|im_end|>\n"
         "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>\n";
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {})), expected_loop + "<|im_start|>assistant\n<think>\n");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen35, tool_loop, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
+    EXPECT_EQ(segments_text(
+                  render_chat(ChatFamily::Qwen35, tool_loop, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               expected_loop + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     // A turn the server generated, still in the current query: its tokens follow the "<think>\n" prefill.
     tool_loop[1].generated = std::vector<int32_t>{5, 6, 7};
@@ -52,7 +51,8 @@ TEST(ChatTemplate, Qwen3DropsEarlierReasoning) {
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, conversation(), {})),
               "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
               "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Qwen3, {{"user", "Hi", {}}},
+                                        {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
@@ -66,13 +66,16 @@ TEST(ChatTemplate, ChatMLKeepsTurnsVerbatim) {
 TEST(ChatTemplate, Glm45) {
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, conversation(), {})),
               "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHi<|assistant|>\n<think></think>\nHello!<|user|>\nBye<|assistant|>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm4, {{"user", "Hi", {}}},
+                                        {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "[gMASK]<sop><|user|>\nHi/nothink<|assistant|>\n<think></think>");
 }
 
 TEST(ChatTemplate, DeepSeekV3) {
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeek, conversation(), {.add_generation_prompt = true, .enable_thinking = true, .bos_text = "<｜begin▁of▁sentence｜>", .tools = {}})),
-              "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
+    EXPECT_EQ(
+        segments_text(render_chat(ChatFamily::DeepSeek, conversation(),
+                                  {.add_generation_prompt = true, .enable_thinking = true, .bos_text = "<｜begin▁of▁sentence｜>", .tools = {}})),
+        "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
 }
 
 // GLM-4.7 / GLM-5.x (llama.cpp's GLM-4.7 template port; GLM-5.1's chat_template.jinja has the same shape):
@@ -81,14 +84,13 @@ TEST(ChatTemplate, Glm5) {
     EXPECT_EQ(detect_chat_family("[gMASK]<sop>{%- if tools -%}...{{- '</think>' }}..."), ChatFamily::Glm47);
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, conversation(), {})),
               "[gMASK]<sop><|system|>You are terse.<|user|>Hi<|assistant|></think>Hello!<|user|>Bye<|assistant|><think>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, {{"user", "Hi", {}}},
+                                        {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}})),
               "[gMASK]<sop><|user|>Hi<|assistant|></think>");
     // A tool cycle: the turn after the last user message keeps its reasoning; consecutive tool results share
     // one <|observation|>.
-    const std::vector<ChatMessage> tools = {{"user", "Weather?", {}},
-                                            {"assistant", "<think>\nneed a tool\n</think>\nChecking.", {}},
-                                            {"tool", "sunny", {}},
-                                            {"tool", "warm", {}}};
+    const std::vector<ChatMessage> tools = {
+        {"user", "Weather?", {}}, {"assistant", "<think>\nneed a tool\n</think>\nChecking.", {}}, {"tool", "sunny", {}}, {"tool", "warm", {}}};
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Glm47, tools, {})),
               "[gMASK]<sop><|user|>Weather?<|assistant|><think>need a tool</think>Checking."
               "<|observation|><tool_response>sunny</tool_response><tool_response>warm</tool_response><|assistant|><think>");
@@ -98,16 +100,22 @@ TEST(ChatTemplate, Glm5) {
 TEST(ChatTemplate, DeepSeekV31) {
     EXPECT_EQ(detect_chat_family("{%- if not thinking is defined -%}...{{'<｜Assistant｜></think>'}}"), ChatFamily::DeepSeekV31);
     const std::string bos = "<｜begin▁of▁sentence｜>";
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, conversation(), {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, conversation(),
+                                        {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
               bos + "You are terse.<｜User｜>Hi<｜Assistant｜></think>\n\nHello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜></think>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, {{"user", "Hi", {}}}, {.add_generation_prompt = true, .enable_thinking = true, .bos_text = bos, .tools = {}})),
+    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, {{"user", "Hi", {}}},
+                                        {.add_generation_prompt = true, .enable_thinking = true, .bos_text = bos, .tools = {}})),
               bos + "<｜User｜>Hi<｜Assistant｜><think>");
     // After a tool result the assistant continues without a tag, and no generation prompt follows a tool turn.
-    const std::vector<ChatMessage> tools = {{"system", "A", {}}, {"system", "B", {}}, {"user", "Weather?", {}}, {"assistant", "Checking.", {}},
-                                            {"tool", "sunny", {}}, {"assistant", "It is sunny.", {}}, {"tool", "ok", {}}};
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::DeepSeekV31, tools, {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
-              bos + "A\n\nB<｜User｜>Weather?<｜Assistant｜></think>Checking.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
-                    "It is sunny.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>ok<｜tool▁output▁end｜>");
+    const std::vector<ChatMessage> tools = {{"system", "A", {}},      {"system", "B", {}},
+                                            {"user", "Weather?", {}}, {"assistant", "Checking.", {}},
+                                            {"tool", "sunny", {}},    {"assistant", "It is sunny.", {}},
+                                            {"tool", "ok", {}}};
+    EXPECT_EQ(segments_text(
+                  render_chat(ChatFamily::DeepSeekV31, tools, {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = bos, .tools = {}})),
+              bos +
+                  "A\n\nB<｜User｜>Weather?<｜Assistant｜></think>Checking.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
+                  "It is sunny.<｜end▁of▁sentence｜><｜tool▁output▁begin｜>ok<｜tool▁output▁end｜>");
 }
 
 // Kimi-K2 (llama.cpp's models/templates/moonshotai-Kimi-K2.jinja): role header and <|im_middle|>, a default
@@ -128,8 +136,8 @@ TEST(ChatTemplate, GeneratedTurnsAreSplicedAsTokens) {
     auto msgs = conversation();
     msgs[2].content = "Hello!";
     msgs[2].generated = std::vector<int32_t>{11, 12, 13, 14};
-    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::ChatML, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeek,
-                         ChatFamily::DeepSeekV31, ChatFamily::KimiK2}) {
+    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::ChatML, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeek, ChatFamily::DeepSeekV31,
+                         ChatFamily::KimiK2}) {
         auto segs = render_chat(f, msgs, {});
         int spliced = 0;
         for (const auto& s : segs) spliced += s.tokens == std::vector<int32_t>{11, 12, 13, 14};

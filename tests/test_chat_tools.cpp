@@ -34,7 +34,9 @@ std::vector<ChatMessage> tool_conversation() {
     std::vector<ChatMessage> ms = {
         {"system", "You are terse."},
         {"user", "Weather in Paris and news?"},
-        {"assistant", "Let me check.", {},
+        {"assistant",
+         "Let me check.",
+         {},
          {{"call_1", "get_weather", R"({"city":"Paris","days":2})"}, {"call_2", "search", R"({"q":"news \"today\"","opts":{"n":3,"lang":"fr"}})"}}},
         {"tool", R"({"temp": 21})"},
         {"tool", "Nothing new."},
@@ -49,7 +51,9 @@ std::vector<ChatMessage> tool_conversation() {
 }
 
 std::string render(ChatFamily f, std::optional<bool> thinking = {}) {
-    return segments_text(render_chat(f, tool_conversation(), {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = "<｜begin▁of▁sentence｜>", .tools = tools()}));
+    return segments_text(
+        render_chat(f, tool_conversation(),
+                    {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = "<｜begin▁of▁sentence｜>", .tools = tools()}));
 }
 
 TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
@@ -60,43 +64,54 @@ TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
     EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
     // gpt-oss's Harmony: the reference template keeps one call per turn and drops reasoning once an answer
     // closed the tool loop; its "Current date" is the fixture's.
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, tool_conversation(),
-                                        {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = "", .tools = tools(), .date_unix = 1767355200})),
-              fixture("gpt-oss.txt"));
+    EXPECT_EQ(
+        segments_text(render_chat(ChatFamily::Harmony, tool_conversation(),
+                                  {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = "", .tools = tools(), .date_unix = 1767355200})),
+        fixture("gpt-oss.txt"));
 }
 
 // Harmony without tools: no developer message unless there are instructions; the effort named; a last
 // assistant turn without a generation prompt ends with <|return|> and shows its reasoning.
 TEST(ChatTools, HarmonyWithoutToolsAndAsTrainingText) {
-    const ChatRenderOptions opt{.add_generation_prompt = false, .enable_thinking = {}, .bos_text = "", .tools = {},
-                                .reasoning_effort = ReasoningEffort::High, .date_unix = 1767355200};
-    const std::string head = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
-                             "Current date: 2026-01-02\n\nReasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included "
-                             "for every message.<|end|>";
+    const ChatRenderOptions opt{.add_generation_prompt = false,
+                                .enable_thinking = {},
+                                .bos_text = "",
+                                .tools = {},
+                                .reasoning_effort = ReasoningEffort::High,
+                                .date_unix = 1767355200};
+    const std::string head =
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
+        "Current date: 2026-01-02\n\nReasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included "
+        "for every message.<|end|>";
     EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, {{"user", "Hi"}, {"assistant", "<think>\nGreet back.\n</think>\n\nHello!"}}, opt)),
-              head + "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>Greet back.<|end|>"
-                     "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
-    EXPECT_EQ(segments_text(render_chat(ChatFamily::Harmony, {{"developer", "Be brief."}, {"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = {},
-                                                                                                           .bos_text = "", .tools = {}, .date_unix = 1767355200})),
-              "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-02"
-              "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
-              "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant");
+              head +
+                  "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>Greet back.<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
+    EXPECT_EQ(
+        segments_text(render_chat(ChatFamily::Harmony, {{"developer", "Be brief."}, {"user", "Hi"}},
+                                  {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = "", .tools = {}, .date_unix = 1767355200})),
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-02"
+        "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+        "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant");
     EXPECT_EQ(detect_chat_family("{{- \"<|start|>system<|message|>\" }} ... <|channel|>analysis"), ChatFamily::Harmony);
 }
 
 // The schema shapes the template's TypeScript rendering distinguishes (its quirks included), against jinja2's
 // output of the reference template for the same tool.
 TEST(ChatTools, HarmonyToolTypes) {
-    const auto decl = ordered_json::parse(R"({"type": "function", "function": {"name": "f", "description": "All kinds", "parameters": {"type": "object",
+    const auto decl = ordered_json::parse(
+        R"({"type": "function", "function": {"name": "f", "description": "All kinds", "parameters": {"type": "object",
         "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string", "enum": ["x", "y"], "default": "x"},
         "c": {"type": ["string", "null"]}, "d": {"type": "object", "properties": {"e": {"type": "boolean"}}, "required": ["e"]},
         "g": {"type": "number", "default": 1.5}, "h": {"oneOf": [{"type": "string"}, {"type": "integer"}]}, "i": {"type": "string", "nullable": true}},
         "required": ["a"]}}})");
     const std::vector<ToolSpec> ts = {{"f", "All kinds", decl, decl["function"]["parameters"]}};
-    const std::string text = segments_text(render_chat(ChatFamily::Harmony, {{"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = {},
-                                                                                              .bos_text = "", .tools = ts, .date_unix = 1767355200}));
-    const std::string want = "type f = (_: {\na: number[],\nb?: \"x\" | \"y\", // default: x,\nc?: string | null,\nd?: {\ne: \n                boolean},\n"
-                             "g?: number, // default: 1.5,\nh?: string | \nnumber,\ni?: string | null,\n}) => any;";
+    const std::string text = segments_text(
+        render_chat(ChatFamily::Harmony, {{"user", "Hi"}},
+                    {.add_generation_prompt = true, .enable_thinking = {}, .bos_text = "", .tools = ts, .date_unix = 1767355200}));
+    const std::string want =
+        "type f = (_: {\na: number[],\nb?: \"x\" | \"y\", // default: x,\nc?: string | null,\nd?: {\ne: \n                boolean},\n"
+        "g?: number, // default: 1.5,\nh?: string | \nnumber,\ni?: string | null,\n}) => any;";
     EXPECT_NE(text.find(want), std::string::npos) << text;
 }
 
@@ -105,28 +120,34 @@ ChatOutputParser parse_in_pieces(ChatFamily f, const OutputParserOptions& opt, c
 // gpt-oss's output: analysis is the reasoning, final the answer, commentary to functions.NAME a call (header in
 // either order); text without any header is the answer; arguments that are not JSON stay text.
 TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
-    const OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "call_"};
+    const OutputParserOptions opt{
+        .split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "call_"};
     for (unsigned seed = 0; seed < 20; ++seed) {
         SCOPED_TRACE("seed " + std::to_string(seed));
-        auto answer = parse_in_pieces(ChatFamily::Harmony, opt,
-                                      "<|channel|>analysis<|message|>Weather and news.<|end|><|start|>assistant<|channel|>final<|message|>Let me check.<|return|>", seed);
+        auto answer = parse_in_pieces(
+            ChatFamily::Harmony, opt,
+            "<|channel|>analysis<|message|>Weather and news.<|end|><|start|>assistant<|channel|>final<|message|>Let me check.<|return|>", seed);
         EXPECT_EQ(answer.reasoning(), "Weather and news.");
         EXPECT_EQ(answer.content(), "Let me check.");
         EXPECT_TRUE(answer.calls().empty());
-        auto call = parse_in_pieces(ChatFamily::Harmony, opt,
-                                    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
-                                    "<|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 2}<|call|>", seed);
+        auto call = parse_in_pieces(
+            ChatFamily::Harmony, opt,
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+            "<|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 2}<|call|>",
+            seed);
         EXPECT_EQ(call.reasoning(), "Need weather.");
         EXPECT_EQ(call.content(), "");
         ASSERT_EQ(call.calls().size(), 1u);
         EXPECT_EQ(call.calls()[0].name, "get_weather");
         EXPECT_EQ(call.calls()[0].arguments, R"({"city":"Paris","days":2})");
         EXPECT_EQ(call.calls()[0].id, "call_0");
-        auto recipient_first = parse_in_pieces(ChatFamily::Harmony, opt, " to=functions.search<|channel|>commentary json<|message|>{\"q\": \"x\"}<|call|>", seed);
+        auto recipient_first = parse_in_pieces(ChatFamily::Harmony, opt,
+                                               " to=functions.search<|channel|>commentary json<|message|>{\"q\": \"x\"}<|call|>", seed);
         ASSERT_EQ(recipient_first.calls().size(), 1u);
         EXPECT_EQ(recipient_first.calls()[0].name, "search");
         EXPECT_EQ(parse_in_pieces(ChatFamily::Harmony, opt, "Plain words, no channel.", seed).content(), "Plain words, no channel.");
-        auto broken = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>commentary to=functions.get_weather json<|message|>{\"city\": <|call|>", seed);
+        auto broken = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>commentary to=functions.get_weather json<|message|>{\"city\": <|call|>",
+                                      seed);
         EXPECT_TRUE(broken.calls().empty());
         EXPECT_EQ(broken.content(), "{\"city\": ");
         auto cut = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>analysis<|message|>Still thinking<|end|><|start|>assistant<|chan", seed);
@@ -137,9 +158,10 @@ TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
 
 TEST(ChatTools, DeepSeekGetsTheModelCardsToolDescription) {
     const std::string text = render(ChatFamily::DeepSeekV31);
-    const std::string head = "<｜begin▁of▁sentence｜>You are terse.\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\n"
-                             "Description: Current weather for a city\n\nParameters: {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", "
-                             "\"description\": \"City name\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}\n\n### search\n";
+    const std::string head =
+        "<｜begin▁of▁sentence｜>You are terse.\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\n"
+        "Description: Current weather for a city\n\nParameters: {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", "
+        "\"description\": \"City name\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}\n\n### search\n";
     EXPECT_EQ(text.substr(0, head.size()), head);
     const std::string turns =
         "<｜User｜>Weather in Paris and news?<｜Assistant｜></think>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
@@ -224,7 +246,11 @@ TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
     };
     for (const auto& c : cases) {
         for (unsigned seed = 0; seed < 20; ++seed) {
-            OutputParserOptions opt{.split_reasoning = true, .starts_in_reasoning = c.starts_in_reasoning, .parse_tools = true, .tools = tools(), .call_id_prefix = "call_x_"};
+            OutputParserOptions opt{.split_reasoning = true,
+                                    .starts_in_reasoning = c.starts_in_reasoning,
+                                    .parse_tools = true,
+                                    .tools = tools(),
+                                    .call_id_prefix = "call_x_"};
             auto p = parse_in_pieces(c.family, opt, c.output, seed);
             SCOPED_TRACE(std::string(family_name(c.family)) + " seed " + std::to_string(seed));
             EXPECT_EQ(p.reasoning(), "Weather and news.");
@@ -264,8 +290,9 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
     auto unclosed = parse_in_pieces(ChatFamily::Qwen35, opt, "\nstill thinking when max_tokens hit", 5);
     EXPECT_EQ(unclosed.reasoning(), "still thinking when max_tokens hit");
     EXPECT_EQ(unclosed.content(), "");
-    auto lookalike = parse_in_pieces(ChatFamily::Qwen3, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"},
-                                     "a < b and <tool is not <tool_call", 6);
+    auto lookalike = parse_in_pieces(
+        ChatFamily::Qwen3, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"},
+        "a < b and <tool is not <tool_call", 6);
     EXPECT_EQ(lookalike.content(), "a < b and <tool is not <tool_call");
 }
 
@@ -273,14 +300,13 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
     for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
                          ChatFamily::Harmony}) {
         // What each model writes after its forced opening for get_weather.
-        const std::map<ChatFamily, std::string> rest = {
-            {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
-            {ChatFamily::Qwen35, "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"},
-            {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
-            {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
-            {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
-            {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
-            {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"}};
+        const std::map<ChatFamily, std::string> rest = {{ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
+                                                        {ChatFamily::Qwen35, "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"},
+                                                        {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
+                                                        {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
+                                                        {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+                                                        {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
+                                                        {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"}};
         ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
         EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
         p.push(rest.at(f));

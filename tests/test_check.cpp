@@ -16,12 +16,13 @@ namespace {
 std::string fixture(const std::string& name) { return std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/" + name; }
 
 const CheckRow* row(const std::vector<CheckRow>& rows, const std::string& id) {
-    for (const auto& r : rows) if (r.id == id) return &r;
+    for (const auto& r : rows)
+        if (r.id == id) return &r;
     return nullptr;
 }
 
-std::vector<CheckRow> check_fixture(const std::string& name, std::optional<ModelFacts> model = {},
-                                    std::optional<uint64_t> budget = {}, kernels::KvCacheTypes types = {}) {
+std::vector<CheckRow> check_fixture(const std::string& name, std::optional<ModelFacts> model = {}, std::optional<uint64_t> budget = {},
+                                    kernels::KvCacheTypes types = {}) {
     FsRoot fs(fixture(name));
     CheckInput in;
     in.host = probe_host({.root = fs.root(), .try_ring = false});
@@ -92,9 +93,12 @@ TEST(Check, KernelsRowNamesTheTableTheEngineChoosesAndWhy) {
 TEST(Check, IkTypesPointToTheIkLlamaServerPlan) {
     test::TempDir dir;
     const std::string path = dir / "ik.gguf";
-    write_gguf(path, {{"general.architecture", GgufValue::string("qwen3moe")}, {"qwen3moe.block_count", GgufValue::u32(1)},
-                      {"qwen3moe.embedding_length", GgufValue::u32(256)}, {"qwen3moe.expert_count", GgufValue::u32(4)},
-                      {"qwen3moe.expert_used_count", GgufValue::u32(2)}},
+    write_gguf(path,
+               {{"general.architecture", GgufValue::string("qwen3moe")},
+                {"qwen3moe.block_count", GgufValue::u32(1)},
+                {"qwen3moe.embedding_length", GgufValue::u32(256)},
+                {"qwen3moe.expert_count", GgufValue::u32(4)},
+                {"qwen3moe.expert_used_count", GgufValue::u32(2)}},
                {{"token_embd.weight", {256, 64}, GgmlType::Q8_0, {}},
                 {"blk.0.ffn_gate_exps.weight", {256, 64, 4}, static_cast<GgmlType>(134), {}}},  // IQ1_BN
                32, true);
@@ -168,7 +172,6 @@ TEST(Check, ExitCodes) {
     EXPECT_EQ(check_exit_code(rows), 2);
 }
 
-
 TEST(CheckCli, BadInputGivesOneLineAndExit2) {
     test::TempDir dir;
     {
@@ -179,10 +182,14 @@ TEST(CheckCli, BadInputGivesOneLineAndExit2) {
         std::fputs("not a model\n", f);
         std::fclose(f);
     }
-    const std::vector<std::string> cases = {"check --no-storage --model /nonexistent/m.gguf", "check --no-storage --model " + (dir / "trunc.gguf"),
-                                    "check --no-storage --model " + (dir / "text.gguf"), "check --no-storage --ram-budget lots",
-                                    "check --no-storage --ram-budget 0", "check --no-storage --ram-budget 5P",
-                                    "probe --root /nonexistent/root", "run -m /nonexistent.gguf -p hi"};
+    const std::vector<std::string> cases = {"check --no-storage --model /nonexistent/m.gguf",
+                                            "check --no-storage --model " + (dir / "trunc.gguf"),
+                                            "check --no-storage --model " + (dir / "text.gguf"),
+                                            "check --no-storage --ram-budget lots",
+                                            "check --no-storage --ram-budget 0",
+                                            "check --no-storage --ram-budget 5P",
+                                            "probe --root /nonexistent/root",
+                                            "run -m /nonexistent.gguf -p hi"};
     for (const std::string& args : cases) {
         auto [code, out] = test::run_moestream(args);
         EXPECT_EQ(code, 2) << args << "\n" << out;

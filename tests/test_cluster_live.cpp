@@ -44,7 +44,8 @@ std::string find_llama_cpp_dir() {
     if (const char* d = std::getenv("MOESTREAM_LLAMA_CPP_BIN"); d && *d) dirs.push_back(d);
     if (const char* path = std::getenv("PATH")) {
         std::stringstream ss(path);
-        for (std::string d; std::getline(ss, d, ':');) if (!d.empty()) dirs.push_back(d);
+        for (std::string d; std::getline(ss, d, ':');)
+            if (!d.empty()) dirs.push_back(d);
     }
     for (const auto& d : dirs) {
         const bool server = ::access((d + "/llama-server").c_str(), X_OK) == 0;
@@ -128,7 +129,11 @@ TEST(ClusterLive, GeneratedCommandsServeACompletionOnLoopback) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --ffn 64 "
-                                  "--vocab-builtin --out " + model, true).first, 0);
+                                  "--vocab-builtin --out " +
+                                      model,
+                                  true)
+                  .first,
+              0);
 
     // Facts as `probe` writes them on each host, with the programs the live probe finds in `bin` (so the plan's
     // binary paths come from the probes, as on a real cluster) and one core each (three processes, 2 CPUs).
@@ -144,8 +149,9 @@ TEST(ClusterLive, GeneratedCommandsServeACompletionOnLoopback) {
     const int rpc_port = free_port(), http_port = free_port();
     const std::string out = dir / "cluster";
     auto [rc, text] = test::run_moestream("plan --target llama-rpc --model " + model + " --head " + head + "@127.0.0.1 --worker " + w1 +
-                                          "@127.0.0.2 --worker " + w2 + "@127.0.0.3 --rpc-port " + std::to_string(rpc_port) +
-                                          " --port " + std::to_string(http_port) + " --ctx 512 --out " + out, true);
+                                              "@127.0.0.2 --worker " + w2 + "@127.0.0.3 --rpc-port " + std::to_string(rpc_port) + " --port " +
+                                              std::to_string(http_port) + " --ctx 512 --out " + out,
+                                          true);
     ASSERT_EQ(rc, 0) << text;
     // No FAIL row (a build from a source tree without git WARNs: its builds cannot be compared).
     auto [check_rc, check_out] = test::run_moestream("check --cluster " + out + "/cluster.yaml", true);
@@ -161,9 +167,9 @@ TEST(ClusterLive, GeneratedCommandsServeACompletionOnLoopback) {
         ASSERT_NE(command.find(bin), std::string::npos) << "the probe's path is not in the unit: " << command;
         ASSERT_NE(unit.find("Environment=LLAMA_CACHE="), std::string::npos) << unit;
         fs::create_directories(dir / ("cache" + std::to_string(i)));
-        workers.push_back(std::make_unique<Started>(command, dir / ("worker" + std::to_string(i) + ".log"),
-                                                    std::vector<std::string>{"LLAMA_CACHE=" + dir / ("cache" + std::to_string(i)),
-                                                                             "GGML_RPC_DEBUG=1"}));
+        workers.push_back(
+            std::make_unique<Started>(command, dir / ("worker" + std::to_string(i) + ".log"),
+                                      std::vector<std::string>{"LLAMA_CACHE=" + dir / ("cache" + std::to_string(i)), "GGML_RPC_DEBUG=1"}));
     }
     for (int i = 0; i < 2; ++i) {
         for (int t = 0; t < 300 && !listening(addresses[i], rpc_port) && workers[i]->running(); ++t)

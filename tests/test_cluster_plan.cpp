@@ -71,7 +71,8 @@ ClusterOptions three_hosts(const std::string& worker2_address = "10.0.0.3") {
     ClusterOptions o;
     o.model_path = "/models/glm.gguf";
     o.head = {"head", "10.0.0.1", fixture_host("laptop-1node-smt"), 20e9};
-    o.workers = {{"worker1", "10.0.0.2", fixture_host("server-2socket-nvme-node1"), 40e9}, {"worker2", worker2_address, fixture_host("thp-never"), 15e9}};
+    o.workers = {{"worker1", "10.0.0.2", fixture_host("server-2socket-nvme-node1"), 40e9},
+                 {"worker2", worker2_address, fixture_host("thp-never"), 15e9}};
     o.rpc_server_binary = "/bin/true";  // verify wants an executable; the real one is rpc-server
     o.llama_server_binary = "/bin/true";
     return o;
@@ -105,9 +106,7 @@ TEST(ClusterPlan, PlacementCoversTheModelWithinEveryBudget) {
     try {
         make_cluster_plan(huge, three_hosts());
         ADD_FAILURE() << "a model beyond every budget was planned";
-    } catch (const PlanError& e) {
-        EXPECT_NE(std::string(e.what()).find("budgets add up to"), std::string::npos) << e.what();
-    }
+    } catch (const PlanError& e) { EXPECT_NE(std::string(e.what()).find("budgets add up to"), std::string::npos) << e.what(); }
     ClusterOptions no_address = three_hosts();
     no_address.workers[0].address.clear();
     EXPECT_THROW(make_cluster_plan(m, no_address), PlanError);
@@ -211,7 +210,11 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --ffn 64 "
-                                  "--vocab-builtin --out " + model, true).first, 0);
+                                  "--vocab-builtin --out " +
+                                      model,
+                                  true)
+                  .first,
+              0);
     auto write_facts = [&](const std::string& name, HostFacts h) {
         std::ofstream(dir / name) << to_json(h).dump();
         return dir / name;
@@ -224,7 +227,9 @@ TEST(ClusterPlan, RegenShowsWhatChangedPerHost) {
     const std::string w2 = write_facts("w2.json", small);
     const std::string out = dir / "cluster";
     auto [rc, text] = test::run_moestream("plan --target llama-rpc --model " + model + " --head " + head + "@10.0.0.1 --worker " + w1 +
-                                          "@10.0.0.2 --worker " + w2 + "@10.0.0.3 --rpc-server-binary /bin/true --llama-server-binary /bin/true --out " + out, true);
+                                              "@10.0.0.2 --worker " + w2 +
+                                              "@10.0.0.3 --rpc-server-binary /bin/true --llama-server-binary /bin/true --out " + out,
+                                          true);
     ASSERT_EQ(rc, 0) << text;
     // The head's stage uses its measured bandwidth; the workers' facts carry none, so --mem-gbps.
     const std::string plan_yaml = read_file(out + "/cluster.yaml");
@@ -260,7 +265,8 @@ TEST(ClusterPlan, ProbeFindsLlamaCppProgramsAndTheirBuild) {
     const LlamaCppFacts f = probe_llama_cpp(dir / "bin");
     ASSERT_TRUE(f.probed);
     auto find = [&](const std::string& name) -> const LlamaCppBinary* {
-        for (const auto& b : f.binaries) if (b.path == dir / ("bin/" + name)) return &b;
+        for (const auto& b : f.binaries)
+            if (b.path == dir / ("bin/" + name)) return &b;
         return nullptr;
     };
     ASSERT_TRUE(find("llama-server") && find("ggml-rpc-server") && find("rpc-server"));
@@ -289,13 +295,18 @@ TEST(ClusterPlan, DefaultBinariesAreFoundNotAssumed) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --experts 4 --experts-used 2 --ffn 64 "
-                                  "--vocab-builtin --out " + model, true).first, 0);
+                                  "--vocab-builtin --out " +
+                                      model,
+                                  true)
+                  .first,
+              0);
     auto write_facts = [&](const std::string& name, const HostFacts& h) {
         std::ofstream(dir / name) << to_json(h).dump();
         return dir / name;
     };
     const std::string head = write_facts("head.json", with_programs(fixture_host("laptop-1node-smt"), "llama-server", "/opt/llama/bin/llama-server"));
-    const std::string w1 = write_facts("w1.json", with_programs(fixture_host("server-2socket-nvme-node1"), "rpc-server", "/opt/llama/bin/ggml-rpc-server"));
+    const std::string w1 = write_facts("w1.json",
+                                       with_programs(fixture_host("server-2socket-nvme-node1"), "rpc-server", "/opt/llama/bin/ggml-rpc-server"));
     const std::string w2 = write_facts("w2.json", with_programs(fixture_host("thp-never"), "rpc-server", "/opt/llama/bin/ggml-rpc-server"));
     const std::string hosts = " --head " + head + "@10.0.0.1 --worker " + w1 + "@10.0.0.2 --worker " + w2 + "@10.0.0.3";
     auto plan = [&](const std::string& path_env, const std::string& hosts_args, const std::string& out) {
@@ -308,7 +319,8 @@ TEST(ClusterPlan, DefaultBinariesAreFoundNotAssumed) {
     EXPECT_NE(read_file(dir / "c1/worker1/rpc-server.service").find("ExecStart=/opt/llama/bin/ggml-rpc-server -H 10.0.0.2"), std::string::npos);
     EXPECT_NE(read_file(dir / "c1/head/launch.sh").find("/opt/llama/bin/llama-server"), std::string::npos);
     const std::string yaml1 = read_file(dir / "c1/cluster.yaml");
-    EXPECT_NE(yaml1.find("rpc_server_binary: \"/opt/llama/bin/ggml-rpc-server: found running by the probe of worker1, worker2\""), std::string::npos) << yaml1;
+    EXPECT_NE(yaml1.find("rpc_server_binary: \"/opt/llama/bin/ggml-rpc-server: found running by the probe of worker1, worker2\""), std::string::npos)
+        << yaml1;
     auto [ok, ok_out] = test::run_moestream("check --cluster " + dir / "c1/cluster.yaml", true);
     EXPECT_EQ(ok, 0) << ok_out;
     EXPECT_NE(ok_out.find("7001 (abcdef1) on head, worker1, worker2"), std::string::npos) << ok_out;

@@ -75,8 +75,10 @@ std::string faultfs_missing() {
 
 std::string make_repacked_model(const std::string& dir) {
     const std::string model = dir + "/m.gguf";
-    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers", "3", "--embd", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64", "--experts", "16",
-                             "--experts-used", "4", "--ffn", "256", "--vocab-builtin", "--type", "q4_k_m", "--seed", "5", "--out", model}),
+    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers",       "3",      "--embd",     "256",   "--heads",
+                             "4",       "--kv-heads",     "2",      "--head-dim", "64",    "--experts",
+                             "16",      "--experts-used", "4",      "--ffn",      "256",   "--vocab-builtin",
+                             "--type",  "q4_k_m",         "--seed", "5",          "--out", model}),
               0);
     EXPECT_EQ(cli::dispatch({"repack", model}), 0);
     return model;
@@ -114,7 +116,9 @@ struct NotifySocket {
         addr.sun_family = AF_UNIX;
         std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
         EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-        struct timeval tv {0, 200000};
+        struct timeval tv {
+            0, 200000
+        };
         ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     }
     ~NotifySocket() { ::close(fd); }
@@ -224,8 +228,10 @@ TEST(DiskFaults, ABadExpertFailsOnlyTheRequestThatNeedsIt) {
     const std::string src = dir / "src", mnt = dir / "mnt", model = src + "/m.gguf";
     fs::create_directories(src);
     fs::create_directories(mnt);
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32", "--experts", "32",
-                             "--experts-used", "2", "--ffn", "128", "--vocab-builtin", "--type", "q8_0", "--seed", "4", "--out", model}),
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",       "2",      "--embd",     "128",   "--heads",
+                             "2",       "--kv-heads",     "1",      "--head-dim", "32",    "--experts",
+                             "32",      "--experts-used", "2",      "--ffn",      "128",   "--vocab-builtin",
+                             "--type",  "q8_0",           "--seed", "4",          "--out", model}),
               0);
     GgufModel file = open_gguf_model(model);
     const auto ram = load_model(file);

@@ -27,9 +27,10 @@ namespace {
 
 std::string make_model(const test::TempDir& dir, const std::string& name, const std::string& seed = "5") {
     const std::string out = dir / name;
-    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers", "3", "--embd", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
-                             "--experts", "16", "--experts-used", "4", "--ffn", "256", "--vocab-builtin", "--type", "q4_k_m",
-                             "--seed", seed, "--out", out}),
+    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers",       "3",      "--embd",     "256",   "--heads",
+                             "4",       "--kv-heads",     "2",      "--head-dim", "64",    "--experts",
+                             "16",      "--experts-used", "4",      "--ffn",      "256",   "--vocab-builtin",
+                             "--type",  "q4_k_m",         "--seed", seed,         "--out", out}),
               0);
     return out;
 }
@@ -53,9 +54,7 @@ std::string what_refuses(const std::string& store, const GgufModel& file) {
     auto layout = load_model_layout(file);
     try {
         ExpertStore s(store, file, expert_layers(*layout));
-    } catch (const ExpertStoreError& e) {
-        return e.what();
-    }
+    } catch (const ExpertStoreError& e) { return e.what(); }
     return "";
 }
 
@@ -156,7 +155,8 @@ TEST(ExpertStore, StoreOfAnotherGgufIsRefusedWithTheReason) {
     EXPECT_EQ(dynamic_cast<StreamingExpertSource&>(*m->experts).store(), nullptr);
     EXPECT_NE(note.find("expert store not used, reading the GGUF"), std::string::npos) << note;
     EXPECT_EQ(test::greedy_logits(*m, kPrompt, 2), test::greedy_logits(*load_model(fb), kPrompt, 2));
-    auto [rc, out] = test::run_moestream("run -m " + b + " --ram-budget " + test::budget_plus_working(b, 3u << 20, 256) + " -c 256 --prompt hi -n 2 --expert-store " + ExpertStore::path_for(b));
+    auto [rc, out] = test::run_moestream("run -m " + b + " --ram-budget " + test::budget_plus_working(b, 3u << 20, 256) +
+                                         " -c 256 --prompt hi -n 2 --expert-store " + ExpertStore::path_for(b));
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("--expert-store: " + ExpertStore::path_for(b) + ": made from a different GGUF"), std::string::npos) << out;
     // repack notices the stale store and writes a new one.
@@ -187,13 +187,28 @@ TEST(ExpertStore, TruncatedOrHostileStoresAreRefused) {
     EXPECT_NE(truncated(100).find("truncated (100 bytes"), std::string::npos);
     EXPECT_NE(truncated(fs::file_size(good) / 2).find("its header says " + std::to_string(fs::file_size(good))), std::string::npos);
     EXPECT_NE(damaged([](std::fstream& f) { f.put('X'); }).find("not a moestream expert store"), std::string::npos);
-    EXPECT_NE(damaged([](std::fstream& f) { f.seekp(8); f.put('\x07'); }).find("store version 7"), std::string::npos);
-    // A hostile layer count is caught before it sizes anything.
-    EXPECT_NE(damaged([](std::fstream& f) { f.seekp(40); f.write("\xff\xff\xff\x7f", 4); }).find("made for a model of 2147483647 layers"),
+    EXPECT_NE(damaged([](std::fstream& f) {
+                  f.seekp(8);
+                  f.put('\x07');
+              }).find("store version 7"),
               std::string::npos);
-    EXPECT_NE(damaged([](std::fstream& f) { f.seekp(12); f.write("\x00\x00\x00\x40", 4); }).find("header size"), std::string::npos);
+    // A hostile layer count is caught before it sizes anything.
+    EXPECT_NE(damaged([](std::fstream& f) {
+                  f.seekp(40);
+                  f.write("\xff\xff\xff\x7f", 4);
+              }).find("made for a model of 2147483647 layers"),
+              std::string::npos);
+    EXPECT_NE(damaged([](std::fstream& f) {
+                  f.seekp(12);
+                  f.write("\x00\x00\x00\x40", 4);
+              }).find("header size"),
+              std::string::npos);
     // Any other header byte: the header checksum.
-    EXPECT_NE(damaged([](std::fstream& f) { f.seekp(70); f.put('\x01'); }).find("header checksum mismatch"), std::string::npos);
+    EXPECT_NE(damaged([](std::fstream& f) {
+                  f.seekp(70);
+                  f.put('\x01');
+              }).find("header checksum mismatch"),
+              std::string::npos);
     EXPECT_EQ(what_refuses(dir / "absent.experts", file).find(dir / "absent.experts"), 0u);
 }
 
@@ -228,7 +243,8 @@ TEST(ExpertStore, RepackIsIdempotentAndAtomic) {
 TEST(ExpertStore, RunPicksTheStoreUpAndSaysSo) {
     test::TempDir dir;
     const std::string model = make_model(dir, "m.gguf");
-    const std::string run = "run -m " + model + " --ram-budget " + test::budget_plus_working(model, 3u << 20, 256) + " -c 256 --prompt hello -n 8 --temp 0";
+    const std::string run = "run -m " + model + " --ram-budget " + test::budget_plus_working(model, 3u << 20, 256) +
+                            " -c 256 --prompt hello -n 8 --temp 0";
     auto [rc0, before] = test::run_moestream(run);
     ASSERT_EQ(rc0, 0) << before;
     EXPECT_NE(before.find("no expert store (moestream repack writes one"), std::string::npos) << before;
@@ -254,7 +270,8 @@ TEST(ExpertStore, ServeCountsStoreLoadsInMetrics) {
     const std::string body = R"({"model":"m","prompt":"hello there","max_tokens":8,"temperature":0})";
     std::string texts[2];
     for (int with_store = 0; with_store < 2; ++with_store) {
-        test::Server s(model, {"--ram-budget", test::budget_plus_working(model, 3u << 20, 256), "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
+        test::Server s(
+            model, {"--ram-budget", test::budget_plus_working(model, 3u << 20, 256), "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
         ASSERT_NE(s.port(), 0);
         auto r = test::request(s.port(), "POST", "/v1/completions", body);
         ASSERT_EQ(r.status, 200) << r.body;

@@ -16,8 +16,8 @@ namespace {
 
 std::string mkmodel(const test::TempDir& dir, const std::string& name, std::vector<std::string> options) {
     const std::string out = dir / (name + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--layers", "2", "--embd", "128", "--heads", "4", "--experts", "4",
-                                     "--experts-used", "2", "--ffn", "64", "--seed", "11", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--layers", "2",     "--embd", "128",    "--heads", "4",     "--experts",
+                                     "4",       "--experts-used",  "2",        "--ffn", "64",     "--seed", "11",      "--out", out};
     args.insert(args.end(), options.begin(), options.end());
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;

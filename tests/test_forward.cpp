@@ -60,17 +60,67 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
     // ik_llama.cpp's types (random well-formed blocks: mkmodel has no encoder for them), computed with ik's graph:
     // a table type, an offset-kernel one, a trellis one, Q6_0 and an interleaved one.
-    {"qwen3moe-iq4_ks", Flavor::Avx2, [] { auto o = qwen3("iq4_ks"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
-    {"qwen3moe-iq5_ks", Flavor::Avx2, [] { auto o = qwen3("iq5_ks"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
-    {"qwen3moe-iq3_k", Flavor::Avx2, [] { auto o = qwen3("iq3_k"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
-    {"qwen3moe-iq2_kt", Flavor::Avx2, [] { auto o = qwen3("iq2_kt"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
-    {"qwen3moe-q6_0", Flavor::Avx2, [] { auto o = qwen3("q6_0"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
-    {"qwen3moe-iq4_ks_r4", Flavor::Avx2, [] { auto o = qwen3("iq4_ks_r4"); o.insert(o.end(), {"--random-blocks"}); return o; }()},
+    {"qwen3moe-iq4_ks", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq4_ks");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq5_ks", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq5_ks");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq3_k", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq3_k");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq2_kt", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq2_kt");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-q6_0", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q6_0");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq4_ks_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq4_ks_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
-    {"qwen3moe-iq2_xs", Flavor::Avx2, [] { auto o = qwen3("iq2_xs"); o.push_back("--random-blocks"); return o; }()},
-    {"qwen3moe-iq2_s", Flavor::Avx512, [] { auto o = qwen3("iq2_s"); o.push_back("--random-blocks"); return o; }()},
-    {"qwen3moe-iq1_s", Flavor::Avx512, [] { auto o = qwen3("iq1_s"); o.push_back("--random-blocks"); return o; }()},
-    {"qwen3moe-iq1_m", Flavor::Avx2, [] { auto o = qwen3("iq1_m"); o.push_back("--random-blocks"); return o; }()},
+    {"qwen3moe-iq2_xs", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq2_xs");
+         o.push_back("--random-blocks");
+         return o;
+     }()},
+    {"qwen3moe-iq2_s", Flavor::Avx512,
+     [] {
+         auto o = qwen3("iq2_s");
+         o.push_back("--random-blocks");
+         return o;
+     }()},
+    {"qwen3moe-iq1_s", Flavor::Avx512,
+     [] {
+         auto o = qwen3("iq1_s");
+         o.push_back("--random-blocks");
+         return o;
+     }()},
+    {"qwen3moe-iq1_m", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq1_m");
+         o.push_back("--random-blocks");
+         return o;
+     }()},
     {"qwen3moe-q5_0", Flavor::Avx512, qwen3("q5_0")},
     {"qwen3moe-q5_1", Flavor::Avx2, qwen3("q5_1")},
     {"qwen3moe-q2_k", Flavor::Avx512, qwen3("q2_k")},  // AVX-512 builds repack Q2_K
@@ -78,8 +128,9 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q3_k", Flavor::Avx2, qwen3("q3_k")},
     {"qwen3moe-iq4_nl", Flavor::Avx2, qwen3("iq4_nl")},
     // 5 heads of 34: attn_q has 170 rows, not repacked, so batches take llamafile's IQ4_NL GEMM
-    {"qwen3moe-iq4_nl-odd-rows", Flavor::Avx2, {"--arch", "qwen3moe", "--layers", "2", "--heads", "5", "--kv-heads", "1",
-                                                 "--head-dim", "34", "--tie-output", "--type", "iq4_nl"}},
+    {"qwen3moe-iq4_nl-odd-rows",
+     Flavor::Avx2,
+     {"--arch", "qwen3moe", "--layers", "2", "--heads", "5", "--kv-heads", "1", "--head-dim", "34", "--tie-output", "--type", "iq4_nl"}},
     {"qwen3moe-iq4_xs", Flavor::Avx512, qwen3("iq4_xs")},
     {"qwen3moe-mxfp4", Flavor::Avx2, qwen3("mxfp4")},
     {"qwen3moe-tq1_0", Flavor::Avx2, qwen3("tq1_0")},
@@ -87,45 +138,103 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-dynamic", Flavor::Avx2, {"--arch", "qwen3moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--type", "dynamic"}},
     // GQA with biases, partial RoPE, q/k norm; a dense first layer; sigmoid routing with a bias, norm and scale;
     // a shared expert.
-    {"glm4moe-q8_0", Flavor::Avx2, {"--arch", "glm4moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--rope-dims", "16",
-                                    "--dense-layers", "1", "--shared-experts", "1", "--probs-bias", "--norm-weights",
-                                    "--weights-scale", "2.5", "--type", "q8_0"}},
-    {"glm4moe-f16", Flavor::Avx512, {"--arch", "glm4moe", "--layers", "2", "--kv-heads", "4", "--head-dim", "64",
-                                     "--shared-experts", "2", "--type", "f16"}},
+    {"glm4moe-q8_0", Flavor::Avx2, {"--arch",          "glm4moe", "--layers",       "3",   "--kv-heads",       "2", "--head-dim",   "32",
+                                    "--rope-dims",     "16",      "--dense-layers", "1",   "--shared-experts", "1", "--probs-bias", "--norm-weights",
+                                    "--weights-scale", "2.5",     "--type",         "q8_0"}},
+    {"glm4moe-f16",
+     Flavor::Avx512,
+     {"--arch", "glm4moe", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--shared-experts", "2", "--type", "f16"}},
     // MLA with q-LoRA, groups of experts, sigmoid + bias, and a NextN block.
-    {"deepseek2-f16", Flavor::Avx2, {"--arch", "deepseek2", "--layers", "3", "--experts", "16", "--experts-used", "4",
-                                     "--dense-layers", "1", "--shared-experts", "1", "--groups", "4", "--groups-used", "2",
-                                     "--gating", "sigmoid", "--probs-bias", "--norm-weights", "--weights-scale", "2.5",
-                                     "--nextn", "1", "--type", "f16"}},
+    {"deepseek2-f16",
+     Flavor::Avx2,
+     {"--arch",           "deepseek2", "--layers", "3", "--experts",     "16", "--experts-used", "4",       "--dense-layers", "1",
+      "--shared-experts", "1",         "--groups", "4", "--groups-used", "2",  "--gating",       "sigmoid", "--probs-bias",   "--norm-weights",
+      "--weights-scale",  "2.5",       "--nextn",  "1", "--type",        "f16"}},
     // MLA without q-LoRA, softmax routing, YaRN (DeepSeek-V2's mscale), F32 per-head matmuls.
-    {"deepseek2-f32-yarn", Flavor::Avx512, {"--arch", "deepseek2", "--layers", "2", "--q-lora", "0", "--yarn-factor", "40",
-                                            "--yarn-orig-ctx", "16", "--yarn-log-mul", "0.0707", "--type", "f32"}},
-    {"deepseek2-q4_k_m", Flavor::Avx2, {"--arch", "deepseek2", "--layers", "2", "--q-lora", "256", "--kv-lora", "256",
-                                        "--qk-nope", "128", "--qk-rope", "64", "--v-head", "128", "--shared-experts", "1", "--type", "q4_k_m"}},
+    {"deepseek2-f32-yarn",
+     Flavor::Avx512,
+     {"--arch", "deepseek2", "--layers", "2", "--q-lora", "0", "--yarn-factor", "40", "--yarn-orig-ctx", "16", "--yarn-log-mul", "0.0707", "--type",
+      "f32"}},
+    {"deepseek2-q4_k_m",
+     Flavor::Avx2,
+     {"--arch", "deepseek2", "--layers", "2", "--q-lora", "256", "--kv-lora", "256", "--qk-nope", "128", "--qk-rope", "64", "--v-head", "128",
+      "--shared-experts", "1", "--type", "q4_k_m"}},
     // The DSA indexer with a top-k far below the prompt, full and shared indexer layers.
-    {"glm-dsa-f16", Flavor::Avx2, {"--arch", "glm-dsa", "--layers", "4", "--dense-layers", "1", "--shared-experts", "1",
-                                   "--indexer-top-k", "5", "--indexer-types", "1011", "--probs-bias", "--norm-weights",
-                                   "--nextn", "1", "--type", "f16"}},
-    {"glm-dsa-q8_0", Flavor::Avx512, {"--arch", "glm-dsa", "--layers", "3", "--indexer-heads", "4", "--indexer-dim", "128",
-                                      "--indexer-top-k", "7", "--indexer-types", "110", "--type", "q8_0"}},
+    {"glm-dsa-f16",
+     Flavor::Avx2,
+     {"--arch", "glm-dsa", "--layers", "4", "--dense-layers", "1", "--shared-experts", "1", "--indexer-top-k", "5", "--indexer-types", "1011",
+      "--probs-bias", "--norm-weights", "--nextn", "1", "--type", "f16"}},
+    {"glm-dsa-q8_0",
+     Flavor::Avx512,
+     {"--arch", "glm-dsa", "--layers", "3", "--indexer-heads", "4", "--indexer-dim", "128", "--indexer-top-k", "7", "--indexer-types", "110",
+      "--type", "q8_0"}},
     // Hybrid: gated DeltaNet layers (tiled v heads, conv window, recurrent state across chunks) and gated full
     // attention with partial interleaved RoPE; the shared expert behind its sigmoid gate; an MTP block.
-    {"qwen35moe-q8_0", Flavor::Avx2, {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                      "--shared-experts", "1", "--type", "q8_0"}},
-    {"qwen35moe-f32", Flavor::Avx512, {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "4", "--head-dim", "32",
-                                       "--ssm-state", "64", "--ssm-k-heads", "2", "--ssm-v-heads", "8", "--ssm-conv", "3",
-                                       "--full-attention-interval", "2", "--shared-experts", "2", "--nextn", "1", "--type", "f32"}},
-    {"qwen35moe-q4_k_m", Flavor::Avx2, {"--arch", "qwen35moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "64",
-                                        "--ssm-state", "128", "--ssm-k-heads", "1", "--ssm-v-heads", "2", "--full-attention-interval", "3",
-                                        "--shared-experts", "1", "--type", "q4_k_m"}},
+    {"qwen35moe-q8_0",
+     Flavor::Avx2,
+     {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--shared-experts", "1", "--type", "q8_0"}},
+    {"qwen35moe-f32",
+     Flavor::Avx512,
+     {"--arch",
+      "qwen35moe",
+      "--layers",
+      "4",
+      "--kv-heads",
+      "4",
+      "--head-dim",
+      "32",
+      "--ssm-state",
+      "64",
+      "--ssm-k-heads",
+      "2",
+      "--ssm-v-heads",
+      "8",
+      "--ssm-conv",
+      "3",
+      "--full-attention-interval",
+      "2",
+      "--shared-experts",
+      "2",
+      "--nextn",
+      "1",
+      "--type",
+      "f32"}},
+    {"qwen35moe-q4_k_m",
+     Flavor::Avx2,
+     {"--arch",
+      "qwen35moe",
+      "--layers",
+      "3",
+      "--kv-heads",
+      "2",
+      "--head-dim",
+      "64",
+      "--ssm-state",
+      "128",
+      "--ssm-k-heads",
+      "1",
+      "--ssm-v-heads",
+      "2",
+      "--full-attention-interval",
+      "3",
+      "--shared-experts",
+      "1",
+      "--type",
+      "q4_k_m"}},
     // gpt-oss: sinks, sliding-window layers (a window far below the prompts: tiles and one-row views cut by it),
     // biased router and experts, softmax over the chosen logits, swiglu_oai's clamps; YaRN.
-    {"gpt-oss-q8_0", Flavor::Avx2, {"--arch", "gpt-oss", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--window", "5",
-                                    "--yarn-factor", "4", "--yarn-orig-ctx", "32", "--type", "q8_0"}},
-    {"gpt-oss-mxfp4", Flavor::Avx512, {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--window", "3",
-                                       "--experts", "16", "--experts-used", "4", "--type", "mxfp4"}},
-    {"gpt-oss-iq4_ks", Flavor::Avx2, {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "4",
-                                      "--type", "iq4_ks", "--random-blocks"}},  // ik's attention and routing with sinks and windows
+    {"gpt-oss-q8_0",
+     Flavor::Avx2,
+     {"--arch", "gpt-oss", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--window", "5", "--yarn-factor", "4", "--yarn-orig-ctx", "32",
+      "--type", "q8_0"}},
+    {"gpt-oss-mxfp4",
+     Flavor::Avx512,
+     {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--window", "3", "--experts", "16", "--experts-used", "4",
+      "--type", "mxfp4"}},
+    {"gpt-oss-iq4_ks",
+     Flavor::Avx2,
+     {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "4", "--type", "iq4_ks",
+      "--random-blocks"}},  // ik's attention and routing with sinks and windows
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};
@@ -188,7 +297,8 @@ TEST_P(FastVsReference, SameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, FastVsReference, ::testing::ValuesIn(kArchCases), [](const auto& info) {
     std::string n = info.param.name + "_" + kernels::flavor_name(info.param.flavor);
-    for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return n;
 });
 
@@ -198,8 +308,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, FastVsReference, ::testing::ValuesIn(kArchCases)
 TEST(HybridModel, PromptAtOnceInPartsAndTokenByTokenAgree) {
     test::TempDir dir;
     // F32 weights: with 8-bit activations a last-bit difference can flip a rounding and move logits by 0.05.
-    GgufModel file = open_gguf_model(make_model(dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                                             "--shared-experts", "1", "--type", "f32"}));
+    GgufModel file = open_gguf_model(make_model(
+        dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--shared-experts", "1", "--type", "f32"}));
     auto m = load_model(file);
     std::vector<int32_t> toks;
     for (int i = 0; i < 23; ++i) toks.push_back((i * 53 + 7) % 256);
@@ -232,8 +342,8 @@ TEST(HybridModel, PromptAtOnceInPartsAndTokenByTokenAgree) {
 // same logits, from RAM and streamed from disk.
 TEST(FusedGateUp, SameLogitsAsSeparateTensorsInRamAndStreamed) {
     test::TempDir dir;
-    const std::vector<std::string> shape = {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--shared-experts", "1",
-                                            "--type", "q8_0"};
+    const std::vector<std::string> shape = {"--arch",     "qwen35moe", "--layers",         "4", "--kv-heads", "2",
+                                            "--head-dim", "64",        "--shared-experts", "1", "--type",     "q8_0"};
     std::vector<std::string> fused_shape = shape;
     fused_shape.push_back("--fused-gate-up");
     GgufModel separate = open_gguf_model(make_model(dir, "separate", shape));
@@ -288,8 +398,8 @@ TEST(StreamedTypes, SameLogitsAsInRamForEveryWritableType) {
 // gives exactly what a fresh runner with the same batches gives.
 TEST(HybridModel, TruncateRestoresTheNewestCheckpointAtOrBelow) {
     test::TempDir dir;
-    GgufModel file = open_gguf_model(make_model(dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                                             "--type", "f32"}));
+    GgufModel file = open_gguf_model(
+        make_model(dir, "q35", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--type", "f32"}));
     auto m = load_model(file);
     std::vector<int32_t> a;
     for (int i = 0; i < 30; ++i) a.push_back((i * 29 + 3) % 256);
@@ -303,8 +413,8 @@ TEST(HybridModel, TruncateRestoresTheNewestCheckpointAtOrBelow) {
     r.checkpoint();  // at 20: the one at 8 is dropped (max 2)
     r.eval(std::span<const int32_t>(a.data() + 20, 10));
     EXPECT_EQ(r.checkpoint_count(), 2u);
-    EXPECT_EQ(r.truncate(30), 30);   // nothing to cut
-    EXPECT_EQ(r.truncate(18), 16);   // newest checkpoint at or below 18
+    EXPECT_EQ(r.truncate(30), 30);  // nothing to cut
+    EXPECT_EQ(r.truncate(18), 16);  // newest checkpoint at or below 18
     EXPECT_EQ(r.checkpoint_count(), 1u);
     std::vector<int32_t> b(a.begin(), a.begin() + 16);
     for (int i = 0; i < 6; ++i) b.push_back((i * 7 + 100) % 256);  // a different continuation
@@ -317,7 +427,6 @@ TEST(HybridModel, TruncateRestoresTheNewestCheckpointAtOrBelow) {
     EXPECT_EQ(r.truncate(5), 0);  // below every checkpoint: back to the start
     EXPECT_EQ(r.checkpoint_count(), 0u);
 }
-
 
 }  // namespace
 }  // namespace moe

@@ -24,8 +24,10 @@ class GenerationFaults : public ::testing::TestWithParam<std::string> {};
 TEST_P(GenerationFaults, AnUnreadableExpertFailsOnlyTheRequestThatNeedsIt) {
     test::TempDir dir;
     const std::string path = dir / "m.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", GetParam(), "--layers", "2", "--embd", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32", "--experts", "32",
-                             "--experts-used", "2", "--ffn", "128", "--vocab-builtin", "--type", "q8_0", "--seed", "4", "--out", path}),
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",     GetParam(), "--layers",        "2",      "--embd",    "128",    "--heads",
+                             "2",       "--kv-heads", "1",        "--head-dim",      "32",     "--experts", "32",     "--experts-used",
+                             "2",       "--ffn",      "128",      "--vocab-builtin", "--type", "q8_0",      "--seed", "4",
+                             "--out",   path}),
               0);
     GgufModel file = open_gguf_model(path);
     auto ram = load_model(file);

@@ -19,10 +19,11 @@ std::vector<uint8_t> small_file_bytes(const std::string& path) {
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i);
     tensors.push_back({"a.weight", {64}, GgmlType::F32, a});
     tensors.push_back({"b.weight", {32, 2}, GgmlType::Q8_0, std::vector<uint8_t>(68)});
-    write_gguf(path, {{"general.architecture", GgufValue::string("test")},
-                      {"test.count", GgufValue::u32(7)},
-                      {"test.list", GgufValue::string_array({"x", "yy", "zzz"})},
-                      {"test.floats", GgufValue::f32_array_of({1.f, 2.f})}},
+    write_gguf(path,
+               {{"general.architecture", GgufValue::string("test")},
+                {"test.count", GgufValue::u32(7)},
+                {"test.list", GgufValue::string_array({"x", "yy", "zzz"})},
+                {"test.floats", GgufValue::f32_array_of({1.f, 2.f})}},
                tensors, 64);
     std::ifstream f(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(f), {}};
@@ -54,9 +55,7 @@ TEST(Gguf, EveryTruncationIsACleanError) {
         try {
             parse_gguf(std::span(bytes.data(), n), "cut");
             ADD_FAILURE() << "truncation to " << n << " bytes was accepted";
-        } catch (const GgufError& e) {
-            EXPECT_NE(std::string(e.what()).find("cut:"), std::string::npos);
-        }
+        } catch (const GgufError& e) { EXPECT_NE(std::string(e.what()).find("cut:"), std::string::npos); }
     }
 }
 
@@ -72,9 +71,7 @@ TEST(Gguf, RandomCorruptionNeverCrashes) {
         try {
             GgufFile f = parse_gguf(bytes, "fuzz");
             for (const auto& t : f.tensors) ASSERT_LE(t.file_offset + t.nbytes, bytes.size());
-        } catch (const GgufError&) {
-            ++rejected;
-        }
+        } catch (const GgufError&) { ++rejected; }
     }
     EXPECT_GT(rejected, 1000);
 }
@@ -91,9 +88,7 @@ TEST(Gguf, HostileHeadersNameTheField) {
     auto message = [](const std::vector<uint8_t>& b) {
         try {
             parse_gguf(b, "h");
-        } catch (const GgufError& e) {
-            return std::string(e.what());
-        }
+        } catch (const GgufError& e) { return std::string(e.what()); }
         return std::string("accepted");
     };
     EXPECT_NE(message(header(0x12345678, 3, 0, 0)).find("bad magic"), std::string::npos);
@@ -118,9 +113,7 @@ TEST(Gguf, IkTypeIdsAndInterleavedRowCountsAreChecked) {
     auto message = [](const std::vector<uint8_t>& b) {
         try {
             parse_gguf(b, "ik.gguf");
-        } catch (const GgufError& e) {
-            return std::string(e.what());
-        }
+        } catch (const GgufError& e) { return std::string(e.what()); }
         return std::string("accepted");
     };
     EXPECT_NE(message(one_tensor(999, 4)).find("tensor 'w.bin': unknown ggml type 999"), std::string::npos) << message(one_tensor(999, 4));
@@ -153,8 +146,7 @@ TEST(Gguf, SplitFilesAreReadTogether) {
         return kv;
     };
     write_gguf(dir / "m-00001-of-00002.gguf", meta(0), {{"output_norm.weight", {64}, GgmlType::F32, std::vector<uint8_t>(256)}});
-    write_gguf(dir / "m-00002-of-00002.gguf", meta(1),
-               {{"blk.0.ffn_up_exps.weight", {32, 4, 2}, GgmlType::Q8_0, std::vector<uint8_t>(34 * 8)}});
+    write_gguf(dir / "m-00002-of-00002.gguf", meta(1), {{"blk.0.ffn_up_exps.weight", {32, 4, 2}, GgmlType::Q8_0, std::vector<uint8_t>(34 * 8)}});
     ModelFacts f = read_model_facts(dir / "m-00001-of-00002.gguf");
     EXPECT_EQ(f.files.size(), 2u);
     EXPECT_EQ(f.resident_bytes, 256u);
@@ -166,9 +158,7 @@ TEST(Gguf, SplitFilesAreReadTogether) {
     try {
         open_gguf_model(dir / "m-00002-of-00002.gguf");
         FAIL() << "accepted a non-first split";
-    } catch (const GgufError& e) {
-        EXPECT_NE(std::string(e.what()).find("first split"), std::string::npos) << e.what();
-    }
+    } catch (const GgufError& e) { EXPECT_NE(std::string(e.what()).find("first split"), std::string::npos) << e.what(); }
     std::filesystem::remove(dir / "m-00002-of-00002.gguf");
     EXPECT_THROW(open_gguf_model(dir / "m-00001-of-00002.gguf"), GgufError);
 }

@@ -61,13 +61,15 @@ TEST(HttpRequestReader, LimitsAreExactAndNamed) {
         const Read body = read("POST / HTTP/1.1\r\nContent-Length: 17\r\n\r\n" + std::string(17, 'b'), piece, limits);
         EXPECT_EQ(body.error, 413) << piece;
         EXPECT_EQ(body.message, "request body exceeds 16 bytes");
-        const Read chunked = read("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n123456789\r\n9\r\n123456789\r\n0\r\n\r\n", piece, limits);
+        const Read chunked = read("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n123456789\r\n9\r\n123456789\r\n0\r\n\r\n", piece,
+                                  limits);
         EXPECT_EQ(chunked.error, 413) << piece;
     }
     // A final chunk whose trailer is malformed and arrives a byte at a time: Boost 1.74's Beast asserts on it
     // in debug builds; the reader, built as shipped, refuses it.
     using namespace std::string_literals;
-    const Read trailer = read("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n{\"a\"\r\n\0\0\0\0\0\0\0\0\n:1}\r\n0\r/a HTTP/1.1\r\n\r\n"s, 1, limits);
+    const Read trailer = read("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n{\"a\"\r\n\0\0\0\0\0\0\0\0\n:1}\r\n0\r/a HTTP/1.1\r\n\r\n"s,
+                              1, limits);
     EXPECT_EQ(trailer.error, 400) << trailer.message;
     EXPECT_EQ(read("GARBAGE\r\n\r\n", 3, limits).error, 400);
 }

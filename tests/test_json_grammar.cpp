@@ -40,13 +40,13 @@ TEST(JsonGrammar, AcceptsWhatTheSchemaAllowsAndNothingElse) {
     EXPECT_FALSE(accepts(kSchema, R"({"name":"a","age":1,"age":2})"));    // no key twice
     EXPECT_FALSE(accepts(kSchema, R"({"name":"a","age":01})"));
     EXPECT_FALSE(accepts(kSchema, R"({"name":"a","age":1,"child":{"v":true,"w":1}})"));
-    EXPECT_FALSE(accepts(kSchema, "{\"name\":\"a\nb\",\"age\":1}"));     // raw control character
+    EXPECT_FALSE(accepts(kSchema, "{\"name\":\"a\nb\",\"age\":1}"));  // raw control character
     EXPECT_FALSE(accepts(kSchema, R"( {"name":"a","age":1})"));
     EXPECT_FALSE(accepts(kSchema, "{\"name\":\"\xc3\",\"age\":1}"));  // a UTF-8 character cut short
     EXPECT_FALSE(accepts(kSchema, "{\"name\":\"\xa9\",\"age\":1}"));  // a stray continuation byte
-    EXPECT_FALSE(accepts(kSchema, R"({"name":"\udae9","age":1})"));      // a lone surrogate
+    EXPECT_FALSE(accepts(kSchema, R"({"name":"\udae9","age":1})"));   // a lone surrogate
     EXPECT_TRUE(accepts(kSchema, R"({"name":"\ud83d\ude00","age":1})"));
-    EXPECT_TRUE(accepts(json::parse(R"({"type":"integer"})"), "-42"));  // a number may end the output
+    EXPECT_TRUE(accepts(json::parse(R"({"type":"integer"})"), "-42"));                 // a number may end the output
     EXPECT_FALSE(accepts(json::parse(R"({"type":"integer"})"), "12345678901234567"));  // at most 16 digits
     EXPECT_TRUE(accepts(json::parse("{}"), R"([1, {"a": [null, "s"]}, true])"));
     EXPECT_TRUE(accepts(json::parse(R"({"type":"object"})"), R"({"any": {"x": [1]}})"));
@@ -56,9 +56,7 @@ TEST(JsonGrammar, AcceptsWhatTheSchemaAllowsAndNothingElse) {
         try {
             grammar_of(s);
             ADD_FAILURE() << kw;
-        } catch (const GrammarError& e) {
-            EXPECT_NE(std::string(e.what()).find(kw), std::string::npos) << e.what();
-        }
+        } catch (const GrammarError& e) { EXPECT_NE(std::string(e.what()).find(kw), std::string::npos) << e.what(); }
     }
     EXPECT_THROW(grammar_of(json::parse(R"({"$ref":"#/$defs/missing"})")), GrammarError);
     EXPECT_THROW(grammar_of(json::parse(R"({"type":"object","required":["x"]})")), GrammarError);
@@ -66,9 +64,7 @@ TEST(JsonGrammar, AcceptsWhatTheSchemaAllowsAndNothingElse) {
     try {
         grammar_of(json::parse(R"({"type":"string","nullable":"yes"})"));
         ADD_FAILURE() << "nullable: \"yes\" accepted";
-    } catch (const GrammarError& e) {
-        EXPECT_NE(std::string(e.what()).find("nullable must be true or false"), std::string::npos) << e.what();
-    }
+    } catch (const GrammarError& e) { EXPECT_NE(std::string(e.what()).find("nullable must be true or false"), std::string::npos) << e.what(); }
     EXPECT_TRUE(accepts(json::parse(R"({"type":"string","nullable":true})"), "null"));
 }
 
@@ -109,12 +105,14 @@ TEST(JsonGrammar, RandomWalksProduceValidJson) {
 
 TEST(JsonGrammar, VocabularyMaskEqualsCheckingEachToken) {
     // A vocabulary of single bytes, JSON fragments and multi-byte pieces (the mask walks a trie of them).
-    std::vector<std::string> pieces = {"", "{", "}", "\"", "\"name", "\":", "\": \"", "age", "\"age\": ", "1", "23", "-", ".", "e", "null", "true",
-                                       "[\"x\"", ",", ", ", " ", "\n", "a", "bc", "\xc3\xa9", "\xc3", "\xa9", "\\\"", "tags", "\":[\"", "x\"]"};
+    std::vector<std::string> pieces = {"",   "{", "}",  "\"",       "\"name", "\":",  "\": \"", "age",  "\"age\": ", "1",
+                                       "23", "-", ".",  "e",        "null",   "true", "[\"x\"", ",",    ", ",        " ",
+                                       "\n", "a", "bc", "\xc3\xa9", "\xc3",   "\xa9", "\\\"",   "tags", "\":[\"",    "x\"]"};
     for (int c = 32; c < 127; ++c) pieces.push_back(std::string(1, static_cast<char>(c)));
     auto vocab = std::make_shared<VocabTrie>(pieces);
     // The second schema's free strings take the mask's shortcut (plain tokens all allowed, the rest walked).
-    const auto free_text = json::parse(R"({"type":"object","properties":{"text":{"type":"string"},"more":{"type":"array","items":{"type":"string"}}}})");
+    const auto free_text = json::parse(
+        R"({"type":"object","properties":{"text":{"type":"string"},"more":{"type":"array","items":{"type":"string"}}}})");
     std::mt19937 rng(3);
     for (int walk = 0; walk < 80; ++walk) {
         TokenConstraint tc(grammar_of(walk % 2 ? kSchema : free_text), vocab);

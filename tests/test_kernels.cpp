@@ -15,7 +15,7 @@
 namespace moe {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                            GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 enum class Fill { Random, Zeros, Large, Tiny, OneHot };
@@ -51,8 +51,11 @@ Prepared prepare(GgmlType t, const std::vector<float>& w, const std::vector<floa
 // Lengths per type: floats also off the 16- and 64-element steps (tails), the others in whole blocks.
 std::vector<size_t> lengths_of(GgmlType t) {
     switch (t) {
-        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return {3, 48, 96, 256, 4096};
-        case GgmlType::Q8_0: case GgmlType::Q4_0: return {32, 96, 256, 4096};
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16: return {3, 48, 96, 256, 4096};
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0: return {32, 96, 256, 4096};
         default: return {256, 512, 4096};
     }
 }
@@ -67,8 +70,8 @@ TEST(Kernels, SimdMatchesScalarReference) {
         const kernels::KernelTable& ref = *c.ref;
         for (GgmlType type : kTypes) {
             const int id = static_cast<int>(type);
-            const std::pair<const char*, kernels::DotFn const*> slots[] = {{"dot", t->dot}, {"batch", t->dot_batch},
-                                                                           {"repacked", t->dot_repacked}, {"repacked-gemm", t->dot_repacked_gemm}};
+            const std::pair<const char*, kernels::DotFn const*> slots[] = {
+                {"dot", t->dot}, {"batch", t->dot_batch}, {"repacked", t->dot_repacked}, {"repacked-gemm", t->dot_repacked_gemm}};
             const kernels::DotFn* ref_slots[] = {ref.dot, ref.dot_batch, ref.dot_repacked, ref.dot_repacked_gemm};
             for (size_t k = 0; k < 4; ++k) {
                 const kernels::DotFn got_fn = slots[k].second[id], ref_fn = ref_slots[k][id];
@@ -82,8 +85,8 @@ TEST(Kernels, SimdMatchesScalarReference) {
                         const float got = got_fn(static_cast<int64_t>(n), p.w.data(), p.a.data());
                         // Exact integer sums and the reference's float order (for BF16 on this CPU's AVX-512 table,
                         // the VDPBF16PS instruction itself against the reference's emulation): bit-identical.
-                        EXPECT_EQ(got, want) << c.label << " " << type_name(id) << " " << slots[k].first
-                                             << " n=" << n << " fill=" << static_cast<int>(fw);
+                        EXPECT_EQ(got, want) << c.label << " " << type_name(id) << " " << slots[k].first << " n=" << n
+                                             << " fill=" << static_cast<int>(fw);
                         ++compared;
                     }
                 }
@@ -98,20 +101,19 @@ TEST(Kernels, SimdMatchesScalarReference) {
 TEST(Kernels, LlamaCppOrdersAreDistinct) {
     std::mt19937 rng(77);
     for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
-      const kernels::KernelTable& ref = kernels::reference_table(f);
-      for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
-                                std::pair{GgmlType::BF16, ref.dot_batch},
-                                std::pair{GgmlType::Q4_0, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked},
-                                std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
-        const int id = static_cast<int>(type);
-        int differ = 0;
-        for (int rep = 0; rep < 50; ++rep) {
-            auto w = make(4096, Fill::Random, rng), a = make(4096, Fill::Random, rng);
-            Prepared p = prepare(type, w, a);
-            differ += slot[id](4096, p.w.data(), p.a.data()) != ref.dot[id](4096, p.w.data(), p.a.data());
+        const kernels::KernelTable& ref = kernels::reference_table(f);
+        for (auto [type, slot] : {std::pair{GgmlType::F32, ref.dot_batch}, std::pair{GgmlType::F16, ref.dot_batch},
+                                  std::pair{GgmlType::BF16, ref.dot_batch}, std::pair{GgmlType::Q4_0, ref.dot_repacked},
+                                  std::pair{GgmlType::Q4_K, ref.dot_repacked}, std::pair{GgmlType::Q4_K, ref.dot_repacked_gemm}}) {
+            const int id = static_cast<int>(type);
+            int differ = 0;
+            for (int rep = 0; rep < 50; ++rep) {
+                auto w = make(4096, Fill::Random, rng), a = make(4096, Fill::Random, rng);
+                Prepared p = prepare(type, w, a);
+                differ += slot[id](4096, p.w.data(), p.a.data()) != ref.dot[id](4096, p.w.data(), p.a.data());
+            }
+            EXPECT_GT(differ, 0) << kernels::flavor_name(f) << " " << type_name(id);
         }
-        EXPECT_GT(differ, 0) << kernels::flavor_name(f) << " " << type_name(id);
-      }
     }
 }
 
@@ -164,30 +166,30 @@ TEST(Kernels, DotRowsEqualsDotPerRow) {
     for (const test::SimdCase& c : test::simd_cases()) {
         const kernels::KernelTable* t = c.table;
         for (GgmlType type : kTypes) {
-          const int id = static_cast<int>(type);
-          for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
+            const int id = static_cast<int>(type);
+            for (auto [rows_fn, dot_fn] : {std::pair{t->dot_rows[id], t->dot[id]}, std::pair{t->dot_rows_repacked[id], t->dot_repacked[id]},
                                            std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
-            if (!rows_fn) continue;
-            for (int64_t rows : {1, 7, 8, 19}) {
-              for (size_t n : {256u, 512u}) {  // Q8_0's 8-row path takes short rows; also check a 64-wide row below
-                const size_t rb = *row_bytes(type, n);
-                std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
-                for (int64_t r = 0; r < rows; ++r) {
-                    auto vals = make(n, r % 5 == 4 ? Fill::Zeros : Fill::Random, rng);
-                    kernels::quantize_row(type, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+                if (!rows_fn) continue;
+                for (int64_t rows : {1, 7, 8, 19}) {
+                    for (size_t n : {256u, 512u}) {  // Q8_0's 8-row path takes short rows; also check a 64-wide row below
+                        const size_t rb = *row_bytes(type, n);
+                        std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+                        for (int64_t r = 0; r < rows; ++r) {
+                            auto vals = make(n, r % 5 == 4 ? Fill::Zeros : Fill::Random, rng);
+                            kernels::quantize_row(type, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+                        }
+                        auto a = make(n, Fill::Random, rng);
+                        std::vector<uint8_t> act(kernels::activation_bytes(type, static_cast<int64_t>(n)));
+                        kernels::prepare_activations(type, a.data(), act.data(), static_cast<int64_t>(n));
+                        std::vector<float> out(static_cast<size_t>(rows));
+                        rows_fn(static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
+                        for (int64_t r = 0; r < rows; ++r)
+                            EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, act.data()))
+                                << c.label << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
+                        ++compared;
+                    }
                 }
-                auto a = make(n, Fill::Random, rng);
-                std::vector<uint8_t> act(kernels::activation_bytes(type, static_cast<int64_t>(n)));
-                kernels::prepare_activations(type, a.data(), act.data(), static_cast<int64_t>(n));
-                std::vector<float> out(static_cast<size_t>(rows));
-                rows_fn(static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
-                for (int64_t r = 0; r < rows; ++r)
-                    EXPECT_EQ(out[r], dot_fn(static_cast<int64_t>(n), w.data() + r * rb, act.data()))
-                        << c.label << " " << type_name(static_cast<uint32_t>(id)) << " row " << r << " of " << rows;
-                ++compared;
-              }
             }
-          }
         }
     }
     EXPECT_GT(compared, 0);
@@ -198,32 +200,35 @@ TEST(Kernels, Q8_0RowsOfSixtyFourMatchPerRow) {
     const size_t n = 64, rb = *row_bytes(GgmlType::Q8_0, n);
     REQUIRE_SIMD_TABLE();
     for (const test::SimdCase& c : test::simd_cases())
-    for (int64_t rows : {8, 13, 64}) {
-        const kernels::KernelTable* t = c.table;
-        std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) {
-            auto vals = make(n, Fill::Random, rng);
-            kernels::quantize_row(GgmlType::Q8_0, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+        for (int64_t rows : {8, 13, 64}) {
+            const kernels::KernelTable* t = c.table;
+            std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) {
+                auto vals = make(n, Fill::Random, rng);
+                kernels::quantize_row(GgmlType::Q8_0, vals.data(), w.data() + r * rb, static_cast<int64_t>(n));
+            }
+            auto a = make(n, Fill::Random, rng);
+            std::vector<uint8_t> act(kernels::activation_bytes(GgmlType::Q8_0, static_cast<int64_t>(n)));
+            kernels::prepare_activations(GgmlType::Q8_0, a.data(), act.data(), static_cast<int64_t>(n));
+            std::vector<float> out(static_cast<size_t>(rows));
+            t->dot_rows[8](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
+            for (int64_t r = 0; r < rows; ++r)
+                EXPECT_EQ(out[r], c.ref->dot[8](static_cast<int64_t>(n), w.data() + r * rb, act.data())) << c.label << " row " << r;
         }
-        auto a = make(n, Fill::Random, rng);
-        std::vector<uint8_t> act(kernels::activation_bytes(GgmlType::Q8_0, static_cast<int64_t>(n)));
-        kernels::prepare_activations(GgmlType::Q8_0, a.data(), act.data(), static_cast<int64_t>(n));
-        std::vector<float> out(static_cast<size_t>(rows));
-        t->dot_rows[8](static_cast<int64_t>(n), w.data(), rb, rows, act.data(), out.data());
-        for (int64_t r = 0; r < rows; ++r)
-            EXPECT_EQ(out[r], c.ref->dot[8](static_cast<int64_t>(n), w.data() + r * rb, act.data())) << c.label << " row " << r;
-    }
 }
 
 // The reference dot (with quantized activations) against exact float math on the dequantized weights:
 // what the activation quantization costs, per type.
 TEST(Kernels, ReferenceDotWithinQuantizationBudget) {
     std::mt19937 rng(99);
-    struct Budget { GgmlType t; double rel; };
+    struct Budget {
+        GgmlType t;
+        double rel;
+    };
     // Absolute, per sqrt(n) with unit-variance data: F32 exact; F16/BF16 activation rounding; 8-bit
     // activations (step amax/127 ~ 0.03) give ~0.015 per element, so 4e-2 leaves ~3 sigma.
-    const Budget budgets[] = {{GgmlType::F32, 1e-6}, {GgmlType::F16, 2e-3}, {GgmlType::BF16, 1.5e-2}, {GgmlType::Q8_0, 4e-2},
-                              {GgmlType::Q4_0, 4e-2}, {GgmlType::Q4_K, 4e-2}, {GgmlType::Q5_K, 4e-2}, {GgmlType::Q6_K, 4e-2}};
+    const Budget budgets[] = {{GgmlType::F32, 1e-6},  {GgmlType::F16, 2e-3},  {GgmlType::BF16, 1.5e-2}, {GgmlType::Q8_0, 4e-2},
+                              {GgmlType::Q4_0, 4e-2}, {GgmlType::Q4_K, 4e-2}, {GgmlType::Q5_K, 4e-2},   {GgmlType::Q6_K, 4e-2}};
     for (auto [type, rel] : budgets) {
         for (int rep = 0; rep < 20; ++rep) {
             const size_t n = 1024;
@@ -241,12 +246,15 @@ TEST(Kernels, ReferenceDotWithinQuantizationBudget) {
 
 TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
     std::mt19937 rng(7);
-    struct Budget { GgmlType t; double rms; };
-    const Budget budgets[] = {{GgmlType::F32, 0}, {GgmlType::F16, 1e-3}, {GgmlType::BF16, 8e-3}, {GgmlType::Q8_0, 1e-2},
-                              {GgmlType::Q6_K, 5e-2}, {GgmlType::Q5_K, 8e-2}, {GgmlType::Q4_K, 1.6e-1}, {GgmlType::Q4_0, 1.6e-1},
-                              {GgmlType::Q4_1, 1.3e-1}, {GgmlType::Q5_0, 8e-2}, {GgmlType::Q5_1, 7e-2}, {GgmlType::Q2_K, 4.5e-1},
-                              {GgmlType::Q3_K, 3e-1}, {GgmlType::IQ4_NL, 1.6e-1}, {GgmlType::IQ4_XS, 1.6e-1}, {GgmlType::MXFP4, 2.5e-1},
-                              {GgmlType::TQ1_0, 6e-1}, {GgmlType::TQ2_0, 6e-1}};
+    struct Budget {
+        GgmlType t;
+        double rms;
+    };
+    const Budget budgets[] = {{GgmlType::F32, 0},       {GgmlType::F16, 1e-3},      {GgmlType::BF16, 8e-3},     {GgmlType::Q8_0, 1e-2},
+                              {GgmlType::Q6_K, 5e-2},   {GgmlType::Q5_K, 8e-2},     {GgmlType::Q4_K, 1.6e-1},   {GgmlType::Q4_0, 1.6e-1},
+                              {GgmlType::Q4_1, 1.3e-1}, {GgmlType::Q5_0, 8e-2},     {GgmlType::Q5_1, 7e-2},     {GgmlType::Q2_K, 4.5e-1},
+                              {GgmlType::Q3_K, 3e-1},   {GgmlType::IQ4_NL, 1.6e-1}, {GgmlType::IQ4_XS, 1.6e-1}, {GgmlType::MXFP4, 2.5e-1},
+                              {GgmlType::TQ1_0, 6e-1},  {GgmlType::TQ2_0, 6e-1}};
     for (auto [type, budget] : budgets) {
         auto x = make(4096, Fill::Random, rng);
         std::vector<uint8_t> q(*row_bytes(type, x.size()));

@@ -23,7 +23,10 @@ std::vector<uint8_t> random_row(GgmlType t, size_t n, std::mt19937& rng) { retur
 // Byte offsets of a block's fp16 (or E8M0) scale fields, as laid out in blocks.h.
 std::vector<size_t> scale_bytes(GgmlType t) {
     switch (t) {
-        case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 1, 2, 3};
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: return {0, 1, 2, 3};
         case GgmlType::MXFP4: return {0};
         case GgmlType::Q2_K: return {80, 81, 82, 83};
         case GgmlType::Q3_K: return {108, 109};
@@ -34,7 +37,6 @@ std::vector<size_t> scale_bytes(GgmlType t) {
         default: return {0, 1};
     }
 }
-
 
 // Every computable block type (the float types have their own tests in test_kernels.cpp).
 std::vector<GgmlType> block_types() {
@@ -88,7 +90,8 @@ void apply_edge(GgmlType t, Edge e, std::vector<uint8_t>& row) {
             continue;
         }
         if (t == GgmlType::IQ1_M) {
-            for (int k = 0; k < 4; ++k) row[off + 48 + 2 * k + 1] = static_cast<uint8_t>((row[off + 48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+            for (int k = 0; k < 4; ++k)
+                row[off + 48 + 2 * k + 1] = static_cast<uint8_t>((row[off + 48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
             continue;
         }
         const size_t at = scale_bytes(t).front();
@@ -183,7 +186,8 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
                     for (int64_t r = 0; r < rows; ++r) {
                         const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data());
                         EXPECT_TRUE(std::memcmp(&want, &out[r], 4) == 0 || (std::isnan(want) && std::isnan(out[r])))
-                            << c.label << " " << type_name(static_cast<uint32_t>(type)) << " row " << r << " of " << rows << ": " << out[r] << " vs " << want;
+                            << c.label << " " << type_name(static_cast<uint32_t>(type)) << " row " << r << " of " << rows << ": " << out[r] << " vs "
+                            << want;
                     }
                     ++compared;
                 }
@@ -208,9 +212,10 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                 if (!test::simd_comparable(kernels::slot_type(id))) continue;
                 const auto ti = type_info(static_cast<uint32_t>(kernels::slot_type(id)));
                 if (ti && ti->interleave > 1) continue;  // no one-row dot (InterleavedRows below)
-                for (auto [tile_fn, dot_fn] : {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
-                                               std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]},
-                                               std::pair{t->tile_converted[id], t->dot_converted[id]}}) {
+                for (auto [tile_fn, dot_fn] :
+                     {std::pair{t->tile[id], t->dot[id]}, std::pair{t->tile_repacked[id], t->dot_repacked[id]},
+                      std::pair{t->tile_repacked_gemm[id], t->dot_repacked_gemm[id]}, std::pair{t->tile_batch[id], t->dot_batch[id]},
+                      std::pair{t->tile_converted[id], t->dot_converted[id]}}) {
                     if (!tile_fn) continue;
                     const GgmlType type = kernels::slot_type(id);
                     // Float weights also at a length with a tail past the orders' vector steps.
@@ -235,10 +240,11 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                                 tile_fn(static_cast<int64_t>(n), w.data(), rb, rows, a.data(), ab, n_tok, out.data(), stride);
                                 for (int k = 0; k < n_tok; ++k) {
                                     for (int64_t r = 0; r < rows; ++r) {
-                                        const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data() + k * ab), got = out[k * stride + r];
+                                        const float want = dot_fn(static_cast<int64_t>(n), w.data() + r * rb, a.data() + k * ab),
+                                                    got = out[k * stride + r];
                                         ASSERT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
-                                            << kernels::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " row " << r << " of " << rows << ", token " << k << " of " << n_tok
-                                            << ": " << got << " vs " << want;
+                                            << kernels::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " row " << r << " of "
+                                            << rows << ", token " << k << " of " << n_tok << ": " << got << " vs " << want;
                                     }
                                     for (int64_t r = rows; r < stride; ++r) ASSERT_EQ(out[k * stride + r], -1.f) << "wrote past the rows";
                                 }
@@ -357,7 +363,6 @@ TEST(Kernels, ReferenceDotEqualsDequantizedFloatSum) {
     std::printf("[ kernels  ] %d rows left out where ik's kernel saturates a pair sum\n", saturated);
 }
 
-
 }  // namespace
 }  // namespace moe
 
@@ -389,11 +394,13 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         const kernels::KernelTable& ref = kernels::reference_table();
         ASSERT_TRUE(ref.dot_rows[id]) << type_name(static_cast<uint32_t>(t));
         std::vector<float> want(rows * n_tok);
-        for (int k = 0; k < n_tok; ++k) ref.dot_rows[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want[k * rows]);
+        for (int k = 0; k < n_tok; ++k)
+            ref.dot_rows[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want[k * rows]);
         for (int k = 0; k < n_tok; ++k)
             for (size_t r = 0; r < rows; ++r) {  // the activations as the kernel sees them: quantized, so compare loosely
                 double sum = 0, mag = 0;
-                for (size_t j = 0; j < n; ++j) sum += static_cast<double>(wd[r * n + j]) * x[k][j], mag += std::fabs(static_cast<double>(wd[r * n + j]) * x[k][j]);
+                for (size_t j = 0; j < n; ++j)
+                    sum += static_cast<double>(wd[r * n + j]) * x[k][j], mag += std::fabs(static_cast<double>(wd[r * n + j]) * x[k][j]);
                 EXPECT_NEAR(want[k * rows + r], sum, 0.02 * mag + 1e-4) << type_name(static_cast<uint32_t>(t)) << " row " << r;
             }
         ++compared;  // the reference holds on every CPU; the SIMD tables below exist only where this CPU runs them
@@ -402,13 +409,16 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
             for (int k = 0; k < n_tok; ++k)  // rows 4..11 on their own: a range starting at the second group
                 c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + 4 * rb, rb, 8, act.data() + k * ab, &got[k * rows + 4]);
             for (int k = 0; k < n_tok; ++k)
-                for (size_t r = 4; r < rows; ++r) EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
+                for (size_t r = 4; r < rows; ++r)
+                    EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
             if (c.table->tile[id])
                 for (int tok : {n_tok, 3}) {
                     std::vector<float> tiled(rows * n_tok, -1.f);
-                    c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(), static_cast<int64_t>(rows));
+                    c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(),
+                                      static_cast<int64_t>(rows));
                     for (size_t i = 0; i < rows * n_tok; ++i)
-                        EXPECT_EQ(tiled[i], i < rows * tok ? want[i] : -1.f) << c.label << " tile of " << tok << " tokens " << type_name(static_cast<uint32_t>(t)) << " at " << i;
+                        EXPECT_EQ(tiled[i], i < rows * tok ? want[i] : -1.f)
+                            << c.label << " tile of " << tok << " tokens " << type_name(static_cast<uint32_t>(t)) << " at " << i;
                 }
         }
     }

@@ -42,8 +42,8 @@ TEST(KvCacheTypes, NamesAsLlamaCpp) {
     EXPECT_EQ(kernels::parse_kv_cache_type("IQ4_NL"), GgmlType::IQ4_NL);
     EXPECT_EQ(kernels::parse_kv_cache_type("bf16"), GgmlType::BF16);
     EXPECT_FALSE(kernels::parse_kv_cache_type("q8"));
-    EXPECT_FALSE(kernels::parse_kv_cache_type("q6_0"));    // ik_llama.cpp's, not mainline's
-    EXPECT_FALSE(kernels::parse_kv_cache_type("q4_K"));    // a weight type, not a cache type
+    EXPECT_FALSE(kernels::parse_kv_cache_type("q6_0"));  // ik_llama.cpp's, not mainline's
+    EXPECT_FALSE(kernels::parse_kv_cache_type("q4_K"));  // a weight type, not a cache type
     EXPECT_EQ(kernels::kv_cache_type_list(), "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1");
 }
 
@@ -52,7 +52,7 @@ TEST(KvCacheTypes, RowsReadBackWithinTheTypesResolution) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd;
     const std::pair<GgmlType, double> bounds[] = {{GgmlType::F32, 0},       {GgmlType::F16, 1e-3},    {GgmlType::BF16, 8e-3},
-                                                  {GgmlType::Q8_0, 1.2e-2}, {GgmlType::Q5_0, 6.5e-2},   {GgmlType::Q5_1, 6e-2},
+                                                  {GgmlType::Q8_0, 1.2e-2}, {GgmlType::Q5_0, 6.5e-2}, {GgmlType::Q5_1, 6e-2},
                                                   {GgmlType::Q4_0, 0.16},   {GgmlType::Q4_1, 0.16},   {GgmlType::IQ4_NL, 0.16}};
     for (const auto& [t, bound] : bounds) {
         for (int rep = 0; rep < 50; ++rep) {
@@ -82,7 +82,7 @@ TEST(KvCacheTypes, Q4_0AndQ8_0RowsAreLlamaCppsBytes) {
     const auto* b4 = reinterpret_cast<const BlockQ4_0*>(q4.data());
     EXPECT_EQ(fp16_to_fp32(b4->d), 1.0f);  // max |x| is the -8: d = -8 / -8
     for (int j = 0; j < 16; ++j) {
-        EXPECT_EQ(b4->qs[j] & 0xF, j) << j;  // trunc(j - 8 + 8.5) = j
+        EXPECT_EQ(b4->qs[j] & 0xF, j) << j;                   // trunc(j - 8 + 8.5) = j
         EXPECT_EQ(b4->qs[j] >> 4, std::min(15, j + 1)) << j;  // trunc(j - 7.5 + 8.5) = j + 1, capped at 15
     }
     std::vector<float> y(32, 0.f);
@@ -123,8 +123,8 @@ TEST(KvCacheTypes, RotationSizesAsLlamaCpp) {
     EXPECT_EQ(kernels::kv_rotation_k(GgmlType::Q8_0, 128), 128);
     EXPECT_EQ(kernels::kv_rotation_k(GgmlType::Q4_0, 192), 64);
     EXPECT_EQ(kernels::kv_rotation_k(GgmlType::Q4_0, 256), 256);
-    EXPECT_EQ(kernels::kv_rotation_k(GgmlType::Q8_0, 96), 0);   // not a multiple of 64
-    EXPECT_EQ(kernels::kv_rotation_k(GgmlType::F16, 128), 0);   // not quantized
+    EXPECT_EQ(kernels::kv_rotation_k(GgmlType::Q8_0, 96), 0);  // not a multiple of 64
+    EXPECT_EQ(kernels::kv_rotation_k(GgmlType::F16, 128), 0);  // not quantized
     EXPECT_EQ(kernels::kv_rotation_k(GgmlType::BF16, 128), 0);
     EXPECT_EQ(kernels::kv_rotation_v(GgmlType::Q5_1, 256), 64);  // V: always 64-blocks
     EXPECT_EQ(kernels::kv_rotation_v(GgmlType::F16, 256), 0);
@@ -162,10 +162,10 @@ struct TypedCache {
 TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
     std::mt19937 rng(21);
     std::normal_distribution<float> nd;
-    const std::pair<GgmlType, GgmlType> pairs[] = {{GgmlType::Q8_0, GgmlType::Q8_0}, {GgmlType::Q4_0, GgmlType::Q4_0}, {GgmlType::Q4_1, GgmlType::Q4_1},
-                                                   {GgmlType::Q5_0, GgmlType::Q5_0}, {GgmlType::Q5_1, GgmlType::Q5_1}, {GgmlType::IQ4_NL, GgmlType::IQ4_NL},
-                                                   {GgmlType::BF16, GgmlType::BF16}, {GgmlType::F32, GgmlType::F32},   {GgmlType::Q8_0, GgmlType::F16},
-                                                   {GgmlType::F16, GgmlType::Q8_0}};
+    const std::pair<GgmlType, GgmlType> pairs[] = {
+        {GgmlType::Q8_0, GgmlType::Q8_0}, {GgmlType::Q4_0, GgmlType::Q4_0},     {GgmlType::Q4_1, GgmlType::Q4_1}, {GgmlType::Q5_0, GgmlType::Q5_0},
+        {GgmlType::Q5_1, GgmlType::Q5_1}, {GgmlType::IQ4_NL, GgmlType::IQ4_NL}, {GgmlType::BF16, GgmlType::BF16}, {GgmlType::F32, GgmlType::F32},
+        {GgmlType::Q8_0, GgmlType::F16},  {GgmlType::F16, GgmlType::Q8_0}};
     for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
         const kernels::KernelTable& ref = kernels::reference_table(f);
         const kernels::KernelTable& fast = kernels::active_table(f);
@@ -181,7 +181,8 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
                 ops::attend_typed(q.data(), c.view(ref, visible.data()), 0.125f, a.data(), s);
                 ops::attend_typed(q.data(), c.view(fast, visible.data()), 0.125f, b.data(), s);
                 std::vector<float> simd(64);
-                kernels::typed_attention_kernel(f)(q.data(), c.view(fast, visible.data()), 0.125f, simd.data(), s);  // F16C/FMA where the CPU has them
+                kernels::typed_attention_kernel(f)(q.data(), c.view(fast, visible.data()), 0.125f, simd.data(),
+                                                   s);  // F16C/FMA where the CPU has them
                 const std::string what = kernels::kv_cache_type_name(kt) + "/" + kernels::kv_cache_type_name(vt) + " n " + std::to_string(n);
                 for (int d = 0; d < 64; ++d) {
                     ASSERT_EQ(std::memcmp(&a[d], &b[d], 4), 0) << what << " dim " << d;
@@ -212,7 +213,10 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
                 std::vector<double> w, o(64, 0.0);
                 double mx = -1e300;
                 for (int j = 0; j < n; ++j) {
-                    if (!visible[j]) { w.push_back(0); continue; }
+                    if (!visible[j]) {
+                        w.push_back(0);
+                        continue;
+                    }
                     kernels::dequantize_row(kt, &c.k[j * c.k_row], kf.data(), 64);
                     double sc = 0;
                     for (int d = 0; d < 64; ++d) sc += static_cast<double>(qd[d]) * kf[d];
@@ -246,8 +250,9 @@ TEST(KvCacheTypes, AllMaskedRowGivesZeros) {
 // GQA: head size head_dim; MLA: a latent of 64 + the RoPE part (qk-rope head_dim: 32 makes the row 96, 16 makes 80).
 std::string make_model(const test::TempDir& dir, const std::string& arch, const std::string& head_dim) {
     const std::string out = dir / (arch + head_dim + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--arch", arch, "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim",
-                                     head_dim, "--experts", "4", "--experts-used", "2", "--ffn", "32", "--vocab-builtin", "--seed", "3", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "2",      "--embd",    "64",    "--heads",
+                                     "2",       "--kv-heads", "1",  "--head-dim",      head_dim, "--experts", "4",     "--experts-used",
+                                     "2",       "--ffn",      "32", "--vocab-builtin", "--seed", "3",         "--out", out};
     if (arch == "deepseek2") args.insert(args.end(), {"--qk-rope", head_dim});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;

@@ -63,8 +63,10 @@ struct MemoryCgroup {
 TEST(MemoryCap, ServeRunAndBenchFinishInsideACgroupOfTheirBudget) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "4", "--embd", "512", "--heads", "4", "--kv-heads", "2", "--head-dim", "128", "--experts", "64",
-                             "--experts-used", "8", "--ffn", "512", "--vocab-builtin", "--type", "q4_k_m", "--seed", "3", "--out", model}),
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",       "4",      "--embd",     "512",   "--heads",
+                             "4",       "--kv-heads",     "2",      "--head-dim", "128",   "--experts",
+                             "64",      "--experts-used", "8",      "--ffn",      "512",   "--vocab-builtin",
+                             "--type",  "q4_k_m",         "--seed", "3",          "--out", model}),
               0);
     ASSERT_GT(fs::file_size(model), 120u << 20) << "the model must be larger than the caps below";
     const struct {

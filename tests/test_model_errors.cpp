@@ -15,8 +15,8 @@ namespace {
 
 std::string make_model(const test::TempDir& dir, const std::string& name, std::vector<std::string> options) {
     std::string out = dir / (name + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256", "--heads", "8", "--experts", "8",
-                                     "--experts-used", "3", "--ffn", "256", "--seed", "5", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256",    "--heads", "8",     "--experts", "8", "--experts-used",
+                                     "3",       "--ffn",           "256",    "--seed", "5",       "--out", out};
     args.insert(args.end(), options.begin(), options.end());
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
@@ -43,16 +43,17 @@ std::string load_error(const test::TempDir& dir, const std::string& path, const 
     write_gguf(out, kv, tensors);
     try {
         load_model(open_gguf_model(out));
-    } catch (const ModelError& e) {
-        return e.what();
-    }
+    } catch (const ModelError& e) { return e.what(); }
     return "(accepted)";
 }
 
 KvEdit set_key(const std::string& key, GgufValue v) {
     return [key, v](auto& kv) {
         for (auto& [k, val] : kv)
-            if (k == key) { val = v; return; }
+            if (k == key) {
+                val = v;
+                return;
+            }
         kv.emplace_back(key, v);
     };
 }
@@ -93,10 +94,11 @@ TEST(ModelErrors, MoeKeysThatContradictEachOther) {
     const std::string path = make_model(dir, "g", {"--arch", "glm4moe", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
     expect_mentions(load_error(dir, path, set_key("glm4moe.expert_used_count", GgufValue::u32(9))),
                     {"glm4moe.expert_used_count = 9", "expert_count = 8"});
-    expect_mentions(load_error(dir, path, [](auto& kv) {
-                        set_key("glm4moe.expert_group_count", GgufValue::u32(3))(kv);
-                        set_key("glm4moe.expert_group_used_count", GgufValue::u32(1))(kv);
-                    }),
+    expect_mentions(load_error(dir, path,
+                               [](auto& kv) {
+                                   set_key("glm4moe.expert_group_count", GgufValue::u32(3))(kv);
+                                   set_key("glm4moe.expert_group_used_count", GgufValue::u32(1))(kv);
+                               }),
                     {"expert_group_count = 3", "expert_count = 8"});
     expect_mentions(load_error(dir, path, set_key("glm4moe.expert_gating_func", GgufValue::u32(7))), {"expert_gating_func = 7"});
 }
@@ -105,24 +107,27 @@ TEST(ModelErrors, MlaDimensionsThatContradictTheTensors) {
     test::TempDir dir;
     const std::string path = make_model(dir, "d", {"--arch", "deepseek2", "--layers", "2"});
     // kv_lora_rank against attn_kv_a_mqa's shape: the tensor and both values named.
-    expect_mentions(load_error(dir, path, [](auto& kv) {
-                        set_key("deepseek2.attention.kv_lora_rank", GgufValue::u32(48))(kv);
-                        set_key("deepseek2.attention.key_length", GgufValue::u32(64))(kv);
-                        set_key("deepseek2.attention.value_length", GgufValue::u32(48))(kv);
-                    }),
+    expect_mentions(load_error(dir, path,
+                               [](auto& kv) {
+                                   set_key("deepseek2.attention.kv_lora_rank", GgufValue::u32(48))(kv);
+                                   set_key("deepseek2.attention.key_length", GgufValue::u32(64))(kv);
+                                   set_key("deepseek2.attention.value_length", GgufValue::u32(48))(kv);
+                               }),
                     {"attn_kv_a_mqa.weight", "[256, 80]", "kv_lora_rank 48"});
     // The absorbed-form keys against the split ones.
     expect_mentions(load_error(dir, path, set_key("deepseek2.attention.key_length", GgufValue::u32(99))),
                     {"deepseek2.attention.key_length = 99", "kv_lora_rank 64", "= 80"});
     // The split form's keys missing, with no attn_kv_b to derive the split from either.
-    expect_mentions(load_error(dir, path, [](auto& kv) {
-                        kv.erase(std::remove_if(kv.begin(), kv.end(), [](auto& p) { return p.first == "deepseek2.attention.key_length_mla"; }), kv.end());
-                    }),
+    expect_mentions(load_error(dir, path,
+                               [](auto& kv) {
+                                   kv.erase(
+                                       std::remove_if(kv.begin(), kv.end(), [](auto& p) { return p.first == "deepseek2.attention.key_length_mla"; }),
+                                       kv.end());
+                               }),
                     {"key_length_mla", "attn_kv_b"});
     // An unsplit attn_kv_b whose rows contradict the heads' key and value lengths.
     const std::string unsplit = make_model(dir, "u", {"--arch", "deepseek2", "--layers", "2", "--mla-kv-b"});
-    expect_mentions(load_error(dir, unsplit, set_key("deepseek2.attention.value_length", GgufValue::u32(16))),
-                    {"attn_kv_b.weight", "value 16"});
+    expect_mentions(load_error(dir, unsplit, set_key("deepseek2.attention.value_length", GgufValue::u32(16))), {"attn_kv_b.weight", "value 16"});
     expect_mentions(load_error(dir, path, set_key("deepseek2.nextn_predict_layers", GgufValue::u32(2))),
                     {"nextn_predict_layers = 2", "block_count 2"});
 }
@@ -153,17 +158,19 @@ TEST(ModelErrors, DeltaNetStateAndLayerPattern) {
     EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
     expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.state_size", GgufValue::u32(16))),
                     {"qwen35moe.ssm.inner_size = 128", "ssm.state_size 16"});
-    expect_mentions(load_error(dir, path, [](auto& kv) {
-                        set_key("qwen35moe.ssm.state_size", GgufValue::u32(16))(kv);
-                        set_key("qwen35moe.ssm.inner_size", GgufValue::u32(64))(kv);
-                    }),
+    expect_mentions(load_error(dir, path,
+                               [](auto& kv) {
+                                   set_key("qwen35moe.ssm.state_size", GgufValue::u32(16))(kv);
+                                   set_key("qwen35moe.ssm.inner_size", GgufValue::u32(64))(kv);
+                               }),
                     {"blk.0.attn_qkv.weight", "[256, 256]", "[256, 128]"});
     expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.time_step_rank", GgufValue::u32(3))),
                     {"qwen35moe.ssm.inner_size = 128", "time_step_rank 3"});
-    expect_mentions(load_error(dir, path, [](auto& kv) {
-                        set_key("qwen35moe.ssm.time_step_rank", GgufValue::u32(3))(kv);
-                        set_key("qwen35moe.ssm.inner_size", GgufValue::u32(96))(kv);
-                    }),
+    expect_mentions(load_error(dir, path,
+                               [](auto& kv) {
+                                   set_key("qwen35moe.ssm.time_step_rank", GgufValue::u32(3))(kv);
+                                   set_key("qwen35moe.ssm.inner_size", GgufValue::u32(96))(kv);
+                               }),
                     {"time_step_rank = 3", "not a multiple", "group_count = 2"});
     expect_mentions(load_error(dir, path, set_key("qwen35moe.ssm.conv_kernel", GgufValue::u32(9))), {"blk.0.ssm_conv1d.weight", "conv_kernel 9"});
     // The layer pattern: a different interval makes layer 1 full attention, whose tensors are not there.
@@ -183,18 +190,21 @@ TEST(ModelErrors, GptOssKeysAndTensors) {
     test::TempDir dir;
     const std::string path = make_model(dir, "o", {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "8"});
     EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
-    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.dimension_count", GgufValue::u32(16))),
-                    {"key_length 32", "rope.dimension_count 16"});
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.dimension_count", GgufValue::u32(16))), {"key_length 32", "rope.dimension_count 16"});
     expect_mentions(load_error(dir, path, set_key("gpt-oss.attention.sliding_window", GgufValue::u32(0))), {"gpt-oss.attention.sliding_window"});
-    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.freq_base_swa", GgufValue::f32(1e4f))), {"gpt-oss.rope.freq_base_swa", "rope.freq_base"});
-    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.attn_sinks.weight"; }), {"blk.1.attn_sinks.weight", "missing"});
-    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.0.ffn_up_exps.bias"; }), {"blk.0.ffn_up_exps.bias", "missing"});
+    expect_mentions(load_error(dir, path, set_key("gpt-oss.rope.freq_base_swa", GgufValue::f32(1e4f))),
+                    {"gpt-oss.rope.freq_base_swa", "rope.freq_base"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.attn_sinks.weight"; }),
+                    {"blk.1.attn_sinks.weight", "missing"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.0.ffn_up_exps.bias"; }),
+                    {"blk.0.ffn_up_exps.bias", "missing"});
     expect_mentions(load_error(dir, path, set_key("gpt-oss.attention.head_count", GgufValue::u32(6))), {"head_count 6", "attn_q.weight"});
     // A per-expert bias stored quantized: named with its type.
-    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) {
-                        if (t.name == "blk.0.ffn_down_exps.bias") t.type = GgmlType::F16, t.bytes.resize(t.bytes.size() / 2);
-                        return true;
-                    }),
+    expect_mentions(load_error(dir, path, {},
+                               [](GgufTensorData& t) {
+                                   if (t.name == "blk.0.ffn_down_exps.bias") t.type = GgmlType::F16, t.bytes.resize(t.bytes.size() / 2);
+                                   return true;
+                               }),
                     {"blk.0.ffn_down_exps.bias", "f16", "f32"});
 }
 
@@ -227,8 +237,9 @@ TEST(ModelErrors, CliSaysOneLineAndExits2) {
 TEST(ModelErrors, MkmodelRefusesImatrixOnlyTypesWithTheReason) {
     test::TempDir dir;
     for (const char* type : {"iq2_xxs", "IQ1_S", "iq3_s"}) {
-        auto [rc, out] = test::run_moestream(std::string("mkmodel --vocab-builtin --layers 2 --embd 256 --heads 4 --experts 4 --experts-used 2 --ffn 256 --type ") +
-                                             type + " --out " + dir / "x.gguf");
+        auto [rc, out] = test::run_moestream(
+            std::string("mkmodel --vocab-builtin --layers 2 --embd 256 --heads 4 --experts 4 --experts-used 2 --ffn 256 --type ") + type + " --out " +
+            dir / "x.gguf");
         EXPECT_NE(rc, 0) << out;
         EXPECT_NE(out.find("importance matrix"), std::string::npos) << out;
         EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;

@@ -15,8 +15,8 @@ namespace {
 
 std::string make_model(const test::TempDir& dir, const std::string& name, std::vector<std::string> options) {
     std::string out = dir / (name + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256", "--heads", "8", "--experts", "8",
-                                     "--experts-used", "3", "--ffn", "128", "--seed", "3", "--type", "q8_0", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256",    "--heads", "8",      "--experts", "8",     "--experts-used",
+                                     "3",       "--ffn",           "128",    "--seed", "3",       "--type", "q8_0",      "--out", out};
     args.insert(args.end(), options.begin(), options.end());
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
@@ -53,10 +53,10 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
                          ::testing::Values(std::vector<std::string>{"--arch", "qwen3moe", "--layers", "2", "--kv-heads", "2", "--head-dim", "64"},
                                            std::vector<std::string>{"--arch", "glm4moe", "--layers", "3", "--kv-heads", "2", "--dense-layers", "1",
                                                                     "--shared-experts", "1", "--nextn", "1"},
-                                           std::vector<std::string>{"--arch", "deepseek2", "--layers", "3", "--dense-layers", "1",
-                                                                    "--shared-experts", "2", "--nextn", "1"},
-                                           std::vector<std::string>{"--arch", "glm-dsa", "--layers", "4", "--indexer-types", "1010",
-                                                                    "--indexer-dim", "128", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "deepseek2", "--layers", "3", "--dense-layers", "1", "--shared-experts",
+                                                                    "2", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "glm-dsa", "--layers", "4", "--indexer-types", "1010", "--indexer-dim",
+                                                                    "128", "--nextn", "1"},
                                            std::vector<std::string>{"--arch", "qwen35moe", "--layers", "6", "--kv-heads", "2", "--head-dim", "64",
                                                                     "--full-attention-interval", "3", "--shared-experts", "1", "--nextn", "1"}),
                          [](const auto& info) { return info.param[1] == "glm-dsa" ? std::string("glm_dsa") : info.param[1]; });
@@ -64,8 +64,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
 // GLM-5-like cache arithmetic: the latent and the indexer keys, per token.
 TEST(ModelFacts, MlaCacheIsTheLatentPlusIndexerKeys) {
     test::TempDir dir;
-    const ModelFacts f = read_model_facts(make_model(dir, "x", {"--arch", "glm-dsa", "--layers", "4", "--kv-lora", "64", "--qk-rope", "16",
-                                                                "--indexer-dim", "128", "--indexer-types", "1010"}));
+    const ModelFacts f = read_model_facts(make_model(
+        dir, "x", {"--arch", "glm-dsa", "--layers", "4", "--kv-lora", "64", "--qk-rope", "16", "--indexer-dim", "128", "--indexer-types", "1010"}));
     EXPECT_EQ(f.cache_bytes_per_token, 4u * (64 + 16) * 2 + 2u * 128 * 2);
     EXPECT_NE(f.cache_layout.find("MLA latent (64 + 16)"), std::string::npos) << f.cache_layout;
     EXPECT_NE(f.cache_layout.find("DSA keys 128 fp16 x 2 layers"), std::string::npos) << f.cache_layout;
@@ -95,7 +95,8 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("\"engine_support\""), std::string::npos) << out;
     EXPECT_NE(out.find("--target ik-llama-server"), std::string::npos) << out;  // mainline llama.cpp cannot load it either
-    auto [pc, host] = test::run_moestream("probe --yaml --root " + std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/laptop-1node-smt", false);
+    auto [pc, host] = test::run_moestream("probe --yaml --root " + std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/hosts/laptop-1node-smt",
+                                          false);
     ASSERT_EQ(pc, 0) << host;
     { std::ofstream(dir / "host.yaml") << host; }
     auto [rc2, out2] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
@@ -104,8 +105,8 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     auto [rc3, out3] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" +
                                            " --target llama-server --gpu-mem 0=1G --out " + dir / "plan2");
     EXPECT_EQ(rc3, 2) << out3;
-    EXPECT_NE(out3.find("tensor blk.1.ffn_gate_exps.weight (iq1_bn) is an ik_llama.cpp type (plan with --target ik-llama-server)"),
-              std::string::npos) << out3;
+    EXPECT_NE(out3.find("tensor blk.1.ffn_gate_exps.weight (iq1_bn) is an ik_llama.cpp type (plan with --target ik-llama-server)"), std::string::npos)
+        << out3;
     auto [rc4, out4] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" +
                                            " --target ik-llama-server --gpu-mem 0=1G --out " + dir / "plan3");
     EXPECT_EQ(rc4, 0) << out4;

@@ -26,10 +26,10 @@ struct IkCase {
 // files; a margin over the worst difference measured (5e-8).
 constexpr double kLogitTol = 1e-4;
 const IkCase kIkCases[] = {
-    {"shared-ik-IQ2_K"},  {"shared-ik-IQ3_K"},   {"shared-ik-IQ4_K"},  {"shared-ik-IQ5_K"},  {"shared-ik-IQ6_K"},  {"shared-ik-IQ2_KS"},
-    {"shared-ik-IQ3_KS"}, {"shared-ik-IQ4_KS"},  {"shared-ik-IQ5_KS"}, {"shared-ik-IQ4_KSS"}, {"shared-ik-IQ2_KL"}, {"shared-ik-Q6_0"},
-    {"shared-ik-IQ1_KT"}, {"shared-ik-IQ2_KT"},  {"shared-ik-IQ3_KT"}, {"shared-ik-IQ4_KT"},  {"shared-ik-mix"},
-    {"shared-ik-IQ1_S_R4"}, {"shared-ik-IQ4_KS_R4"},
+    {"shared-ik-IQ2_K"},  {"shared-ik-IQ3_K"},  {"shared-ik-IQ4_K"},    {"shared-ik-IQ5_K"},     {"shared-ik-IQ6_K"},
+    {"shared-ik-IQ2_KS"}, {"shared-ik-IQ3_KS"}, {"shared-ik-IQ4_KS"},   {"shared-ik-IQ5_KS"},    {"shared-ik-IQ4_KSS"},
+    {"shared-ik-IQ2_KL"}, {"shared-ik-Q6_0"},   {"shared-ik-IQ1_KT"},   {"shared-ik-IQ2_KT"},    {"shared-ik-IQ3_KT"},
+    {"shared-ik-IQ4_KT"}, {"shared-ik-mix"},    {"shared-ik-IQ1_S_R4"}, {"shared-ik-IQ4_KS_R4"},
 };
 
 class IkOracleModel : public ::testing::TestWithParam<IkCase> {};
@@ -50,9 +50,10 @@ TEST_P(IkOracleModel, MatchesIkLlamaCpp) {
                     want_prompt.size(), t.first_step, t.run_worst);
         test::check_greedy(*model, run, kernels::Flavor::Avx2, kLogitTol, c.name, "ik_llama.cpp", t);
     }
-    std::printf("[ ik oracle] %s: greedy %d/%d tokens match, worst top-5 logit difference %.1e (probability %.1e) over %d steps "
-                "(tolerance %.0e)\n",
-                c.name.c_str(), t.greedy_match, t.greedy_total, t.worst_logit, t.worst_prob, t.steps, kLogitTol);
+    std::printf(
+        "[ ik oracle] %s: greedy %d/%d tokens match, worst top-5 logit difference %.1e (probability %.1e) over %d steps "
+        "(tolerance %.0e)\n",
+        c.name.c_str(), t.greedy_match, t.greedy_total, t.worst_logit, t.worst_prob, t.steps, kLogitTol);
 }
 
 // Experts streamed from disk into a cache of a fifth of their bytes give the in-RAM greedy tokens: the expert byte
@@ -64,7 +65,8 @@ TEST(IkOracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
         auto in_ram = load_model(file);
         auto streamed = test::load_streamed(file, *in_ram);
         const std::vector<int32_t> prompt = {464, 329, 286, 262, 995, 318, 257, 129, 13};  // ids of the 1024-token vocabulary
-        EXPECT_EQ(test::greedy_tokens(*streamed, prompt, 24, kernels::Flavor::Avx2), test::greedy_tokens(*in_ram, prompt, 24, kernels::Flavor::Avx2)) << name;
+        EXPECT_EQ(test::greedy_tokens(*streamed, prompt, 24, kernels::Flavor::Avx2), test::greedy_tokens(*in_ram, prompt, 24, kernels::Flavor::Avx2))
+            << name;
         EXPECT_GT(streamed->experts->stats().misses, 0u) << name;
     }
 }

@@ -70,13 +70,15 @@ TEST_P(OracleKv, FastPathEqualsReference) {
     GgufModel file = open_gguf_model(test::oracle_dir() + "/models/" + c.model + ".gguf");
     auto model = load_model(file);
     const std::vector<int32_t> prompt = {1, 17, 42, 99, 7, 3, 250, 11, 5};
-    Runner r(*model, {.n_ctx = 64, .n_threads = 2, .n_batch = 1, .flavor = Flavor::Avx2, .cache_type_k = types_of(c).k, .cache_type_v = types_of(c).v});
+    Runner r(*model,
+             {.n_ctx = 64, .n_threads = 2, .n_batch = 1, .flavor = Flavor::Avx2, .cache_type_k = types_of(c).k, .cache_type_v = types_of(c).v});
     RefState st = make_ref_state(*model, 64, Flavor::Avx2, types_of(c));
     std::vector<float> ref(model->hp.n_vocab);
     for (int32_t tok : prompt) {
         r.eval(std::span<const int32_t>(&tok, 1));
         forward_ref(*model, st, tok, ref.data());
-        for (uint32_t i = 0; i < model->hp.n_vocab; ++i) ASSERT_EQ(r.logits()[i], ref[i]) << c.file() << " position " << st.n_past - 1 << " logit " << i;
+        for (uint32_t i = 0; i < model->hp.n_vocab; ++i)
+            ASSERT_EQ(r.logits()[i], ref[i]) << c.file() << " position " << st.n_past - 1 << " logit " << i;
     }
 }
 

@@ -83,8 +83,7 @@ protected:
 TEST_P(OracleModel, MatchesLlamaCpp) {
     REQUIRE_ORACLE();
     const Case c = GetParam();
-    if (c.name.find("IQ3_S") != std::string::npos && kernels::active_table().isa != kernels::Isa::Scalar &&
-        !test::simd_comparable(GgmlType::IQ3_S))
+    if (c.name.find("IQ3_S") != std::string::npos && kernels::active_table().isa != kernels::Isa::Scalar && !test::simd_comparable(GgmlType::IQ3_S))
         GTEST_SKIP() << "IQ3_S's SIMD gather is mis-executed by this CPU emulator (see kernel_cases.h)";
     nlohmann::json expected = expected_of(c);
     GgufModel file = model_of(c);
@@ -99,8 +98,8 @@ TEST_P(OracleModel, MatchesLlamaCpp) {
     }
     RecordProperty("greedy_prefix_match", t.greedy_match);
     RecordProperty("worst_logit_diff", std::to_string(t.worst_logit));
-    std::printf("[ oracle   ] %s (%s): greedy %d/%d tokens match, worst top-5 logit difference %.1e over %d steps (tolerance %.0e)\n",
-                c.name.c_str(), kernels::flavor_name(c.flavor), t.greedy_match, t.greedy_total, t.worst_logit, t.steps, c.logit_tol);
+    std::printf("[ oracle   ] %s (%s): greedy %d/%d tokens match, worst top-5 logit difference %.1e over %d steps (tolerance %.0e)\n", c.name.c_str(),
+                kernels::flavor_name(c.flavor), t.greedy_match, t.greedy_total, t.worst_logit, t.steps, c.logit_tol);
 }
 
 // The same greedy tokens with experts streamed from disk into a cache of a fifth of their bytes.
@@ -113,7 +112,8 @@ TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
     auto streamed = test::load_streamed(file, *in_ram);
     for (const auto& run : test::oracle_runs(expected)) {
         const auto prompt = run["prompt_tokens"].get<std::vector<int32_t>>();
-        EXPECT_EQ(test::greedy_tokens(*streamed, prompt, 32, c.flavor), test::greedy_tokens(*in_ram, prompt, 32, c.flavor)) << c.name << " " << run["prompt"];
+        EXPECT_EQ(test::greedy_tokens(*streamed, prompt, 32, c.flavor), test::greedy_tokens(*in_ram, prompt, 32, c.flavor))
+            << c.name << " " << run["prompt"];
     }
     EXPECT_GT(streamed->experts->stats().misses, 0u);
 }
@@ -122,7 +122,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name << " (" << kernels
 
 INSTANTIATE_TEST_SUITE_P(Oracle, OracleModel, ::testing::ValuesIn(kCases), [](const auto& info) {
     std::string n = info.param.name;
-    for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return n;
 });
 

@@ -15,9 +15,9 @@ namespace {
 
 std::string make(const test::TempDir& dir, const std::string& arch) {
     const std::string out = dir / (arch + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--arch", arch, "--layers", "3", "--embd", "128", "--heads", "4", "--kv-heads", "2",
-                                     "--head-dim", "32", "--experts", "16", "--experts-used", "4", "--ffn", "96", "--vocab-builtin",
-                                     "--seed", "5", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "3",      "--embd",    "128",   "--heads",
+                                     "4",       "--kv-heads", "2",  "--head-dim",      "32",     "--experts", "16",    "--experts-used",
+                                     "4",       "--ffn",      "96", "--vocab-builtin", "--seed", "5",         "--out", out};
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
 }
@@ -83,7 +83,8 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
             next.push_back(argmax_of(want.data(), V));  // the token the lone run took, so histories stay the same
         }
         r.eval_batch(seqs, next);
-        for (size_t k = 0; k < seqs.size(); ++k) last[static_cast<size_t>(seqs[k])].assign(r.logits(static_cast<int>(k)), r.logits(static_cast<int>(k)) + V);
+        for (size_t k = 0; k < seqs.size(); ++k)
+            last[static_cast<size_t>(seqs[k])].assign(r.logits(static_cast<int>(k)), r.logits(static_cast<int>(k)) + V);
     }
     for (size_t s = 0; s < prompts.size(); ++s) EXPECT_EQ(r.n_past_of(static_cast<int>(s)), static_cast<int>(prompts[s].size()) + steps);
     // Experts two sequences both chose in a step are fetched once.

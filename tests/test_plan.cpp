@@ -32,8 +32,7 @@ HostFacts fixture_host(const std::string& name, std::optional<int> disk_node = s
     BlockDeviceFacts d = probe_block_device(FsRoot(fixture(name)), "nvme0n1");
     if (disk_node) d.numa_node = {*disk_node, "fixture"};
     s.device = d;
-    s.results = {{"fio", 128 << 10, 32, 2.0e9, 0, 0, 0, 5}, {"fio", 512 << 10, 32, 3.5e9, 0, 0, 0, 5},
-                 {"fio", 1 << 20, 32, 3.0e9, 0, 0, 0, 5}};
+    s.results = {{"fio", 128 << 10, 32, 2.0e9, 0, 0, 0, 5}, {"fio", 512 << 10, 32, 3.5e9, 0, 0, 0, 5}, {"fio", 1 << 20, 32, 3.0e9, 0, 0, 0, 5}};
     h.storage = s;
     return h;
 }
@@ -128,14 +127,22 @@ std::string glm51_iq3ks(const test::TempDir& dir) {
     add("output.weight", {E, V}, GgmlType::Q6_K);
     const std::string a = "glm-dsa.";
     write_gguf(path,
-               {{"general.architecture", GgufValue::string("glm-dsa")}, {a + "block_count", GgufValue::u32(79)},
-                {a + "nextn_predict_layers", GgufValue::u32(1)}, {a + "embedding_length", GgufValue::u32(6144)},
-                {a + "feed_forward_length", GgufValue::u32(12288)}, {a + "expert_feed_forward_length", GgufValue::u32(2048)},
-                {a + "attention.head_count", GgufValue::u32(64)}, {a + "attention.head_count_kv", GgufValue::u32(1)},
-                {a + "attention.key_length", GgufValue::u32(576)}, {a + "attention.key_length_mla", GgufValue::u32(256)},
-                {a + "attention.kv_lora_rank", GgufValue::u32(512)}, {a + "rope.dimension_count", GgufValue::u32(64)},
-                {a + "expert_count", GgufValue::u32(256)}, {a + "expert_used_count", GgufValue::u32(8)},
-                {a + "leading_dense_block_count", GgufValue::u32(3)}, {a + "context_length", GgufValue::u32(202752)}},
+               {{"general.architecture", GgufValue::string("glm-dsa")},
+                {a + "block_count", GgufValue::u32(79)},
+                {a + "nextn_predict_layers", GgufValue::u32(1)},
+                {a + "embedding_length", GgufValue::u32(6144)},
+                {a + "feed_forward_length", GgufValue::u32(12288)},
+                {a + "expert_feed_forward_length", GgufValue::u32(2048)},
+                {a + "attention.head_count", GgufValue::u32(64)},
+                {a + "attention.head_count_kv", GgufValue::u32(1)},
+                {a + "attention.key_length", GgufValue::u32(576)},
+                {a + "attention.key_length_mla", GgufValue::u32(256)},
+                {a + "attention.kv_lora_rank", GgufValue::u32(512)},
+                {a + "rope.dimension_count", GgufValue::u32(64)},
+                {a + "expert_count", GgufValue::u32(256)},
+                {a + "expert_used_count", GgufValue::u32(8)},
+                {a + "leading_dense_block_count", GgufValue::u32(3)},
+                {a + "context_length", GgufValue::u32(202752)}},
                t, 32, true);
     return path;
 }
@@ -155,12 +162,14 @@ TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
     o.pinned = parse_gpu_layers("3-17:0,74-77:1");
     const auto gpus = plan_gpus(m, o);
     ASSERT_EQ(gpus.size(), 2u);
-    auto model_buffer_gib = [](const GpuAssignment& g) { return static_cast<double>(g.expert_bytes + g.layer_bytes + g.output_bytes) / (1ull << 30); };
+    auto model_buffer_gib = [](const GpuAssignment& g) {
+        return static_cast<double>(g.expert_bytes + g.layer_bytes + g.output_bytes) / (1ull << 30);
+    };
     EXPECT_NEAR(model_buffer_gib(gpus[0]), 68.7, 68.7 * 0.05);
     EXPECT_NEAR(model_buffer_gib(gpus[1]), 23.5, 23.5 * 0.05);
     EXPECT_EQ(gpus[0].first_layer, 0u);  // llama.cpp's layer split of 79 blocks + output over two equal GPUs
     EXPECT_EQ(gpus[0].n_layers, 40u);
-    EXPECT_EQ(gpus[1].n_layers, 38u);    // 40..77: the NextN block is not loaded
+    EXPECT_EQ(gpus[1].n_layers, 38u);  // 40..77: the NextN block is not loaded
     EXPECT_GT(gpus[1].output_bytes, 0u);
     EXPECT_EQ(gpus[0].output_bytes, 0u);
     for (const auto& g : gpus) EXPECT_LE(g.used_bytes, g.budget_bytes) << describe_gpu(g);
@@ -177,9 +186,7 @@ TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
     try {
         make_plan(fixture_host("server-2socket-nvme-node1", 1), m, po);
         ADD_FAILURE() << "a llama-server plan for an ik_llama.cpp file";
-    } catch (const PlanError& e) {
-        EXPECT_NE(std::string(e.what()).find("blk.3.ffn_gate_exps.weight (iq3_ks)"), std::string::npos) << e.what();
-    }
+    } catch (const PlanError& e) { EXPECT_NE(std::string(e.what()).find("blk.3.ffn_gate_exps.weight (iq3_ks)"), std::string::npos) << e.what(); }
     po.target = "ik-llama-server";
     po.gpu_mem = o.gpu_mem;
     po.gpu_layers = "3-17:0,74-77:1";
@@ -195,7 +202,9 @@ TEST(Planner, GpuPlanPredictsThePublishedGlm51Log) {
     EXPECT_NE(cmd.find("-b 8192 -ub 8192"), std::string::npos) << cmd;
     // One -ot (current llama.cpp deprecates repeated ones), a rule per GPU naming its layers.
     EXPECT_NE(cmd.find("-ot blk\\.(3|4|5|6|7|8|9|10|11|12|13|14|15|16|17)\\.ffn_(gate|up|down)_exps\\.=CUDA0,"
-                       "blk\\.(74|75|76|77)\\.ffn_(gate|up|down)_exps\\.=CUDA1 "), std::string::npos) << cmd;
+                       "blk\\.(74|75|76|77)\\.ffn_(gate|up|down)_exps\\.=CUDA1 "),
+              std::string::npos)
+        << cmd;
     EXPECT_EQ(cmd.find("-ot"), cmd.rfind("-ot")) << cmd;
     EXPECT_EQ(cmd.find("|18|"), std::string::npos) << cmd;
     EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // first matching override wins in llama.cpp
@@ -215,8 +224,8 @@ TEST(Planner, IkLlamaServerTargetWritesItsOptions) {
     Plan p = make_plan(h, m, po);
     std::string cmd;
     for (const auto& arg : launch_argv(p)) cmd += arg + " ";
-    for (const std::string& want : {"-tb " + std::to_string(p.threads) + " ", std::string("-fa on "), std::string("-mla 3 "), std::string("-amb 512 "),
-                                   std::string("--tensor-split 98304,98304 "), std::string("--cpu-moe")})
+    for (const std::string& want : {"-tb " + std::to_string(p.threads) + " ", std::string("-fa on "), std::string("-mla 3 "),
+                                    std::string("-amb 512 "), std::string("--tensor-split 98304,98304 "), std::string("--cpu-moe")})
         EXPECT_NE(cmd.find(want), std::string::npos) << want << " not in " << cmd;
     EXPECT_LT(cmd.find("-ot"), cmd.find("--cpu-moe"));  // ik applies -ot before --cpu-moe's own overrides too
     bool mla_reason = false;
@@ -295,7 +304,8 @@ TEST(Planner, QuantizedKvCacheTypesInTheVramModel) {
         make_plan(fixture_host("laptop-1node-smt"), gqa, pg);
         ADD_FAILURE() << "q6_0 accepted for llama-server";
     } catch (const PlanError& e) {
-        EXPECT_NE(std::string(e.what()).find("--cache-type-k q6_0 is not a KV cache type llama-server takes (f32, f16"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--cache-type-k q6_0 is not a KV cache type llama-server takes (f32, f16"), std::string::npos)
+            << e.what();
     }
 }
 
@@ -317,17 +327,15 @@ TEST(Planner, GpuPlanFitsEveryGpuWithHeadAndTailLayers) {
         EXPECT_GT(g.kv_bytes, 0u);
     }
     for (const auto& g : gpus) std::printf("[ gpu plan ] %s\n", describe_gpu(g).c_str());
-    EXPECT_EQ(gpus[0].layers.front(), 3u);   // the first MoE layer
-    EXPECT_EQ(gpus[1].layers.back(), 77u);   // the last trunk layer
+    EXPECT_EQ(gpus[0].layers.front(), 3u);                          // the first MoE layer
+    EXPECT_EQ(gpus[1].layers.back(), 77u);                          // the last trunk layer
     EXPECT_LT(gpus[0].layers.size() + gpus[1].layers.size(), 48u);  // fewer than the experts-only fill gave
 
     // Bad input: one line naming the flag and both values.
     auto error_of = [&](GpuPlanOptions bad) {
         try {
             plan_gpus(m, bad);
-        } catch (const PlanError& e) {
-            return std::string(e.what());
-        }
+        } catch (const PlanError& e) { return std::string(e.what()); }
         return std::string("no error");
     };
     GpuPlanOptions small = o;
@@ -415,7 +423,7 @@ TEST(Planner, EngineCacheTypesShrinkTheKvAndReachLaunchSh) {
     const Plan f16 = make_plan(fixture_host("laptop-1node-smt"), m, o);
     o.cache_type_k = o.cache_type_v = "q8_0";
     const Plan q8 = make_plan(fixture_host("laptop-1node-smt"), m, o);
-    EXPECT_EQ(q8.kv_bytes * 32, f16.kv_bytes * 17);  // 34 bytes per 32 values against 64
+    EXPECT_EQ(q8.kv_bytes * 32, f16.kv_bytes * 17);                                         // 34 bytes per 32 values against 64
     EXPECT_EQ(q8.expert_cache_bytes - f16.expert_cache_bytes, f16.kv_bytes - q8.kv_bytes);  // what the cache saves goes to experts
     const auto argv = launch_argv(q8);
     const auto k = std::find(argv.begin(), argv.end(), "--cache-type-k");
@@ -478,9 +486,7 @@ TEST(PlanFile, RoundTripAndBadFiles) {
         std::ofstream(dir / "bad.yaml") << text;
         try {
             load_plan(dir / "bad.yaml");
-        } catch (const PlanError& e) {
-            return std::string(e.what());
-        }
+        } catch (const PlanError& e) { return std::string(e.what()); }
         return std::string("accepted");
     };
     std::string newer = plan_to_yaml(p);
@@ -504,7 +510,8 @@ TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
     if (run_quiet("command -v systemd-analyze") != 0) GTEST_SKIP() << "systemd-analyze not installed (scripts/setup.sh installs systemd)";
     test::TempDir dir;
     // The engine also with a prompt cache: systemd's cache directory, or a directory of the user's.
-    for (const std::string& variant : std::vector<std::string>{"engine", "engine /var/cache/moestream/prompts", "engine " + (dir / "prompts"), "llama-server", "ik-llama-server"}) {
+    for (const std::string& variant : std::vector<std::string>{"engine", "engine /var/cache/moestream/prompts", "engine " + (dir / "prompts"),
+                                                               "llama-server", "ik-llama-server"}) {
         const std::string target = variant.substr(0, variant.find(' '));
         PlanOptions o = opts();
         o.target = target;
@@ -516,8 +523,10 @@ TEST(Unit, GeneratedUnitsPassSystemdAnalyzeVerify) {
             p.prompt_cache_dir = variant.substr(variant.find(' ') + 1);
             fs::create_directories(dir / "prompts");
             EXPECT_NE(render_launch_sh(p).find("--prompt-cache " + p.prompt_cache_dir + " --prompt-cache-size 8589934592"), std::string::npos);
-            EXPECT_NE(render_unit(p).find(p.prompt_cache_dir[1] == 'v' ? "CacheDirectory=moestream/prompts\n" : "ReadWritePaths=" + p.prompt_cache_dir + "\n"),
-                      std::string::npos) << render_unit(p);
+            EXPECT_NE(render_unit(p).find(p.prompt_cache_dir[1] == 'v' ? "CacheDirectory=moestream/prompts\n"
+                                                                       : "ReadWritePaths=" + p.prompt_cache_dir + "\n"),
+                      std::string::npos)
+                << render_unit(p);
         }
         std::ofstream(dir / "launch.sh") << render_launch_sh(p);
         fs::permissions(dir / "launch.sh", fs::perms::owner_all);
@@ -583,12 +592,11 @@ TEST(Apply, IdempotentAndRollsBackByteForByte) {
     EXPECT_THROW(rollback_latest(root.path.string()), std::runtime_error);
 }
 
-
 TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
-                             "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--out", model}),
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",     "--head-dim",
+                             "32",      "--experts", "4", "--experts-used", "2",  "--ffn",   "64", "--vocab-builtin", "--out", model}),
               0);
     // Facts of the laptop fixture, as `probe --yaml` writes them.
     auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));

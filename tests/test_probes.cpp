@@ -44,9 +44,7 @@ TEST(Probes, FactsReaderRefusesWhatTheFuzzerFound) {
     auto message = [](const std::string& text) {
         try {
             host_facts_from_text(text, "f.yaml");
-        } catch (const std::runtime_error& e) {
-            return std::string(e.what());
-        }
+        } catch (const std::runtime_error& e) { return std::string(e.what()); }
         return std::string("accepted");
     };
     EXPECT_EQ(message("schema: 1\ncpu:\n  model: {value: \"\xa1\xa2\", source: x}\n"), "f.yaml: not UTF-8 text");
@@ -192,9 +190,7 @@ TEST(StorageProbe, RefusesTmpfs) {
     try {
         probe_storage(o);
         FAIL() << "tmpfs accepted";
-    } catch (const StorageProbeError& e) {
-        EXPECT_NE(std::string(e.what()).find("tmpfs"), std::string::npos) << e.what();
-    }
+    } catch (const StorageProbeError& e) { EXPECT_NE(std::string(e.what()).find("tmpfs"), std::string::npos) << e.what(); }
 }
 
 // The replay log is fio's iolog v2: every file added and opened, the reads in submission order, then closed;

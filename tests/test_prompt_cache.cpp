@@ -26,9 +26,9 @@ namespace fs = std::filesystem;
 
 std::string make(const test::TempDir& dir, const std::string& arch) {
     const std::string out = dir / (arch + ".gguf");
-    std::vector<std::string> args = {"mkmodel", "--arch", arch, "--layers", "3", "--embd", "128", "--heads", "4", "--kv-heads", "2",
-                                     "--head-dim", "64", "--experts", "8", "--experts-used", "2", "--ffn", "64", "--vocab-builtin",
-                                     "--seed", "7", "--out", out};
+    std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "3",      "--embd",    "128",   "--heads",
+                                     "4",       "--kv-heads", "2",  "--head-dim",      "64",     "--experts", "8",     "--experts-used",
+                                     "2",       "--ffn",      "64", "--vocab-builtin", "--seed", "7",         "--out", out};
     if (arch == "deepseek2") args.insert(args.end(), {"--qk-rope", "32"});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
@@ -340,9 +340,7 @@ TEST_F(PromptCacheFiles, UnusableDirectoryIsOneLine) {
     try {
         PromptCache pc(options(file), 42, r.sequence_cache(), log.fn());
         ADD_FAILURE() << "a file was taken as the cache directory";
-    } catch (const PromptCacheError& e) {
-        EXPECT_EQ(std::string(e.what()), "--prompt-cache " + file + " is not a directory");
-    }
+    } catch (const PromptCacheError& e) { EXPECT_EQ(std::string(e.what()), "--prompt-cache " + file + " is not a directory"); }
     EXPECT_THROW(PromptCache(options("/proc/self/prompt-cache"), 42, r.sequence_cache(), log.fn()), PromptCacheError);
 }
 

@@ -12,9 +12,7 @@ namespace moe {
 namespace {
 
 // HF's yarn_find_correction_dim / range (floor and ceil, clamped to the rotated dims).
-double correction_dim(double rot, int dim, double base, int max_pos) {
-    return (dim * std::log(max_pos / (rot * 2 * M_PI))) / (2 * std::log(base));
-}
+double correction_dim(double rot, int dim, double base, int max_pos) { return (dim * std::log(max_pos / (rot * 2 * M_PI))) / (2 * std::log(base)); }
 
 TEST(Rope, YarnAnglesMatchTheFormula) {
     // DeepSeek-V3's shape: 64 rope dims, base 1e4, factor 40 over an original context of 4096.
@@ -73,10 +71,36 @@ TEST(Rope, DeepSeekYarnKeysGiveTheAttentionScale) {
     test::TempDir dir;
     for (float mscale_all_dim : {1.0f, 0.707f}) {
         const std::string out = dir / "yarn.gguf";
-        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", "deepseek2", "--layers", "1", "--embd", "128", "--heads", "4", "--experts", "4",
-                                 "--experts-used", "2", "--ffn", "64", "--qk-nope", "128", "--qk-rope", "64", "--kv-lora", "64",
-                                 "--yarn-factor", "40", "--yarn-orig-ctx", "4096", "--yarn-log-mul",
-                                 std::to_string(0.1f * mscale_all_dim), "--vocab-builtin", "--out", out}),
+        ASSERT_EQ(cli::dispatch({"mkmodel",
+                                 "--arch",
+                                 "deepseek2",
+                                 "--layers",
+                                 "1",
+                                 "--embd",
+                                 "128",
+                                 "--heads",
+                                 "4",
+                                 "--experts",
+                                 "4",
+                                 "--experts-used",
+                                 "2",
+                                 "--ffn",
+                                 "64",
+                                 "--qk-nope",
+                                 "128",
+                                 "--qk-rope",
+                                 "64",
+                                 "--kv-lora",
+                                 "64",
+                                 "--yarn-factor",
+                                 "40",
+                                 "--yarn-orig-ctx",
+                                 "4096",
+                                 "--yarn-log-mul",
+                                 std::to_string(0.1f * mscale_all_dim),
+                                 "--vocab-builtin",
+                                 "--out",
+                                 out}),
                   0);
         auto m = load_model(open_gguf_model(out));
         const double mscale = 1 + 0.1 * mscale_all_dim * std::log(40.0);

@@ -103,9 +103,7 @@ TEST(RoutingTrace, RoundTripAppendAndRefuseAnotherModel) {
     try {
         RoutingTraceWriter w(path, other);
         FAIL() << "opened another model's trace";
-    } catch (const RoutingTraceError& e) {
-        EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
-    }
+    } catch (const RoutingTraceError& e) { EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what(); }
     EXPECT_EQ(std::filesystem::file_size(path), size);
 
     // A second writer on the same file (two servers) is refused while the first holds it.
@@ -116,11 +114,18 @@ TEST(RoutingTrace, RoundTripAppendAndRefuseAnotherModel) {
 TEST(RoutingTrace, CutTailIsTrimmedAndBoundDropsOldestSteps) {
     test::TempDir dir;
     const std::string path = dir / "t.trace";
-    { RoutingTraceWriter w(path, header()); write_step(w, {{1, 2}, {3, 4}}); write_step(w, {{1, 2}, {3, 4}}); }
+    {
+        RoutingTraceWriter w(path, header());
+        write_step(w, {{1, 2}, {3, 4}});
+        write_step(w, {{1, 2}, {3, 4}});
+    }
     const auto whole = std::filesystem::file_size(path);
     std::filesystem::resize_file(path, whole - 5);  // a crash inside the last step
     EXPECT_EQ(read_routing_trace(path).steps.size(), 1u);
-    { RoutingTraceWriter w(path, header()); write_step(w, {{5, 6}, {7, 0}}); }
+    {
+        RoutingTraceWriter w(path, header());
+        write_step(w, {{5, 6}, {7, 0}});
+    }
     RoutingTrace t = read_routing_trace(path);
     ASSERT_EQ(t.steps.size(), 2u);
     EXPECT_EQ(t.steps[1].events[0].experts, (std::vector<uint16_t>{5, 6}));
@@ -145,15 +150,16 @@ TEST(RoutingTrace, CutTailIsTrimmedAndBoundDropsOldestSteps) {
 TEST(RoutingTrace, BadBytesNameOffsetAndField) {
     test::TempDir dir;
     const std::string path = dir / "t.trace";
-    { RoutingTraceWriter w(path, header()); write_step(w, {{1, 2}, {3, 4}}); }
+    {
+        RoutingTraceWriter w(path, header());
+        write_step(w, {{1, 2}, {3, 4}});
+    }
     std::ifstream f(path, std::ios::binary);
     std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};
     auto error_of = [&](std::vector<uint8_t> b, bool strict = false) -> std::string {
         try {
             parse_routing_trace(b, "t.trace", strict);
-        } catch (const RoutingTraceError& e) {
-            return e.what();
-        }
+        } catch (const RoutingTraceError& e) { return e.what(); }
         return "";
     };
     auto bad = bytes;
@@ -176,7 +182,7 @@ TEST(RoutingTrace, BadBytesNameOffsetAndField) {
     EXPECT_NE(error_of(bad).find("layer 9 of 3"), std::string::npos);
     bad = bytes;
     bad.resize(bytes.size() - 3);
-    EXPECT_EQ(error_of(bad), "");  // a cut tail is dropped...
+    EXPECT_EQ(error_of(bad), "");                                         // a cut tail is dropped...
     EXPECT_NE(error_of(bad, true).find("cut short"), std::string::npos);  // ...unless asked to be strict
     EXPECT_EQ(ok.steps.size(), 1u);
 }
@@ -265,8 +271,8 @@ TEST(CacheSim, WorkloadMeasuresAreExact) {
         t.steps.push_back(s);
     }
     const RoutingWorkload w = measure_workload(t);
-    EXPECT_DOUBLE_EQ(w.hot10_share, 3.0 / 8);           // the hottest 10% (1 expert: 0) takes 3 of 8 routings
-    EXPECT_DOUBLE_EQ(w.consecutive_overlap, 2.0 / 6);   // {0} of {0,2}, {0} of {0,1}, none of {3,4}
+    EXPECT_DOUBLE_EQ(w.hot10_share, 3.0 / 8);          // the hottest 10% (1 expert: 0) takes 3 of 8 routings
+    EXPECT_DOUBLE_EQ(w.consecutive_overlap, 2.0 / 6);  // {0} of {0,2}, {0} of {0,1}, none of {3,4}
     EXPECT_DOUBLE_EQ(w.compute_ns_per_token, 2000);
     EXPECT_EQ(w.total_expert_bytes, 10u * 8192);
     // Without 'D' records the lookups come from the routes: 8 routings, 6 distinct per-step sets of 2.
@@ -329,7 +335,9 @@ TEST(CacheSim, CommandReportsPlotsAndRefuses) {
     EXPECT_EQ(bad, 2);
     EXPECT_NE(bad_out.find("--budgets: 0%"), std::string::npos) << bad_out;
     const std::string model = dir / "m.gguf";
-    ASSERT_EQ(test::run_moestream("mkmodel --layers 2 --embd 64 --heads 2 --experts 4 --experts-used 2 --ffn 64 --vocab-builtin --out " + model, true).first, 0);
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 2 --embd 64 --heads 2 --experts 4 --experts-used 2 --ffn 64 --vocab-builtin --out " + model, true)
+                  .first,
+              0);
     auto [other, other_out] = test::run_moestream("cache-sim --trace " + trace + " --model " + model, true);
     EXPECT_EQ(other, 2);
     EXPECT_NE(other_out.find("not the model the routing trace was recorded on"), std::string::npos) << other_out;
@@ -342,7 +350,11 @@ TEST(CacheSim, RouterSkewConcentratesRouting) {
     auto hot10 = [&](const std::string& skew) {
         const std::string model = dir / ("m" + skew + ".gguf"), trace = dir / ("t" + skew + ".trace");
         EXPECT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
-                                      "--vocab-builtin --seed 3 --router-skew " + skew + " --out " + model, true).first, 0);
+                                      "--vocab-builtin --seed 3 --router-skew " +
+                                          skew + " --out " + model,
+                                      true)
+                      .first,
+                  0);
         auto [rc, out] = test::run_moestream("run --model " + model + " -p 'skewed routing, measured' -n 48 --routing-trace " + trace, true);
         EXPECT_EQ(rc, 0) << out;
         const auto j = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false).second);
@@ -372,20 +384,28 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf", trace = dir / "t.trace";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
-                                  "--vocab-builtin --seed 9 --router-skew 1 --out " + model, true).first, 0);
+                                  "--vocab-builtin --seed 9 --router-skew 1 --out " +
+                                      model,
+                                  true)
+                  .first,
+              0);
     auto [rc, out] = test::run_moestream("run --model " + model + " -p 'plan from traffic' -n 40 --ram-budget 40M --routing-trace " + trace, true);
     ASSERT_EQ(rc, 0) << out;
     const std::string facts = dir / "host.json";
     ASSERT_EQ(test::run_moestream_cmd(std::string(MOESTREAM_BINARY) + " probe --root " + MOESTREAM_SOURCE_DIR +
-                                      "/tests/fixtures/hosts/laptop-1node-smt --json > " + facts).first, 0);
-    auto [prc, pout] = test::run_moestream("plan --model " + model + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "p", true);
+                                      "/tests/fixtures/hosts/laptop-1node-smt --json > " + facts)
+                  .first,
+              0);
+    auto [prc, pout] = test::run_moestream(
+        "plan --model " + model + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "p", true);
     ASSERT_EQ(prc, 0) << pout;
     const YAML::Node plan = YAML::LoadFile(dir / "p/plan.yaml");
     const uint64_t cache = plan["decisions"]["expert_cache_bytes"].as<uint64_t>();
     const double planned_hit = std::stod(plan["reasons"]["expert_cache_hit_rate"]["value"].as<std::string>());
     EXPECT_NE(plan["reasons"]["expert_cache_hit_rate"]["reason"].as<std::string>().find("simulated on " + trace), std::string::npos);
     EXPECT_EQ(plan["asked"]["routing_trace"].as<std::string>(), trace);
-    const auto j = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(cache), false).second);
+    const auto j = nlohmann::json::parse(
+        test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(cache), false).second);
     bool found = false;
     for (const auto& b : j["budgets"])
         if (b["budget_bytes"] == cache) {
@@ -397,15 +417,21 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
     EXPECT_EQ(same, 0) << same_out;
     const std::string other = dir / "o.gguf";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 4 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 64 "
-                                  "--vocab-builtin --seed 10 --out " + other, true).first, 0);
-    auto [bad, bad_out] = test::run_moestream("plan --model " + other + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "q", true);
+                                  "--vocab-builtin --seed 10 --out " +
+                                      other,
+                                  true)
+                  .first,
+              0);
+    auto [bad, bad_out] = test::run_moestream(
+        "plan --model " + other + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "q", true);
     EXPECT_EQ(bad, 2) << bad_out;
     EXPECT_NE(bad_out.find("another model"), std::string::npos) << bad_out;
 
     // check --trace: the cache the budget leaves, replayed; the same figures cache-sim gives at that size.
     for (const char* budget : {"40M", "35M"}) {
         // (this host's own rows may FAIL: only the trace's row is read)
-        const std::string cout = test::run_moestream("check --model " + model + " --ram-budget " + budget + " --trace " + trace + " --no-storage --json", false).second;
+        const std::string cout =
+            test::run_moestream("check --model " + model + " --ram-budget " + budget + " --trace " + trace + " --no-storage --json", false).second;
         const nlohmann::json report = nlohmann::json::parse(cout);
         nlohmann::json row;
         for (const auto& r : report["rows"])
@@ -414,12 +440,11 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
         const std::string measured = row["measured"];
         const uint64_t at = std::stoull(measured.substr(measured.rfind('(') + 1));
         const double hit = std::stod(measured.substr(measured.find("hit rate ") + 9)) / 100;
-        const auto sim = nlohmann::json::parse(test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(at), false).second);
+        const auto sim = nlohmann::json::parse(
+            test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(at), false).second);
         EXPECT_NEAR(sim["budgets"][0]["policies"][1]["hit_rate"].get<double>(), hit, 0.0005) << measured;
         EXPECT_NE(measured.find("Belady's eviction without prefetch"), std::string::npos);
-        if (row["status"] == "WARN") {
-            EXPECT_EQ(row["fix"].get<std::string>().rfind("--ram-budget ", 0), 0u) << row;
-        }
+        if (row["status"] == "WARN") { EXPECT_EQ(row["fix"].get<std::string>().rfind("--ram-budget ", 0), 0u) << row; }
     }
     auto [cbad, cbad_out] = test::run_moestream("check --model " + other + " --ram-budget 40M --trace " + trace + " --no-storage", true);
     EXPECT_EQ(cbad, 2) << cbad_out;
@@ -432,12 +457,19 @@ TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf";
     ASSERT_EQ(test::run_moestream("mkmodel --layers 5 --embd 128 --heads 4 --kv-heads 2 --experts 32 --experts-used 4 --ffn 128 "
-                                  "--vocab-builtin --seed 5 --out " + model, true).first, 0);
+                                  "--vocab-builtin --seed 5 --out " +
+                                      model,
+                                  true)
+                  .first,
+              0);
     for (const std::string budget : {"40M", "46M"}) {
         for (const std::string policy : {"lru", "lru-freq"}) {
             const std::string trace = dir / ("t-" + budget + policy + ".trace");
-            auto [rc, out] = test::run_moestream("run --model " + model + " -p 'the routing trace and the cache simulator agree' -n 80 "
-                                                 "--ram-budget " + budget + " --policy " + policy + " --routing-trace " + trace, true);
+            auto [rc, out] = test::run_moestream("run --model " + model +
+                                                     " -p 'the routing trace and the cache simulator agree' -n 80 "
+                                                     "--ram-budget " +
+                                                     budget + " --policy " + policy + " --routing-trace " + trace,
+                                                 true);
             ASSERT_EQ(rc, 0) << out;
             auto [sim_rc, sim] = test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false);
             ASSERT_EQ(sim_rc, 0) << sim;
@@ -451,8 +483,8 @@ TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
             EXPECT_GT(rec_bytes, 0);
             EXPECT_NEAR(got_hit, rec_hit, 0.01 * rec_hit) << budget << " " << policy;
             EXPECT_NEAR(got_bytes, rec_bytes, 0.01 * rec_bytes) << budget << " " << policy;
-            std::cerr << "[  NOTE    ] " << budget << " " << policy << ": engine hit " << rec_hit << ", " << rec_bytes
-                      << " B/token; simulated " << got_hit << ", " << got_bytes << " B/token\n";
+            std::cerr << "[  NOTE    ] " << budget << " " << policy << ": engine hit " << rec_hit << ", " << rec_bytes << " B/token; simulated "
+                      << got_hit << ", " << got_bytes << " B/token\n";
         }
     }
 }

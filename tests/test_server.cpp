@@ -26,7 +26,8 @@ using json = nlohmann::json;
 using test::Server;
 using test::ServeTest;
 
-const std::string kChat = R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0})";
+const std::string kChat =
+    R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0})";
 
 TEST_F(ServeTest, EndpointsAndStreaming) {
     Server s(model_, {});
@@ -66,7 +67,10 @@ TEST_F(ServeTest, EndpointsAndStreaming) {
         size_t end = sr.body.find("\n\n", pos);
         std::string payload = sr.body.substr(pos + 6, end - pos - 6);
         pos = end;
-        if (payload == "[DONE]") { done = true; break; }
+        if (payload == "[DONE]") {
+            done = true;
+            break;
+        }
         auto c = json::parse(payload);
         EXPECT_EQ(c["object"], "chat.completion.chunk");
         if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
@@ -102,9 +106,10 @@ TEST_F(ServeTest, PrefixReuseAcrossTurns) {
 // before a prompt's end and where its last user message starts.
 TEST_F(ServeTest, HybridModelReusesPrefixesThroughCheckpoints) {
     const std::string hybrid = *dir_ / "hybrid.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", "qwen35moe", "--layers", "4", "--embd", "64", "--heads", "2", "--kv-heads", "1",
-                             "--head-dim", "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--shared-experts", "1",
-                             "--vocab-builtin", "--seed", "9", "--out", hybrid}),
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",     "qwen35moe", "--layers",         "4",  "--embd",          "64",     "--heads",
+                             "2",       "--kv-heads", "1",         "--head-dim",       "32", "--experts",       "4",      "--experts-used",
+                             "2",       "--ffn",      "64",        "--shared-experts", "1",  "--vocab-builtin", "--seed", "9",
+                             "--out",   hybrid}),
               0);
     Server s(hybrid, {});
     ASSERT_GT(s.port(), 0) << s.log();
@@ -142,7 +147,11 @@ TEST_F(ServeTest, ApiKeyRequiredExceptHealth) {
 
 TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
     Server s(model_, {"--ctx", "64", "--max-body", "4096"});
-    struct Case { std::string body; int status; std::string param; };
+    struct Case {
+        std::string body;
+        int status;
+        std::string param;
+    };
     const std::vector<Case> cases = {
         {"{not json", 400, ""},
         {R"({"messages":"hi"})", 400, "messages"},
@@ -166,9 +175,7 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
         auto j = json::parse(r.body, nullptr, false);
         ASSERT_FALSE(j.is_discarded()) << r.body;
         EXPECT_TRUE(j["error"]["message"].is_string()) << r.body;
-        if (!c.param.empty()) {
-            EXPECT_EQ(j["error"]["param"], c.param) << r.body;
-        }
+        if (!c.param.empty()) { EXPECT_EQ(j["error"]["param"], c.param) << r.body; }
     }
     EXPECT_EQ(test::request(s.port(), "GET", "/v1/chat/completions").status, 405);
     EXPECT_EQ(test::request(s.port(), "GET", "/nope").status, 404);
@@ -178,11 +185,13 @@ TEST_F(ServeTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
 TEST_F(ServeTest, SurvivesAThousandsOfMalformedRequests) {
     Server s(model_, {"--max-body", "65536"});
     std::mt19937 rng(7);
-    const std::vector<std::string> seeds = {
-        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 20\r\n\r\n{\"messages\":[{\"role",
-        "GET / HTTP/1.1\r\n\r\n", "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n[1,2]",
-        "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "\x16\x03\x01\x02\x00\x01",
-        "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", "GARBAGE\r\n\r\n"};
+    const std::vector<std::string> seeds = {"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 20\r\n\r\n{\"messages\":[{\"role",
+                                            "GET / HTTP/1.1\r\n\r\n",
+                                            "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n[1,2]",
+                                            "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                                            "\x16\x03\x01\x02\x00\x01",
+                                            "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
+                                            "GARBAGE\r\n\r\n"};
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     int sent = 0;
     for (; sent < 2000 && std::chrono::steady_clock::now() < deadline; ++sent) {
@@ -263,9 +272,8 @@ public:
 };
 
 TEST(ApiServiceUnit, HealthAndCompletionsAre503WhileLoading) {
-    ApiService svc({.alias = "m", .model_file = "m.gguf", .api_key = "", .family = ChatFamily::ChatML, .bos_text = "",
-                       .max_tokens_default = 8},
-                      nullptr, nullptr);
+    ApiService svc({.alias = "m", .model_file = "m.gguf", .api_key = "", .family = ChatFamily::ChatML, .bos_text = "", .max_tokens_default = 8},
+                   nullptr, nullptr);
     CapturingResponder r;
     svc.handle({"GET", "/health", {}, ""}, r);
     EXPECT_EQ(r.status, 503);
@@ -306,7 +314,9 @@ TEST_F(ServeTest, NotifiesSystemd) {
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, sock_path.c_str(), sizeof addr.sun_path - 1);
     ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    struct timeval tv {10, 0};
+    struct timeval tv {
+        10, 0
+    };
     ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setenv("NOTIFY_SOCKET", sock_path.c_str(), 1);
     std::string messages;
@@ -346,8 +356,8 @@ TEST_F(ServeTest, PlanLaunchServeEndToEnd) {
     ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len);
     const int port = ntohs(a.sin_port);
     ::close(probe);
-    auto [rc, out] = test::run_moestream("plan --model " + model_ + " --out " + (dir / "plan") + " --no-storage --port " +
-                                         std::to_string(port) + " --alias m --ctx 512");
+    auto [rc, out] = test::run_moestream("plan --model " + model_ + " --out " + (dir / "plan") + " --no-storage --port " + std::to_string(port) +
+                                         " --alias m --ctx 512");
     ASSERT_EQ(rc, 0) << out;
     pid_t pid = ::fork();
     if (pid == 0) {

@@ -51,7 +51,9 @@ TEST_F(ServeTest, ToolCallRoundTripReusesThePrefix) {
     Server s(model_, {});
     ASSERT_GT(s.port(), 0) << s.log();
     json req = {{"messages", {{{"role", "system"}, {"content", "Use tools."}}, {{"role", "user"}, {"content", "Weather in Oslo?"}}}},
-                {"tools", kTools}, {"temperature", 0}, {"max_tokens", 200},
+                {"tools", kTools},
+                {"temperature", 0},
+                {"max_tokens", 200},
                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
     const json a = chat(s.port(), req);
     ASSERT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
@@ -122,10 +124,14 @@ TEST_F(ServeTest, ToolCallRoundTripReusesThePrefix) {
 TEST_F(ServeTest, JsonSchemaOutputAndLogprobs) {
     Server s(model_, {});
     ASSERT_GT(s.port(), 0) << s.log();
-    const json schema = json::parse(R"({"type":"object","properties":{"ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3},
+    const json schema = json::parse(
+        R"({"type":"object","properties":{"ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3},
         "n":{"type":"integer"}},"required":["ok","tags","n"],"additionalProperties":false})");
     for (int seed = 1; seed <= 3; ++seed) {
-        json req = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}}, {"max_tokens", 300}, {"temperature", 1.0}, {"seed", seed},
+        json req = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                    {"max_tokens", 300},
+                    {"temperature", 1.0},
+                    {"seed", seed},
                     {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"schema", schema}, {"strict", true}}}}}};
         const json r = chat(s.port(), req);
         ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
@@ -136,7 +142,10 @@ TEST_F(ServeTest, JsonSchemaOutputAndLogprobs) {
         EXPECT_LE(out["tags"].size(), 3u);
         EXPECT_EQ(out.size(), 3u) << out.dump();
     }
-    json obj = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"max_tokens", 300}, {"temperature", 0}, {"response_format", {{"type", "json_object"}}}};
+    json obj = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+                {"max_tokens", 300},
+                {"temperature", 0},
+                {"response_format", {{"type", "json_object"}}}};
     const json o = chat(s.port(), obj);
     if (o["choices"][0]["finish_reason"] == "stop") {
         EXPECT_TRUE(json::parse(o["choices"][0]["message"]["content"].get<std::string>()).is_object());
@@ -167,11 +176,17 @@ TEST_F(ServeTest, AnthropicMessages) {
     auto post = [&](const std::string& path, const json& body) {
         return test::request(s.port(), "POST", path, body.dump(), "x-api-key: sk-test\r\nanthropic-version: 2023-06-01\r\n");
     };
-    const json tools = json::parse(R"([{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"unit":{"enum":["c","f"]},
+    const json tools = json::parse(
+        R"([{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"unit":{"enum":["c","f"]},
         "days":{"type":"integer"}},"required":["unit","days"]}}])");
-    json req = {{"model", "m"}, {"max_tokens", 200}, {"temperature", 0}, {"system", "Use tools."}, {"tools", tools},
+    json req = {{"model", "m"},
+                {"max_tokens", 200},
+                {"temperature", 0},
+                {"system", "Use tools."},
+                {"tools", tools},
                 {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
-                {"messages", {{{"role", "user"}, {"content", "Weather?"}}}}, {"metadata", {{"user_id", "u1"}}}};
+                {"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+                {"metadata", {{"user_id", "u1"}}}};
     auto r = post("/v1/messages", req);
     ASSERT_EQ(r.status, 200) << r.body;
     const json m = json::parse(r.body);
@@ -202,7 +217,8 @@ TEST_F(ServeTest, AnthropicMessages) {
     EXPECT_EQ(types.front(), "message_start");
     EXPECT_EQ(types.back(), "message_stop");
     EXPECT_EQ(types[types.size() - 2], "message_delta");
-    const int held = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>() + m["usage"]["output_tokens"].get<int>() - 1;
+    const int held = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>() +
+                     m["usage"]["output_tokens"].get<int>() - 1;
     EXPECT_GE(final_usage["cache_read_input_tokens"].get<int>(), held) << final_usage.dump();
 
     // Streaming a forced tool_use: input_json_delta carries the arguments.
@@ -253,10 +269,12 @@ TEST_F(ServeTest, RequestsReportTheirExpertReads) {
     std::atomic<int> answered{0};
     auto ask = [&](int i) {
         const bool anthropic = i % 2 == 1;
-        const auto r = anthropic ? test::request(s.port(), "POST", "/v1/messages",
-                                                 json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump())
-                                 : test::request(s.port(), "POST", "/v1/chat/completions",
-                                                 json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump());
+        const auto r = anthropic ? test::request(
+                                       s.port(), "POST", "/v1/messages",
+                                       json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump())
+                                 : test::request(
+                                       s.port(), "POST", "/v1/chat/completions",
+                                       json{{"max_tokens", 12}, {"messages", {{{"role", "user"}, {"content", "io " + std::to_string(i)}}}}}.dump());
         ASSERT_EQ(r.status, 200) << r.body;
         const json usage = json::parse(r.body)["usage"];
         ASSERT_TRUE(usage.contains("moestream")) << usage.dump();
@@ -293,8 +311,11 @@ TEST_F(ServeTest, ParallelSlotsBatchDecodeSteps) {
         std::vector<json> answers(3);
         for (int c = 0; c < 3; ++c)
             clients.emplace_back([&, c] {
-                const json body = {{"messages", {{{"role", "user"}, {"content", "Tell story " + std::to_string(c)}}}}, {"max_tokens", 32},
-                                   {"temperature", 0.7}, {"seed", c}, {"stream", c == 1}};
+                const json body = {{"messages", {{{"role", "user"}, {"content", "Tell story " + std::to_string(c)}}}},
+                                   {"max_tokens", 32},
+                                   {"temperature", 0.7},
+                                   {"seed", c},
+                                   {"stream", c == 1}};
                 auto r = test::request(s.port(), "POST", "/v1/chat/completions", body.dump());
                 EXPECT_EQ(r.status, 200) << r.body;
                 answers[static_cast<size_t>(c)] = c == 1 ? json::object() : json::parse(r.body, nullptr, false);

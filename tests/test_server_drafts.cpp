@@ -12,7 +12,8 @@ namespace {
 using json = nlohmann::json;
 
 // A code-editing style request: the answer is likely to repeat spans of the prompt, which is what lookup drafts.
-const std::string kEdit = R"({"model":"m","prompt":"def area(w, h):\n    return w * h\n\ndef area(w, h):\n    return w * h\n\ndef area(w, h):\n","max_tokens":48,"temperature":0,"ignore_eos":true,"logprobs":2})";
+const std::string kEdit =
+    R"({"model":"m","prompt":"def area(w, h):\n    return w * h\n\ndef area(w, h):\n    return w * h\n\ndef area(w, h):\n","max_tokens":48,"temperature":0,"ignore_eos":true,"logprobs":2})";
 
 json completion(const test::Server& s) {
     const auto r = test::request(s.port(), "POST", "/v1/completions", kEdit);
@@ -26,9 +27,10 @@ TEST_P(ServeDrafts, GreedyAnswersAreTheSameWithLookupDrafts) {
     std::string model = model_;
     if (GetParam()) {
         model = *dir_ / "hybrid-drafts.gguf";
-        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", "qwen35moe", "--layers", "4", "--embd", "64", "--heads", "2", "--kv-heads", "1",
-                                 "--head-dim", "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--shared-experts", "1",
-                                 "--vocab-builtin", "--seed", "8", "--out", model}),  // a seed whose answer repeats 2-grams: drafts
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",     "qwen35moe", "--layers",         "4",  "--embd",          "64",     "--heads",
+                                 "2",       "--kv-heads", "1",         "--head-dim",       "32", "--experts",       "4",      "--experts-used",
+                                 "2",       "--ffn",      "64",        "--shared-experts", "1",  "--vocab-builtin", "--seed", "8",
+                                 "--out",   model}),  // a seed whose answer repeats 2-grams: drafts
                   0);
     }
     json plain, drafted;
@@ -88,7 +90,9 @@ TEST_F(ServeDraftSlots, SlotsDraftingTogetherAnswerAsEachAlone) {
     json second = json::parse(kEdit);
     second["prompt"] = "x = [1, 2, 3]\ny = [1, 2, 3]\nz = [1, 2, 3]\nx = [1, 2";
     std::vector<std::string> bodies = {kEdit, second.dump()};
-    const json constrained = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"max_tokens", 60}, {"temperature", 0},
+    const json constrained = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+                              {"max_tokens", 60},
+                              {"temperature", 0},
                               {"response_format", {{"type", "json_object"}}}};
     std::vector<json> alone;
     json constrained_alone;
@@ -110,9 +114,7 @@ TEST_F(ServeDraftSlots, SlotsDraftingTogetherAnswerAsEachAlone) {
             EXPECT_EQ(got[i]["choices"][0]["text"], alone[i]["choices"][0]["text"]) << "request " << i << " round " << round;
             // (Later rounds reuse a cached prefix whose prompt chunks differ from a cold prompt's: the logprobs'
             // last bits may too, drafts or not.)
-            if (round == 0) {
-                EXPECT_EQ(got[i]["choices"][0]["logprobs"], alone[i]["choices"][0]["logprobs"]) << "request " << i;
-            }
+            if (round == 0) { EXPECT_EQ(got[i]["choices"][0]["logprobs"], alone[i]["choices"][0]["logprobs"]) << "request " << i; }
         }
     }
     // Under a grammar the drafts are judged by the constrained sampler: the same JSON as without drafts.
@@ -121,7 +123,8 @@ TEST_F(ServeDraftSlots, SlotsDraftingTogetherAnswerAsEachAlone) {
     const json c = json::parse(r.body);
     EXPECT_EQ(c["choices"][0]["message"]["content"], constrained_alone["choices"][0]["message"]["content"]);
     EXPECT_GT(c["timings"]["draft_n"].get<int>(), 0) << c.dump();  // JSON repeats its own keys and spans: lookup drafts
-    std::printf("[ drafts ] constrained request: %d drafted, %d kept\n", c["timings"]["draft_n"].get<int>(), c["timings"]["draft_n_accepted"].get<int>());
+    std::printf("[ drafts ] constrained request: %d drafted, %d kept\n", c["timings"]["draft_n"].get<int>(),
+                c["timings"]["draft_n_accepted"].get<int>());
     EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

@@ -17,7 +17,8 @@ std::string harmony_model(const std::string& dir) {
     for (auto& [key, value] : vocab) {
         if (key == "tokenizer.ggml.tokens") {
             std::vector<std::string> tokens = value.strs;
-            for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"}) tokens.push_back(t);
+            for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"})
+                tokens.push_back(t);
             value = GgufValue::string_array(tokens);
         } else if (key == "tokenizer.ggml.token_type") {
             std::vector<int32_t> types = value.i32_array();
@@ -49,7 +50,10 @@ TEST(ServeHarmony, ToolCallsJsonAnswersAndReasoningEffort) {
     const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Weather",
         "parameters":{"type":"object","properties":{"unit":{"enum":["c","f"]},"days":{"type":"integer"}},"required":["unit","days"]}}}])");
     json req = {{"messages", {{{"role", "system"}, {"content", "Use tools."}}, {{"role", "user"}, {"content", "Weather in Oslo?"}}}},
-                {"tools", tools}, {"temperature", 0}, {"max_tokens", 120}, {"reasoning_effort", "low"},
+                {"tools", tools},
+                {"temperature", 0},
+                {"max_tokens", 120},
+                {"reasoning_effort", "low"},
                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
     const json a = chat(s.port(), req);
     ASSERT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
@@ -70,7 +74,9 @@ TEST(ServeHarmony, ToolCallsJsonAnswersAndReasoningEffort) {
     EXPECT_EQ(b["choices"][0]["message"].count("tool_calls"), 0u);
 
     // response_format json_object: the answer is JSON, written after the final channel's header.
-    json j = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"temperature", 0}, {"max_tokens", 60},
+    json j = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+              {"temperature", 0},
+              {"max_tokens", 60},
               {"response_format", {{"type", "json_object"}}}};
     const json c = chat(s.port(), j);
     const std::string content = c["choices"][0]["message"]["content"].get<std::string>();

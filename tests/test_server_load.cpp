@@ -98,7 +98,10 @@ TEST_F(ServeTest, IdleAndSlowClientsCannotLockOthersOut) {
     start = std::chrono::steady_clock::now();
     bool cut = false;
     for (char c : header) {
-        if (::send(drip, &c, 1, MSG_NOSIGNAL) != 1) { cut = true; break; }
+        if (::send(drip, &c, 1, MSG_NOSIGNAL) != 1) {
+            cut = true;
+            break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         if (std::chrono::steady_clock::now() - start > std::chrono::seconds(4)) break;
     }
@@ -120,8 +123,10 @@ TEST_F(ServeTest, StalledBodyFloodNeitherRefusesNorDelaysOthers) {
         flood.push_back(test::connect_loopback(s.port()));
         test::send_all(flood.back(), stalled);
     }
-    const std::string chat = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " + std::to_string(kSmallChat.size()) + "\r\n\r\n" + kSmallChat;
+    const std::string chat =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(kSmallChat.size()) + "\r\n\r\n" + kSmallChat;
     for (const char* from : {"127.0.0.1", "127.0.0.2"}) {
         const auto start = std::chrono::steady_clock::now();
         const auto r = test::raw_request(s.port(), chat, from);
@@ -157,13 +162,23 @@ TEST_F(ServeTest, StalledBodyFloodNeitherRefusesNorDelaysOthers) {
 TEST_F(ServeTest, MixedLoadLeavesTheServerHealthy) {
     Server s(model_, {"--max-queue", "32"});
     ASSERT_GT(s.port(), 0) << s.log();
-    const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"enum":[1,2]}},"required":["x"]}}}])");
+    const json tools = json::parse(
+        R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"enum":[1,2]}},"required":["x"]}}}])");
     auto request_of = [&](int i) -> std::pair<std::string, std::string> {
         switch (i % 4) {
-            case 0: return {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"stream )" + std::to_string(i) + R"("}],"max_tokens":8,"stream":true})"};
-            case 1: return {"/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "call"}}}}, {"tools", tools}, {"tool_choice", "required"},
-                                                         {"max_tokens", 60}, {"temperature", 0}}.dump()};
-            case 2: return {"/v1/messages", R"({"max_tokens":8,"stream":true,"messages":[{"role":"user","content":"anthropic )" + std::to_string(i) + R"("}]})"};
+            case 0:
+                return {"/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"stream )" + std::to_string(i) + R"("}],"max_tokens":8,"stream":true})"};
+            case 1:
+                return {"/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "call"}}}},
+                                                     {"tools", tools},
+                                                     {"tool_choice", "required"},
+                                                     {"max_tokens", 60},
+                                                     {"temperature", 0}}
+                                                    .dump()};
+            case 2:
+                return {"/v1/messages",
+                        R"({"max_tokens":8,"stream":true,"messages":[{"role":"user","content":"anthropic )" + std::to_string(i) + R"("}]})"};
             default: return {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"vanish"}],"max_tokens":200,"stream":true})"};
         }
     };
@@ -171,7 +186,8 @@ TEST_F(ServeTest, MixedLoadLeavesTheServerHealthy) {
         const auto [path, body] = request_of(i);
         if (i % 4 == 3) {  // read the first bytes of the stream, then vanish
             int fd = test::connect_loopback(s.port());
-            test::send_all(fd, "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+            test::send_all(fd, "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                                   std::to_string(body.size()) + "\r\n\r\n" + body);
             char buf[256];
             ::recv(fd, buf, sizeof buf, 0);
             ::close(fd);
@@ -220,7 +236,8 @@ TEST_F(ServeTest, SoakMixedLoadOnAStreamedModelStaysFlat) {
     Server s(model_, {"--ram-budget", budget, "--ctx", "1024", "--parallel", "2", "--max-queue", "64"});
     ASSERT_GT(s.port(), 0) << s.log();
     ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();
-    const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"enum":[1,2]}},"required":["x"]}}}])");
+    const json tools = json::parse(
+        R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"enum":[1,2]}},"required":["x"]}}}])");
     std::atomic<long> ok{0}, refused{0}, other{0}, cut{0};
     std::atomic<bool> stop{false};
     std::mutex seen_mu;
@@ -236,28 +253,35 @@ TEST_F(ServeTest, SoakMixedLoadOnAStreamedModelStaysFlat) {
         for (long i = c; !stop; i += 8) {
             const std::string n = std::to_string(i);
             switch (i % 6) {
-                case 0: case 1: {
+                case 0:
+                case 1: {
                     const bool stream = i % 6 == 1;
-                    const auto r = test::request(s.port(), "POST", "/v1/chat/completions",
-                                                 json{{"messages", {{{"role", "user"}, {"content", "soak " + n}}}}, {"max_tokens", 6}, {"stream", stream}}.dump());
+                    const auto r = test::request(
+                        s.port(), "POST", "/v1/chat/completions",
+                        json{{"messages", {{{"role", "user"}, {"content", "soak " + n}}}}, {"max_tokens", 6}, {"stream", stream}}.dump());
                     count(r);
                     break;
                 }
                 case 2: {
                     const auto r = test::request(s.port(), "POST", "/v1/chat/completions",
-                                                 json{{"messages", {{{"role", "user"}, {"content", "call " + n}}}}, {"tools", tools}, {"tool_choice", "required"},
-                                                      {"max_tokens", 40}}.dump());
+                                                 json{{"messages", {{{"role", "user"}, {"content", "call " + n}}}},
+                                                      {"tools", tools},
+                                                      {"tool_choice", "required"},
+                                                      {"max_tokens", 40}}
+                                                     .dump());
                     count(r);
                     break;
                 }
                 case 3: {
-                    const auto r = test::request(s.port(), "POST", "/v1/messages",
-                                                 json{{"max_tokens", 6}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "anthropic " + n}}}}}.dump());
+                    const auto r = test::request(
+                        s.port(), "POST", "/v1/messages",
+                        json{{"max_tokens", 6}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "anthropic " + n}}}}}.dump());
                     count(r);
                     break;
                 }
                 default: {  // 4: cancels after the first bytes of its stream; 5: vanishes before reading anything
-                    const std::string body = json{{"messages", {{{"role", "user"}, {"content", "gone " + n}}}}, {"max_tokens", 300}, {"stream", true}}.dump();
+                    const std::string body =
+                        json{{"messages", {{{"role", "user"}, {"content", "gone " + n}}}}, {"max_tokens", 300}, {"stream", true}}.dump();
                     const int fd = test::connect_loopback(s.port());
                     test::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                                            std::to_string(body.size()) + "\r\n\r\n" + body);
@@ -302,10 +326,11 @@ TEST_F(ServeTest, SoakMixedLoadOnAStreamedModelStaysFlat) {
     }
     const long rss1 = rss_kib(s.pid());
     const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
-    std::printf("[ soak     ] %d s: %ld answered 200, %ld refused 503, %ld other, %ld cancelled or vanished; RSS %ld -> %ld KiB, "
-                "fds %ld -> %ld, threads %zu -> %zu (besides io_uring's kernel workers: %ld)\n",
-                seconds, ok.load(), refused.load(), other.load(), cut.load(), rss0, rss1, fds0, fds1, threads0.size(), threads1.size(),
-                status_field(s.pid(), "Threads") - static_cast<long>(threads1.size()));
+    std::printf(
+        "[ soak     ] %d s: %ld answered 200, %ld refused 503, %ld other, %ld cancelled or vanished; RSS %ld -> %ld KiB, "
+        "fds %ld -> %ld, threads %zu -> %zu (besides io_uring's kernel workers: %ld)\n",
+        seconds, ok.load(), refused.load(), other.load(), cut.load(), rss0, rss1, fds0, fds1, threads0.size(), threads1.size(),
+        status_field(s.pid(), "Threads") - static_cast<long>(threads1.size()));
     EXPECT_EQ(other.load(), 0) << seen;
     EXPECT_GT(ok.load(), 0);
     EXPECT_LE(rss1, rss0 * 105 / 100) << "RSS " << rss0 << " KiB -> " << rss1 << " KiB";

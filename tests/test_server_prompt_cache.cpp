@@ -27,7 +27,8 @@ std::string system_prompt() {
 
 json chat(const std::string& user) {
     return {{"messages", {{{"role", "system"}, {"content", system_prompt()}}, {{"role", "user"}, {"content", user}}}},
-            {"max_tokens", 8}, {"temperature", 0}};
+            {"max_tokens", 8},
+            {"temperature", 0}};
 }
 
 double metric(int port, const std::string& name) {
@@ -41,9 +42,9 @@ class PromptCacheServe : public ::testing::TestWithParam<std::string> {};
 TEST_P(PromptCacheServe, APrefixSavedBeforeARestartIsRestoredAfterIt) {
     test::TempDir dir;
     const std::string model = dir / "m.gguf", cache = dir / "prompts";
-    std::vector<std::string> args = {"mkmodel", "--arch", GetParam(), "--layers", "2", "--embd", "64", "--heads", "2", "--kv-heads", "1",
-                                     "--head-dim", "32", "--experts", "4", "--experts-used", "2", "--ffn", "64", "--vocab-builtin", "--seed", "9",
-                                     "--out", model};
+    std::vector<std::string> args = {"mkmodel", "--arch",     GetParam(), "--layers",        "2",      "--embd",    "64",    "--heads",
+                                     "2",       "--kv-heads", "1",        "--head-dim",      "32",     "--experts", "4",     "--experts-used",
+                                     "2",       "--ffn",      "64",       "--vocab-builtin", "--seed", "9",         "--out", model};
     ASSERT_EQ(cli::dispatch(args), 0);
     const std::vector<std::string> with_cache = {"--ctx", "2048", "--prompt-cache", cache, "--prompt-cache-min", "64"};
     int saved_prompt = 0;
@@ -145,9 +146,11 @@ TEST_F(ServeTest, PromptCacheUnderConcurrentLoadWritesOnlySoundRecords) {
     ASSERT_GT(again.port(), 0) << again.log();
     EXPECT_NE(again.log().find(": " + std::to_string(files) + " records ("), std::string::npos) << again.log();
     EXPECT_EQ(again.log().find("damaged"), std::string::npos) << again.log();
-    const json first = {{"messages", {{{"role", "system"}, {"content", "agent 1: be brief and exact in every answer"}},
-                                      {{"role", "user"}, {"content", "step 0"}}, {{"role", "user"}, {"content", "step 1"}},
-                                      {{"role", "user"}, {"content", "a new step"}}}},
+    const json first = {{"messages",
+                         {{{"role", "system"}, {"content", "agent 1: be brief and exact in every answer"}},
+                          {{"role", "user"}, {"content", "step 0"}},
+                          {{"role", "user"}, {"content", "step 1"}},
+                          {{"role", "user"}, {"content", "a new step"}}}},
                         {"max_tokens", 2}};
     const auto r = test::request(again.port(), "POST", "/v1/chat/completions", first.dump());
     ASSERT_EQ(r.status, 200) << r.body;

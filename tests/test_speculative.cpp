@@ -59,9 +59,7 @@ TEST(SpeculativeSampling, VerifiedTokensKeepTheSamplersDistribution) {
                 const Sampler::Verdict v = s.verify(logits, {}, draft);
                 got[v.token]++;
                 kept += v.accepted;
-                if (v.accepted) {
-                    EXPECT_EQ(v.token, draft);
-                }
+                if (v.accepted) { EXPECT_EQ(v.token, draft); }
             }
             // Kept as often as the sampler gives the draft (0 where top-k cuts it).
             EXPECT_NEAR(static_cast<double>(kept) / kDraws, want.count(draft) ? want[draft] : 0.0, 0.005) << "draft " << draft;
@@ -91,7 +89,7 @@ TEST(DraftPlanner, DraftsWhereExtraRowsAreCheapAndNotWhereTheyCostAStep) {
     EXPECT_EQ(cheap.depth(8), 0);  // nothing measured: a plain step first
     cheap.observe_step(1, 0.100);
     cheap.observe_step(3, 0.100 + 0.100 * 0.2 * (moe.expert_sets(3) - 1));  // the experts are a fifth of a step
-    for (int i = 0; i < 10; ++i) cheap.observe_drafts(4, 4);  // drafts nearly always kept
+    for (int i = 0; i < 10; ++i) cheap.observe_drafts(4, 4);                // drafts nearly always kept
     EXPECT_GT(cheap.acceptance(), 0.8);
     EXPECT_NEAR(cheap.expert_share(), 0.2, 1e-9);
     EXPECT_NEAR(cheap.step_seconds(9), 0.100 * (0.8 + 0.2 * moe.expert_sets(9)), 1e-12);
@@ -268,8 +266,10 @@ TEST(SpeculativeBatch, SequencesWithSeveralTokensEachMatchDecodingAlone) {
     test::TempDir dir;
     for (const std::string arch : {"qwen3moe", "deepseek2", "qwen35moe"}) {
         const std::string path = dir / (arch + ".gguf");
-        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch", arch, "--layers", "2", "--embd", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
-                                 "--experts", "16", "--experts-used", "2", "--ffn", "128", "--vocab-builtin", "--type", "q8_0", "--seed", "3", "--out", path}),
+        ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",     arch,  "--layers",        "2",      "--embd",    "128",    "--heads",
+                                 "2",       "--kv-heads", "1",   "--head-dim",      "32",     "--experts", "16",     "--experts-used",
+                                 "2",       "--ffn",      "128", "--vocab-builtin", "--type", "q8_0",      "--seed", "3",
+                                 "--out",   path}),
                   0);
         GgufModel file = open_gguf_model(path);
         auto m = load_model(file);

@@ -25,9 +25,18 @@ namespace {
 
 std::string make_model(const test::TempDir& dir, const std::string& type) {
     std::string out = dir / ("s-" + type + ".gguf");
-    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers", "3", "--embd", "256", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
-                             "--experts", "16", "--experts-used", "4", "--ffn", "256", "--vocab-builtin", "--type", type,
-                             "--seed", "11", "--out", out}),
+    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers",
+                             "3",       "--embd",
+                             "256",     "--heads",
+                             "4",       "--kv-heads",
+                             "2",       "--head-dim",
+                             "64",      "--experts",
+                             "16",      "--experts-used",
+                             "4",       "--ffn",
+                             "256",     "--vocab-builtin",
+                             "--type",  type,
+                             "--seed",  "11",
+                             "--out",   out}),
               0);
     return out;
 }
@@ -75,9 +84,7 @@ TEST(Streaming, SqpollAndRegisteredFilesGiveTheSameLogits) {
     auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
     ASSERT_TRUE(src.uring());
     // SQPOLL may be refused (older kernels without privilege); then the note says so and reads still work.
-    if (!src.sqpoll()) {
-        EXPECT_NE(src.io_note().find("SQPOLL refused"), std::string::npos) << src.io_note();
-    }
+    if (!src.sqpoll()) { EXPECT_NE(src.io_note().find("SQPOLL refused"), std::string::npos) << src.io_note(); }
     EXPECT_EQ(test::greedy_logits(*m, prompt, 6), test::greedy_logits(*load_model(file), prompt, 6));
     EXPECT_GT(src.stats().bytes_read, 0u);
 }
@@ -103,9 +110,7 @@ TEST(Streaming, MinimumBudgetIsStated) {
     try {
         load_model(file, {.experts = cli::streaming_experts(o)});
         FAIL() << "accepted";
-    } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("the minimum is"), std::string::npos) << e.what();
-    }
+    } catch (const ModelError& e) { EXPECT_NE(std::string(e.what()).find("the minimum is"), std::string::npos) << e.what(); }
     // Exactly the minimum works: one layer's selected experts, a prompt batch needing more waits for slots.
     auto probe = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 1.0))});
     const uint64_t slot = dynamic_cast<StreamingExpertSource&>(*probe->experts).slot_bytes();
@@ -151,9 +156,7 @@ TEST(Streaming, TruncatedModelFileIsAClearError) {
     try {
         r.eval(prompt);
         FAIL() << "a truncated file was not reported";
-    } catch (const ModelError& e) {
-        EXPECT_NE(std::string(e.what()).find("layer 2"), std::string::npos) << e.what();
-    }
+    } catch (const ModelError& e) { EXPECT_NE(std::string(e.what()).find("layer 2"), std::string::npos) << e.what(); }
 }
 
 TEST(Streaming, DirectReadsLeaveNoPageCache) {
@@ -161,7 +164,7 @@ TEST(Streaming, DirectReadsLeaveNoPageCache) {
     const std::string dir_path = fs::is_directory("/var/tmp") ? "/var/tmp" : dir.path.string();
     test::TempDir on_disk;
     const std::string path = make_model(on_disk, "q8_0");
-    {   // Drop the file's pages that writing it left behind.
+    {  // Drop the file's pages that writing it left behind.
         int fd = ::open(path.c_str(), O_RDONLY);
         ::fdatasync(fd);
         ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -206,7 +209,6 @@ TEST(Streaming, DirectReadsLeaveNoPageCache) {
 namespace moe {
 namespace {
 
-
 // stdout only: these commands print JSON there and their log on stderr.
 std::pair<int, std::string> run_quiet(const std::string& args) { return test::run_moestream(args, false); }
 
@@ -230,8 +232,8 @@ TEST(StreamingCli, RunGivesTheSameTokensStreamedAndProfilePinsTheHottest) {
     std::ifstream pf(dir / "profile.yaml");
     std::string text((std::istreambuf_iterator<char>(pf)), {});
     EXPECT_NE(text.find("prompts: 3"), std::string::npos) << text.substr(0, 200);
-    auto [c4, pinned] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget +
-                                " --profile " + (dir / "profile.yaml"));
+    auto [c4, pinned] = run_quiet("run -m " + model + " -p 'The quick brown fox' -n 24 --json --ctx 256 --ram-budget " + budget + " --profile " +
+                                  (dir / "profile.yaml"));
     ASSERT_EQ(c4, 0) << pinned;
     EXPECT_EQ(nlohmann::json::parse(pinned)["tokens"], nlohmann::json::parse(in_ram)["tokens"]);
 }
@@ -241,8 +243,8 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     const std::string model = make_model(dir, "q8_0");
     const std::string svg_path = dir / "run.svg";
     // A third of the experts cached, beside everything else bench holds (its fio, its slot runner).
-    auto [code, out] = run_quiet("bench -m " + model + " --cache-fraction 0.33 --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " +
-                                 svg_path);
+    auto [code, out] = run_quiet("bench -m " + model +
+                                 " --cache-fraction 0.33 --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " + svg_path);
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);
     EXPECT_GT(j["expert_bytes_read_per_token"].get<double>(), 0);

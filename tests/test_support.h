@@ -25,10 +25,9 @@ inline std::string oracle_dir() {
 }
 
 // Skips (visibly) when the oracle is missing; .ci/run refuses to run without it, so CI never skips.
-#define REQUIRE_ORACLE()                                                                                     \
-    do {                                                                                                     \
-        if (moe::test::oracle_dir().empty())                                                                 \
-            GTEST_SKIP() << "llama.cpp oracle not found (set MOESTREAM_ORACLE or place ../shared/oracle)";   \
+#define REQUIRE_ORACLE()                                                                                                                    \
+    do {                                                                                                                                    \
+        if (moe::test::oracle_dir().empty()) GTEST_SKIP() << "llama.cpp oracle not found (set MOESTREAM_ORACLE or place ../shared/oracle)"; \
     } while (0)
 
 // Runs a shell command line; returns its exit code and its output.

@@ -47,7 +47,8 @@ TEST(ThreadPool, ExplicitChunksCoverEveryIndexOnce) {
                     for (int64_t i = b; i < e; ++i) hits[i]++;
                 });
                 EXPECT_FALSE(bad_range) << threads << " threads, n " << n << ", chunk " << chunk;
-                for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n " << n << ", chunk " << chunk << ", index " << i;
+                for (int64_t i = 0; i < n; ++i)
+                    ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n " << n << ", chunk " << chunk << ", index " << i;
             }
     }
 }

@@ -52,13 +52,12 @@ TEST_P(VocabVectors, MatchLlamaCppByteForByte) {
     EXPECT_EQ(checked, static_cast<int>(inputs.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, VocabVectors,
-                         ::testing::Values("llama-spm", "gpt-2", "deepseek-llm", "starcoder", "qwen3"),
-                         [](const auto& info) {
-                             std::string n = info.param;
-                             for (char& c : n) if (c == '-') c = '_';
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Oracle, VocabVectors, ::testing::Values("llama-spm", "gpt-2", "deepseek-llm", "starcoder", "qwen3"), [](const auto& info) {
+    std::string n = info.param;
+    for (char& c : n)
+        if (c == '-') c = '_';
+    return n;
+});
 
 }  // namespace
 }  // namespace moe

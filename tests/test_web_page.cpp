@@ -41,7 +41,8 @@ TEST_F(ServeTest, WebPageInHeadlessChromium) {
     const std::string chromium = chromium_env ? chromium_env : "/usr/bin/chromium";
     std::string why;
     if (std::system("node --version > /dev/null 2>&1") != 0) why = "node is not on PATH";
-    else if (!std::filesystem::exists(dir + "/node_modules/playwright-core")) why = "playwright-core is not installed in tests/node (run scripts/setup.sh)";
+    else if (!std::filesystem::exists(dir + "/node_modules/playwright-core"))
+        why = "playwright-core is not installed in tests/node (run scripts/setup.sh)";
     else if (!std::filesystem::exists(chromium)) why = chromium + " is missing (apt-get install chromium; scripts/setup.sh does)";
     if (!why.empty()) {
         const char* ci = std::getenv("CI");
@@ -55,7 +56,8 @@ TEST_F(ServeTest, WebPageInHeadlessChromium) {
     test::TempDir out;
     const std::string log = out / "web.log";
     const int rc = std::system(("cd " + dir + " && CHROMIUM=" + chromium + " timeout 120 node web_page.mjs " + std::to_string(s.port()) + " sk-web " +
-                                shots + " > " + log + " 2>&1").c_str());
+                                shots + " > " + log + " 2>&1")
+                                   .c_str());
     std::ifstream f(log);
     const std::string text{std::istreambuf_iterator<char>(f), {}};
     EXPECT_EQ(rc, 0) << text;

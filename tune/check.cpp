@@ -33,7 +33,10 @@ const char* status_name(CheckStatus s) {
 std::string human_bytes(double b) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
-    while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+    while (b >= 1024 && u < 4) {
+        b /= 1024;
+        ++u;
+    }
     char buf[32];
     std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
     return buf;
@@ -57,7 +60,11 @@ kernels::CpuFeatures cpu_features_of(const std::map<std::string, bool>& simd) {
 }
 
 std::string limit_str(uint64_t v) { return v == UINT64_MAX ? "unlimited" : human_bytes(static_cast<double>(v)); }
-std::string gbps(double v) { char b[32]; std::snprintf(b, sizeof b, "%.2f GB/s", v / 1e9); return b; }
+std::string gbps(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f GB/s", v / 1e9);
+    return b;
+}
 
 // The sysctl values this engine wants, derived from the host (see docs/check.md for the reasons).
 uint64_t wanted_min_free_kbytes(uint64_t ram) {
@@ -87,7 +94,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
 
     // CPU kernels: the table and numerics the engine would choose from these facts, by the engine's own rule.
     std::string simd_list;
-    for (const auto& [k, v] : h.cpu.simd) if (v) simd_list += (simd_list.empty() ? "" : " ") + k;
+    for (const auto& [k, v] : h.cpu.simd)
+        if (v) simd_list += (simd_list.empty() ? "" : " ") + k;
     const bool arm = h.cpu.simd.count("neon") && h.cpu.simd.at("neon");
     if (!arm && !simd_list.empty()) {
         const kernels::KernelChoice k = kernels::choose_kernels(cpu_features_of(h.cpu.simd));
@@ -106,22 +114,23 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     if (h.cpu.physical_cores.value) {
         int phys = *h.cpu.physical_cores.value, logical = h.cpu.logical_cpus.value.value_or(phys);
         add({"cpu_cores", "threads on physical cores (no SMT siblings)", CheckStatus::Pass,
-             std::to_string(phys) + " physical cores, " + std::to_string(logical) + " logical CPUs",
-             "one thread per physical core",
-             logical > phys ? "numactl --physcpubind=" + format_cpu_list(h.cpu.first_thread_per_core) + " (or CPUAffinity=" +
-                                  format_cpu_list(h.cpu.first_thread_per_core) + ")"
+             std::to_string(phys) + " physical cores, " + std::to_string(logical) + " logical CPUs", "one thread per physical core",
+             logical > phys ? "numactl --physcpubind=" + format_cpu_list(h.cpu.first_thread_per_core) +
+                                  " (or CPUAffinity=" + format_cpu_list(h.cpu.first_thread_per_core) + ")"
                             : ""});
     } else {
-        add({"cpu_cores", "threads on physical cores (no SMT siblings)", CheckStatus::Warn, h.cpu.physical_cores.source,
-             "readable CPU topology", "check that /sys/devices/system/cpu/cpu*/topology is readable"});
+        add({"cpu_cores", "threads on physical cores (no SMT siblings)", CheckStatus::Warn, h.cpu.physical_cores.source, "readable CPU topology",
+             "check that /sys/devices/system/cpu/cpu*/topology is readable"});
     }
 
     // Memory: resident weights, KV cache and the expert cache must fit without swapping.
     if (in.model) {
         const ModelFacts& m = *in.model;
         add({"engine_support", "this engine runs the model", m.supported ? CheckStatus::Pass : CheckStatus::Fail,
-             m.supported ? m.arch + (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
-                                                           " recognised, not loaded)" : "") +
+             m.supported ? m.arch +
+                               (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
+                                                      " recognised, not loaded)"
+                                                : "") +
                                (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
                          : m.unsupported_reason,
              "a supported architecture and weight types",
@@ -137,12 +146,17 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
             const uint32_t block = std::max(type_info(types.k).block_elems, type_info(types.v).block_elems);
             std::string why;
             if (mla && types.k != types.v) why = "an MLA model keeps V inside the K cache: K and V must be the same type";
-            else if (!mla && m.head_dim % block) why = "blocks of " + std::to_string(block) + " do not divide the head size " + std::to_string(m.head_dim);
+            else if (!mla && m.head_dim % block)
+                why = "blocks of " + std::to_string(block) + " do not divide the head size " + std::to_string(m.head_dim);
             add({"kv_cache_types", "the KV cache can be stored as asked", why.empty() ? CheckStatus::Pass : CheckStatus::Fail,
-                 k + "/" + v + ": " + (why.empty() ? std::to_string(m.cache_bytes_per_token_as(types)) + " bytes per token (f16: " +
-                                                         std::to_string(m.cache_bytes_per_token) + ")"
-                                                   : why),
-                 "a type the model's rows hold in whole blocks", why.empty() ? "" : mla ? "--cache-type-v " + k : "--cache-type-k f16 --cache-type-v f16"});
+                 k + "/" + v + ": " +
+                     (why.empty() ? std::to_string(m.cache_bytes_per_token_as(types)) +
+                                        " bytes per token (f16: " + std::to_string(m.cache_bytes_per_token) + ")"
+                                  : why),
+                 "a type the model's rows hold in whole blocks",
+                 why.empty() ? ""
+                 : mla       ? "--cache-type-v " + k
+                             : "--cache-type-k f16 --cache-type-v f16"});
         }
         const uint64_t kv = m.kv_bytes(in.n_ctx, types), reserve = std::max<uint64_t>(ram / 20, 512ull << 20), work = in.working_bytes;
         const uint64_t need = m.resident_bytes + kv + work + reserve;
@@ -152,10 +166,12 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                  (in.cache_type_k == GgmlType::F16 && in.cache_type_v == GgmlType::F16
                       ? std::string()
                       : ", " + kernels::kv_cache_type_name(in.cache_type_k) + "/" + kernels::kv_cache_type_name(in.cache_type_v)) +
-                 ") + " + (work ? human_bytes(work) + " engine working memory + " : std::string()) + human_bytes(reserve) + " reserve; " + human_bytes(avail) + " available of " + human_bytes(ram),
+                 ") + " + (work ? human_bytes(work) + " engine working memory + " : std::string()) + human_bytes(reserve) + " reserve; " +
+                 human_bytes(avail) + " available of " + human_bytes(ram),
              "<= available RAM",
-             st == CheckStatus::Pass ? "" : st == CheckStatus::Fail ? "a host with more RAM, or a smaller quantization of the model"
-                                                                     : "free memory (stop other services) or use a shorter context (--ctx)"});
+             st == CheckStatus::Pass   ? ""
+             : st == CheckStatus::Fail ? "a host with more RAM, or a smaller quantization of the model"
+                                       : "free memory (stop other services) or use a shorter context (--ctx)"});
         // The smallest cache that works: one layer's selected experts.
         uint64_t min_cache = 0;
         for (uint32_t l = 0; l < m.n_layer; ++l) min_cache = std::max<uint64_t>(min_cache, m.bytes_per_expert(l) * m.n_expert_used);
@@ -167,11 +183,12 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
             CheckStatus bs = b < floor || b > ceiling ? CheckStatus::Fail : CheckStatus::Pass;
             add({"ram_budget", "RAM budget for the engine (--ram-budget)", bs, human_bytes(static_cast<double>(b)),
                  ">= " + human_bytes(floor) + " (resident " + human_bytes(m.resident_bytes) + " + KV " + human_bytes(kv) +
-                     (work ? " + working memory " + human_bytes(work) : std::string()) + " + one layer's selected experts " + human_bytes(min_cache) + ") and <= " + human_bytes(ceiling) +
-                     " (available minus reserve)",
+                     (work ? " + working memory " + human_bytes(work) : std::string()) + " + one layer's selected experts " + human_bytes(min_cache) +
+                     ") and <= " + human_bytes(ceiling) + " (available minus reserve)",
                  bs == CheckStatus::Pass ? "" : "--ram-budget " + std::to_string(std::clamp(b, floor, std::max(floor, ceiling)))});
         }
-        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv + work ? *in.ram_budget - m.resident_bytes - kv - work : 0;
+        const uint64_t budget_cache = in.ram_budget && *in.ram_budget > m.resident_bytes + kv + work ? *in.ram_budget - m.resident_bytes - kv - work
+                                                                                                     : 0;
         const uint64_t cache = std::min<uint64_t>(in.ram_budget ? budget_cache : room, m.expert_bytes);
         add({"experts_on_disk", "routed experts streamed from disk", CheckStatus::Pass,
              human_bytes(m.expert_bytes) + " of experts; the cache holds " + human_bytes(cache) + " (" +
@@ -180,8 +197,9 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         // mlock of the resident weights.
         const uint64_t soft = h.limits.memlock_soft.value.value_or(0), hard = h.limits.memlock_hard.value.value_or(0);
         CheckStatus ms = soft >= m.resident_bytes ? CheckStatus::Pass : CheckStatus::Warn;
-        std::string fix = ms == CheckStatus::Pass ? "" :
-            "/etc/security/limits.d/99-moestream.conf: '<user> - memlock unlimited', or LimitMEMLOCK=infinity in the unit";
+        std::string fix = ms == CheckStatus::Pass
+                              ? ""
+                              : "/etc/security/limits.d/99-moestream.conf: '<user> - memlock unlimited', or LimitMEMLOCK=infinity in the unit";
         if (ms != CheckStatus::Pass && hard < m.resident_bytes && !h.limits.memlock_hard_raisable)
             fix += " (this process cannot raise its hard limit of " + limit_str(hard) + ": set it where the service starts)";
         add({"memlock", "resident weights can be mlock'd", ms, "soft " + limit_str(soft) + ", hard " + limit_str(hard),
@@ -189,7 +207,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     } else {
         const uint64_t soft = h.limits.memlock_soft.value.value_or(0), hard = h.limits.memlock_hard.value.value_or(0);
         CheckStatus ms = soft == UINT64_MAX || soft >= (1ull << 30) ? CheckStatus::Pass : CheckStatus::Warn;
-        add({"memlock", "memlock limit (give --model for the exact need)", ms, "soft " + limit_str(soft) + ", hard " + limit_str(hard) +
+        add({"memlock", "memlock limit (give --model for the exact need)", ms,
+             "soft " + limit_str(soft) + ", hard " + limit_str(hard) +
                  (h.limits.memlock_hard_raisable ? "" : " (hard limit not raisable by this process)"),
              ">= the model's resident weights; unlimited is simplest",
              ms == CheckStatus::Pass ? "" : "/etc/security/limits.d/99-moestream.conf: '<user> - memlock unlimited', or LimitMEMLOCK=infinity"});
@@ -201,15 +220,15 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         return it == h.kernel.sysctl.end() ? std::nullopt : it->second.value;
     };
     auto unreadable = [&](const char* id, const char* key, const char* what) {
-        add({id, what, CheckStatus::Warn, h.kernel.sysctl.count(key) ? h.kernel.sysctl.at(key).source : std::string("not read"),
-             "readable", std::string("check permissions of /proc/sys/") + key});
+        add({id, what, CheckStatus::Warn, h.kernel.sysctl.count(key) ? h.kernel.sysctl.at(key).source : std::string("not read"), "readable",
+             std::string("check permissions of /proc/sys/") + key});
     };
     const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
     if (auto sw = sys("vm.swappiness")) {
         CheckStatus st = swap > 0 && *sw > 10 ? CheckStatus::Warn : CheckStatus::Pass;
         add({"swappiness", "the kernel does not swap the model out", st,
-             "vm.swappiness=" + std::to_string(*sw) + ", swap " + human_bytes(static_cast<double>(swap)),
-             "<= 10 when swap exists", st == CheckStatus::Pass ? "" : "vm.swappiness = 1   # /etc/sysctl.d/60-moestream.conf"});
+             "vm.swappiness=" + std::to_string(*sw) + ", swap " + human_bytes(static_cast<double>(swap)), "<= 10 when swap exists",
+             st == CheckStatus::Pass ? "" : "vm.swappiness = 1   # /etc/sysctl.d/60-moestream.conf"});
     } else {
         unreadable("swappiness", "vm.swappiness", "the kernel does not swap the model out");
     }
@@ -228,11 +247,12 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     if (h.memory.thp_enabled.value) {
         CheckStatus st = *h.memory.thp_enabled.value == "always" ? CheckStatus::Warn : CheckStatus::Pass;
         add({"thp", "transparent huge pages do not stall on compaction", st, *h.memory.thp_enabled.value, "madvise or never",
-             st == CheckStatus::Pass ? "" : "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (persist: kernel "
-                                            "command line transparent_hugepage=madvise)"});
+             st == CheckStatus::Pass ? ""
+                                     : "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (persist: kernel "
+                                       "command line transparent_hugepage=madvise)"});
     } else {
-        add({"thp", "transparent huge pages do not stall on compaction", CheckStatus::Warn, h.memory.thp_enabled.source,
-             "readable", "check /sys/kernel/mm/transparent_hugepage/enabled"});
+        add({"thp", "transparent huge pages do not stall on compaction", CheckStatus::Warn, h.memory.thp_enabled.source, "readable",
+             "check /sys/kernel/mm/transparent_hugepage/enabled"});
     }
     const size_t nodes = h.numa.nodes.size();
     if (auto nb = sys("kernel.numa_balancing"); nodes > 1) {
@@ -263,9 +283,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         for (const auto& [k, v] : ours)
             for (const auto& o : sysctl_overrides(fs, "60-moestream.conf", k, v))
                 found += (found.empty() ? "" : "; ") + o.key + "=" + o.value + " in " + o.file;
-        add({"sysctl_override", "no later sysctl.d file overrides 60-moestream.conf",
-             found.empty() ? CheckStatus::Pass : CheckStatus::Warn, found.empty() ? "none" : found,
-             "our keys set only by 60-moestream.conf",
+        add({"sysctl_override", "no later sysctl.d file overrides 60-moestream.conf", found.empty() ? CheckStatus::Pass : CheckStatus::Warn,
+             found.empty() ? "none" : found, "our keys set only by 60-moestream.conf",
              found.empty() ? "" : "remove or edit those lines (a symlink such as 99-sysctl.conf -> /etc/sysctl.conf counts)"});
     }
     add({"tuned", "tuned does not rewrite the values at run time", in.tuned_running ? CheckStatus::Warn : CheckStatus::Pass,
@@ -283,8 +302,7 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
             CheckStatus st = best->bytes_per_s >= 1e9 ? CheckStatus::Pass : CheckStatus::Warn;
             add({"storage_bw", "random-read bandwidth of the model's disk", st,
                  gbps(best->bytes_per_s) + " (" + best->tool + ", 1M randread QD" + std::to_string(best->queue_depth) + ")",
-                 ">= 1 GB/s for usable decode speed",
-                 st == CheckStatus::Pass ? "" : "put the model on a faster (NVMe) disk; decode is disk-bound"});
+                 ">= 1 GB/s for usable decode speed", st == CheckStatus::Pass ? "" : "put the model on a faster (NVMe) disk; decode is disk-bound"});
         }
         if (s.device) {
             const auto& d = *s.device;
@@ -292,8 +310,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                 // Virtual disks often claim to be rotational; the measured bandwidth decides.
                 const bool fast = best && best->bytes_per_s >= 5e8;
                 add({"disk_type", "the model's disk is solid state", fast ? CheckStatus::Pass : CheckStatus::Warn,
-                     d.name + " reports rotational" + (fast ? " but reads " + gbps(best->bytes_per_s) + " (virtual disk?)" : ""),
-                     "SSD/NVMe", fast ? "" : "move the model to an SSD: random 1 MiB reads on a spinning disk give a few tok/min"});
+                     d.name + " reports rotational" + (fast ? " but reads " + gbps(best->bytes_per_s) + " (virtual disk?)" : ""), "SSD/NVMe",
+                     fast ? "" : "move the model to an SSD: random 1 MiB reads on a spinning disk give a few tok/min"});
             }
             if (nodes > 1) {
                 if (d.numa_node.value)
@@ -301,8 +319,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                          d.name + " on node " + std::to_string(*d.numa_node.value), "bind to that node",
                          "numactl --cpunodebind=" + std::to_string(*d.numa_node.value) + " --membind=" + std::to_string(*d.numa_node.value)});
                 else
-                    add({"numa_disk", "threads and memory on the disk's NUMA node", CheckStatus::Warn, d.numa_node.source,
-                         "a known node", "pick the node by hand: numactl --cpunodebind=N --membind=N"});
+                    add({"numa_disk", "threads and memory on the disk's NUMA node", CheckStatus::Warn, d.numa_node.source, "a known node",
+                         "pick the node by hand: numactl --cpunodebind=N --membind=N"});
             }
         }
         if (s.free_bytes.value)
@@ -313,8 +331,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
             if (note.find("fio not found") != std::string::npos)
                 add({"fio", "fio for the bandwidth baseline", CheckStatus::Warn, "not installed", "installed", "apt-get install fio"});
     } else {
-        add({"storage_bw", "random-read bandwidth of the model's disk", CheckStatus::Unknown, "not measured (--no-storage)",
-             ">= 1 GB/s", "run without --no-storage"});
+        add({"storage_bw", "random-read bandwidth of the model's disk", CheckStatus::Unknown, "not measured (--no-storage)", ">= 1 GB/s",
+             "run without --no-storage"});
     }
 
     // Predicted decode speed
@@ -354,21 +372,28 @@ CheckRow llama_binary_row(const std::string& host, const HostFacts& facts, const
         if (b.path != path) continue;
         r.measured = path + (b.runs ? " runs" : " does not run: " + b.detail) + (b.build.empty() ? "" : ", build " + b.build);
         r.status = b.runs ? CheckStatus::Pass : CheckStatus::Fail;
-        if (!b.runs) r.fix = "reinstall llama.cpp on " + host + " (a build with -DGGML_RPC=ON)" + (found.empty() ? "" : ", or plan again with --" + role + "-binary " + found.substr(0, found.find(',')));
+        if (!b.runs)
+            r.fix = "reinstall llama.cpp on " + host + " (a build with -DGGML_RPC=ON)" +
+                    (found.empty() ? "" : ", or plan again with --" + role + "-binary " + found.substr(0, found.find(',')));
         return r;
     }
     r.status = CheckStatus::Fail;
     r.measured = path + " not found on " + host + (found.empty() ? " (no " + role + " found there at all)" : "; found " + found);
     r.fix = found.empty() ? "install llama.cpp on " + host + " (cmake -DGGML_RPC=ON, cmake --install: " + role + " as " +
                                 llama_cpp_names(role).front() + " in /usr/local/bin), or plan again with --" + role + "-binary PATH"
-                          : "plan again with --" + role + "-binary " + found.substr(0, found.find(',')) + " (moestream plan ... or edit the request in cluster.yaml and regen)";
+                          : "plan again with --" + role + "-binary " + found.substr(0, found.find(',')) +
+                                " (moestream plan ... or edit the request in cluster.yaml and regen)";
     return r;
 }
 
 CheckRow prompt_cache_row(const std::string& dir, uint64_t limit_bytes) {
     namespace fs = std::filesystem;
-    CheckRow r{"prompt_cache", "the prompt cache directory (--prompt-cache) can hold --prompt-cache-size", CheckStatus::Pass, "",
-               "a writable directory with " + human_bytes(static_cast<double>(limit_bytes)) + " free beside its records", ""};
+    CheckRow r{"prompt_cache",
+               "the prompt cache directory (--prompt-cache) can hold --prompt-cache-size",
+               CheckStatus::Pass,
+               "",
+               "a writable directory with " + human_bytes(static_cast<double>(limit_bytes)) + " free beside its records",
+               ""};
     std::error_code ec;
     const bool exists = fs::exists(dir, ec);
     if (exists && !fs::is_directory(dir, ec)) {
@@ -393,10 +418,10 @@ CheckRow prompt_cache_row(const std::string& dir, uint64_t limit_bytes) {
             ++records;
             held += e.file_size(ec);
         }
-    struct statvfs sv{};
+    struct statvfs sv {};
     const uint64_t free_bytes = ::statvfs(dir.c_str(), &sv) == 0 ? uint64_t{sv.f_bavail} * sv.f_frsize : 0;
-    r.measured = std::to_string(records) + " records, " + human_bytes(static_cast<double>(held)) + "; " + human_bytes(static_cast<double>(free_bytes)) +
-                 " free on its filesystem";
+    r.measured = std::to_string(records) + " records, " + human_bytes(static_cast<double>(held)) + "; " +
+                 human_bytes(static_cast<double>(free_bytes)) + " free on its filesystem";
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
         r.status = CheckStatus::Fail;
         r.measured += "; not writable: " + std::string(std::strerror(errno));
@@ -409,7 +434,8 @@ CheckRow prompt_cache_row(const std::string& dir, uint64_t limit_bytes) {
 }
 
 CheckRow llama_builds_row(const std::vector<std::pair<std::string, std::string>>& host_builds) {
-    CheckRow r{"llama_cpp_builds", "one llama.cpp build on every host (RPC refuses another protocol version)", CheckStatus::Pass, "", "the same build", ""};
+    CheckRow r{
+        "llama_cpp_builds", "one llama.cpp build on every host (RPC refuses another protocol version)", CheckStatus::Pass, "", "the same build", ""};
     std::map<std::string, std::vector<std::string>> by_build;
     // A build from a source tree without git says "0 (unknown)": two such builds may still differ.
     const auto anonymous = [](const std::string& b) { return b.empty() || b == "unknown" || b.find("(unknown)") != std::string::npos; };
@@ -444,8 +470,8 @@ int check_exit_code(const std::vector<CheckRow>& rows) {
 nlohmann::json rows_to_json(const std::vector<CheckRow>& rows) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows)
-        arr.push_back({{"id", r.id}, {"what", r.what}, {"status", status_name(r.status)}, {"measured", r.measured},
-                       {"required", r.required}, {"fix", r.fix}});
+        arr.push_back(
+            {{"id", r.id}, {"what", r.what}, {"status", status_name(r.status)}, {"measured", r.measured}, {"required", r.required}, {"fix", r.fix}});
     return {{"rows", arr}, {"exit_code", check_exit_code(rows)}};
 }
 

@@ -17,20 +17,20 @@ enum class CheckStatus { Pass, Warn, Fail, Unknown };
 const char* status_name(CheckStatus s);
 
 struct CheckRow {
-    std::string id;        // stable key for machines: "memlock", "swappiness", ...
-    std::string what;      // for people
+    std::string id;    // stable key for machines: "memlock", "swappiness", ...
+    std::string what;  // for people
     CheckStatus status = CheckStatus::Pass;
     std::string measured;
     std::string required;
-    std::string fix;       // the sysctl line, limits.d line, systemd directive or numactl flag; empty on PASS
+    std::string fix;  // the sysctl line, limits.d line, systemd directive or numactl flag; empty on PASS
 };
 
 struct CheckInput {
-    HostFacts host;                     // storage filled when bandwidth was measured
+    HostFacts host;  // storage filled when bandwidth was measured
     std::optional<ModelFacts> model;
-    std::optional<uint64_t> ram_budget; // the engine's whole RAM: resident + KV cache + working memory + expert cache
-    uint64_t working_bytes = 0;         // the engine's activations, scratch, logits and process (engine_working_bytes)
-    double mem_bytes_per_s = 0;         // measured RAM read bandwidth (0: not measured)
+    std::optional<uint64_t> ram_budget;  // the engine's whole RAM: resident + KV cache + working memory + expert cache
+    uint64_t working_bytes = 0;          // the engine's activations, scratch, logits and process (engine_working_bytes)
+    double mem_bytes_per_s = 0;          // measured RAM read bandwidth (0: not measured)
     bool tuned_running = false;
     std::string tuned_profile;
     uint32_t n_ctx = 4096;

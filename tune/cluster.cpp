@@ -71,21 +71,27 @@ BinaryChoice choose_llama_binary(const std::string& role, const std::string& giv
         auto best = std::max_element(where.begin(), where.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
         BinaryChoice c{best->first, "found running by the probe of " + names(best->second), ""};
         if (where.size() > 1 || best->second.size() < hosts.size())
-            c.warning = role + " is " + best->first + " on " + names(best->second) + " but not on every host that runs it: install it there, "
-                        "or give --" + role + "-binary (check --cluster names each host's)";
+            c.warning = role + " is " + best->first + " on " + names(best->second) +
+                        " but not on every host that runs it: install it there, "
+                        "or give --" +
+                        role + "-binary (check --cluster names each host's)";
         return c;
     }
     for (const auto& n : llama_cpp_names(role))
         for (const auto& d : planning_path) {
             const std::string p = d + "/" + n;
             if (::access(p.c_str(), X_OK) == 0)
-                return {p, "not in the hosts' facts" + (unprobed.empty() ? std::string() : " (" + names(unprobed) + ": probed before programs were looked for)") +
-                               "; found on the planning host's PATH" + (n != llama_cpp_names(role).front() ? " under its older name " + n : ""),
+                return {p,
+                        "not in the hosts' facts" +
+                            (unprobed.empty() ? std::string() : " (" + names(unprobed) + ": probed before programs were looked for)") +
+                            "; found on the planning host's PATH" + (n != llama_cpp_names(role).front() ? " under its older name " + n : ""),
                         ""};
         }
     const std::string p = "/usr/local/bin/" + llama_cpp_names(role).front();
-    return {p, "found on no host's probe nor the planning host's PATH: llama.cpp's install location (cmake --install, prefix /usr/local) under its current name",
-            "no host's probe found " + role + ": install llama.cpp there (with -DGGML_RPC=ON) or give --" + role + "-binary"};
+    return {
+        p,
+        "found on no host's probe nor the planning host's PATH: llama.cpp's install location (cmake --install, prefix /usr/local) under its current name",
+        "no host's probe found " + role + ": install llama.cpp there (with -DGGML_RPC=ON) or give --" + role + "-binary"};
 }
 
 ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
@@ -183,7 +189,8 @@ ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
         HostShare& s = cp.hosts[i];
         double active = 0;
         for (uint32_t k = s.first_layer; k < s.first_layer + s.n_layers; ++k) active += layer_active(k);
-        if (i == 0) active += static_cast<double>(m.token_embd_bytes) / std::max<uint32_t>(1, m.n_vocab_rows) + static_cast<double>(m.token_embd_bytes);
+        if (i == 0)
+            active += static_cast<double>(m.token_embd_bytes) / std::max<uint32_t>(1, m.n_vocab_rows) + static_cast<double>(m.token_embd_bytes);
         const double bw = hosts[i]->mem_bytes_per_s > 0 ? hosts[i]->mem_bytes_per_s : 20e9;
         s.stage_s = active / bw;
         total += s.stage_s;
@@ -191,11 +198,12 @@ ClusterPlan make_cluster_plan(const ModelFacts& m, const ClusterOptions& opt) {
             slowest = s.stage_s;
             cp.slowest = s.name;
         }
-        why(s.name + ".layers", s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) + " (" + mib(s.weight_bytes) +
-                                                 " of a " + mib(s.budget_bytes) + " budget)"
+        why(s.name + ".layers", s.n_layers ? std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.n_layers - 1) + " (" +
+                                                 mib(s.weight_bytes) + " of a " + mib(s.budget_bytes) + " budget)"
                                            : "none (" + mib(s.budget_bytes) + " budget)");
-        why(s.name + ".stage", fixed(s.stage_s * 1e3, 2) + " ms per token: " + mib(static_cast<uint64_t>(active)) + " active / " + fixed(bw / 1e9, 1) +
-                                   " GB/s (" + (hosts[i]->facts.memory.read_bytes_per_s.value ? "measured by its probe" : "--mem-gbps") + ")");
+        why(s.name + ".stage", fixed(s.stage_s * 1e3, 2) + " ms per token: " + mib(static_cast<uint64_t>(active)) + " active / " +
+                                   fixed(bw / 1e9, 1) + " GB/s (" +
+                                   (hosts[i]->facts.memory.read_bytes_per_s.value ? "measured by its probe" : "--mem-gbps") + ")");
 
         // Its own sysctl and limits, decided as for a single host.
         Plan& hp = s.host_plan;

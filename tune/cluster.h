@@ -15,10 +15,10 @@
 namespace moe {
 
 struct ClusterHost {
-    std::string name;             // head, worker1, ...
-    std::string address;          // what rpc-server binds / the head connects to (head: where llama-server listens)
+    std::string name;     // head, worker1, ...
+    std::string address;  // what rpc-server binds / the head connects to (head: where llama-server listens)
     HostFacts facts;
-    double mem_bytes_per_s = 0;   // weight read bandwidth used for the prediction
+    double mem_bytes_per_s = 0;  // weight read bandwidth used for the prediction
 };
 
 struct ClusterOptions {
@@ -29,7 +29,7 @@ struct ClusterOptions {
     double link_bytes_per_s = 10e9 / 8;  // 10 Gbit/s
     double link_latency_s = 100e-6;      // per hop, each way
     uint32_t n_ctx = 4096;
-    int port = 8000;                     // llama-server's API port on the head
+    int port = 8000;  // llama-server's API port on the head
     // Empty: found (choose_llama_binary); else the path given, and why it was (regen passes the recorded reason).
     std::string llama_server_binary, rpc_server_binary;
     std::string llama_server_binary_reason, rpc_server_binary_reason;
@@ -55,16 +55,16 @@ struct HostShare {
     int threads = 1;
     std::string cpus;
     std::optional<int> numa_node;
-    Plan host_plan;                          // its sysctl and limits decisions (rendered like a single host's)
+    Plan host_plan;  // its sysctl and limits decisions (rendered like a single host's)
 };
 
 struct ClusterPlan {
-    std::vector<HostShare> hosts;            // head first
+    std::vector<HostShare> hosts;  // head first
     int rpc_port = 50052;
     double link_bytes_per_s = 0, hop_s = 0, predicted_tok_s = 0;
     std::string slowest, formula;
     std::vector<std::pair<std::string, std::string>> reasons;  // decision -> why
-    std::vector<std::string> warnings;       // e.g. a worker bound to a public address
+    std::vector<std::string> warnings;                         // e.g. a worker bound to a public address
     std::string model_path;
     uint32_t n_ctx = 4096;
     int port = 8000;

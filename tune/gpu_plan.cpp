@@ -60,8 +60,8 @@ uint64_t compute_buffer_bytes(const ModelFacts& m, int n_ubatch, bool has_output
 }
 
 GgmlType parse_cache_type(const std::string& flag, const std::string& name, const std::string& target) {
-    static const std::pair<const char*, GgmlType> kMainline[] = {{"f32", GgmlType::F32},   {"f16", GgmlType::F16},      {"bf16", GgmlType::BF16},
-                                                                 {"q8_0", GgmlType::Q8_0}, {"q4_0", GgmlType::Q4_0},    {"q4_1", GgmlType::Q4_1},
+    static const std::pair<const char*, GgmlType> kMainline[] = {{"f32", GgmlType::F32},       {"f16", GgmlType::F16},   {"bf16", GgmlType::BF16},
+                                                                 {"q8_0", GgmlType::Q8_0},     {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1},
                                                                  {"iq4_nl", GgmlType::IQ4_NL}, {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1}};
     std::string choices;
     for (const auto& [n, t] : kMainline) {
@@ -124,10 +124,10 @@ std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& 
         const uint64_t fixed = g.layer_bytes + g.output_bytes + g.kv_bytes + g.compute_bytes + g.reserve_bytes;
         if (fixed > g.budget_bytes)
             throw PlanError("--gpu-mem " + std::to_string(g.gpu) + "=" + size_of(g.budget_bytes) + " is smaller than GPU " + std::to_string(g.gpu) +
-                            "'s share of the offloaded layers (" + std::to_string(g.n_layers) + " layers' non-expert weights " + size_of(g.layer_bytes) +
-                            (g.output_bytes ? " + output " + size_of(g.output_bytes) : "") + " + KV " + size_of(g.kv_bytes) + " at " +
-                            std::to_string(o.n_ctx) + " tokens + compute " + size_of(g.compute_bytes) + " at -ub " + std::to_string(o.n_ubatch) +
-                            " + reserve " + size_of(g.reserve_bytes) + " = " + size_of(fixed) + ")");
+                            "'s share of the offloaded layers (" + std::to_string(g.n_layers) + " layers' non-expert weights " +
+                            size_of(g.layer_bytes) + (g.output_bytes ? " + output " + size_of(g.output_bytes) : "") + " + KV " + size_of(g.kv_bytes) +
+                            " at " + std::to_string(o.n_ctx) + " tokens + compute " + size_of(g.compute_bytes) + " at -ub " +
+                            std::to_string(o.n_ubatch) + " + reserve " + size_of(g.reserve_bytes) + " = " + size_of(fixed) + ")");
         room[d] = static_cast<int64_t>(g.budget_bytes - fixed);
     }
     auto index_of = [&](int gpu) -> size_t {
@@ -148,8 +148,11 @@ std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& 
             const size_t d = index_of(p.gpu);
             if (d == gpus.size()) throw PlanError("--gpu-layers " + part + ": GPU " + std::to_string(p.gpu) + " is not in --gpu-mem");
             for (uint32_t l = p.first; l <= p.last; ++l) {
-                if (l >= m.n_layer) throw PlanError("--gpu-layers " + part + ": layer " + std::to_string(l) + " is past the model's " + std::to_string(m.n_layer) + " layers");
-                if (!m.layer_expert_bytes[l]) throw PlanError("--gpu-layers " + part + ": layer " + std::to_string(l) + " is dense (no routed experts)");
+                if (l >= m.n_layer)
+                    throw PlanError("--gpu-layers " + part + ": layer " + std::to_string(l) + " is past the model's " + std::to_string(m.n_layer) +
+                                    " layers");
+                if (!m.layer_expert_bytes[l])
+                    throw PlanError("--gpu-layers " + part + ": layer " + std::to_string(l) + " is dense (no routed experts)");
                 if (placed[l]) throw PlanError("--gpu-layers " + part + ": layer " + std::to_string(l) + " is pinned twice");
                 place(d, l);
             }
@@ -190,9 +193,8 @@ std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& 
             std::vector<uint32_t> rest;
             for (uint32_t l = 0; l < m.n_layer; ++l)
                 if (m.layer_expert_bytes[l] && !placed[l]) rest.push_back(l);
-            std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) {
-                return (a > centre ? a - centre : centre - a) < (b > centre ? b - centre : centre - b);
-            });
+            std::stable_sort(rest.begin(), rest.end(),
+                             [&](uint32_t a, uint32_t b) { return (a > centre ? a - centre : centre - a) < (b > centre ? b - centre : centre - b); });
             for (uint32_t l : rest)
                 if (room[d] >= static_cast<int64_t>(m.layer_expert_bytes[l])) place(d, l);
         }
@@ -217,10 +219,10 @@ std::string describe_gpu(const GpuAssignment& g) {
     return "GPU " + std::to_string(g.gpu) + ": " + size_of(g.used_bytes) + " of " + size_of(g.budget_bytes) + " (" +
            size_of(g.budget_bytes - std::min(g.used_bytes, g.budget_bytes)) + " margin) = experts of " + std::to_string(g.layers.size()) +
            " layers [" + layers + "] " + size_of(g.expert_bytes) + " + " +
-           (g.n_layers ? "layers " + std::to_string(g.first_layer) + "-" + std::to_string(g.first_layer + g.n_layers - 1) : std::string("no layers")) +
-           " (split " + split + ") " + size_of(g.layer_bytes) +
-           (g.output_bytes ? " + output " + size_of(g.output_bytes) : "") + " + KV " + size_of(g.kv_bytes) + " + compute " +
-           size_of(g.compute_bytes) + " + reserve " + size_of(g.reserve_bytes);
+           (g.n_layers ? "layers " + std::to_string(g.first_layer) + "-" + std::to_string(g.first_layer + g.n_layers - 1)
+                       : std::string("no layers")) +
+           " (split " + split + ") " + size_of(g.layer_bytes) + (g.output_bytes ? " + output " + size_of(g.output_bytes) : "") + " + KV " +
+           size_of(g.kv_bytes) + " + compute " + size_of(g.compute_bytes) + " + reserve " + size_of(g.reserve_bytes);
 }
 
 }  // namespace moe

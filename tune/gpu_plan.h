@@ -27,12 +27,12 @@ struct GpuPin {
 std::vector<GpuPin> parse_gpu_layers(const std::string& text);
 
 struct GpuPlanOptions {
-    std::map<int, uint64_t> gpu_mem;                        // GPU index -> bytes the plan may use there
-    uint32_t n_ctx = 4096;                                  // llama-server --ctx-size (all slots together)
-    int n_batch = 2048, n_ubatch = 512;                     // -b / -ub
-    uint64_t reserve_bytes = 768ull << 20;                  // per GPU: CUDA context (~300-500 MiB), cuBLAS workspace
-    std::vector<GpuPin> pinned;                             // a layout the user fixed
-    std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // routing profile: (layer, count)
+    std::map<int, uint64_t> gpu_mem;                                      // GPU index -> bytes the plan may use there
+    uint32_t n_ctx = 4096;                                                // llama-server --ctx-size (all slots together)
+    int n_batch = 2048, n_ubatch = 512;                                   // -b / -ub
+    uint64_t reserve_bytes = 768ull << 20;                                // per GPU: CUDA context (~300-500 MiB), cuBLAS workspace
+    std::vector<GpuPin> pinned;                                           // a layout the user fixed
+    std::vector<std::pair<uint32_t, uint64_t>> layer_heat;                // routing profile: (layer, count)
     GgmlType cache_type_k = GgmlType::F16, cache_type_v = GgmlType::F16;  // -ctk / -ctv
 };
 

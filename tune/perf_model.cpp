@@ -33,10 +33,9 @@ std::string DecodeEstimate::formula() const {
                       expert_bytes_per_token / 1048576.0, hit_rate);
         return buf;
     }
-    std::snprintf(buf, sizeof buf,
-                  "1/max(t_io=%.1f MiB x (1-h), h=%.2f, / %.2f GB/s = %.2f ms; t_compute=%.1f MiB / %.1f GB/s = %.2f ms)",
-                  expert_bytes_per_token / 1048576.0, hit_rate, ssd_bytes_per_s / 1e9, t_io * 1e3,
-                  active_bytes_per_token / 1048576.0, mem_bytes_per_s / 1e9, t_compute * 1e3);
+    std::snprintf(buf, sizeof buf, "1/max(t_io=%.1f MiB x (1-h), h=%.2f, / %.2f GB/s = %.2f ms; t_compute=%.1f MiB / %.1f GB/s = %.2f ms)",
+                  expert_bytes_per_token / 1048576.0, hit_rate, ssd_bytes_per_s / 1e9, t_io * 1e3, active_bytes_per_token / 1048576.0,
+                  mem_bytes_per_s / 1e9, t_compute * 1e3);
     return buf;
 }
 

@@ -16,10 +16,10 @@ struct DecodeEstimate {
     uint64_t active_bytes_per_token = 0;  // resident + selected experts
     double mem_bytes_per_s = 0;
     double t_compute = 0;
-    double tokens_per_s = 0;              // 1 / max(t_io, t_compute): perfect overlap
-    std::string bound;                    // "disk" or "memory"
+    double tokens_per_s = 0;  // 1 / max(t_io, t_compute): perfect overlap
+    std::string bound;        // "disk" or "memory"
 
-    std::string formula() const;          // the computation with its numbers, one line
+    std::string formula() const;  // the computation with its numbers, one line
 };
 
 DecodeEstimate estimate_decode(const ModelFacts& m, uint64_t cache_bytes, double ssd_bytes_per_s, double mem_bytes_per_s);

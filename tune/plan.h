@@ -22,17 +22,17 @@ struct SysctlSetting {
 // One GPU of a llama-server plan: what the written command puts there (tune/gpu_plan.h models it).
 struct GpuAssignment {
     int gpu = 0;
-    uint64_t budget_bytes = 0;      // --gpu-mem
-    std::vector<uint32_t> layers;   // MoE layers whose routed experts go to this GPU (-ot ...=CUDAn)
-    uint64_t used_bytes = 0;        // the sum of the parts below
-    uint64_t expert_bytes = 0;      // those layers' routed experts
-    uint64_t layer_bytes = 0;       // the non-expert weights of the layers llama.cpp's layer split puts here
-    uint64_t output_bytes = 0;      // output.weight and its norm, on the device after the last layer
-    uint64_t kv_bytes = 0;          // the KV cache of those layers at the plan's context
-    uint64_t compute_bytes = 0;     // llama.cpp's compute buffer at -ub (an estimate)
-    uint64_t reserve_bytes = 0;     // CUDA context, cuBLAS workspace, fragmentation
+    uint64_t budget_bytes = 0;               // --gpu-mem
+    std::vector<uint32_t> layers;            // MoE layers whose routed experts go to this GPU (-ot ...=CUDAn)
+    uint64_t used_bytes = 0;                 // the sum of the parts below
+    uint64_t expert_bytes = 0;               // those layers' routed experts
+    uint64_t layer_bytes = 0;                // the non-expert weights of the layers llama.cpp's layer split puts here
+    uint64_t output_bytes = 0;               // output.weight and its norm, on the device after the last layer
+    uint64_t kv_bytes = 0;                   // the KV cache of those layers at the plan's context
+    uint64_t compute_bytes = 0;              // llama.cpp's compute buffer at -ub (an estimate)
+    uint64_t reserve_bytes = 0;              // CUDA context, cuBLAS workspace, fragmentation
     uint32_t first_layer = 0, n_layers = 0;  // the layer split's range (--tensor-split)
-    double split = 0;               // this GPU's --tensor-split share
+    double split = 0;                        // this GPU's --tensor-split share
 };
 
 // llama.cpp's llama-server and ik_llama.cpp's: the same GPU placement and files, their own options.
@@ -42,7 +42,7 @@ struct Fingerprint {
     std::string cpu_model;
     int physical_cores = 0;
     int logical_cpus = 0;
-    std::string numa_layout;   // "0:0-3/256G;1:4-7/256G"
+    std::string numa_layout;  // "0:0-3/256G;1:4-7/256G"
     uint64_t ram_bytes = 0;
     std::string block_device;  // "nvme0n1 SAMSUNG MZQL27T6HBLA 7.0 TiB"
     std::string model_file;    // "path size mtime"
@@ -64,24 +64,24 @@ struct Plan {
     uint64_t ram_budget_bytes = 0;    // the engine's whole footprint
     uint64_t kv_bytes = 0;
     uint32_t n_ctx = 4096;
-    int parallel = 1;                 // serve --parallel: slots, each with a KV cache of n_ctx
+    int parallel = 1;  // serve --parallel: slots, each with a KV cache of n_ctx
     uint64_t expert_cache_bytes = 0;
     int io_queue_depth = 32;
     uint64_t read_size = 1 << 20;
-    uint64_t mlock_bytes = 0;         // resident bytes to lock
-    std::string memlock_limit;        // limits.d / LimitMEMLOCK value
+    uint64_t mlock_bytes = 0;   // resident bytes to lock
+    std::string memlock_limit;  // limits.d / LimitMEMLOCK value
     double predicted_tok_s = 0;
-    double disk_bytes_per_s = 0;      // the probe's fio bandwidth the plan used (0: none measured)
+    double disk_bytes_per_s = 0;  // the probe's fio bandwidth the plan used (0: none measured)
     std::string prediction_formula;
     std::vector<std::pair<std::string, PlanValue>> reasons;  // decision name -> value + reason, in order
     std::vector<SysctlSetting> sysctl;
-    std::vector<std::string> notes;   // what was deliberately not set, and why
+    std::vector<std::string> notes;  // what was deliberately not set, and why
 
     // Serving
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string alias;
-    std::string moestream_binary;     // absolute path used by launch.sh
+    std::string moestream_binary;  // absolute path used by launch.sh
     // The service's account: "dynamic" (DynamicUser=yes: a transient unprivileged user) or a user name.
     std::string service_user = "dynamic";
     // serve --prompt-cache: the directory prompt prefixes are saved to ("" off) and its size bound.
@@ -91,18 +91,18 @@ struct Plan {
     // llama-server target
     std::string llama_server_binary = "llama-server";
     std::vector<GpuAssignment> gpus;
-    int n_batch = 2048, n_ubatch = 512;  // llama-server -b / -ub (its defaults)
-    uint64_t host_model_bytes = 0;       // llama-server: model bytes left in RAM (token embeddings, experts not on a GPU)
-    std::vector<std::string> server_args;  // the target's own options (ik-llama-server: -fa, -mla, -amb, -tb), each with a reason
-    std::string asked_gpu_layers;        // --gpu-layers as given (a pinned layout)
+    int n_batch = 2048, n_ubatch = 512;                      // llama-server -b / -ub (its defaults)
+    uint64_t host_model_bytes = 0;                           // llama-server: model bytes left in RAM (token embeddings, experts not on a GPU)
+    std::vector<std::string> server_args;                    // the target's own options (ik-llama-server: -fa, -mla, -amb, -tb), each with a reason
+    std::string asked_gpu_layers;                            // --gpu-layers as given (a pinned layout)
     std::string cache_type_k = "f16", cache_type_v = "f16";  // llama-server -ctk / -ctv
 
     // What the user asked for, so `regen` re-plans with the same request.
     std::optional<uint64_t> asked_ram_budget;
     std::optional<int> asked_threads;
     std::string asked_gpu_mem;
-    std::string profile_path;         // routing profile: the engine keeps its hottest experts resident
-    std::string routing_trace_path;   // routing trace (--trace): the cache's hit rate simulated on it, not assumed
+    std::string profile_path;        // routing profile: the engine keeps its hottest experts resident
+    std::string routing_trace_path;  // routing trace (--trace): the cache's hit rate simulated on it, not assumed
 
     // Where the generated files were written (plan.yaml's directory).
     std::string out_dir;

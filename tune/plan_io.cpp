@@ -18,67 +18,69 @@ std::string plan_to_yaml(const Plan& p) {
     o << YAML::Key << "moestream_plan" << YAML::Value << p.schema;
     o << YAML::Key << "created_by" << YAML::Value << p.created_by;
     o << YAML::Key << "target" << YAML::Value << p.target;
-    o << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << p.model_path
-      << YAML::Key << "arch" << YAML::Value << p.model_arch << YAML::Key << "resident_bytes" << YAML::Value << p.resident_bytes
-      << YAML::Key << "expert_bytes" << YAML::Value << p.expert_bytes << YAML::EndMap;
+    o << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << p.model_path << YAML::Key << "arch"
+      << YAML::Value << p.model_arch << YAML::Key << "resident_bytes" << YAML::Value << p.resident_bytes << YAML::Key << "expert_bytes" << YAML::Value
+      << p.expert_bytes << YAML::EndMap;
     const Fingerprint& f = p.fingerprint;
-    o << YAML::Key << "fingerprint" << YAML::Value << YAML::BeginMap << YAML::Key << "cpu_model" << YAML::Value << f.cpu_model
-      << YAML::Key << "physical_cores" << YAML::Value << f.physical_cores << YAML::Key << "logical_cpus" << YAML::Value
-      << f.logical_cpus << YAML::Key << "numa_layout" << YAML::Value << f.numa_layout << YAML::Key << "ram_bytes"
-      << YAML::Value << f.ram_bytes << YAML::Key << "block_device" << YAML::Value << f.block_device << YAML::Key
-      << "model_file" << YAML::Value << f.model_file << YAML::EndMap;
+    o << YAML::Key << "fingerprint" << YAML::Value << YAML::BeginMap << YAML::Key << "cpu_model" << YAML::Value << f.cpu_model << YAML::Key
+      << "physical_cores" << YAML::Value << f.physical_cores << YAML::Key << "logical_cpus" << YAML::Value << f.logical_cpus << YAML::Key
+      << "numa_layout" << YAML::Value << f.numa_layout << YAML::Key << "ram_bytes" << YAML::Value << f.ram_bytes << YAML::Key << "block_device"
+      << YAML::Value << f.block_device << YAML::Key << "model_file" << YAML::Value << f.model_file << YAML::EndMap;
     o << YAML::Key << "decisions" << YAML::Value << YAML::BeginMap;
     o << YAML::Key << "threads" << YAML::Value << p.threads << YAML::Key << "cpus" << YAML::Value << p.cpus;
     o << YAML::Key << "membind_node" << YAML::Value;
-    if (p.membind_node) o << *p.membind_node; else o << YAML::Null;
-    o << YAML::Key << "ram_budget_bytes" << YAML::Value << p.ram_budget_bytes << YAML::Key << "n_ctx" << YAML::Value << p.n_ctx << YAML::Key << "parallel" << YAML::Value << p.parallel
-      << YAML::Key << "kv_bytes" << YAML::Value << p.kv_bytes << YAML::Key << "expert_cache_bytes" << YAML::Value
-      << p.expert_cache_bytes << YAML::Key << "io_queue_depth" << YAML::Value << p.io_queue_depth << YAML::Key << "read_size"
-      << YAML::Value << p.read_size << YAML::Key << "mlock_bytes" << YAML::Value << p.mlock_bytes << YAML::Key
-      << "memlock_limit" << YAML::Value << p.memlock_limit << YAML::Key << "predicted_tok_s" << YAML::Value << p.predicted_tok_s << YAML::Key << "disk_bytes_per_s" << YAML::Value << p.disk_bytes_per_s
-      << YAML::Key << "prediction" << YAML::Value << p.prediction_formula;
+    if (p.membind_node) o << *p.membind_node;
+    else o << YAML::Null;
+    o << YAML::Key << "ram_budget_bytes" << YAML::Value << p.ram_budget_bytes << YAML::Key << "n_ctx" << YAML::Value << p.n_ctx << YAML::Key
+      << "parallel" << YAML::Value << p.parallel << YAML::Key << "kv_bytes" << YAML::Value << p.kv_bytes << YAML::Key << "expert_cache_bytes"
+      << YAML::Value << p.expert_cache_bytes << YAML::Key << "io_queue_depth" << YAML::Value << p.io_queue_depth << YAML::Key << "read_size"
+      << YAML::Value << p.read_size << YAML::Key << "mlock_bytes" << YAML::Value << p.mlock_bytes << YAML::Key << "memlock_limit" << YAML::Value
+      << p.memlock_limit << YAML::Key << "predicted_tok_s" << YAML::Value << p.predicted_tok_s << YAML::Key << "disk_bytes_per_s" << YAML::Value
+      << p.disk_bytes_per_s << YAML::Key << "prediction" << YAML::Value << p.prediction_formula;
     o << YAML::EndMap;
     o << YAML::Key << "reasons" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : p.reasons)
-        o << YAML::Key << k << YAML::Value << YAML::BeginMap << YAML::Key << "value" << YAML::Value << v.value << YAML::Key
-          << "reason" << YAML::Value << v.reason << YAML::EndMap;
+        o << YAML::Key << k << YAML::Value << YAML::BeginMap << YAML::Key << "value" << YAML::Value << v.value << YAML::Key << "reason" << YAML::Value
+          << v.reason << YAML::EndMap;
     o << YAML::EndMap;
     o << YAML::Key << "sysctl" << YAML::Value << YAML::BeginSeq;
     for (const auto& s : p.sysctl)
-        o << YAML::BeginMap << YAML::Key << "key" << YAML::Value << s.key << YAML::Key << "value" << YAML::Value << s.value
-          << YAML::Key << "reason" << YAML::Value << s.reason << YAML::EndMap;
+        o << YAML::BeginMap << YAML::Key << "key" << YAML::Value << s.key << YAML::Key << "value" << YAML::Value << s.value << YAML::Key << "reason"
+          << YAML::Value << s.reason << YAML::EndMap;
     o << YAML::EndSeq;
     o << YAML::Key << "notes" << YAML::Value << YAML::BeginSeq;
     for (const auto& n : p.notes) o << n;
     o << YAML::EndSeq;
     o << YAML::Key << "asked" << YAML::Value << YAML::BeginMap << YAML::Key << "ram_budget" << YAML::Value;
-    if (p.asked_ram_budget) o << *p.asked_ram_budget; else o << YAML::Null;
+    if (p.asked_ram_budget) o << *p.asked_ram_budget;
+    else o << YAML::Null;
     o << YAML::Key << "threads" << YAML::Value;
-    if (p.asked_threads) o << *p.asked_threads; else o << YAML::Null;
-    o << YAML::Key << "gpu_mem" << YAML::Value << p.asked_gpu_mem << YAML::Key << "profile" << YAML::Value << p.profile_path
-      << YAML::Key << "routing_trace" << YAML::Value << p.routing_trace_path << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k
-      << YAML::Key << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::EndMap;
-    o << YAML::Key << "serve" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << p.host << YAML::Key
-      << "port" << YAML::Value << p.port << YAML::Key << "alias" << YAML::Value << p.alias << YAML::Key << "moestream_binary"
-      << YAML::Value << p.moestream_binary << YAML::Key << "user" << YAML::Value << p.service_user << YAML::Key << "prompt_cache"
-      << YAML::Value << p.prompt_cache_dir << YAML::Key << "prompt_cache_size" << YAML::Value << p.prompt_cache_bytes << YAML::EndMap;
+    if (p.asked_threads) o << *p.asked_threads;
+    else o << YAML::Null;
+    o << YAML::Key << "gpu_mem" << YAML::Value << p.asked_gpu_mem << YAML::Key << "profile" << YAML::Value << p.profile_path << YAML::Key
+      << "routing_trace" << YAML::Value << p.routing_trace_path << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k << YAML::Key
+      << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::EndMap;
+    o << YAML::Key << "serve" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << p.host << YAML::Key << "port" << YAML::Value
+      << p.port << YAML::Key << "alias" << YAML::Value << p.alias << YAML::Key << "moestream_binary" << YAML::Value << p.moestream_binary << YAML::Key
+      << "user" << YAML::Value << p.service_user << YAML::Key << "prompt_cache" << YAML::Value << p.prompt_cache_dir << YAML::Key
+      << "prompt_cache_size" << YAML::Value << p.prompt_cache_bytes << YAML::EndMap;
     if (is_llama_target(p.target)) {
-        o << YAML::Key << "llama_server" << YAML::Value << YAML::BeginMap << YAML::Key << "binary" << YAML::Value
-          << p.llama_server_binary << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
+        o << YAML::Key << "llama_server" << YAML::Value << YAML::BeginMap << YAML::Key << "binary" << YAML::Value << p.llama_server_binary
+          << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
         for (const auto& g : p.gpus) {
-            o << YAML::BeginMap << YAML::Key << "gpu" << YAML::Value << g.gpu << YAML::Key << "budget_bytes" << YAML::Value
-              << g.budget_bytes << YAML::Key << "used_bytes" << YAML::Value << g.used_bytes << YAML::Key << "margin_bytes" << YAML::Value
+            o << YAML::BeginMap << YAML::Key << "gpu" << YAML::Value << g.gpu << YAML::Key << "budget_bytes" << YAML::Value << g.budget_bytes
+              << YAML::Key << "used_bytes" << YAML::Value << g.used_bytes << YAML::Key << "margin_bytes" << YAML::Value
               << (g.budget_bytes - std::min(g.used_bytes, g.budget_bytes)) << YAML::Key << "expert_bytes" << YAML::Value << g.expert_bytes
               << YAML::Key << "layer_bytes" << YAML::Value << g.layer_bytes << YAML::Key << "output_bytes" << YAML::Value << g.output_bytes
-              << YAML::Key << "kv_bytes" << YAML::Value << g.kv_bytes << YAML::Key << "compute_bytes" << YAML::Value << g.compute_bytes
-              << YAML::Key << "reserve_bytes" << YAML::Value << g.reserve_bytes << YAML::Key << "first_layer" << YAML::Value << g.first_layer
-              << YAML::Key << "n_layers" << YAML::Value << g.n_layers << YAML::Key << "split" << YAML::Value << g.split << YAML::Key
-              << "layers" << YAML::Value << YAML::Flow << g.layers << YAML::EndMap;
+              << YAML::Key << "kv_bytes" << YAML::Value << g.kv_bytes << YAML::Key << "compute_bytes" << YAML::Value << g.compute_bytes << YAML::Key
+              << "reserve_bytes" << YAML::Value << g.reserve_bytes << YAML::Key << "first_layer" << YAML::Value << g.first_layer << YAML::Key
+              << "n_layers" << YAML::Value << g.n_layers << YAML::Key << "split" << YAML::Value << g.split << YAML::Key << "layers" << YAML::Value
+              << YAML::Flow << g.layers << YAML::EndMap;
         }
-        o << YAML::EndSeq << YAML::Key << "batch" << YAML::Value << p.n_batch << YAML::Key << "ubatch" << YAML::Value << p.n_ubatch
-          << YAML::Key << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k
-          << YAML::Key << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::Key << "server_args" << YAML::Value << YAML::Flow
-          << p.server_args << YAML::EndMap;
+        o << YAML::EndSeq << YAML::Key << "batch" << YAML::Value << p.n_batch << YAML::Key << "ubatch" << YAML::Value << p.n_ubatch << YAML::Key
+          << "gpu_layers" << YAML::Value << p.asked_gpu_layers << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k << YAML::Key
+          << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::Key << "server_args" << YAML::Value << YAML::Flow << p.server_args
+          << YAML::EndMap;
     }
     o << YAML::EndMap;
     return std::string(o.c_str()) + "\n";
@@ -124,9 +126,7 @@ Plan load_plan_fields(const std::string& path) {
     YAML::Node y;
     try {
         y = YAML::Load(in);
-    } catch (const YAML::Exception& e) {
-        throw PlanError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")");
-    }
+    } catch (const YAML::Exception& e) { throw PlanError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")"); }
     if (!y.IsMap()) throw PlanError(path + ": not a moestream plan (top level is not a map)");
     const int schema = field<int>(y, "moestream_plan", path);
     if (schema > kPlanSchema)
@@ -155,12 +155,12 @@ Plan load_plan_fields(const std::string& path) {
     if (p.threads < 1 || p.threads > 4096) throw PlanError(path + ": decisions.threads " + std::to_string(p.threads) + " is out of range");
     p.cpus = field<std::string>(y, "decisions.cpus", path);
     if (!parse_cpu_list(p.cpus)) throw PlanError(path + ": decisions.cpus '" + p.cpus + "' is not a CPU list");
-    if (y["decisions"]["membind_node"] && !y["decisions"]["membind_node"].IsNull())
-        p.membind_node = field<int>(y, "decisions.membind_node", path);
+    if (y["decisions"]["membind_node"] && !y["decisions"]["membind_node"].IsNull()) p.membind_node = field<int>(y, "decisions.membind_node", path);
     p.ram_budget_bytes = field<uint64_t>(y, "decisions.ram_budget_bytes", path);
     p.n_ctx = field<uint32_t>(y, "decisions.n_ctx", path);
     if (y["decisions"]["parallel"]) p.parallel = field<int>(y, "decisions.parallel", path);  // absent in plans before it existed: 1
-    if (p.parallel < 1 || p.parallel > 256) throw PlanError(path + ": decisions.parallel " + std::to_string(p.parallel) + " is out of range (1..256)");
+    if (p.parallel < 1 || p.parallel > 256)
+        throw PlanError(path + ": decisions.parallel " + std::to_string(p.parallel) + " is out of range (1..256)");
     p.kv_bytes = field<uint64_t>(y, "decisions.kv_bytes", path);
     p.expert_cache_bytes = field<uint64_t>(y, "decisions.expert_cache_bytes", path);
     p.io_queue_depth = field<int>(y, "decisions.io_queue_depth", path);
@@ -176,8 +176,7 @@ Plan load_plan_fields(const std::string& path) {
     if (y["sysctl"] && y["sysctl"].IsSequence())
         for (const auto& s : y["sysctl"]) {
             SysctlSetting st{s["key"].as<std::string>(""), s["value"].as<std::string>(""), s["reason"].as<std::string>("")};
-            if (st.key.empty() || st.value.empty() || st.key.find_first_of(" =\n") != std::string::npos ||
-                st.value.find('\n') != std::string::npos)
+            if (st.key.empty() || st.value.empty() || st.key.find_first_of(" =\n") != std::string::npos || st.value.find('\n') != std::string::npos)
                 throw PlanError(path + ": a sysctl entry has a bad key or value ('" + st.key + "')");
             p.sysctl.push_back(st);
         }

@@ -38,21 +38,18 @@ std::map<int, uint64_t> parse_gpu_mem(const std::string& text) {
         int gpu;
         try {
             gpu = std::stoi(part.substr(0, eq));
-        } catch (...) {
-            throw PlanError("--gpu-mem '" + part + "': '" + part.substr(0, eq) + "' is not a GPU index");
-        }
+        } catch (...) { throw PlanError("--gpu-mem '" + part + "': '" + part.substr(0, eq) + "' is not a GPU index"); }
         std::string size = part.substr(eq + 1);
         size_t used = 0;
         double v = 0;
         try {
             v = std::stod(size, &used);
-        } catch (...) {
-            throw PlanError("--gpu-mem '" + part + "': '" + size + "' is not a size");
-        }
+        } catch (...) { throw PlanError("--gpu-mem '" + part + "': '" + size + "' is not a size"); }
         std::string unit = size.substr(used);
-        double mult = unit == "G" || unit == "GiB" || unit == "g" ? 1024.0 * 1024 * 1024
+        double mult = unit == "G" || unit == "GiB" || unit == "g"   ? 1024.0 * 1024 * 1024
                       : unit == "M" || unit == "MiB" || unit == "m" ? 1024.0 * 1024
-                      : unit.empty() ? 1.0 : -1;
+                      : unit.empty()                                ? 1.0
+                                                                    : -1;
         if (mult < 0 || !(v > 0) || gpu < 0 || gpu > 63) throw PlanError("--gpu-mem '" + part + "' is not GPU=SIZE with SIZE in M or G");
         if (out.count(gpu)) throw PlanError("--gpu-mem names GPU " + std::to_string(gpu) + " twice");
         out[gpu] = static_cast<uint64_t>(v * mult);
@@ -72,14 +69,12 @@ Fingerprint fingerprint_of(const HostFacts& h, const std::string& model_path) {
     f.ram_bytes = h.memory.total_bytes.value.value_or(0);
     if (h.storage && h.storage->device) {
         const auto& d = *h.storage->device;
-        f.block_device = d.name + " " + d.model.value.value_or("?") + " " +
-                         (d.size_bytes.value ? mib(*d.size_bytes.value) : "?");
+        f.block_device = d.name + " " + d.model.value.value_or("?") + " " + (d.size_bytes.value ? mib(*d.size_bytes.value) : "?");
     }
     struct stat st {};
     if (!model_path.empty() && ::stat(model_path.c_str(), &st) == 0)
         f.model_file = model_path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);
-    else
-        f.model_file = model_path + " (not found)";
+    else f.model_file = model_path + " (not found)";
     return f;
 }
 
@@ -103,12 +98,11 @@ void host_sysctl(const HostFacts& h, size_t numa_nodes, Plan& p) {
     const uint64_t swap = h.memory.swap_total_bytes.value.value_or(0);
     if (swap > 0)
         p.sysctl.push_back({"vm.swappiness", "1", "swap of " + mib(swap) + " exists and the weights are anonymous memory: keep them in RAM"});
-    else
-        p.notes.push_back("vm.swappiness not set: no swap on this host");
+    else p.notes.push_back("vm.swappiness not set: no swap on this host");
     const uint64_t total_ram = h.memory.total_bytes.value.value_or(0);
     const uint64_t mfk = std::clamp<uint64_t>(total_ram / 100 / 1024, 65536, 2ull << 20);
-    p.sysctl.push_back({"vm.min_free_kbytes", std::to_string(mfk),
-                        "1% of " + mib(total_ram) + " RAM: reclaim stays ahead of the cache's allocation bursts"});
+    p.sysctl.push_back(
+        {"vm.min_free_kbytes", std::to_string(mfk), "1% of " + mib(total_ram) + " RAM: reclaim stays ahead of the cache's allocation bursts"});
     if (numa_nodes > 1)
         p.sysctl.push_back({"kernel.numa_balancing", "0", std::to_string(numa_nodes) + " NUMA nodes: do not migrate the pinned memory"});
     if (auto it = h.kernel.sysctl.find("vm.overcommit_memory"); it != h.kernel.sysctl.end() && it->second.value == 2)
@@ -147,15 +141,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     if (nodes.size() > 1) {
         const auto* dev = h.storage && h.storage->device ? &*h.storage->device : nullptr;
         if (dev && dev->numa_node.value) {
-            for (const auto& n : nodes) if (n.id == *dev->numa_node.value) node = &n;
+            for (const auto& n : nodes)
+                if (n.id == *dev->numa_node.value) node = &n;
             if (node)
                 why("membind_node", std::to_string(node->id),
                     "the model's disk " + dev->name + " is on node " + std::to_string(node->id) + " (" + dev->numa_node.source + ")");
         }
         if (!node) {
-            node = &*std::max_element(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
-                return a.mem_total_bytes.value_or(0) < b.mem_total_bytes.value_or(0);
-            });
+            node = &*std::max_element(nodes.begin(), nodes.end(),
+                                      [](const auto& a, const auto& b) { return a.mem_total_bytes.value_or(0) < b.mem_total_bytes.value_or(0); });
             why("membind_node", std::to_string(node->id), "the disk's node is unknown: the node with the most memory");
         }
         p.membind_node = node->id;
@@ -215,13 +209,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     const uint64_t budget = opt.ram_budget.value_or(ram > reserve ? ram - reserve : 0);
     const uint64_t working = opt.target == "engine" ? opt.engine_working_bytes : 0;  // the engine counts it in its budget too
     if (budget < m.resident_bytes + p.kv_bytes + working)
-        throw PlanError("--ram-budget " + mib(budget) + " is below the resident weights (" + mib(m.resident_bytes) +
-                        ") plus the KV cache for " + std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")" +
+        throw PlanError("--ram-budget " + mib(budget) + " is below the resident weights (" + mib(m.resident_bytes) + ") plus the KV cache for " +
+                        std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")" +
                         (working ? " plus the engine's working memory (" + mib(working) + ")" : std::string()));
     p.ram_budget_bytes = budget;
     p.expert_cache_bytes = std::min<uint64_t>(budget - m.resident_bytes - p.kv_bytes - working, m.expert_bytes);
-    if (working) why("working_memory", std::to_string(working), "activations, scratch and logits for " + std::to_string(opt.parallel) +
-                                                                    " slot(s), plus the process itself: inside the budget, so a cgroup of it holds");
+    if (working)
+        why("working_memory", std::to_string(working),
+            "activations, scratch and logits for " + std::to_string(opt.parallel) +
+                " slot(s), plus the process itself: inside the budget, so a cgroup of it holds");
     const uint64_t need = min_expert_cache(m);
     if (p.expert_cache_bytes < need)
         throw PlanError("--ram-budget " + mib(budget) + " leaves " + mib(p.expert_cache_bytes) +
@@ -232,23 +228,25 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         (opt.parallel > 1 ? std::to_string(opt.parallel) + " slots x (" : "") + std::to_string(opt.n_ctx) + " positions x " +
             std::to_string(m.cache_bytes_per_token_as(kv_types)) + " bytes (" + m.cache_layout +
             (kv_types.f16() ? std::string() : "; stored as K " + opt.cache_type_k + ", V " + opt.cache_type_v) + ")" +
-            (m.state_bytes ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) +
-                                 " checkpoints)"
-                           : "") + (opt.parallel > 1 ? ")" : ""));
+            (m.state_bytes
+                 ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) + " checkpoints)"
+                 : "") +
+            (opt.parallel > 1 ? ")" : ""));
     why("expert_cache", std::to_string(p.expert_cache_bytes),
-        "budget minus resident weights (" + mib(m.resident_bytes) + "), KV cache" + (working ? std::string(" and working memory") : std::string()) + "; holds " +
-            std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +
+        "budget minus resident weights (" + mib(m.resident_bytes) + "), KV cache" + (working ? std::string(" and working memory") : std::string()) +
+            "; holds " + std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +
             mib(m.expert_bytes) + " of experts");
 
     // I/O: the block size that read fastest in the probe's sweep (larger on near-ties), at its depth.
     const BandwidthResult* best = nullptr;
     if (h.storage)
         for (const auto& r : h.storage->results)
-            if (r.tool == "fio" && (!best || r.bytes_per_s > best->bytes_per_s * 1.05 ||
-                                    (r.bytes_per_s >= best->bytes_per_s * 0.95 && r.block_size > best->block_size)))
+            if (r.tool == "fio" &&
+                (!best || r.bytes_per_s > best->bytes_per_s * 1.05 || (r.bytes_per_s >= best->bytes_per_s * 0.95 && r.block_size > best->block_size)))
                 best = &r;
     if (!best && h.storage)
-        for (const auto& r : h.storage->results) if (!best || r.bytes_per_s > best->bytes_per_s) best = &r;
+        for (const auto& r : h.storage->results)
+            if (!best || r.bytes_per_s > best->bytes_per_s) best = &r;
     char bw[64] = "not measured";
     if (best) {
         p.read_size = best->block_size;
@@ -299,7 +297,8 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         p.cache_type_v = opt.cache_type_v;
         if (!opt.gpu_layers.empty()) go.pinned = parse_gpu_layers(opt.gpu_layers);
         if (opt.n_ubatch < 1 || opt.n_batch < opt.n_ubatch)
-            throw PlanError("--ubatch-size " + std::to_string(opt.n_ubatch) + " must be at least 1 and at most --batch-size " + std::to_string(opt.n_batch));
+            throw PlanError("--ubatch-size " + std::to_string(opt.n_ubatch) + " must be at least 1 and at most --batch-size " +
+                            std::to_string(opt.n_batch));
         p.gpus = plan_gpus(m, go);
         p.n_batch = opt.n_batch;
         p.n_ubatch = opt.n_ubatch;
@@ -307,15 +306,16 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         uint32_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += static_cast<uint32_t>(g.layers.size());
         why("gpu_layers", std::to_string(on_gpu),
-            !opt.gpu_layers.empty() ? "pinned by --gpu-layers " + opt.gpu_layers
+            !opt.gpu_layers.empty()  ? "pinned by --gpu-layers " + opt.gpu_layers
             : opt.layer_heat.empty() ? "head- and tail-biased: the first GPU's experts from the first MoE layers, the last GPU's from the "
                                        "last, each beside its layers' attention (users report this split best); a routing profile "
                                        "(moestream profile, then plan --profile) beats this guess"
                                      : "the most-routed layers of the profile " + opt.profile_path + " first");
         std::string split;
         for (const auto& g : p.gpus) split += (split.empty() ? "" : ",") + std::to_string(g.budget_bytes >> 20);
-        why("tensor_split", split, "-ngl 999 offloads every layer; --tensor-split in proportion to --gpu-mem decides which GPU holds each "
-                                    "layer's attention, dense and shared weights and KV (llama.cpp's layer split), so the plan knows each GPU's share");
+        why("tensor_split", split,
+            "-ngl 999 offloads every layer; --tensor-split in proportion to --gpu-mem decides which GPU holds each "
+            "layer's attention, dense and shared weights and KV (llama.cpp's layer split), so the plan knows each GPU's share");
         for (const auto& g : p.gpus) why("gpu" + std::to_string(g.gpu), std::to_string(g.used_bytes), describe_gpu(g));
         // The target's own options, each with its reason.
         auto arg = [&](const std::string& name, const std::string& flag, const std::string& value, const std::string& reason) {
@@ -324,8 +324,9 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
             why(name, flag + (value.empty() ? "" : " " + value), reason);
         };
         const bool mla = m.cache_layout.rfind("MLA", 0) == 0;
-        const std::string kv_figure = std::to_string(cache_bytes_per_token(m, go.cache_type_k, go.cache_type_v)) + " bytes per token of context on all layers (" +
-                                      std::to_string(m.cache_bytes_per_token) + " in f16), in each GPU's KV figure above";
+        const std::string kv_figure = std::to_string(cache_bytes_per_token(m, go.cache_type_k, go.cache_type_v)) +
+                                      " bytes per token of context on all layers (" + std::to_string(m.cache_bytes_per_token) +
+                                      " in f16), in each GPU's KV figure above";
         if (opt.cache_type_k != "f16") arg("cache_type_k", "-ctk", opt.cache_type_k, "the K cache in " + opt.cache_type_k + ": " + kv_figure);
         if (opt.cache_type_v != "f16") {
             if (mla) p.notes.push_back("-ctv " + opt.cache_type_v + " not written: an MLA model keeps only its latent, in the K cache");
@@ -337,12 +338,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
             // ik_llama.cpp's server options for a hybrid GPU/CPU MoE host (its docs/parameters.md).
             arg("threads_batch", "-tb", std::to_string(p.threads),
                 "prompt processing runs the CPU-resident experts too: every physical core, as --threads");
-            arg("flash_attn", "-fa", "on", "flash attention: less compute buffer and faster attention on the GPUs (ik's default, written so the plan does not depend on it)");
+            arg("flash_attn", "-fa", "on",
+                "flash attention: less compute buffer and faster attention on the GPUs (ik's default, written so the plan does not depend on it)");
             if (mla) {
-                arg("mla", "-mla", "3", "MLA model: ik's mode 3 keeps only the compressed latent in the KV cache and picks the faster attention "
-                                        "path per batch (the KV figure above is the latent cache)");
-                arg("attention_max_batch", "-amb", "512", "caps attention's K*Q scratch at 512 MiB per batch for MLA, so large -ub does not "
-                                                           "grow the compute buffer past the estimate");
+                arg("mla", "-mla", "3",
+                    "MLA model: ik's mode 3 keeps only the compressed latent in the KV cache and picks the faster attention "
+                    "path per batch (the KV figure above is the latent cache)");
+                arg("attention_max_batch", "-amb", "512",
+                    "caps attention's K*Q scratch at 512 MiB per batch for MLA, so large -ub does not "
+                    "grow the compute buffer past the estimate");
             }
             p.notes.push_back("fused MoE up/gate is ik_llama.cpp's default (-no-fmoe turns it off); not written");
             p.notes.push_back("-ger (grouped expert routing) not written: ik_llama.cpp applies it to BailingMoeV2/V3 (Ling/Ring) only");

@@ -18,15 +18,15 @@ struct PlanError : std::runtime_error {
 
 struct PlanOptions {
     std::string model_path;
-    std::string target = "engine";                 // engine | llama-server
-    std::optional<uint64_t> ram_budget;            // whole engine footprint (resident + KV + expert cache)
+    std::string target = "engine";       // engine | llama-server
+    std::optional<uint64_t> ram_budget;  // whole engine footprint (resident + KV + expert cache)
     std::optional<int> threads;
     uint32_t n_ctx = 4096;
-    int parallel = 1;                              // server slots, each with its own KV cache of n_ctx
-    uint64_t engine_working_bytes = 0;             // engine target: its activations, scratch, logits and process base
-    std::map<int, uint64_t> gpu_mem;               // llama-server: GPU index -> bytes the plan may use on it (all of it)
-    std::string gpu_layers;                        // llama-server: a pinned layout, "3-17:0,74-77:1" (tune/gpu_plan.h)
-    int n_batch = 2048, n_ubatch = 512;            // llama-server -b / -ub: the compute buffer follows -ub
+    int parallel = 1;                                        // server slots, each with its own KV cache of n_ctx
+    uint64_t engine_working_bytes = 0;                       // engine target: its activations, scratch, logits and process base
+    std::map<int, uint64_t> gpu_mem;                         // llama-server: GPU index -> bytes the plan may use on it (all of it)
+    std::string gpu_layers;                                  // llama-server: a pinned layout, "3-17:0,74-77:1" (tune/gpu_plan.h)
+    int n_batch = 2048, n_ubatch = 512;                      // llama-server -b / -ub: the compute buffer follows -ub
     std::string cache_type_k = "f16", cache_type_v = "f16";  // llama-server -ctk / -ctv: the KV cache's types
     std::string host = "127.0.0.1";
     int port = 8000;
@@ -34,8 +34,8 @@ struct PlanOptions {
     std::string moestream_binary = "/usr/local/bin/moestream";
     std::string llama_server_binary = "llama-server";
     std::string created_by;
-    double mem_bytes_per_s = 0;                    // measured RAM bandwidth for the prediction (0: not shown)
-    std::string profile_path;                      // routing profile (moestream profile)
+    double mem_bytes_per_s = 0;                             // measured RAM bandwidth for the prediction (0: not shown)
+    std::string profile_path;                               // routing profile (moestream profile)
     std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // from the profile: (layer, routed count)
 };
 

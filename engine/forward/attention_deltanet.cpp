@@ -19,8 +19,8 @@ void Runner::attention_deltanet(uint32_t l, int n) {
     const int Hk = static_cast<int>(c.n_k_heads), Hv = static_cast<int>(c.n_v_heads);
     const int C = static_cast<int>(c.conv_dim()), V = S * Hv;
 
-    matmul_group({{&w.qkv, dn_qkv_.data(), C}, {&w.z, dn_z_.data(), V}, {&w.beta, dn_beta_.data(), Hv}, {&w.alpha, dn_g_.data(), Hv}},
-                 xn_.data(), E, n);
+    matmul_group({{&w.qkv, dn_qkv_.data(), C}, {&w.z, dn_z_.data(), V}, {&w.beta, dn_beta_.data(), Hv}, {&w.alpha, dn_g_.data(), Hv}}, xn_.data(), E,
+                 n);
     for (int t = 0; t < n; ++t)
         for (int h = 0; h < Hv; ++h) {
             float& b = dn_beta_[t * Hv + h];
@@ -52,8 +52,8 @@ void Runner::attention_deltanet(uint32_t l, int n) {
             float* M = state + static_cast<size_t>(h) * S * S;
             for (int t = 0; t < n; ++t) {
                 const float* row = &dn_conv_[static_cast<size_t>(t) * C];
-                ops::gated_delta_step(M, row + kh * S, row + (Hk + kh) * S, row + 2 * Hk * S + h * S, dn_g_[t * Hv + h],
-                                      dn_beta_[t * Hv + h], &dn_out_[static_cast<size_t>(t) * V + h * S], S, dot, delta.data());
+                ops::gated_delta_step(M, row + kh * S, row + (Hk + kh) * S, row + 2 * Hk * S + h * S, dn_g_[t * Hv + h], dn_beta_[t * Hv + h],
+                                      &dn_out_[static_cast<size_t>(t) * V + h * S], S, dot, delta.data());
             }
         }
     });

@@ -90,7 +90,7 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
     const int used = n_past_ + n;
     const int view = std::max(256, (used + 255) / 256 * 256);
     if (ixkf_.size() < static_cast<size_t>(used) * ID) ixkf_.resize(static_cast<size_t>(used) * ID);
-    cache_->load_ix(l, used, ixkf_.data());  // the keys' to_float, as ggml's lightning indexer reads them
+    cache_->load_ix(l, used, ixkf_.data());                               // the keys' to_float, as ggml's lightning indexer reads them
     const kernels::DotFn dot = kt_.dot[static_cast<int>(GgmlType::F32)];  // ggml_vec_dot_f32
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> score(static_cast<size_t>(view));

@@ -37,8 +37,7 @@ void Runner::matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, in
     matvec_prepared(w, type, row_bytes, rows, cols, act, out);
 }
 
-void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act,
-                             float* out) const {
+void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act, float* out) const {
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, 1, false);
     if (dots.single_rows) {
         dots.single_rows(cols, w, row_bytes, rows, act, out);
@@ -170,7 +169,8 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
         y.resize(most * E);
         act.resize(most * std::max({in.ab_gate, in.ab_up, ab_down}));
         auto project = [&](const uint8_t* w, const ExpertTensor& t, int64_t rows, int64_t cols, size_t ab, int c, float* out) {
-            matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, kernel_rows(c), false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out, rows);
+            matmul_rows(kernels::matmul_dots(kt_, t.type, rows, cols, kernel_rows(c), false), w, t.row_bytes, cols, 0, rows, act.data(), ab, c, out,
+                        rows);
         };
         for (int64_t k = k0; k < k1; ++k) {
             const auto& [e, ev] = ready[k];
@@ -232,7 +232,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
     const int X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
     if (L.gate_sh.present()) {
         shared_expert(l, n, sh_out_.data());  // before the routed experts reuse the scratch
-        if (L.gate_inp_sh.present()) {  // qwen35moe: the shared expert scaled by sigmoid(gate_inp_sh . x)
+        if (L.gate_inp_sh.present()) {        // qwen35moe: the shared expert scaled by sigmoid(gate_inp_sh . x)
             std::vector<float> gate(static_cast<size_t>(n));
             matmul(L.gate_inp_sh, xn_.data(), E, n, gate.data(), 1);
             for (int t = 0; t < n; ++t) {

@@ -31,13 +31,16 @@ struct Ctx {
 // order llama.cpp gives activation row `index` of `n_tok` (n_tok 0: an expert matmul, MUL_MAT_ID). `strided`:
 // the activations are a strided view in llama.cpp's graph (F32 weights then keep the one-token order).
 // `expert_tokens`: for an expert matmul, the tokens its batch routes to that expert (ik's per-expert switch).
-void matvec(const Ctx& c, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
-            int n_tok = 0, int index = 0, bool strided = false, int expert_tokens = 1) {
+void matvec(const Ctx& c, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out, int n_tok = 0,
+            int index = 0, bool strided = false, int expert_tokens = 1) {
     std::vector<uint8_t> act(kernels::activation_bytes(type, cols));
     kernels::prepare_activations(type, x, act.data(), cols);
     const bool dense = n_tok > 0 && !(strided && type == GgmlType::F32);
-    const kernels::MatmulDots dots =
-        kernels::matmul_dots(c.kt, type, rows, cols, dense ? n_tok : n_tok > 0 ? 1 : std::max(expert_tokens, 1), dense, c.batch.n_threads);
+    const kernels::MatmulDots dots = kernels::matmul_dots(c.kt, type, rows, cols,
+                                                          dense       ? n_tok
+                                                          : n_tok > 0 ? 1
+                                                                      : std::max(expert_tokens, 1),
+                                                          dense, c.batch.n_threads);
     if (dots.row_group > 1) return dots.single_rows(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4: rows in fours
     auto dot = dots.at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
@@ -67,9 +70,12 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     dense(c, w.wq, xn.data(), qg.data());
     dense(c, w.wk, xn.data(), k.data());
     dense(c, w.wv, xn.data(), v.data());
-    if (w.bq.present()) for (int i = 0; i < nh * qh; ++i) qg[i] += w.bq.f32()[i];
-    if (w.bk.present()) for (int i = 0; i < kv_dim; ++i) k[i] += w.bk.f32()[i];
-    if (w.bv.present()) for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
+    if (w.bq.present())
+        for (int i = 0; i < nh * qh; ++i) qg[i] += w.bq.f32()[i];
+    if (w.bk.present())
+        for (int i = 0; i < kv_dim; ++i) k[i] += w.bk.f32()[i];
+    if (w.bv.present())
+        for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
     ops::rope_cache(hp.rope, c.pos, cs);
     for (int h = 0; h < nh; ++h) {
         if (w.q_norm.present()) c.fops.norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
@@ -133,8 +139,8 @@ void attention_deltanet(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     float* state = c.st.cache.ssm[l].data();
     for (int h = 0; h < Hv; ++h) {
         const int kh = h % Hk;  // the converter's tiled v-head order
-        ops::gated_delta_step(state + static_cast<size_t>(h) * S * S, &conv[kh * S], &conv[(Hk + kh) * S], &conv[2 * Hk * S + h * S], g[h],
-                              beta[h], &o[h * S], S, c.kt.dot[static_cast<int>(GgmlType::F32)], delta.data());
+        ops::gated_delta_step(state + static_cast<size_t>(h) * S * S, &conv[kh * S], &conv[(Hk + kh) * S], &conv[2 * Hk * S + h * S], g[h], beta[h],
+                              &o[h * S], S, c.kt.dot[static_cast<int>(GgmlType::F32)], delta.data());
         ops::rms_norm(&o[h * S], w.norm.f32(), &o[h * S], S, hp.rms_eps);
         c.fops.silu(&z[h * S], S);
         for (int i = 0; i < S; ++i) o[h * S + i] *= z[h * S + i];
@@ -212,15 +218,15 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
     // 4. per head: absorb k_b into the query, attend over the latent cache (values: its first kv_lora), project
     //    through v_b
     for (int h = 0; h < H; ++h) {
-        matvec(c, w.wk_b.row(static_cast<int64_t>(h) * lora), w.wk_b.type, w.wk_b.row_bytes, lora, nope, &q[h * qk], qh.data(),
-               c.batch.n_tok, c.batch.index, true);
+        matvec(c, w.wk_b.row(static_cast<int64_t>(h) * lora), w.wk_b.type, w.wk_b.row_bytes, lora, nope, &q[h * qk], qh.data(), c.batch.n_tok,
+               c.batch.index, true);
         std::copy_n(&q[h * qk + nope], rope, &qh[lora]);
         ops::KvView view = c.st.cache.view(l, dk, lora, &kernels::reference_table(c.st.flavor));
         view.n_kv = c.pos + 1;
         view.visible = c.m.has_indexer() ? dsa_visible.data() : nullptr;
         attend(c, view, qh.data(), mc.kq_scale, lat.data());
-        matvec(c, w.wv_b.row(static_cast<int64_t>(h) * vh), w.wv_b.type, w.wv_b.row_bytes, vh, lora, lat.data(), &att[h * vh],
-               c.batch.n_tok, c.batch.index, true);
+        matvec(c, w.wv_b.row(static_cast<int64_t>(h) * vh), w.wv_b.type, w.wv_b.row_bytes, vh, lora, lat.data(), &att[h * vh], c.batch.n_tok,
+               c.batch.index, true);
     }
     dense(c, w.wo, att.data(), out.data());
 }
@@ -256,8 +262,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
         expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), E);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
         // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
-        for (int i = 0; i < E; ++i)
-            out[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], out[i]) : out[i] + y[i] * weight[s];
+        for (int i = 0; i < E; ++i) out[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], out[i]) : out[i] + y[i] * weight[s];
     }
     if (w.gate_sh.present()) {
         Vec sh(E);
@@ -286,8 +291,12 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
     const int E = static_cast<int>(hp.n_embd);
     if (st.n_past >= st.cache.n_ctx) throw std::out_of_range("context full");
     if (token < 0 || token >= static_cast<int>(hp.n_vocab)) throw std::out_of_range("token id out of range");
-    const Ctx c{m, st, batch, m.ik_numerics ? ik::kernel_table(kernels::reference_table(st.flavor)) : kernels::reference_table(st.flavor),
-                m.ik_numerics ? ik::float_ops(ops::float_ops(st.flavor)) : ops::float_ops(st.flavor), st.n_past};
+    const Ctx c{m,
+                st,
+                batch,
+                m.ik_numerics ? ik::kernel_table(kernels::reference_table(st.flavor)) : kernels::reference_table(st.flavor),
+                m.ik_numerics ? ik::float_ops(ops::float_ops(st.flavor)) : ops::float_ops(st.flavor),
+                st.n_past};
 
     Vec x(E), xn(E), out(E);
     std::vector<uint8_t> dsa_visible;

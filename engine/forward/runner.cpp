@@ -27,8 +27,7 @@ Runner::Runner(const Model& model, RunnerOptions opt)
       kt_(model.ik_numerics ? ik::kernel_table(kernels::active_table(opt_.flavor)) : kernels::active_table(opt_.flavor)),
       kv_kt_(kernels::active_table(opt_.flavor)),
       fops_(model.ik_numerics ? ik::float_ops(kernels::simd_float_ops(opt_.flavor)) : kernels::simd_float_ops(opt_.flavor)),
-      attend_(model.ik_numerics ? fops_.attend : kernels::attention_kernel(opt_.flavor)),
-      attend_typed_(kernels::typed_attention_kernel(opt_.flavor)),
+      attend_(model.ik_numerics ? fops_.attend : kernels::attention_kernel(opt_.flavor)), attend_typed_(kernels::typed_attention_kernel(opt_.flavor)),
       attend_tiled_(model.ik_numerics ? fops_.attend_tiled : kernels::tiled_attention_kernel(opt_.flavor)),
       attend_tiled_group_(model.ik_numerics ? nullptr : kernels::tiled_attention_group_kernel(opt_.flavor)) {
     const Hparams& hp = m_.hp;
@@ -125,9 +124,9 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
     const Hparams& hp = layout.hp;
     const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512);
     const uint64_t widest = std::max<uint64_t>({hp.n_embd, hp.moe.n_ff_exp, hp.n_ff_dense, hp.moe.n_ff_shexp});
-    total += B * widest * 2;                                                    // quantized activations (act_), at most ~1.1 bytes a value
-    total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;   // one logits row per sequence
-    total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;         // routing counters
+    total += B * widest * 2;                                                  // quantized activations (act_), at most ~1.1 bytes a value
+    total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;  // one logits row per sequence
+    total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;        // routing counters
     return total;
 }
 
@@ -197,8 +196,8 @@ const float* Runner::logits(int i) const {
     return logits_.data() + static_cast<size_t>(i) * m_.hp.n_vocab;
 }
 
-void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride,
-                    int n_tok, float* out, int64_t out_stride, bool dense, bool strided) {
+void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n_tok,
+                    float* out, int64_t out_stride, bool dense, bool strided) {
     const size_t ab = kernels::activation_bytes(type, cols);
     if (act_.size() < ab * n_tok) act_.resize(ab * n_tok);
     for (int t = 0; t < n_tok; ++t) kernels::prepare_activations(type, x + t * x_stride, act_.data() + t * ab, cols);
@@ -206,14 +205,15 @@ void Runner::matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t r
     const bool gemm_ok = dense && !(strided && type == GgmlType::F32);
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, type, rows, cols, kernel_rows(n_tok), gemm_ok, opt_.n_threads);
     const uint8_t* act = act_.data();
-    parallel_rows(rows, dots.row_group, [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
+    parallel_rows(rows, dots.row_group,
+                  [&](int64_t r0, int64_t r1) { matmul_rows(dots, w, row_bytes, cols, r0, r1, act, ab, n_tok, out, out_stride); });
 }
 
 // Rows [r0, r1) of a matmul for n_tok prepared activation rows: out[t * out_stride + r]. With row kernels, a
 // slice of rows small enough to stay in cache meets every token before the next slice is read, and each kernel
 // call covers the slice (several rows per register where the kernel can). Results are the per-row dot's bits.
-void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1,
-                 const uint8_t* act, size_t act_bytes, int n_tok, float* out, int64_t out_stride) {
+void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const uint8_t* act,
+                 size_t act_bytes, int n_tok, float* out, int64_t out_stride) {
     const int n_grouped = std::min(dots.n_grouped, n_tok);
     if (n_tok > 1 && (n_grouped == n_tok || dots.single_tile) && (n_grouped == 0 || dots.grouped_tile)) {
         const int64_t slice = std::max<int64_t>(8, static_cast<int64_t>((size_t{96} << 10) / row_bytes) & ~int64_t{7});
@@ -281,8 +281,8 @@ void Runner::matmul_group(std::initializer_list<MatmulOut> outs, const float* x,
     });
 }
 
-void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
-                          float* out, int64_t out_head, int64_t out_stride) {
+void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok, float* out,
+                          int64_t out_head, int64_t out_stride) {
     const int64_t cols = w.ne0;
     const size_t ab = kernels::activation_bytes(w.type, cols);
     const size_t need = ab * static_cast<size_t>(n_tok) * heads;
@@ -336,7 +336,8 @@ void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> toke
     std::vector<bool> seen(caches_.size(), false);
     for (size_t i = 0; i < tokens.size(); ++i) {
         const int s = seqs[i];
-        if (tokens[i] < 0 || tokens[i] >= static_cast<int32_t>(m_.hp.n_vocab)) throw std::out_of_range("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+        if (tokens[i] < 0 || tokens[i] >= static_cast<int32_t>(m_.hp.n_vocab))
+            throw std::out_of_range("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
         if (i > 0 && s == seqs[i - 1]) {  // the sequence's next position: the same segment
             segs_.back().n++;
         } else {
@@ -345,7 +346,8 @@ void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> toke
             seen[static_cast<size_t>(s)] = true;
             segs_.push_back({static_cast<int>(i), 1, s});
         }
-        if (past_[static_cast<size_t>(s)] + segs_.back().n > opt_.n_ctx) throw std::length_error("sequence " + std::to_string(s) + " has no context left");
+        if (past_[static_cast<size_t>(s)] + segs_.back().n > opt_.n_ctx)
+            throw std::length_error("sequence " + std::to_string(s) + " has no context left");
     }
     const int n = static_cast<int>(tokens.size());
     logits_rows_ = n;
@@ -441,9 +443,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 
 // One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads
 // map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
-void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
-                             int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked,
-                             int window, const float* sinks) {
+void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
+                             float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked, int window, const float* sinks) {
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);
@@ -478,7 +479,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                 const ops::KvView src = kv_view_head(base, static_cast<int>(h));
                 float* dst = kv_f32_.data() + static_cast<size_t>(h) * v_floats;
                 for (int j = 0; j < n_kv; ++j)
-                    kernels::dequantize_row(base.v_type, src.v_raw + static_cast<size_t>(j) * src.v_row, dst + static_cast<size_t>(j) * base.dv, base.dv);
+                    kernels::dequantize_row(base.v_type, src.v_raw + static_cast<size_t>(j) * src.v_row, dst + static_cast<size_t>(j) * base.dv,
+                                            base.dv);
             }
         });
     }
@@ -516,7 +518,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                 q_block.resize(static_cast<size_t>(rows) * base.dk);
                 out_block.resize(static_cast<size_t>(rows) * base.dv);
                 for (int r = 0; r < rows; ++r)
-                    std::copy_n(q + (t0 + r / group) * q_tok_stride + (h0 + r % group) * q_head_stride, base.dk, &q_block[static_cast<size_t>(r) * base.dk]);
+                    std::copy_n(q + (t0 + r / group) * q_tok_stride + (h0 + r % group) * q_head_stride, base.dk,
+                                &q_block[static_cast<size_t>(r) * base.dk]);
                 ops::KvView kv = head_view(kvh, n_past_ + t0 + 1);
                 kv.rows_per_position = group;
                 if (sinks) kv.sinks = sinks + h0, kv.n_sinks = group;  // rows are (token, head of the group)
@@ -563,8 +566,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             if (group_fn)
                 group_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, group, kv, scale, out + t * out_tok_stride + h * out_head_stride,
                          out_head_stride, scratch);
-            else
-                fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
+            else fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
         }
     });
 }

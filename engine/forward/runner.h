@@ -19,7 +19,7 @@
 namespace moe {
 
 struct RunnerOptions {
-    int n_ctx = 4096;    // cache positions
+    int n_ctx = 4096;  // cache positions
     int n_threads = 2;
     // Prompt tokens per forward chunk: llama.cpp's default micro-batch, so that a prompt's matmuls sum in the
     // same order as there (one token and several differ, see kernels::matmul_dots).
@@ -42,8 +42,8 @@ struct RunnerOptions {
 
 struct RunnerStats {
     uint64_t tokens_evaluated = 0;
-    uint64_t expert_activations = 0;  // (token, expert) pairs computed
-    uint64_t expert_loads = 0;        // distinct experts fetched per batch
+    uint64_t expert_activations = 0;                                     // (token, expert) pairs computed
+    uint64_t expert_loads = 0;                                           // distinct experts fetched per batch
     uint64_t prefetch_predicted_hits = 0, prefetch_predicted_total = 0;  // next-layer router prediction accuracy
     // Wall time of the layers' attention (projections, cache writes, softmax) and feed-forward (router, experts,
     // shared experts), summed over every eval: what a long prompt spends where (bench prints the split).
@@ -51,8 +51,8 @@ struct RunnerStats {
 };
 
 // Rows [r0, r1) of a matmul with prepared activations (n_tok rows act_bytes apart) into out[t * out_stride + r].
-void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1,
-                 const uint8_t* act, size_t act_bytes, int n_tok, float* out, int64_t out_stride);
+void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const uint8_t* act,
+                 size_t act_bytes, int n_tok, float* out, int64_t out_stride);
 
 class Runner {
 public:
@@ -127,8 +127,8 @@ private:
     // Matmuls. `dense`: a MUL_MAT in llama.cpp's graph (its batched order may differ from one token's);
     // otherwise an expert's MUL_MAT_ID. `strided`: the activations are a strided view in llama.cpp, which keeps
     // F32 weights on the one-token order even for batches.
-    void matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride,
-                int n_tok, float* out, int64_t out_stride, bool dense, bool strided = false);
+    void matmul(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n_tok,
+                float* out, int64_t out_stride, bool dense, bool strided = false);
     void matmul(const Tensor& t, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
         matmul(t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, x_stride, n_tok, out, out_stride, true);
     }
@@ -142,8 +142,8 @@ private:
     void matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok);
     // Per-head matmuls of a 3-D weight (MLA's k_b and v_b): head h multiplies `rows` rows starting at h*rows
     // with the activations of head h (x + h*x_head), for every token.
-    void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok,
-                      float* out, int64_t out_head, int64_t out_stride);
+    void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok, float* out,
+                      int64_t out_head, int64_t out_stride);
 
     // Rows of a chunk that belong to one sequence (a decode batch has one per sequence; a prompt chunk one).
     struct Segment {
@@ -163,9 +163,9 @@ private:
     static void scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size);
     // Flash attention of n query rows against the selected sequence's cache. masked: each row sees only the DSA
     // indexer's picks (dsa_sel_); window > 0: only its last `window` positions; sinks: one logit per query head.
-    void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads,
-                         int kv_heads, int n, float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked,
-                         int window = 0, const float* sinks = nullptr);
+    void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
+                         float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked, int window = 0,
+                         const float* sinks = nullptr);
 
     // Feed-forward kinds: read xn_ (n rows), add their output to x_.
     void ffn_dense(uint32_t l, int n);
@@ -187,8 +187,7 @@ private:
         if (group <= 1) return pool_.parallel_for(rows, fn);
         pool_.parallel_for(rows / group, [&](int64_t a, int64_t b) { fn(a * group, b * group); });
     }
-    void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out,
-                       uint8_t* act) const;
+    void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out, uint8_t* act) const;
     // The same on activations already prepared for `type` (kernels::prepare_activations).
     void matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act, float* out) const;
 
@@ -200,43 +199,43 @@ private:
     const ops::FloatOps& fops_;
     ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
-    std::vector<float> kv_f32_;  // the tiled attention's f32 keys and values of the current batch
-    bool one_by_one_ = false;  // the current eval's Rows
-    int n_past_ = 0;  // the positions the selected sequence (or the segment being computed) holds
-    std::vector<int> past_;  // per sequence
+    std::vector<float> kv_f32_;              // the tiled attention's f32 keys and values of the current batch
+    bool one_by_one_ = false;                // the current eval's Rows
+    int n_past_ = 0;                         // the positions the selected sequence (or the segment being computed) holds
+    std::vector<int> past_;                  // per sequence
     int active_ = 0;
     std::vector<Segment> segs_;
     std::vector<float> seg_in_, seg_out_;  // per-segment attention: its rows of xn_, and all segments' outputs
-    int last_layer_rows_ = 0;  // rows of the current chunk whose last-layer feed-forward runs (the last ones)
+    int last_layer_rows_ = 0;              // rows of the current chunk whose last-layer feed-forward runs (the last ones)
     RunnerStats stats_;
     std::vector<SequenceCache> caches_;
     SequenceCache* cache_ = nullptr;  // the selected sequence's
 
     // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
-    std::vector<float> x_, xn_, tmp_;                     // [n][n_embd]
-    std::vector<float> q_, k_, v_, att_;                  // attention projections and outputs
-    std::vector<float> qa_, kva_, qabs_, lat_;            // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
-    std::vector<float> ixq_, ixk_, ixw_, ixkf_;           // DSA indexer: queries, new keys, head weights, cached keys in f32
-    std::vector<int> dsa_sel_;                            // [n][top_k] positions each query may attend to
-    std::vector<int> dsa_count_;                          // [n] how many of them
+    std::vector<float> x_, xn_, tmp_;                                       // [n][n_embd]
+    std::vector<float> q_, k_, v_, att_;                                    // attention projections and outputs
+    std::vector<float> qa_, kva_, qabs_, lat_;                              // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
+    std::vector<float> ixq_, ixk_, ixw_, ixkf_;                             // DSA indexer: queries, new keys, head weights, cached keys in f32
+    std::vector<int> dsa_sel_;                                              // [n][top_k] positions each query may attend to
+    std::vector<int> dsa_count_;                                            // [n] how many of them
     std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet: projections, conv output, gates, heads
-    std::vector<float> ffn_g_, ffn_u_, sh_out_;           // dense / shared-expert hidden and output
-    std::vector<float> probs_;               // [n][n_expert]
-    std::vector<int> sel_;                   // [n][n_expert_used] chosen experts, llama.cpp's order
-    std::vector<float> sel_w_;               // [n][n_expert_used] their weights
-    std::vector<float> expert_out_;          // [n][n_expert_used][n_embd]
-    std::vector<float> gg_, gu_, gy_;        // per-expert hidden / outputs
-    std::vector<uint8_t> act_;               // prepared activations
-    std::vector<float> par_scratch_;         // decode_experts_in_parallel: per (expert, token) gate|up|out
-    std::vector<uint8_t> par_act_;           // ... and its activation bytes
-    std::vector<uint8_t> in_act_;            // each token's expert input quantized once per layer (gate, up types)
-    std::vector<float> logits_;              // [kept][n_vocab]
+    std::vector<float> ffn_g_, ffn_u_, sh_out_;                             // dense / shared-expert hidden and output
+    std::vector<float> probs_;                                              // [n][n_expert]
+    std::vector<int> sel_;                                                  // [n][n_expert_used] chosen experts, llama.cpp's order
+    std::vector<float> sel_w_;                                              // [n][n_expert_used] their weights
+    std::vector<float> expert_out_;                                         // [n][n_expert_used][n_embd]
+    std::vector<float> gg_, gu_, gy_;                                       // per-expert hidden / outputs
+    std::vector<uint8_t> act_;                                              // prepared activations
+    std::vector<float> par_scratch_;                                        // decode_experts_in_parallel: per (expert, token) gate|up|out
+    std::vector<uint8_t> par_act_;                                          // ... and its activation bytes
+    std::vector<uint8_t> in_act_;                                           // each token's expert input quantized once per layer (gate, up types)
+    std::vector<float> logits_;                                             // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
-    std::vector<uint32_t> predicted_;  // experts prefetched for predicted_layer_
+    std::vector<uint32_t> predicted_;   // experts prefetched for predicted_layer_
     int predicted_layer_ = -1;
     std::vector<std::vector<Checkpoint>> seq_checkpoints_;  // per sequence, by position, oldest first
-    std::vector<Checkpoint>* checkpoints_ = nullptr;         // the selected sequence's
+    std::vector<Checkpoint>* checkpoints_ = nullptr;        // the selected sequence's
 };
 
 }  // namespace moe

@@ -32,8 +32,8 @@ std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) 
     auto divides = [&](GgmlType t, const char* flag, uint32_t width, const std::string& what) -> std::string {
         const uint32_t block = type_info(t).block_elems;
         if (width % block == 0) return "";
-        return std::string(flag) + " " + name(t) + " stores blocks of " + std::to_string(block) + " values, which do not divide " + what +
-               " (" + std::to_string(width) + ")";
+        return std::string(flag) + " " + name(t) + " stores blocks of " + std::to_string(block) + " values, which do not divide " + what + " (" +
+               std::to_string(width) + ")";
     };
     std::string why;
     if (gqa) {

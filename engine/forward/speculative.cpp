@@ -56,7 +56,8 @@ StepCost step_cost_of(const ModelFacts& facts, bool streaming) {
     return {share, facts.n_expert, facts.n_expert_used};
 }
 
-DraftPlanner::DraftPlanner(int max_draft, StepCost cost) : max_(std::max(0, max_draft)), cost_(cost), share_(std::clamp(cost.expert_share, 0.0, 1.0)) {}
+DraftPlanner::DraftPlanner(int max_draft, StepCost cost)
+    : max_(std::max(0, max_draft)), cost_(cost), share_(std::clamp(cost.expert_share, 0.0, 1.0)) {}
 
 // Running averages: the first samples count fully, later ones with a fixed weight, so the estimate follows a
 // cache that warms up or a disk that slows down.
@@ -209,8 +210,7 @@ StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32
     return out;
 }
 
-StepOutcome Drafter::step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts,
-                          const EmitToken& emit) {
+StepOutcome Drafter::step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts, const EmitToken& emit) {
     const auto start = std::chrono::steady_clock::now();
     const StepOutcome o = speculative_step(runner, sampler, history, drafts, emit);
     observe(o.rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), static_cast<int>(drafts.size()), o.accepted);

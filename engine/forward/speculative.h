@@ -80,8 +80,8 @@ struct DraftStats {
 using EmitToken = std::function<bool(int32_t token, std::span<const float> logits)>;
 
 struct StepOutcome {
-    int rows = 0;       // tokens evaluated
-    int accepted = 0;   // drafts kept
+    int rows = 0;          // tokens evaluated
+    int accepted = 0;      // drafts kept
     bool stopped = false;  // emit asked to stop
 };
 
@@ -119,7 +119,6 @@ void keep_verified(Runner& runner, const Runner::Checkpoint& mark, std::span<con
 // them; the sequence is rolled back past the first rejected one; then the sampler's token from the last kept
 // row is emitted and appended to history (the next pending token). Every kept draft is emitted and appended
 // too. With no drafts this is a plain decode step.
-StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts,
-                             const EmitToken& emit);
+StepOutcome speculative_step(Runner& runner, Sampler& sampler, std::vector<int32_t>& history, std::span<const int32_t> drafts, const EmitToken& emit);
 
 }  // namespace moe

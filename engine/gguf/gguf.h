@@ -30,8 +30,19 @@ struct GgufError : std::runtime_error {
 };
 
 enum class GgufValueType : uint32_t {
-    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-    BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+    UINT8 = 0,
+    INT8 = 1,
+    UINT16 = 2,
+    INT16 = 3,
+    UINT32 = 4,
+    INT32 = 5,
+    FLOAT32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    UINT64 = 10,
+    INT64 = 11,
+    FLOAT64 = 12,
 };
 const char* value_type_name(GgufValueType t);
 
@@ -40,16 +51,16 @@ const char* value_type_name(GgufValueType t);
 struct GgufValue {
     GgufValueType type = GgufValueType::UINT32;
     GgufValueType elem_type = GgufValueType::UINT8;  // arrays only
-    uint64_t count = 0;                               // arrays only
-    std::string str;                                  // STRING
-    std::vector<std::string> strs;                    // ARRAY of STRING
-    std::vector<uint8_t> raw;                         // ARRAY of numbers/bools; scalar numbers (8 bytes max)
+    uint64_t count = 0;                              // arrays only
+    std::string str;                                 // STRING
+    std::vector<std::string> strs;                   // ARRAY of STRING
+    std::vector<uint8_t> raw;                        // ARRAY of numbers/bools; scalar numbers (8 bytes max)
 
     bool is_array() const { return type == GgufValueType::ARRAY; }
-    std::optional<int64_t> as_int() const;     // any integer or bool scalar
-    std::optional<double> as_double() const;   // any numeric scalar
-    std::vector<float> f32_array() const;      // FLOAT32 array (empty otherwise)
-    std::vector<int32_t> i32_array() const;    // INT32/UINT32 array (empty otherwise)
+    std::optional<int64_t> as_int() const;    // any integer or bool scalar
+    std::optional<double> as_double() const;  // any numeric scalar
+    std::vector<float> f32_array() const;     // FLOAT32 array (empty otherwise)
+    std::vector<int32_t> i32_array() const;   // INT32/UINT32 array (empty otherwise)
 
     static GgufValue u32(uint32_t v);
     static GgufValue i32(int32_t v);
@@ -93,7 +104,7 @@ struct GgufFile {
 // A model as one or more split files (`-0000N-of-0000M.gguf`); tensors are merged in file order.
 struct GgufModel {
     std::vector<GgufFile> files;
-    std::vector<GgufTensorInfo> tensors;     // from all files, file_index set
+    std::vector<GgufTensorInfo> tensors;                    // from all files, file_index set
     const GgufFile& meta() const { return files.front(); }  // metadata lives in the first split
     const GgufTensorInfo* find_tensor(const std::string& name) const;
     uint64_t total_bytes() const;
@@ -115,7 +126,7 @@ struct GgufTensorData {
 };
 // `data_holes`: every tensor's `bytes` empty, the data region left a hole of the right size (a header-only
 // model of any size for the planner's tests; reading its weights gives zeros).
-void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
-                const std::vector<GgufTensorData>& tensors, uint64_t alignment = 32, bool data_holes = false);
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv, const std::vector<GgufTensorData>& tensors,
+                uint64_t alignment = 32, bool data_holes = false);
 
 }  // namespace moe

@@ -13,9 +13,18 @@ namespace {
 class Out {
 public:
     explicit Out(std::ofstream& os) : os_(os) {}
-    void bytes(const void* p, size_t n) { os_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); pos_ += n; }
-    template <typename T> void put(T v) { bytes(&v, sizeof v); }
-    void str(const std::string& s) { put<uint64_t>(s.size()); bytes(s.data(), s.size()); }
+    void bytes(const void* p, size_t n) {
+        os_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+        pos_ += n;
+    }
+    template <typename T>
+    void put(T v) {
+        bytes(&v, sizeof v);
+    }
+    void str(const std::string& s) {
+        put<uint64_t>(s.size());
+        bytes(s.data(), s.size());
+    }
     void pad_to(uint64_t alignment) {
         static const char zeros[64] = {};
         while (pos_ % alignment) bytes(zeros, std::min<uint64_t>(alignment - pos_ % alignment, sizeof zeros));
@@ -36,8 +45,7 @@ void write_value(Out& o, const GgufValue& v) {
             o.put<uint64_t>(v.count);
             if (v.elem_type == GgufValueType::STRING)
                 for (const auto& s : v.strs) o.str(s);
-            else
-                o.bytes(v.raw.data(), v.raw.size());
+            else o.bytes(v.raw.data(), v.raw.size());
             break;
         default: o.bytes(v.raw.data(), v.raw.size());
     }
@@ -91,8 +99,8 @@ GgufValue GgufValue::i32_array_of(const std::vector<int32_t>& v) {
     return g;
 }
 
-void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
-                const std::vector<GgufTensorData>& tensors, uint64_t alignment, bool data_holes) {
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& kv, const std::vector<GgufTensorData>& tensors,
+                uint64_t alignment, bool data_holes) {
     uint64_t data_end = 0;
     std::string tmp = path + ".tmp";
     {
@@ -120,8 +128,8 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
             auto rb = row_bytes(t.type, t.ne.at(0));
             const uint64_t nbytes = data_holes && rb ? *rb * rows : t.bytes.size();
             if (!rb || *rb * rows != nbytes || (data_holes && !t.bytes.empty()))
-                throw GgufError(path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) +
-                                " bytes, its shape and type need " + (rb ? std::to_string(*rb * rows) : "?"));
+                throw GgufError(path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) + " bytes, its shape and type need " +
+                                (rb ? std::to_string(*rb * rows) : "?"));
             o.str(t.name);
             o.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
             for (auto d : t.ne) o.put<uint64_t>(d);

@@ -127,8 +127,7 @@ inline void v_row_to_f32(GgmlType t, const uint8_t* row, float* out, int n) {
             const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, _mm_set1_epi8(0x0F)), eight);                     // elements 0..15
             const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0F)), eight);  // 16..31
             const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-            for (int k = 0; k < 4; ++k)
-                _mm256_storeu_ps(out + 32 * b + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d));
+            for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 32 * b + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d));
         }
     } else if (t == GgmlType::BF16) {
         const auto* h = reinterpret_cast<const uint16_t*>(row);
@@ -387,8 +386,8 @@ inline constexpr int kRowBlock = 4;
 // Several query rows (the heads that share a kv head) against one view, tile by tile, so that each tile of
 // keys and values is read from memory once for all of them; each row's arithmetic is the one-row path's.
 template <Flavor F, bool Wide>
-void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, const ops::KvView& kv, float scale, float* out_rows,
-                             int64_t out_stride, ops::AttnScratch& s) {
+void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, const ops::KvView& kv, float scale, float* out_rows, int64_t out_stride,
+                             ops::AttnScratch& s) {
     constexpr int kTile = ggml::kFaTile;
     const int dk = kv.dk, dv = kv.dv;
     s.acc.assign(static_cast<size_t>(rows) * dv, 0.f);
@@ -413,9 +412,10 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
                 if (finite) {
                     RowTile block[R];
                     for (int i = 0; i < R; ++i)
-                        block[i] = {q_rows + (r + i) * q_stride, s.acc.data() + static_cast<size_t>(r + i) * dv, &s.max_sum[2 * (r + i)], &s.max_sum[2 * (r + i) + 1]};
+                        block[i] = {q_rows + (r + i) * q_stride, s.acc.data() + static_cast<size_t>(r + i) * dv, &s.max_sum[2 * (r + i)],
+                                    &s.max_sum[2 * (r + i) + 1]};
                     tile_rows_step<F, Wide, R>(kv.k_tiles + static_cast<size_t>(ic / kTile) * dk * kTile, v, dk, dv, scale,
-                                              kv.visible ? kv.visible + ic : nullptr, block);
+                                               kv.visible ? kv.visible + ic : nullptr, block);
                     r += R - 1;
                     continue;
                 }
@@ -470,10 +470,12 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
                 __m256 a = _mm256_loadu_ps(&acc[d]);
                 if (kv.v_f32) {
                     for (int i = 0; i < in_tile; ++i)
-                        if (kq[i] != 0.f) a = _mm256_fmadd_ps(_mm256_loadu_ps(kv.v_f32 + static_cast<size_t>(ic + i) * dv + d), _mm256_set1_ps(kq[i]), a);
+                        if (kq[i] != 0.f)
+                            a = _mm256_fmadd_ps(_mm256_loadu_ps(kv.v_f32 + static_cast<size_t>(ic + i) * dv + d), _mm256_set1_ps(kq[i]), a);
                 } else {
                     for (int i = 0; i < in_tile; ++i)
-                        if (kq[i] != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
+                        if (kq[i] != 0.f)
+                            a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(ic + i) * kv.v_stride + d), _mm256_set1_ps(kq[i]), a);
                 }
                 _mm256_storeu_ps(&acc[d], a);
             }
@@ -507,9 +509,7 @@ ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
 
 ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
 
-ops::AttendFn attend_f16c(Flavor f) {
-    return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>;
-}
+ops::AttendFn attend_f16c(Flavor f) { return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>; }
 
 ops::AttendFn attend_tiled_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &attend_tiled_f16c_impl<Flavor::Avx512, false> : &attend_tiled_f16c_impl<Flavor::Avx2, false>;

@@ -40,8 +40,8 @@ MOE_FMA_CLONES void attend_typed(const float* q, const KvView& kv, float scale, 
         } else {
             const float* vr = v32;
             if (kv.v_type == GgmlType::F32) vr = reinterpret_cast<const float*>(vj);  // read in place
-            else kernels::dequantize_row(kv.v_type, vj, v32, kv.dv);  // the type's to_float
-            for (int d = 0; d < kv.dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);  // ggml_vec_mad_f32
+            else kernels::dequantize_row(kv.v_type, vj, v32, kv.dv);                  // the type's to_float
+            for (int d = 0; d < kv.dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);     // ggml_vec_mad_f32
         }
         S = std::fma(S, ms, vs);
     }

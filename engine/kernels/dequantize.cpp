@@ -99,19 +99,25 @@ void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
                 for (int e = 0; e < QK_K; ++e) y[o + e] = (d * sc[e / 16]) * q3k_value(b, e);
             });
             return;
-        case GgmlType::Q4_K: case GgmlType::Q5_K: {
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: {
             const bool five = t == GgmlType::Q5_K;
             for (int64_t b = 0; b < n / QK_K; ++b) {
                 const uint8_t *scales, *qs, *qh = nullptr;
                 float d, dmin;
                 if (five) {
                     auto& blk = static_cast<const BlockQ5_K*>(src)[b];
-                    scales = blk.scales; qs = blk.qs; qh = blk.qh;
-                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
+                    scales = blk.scales;
+                    qs = blk.qs;
+                    qh = blk.qh;
+                    d = fp16_to_fp32(blk.d);
+                    dmin = fp16_to_fp32(blk.dmin);
                 } else {
                     auto& blk = static_cast<const BlockQ4_K*>(src)[b];
-                    scales = blk.scales; qs = blk.qs;
-                    d = fp16_to_fp32(blk.d); dmin = fp16_to_fp32(blk.dmin);
+                    scales = blk.scales;
+                    qs = blk.qs;
+                    d = fp16_to_fp32(blk.d);
+                    dmin = fp16_to_fp32(blk.dmin);
                 }
                 for (int j = 0; j < 8; ++j) {
                     uint8_t sc, m;

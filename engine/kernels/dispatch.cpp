@@ -41,7 +41,9 @@ CpuFeatures host_cpu_features() {
 // The features each table's translation unit is compiled with (engine/CMakeLists.txt), by name, for `why`.
 static std::string missing_for(const CpuFeatures& c, Isa isa) {
     std::string m;
-    auto need = [&](bool have, const char* name) { if (!have) m += (m.empty() ? "" : " ") + std::string(name); };
+    auto need = [&](bool have, const char* name) {
+        if (!have) m += (m.empty() ? "" : " ") + std::string(name);
+    };
     if (isa == Isa::Scalar) return m;
     need(c.avx2, "avx2"), need(c.fma, "fma"), need(c.f16c, "f16c"), need(c.bmi2, "bmi2");
     if (isa == Isa::Avx512) need(c.avx512f, "avx512f"), need(c.avx512bw, "avx512bw"), need(c.avx512vl, "avx512vl"), need(c.avx512vnni, "avx512_vnni");
@@ -71,7 +73,9 @@ KernelChoice choose_kernels(const CpuFeatures& c, std::string_view isa_override,
     }
     if (!forced) {
         if (runs_isa(c, Isa::Avx512)) k.isa = Isa::Avx512, isa_why += "AVX-512 F/BW/VL with VNNI";
-        else if (runs_isa(c, Isa::Avx2)) k.isa = Isa::Avx2, isa_why += "AVX2+FMA+F16C+BMI2" + (c.avx512f ? ", no avx512 table without "  + missing_for(c, Isa::Avx512) : std::string());
+        else if (runs_isa(c, Isa::Avx2))
+            k.isa = Isa::Avx2,
+            isa_why += "AVX2+FMA+F16C+BMI2" + (c.avx512f ? ", no avx512 table without " + missing_for(c, Isa::Avx512) : std::string());
         else isa_why += "no SIMD table, this CPU lacks " + missing_for(c, Isa::Avx2) + " (several times slower)";
     }
     std::string num_why;
@@ -119,11 +123,19 @@ template <Flavor F>
 static const KernelTable* simd_table(Isa isa) {
 #if defined(__x86_64__)
     if (isa == Isa::Avx2) {
-        static const KernelTable t = [] { KernelTable k = reference_table(F); fill_avx2_table(k); return k; }();
+        static const KernelTable t = [] {
+            KernelTable k = reference_table(F);
+            fill_avx2_table(k);
+            return k;
+        }();
         return &t;
     }
     if (isa == Isa::Avx512) {
-        static const KernelTable t = [] { KernelTable k = reference_table(F); fill_avx512_table(k); return k; }();
+        static const KernelTable t = [] {
+            KernelTable k = reference_table(F);
+            fill_avx512_table(k);
+            return k;
+        }();
         return &t;
     }
 #endif

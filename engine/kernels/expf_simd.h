@@ -33,7 +33,9 @@ inline __m256 expf8(__m256 x) {
         const __m256 zero = _mm256_setzero_ps();
         const __m256 s = _mm256_blendv_ps(_mm256_blendv_ps(zero, _mm256_set1_ps(-100.f), _mm256_cmp_ps(n, _mm256_set1_ps(-126.f), _CMP_LT_OQ)),
                                           _mm256_set1_ps(100.f), _mm256_cmp_ps(n, _mm256_set1_ps(126.f), _CMP_GT_OQ));
-        auto pow2 = [](__m256 e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23)); };
+        auto pow2 = [](__m256 e) {
+            return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23));
+        };
         const __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(j, pow2(_mm256_sub_ps(n, s))), pow2(s));
         const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.f), _CMP_GT_OQ);
         const __m256 saturated = _mm256_and_ps(_mm256_cmp_ps(n, zero, _CMP_GT_OQ), _mm256_set1_ps(std::numeric_limits<float>::infinity()));

@@ -63,7 +63,7 @@ void attend_impl(const float* q, const KvView& kv, float scale, float* out, Attn
         const uint16_t* kj = kv.k + static_cast<size_t>(j) * kv.k_stride;
         const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
         float sc = ggml::dot_vec_order<F>(kj, s.q16.data(), kv.dk, ggml::half_as_float, true) * scale;  // ggml_vec_dot_f16
-        sc += 0.0f;  // the mask's zero
+        sc += 0.0f;                                                                                     // the mask's zero
         float ms, vs;
         if (online_softmax_step(sc, M, ms, vs))
             for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32_lut(acc[d]) * ms);
@@ -191,8 +191,7 @@ MOE_FMA_CLONES void gated_delta_step(float* M, const float* q, const float* k, c
     for (int j = 0; j < S; ++j) out[j] = dot(S, M + static_cast<size_t>(j) * S, q) * scale;
 }
 
-MOE_FMA_CLONES void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y,
-                                int64_t y_stride) {
+MOE_FMA_CLONES void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y, int64_t y_stride) {
     float window[64];  // K <= 64 (the loader checks)
     std::copy_n(window_state, K - 1, window);
     for (int t = 0; t < n; ++t) {
@@ -287,7 +286,8 @@ void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32) {
         }
     }
     for (int pos = 0; pos < kv.n_kv; ++pos)
-        for (int d = 0; d < kv.dv; ++d) v_f32[static_cast<size_t>(pos) * kv.dv + d] = fp16_to_fp32_lut(kv.v[static_cast<size_t>(pos) * kv.v_stride + d]);
+        for (int d = 0; d < kv.dv; ++d)
+            v_f32[static_cast<size_t>(pos) * kv.dv + d] = fp16_to_fp32_lut(kv.v[static_cast<size_t>(pos) * kv.v_stride + d]);
 }
 
 const FloatOps& float_ops(Flavor f) {

@@ -166,7 +166,7 @@ struct AttnScratch {
     std::vector<float> scores;   // attend_typed (SIMD): every position's score, computed first
     std::vector<uint16_t> q16, acc16;
     std::vector<float> acc;
-    std::vector<float> max_sum;  // per query row of a group: the running max and sum
+    std::vector<float> max_sum;   // per query row of a group: the running max and sum
     std::vector<float> kv_block;  // a block of keys and values converted once for a group's rows
 };
 inline bool tiled_attention(Flavor f, int n_query_rows, int dv) { return n_query_rows >= 64 && dv % kernels::f32_lanes(f) == 0; }
@@ -187,12 +187,12 @@ using SoftmaxStepFn = bool (*)(float* kq, float& M, float& S, float* acc, int di
 // The flavor-dependent operations, scalar (the reference); kernels/attention.h has the SIMD attention.
 struct FloatOps {
     Flavor flavor;
-    void (*softmax)(float* x, int n);                     // ggml_soft_max of a row (no scale, no mask)
-    void (*swiglu)(float* g, const float* u, int n);     // g = silu(g) * u   (ggml_vec_swiglu_f32)
-    void (*silu)(float* x, int n);                        // ggml_vec_silu_f32
+    void (*softmax)(float* x, int n);                         // ggml_soft_max of a row (no scale, no mask)
+    void (*swiglu)(float* g, const float* u, int n);          // g = silu(g) * u   (ggml_vec_swiglu_f32)
+    void (*silu)(float* x, int n);                            // ggml_vec_silu_f32
     float (*dot_f32)(const float* x, const float* y, int n);  // ggml_vec_dot_f32
-    AttendFn attend;                                      // one-row flash attention
-    AttendFn attend_tiled;                                // tiled flash attention, one row of a 64+ row batch
+    AttendFn attend;                                          // one-row flash attention
+    AttendFn attend_tiled;                                    // tiled flash attention, one row of a 64+ row batch
     // ik_llama.cpp's graph (kernels/ik/ik_ref.h): its fused norm (scale * w) * x, its routing and expert sum.
     bool ik = false;
     void (*rms_norm)(const float* x, const float* w, float* y, int n, float eps) = nullptr;  // null: ops::rms_norm

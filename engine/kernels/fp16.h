@@ -13,7 +13,10 @@ constexpr float fp16_to_fp32(uint16_t h) {
             bits = sign;
         } else {  // subnormal: normalise
             int e = -1;
-            do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+            do {
+                ++e;
+                mant <<= 1;
+            } while ((mant & 0x400u) == 0);
             bits = sign | ((112 - e) << 23) | ((mant & 0x3ffu) << 13);
         }
     } else if (exp == 31) {
@@ -45,7 +48,7 @@ inline uint16_t fp32_to_fp16(float f) {
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-    if (absx < 0x38800000u) {  // result is subnormal or zero
+    if (absx < 0x38800000u) {                                               // result is subnormal or zero
         // The result is mant >> (shift + 13), rounded to nearest even: below 2^-25 (shift >= 12) that is zero,
         // and larger shifts would overflow the 32-bit shift counts below.
         int shift = 113 - static_cast<int>(absx >> 23);

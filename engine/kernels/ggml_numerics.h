@@ -105,8 +105,8 @@ inline float expf_v(float x) {
     const float u = b * b;
     if constexpr (F == Flavor::Avx512) {
         if (std::fabs(n) > 192.f) return n <= 0.f ? 0.f : std::numeric_limits<float>::infinity();
-        const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                                 u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+        const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                                 std::fma(0x1.ffffecp-1f, b, 1.0f));
         // j * 2^n: one multiply by the power of two where it is a normal float (one rounding, as ldexp's);
         // ldexp itself below that, where the power would be subnormal.
         const int ni = static_cast<int>(n);
@@ -115,8 +115,8 @@ inline float expf_v(float x) {
     } else {
         const uint32_t e = float_to_bits(z) << 23;
         const float k = bits_to_float(e + float_to_bits(1.0f));
-        const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                                 u, 0x1.ffffecp-1f * b);
+        const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                                 0x1.ffffecp-1f * b);
         if (!(std::fabs(n) > 126.f)) return std::fma(j, k, k);
         const uint32_t g = n <= 0.f ? 0x82000000u : 0u;
         const float s1 = bits_to_float(g + 0x7f000000u);
@@ -128,7 +128,9 @@ inline float expf_v(float x) {
 
 // ggml_v_silu: x / (1 + exp(-x)) with the vector exp.
 template <Flavor F>
-inline float silu_v(float x) { return x / (1.0f + expf_v<F>(0.0f - x)); }
+inline float silu_v(float x) {
+    return x / (1.0f + expf_v<F>(0.0f - x));
+}
 
 // ggml_vec_soft_max_f32: y = exp(x - max), full registers through the vector exp (each summed as one register
 // into a double), the tail through expf. Returns the sum.

@@ -37,7 +37,8 @@ inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512
 [[gnu::always_inline]] inline __m256i panel_lanes(const PanelGroups& p, const BlockQ8_K& y) {
     __m512i sum = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) sum = signed_products(sum, load64(&p.mag[2 * k]), load64(&p.sgn[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
+    for (int k = 0; k < 4; ++k)
+        sum = signed_products(sum, load64(&p.mag[2 * k]), load64(&p.sgn[2 * k]), load64(&p.scale[2 * k]), load64(y.qs + 64 * k));
     return fold_halves(sum);
 }
 #endif
@@ -56,7 +57,8 @@ struct SignedGroups {
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
     __m512i sum = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(load64(yb + 64 * k), load64(&p.w[2 * k])), load64(&p.scale[2 * k]));
+    for (int k = 0; k < 4; ++k)
+        sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(load64(yb + 64 * k), load64(&p.w[2 * k])), load64(&p.scale[2 * k]));
     return fold_halves(sum);
 #else
     __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -182,7 +184,8 @@ inline __m256i scaled_values(__m256i scale_words, __m256i values) {
 }
 inline void set_bias(BiasedGroups& p) {
     __m256i sum = _mm256_setzero_si256();
-    for (int g = 0; g < 8; ++g) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p.w[g]), _mm256_set1_epi16(1)));
+    for (int g = 0; g < 8; ++g)
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p.w[g]), _mm256_set1_epi16(1)));
     p.bias = _mm256_slli_epi32(sum, 7);
 }
 // yb: a block of activations biased by +128.
@@ -326,7 +329,8 @@ struct Iq1mPanel {
             const __m256i scale = scale_word(scales, g);
             p.grid.w[g] = scaled_values(scale, iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u));
             const uint32_t delta_bits = static_cast<uint32_t>(_pdep_u64(qh & 0x8888u, 0xf0f0f0f0ull));
-            p.shift.w[g] = scaled_values(scale, _mm256_or_si256(_mm256_set1_epi8(1), _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits)))));
+            p.shift.w[g] = scaled_values(scale,
+                                         _mm256_or_si256(_mm256_set1_epi8(1), _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits)))));
         }
         set_bias(p.grid);
         set_bias(p.shift);
@@ -398,10 +402,12 @@ struct Iq1mSumsPanel {
             const __m256i scale = scale_word(scales, g);
             p.grid.w[g] = scaled_values(scale, iq1_grid<0x0f000f000f000f00ull>(x.qs + 4 * g, qh & 0x7777u));
             const uint32_t delta_bits = static_cast<uint32_t>(_pdep_u64(qh & 0x8888u, 0xf0f0f0f0ull));
-            const __m256i shift_bytes = scaled_values(scale, _mm256_or_si256(_mm256_set1_epi8(1), _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits)))));
+            const __m256i shift_bytes = scaled_values(
+                scale, _mm256_or_si256(_mm256_set1_epi8(1), _mm256_cvtepi8_epi64(_mm_set1_epi32(static_cast<int>(delta_bits)))));
             shift32[g] = _mm256_srai_epi32(_mm256_slli_epi32(shift_bytes, 24), 24);  // lane l's shift (its four bytes are equal)
         }
-        for (int k = 0; k < 4; ++k) p.shift[k] = _mm256_or_si256(_mm256_and_si256(shift32[2 * k], _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(shift32[2 * k + 1], 16));
+        for (int k = 0; k < 4; ++k)
+            p.shift[k] = _mm256_or_si256(_mm256_and_si256(shift32[2 * k], _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(shift32[2 * k + 1], 16));
         set_bias(p.grid);
         p.d = h2f(quant::iq1m_d(x));
     }
@@ -429,7 +435,7 @@ struct PanelAct {
     using type = BlockQ8_K;
 };
 template <class P>
-    requires requires { typename P::Act; }
+requires requires { typename P::Act; }
 struct PanelAct<P> {
     using type = typename P::Act;
 };
@@ -460,7 +466,8 @@ inline const uint8_t* biased_activations(const uint8_t* act, size_t act_bytes, i
     auto* y = reinterpret_cast<BlockQ8_K*>(biased.data());
     for (size_t b = 0; b < blocks; ++b)
         for (int k = 0; k < QK_K; k += 32)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + k), _mm256_xor_si256(load32(y[b].qs + k), _mm256_set1_epi8(static_cast<char>(0x80))));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + k),
+                                _mm256_xor_si256(load32(y[b].qs + k), _mm256_set1_epi8(static_cast<char>(0x80))));
     return biased.data();
 }
 
@@ -482,14 +489,16 @@ void panel_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, con
         prepared.resize(static_cast<size_t>(n_tok * nb));
         for (int t = 0; t < n_tok; ++t)
             for (int64_t b = 0; b < nb; ++b)
-                P::prepare(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_bytes)[b], prepared[static_cast<size_t>(t * nb + b)]);
+                P::prepare(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_bytes)[b],
+                           prepared[static_cast<size_t>(t * nb + b)]);
         act = reinterpret_cast<const uint8_t*>(prepared.data());
         act_bytes = static_cast<size_t>(nb) * sizeof(Act);
     }
     // Rows in groups whose panels are decoded once, tokens in chunks: a chunk's activations stay in L1 while
     // each row of the group multiplies them (a row over all the tokens at once streamed every token's
     // activations from L2 or beyond once per row). About 24 KiB of panels and 24 KiB of activations.
-    const int64_t group = std::max<int64_t>(2, static_cast<int64_t>((size_t{24} << 10) / (static_cast<size_t>(nb) * sizeof(typename P::Panel)))) & ~int64_t{1};
+    const int64_t group = std::max<int64_t>(2, static_cast<int64_t>((size_t{24} << 10) / (static_cast<size_t>(nb) * sizeof(typename P::Panel)))) &
+                          ~int64_t{1};
     const int chunk = std::max(8, static_cast<int>((size_t{24} << 10) / act_bytes)) & ~3;
     thread_local std::vector<typename P::Panel> panels;
     if (panels.size() < static_cast<size_t>(group * nb)) panels.resize(static_cast<size_t>(group * nb));

@@ -25,17 +25,16 @@ using DotRowsFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, 
 // out[t * out_stride + r] = dot(row r, activation row t) for `rows` weight rows and `n_tok` activation rows
 // `act_bytes` apart; each output the same bits as the dot it tiles (tiling shares the weight unpacking between
 // tokens and the reductions between rows, never the sums of one output).
-using DotTileFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const uint8_t* activations,
-                           size_t act_bytes, int n_tok, float* out, int64_t out_stride);
+using DotTileFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, int64_t rows, const uint8_t* activations, size_t act_bytes, int n_tok,
+                           float* out, int64_t out_stride);
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 // Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
 constexpr int kTypeSlots = 96;
-inline constexpr GgmlType kIkKernelTypes[] = {
-    GgmlType::Q6_0,   GgmlType::IQ2_K,  GgmlType::IQ3_K,   GgmlType::IQ4_K,  GgmlType::IQ5_K,  GgmlType::IQ6_K,
-    GgmlType::IQ4_KS, GgmlType::IQ2_KS, GgmlType::IQ4_KSS, GgmlType::IQ5_KS, GgmlType::IQ2_KT, GgmlType::IQ3_KT,
-    GgmlType::IQ4_KT, GgmlType::IQ3_KS, GgmlType::IQ2_KL,  GgmlType::IQ1_KT, GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4,
-    GgmlType::IK_Q8_0};
+inline constexpr GgmlType kIkKernelTypes[] = {GgmlType::Q6_0,   GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,   GgmlType::IQ5_K,
+                                              GgmlType::IQ6_K,  GgmlType::IQ4_KS,   GgmlType::IQ2_KS,    GgmlType::IQ4_KSS, GgmlType::IQ5_KS,
+                                              GgmlType::IQ2_KT, GgmlType::IQ3_KT,   GgmlType::IQ4_KT,    GgmlType::IQ3_KS,  GgmlType::IQ2_KL,
+                                              GgmlType::IQ1_KT, GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -46,22 +45,20 @@ constexpr int type_slot(GgmlType t) {
 }
 // Slots [0, kUsedSlots) name a type; slot_type is type_slot's inverse there.
 constexpr int kUsedSlots = 64 + static_cast<int>(std::size(kIkKernelTypes));
-constexpr GgmlType slot_type(int slot) {
-    return slot < 64 ? static_cast<GgmlType>(slot) : kIkKernelTypes[static_cast<size_t>(slot - 64)];
-}
+constexpr GgmlType slot_type(int slot) { return slot < 64 ? static_cast<GgmlType>(slot) : kIkKernelTypes[static_cast<size_t>(slot - 64)]; }
 static_assert(kUsedSlots <= kTypeSlots);
 
 struct KernelTable {
     Isa isa;
     Flavor flavor;  // the llama.cpp build whose float orders the float-weight kernels follow
     DotFn dot[kTypeSlots] = {};
-    DotRowsFn dot_rows[kTypeSlots] = {};  // same results as calling dot per row; null where not provided
-    DotFn dot_batch[kTypeSlots] = {};  // llama.cpp's order for two or more tokens where it differs from dot
-    DotFn dot_repacked[kTypeSlots] = {};  // llama.cpp's order for weights it repacks (row count a multiple of 8)
-    DotFn dot_repacked_gemm[kTypeSlots] = {};  // the same weights, activation rows in groups of four (its GEMM)
-    DotRowsFn dot_rows_repacked[kTypeSlots] = {};  // dot_repacked over consecutive rows
+    DotRowsFn dot_rows[kTypeSlots] = {};                // same results as calling dot per row; null where not provided
+    DotFn dot_batch[kTypeSlots] = {};                   // llama.cpp's order for two or more tokens where it differs from dot
+    DotFn dot_repacked[kTypeSlots] = {};                // llama.cpp's order for weights it repacks (row count a multiple of 8)
+    DotFn dot_repacked_gemm[kTypeSlots] = {};           // the same weights, activation rows in groups of four (its GEMM)
+    DotRowsFn dot_rows_repacked[kTypeSlots] = {};       // dot_repacked over consecutive rows
     DotRowsFn dot_rows_repacked_gemm[kTypeSlots] = {};  // dot_repacked_gemm over consecutive rows
-    DotTileFn tile[kTypeSlots] = {};  // dot over rows x tokens, where provided
+    DotTileFn tile[kTypeSlots] = {};                    // dot over rows x tokens, where provided
     DotTileFn tile_repacked[kTypeSlots] = {};
     DotTileFn tile_repacked_gemm[kTypeSlots] = {};
     DotTileFn tile_batch[kTypeSlots] = {};  // dot_batch over rows x tokens
@@ -99,7 +96,7 @@ struct MatmulDots {
     DotFn grouped = nullptr;  // activation rows [0, n_grouped)
     DotFn single = nullptr;   // the rest
     int n_grouped = 0;
-    DotRowsFn single_rows = nullptr;  // `single` over consecutive weight rows, where provided
+    DotRowsFn single_rows = nullptr;   // `single` over consecutive weight rows, where provided
     DotRowsFn grouped_rows = nullptr;  // `grouped` over consecutive weight rows, where provided
     DotTileFn single_tile = nullptr;   // `single` over rows x tokens, where provided
     DotTileFn grouped_tile = nullptr;  // `grouped` over rows x tokens, where provided
@@ -114,21 +111,22 @@ struct MatmulDots {
 //  - ik_llama.cpp's types (and ik's orders of llama.cpp's types in an ik file) switch to converted 8-bit rows for
 //    batches of converted_min_tokens or more activation rows: an expert matmul whenever its rows come in eights,
 //    a dense one also only where each of its n_threads threads gets at least 32 rows.
-inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense,
-                              int n_threads = 1) {
+inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense, int n_threads = 1) {
     const int i = type_slot(type);
     if (type == GgmlType::IQ1_S_R4 || type == GgmlType::IQ4_KS_R4) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, 4};
     if (t.dot_converted[i] && n_tok >= t.converted_min_tokens[i] && rows % 8 == 0 && (!dense || rows / n_threads >= 32))
         return {t.dot_converted[i], t.dot[i], n_tok, nullptr, nullptr, nullptr, t.tile_converted[i]};
     if (t.dot_repacked[i] && rows % 8 == 0)
-        return {t.dot_repacked_gemm[i], t.dot_repacked[i], dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
-                t.dot_rows_repacked[i], t.dot_rows_repacked_gemm[i], t.tile_repacked[i], t.tile_repacked_gemm[i]};
+        return {t.dot_repacked_gemm[i], t.dot_repacked[i],           dense && t.dot_repacked_gemm[i] ? n_tok - n_tok % 4 : 0,
+                t.dot_rows_repacked[i], t.dot_rows_repacked_gemm[i], t.tile_repacked[i],
+                t.tile_repacked_gemm[i]};
     // llamafile's vector step for the type in that build
     const int64_t gemm_k = t.flavor == Flavor::Avx2 ? 8 : type == GgmlType::BF16 ? 32 : 16;
     // (its quantized GEMM, of which only IQ4_NL's order differs from vec_dot's, takes any shape)
     const bool float_weights = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
     const bool gemm_shape = float_weights ? cols % gemm_k == 0 && rows % 4 == 0 : true;
-    if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape) return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i], nullptr, t.tile[i], t.tile_batch[i]};
+    if (dense && n_tok >= 2 && t.dot_batch[i] && gemm_shape)
+        return {t.dot_batch[i], t.dot[i], n_tok, t.dot_rows[i], nullptr, t.tile[i], t.tile_batch[i]};
     return {nullptr, t.dot[i], 0, t.dot_rows[i], nullptr, t.tile[i]};
 }
 

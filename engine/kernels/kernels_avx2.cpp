@@ -128,12 +128,8 @@ float dot_gemm_order_avx2(const Elem* x, const Elem* y, int64_t n) {
     return hsum_float_8(_mm256_load_ps(lanes));
 }
 
-float dot_f32(int64_t n, const void* w, const void* a) {
-    return dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, false);
-}
-float dot_f32_batch(int64_t n, const void* w, const void* a) {
-    return dot_gemm_order(static_cast<const float*>(w), static_cast<const float*>(a), n);
-}
+float dot_f32(int64_t n, const void* w, const void* a) { return dot_vec_order(static_cast<const float*>(w), static_cast<const float*>(a), n, false); }
+float dot_f32_batch(int64_t n, const void* w, const void* a) { return dot_gemm_order(static_cast<const float*>(w), static_cast<const float*>(a), n); }
 float dot_f16(int64_t n, const void* w, const void* a) {
     return dot_vec_order(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, true);
 }

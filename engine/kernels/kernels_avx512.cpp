@@ -27,9 +27,7 @@ namespace {
 
 // Signed x signed bytes through VPDPBUSD: |x| (unsigned) times y carrying x's sign; the same int32 lanes as
 // the AVX2 maddubs/madd pair.
-inline __m256i dot_i8(__m256i x, __m256i y) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
+inline __m256i dot_i8(__m256i x, __m256i y) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 
 struct DotI8 {
     __m256i operator()(__m256i x, __m256i y) const { return dot_i8(x, y); }
@@ -39,7 +37,6 @@ float dot_q8_0(int64_t n, const void* w, const void* a) { return q8_0_dot(n, w, 
 void dot_rows_q8_0(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     q8_0_dot_rows(n, w, row_bytes, rows, a, out, dot_i8);
 }
-
 
 // BF16 on CPUs with AVX512-BF16: VDPBF16PS itself, the instruction llama.cpp's BF16 kernels use (the AVX2
 // table emulates it; the kernel tests hold the two equal).
@@ -68,8 +65,7 @@ __attribute__((target("avx512bf16"))) float dot_bf16_batch_native(int64_t n, con
     auto* x = static_cast<const uint16_t*>(w);
     auto* y = static_cast<const uint16_t*>(a);
     __m512 c = _mm512_setzero_ps();
-    for (int64_t i = 0; i + 32 <= n; i += 32)
-        c = _mm512_dpbf16_ps(c, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+    for (int64_t i = 0; i + 32 <= n; i += 32) c = _mm512_dpbf16_ps(c, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
     return _mm512_reduce_add_ps(c);
 }
 

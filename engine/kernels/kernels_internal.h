@@ -6,10 +6,14 @@
 
 namespace moe::kernels {
 
-template <Flavor F> float dot_f32_ref(int64_t n, const void* w, const void* a);
-template <Flavor F> float dot_f32_batch_ref(int64_t n, const void* w, const void* a);
-template <Flavor F> float dot_f16_ref(int64_t n, const void* w, const void* a);
-template <Flavor F> float dot_f16_batch_ref(int64_t n, const void* w, const void* a);
+template <Flavor F>
+float dot_f32_ref(int64_t n, const void* w, const void* a);
+template <Flavor F>
+float dot_f32_batch_ref(int64_t n, const void* w, const void* a);
+template <Flavor F>
+float dot_f16_ref(int64_t n, const void* w, const void* a);
+template <Flavor F>
+float dot_f16_batch_ref(int64_t n, const void* w, const void* a);
 float dot_bf16_ref_avx512(int64_t n, const void* w, const void* a);
 float dot_bf16_batch_ref_avx512(int64_t n, const void* w, const void* a);
 float dot_bf16_ref_avx2(int64_t n, const void* w, const void* a);

@@ -49,7 +49,10 @@ void quantize_q8_K(const float* x, void* out, int64_t n) {
         float max = 0.f, amax = 0.f;
         for (int j = 0; j < QK_K; ++j) {
             float ax = std::fabs(x[j]);
-            if (ax > amax) { amax = ax; max = x[j]; }
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
         }
         if (amax == 0.f) {
             std::memset(&y[b], 0, sizeof(BlockQ8_K));
@@ -91,13 +94,28 @@ GgmlType activation_type(GgmlType w) {
         case GgmlType::F32: return GgmlType::F32;
         case GgmlType::F16: return GgmlType::F16;
         case GgmlType::BF16: return GgmlType::BF16;
-        case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::MXFP4:
-            return GgmlType::Q8_0;
-        case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
-        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-        case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
-        case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ4_XS: case GgmlType::TQ1_0: case GgmlType::TQ2_0:
-            return GgmlType::Q8_K;
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:
+        case GgmlType::Q5_0:
+        case GgmlType::IQ4_NL:
+        case GgmlType::MXFP4: return GgmlType::Q8_0;
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1: return GgmlType::Q8_1;
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M:
+        case GgmlType::IQ4_XS:
+        case GgmlType::TQ1_0:
+        case GgmlType::TQ2_0: return GgmlType::Q8_K;
         default:
             if (const GgmlType a = ik::activation_type(w); a != w) return a;
             throw std::invalid_argument("no kernel for tensor type " + type_name(static_cast<uint32_t>(w)));
@@ -271,8 +289,7 @@ float dot_q4_0_repacked_ref(int64_t n, const void* w, const void* a) {
     float acc = 0.f;
     for (int64_t b = 0; b < n / QK4_0; ++b) {
         int sumi = 0;
-        for (int j = 0; j < QK4_0 / 2; ++j)
-            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK4_0 / 2];
+        for (int j = 0; j < QK4_0 / 2; ++j) sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK4_0 / 2];
         acc = std::fma(static_cast<float>(sumi), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
     }
     return acc;
@@ -320,9 +337,7 @@ float dot_q4_K_repacked_in(int64_t n, const void* w, const void* a) {
     return o.result();
 }
 float dot_q4_K_repacked_ref(int64_t n, const void* w, const void* a) { return dot_q4_K_repacked_in<Q4KRepackedOrder>(n, w, a); }
-float dot_q4_K_repacked_gemm_ref(int64_t n, const void* w, const void* a) {
-    return dot_q4_K_repacked_in<Q4KRepackedGemmOrder>(n, w, a);
-}
+float dot_q4_K_repacked_gemm_ref(int64_t n, const void* w, const void* a) { return dot_q4_K_repacked_in<Q4KRepackedGemmOrder>(n, w, a); }
 
 float dot_q5_K_ref(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ5_K*>(w);
@@ -343,8 +358,7 @@ float dot_q6_K_ref(int64_t n, const void* w, const void* a) {
     for (int64_t b = 0; b < n / QK_K; ++b) {
         int32_t lanes[8] = {};
         for (int e = 0; e < QK_K; ++e) lanes[(e % 32) / 4] += x[b].scales[e / 16] * quant::q6_value(x[b], e) * y[b].qs[e];
-        for (int l = 0; l < 8; ++l)
-            lanes[l] -= 32 * (y[b].bsums[2 * l] * x[b].scales[2 * l] + y[b].bsums[2 * l + 1] * x[b].scales[2 * l + 1]);
+        for (int l = 0; l < 8; ++l) lanes[l] -= 32 * (y[b].bsums[2 * l] * x[b].scales[2 * l] + y[b].bsums[2 * l + 1] * x[b].scales[2 * l + 1]);
         o.add(lanes, y[b].d * fp16_to_fp32(x[b].d));
     }
     return o.result();

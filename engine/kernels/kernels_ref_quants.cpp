@@ -61,7 +61,8 @@ float dot_q5_0_ref(int64_t n, const void* w, const void* a) {
     auto* y = static_cast<const BlockQ8_0*>(a);
     LaneAcc acc;
     for (int64_t b = 0; b < n / 32; ++b) {
-        acc.add(lanes32([&](int e) { return (nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4)) - 16; }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return (nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4)) - 16; }, y[b].qs),
+                fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum();
 }
@@ -74,7 +75,8 @@ float dot_q5_1_ref(int64_t n, const void* w, const void* a) {
     float summs = 0.f;
     for (int64_t b = 0; b < n / 32; ++b) {
         summs += fp16_to_fp32(x[b].m) * fp16_to_fp32(y[b].s);
-        acc.add(lanes32([&](int e) { return nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4); }, y[b].qs), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        acc.add(lanes32([&](int e) { return nibble(x[b].qs, e) | (q5_high(x[b].qh, e) << 4); }, y[b].qs),
+                fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
     return acc.sum() + summs;
 }
@@ -152,8 +154,7 @@ float dot_q2_K_ref(int64_t n, const void* w, const void* a) {
     LaneAcc acc;
     for (int64_t b = 0; b < n / QK_K; ++b) {
         Lanes mins, vals;
-        for (int l = 0; l < 8; ++l)
-            mins.v[l] = q2k_min(x[b], 2 * l) * y[b].bsums[2 * l] + q2k_min(x[b], 2 * l + 1) * y[b].bsums[2 * l + 1];
+        for (int l = 0; l < 8; ++l) mins.v[l] = q2k_min(x[b], 2 * l) * y[b].bsums[2 * l] + q2k_min(x[b], 2 * l + 1) * y[b].bsums[2 * l + 1];
         for (int e = 0; e < QK_K; ++e) vals.add(e, q2k_scale(x[b], e / 16) * q2k_value(x[b], e) * y[b].qs[e]);
         acc.add(mins, -y[b].d * fp16_to_fp32(x[b].dmin));
         acc.add(vals, y[b].d * fp16_to_fp32(x[b].d));

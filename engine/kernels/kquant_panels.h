@@ -58,13 +58,16 @@ struct Q2kPanel {
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
     using Wide = __m512i;
     static Wide zero() { return _mm512_setzero_si512(); }
-    [[gnu::always_inline]] static Wide add_pair(Wide sum, const Panel& p, int j, const int8_t* y) { return _mm512_dpbusd_epi32(sum, load64(&p.w[2 * j]), load64(y + 64 * j)); }
+    [[gnu::always_inline]] static Wide add_pair(Wide sum, const Panel& p, int j, const int8_t* y) {
+        return _mm512_dpbusd_epi32(sum, load64(&p.w[2 * j]), load64(y + 64 * j));
+    }
     static __m256i lanes(Wide sum) { return fold_halves(sum); }
 #else
     using Wide = __m256i;
     static Wide zero() { return _mm256_setzero_si256(); }
     [[gnu::always_inline]] static Wide add_pair(Wide sum, const Panel& p, int j, const int8_t* y) {
-        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(p.w[2 * j], load32(y + 64 * j)), _mm256_maddubs_epi16(p.w[2 * j + 1], load32(y + 64 * j + 32)));
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(p.w[2 * j], load32(y + 64 * j)),
+                                               _mm256_maddubs_epi16(p.w[2 * j + 1], load32(y + 64 * j + 32)));
         return _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
     }
     static __m256i lanes(Wide sum) { return sum; }
@@ -269,7 +272,8 @@ inline void pair_row_sums(const PairVec (&u)[8], __m256i (&out)[4]) {
         rows[h] = _mm512_mask_blend_epi32(0x8888, rows[h], v[4 * h + 3]);
     }
     const __m512i pairs01 = _mm512_permutex2var_epi32(rows[0], _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), rows[1]);
-    const __m512i pairs23 = _mm512_permutex2var_epi32(rows[0], _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31), rows[1]);
+    const __m512i pairs23 = _mm512_permutex2var_epi32(rows[0], _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
+                                                      rows[1]);
     out[0] = _mm512_castsi512_si256(pairs01);
     out[1] = _mm512_extracti64x4_epi64(pairs01, 1);
     out[2] = _mm512_castsi512_si256(pairs23);
@@ -358,7 +362,8 @@ void q4_K_panel_repacked_tile(int64_t n, const uint8_t* w, size_t row_bytes, int
             const auto* x = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(r + i) * row_bytes);
             for (int64_t b = 0; b < nb; ++b) decode_pair_panel(x[b], panels[static_cast<size_t>(8 * b + i)]);
         }
-        for_token_tiles<BlockQ8_K>(n_tok, reinterpret_cast<const uint8_t*>(permuted.data()), static_cast<size_t>(nb) * sizeof(BlockQ8_K), out, out_stride, r,
+        for_token_tiles<BlockQ8_K>(n_tok, reinterpret_cast<const uint8_t*>(permuted.data()), static_cast<size_t>(nb) * sizeof(BlockQ8_K), out,
+                                   out_stride, r,
                                    [&]<int T>(const BlockQ8_K* const* y, float* const* o) { q4_K_pair_panel_8xT<O, T>(nb, panels.data(), y, o); });
     }
     if (r < rows) q4_K_repacked_tile<O>(n, w + static_cast<size_t>(r) * row_bytes, row_bytes, rows - r, act, act_bytes, n_tok, out + r, out_stride);

@@ -67,8 +67,8 @@ struct Q45Lanes {
 // a tile of several tokens can share the unpacking; q45_apply then does one token's part.
 struct Q45Decoded {
     __m256i lo[4], hi[4];
-    __m256i scales;    // the eight int16 scales in both 128-bit lanes
-    __m128i mins16;    // the eight int16 mins
+    __m256i scales;  // the eight int16 scales in both 128-bit lanes
+    __m128i mins16;  // the eight int16 mins
 };
 
 template <bool Five>
@@ -176,7 +176,9 @@ struct Q4RepackedRowChains {
         for (int t = 0; t < T; ++t) acc[t] = acc_m[t] = _mm256_setzero_ps();
     }
     // Block b's scales of the eight rows (dx[i]: row i's) times token t's.
-    static __m256 row_scales(const float* dx, const BlockQ8_K* const* y, int t, int64_t b) { return _mm256_mul_ps(_mm256_load_ps(dx), _mm256_set1_ps(y[t][b].d)); }
+    static __m256 row_scales(const float* dx, const BlockQ8_K* const* y, int t, int64_t b) {
+        return _mm256_mul_ps(_mm256_load_ps(dx), _mm256_set1_ps(y[t][b].d));
+    }
     // Token t's block: parts[p] lane i = row i's integer sum of the block (P == 1) or of pair p; mins[p] alike.
     [[gnu::always_inline]] void add_rows(int t, const __m256i* parts, const __m256i* mins, __m256 dxy, __m256 dmy) {
         for (int p = 0; p < P; ++p) {
@@ -225,7 +227,8 @@ void q4_K_repacked_8xT(int64_t nb, const uint8_t* w, size_t row_bytes, const Blo
             for (int t = 0; t < T; ++t) {
                 const Q45Lanes l = q45_apply(d, y[t][b]);
                 if constexpr (Chains::P == 1) sums[t][0][i] = l.lanes();
-                else for (int p = 0; p < 4; ++p) sums[t][p][i] = l.pair[p];
+                else
+                    for (int p = 0; p < 4; ++p) sums[t][p][i] = l.pair[p];
                 mins[t][i] = _mm256_zextsi128_si256(l.mins);
             }
             dx[i] = h2f(x.d);
@@ -237,8 +240,8 @@ void q4_K_repacked_8xT(int64_t nb, const uint8_t* w, size_t row_bytes, const Blo
 }
 
 template <Q45Order O>
-void q4_K_repacked_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok,
-                        float* out, int64_t out_stride) {
+void q4_K_repacked_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                        int64_t out_stride) {
     const int64_t nb = n / QK_K;
     int64_t r = 0;
     for (; r + 8 <= rows; r += 8) {
@@ -248,7 +251,8 @@ void q4_K_repacked_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t r
     }
     for (; r < rows; ++r)
         for (int t = 0; t < n_tok; ++t)
-            out[t * out_stride + r] = q45_dot<BlockQ4_K, false, O>(n, w + static_cast<size_t>(r) * row_bytes, act + static_cast<size_t>(t) * act_bytes);
+            out[t * out_stride + r] = q45_dot<BlockQ4_K, false, O>(n, w + static_cast<size_t>(r) * row_bytes,
+                                                                   act + static_cast<size_t>(t) * act_bytes);
 }
 
 template <Q45Order O>
@@ -291,7 +295,8 @@ inline __m256i q6_apply(const Q6Decoded& d, const BlockQ8_K& y) {
     for (int half = 0; half < 2; ++half)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k)
-            sum[k & 1] = _mm256_add_epi32(sum[k & 1], dot_us8_scaled(d.q[half][k], load32(y.qs + 128 * half + 32 * k), scale_pair(d.scales[half], k)));
+            sum[k & 1] = _mm256_add_epi32(sum[k & 1],
+                                          dot_us8_scaled(d.q[half][k], load32(y.qs + 128 * half + 32 * k), scale_pair(d.scales[half], k)));
     const __m256i bsum_scaled = _mm256_madd_epi16(load32(y.bsums), _mm256_cvtepi8_epi16(d.sc8));
     return _mm256_sub_epi32(_mm256_add_epi32(sum[0], sum[1]), _mm256_slli_epi32(bsum_scaled, 5));
 }
@@ -302,8 +307,7 @@ float q6_K_dot(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ6_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b])), acc);
+    for (int64_t b = 0; b < n / QK_K; ++b) acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q6_lanes(x[b], y[b])), acc);
     return hsum_float_8(acc);
 }
 
@@ -359,7 +363,8 @@ inline void q2_scaled_values(const BlockQ2_K& x, __m256i out[8]) {
         const __m256i bits = load32(x.qs + 32 * (g / 4));
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (g % 4)), three);
         // elements 0..15 of the group: sub-block 2g's scale; 16..31: sub-block 2g + 1's
-        const __m256i s = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(x.scales[2 * g + 1] & 0xF)), _mm_set1_epi8(static_cast<char>(x.scales[2 * g] & 0xF)));
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(x.scales[2 * g + 1] & 0xF)),
+                                           _mm_set1_epi8(static_cast<char>(x.scales[2 * g] & 0xF)));
         const __m256i s1 = _mm256_and_si256(s, _mm256_cmpeq_epi8(_mm256_and_si256(q, one), one));
         const __m256i s2 = _mm256_and_si256(_mm256_add_epi8(s, s), _mm256_cmpeq_epi8(_mm256_and_si256(q, two), two));
         out[g] = _mm256_add_epi8(s1, s2);  // q x s for q in 0..3
@@ -405,8 +410,7 @@ inline __m128i q3_scales(const uint8_t* s) {
     constexpr uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
     const __m128i v = _mm_set_epi32(static_cast<int>(((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4)),
                                     static_cast<int>(((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4)),
-                                    static_cast<int>((u[1] & m4) | (((u[2] >> 2) & m2) << 4)),
-                                    static_cast<int>((u[0] & m4) | ((u[2] & m2) << 4)));
+                                    static_cast<int>((u[1] & m4) | (((u[2] >> 2) & m2) << 4)), static_cast<int>((u[0] & m4) | ((u[2] & m2) << 4)));
     return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
@@ -457,11 +461,9 @@ float q3_K_dot(int64_t n, const void* w, const void* a) {
     auto* x = static_cast<const BlockQ3_K*>(w);
     auto* y = static_cast<const BlockQ8_K*>(a);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; ++b)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q3_lanes(x[b], y[b])), acc);
+    for (int64_t b = 0; b < n / QK_K; ++b) acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * h2f(x[b].d)), _mm256_cvtepi32_ps(q3_lanes(x[b], y[b])), acc);
     return hsum_float_8(acc);
 }
-
 
 // Q2_K: the mins' lanes, then the values' lanes, into one accumulator.
 struct Q2KStep : KQuantStep<BlockQ2_K> {

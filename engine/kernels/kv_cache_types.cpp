@@ -18,7 +18,10 @@ namespace {
 float signed_absmax(const float* x) {
     float amax = 0.f, max = 0.f;
     for (int j = 0; j < 32; ++j)
-        if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
     return max;
 }
 void block_min_max(const float* x, float& min, float& max) {
@@ -153,7 +156,10 @@ bool kv_type_quantized(GgmlType t) { return t != GgmlType::F32 && t != GgmlType:
 
 void store_kv_row(GgmlType t, const float* x, void* dst, int64_t n) {
     switch (t) {
-        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q8_0:
             // Each its own dot type: fp16 and bf16 rounded to nearest even, q8_0's x86 form (127/amax, halves to even).
             prepare_activations(t, x, dst, n);
             return;
@@ -183,8 +189,6 @@ int kv_rotation_k(GgmlType k, int head_dim) {
     return n;
 }
 
-int kv_rotation_v(GgmlType v, int head_dim) {
-    return kv_type_quantized(v) && head_dim > 0 && head_dim % 64 == 0 && !rotation_disabled() ? 64 : 0;
-}
+int kv_rotation_v(GgmlType v, int head_dim) { return kv_type_quantized(v) && head_dim > 0 && head_dim % 64 == 0 && !rotation_disabled() ? 64 : 0; }
 
 }  // namespace moe::kernels

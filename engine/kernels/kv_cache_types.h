@@ -12,7 +12,7 @@
 namespace moe::kernels {
 
 // Mainline llama.cpp's --cache-type-k/-v choices, in its order.
-inline constexpr GgmlType kKvCacheTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
+inline constexpr GgmlType kKvCacheTypes[] = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                              GgmlType::Q4_1, GgmlType::IQ4_NL, GgmlType::Q5_0, GgmlType::Q5_1};
 
 // A sequence cache's two types: K (also MLA's latent and DSA's indexer keys) and V.

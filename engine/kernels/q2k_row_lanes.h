@@ -18,7 +18,7 @@
 namespace moe::kernels {
 namespace {
 
-struct Q2RowPanel {  // one block of eight rows
+struct Q2RowPanel {   // one block of eight rows
     __m256i w[64];    // w[k]: scale x value of elements 4k..4k+3 of row r, in lane r
     __m256i mins[8];  // mins[j]: row r's mins of sub-blocks 2j and 2j+1 as two int16, in lane r
     __m256 d, dmin;   // row r's block scales
@@ -34,7 +34,8 @@ inline void decode_q2_row_lanes(const uint8_t* w, size_t row_bytes, int64_t nb, 
             q2_scaled_values(x, vals[r]);
             d[r] = h2f(x.d);
             dmin[r] = h2f(x.dmin);
-            for (int j = 0; j < 8; ++j) mins[j][r] = static_cast<uint32_t>(x.scales[2 * j] >> 4) | static_cast<uint32_t>(x.scales[2 * j + 1] >> 4) << 16;
+            for (int j = 0; j < 8; ++j)
+                mins[j][r] = static_cast<uint32_t>(x.scales[2 * j] >> 4) | static_cast<uint32_t>(x.scales[2 * j + 1] >> 4) << 16;
         }
         for (int g = 0; g < 8; ++g) {
             __m256 v[8], t[8];

@@ -26,7 +26,10 @@ void quantize_k_minmax(const float* x, Block* y, int64_t n) {
         float scale[8], minv[8];
         for (int j = 0; j < 8; ++j) {
             float lo = 0.f, hi = 0.f;  // include 0 so mins stay non-negative
-            for (int l = 0; l < 32; ++l) { lo = std::min(lo, x[j * 32 + l]); hi = std::max(hi, x[j * 32 + l]); }
+            for (int l = 0; l < 32; ++l) {
+                lo = std::min(lo, x[j * 32 + l]);
+                hi = std::max(hi, x[j * 32 + l]);
+            }
             scale[j] = (hi - lo) / qmax;
             minv[j] = -lo;
         }
@@ -78,8 +81,7 @@ void quantize_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
         float d = max_sub / 127.f;
         blk.d = fp32_to_fp16(d);
         float dd = fp16_to_fp32(blk.d);
-        for (int g = 0; g < 16; ++g)
-            blk.scales[g] = static_cast<int8_t>(dd > 0 ? clampi(static_cast<int>(std::lround(sub[g] / dd)), -128, 127) : 0);
+        for (int g = 0; g < 16; ++g) blk.scales[g] = static_cast<int8_t>(dd > 0 ? clampi(static_cast<int>(std::lround(sub[g] / dd)), -128, 127) : 0);
         for (int e = 0; e < QK_K; ++e) {
             float s = dd * blk.scales[e / 16];
             int q = s != 0 ? clampi(static_cast<int>(std::lround(x[e] / s)), -32, 31) + 32 : 32;
@@ -95,7 +97,10 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
     for (int64_t b = 0; b < n / QK4_0; ++b, x += QK4_0) {
         float amax = 0.f, max = 0.f;
         for (int j = 0; j < QK4_0; ++j)
-            if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+            if (std::fabs(x[j]) > amax) {
+                amax = std::fabs(x[j]);
+                max = x[j];
+            }
         const float d = max / -8.f, id = d != 0.f ? 1.f / d : 0.f;
         y[b].d = fp32_to_fp16(d);
         for (int j = 0; j < QK4_0 / 2; ++j) {
@@ -105,7 +110,6 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
         }
     }
 }
-
 
 // ---- low-bit formats (a min/max or abs-max fit per block, nearest level) ----
 
@@ -133,7 +137,10 @@ void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
         float amax = 0.f, max = 0.f;
         for (int j = 0; j < 32; ++j)
-            if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+            if (std::fabs(x[j]) > amax) {
+                amax = std::fabs(x[j]);
+                max = x[j];
+            }
         BlockQ5_0& blk = y[b];
         std::memset(&blk, 0, sizeof blk);
         blk.d = fp32_to_fp16(max / -16.f);
@@ -182,12 +189,18 @@ void quantize_q3_K(const float* x, BlockQ3_K* y, int64_t n) {
         for (int g = 0; g < 16; ++g) {
             float amax = 0.f, max = 0.f;
             for (int l = 0; l < 16; ++l)
-                if (std::fabs(x[16 * g + l]) > amax) { amax = std::fabs(x[16 * g + l]); max = x[16 * g + l]; }
+                if (std::fabs(x[16 * g + l]) > amax) {
+                    amax = std::fabs(x[16 * g + l]);
+                    max = x[16 * g + l];
+                }
             scale[g] = max / -4.f;
         }
         float smax = 0.f, sval = 0.f;
         for (float v : scale)
-            if (std::fabs(v) > smax) { smax = std::fabs(v); sval = v; }
+            if (std::fabs(v) > smax) {
+                smax = std::fabs(v);
+                sval = v;
+            }
         BlockQ3_K& blk = y[b];
         std::memset(&blk, 0, sizeof blk);
         blk.d = fp32_to_fp16(sval / -32.f);
@@ -227,7 +240,10 @@ void put_levels(const float* x, float d, const int8_t* table, uint8_t* qs) {
 float signed_amax(const float* x, int n) {
     float amax = 0.f, max = 0.f;
     for (int j = 0; j < n; ++j)
-        if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
     return max;
 }
 
@@ -308,7 +324,9 @@ void quantize_ternary(const float* x, Block* y, int64_t n) {
 void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
     switch (t) {
         case GgmlType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * 4); return;
-        case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q8_0:
             prepare_activations(t, x, dst, n);  // same encoding as the activation conversion
             return;
         case GgmlType::Q4_0: quantize_q4_0(x, static_cast<BlockQ4_0*>(dst), n); return;

@@ -56,10 +56,21 @@ std::vector<uint8_t> random_weight_row(GgmlType t, size_t n, uint64_t seed) {
             std::memcpy(blk + at, &h, 2);
         };
         switch (t) {
-            case GgmlType::Q4_1: case GgmlType::Q5_1: put(0); put(2); break;
-            case GgmlType::Q4_K: case GgmlType::Q5_K: put(0); put(2); break;
+            case GgmlType::Q4_1:
+            case GgmlType::Q5_1:
+                put(0);
+                put(2);
+                break;
+            case GgmlType::Q4_K:
+            case GgmlType::Q5_K:
+                put(0);
+                put(2);
+                break;
             case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8); break;  // E8M0 2^-9..2^-2
-            case GgmlType::Q2_K: put(80); put(82); break;
+            case GgmlType::Q2_K:
+                put(80);
+                put(82);
+                break;
             case GgmlType::Q3_K: put(108); break;
             case GgmlType::Q6_K: put(208); break;
             case GgmlType::TQ1_0: put(52); break;

@@ -80,9 +80,9 @@ void row_lanes_8xT(int64_t nb, const Panel* p, const uint8_t* const* yu, const f
                 std::memcpy(&piece, yu[t] + 32 * b + 4 * k, 4);
                 const __m256i y4 = _mm256_set1_epi32(static_cast<int>(piece));
                 if constexpr (std::is_same_v<Panel, RowLanePanelSigned>)
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(p[b].abs_w[k], _mm256_sign_epi8(y4, p[b].w[k])), _mm256_set1_epi16(1)));
-                else
-                    s = lane_products(s, y4, p[b].w[k]);
+                    s = _mm256_add_epi32(
+                        s, _mm256_madd_epi16(_mm256_maddubs_epi16(p[b].abs_w[k], _mm256_sign_epi8(y4, p[b].w[k])), _mm256_set1_epi16(1)));
+                else s = lane_products(s, y4, p[b].w[k]);
             }
             if constexpr (!std::is_same_v<Panel, RowLanePanelSigned>) s = _mm256_sub_epi32(s, p[b].bias);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(p[b].scale, _mm256_set1_ps(dy[t][b])), acc[t]);
@@ -135,7 +135,8 @@ void row_lane_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     } else {
         return step_tile<Step>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
     }
-    if (full < rows) step_tile<Step>(n, w + static_cast<size_t>(full) * row_bytes, row_bytes, rows - full, act, act_bytes, n_tok, out + full, out_stride);
+    if (full < rows)
+        step_tile<Step>(n, w + static_cast<size_t>(full) * row_bytes, row_bytes, rows - full, act, act_bytes, n_tok, out + full, out_stride);
 }
 
 // Q4_0 in the Table32 shape: nibble - 8 through a table, the block's fp16 scale (llama.cpp repacks it too).

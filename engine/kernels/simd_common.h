@@ -39,11 +39,11 @@ inline __m256i dot_us8(__m256i u, __m256i s) {
 inline __m256i dot_ss8(__m256i x, __m256i y) { return dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 
 // Pair sums times an int16 multiplier per half group: elements 0..15 by `lo`, 16..31 by `hi`.
-inline __m256i halves16(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo))); }
-inline __m256i dot_us8_scaled(__m256i u, __m256i s, __m256i scale) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale); }
-inline __m256i dot_ss8_scaled(__m256i x, __m256i y, __m256i scale) {
-    return dot_us8_scaled(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), scale);
+inline __m256i halves16(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
 }
+inline __m256i dot_us8_scaled(__m256i u, __m256i s, __m256i scale) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale); }
+inline __m256i dot_ss8_scaled(__m256i x, __m256i y, __m256i scale) { return dot_us8_scaled(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), scale); }
 
 // A 32-weight group's 4-bit values: the low nibbles of 16 bytes are elements 0..15, the high ones 16..31.
 inline __m256i nibbles32(const uint8_t* qs) {

@@ -57,11 +57,13 @@ struct TernaryPanel {
 };
 
 inline void add_ternary_panel_tiles(KernelTable& t) {
-    t.tile[static_cast<int>(GgmlType::TQ1_0)] = panel_tile<TernaryPanel<BlockTQ1_0, std::remove_const_t<decltype(tq1_0_groups)>>, step_tile<TQ1_0Step>>;
+    t.tile[static_cast<int>(GgmlType::TQ1_0)] =
+        panel_tile<TernaryPanel<BlockTQ1_0, std::remove_const_t<decltype(tq1_0_groups)>>, step_tile<TQ1_0Step>>;
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
     // (On AVX2 TQ2_0's shift-and-mask unpacking costs less than storing and reloading a panel: 82 against 72
     // GMAC/s, one thread, 512 x 1024 x 64, so its step tile stays.)
-    t.tile[static_cast<int>(GgmlType::TQ2_0)] = panel_tile<TernaryPanel<BlockTQ2_0, std::remove_const_t<decltype(tq2_0_groups)>>, step_tile<TQ2_0Step>>;
+    t.tile[static_cast<int>(GgmlType::TQ2_0)] =
+        panel_tile<TernaryPanel<BlockTQ2_0, std::remove_const_t<decltype(tq2_0_groups)>>, step_tile<TQ2_0Step>>;
 #endif
 }
 

@@ -45,8 +45,8 @@ void for_token_tiles(int n_tok, const uint8_t* act, size_t act_bytes, float* out
 
 // Rows x tokens from a one-row-by-T-tokens kernel family (T = 1..4).
 template <class Block, class Act, int64_t BlockElems, template <int> class Kernel>
-void tile_rows_by_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok,
-                         float* out, int64_t out_stride) {
+void tile_rows_by_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                         int64_t out_stride) {
     const int64_t nb = n / BlockElems;
     for (int64_t r = 0; r < rows; ++r) {
         const auto* x = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * row_bytes);

@@ -28,7 +28,7 @@ enum class ExpertActivation {
 
 struct GqaConfig {
     uint32_t n_head = 0, n_head_kv = 0;
-    uint32_t head_dim = 0;  // key_length == value_length
+    uint32_t head_dim = 0;     // key_length == value_length
     bool output_gate = false;  // qwen35moe: attn_q also yields a per-head gate, out *= sigmoid(gate)
     // Sliding-window layers (Layer::sliding) see only the last `window` positions, their own included (gpt-oss).
     uint32_t window = 0;
@@ -39,7 +39,7 @@ struct MlaConfig {
     uint32_t q_lora_rank = 0;   // 0: plain attn_q
     uint32_t kv_lora_rank = 0;  // latent width: the cache holds kv_lora + qk_rope halves per token
     uint32_t qk_nope = 0, qk_rope = 0, v_head = 0;
-    float kq_scale = 0.f;       // mscale^2 / sqrt(qk_nope + qk_rope)
+    float kq_scale = 0.f;  // mscale^2 / sqrt(qk_nope + qk_rope)
 };
 
 // The DSA lightning indexer (glm-dsa): per query, the top_k past positions the main attention may see.
@@ -58,13 +58,13 @@ struct DeltaNetConfig {
 
 struct MoeConfig {
     uint32_t n_expert = 0, n_expert_used = 0;
-    uint32_t n_ff_exp = 0;      // routed expert hidden width
-    uint32_t n_ff_shexp = 0;    // shared expert hidden width (0: none)
+    uint32_t n_ff_exp = 0;    // routed expert hidden width
+    uint32_t n_ff_shexp = 0;  // shared expert hidden width (0: none)
     Gating gating = Gating::Softmax;
-    bool norm_weights = false;  // renormalise the selected weights to sum 1
-    float weights_scale = 0.f;  // multiply the weights (0 or 1: no scaling)
+    bool norm_weights = false;               // renormalise the selected weights to sum 1
+    float weights_scale = 0.f;               // multiply the weights (0 or 1: no scaling)
     uint32_t n_group = 0, n_group_used = 0;  // group-limited routing (DeepSeek-V3) when n_group > 1
-    bool shared_gate = false;   // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
+    bool shared_gate = false;                // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
     ExpertActivation activation = ExpertActivation::Swiglu;
 };
 
@@ -76,7 +76,7 @@ struct Hparams {
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;
     float rms_eps = 1e-6f;
-    ops::RopeParams rope;        // n_rot, style, base, YaRN
+    ops::RopeParams rope;  // n_rot, style, base, YaRN
     // llama.cpp's graphs keep only the rows whose logits are wanted from the last layer's feed-forward on (most
     // architectures), or only after the final norm (qwen35moe): that changes what its last router sees.
     bool output_rows_after_norm = false;

@@ -24,56 +24,56 @@ struct GqaWeights {
 };
 
 struct MlaWeights {
-    Tensor wq_a;        // [n_embd, q_lora]          (absent when q_lora_rank is 0)
-    Tensor q_a_norm;    // [q_lora] f32
-    Tensor wq_b;        // [q_lora, n_head*(qk_nope+qk_rope)]
-    Tensor wq;          // [n_embd, n_head*(qk_nope+qk_rope)]   (only when q_lora_rank is 0)
-    Tensor wkv_a;       // [n_embd, kv_lora+qk_rope]  attn_kv_a_mqa
-    Tensor kv_a_norm;   // [kv_lora] f32
-    Tensor wk_b;        // [qk_nope, kv_lora, n_head]  head h: kv_lora rows of qk_nope
-    Tensor wv_b;        // [kv_lora, v_head, n_head]   head h: v_head rows of kv_lora
-    Tensor wo;          // [n_head*v_head, n_embd]
+    Tensor wq_a;       // [n_embd, q_lora]          (absent when q_lora_rank is 0)
+    Tensor q_a_norm;   // [q_lora] f32
+    Tensor wq_b;       // [q_lora, n_head*(qk_nope+qk_rope)]
+    Tensor wq;         // [n_embd, n_head*(qk_nope+qk_rope)]   (only when q_lora_rank is 0)
+    Tensor wkv_a;      // [n_embd, kv_lora+qk_rope]  attn_kv_a_mqa
+    Tensor kv_a_norm;  // [kv_lora] f32
+    Tensor wk_b;       // [qk_nope, kv_lora, n_head]  head h: kv_lora rows of qk_nope
+    Tensor wv_b;       // [kv_lora, v_head, n_head]   head h: v_head rows of kv_lora
+    Tensor wo;         // [n_head*v_head, n_embd]
     // DSA lightning indexer (glm-dsa full indexer layers)
-    Tensor ix_q_b;      // [q_lora, ix_heads*ix_dim]
-    Tensor ix_k;        // [n_embd, ix_dim]
+    Tensor ix_q_b;                  // [q_lora, ix_heads*ix_dim]
+    Tensor ix_k;                    // [n_embd, ix_dim]
     Tensor ix_k_norm, ix_k_norm_b;  // [ix_dim] f32 LayerNorm weight and bias
-    Tensor ix_proj;     // [n_embd, ix_heads]  per-head weights of the scores
+    Tensor ix_proj;                 // [n_embd, ix_heads]  per-head weights of the scores
 };
 
 struct DeltaNetWeights {
-    Tensor qkv;         // [n_embd, conv_dim]  rows: q (Hk*S), k (Hk*S), v (Hv*S)
-    Tensor z;           // [n_embd, Hv*S]      attn_gate: the output gate
-    Tensor conv1d;      // [K, conv_dim] f32   depthwise causal conv taps
-    Tensor dt_bias;     // [Hv] f32
-    Tensor a;           // [Hv] f32            -exp(A_log)
-    Tensor alpha, beta; // [n_embd, Hv]
-    Tensor norm;        // [S] f32
-    Tensor out;         // [Hv*S, n_embd]
+    Tensor qkv;          // [n_embd, conv_dim]  rows: q (Hk*S), k (Hk*S), v (Hv*S)
+    Tensor z;            // [n_embd, Hv*S]      attn_gate: the output gate
+    Tensor conv1d;       // [K, conv_dim] f32   depthwise causal conv taps
+    Tensor dt_bias;      // [Hv] f32
+    Tensor a;            // [Hv] f32            -exp(A_log)
+    Tensor alpha, beta;  // [n_embd, Hv]
+    Tensor norm;         // [S] f32
+    Tensor out;          // [Hv*S, n_embd]
 };
 
 struct DenseFfnWeights {
-    Tensor gate, up;    // [n_embd, n_ff]
-    Tensor down;        // [n_ff, n_embd]
+    Tensor gate, up;  // [n_embd, n_ff]
+    Tensor down;      // [n_ff, n_embd]
 };
 
 struct MoeWeights {
-    Tensor router;      // [n_embd, n_expert] ffn_gate_inp
-    Tensor router_bias; // optional [n_expert] f32: added to the router's logits (gpt-oss)
-    Tensor probs_bias;  // optional [n_expert] f32 exp_probs_b: added to the selection scores only
+    Tensor router;                // [n_embd, n_expert] ffn_gate_inp
+    Tensor router_bias;           // optional [n_expert] f32: added to the router's logits (gpt-oss)
+    Tensor probs_bias;            // optional [n_expert] f32 exp_probs_b: added to the selection scores only
     ExpertTensor gate, up, down;  // routed experts [n_embd, n_ff_exp, n_expert] / [n_ff_exp, n_embd, n_expert]
     // Optional per-expert biases (gpt-oss), resident f32: [n_ff_exp, n_expert] for gate and up, [n_embd, n_expert] for down.
     Tensor gate_bias, up_bias, down_bias;
     Tensor gate_sh, up_sh, down_sh;  // optional shared expert
-    Tensor gate_inp_sh;  // optional [n_embd] f32 (qwen35moe): the shared expert's sigmoid gate
+    Tensor gate_inp_sh;              // optional [n_embd] f32 (qwen35moe): the shared expert's sigmoid gate
 };
 
 struct Layer {
     AttentionKind attn = AttentionKind::Gqa;
-    bool moe = true;          // else a dense FFN
+    bool moe = true;            // else a dense FFN
     bool indexer_full = false;  // MLA with DSA: this layer computes top-k (else reuses the last full layer's)
-    bool sliding = false;     // GQA over the last GqaConfig::window positions only
-    Tensor attn_norm;         // [n_embd] f32
-    Tensor ffn_norm;          // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
+    bool sliding = false;       // GQA over the last GqaConfig::window positions only
+    Tensor attn_norm;           // [n_embd] f32
+    Tensor ffn_norm;            // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
     GqaWeights gqa;
     MlaWeights mla;
     DeltaNetWeights ssm;

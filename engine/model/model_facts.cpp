@@ -23,9 +23,7 @@ int tensor_layer(const std::string& name) {
     if (dot == std::string::npos) return -1;
     try {
         return std::stoi(name.substr(4, dot - 4));
-    } catch (...) {
-        return -1;
-    }
+    } catch (...) { return -1; }
 }
 
 uint64_t ModelFacts::bytes_per_expert(uint32_t layer) const {

@@ -23,8 +23,8 @@ struct ModelFacts {
     std::string arch;
     std::string name;
     uint64_t file_bytes = 0;
-    uint32_t n_layer = 0;                     // trunk layers (what runs per token)
-    uint32_t n_layer_nextn = 0;               // NextN/MTP blocks after the trunk: recognised, not read, not run
+    uint32_t n_layer = 0;        // trunk layers (what runs per token)
+    uint32_t n_layer_nextn = 0;  // NextN/MTP blocks after the trunk: recognised, not read, not run
     uint32_t n_embd = 0;
     uint32_t n_head = 0;
     uint32_t n_head_kv = 0;
@@ -32,22 +32,22 @@ struct ModelFacts {
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
     uint32_t n_ctx_train = 0;
-    uint32_t n_ff = 0;                        // dense layers' hidden width (feed_forward_length)
-    uint32_t n_ff_exp = 0;                    // one routed expert's hidden width (expert_feed_forward_length)
+    uint32_t n_ff = 0;      // dense layers' hidden width (feed_forward_length)
+    uint32_t n_ff_exp = 0;  // one routed expert's hidden width (expert_feed_forward_length)
     uint32_t n_vocab = 0;
-    uint64_t resident_bytes = 0;              // read into RAM: everything but routed experts and NextN blocks
-    uint64_t expert_bytes = 0;                // routed-expert tensors of the trunk
-    uint64_t nextn_bytes = 0;                 // NextN/MTP blocks (not loaded)
-    uint64_t shared_expert_bytes = 0;         // shared experts (resident; every token runs them)
-    std::vector<uint64_t> layer_expert_bytes; // per trunk layer, all its experts (0 for dense layers)
+    uint64_t resident_bytes = 0;                 // read into RAM: everything but routed experts and NextN blocks
+    uint64_t expert_bytes = 0;                   // routed-expert tensors of the trunk
+    uint64_t nextn_bytes = 0;                    // NextN/MTP blocks (not loaded)
+    uint64_t shared_expert_bytes = 0;            // shared experts (resident; every token runs them)
+    std::vector<uint64_t> layer_expert_bytes;    // per trunk layer, all its experts (0 for dense layers)
     std::vector<uint64_t> layer_resident_bytes;  // per trunk layer, everything else of blk.N (attention, dense FFN, shared experts, norms)
-    uint64_t output_bytes = 0;                // output.weight and output_norm (the token embeddings again when tied)
-    uint32_t first_moe_layer = 0;             // leading dense layers
+    uint64_t output_bytes = 0;                   // output.weight and output_norm (the token embeddings again when tied)
+    uint32_t first_moe_layer = 0;                // leading dense layers
     uint32_t moe_layers = 0;
     uint64_t tensor_count = 0;
-    uint64_t token_embd_bytes = 0;            // the embedding table (one row read per token)
+    uint64_t token_embd_bytes = 0;  // the embedding table (one row read per token)
     uint32_t n_vocab_rows = 0;
-    bool tied_output = false;                 // no output.weight: the head reads token_embd whole
+    bool tied_output = false;  // no output.weight: the head reads token_embd whole
     // Per-sequence cache: bytes per token of context, and what they hold.
     uint64_t cache_bytes_per_token = 0;
     // The same as elements of the K and the V cache (all layers), for caches of other types (llama.cpp's -ctk/-ctv):
@@ -57,11 +57,11 @@ struct ModelFacts {
     // keeps of it for prefix reuse (kDefaultCheckpoints unless told otherwise).
     uint64_t state_bytes = 0;
     uint32_t recurrent_layers = 0;
-    std::string cache_layout;                 // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
+    std::string cache_layout;  // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
     // Whether this engine runs the file, and if not, why (one line).
     bool supported = true;
     std::string unsupported_reason;
-    std::string ik_tensor;                    // the first tensor of an ik_llama.cpp type ("name (type)"): mainline llama.cpp cannot load the file
+    std::string ik_tensor;  // the first tensor of an ik_llama.cpp type ("name (type)"): mainline llama.cpp cannot load the file
 
     // Bytes of one expert (gate+up+down) in a given layer, 0 when dense.
     uint64_t bytes_per_expert(uint32_t layer) const;

@@ -98,18 +98,14 @@ void BlockReader::submit_one(const Pending& p) {
     }
     if (!ring_) {
         ssize_t got;
-        do {
-            got = ::pread(fds_[p.file], p.dst, p.len, static_cast<off_t>(p.offset));
-        } while (got < 0 && errno == EINTR);
+        do { got = ::pread(fds_[p.file], p.dst, p.len, static_cast<off_t>(p.offset)); } while (got < 0 && errno == EINTR);
         done_.push_back({p.tag, got < 0 ? -errno : static_cast<int>(got)});
         return;
     }
     struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
     const int fd = files_registered_ ? static_cast<int>(p.file) : fds_[p.file];
-    if (registered_ && p.buffer_index >= 0)
-        io_uring_prep_read_fixed(sqe, fd, p.dst, p.len, p.offset, p.buffer_index);
-    else
-        io_uring_prep_read(sqe, fd, p.dst, p.len, p.offset);
+    if (registered_ && p.buffer_index >= 0) io_uring_prep_read_fixed(sqe, fd, p.dst, p.len, p.offset, p.buffer_index);
+    else io_uring_prep_read(sqe, fd, p.dst, p.len, p.offset);
     if (files_registered_) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, p.tag);
     ++in_flight_;
@@ -138,9 +134,7 @@ std::vector<ReadCompletion> BlockReader::reap(bool wait) {
         struct io_uring_cqe* cqe;
         if (out.empty() && wait) {
             int rc;
-            do {
-                rc = io_uring_wait_cqe(&ring_->ring, &cqe);
-            } while (rc == -EINTR);
+            do { rc = io_uring_wait_cqe(&ring_->ring, &cqe); } while (rc == -EINTR);
             if (rc < 0) throw std::runtime_error(std::string("io_uring_wait_cqe: ") + std::strerror(-rc));
         }
         while (io_uring_peek_cqe(&ring_->ring, &cqe) == 0) {

@@ -18,9 +18,9 @@ struct ReadCompletion {
 
 struct BlockReaderOptions {
     int queue_depth = 32;
-    bool use_uring = true;   // false: pread (also chosen when io_uring cannot be set up)
-    bool direct = true;      // O_DIRECT; refused (tmpfs) -> buffered, and said so
-    bool sqpoll = false;     // a kernel thread polls the submission queue (no syscall per submit; costs a core while busy)
+    bool use_uring = true;  // false: pread (also chosen when io_uring cannot be set up)
+    bool direct = true;     // O_DIRECT; refused (tmpfs) -> buffered, and said so
+    bool sqpoll = false;    // a kernel thread polls the submission queue (no syscall per submit; costs a core while busy)
     // Tests: returns -errno to fail a read at submission, 0 to let it run.
     std::function<int(uint64_t offset, uint32_t len)> fault;
 };
@@ -54,7 +54,14 @@ public:
     void trace(std::vector<ReadRecord>* sink) { trace_ = sink; }
 
 private:
-    struct Pending { uint32_t file; uint64_t offset; uint32_t len; void* dst; uint64_t tag; int buffer_index; };
+    struct Pending {
+        uint32_t file;
+        uint64_t offset;
+        uint32_t len;
+        void* dst;
+        uint64_t tag;
+        int buffer_index;
+    };
     void pump();
     void submit_one(const Pending& p);
 

@@ -34,8 +34,7 @@ bool has_demand(const TraceStep& s) {
 class EngineCacheModel {
 public:
     EngineCacheModel(const RoutingTraceHeader& h, EvictionPolicy policy, uint64_t budget)
-        : h_(h), policy_(policy), slots_(h.slot_bytes ? budget / h.slot_bytes : 0),
-          freq_(static_cast<size_t>(h.n_layer) * h.n_expert, 0) {
+        : h_(h), policy_(policy), slots_(h.slot_bytes ? budget / h.slot_bytes : 0), freq_(static_cast<size_t>(h.n_layer) * h.n_expert, 0) {
         for (size_t i = slots_.size(); i-- > 0;) free_.push_back(static_cast<int>(i));
     }
     size_t slot_count() const { return slots_.size(); }
@@ -133,8 +132,10 @@ private:
     void lru_remove(int s) {
         Slot& x = slots_[s];
         if (!x.in_list) return;
-        if (x.prev >= 0) slots_[x.prev].next = x.next; else head_ = x.next;
-        if (x.next >= 0) slots_[x.next].prev = x.prev; else tail_ = x.prev;
+        if (x.prev >= 0) slots_[x.prev].next = x.next;
+        else head_ = x.next;
+        if (x.next >= 0) slots_[x.next].prev = x.prev;
+        else tail_ = x.prev;
         x.prev = x.next = -1;
         x.in_list = false;
     }
@@ -382,7 +383,8 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
     const uint32_t hot = std::max<uint32_t>(1, (h.n_expert + 9) / 10);
     uint64_t hot_sum = 0, total = 0;
     for (uint32_t l = 0; l < h.n_layer; ++l) {
-        std::vector<uint64_t> c(counts.begin() + static_cast<std::ptrdiff_t>(l) * h.n_expert, counts.begin() + static_cast<std::ptrdiff_t>(l + 1) * h.n_expert);
+        std::vector<uint64_t> c(counts.begin() + static_cast<std::ptrdiff_t>(l) * h.n_expert,
+                                counts.begin() + static_cast<std::ptrdiff_t>(l + 1) * h.n_expert);
         std::sort(c.rbegin(), c.rend());
         for (uint32_t i = 0; i < h.n_expert; ++i) {
             total += c[i];
@@ -393,7 +395,8 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
     w.hot10_share = total ? static_cast<double>(hot_sum) / static_cast<double>(total) : 0;
     w.consecutive_overlap = compared ? static_cast<double>(shared) / static_cast<double>(compared) : 0;
     w.compute_ns_per_token = decode_tokens ? static_cast<double>(decode_ns) / static_cast<double>(decode_tokens)
-                                           : w.tokens ? static_cast<double>(all_ns) / static_cast<double>(w.tokens) : 0;
+                             : w.tokens    ? static_cast<double>(all_ns) / static_cast<double>(w.tokens)
+                                           : 0;
     return w;
 }
 

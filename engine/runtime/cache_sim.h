@@ -12,10 +12,10 @@
 namespace moe {
 
 struct CacheSimResult {
-    std::string policy;               // "lru", "lru+frequency", "belady"
+    std::string policy;  // "lru", "lru+frequency", "belady"
     uint64_t budget_bytes = 0, slots = 0;
     uint64_t tokens = 0, lookups = 0, hits = 0;
-    uint64_t bytes_read = 0;          // demand misses and prefetches
+    uint64_t bytes_read = 0;  // demand misses and prefetches
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_unused_bytes = 0;
     // The same over single-token (decode) steps only: what generation speed depends on.
     uint64_t decode_tokens = 0, decode_lookups = 0, decode_hits = 0, decode_bytes = 0;

@@ -13,9 +13,9 @@ class DiskHealth {
 public:
     struct State {
         bool degraded = false;
-        std::string reason;          // the last failure (file, offset, errno text)
-        uint64_t failed_loads = 0;   // expert loads that failed, since start
-        uint64_t fallbacks = 0;      // store records that could not be read and came from the GGUF instead
+        std::string reason;         // the last failure (file, offset, errno text)
+        uint64_t failed_loads = 0;  // expert loads that failed, since start
+        uint64_t fallbacks = 0;     // store records that could not be read and came from the GGUF instead
     };
 
     void load_failed(const std::string& reason) {

@@ -13,7 +13,6 @@ uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 std::string mib(uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; }
 }  // namespace
 
-
 uint64_t StreamingExpertSource::slot_bytes_for(const std::vector<LayerTensors>& layers) {
     uint64_t total = 0;
     for (int kind = 0; kind < 3; ++kind) {
@@ -44,12 +43,10 @@ uint64_t StreamingExpertSource::load_bytes(uint32_t layer, uint32_t expert) cons
     return gguf_load_bytes(l, expert);
 }
 
-uint64_t StreamingExpertSource::prefetch_cap() const {
-    return static_cast<uint64_t>(std::max(1, opt_.io.queue_depth)) * opt_.read_size / 2;
-}
+uint64_t StreamingExpertSource::prefetch_cap() const { return static_cast<uint64_t>(std::max(1, opt_.io.queue_depth)) * opt_.read_size / 2; }
 
-StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers,
-                                             uint32_t n_expert, uint32_t n_expert_used, StreamingOptions opt)
+StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers, uint32_t n_expert,
+                                             uint32_t n_expert_used, StreamingOptions opt)
     : layers_(layers), n_expert_(n_expert), opt_(std::move(opt)) {
     if (opt_.read_size < kAlign || opt_.read_size % kAlign) opt_.read_size = 1 << 20;
     uint64_t off = 0;
@@ -71,15 +68,13 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
     }
     const uint64_t min_bytes = slot_bytes_ * n_expert_used;
     if (opt_.cache_bytes < min_bytes)
-        throw ModelError("expert cache of " + mib(opt_.cache_bytes) + " cannot hold one layer's selected experts: the minimum is " +
-                         mib(min_bytes) + " (" + std::to_string(n_expert_used) + " x " + mib(slot_bytes_) + ")");
+        throw ModelError("expert cache of " + mib(opt_.cache_bytes) + " cannot hold one layer's selected experts: the minimum is " + mib(min_bytes) +
+                         " (" + std::to_string(n_expert_used) + " x " + mib(slot_bytes_) + ")");
     const size_t n_slots = static_cast<size_t>(opt_.cache_bytes / slot_bytes_);
     arena_bytes_ = n_slots * slot_bytes_;
     try {
         arena_memory_ = WeightMemory(arena_bytes_, kAlign);  // O_DIRECT reads land here
-    } catch (const std::bad_alloc&) {
-        throw ModelError("cannot allocate the expert cache (" + mib(arena_bytes_) + ")");
-    }
+    } catch (const std::bad_alloc&) { throw ModelError("cannot allocate the expert cache (" + mib(arena_bytes_) + ")"); }
     arena_ = arena_memory_.data();
     slots_.resize(n_slots);
     for (size_t i = 0; i < n_slots; ++i) {
@@ -93,9 +88,7 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
     if (opt_.store) read_files_.push_back(opt_.store->path());
     try {
         reader_ = std::make_unique<BlockReader>(read_files_, opt_.io);
-    } catch (const std::runtime_error& e) {
-        throw ModelError(e.what());
-    }
+    } catch (const std::runtime_error& e) { throw ModelError(e.what()); }
     if (n_slots <= 1024) {  // one fixed buffer per slot; the kernel may refuse (RLIMIT_MEMLOCK)
         std::vector<std::pair<void*, size_t>> regions;
         for (auto& s : slots_) regions.emplace_back(s.mem, slot_bytes_);
@@ -144,8 +137,10 @@ ExpertView StreamingExpertSource::view(const Slot& s) const {
 void StreamingExpertSource::lru_remove(int s) {
     Slot& x = slots_[s];
     if (!x.in_list) return;
-    if (x.prev >= 0) slots_[x.prev].next = x.next; else lru_head_ = x.next;
-    if (x.next >= 0) slots_[x.next].prev = x.prev; else lru_tail_ = x.prev;
+    if (x.prev >= 0) slots_[x.prev].next = x.next;
+    else lru_head_ = x.next;
+    if (x.next >= 0) slots_[x.next].prev = x.prev;
+    else lru_tail_ = x.prev;
     x.prev = x.next = -1;
     x.in_list = false;
 }

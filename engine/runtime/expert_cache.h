@@ -23,13 +23,12 @@
 
 namespace moe {
 
-
 struct StreamingOptions {
-    uint64_t cache_bytes = 0;                            // RAM for expert slots
-    uint64_t read_size = 1 << 20;                        // largest single read (multiple of 4096)
+    uint64_t cache_bytes = 0;      // RAM for expert slots
+    uint64_t read_size = 1 << 20;  // largest single read (multiple of 4096)
     EvictionPolicy policy = EvictionPolicy::LruFrequency;
-    BlockReaderOptions io;                               // queue depth, io_uring, O_DIRECT, fault injection
-    std::vector<std::pair<uint32_t, uint32_t>> pinned;   // (layer, expert) kept resident, hottest first
+    BlockReaderOptions io;                              // queue depth, io_uring, O_DIRECT, fault injection
+    std::vector<std::pair<uint32_t, uint32_t>> pinned;  // (layer, expert) kept resident, hottest first
     // Expert-contiguous store (moestream repack), already checked against the GGUF: one read per expert.
     std::shared_ptr<const ExpertStore> store;
     // One line per event worth a log entry (a store record failing its checksum).
@@ -43,8 +42,8 @@ public:
     using LayerTensors = ExpertLayer;  // null: dense layer
 
     // Throws ModelError when the budget cannot hold one layer's selected experts (the minimum is stated).
-    StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers, uint32_t n_expert,
-                          uint32_t n_expert_used, StreamingOptions opt);
+    StreamingExpertSource(const std::vector<std::string>& files, const std::vector<LayerTensors>& layers, uint32_t n_expert, uint32_t n_expert_used,
+                          StreamingOptions opt);
     ~StreamingExpertSource() override;
 
     void request(uint32_t layer, std::span<const uint32_t> experts) override;
@@ -79,13 +78,19 @@ public:
     uint64_t prefetch_cap() const;
 
 private:
-    struct Window { uint32_t file; uint64_t start; uint64_t length; uint64_t skew; uint64_t used_end; };
+    struct Window {
+        uint32_t file;
+        uint64_t start;
+        uint64_t length;
+        uint64_t skew;
+        uint64_t used_end;
+    };
     struct Slot {
         uint8_t* mem = nullptr;
         int64_t key = -1;
         uint32_t layer = 0, expert = 0;
-        uint32_t pending = 0;     // chunks in flight
-        int pins = 0;             // demanded and not yet released
+        uint32_t pending = 0;  // chunks in flight
+        int pins = 0;          // demanded and not yet released
         bool valid = false, loading = false, demanded = false, prefetched = false, protect = false, permanent = false;
         bool from_store = false;  // bytes laid out as a store record, not as three GGUF windows
         uint64_t load_bytes = 0;  // bytes this load reads
@@ -95,7 +100,14 @@ private:
         bool in_list = false;
     };
     // need: bytes of this chunk the expert really uses (the aligned window may run past the end of file).
-    struct Chunk { uint32_t slot; uint32_t file; uint64_t offset; uint32_t len; uint32_t need; uint8_t* dst; };
+    struct Chunk {
+        uint32_t slot;
+        uint32_t file;
+        uint64_t offset;
+        uint32_t len;
+        uint32_t need;
+        uint8_t* dst;
+    };
 
     int64_t key_of(uint32_t layer, uint32_t expert) const { return static_cast<int64_t>(layer) * n_expert_ + expert; }
     Window window(uint32_t layer, uint32_t expert, int kind) const;
@@ -128,11 +140,11 @@ private:
     std::vector<int> free_;
     std::unordered_map<int64_t, int> map_;
     int lru_head_ = -1, lru_tail_ = -1;
-    std::vector<uint32_t> freq_;           // uses per (layer, expert), halved every `decay_every_` requests
+    std::vector<uint32_t> freq_;  // uses per (layer, expert), halved every `decay_every_` requests
     uint64_t requests_ = 0;
-    std::vector<Chunk> chunks_;            // chunk table, indexed by the read's tag
+    std::vector<Chunk> chunks_;  // chunk table, indexed by the read's tag
     std::vector<uint32_t> free_chunks_;
-    std::deque<int> ready_;                // demanded slots whose bytes are in RAM, completion order
+    std::deque<int> ready_;                               // demanded slots whose bytes are in RAM, completion order
     std::deque<std::pair<uint32_t, uint32_t>> deferred_;  // demanded but waiting for a free slot
     std::vector<bool> permanent_key_;
     enum class RecordState : uint8_t { Unchecked, Good, Bad };

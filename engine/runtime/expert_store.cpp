@@ -24,9 +24,9 @@ constexpr char kMagic[8] = {'M', 'O', 'E', 'X', 'S', 'T', 'O', 'R'};
 constexpr uint32_t kVersion = 1;
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kPartAlign = 64;
-constexpr uint64_t kFixedHeader = 64;              // magic .. file_bytes, padded
+constexpr uint64_t kFixedHeader = 64;  // magic .. file_bytes, padded
 constexpr uint64_t kLayerEntry = 8 * sizeof(uint64_t);
-constexpr uint64_t kBatchBytes = 32ull << 20;      // per part buffer while repacking or verifying
+constexpr uint64_t kBatchBytes = 32ull << 20;  // per part buffer while repacking or verifying
 constexpr uint64_t kSample = 4096;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -87,8 +87,8 @@ void pwrite_all(int fd, const uint8_t* src, uint64_t n, uint64_t off, const std:
     while (put < n) {
         const ssize_t r = ::pwrite(fd, src + put, n - put, static_cast<off_t>(off + put));
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) throw ExpertStoreError(path + ": write at offset " + std::to_string(off + put) + " failed: " +
-                                           std::strerror(r < 0 ? errno : EIO));
+        if (r <= 0)
+            throw ExpertStoreError(path + ": write at offset " + std::to_string(off + put) + " failed: " + std::strerror(r < 0 ? errno : EIO));
         put += static_cast<uint64_t>(r);
     }
 }
@@ -114,8 +114,8 @@ void put(uint8_t* p, uint64_t off, T v) {
     std::memcpy(p + off, &v, sizeof v);
 }
 
-std::vector<uint8_t> encode_header(const GgufIdentity& id, const std::vector<ExpertRecordLayout>& layout, uint32_t n_expert,
-                                   uint64_t file_bytes, const std::vector<uint64_t>& checksums) {
+std::vector<uint8_t> encode_header(const GgufIdentity& id, const std::vector<ExpertRecordLayout>& layout, uint32_t n_expert, uint64_t file_bytes,
+                                   const std::vector<uint64_t>& checksums) {
     const uint64_t n_layer = layout.size();
     std::vector<uint8_t> h(header_bytes_for(n_layer, n_expert), 0);
     std::memcpy(h.data(), kMagic, 8);
@@ -129,7 +129,8 @@ std::vector<uint8_t> encode_header(const GgufIdentity& id, const std::vector<Exp
     put<uint64_t>(h.data(), 48, file_bytes);
     uint64_t off = kFixedHeader;
     for (const auto& l : layout) {
-        const uint64_t f[8] = {l.first, l.stride, l.part_offset[0], l.part_offset[1], l.part_offset[2], l.part_bytes[0], l.part_bytes[1], l.part_bytes[2]};
+        const uint64_t f[8] = {l.first,          l.stride,        l.part_offset[0], l.part_offset[1],
+                               l.part_offset[2], l.part_bytes[0], l.part_bytes[1],  l.part_bytes[2]};
         for (uint64_t v : f) put<uint64_t>(h.data(), (off += 8) - 8, v);
     }
     for (uint64_t c : checksums) put<uint64_t>(h.data(), (off += 8) - 8, c);
@@ -240,7 +241,8 @@ ExpertStore::ExpertStore(const std::string& path, const GgufModel& file, const s
     const GgufIdentity have{get<uint64_t>(h.data(), 16), get<uint64_t>(h.data(), 24), get<uint64_t>(h.data(), 32)};
     if (!(have == want))
         throw ExpertStoreError(where + std::string("made from a different GGUF (") +
-                               (have.total_size != want.total_size ? "size " + std::to_string(have.total_size) + " vs " + std::to_string(want.total_size)
+                               (have.total_size != want.total_size
+                                    ? "size " + std::to_string(have.total_size) + " vs " + std::to_string(want.total_size)
                                 : have.header_hash != want.header_hash ? "metadata or tensor table differ"
                                                                        : "expert tensor bytes differ") +
                                "; run moestream repack --force)");
@@ -254,14 +256,15 @@ ExpertStore::ExpertStore(const std::string& path, const GgufModel& file, const s
         r.stride = f[1];
         std::copy(f + 2, f + 5, r.part_offset);
         std::copy(f + 5, f + 8, r.part_bytes);
-        if (!(r == layout_[l])) throw ExpertStoreError(where + "record layout of layer " + std::to_string(l) + " differs from this GGUF's expert tensors");
+        if (!(r == layout_[l]))
+            throw ExpertStoreError(where + "record layout of layer " + std::to_string(l) + " differs from this GGUF's expert tensors");
     }
     checksums_.resize(static_cast<size_t>(n_layer) * n_expert);
     for (auto& c : checksums_) c = get<uint64_t>(h.data(), (off += 8) - 8);
 }
 
-RepackReport write_expert_store(const GgufModel& file, const std::vector<ExpertLayer>& layers, uint32_t n_expert, const std::string& out,
-                                bool force, const std::function<void(uint64_t, uint64_t)>& progress) {
+RepackReport write_expert_store(const GgufModel& file, const std::vector<ExpertLayer>& layers, uint32_t n_expert, const std::string& out, bool force,
+                                const std::function<void(uint64_t, uint64_t)>& progress) {
     const auto t0 = std::chrono::steady_clock::now();
     RepackReport rep;
     rep.path = out;
@@ -344,8 +347,7 @@ RepackReport write_expert_store(const GgufModel& file, const std::vector<ExpertL
         std::memcpy(hb.p, header.data(), header.size());
         pwrite_all(fd.fd, hb.p, header.size(), 0, tmp);
         if (::fdatasync(fd.fd) != 0) throw ExpertStoreError(tmp + ": fdatasync failed: " + std::strerror(errno));
-        if (::rename(tmp.c_str(), out.c_str()) != 0)
-            throw ExpertStoreError(out + ": cannot rename " + tmp + " into place: " + std::strerror(errno));
+        if (::rename(tmp.c_str(), out.c_str()) != 0) throw ExpertStoreError(out + ": cannot rename " + tmp + " into place: " + std::strerror(errno));
     } catch (...) {
         ::unlink(tmp.c_str());
         throw;
@@ -372,9 +374,11 @@ VerifyReport verify_expert_store(const ExpertStore& store) {
         for (uint32_t e0 = 0; e0 < store.n_expert(); e0 += batch) {
             const uint32_t n = std::min(batch, store.n_expert() - e0);
             pread_all(fd.fd, buf.p, static_cast<uint64_t>(n) * r.stride, store.record_offset(l, e0), store.path());
-            if (!direct) ::posix_fadvise(fd.fd, static_cast<off_t>(store.record_offset(l, e0)), static_cast<off_t>(n * r.stride), POSIX_FADV_DONTNEED);
+            if (!direct)
+                ::posix_fadvise(fd.fd, static_cast<off_t>(store.record_offset(l, e0)), static_cast<off_t>(n * r.stride), POSIX_FADV_DONTNEED);
             for (uint32_t i = 0; i < n; ++i) {
-                if (ExpertStore::record_hash(buf.p + static_cast<uint64_t>(i) * r.stride, r) != store.checksum(l, e0 + i)) rep.bad.emplace_back(l, e0 + i);
+                if (ExpertStore::record_hash(buf.p + static_cast<uint64_t>(i) * r.stride, r) != store.checksum(l, e0 + i))
+                    rep.bad.emplace_back(l, e0 + i);
                 rep.records++;
                 rep.bytes += r.stride;
             }

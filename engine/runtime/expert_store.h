@@ -29,9 +29,9 @@ struct ExpertStoreError : std::runtime_error {
 
 // Where one MoE layer's records sit in the store (all zero for a dense layer).
 struct ExpertRecordLayout {
-    uint64_t first = 0;             // offset of expert 0's record
-    uint64_t stride = 0;            // bytes per record, a multiple of 4096
-    uint64_t part_offset[3] = {};   // gate, up, down within a record (64-byte aligned)
+    uint64_t first = 0;            // offset of expert 0's record
+    uint64_t stride = 0;           // bytes per record, a multiple of 4096
+    uint64_t part_offset[3] = {};  // gate, up, down within a record (64-byte aligned)
     uint64_t part_bytes[3] = {};
     uint64_t used() const { return part_offset[2] + part_bytes[2]; }
     bool present() const { return stride != 0; }
@@ -40,9 +40,9 @@ struct ExpertRecordLayout {
 
 // What identifies the GGUF a store was made from.
 struct GgufIdentity {
-    uint64_t total_size = 0;    // bytes of every split together
-    uint64_t header_hash = 0;   // XXH3 of every split's bytes before its tensor data (metadata + tensor table)
-    uint64_t sample_hash = 0;   // XXH3 of the first and last 4 KiB of every expert tensor
+    uint64_t total_size = 0;   // bytes of every split together
+    uint64_t header_hash = 0;  // XXH3 of every split's bytes before its tensor data (metadata + tensor table)
+    uint64_t sample_hash = 0;  // XXH3 of the first and last 4 KiB of every expert tensor
     bool operator==(const GgufIdentity&) const = default;
 };
 GgufIdentity gguf_identity(const GgufModel& file, const std::vector<ExpertLayer>& layers);
@@ -81,19 +81,18 @@ private:
 
 struct RepackReport {
     std::string path;
-    bool up_to_date = false;   // a valid store for this GGUF was already there; nothing written
+    bool up_to_date = false;  // a valid store for this GGUF was already there; nothing written
     uint64_t records = 0;
-    uint64_t bytes = 0;        // the store's size
+    uint64_t bytes = 0;  // the store's size
     double seconds = 0;
-    bool direct = false;       // written with O_DIRECT (else through the page cache, dropped behind)
+    bool direct = false;  // written with O_DIRECT (else through the page cache, dropped behind)
 };
 
 // Writes the store for `file` to `out` (a temporary beside it, renamed into place when complete, so an
 // interrupted repack never leaves a half-written store under the real name). Skips the work when `out`
 // already holds a valid store for this GGUF, unless `force`. Throws ExpertStoreError naming the file and the
 // cause (no space: both figures; no experts; write error). `progress(done, total)` is called per batch.
-RepackReport write_expert_store(const GgufModel& file, const std::vector<ExpertLayer>& layers, uint32_t n_expert,
-                                const std::string& out, bool force,
+RepackReport write_expert_store(const GgufModel& file, const std::vector<ExpertLayer>& layers, uint32_t n_expert, const std::string& out, bool force,
                                 const std::function<void(uint64_t, uint64_t)>& progress = {});
 
 struct VerifyReport {

@@ -118,7 +118,10 @@ RoutingTraceHeader decode_header(Cursor& c) {
 // One step from c.at; false when the bytes end inside it (a cut tail). Throws on malformed records.
 bool decode_step(Cursor& c, const RoutingTraceHeader& h, TraceStep& step) {
     const size_t start = c.at;
-    auto cut = [&]() { c.at = start; return false; };
+    auto cut = [&]() {
+        c.at = start;
+        return false;
+    };
     if (c.left() < kRecordHead) return cut();
     if (c.bytes[c.at] != 'S') c.fail(std::string("expected a step record, found kind ") + std::to_string(c.bytes[c.at]));
     c.at += 4;
@@ -417,7 +420,8 @@ void RoutingTraceWriter::rewrite(const std::vector<uint8_t>& body) {
     try {
         write_header_file(t);
         write_all(t, body.data(), body.size(), tmp);
-        if (::fsync(t) != 0 || ::rename(tmp.c_str(), path_.c_str()) != 0) throw RoutingTraceError(sys_error(path_, "cannot replace the routing trace"));
+        if (::fsync(t) != 0 || ::rename(tmp.c_str(), path_.c_str()) != 0)
+            throw RoutingTraceError(sys_error(path_, "cannot replace the routing trace"));
     } catch (...) {
         ::close(t);
         ::unlink(tmp.c_str());

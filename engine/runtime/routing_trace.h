@@ -45,12 +45,12 @@ struct RoutingTraceHeader {
 };
 
 struct TraceLayerEvent {
-    char kind = 0;                 // 'R' route, 'D' demand, 'P' prefetch, 'X' release order
+    char kind = 0;  // 'R' route, 'D' demand, 'P' prefetch, 'X' release order
     uint32_t layer = 0;
-    uint32_t k = 0;                // 'R': experts per token
-    std::vector<uint16_t> experts; // 'R': n_tokens * k in token order; 'D'/'P': the set; 'X': in release order
-    std::vector<float> weights;    // 'R' only
-    std::vector<uint8_t> flags;    // 'D': bit 0 hit, bit 1 hit on a prefetched expert; 'P': 1 = issued
+    uint32_t k = 0;                 // 'R': experts per token
+    std::vector<uint16_t> experts;  // 'R': n_tokens * k in token order; 'D'/'P': the set; 'X': in release order
+    std::vector<float> weights;     // 'R' only
+    std::vector<uint8_t> flags;     // 'D': bit 0 hit, bit 1 hit on a prefetched expert; 'P': 1 = issued
 };
 
 struct TraceStep {
@@ -119,7 +119,7 @@ private:
     std::vector<uint64_t> step_offsets_;  // where each step in the file begins
     std::vector<uint8_t> step_;           // the step being built
     bool in_step_ = false;
-    size_t release_record_ = SIZE_MAX;    // where the open 'X' record starts in step_ (releases of one layer)
+    size_t release_record_ = SIZE_MAX;  // where the open 'X' record starts in step_ (releases of one layer)
 };
 
 }  // namespace moe

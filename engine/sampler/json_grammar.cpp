@@ -55,13 +55,16 @@ int JsonGrammar::compile(const json& s, const std::string& path) {
         return any_value();
     }
     if (!s.is_object()) throw GrammarError(path + " must be a schema object");
-    static const char* const kAnnotations[] = {"description", "title", "default", "examples", "$schema", "$id", "$comment",
-                                               "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict"};
-    static const char* const kUsed[] = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "oneOf",
-                                        "minItems", "maxItems", "minLength", "maxLength", "$ref", "nullable"};
+    static const char* const kAnnotations[] = {"description", "title",    "default",   "examples", "$schema",     "$id",   "$comment",
+                                               "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions", "strict"};
+    static const char* const kUsed[] = {"type",      "properties", "required", "additionalProperties",
+                                        "items",     "enum",       "const",    "anyOf",
+                                        "oneOf",     "minItems",   "maxItems", "minLength",
+                                        "maxLength", "$ref",       "nullable"};
     for (const auto& item : s.items()) {
         const std::string& key = item.key();  // a plain name: clang 14 (the fuzz build) cannot capture bindings
-        const bool known = std::find_if(std::begin(kAnnotations), std::end(kAnnotations), [&](const char* k) { return key == k; }) != std::end(kAnnotations) ||
+        const bool known = std::find_if(std::begin(kAnnotations), std::end(kAnnotations), [&](const char* k) { return key == k; }) !=
+                               std::end(kAnnotations) ||
                            std::find_if(std::begin(kUsed), std::end(kUsed), [&](const char* k) { return key == k; }) != std::end(kUsed);
         if (!known) throw GrammarError(path + ": the schema keyword '" + key + "' is not supported for constrained output");
     }
@@ -143,7 +146,8 @@ int JsonGrammar::compile_type(const std::string& type, const json& s, const std:
             if (!s["properties"].is_object()) throw GrammarError(path + ".properties must be an object");
             if (s["properties"].size() > kMaxProperties) throw GrammarError(path + ".properties: more than 64 properties");
             for (const auto& [name, sub] : s["properties"].items()) {
-                if (name.find_first_of("\"\\") != std::string::npos || name.empty()) throw GrammarError(path + ".properties: the name '" + name + "' needs escaping");
+                if (name.find_first_of("\"\\") != std::string::npos || name.empty())
+                    throw GrammarError(path + ".properties: the name '" + name + "' needs escaping");
                 n.names.push_back(name);
                 n.children.push_back(-1);  // compiled below (the vector may move while compiling)
             }
@@ -164,7 +168,8 @@ int JsonGrammar::compile_type(const std::string& type, const json& s, const std:
         // properties are declared (a model asked for {"city"} should not wander off into other keys).
         const json none = json(n.names.empty());
         const json& extra = s.contains("additionalProperties") ? s["additionalProperties"] : none;
-        if (!(extra.is_boolean() && !extra.get<bool>())) n.additional = extra.is_boolean() ? any_value() : compile(extra, path + ".additionalProperties");
+        if (!(extra.is_boolean() && !extra.get<bool>()))
+            n.additional = extra.is_boolean() ? any_value() : compile(extra, path + ".additionalProperties");
         return add(std::move(n));
     }
     throw GrammarError(path + ".type '" + type + "' is not a JSON schema type");
@@ -233,7 +238,12 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
             return keep();
         case K::String:
             switch (f.phase) {
-                case 0: if (c == '"') { f.phase = 1; return keep(); } return;
+                case 0:
+                    if (c == '"') {
+                        f.phase = 1;
+                        return keep();
+                    }
+                    return;
                 case 1:
                     // Well-formed UTF-8 across token boundaries: key_pos counts the continuation bytes owed.
                     if (f.key_pos > 0) {
@@ -241,9 +251,15 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
                         --f.key_pos;
                         return keep();
                     }
-                    if (c == '"') { if (f.count >= n.min_count) done(); return; }
+                    if (c == '"') {
+                        if (f.count >= n.min_count) done();
+                        return;
+                    }
                     if (f.count >= n.max_count || c < 0x20) return;
-                    if (c == '\\') { f.phase = 2; return keep(); }
+                    if (c == '\\') {
+                        f.phase = 2;
+                        return keep();
+                    }
                     if (c >= 0x80) {
                         if (c < 0xC2 || c > 0xF4) return;
                         f.key_pos = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
@@ -251,17 +267,37 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
                     ++f.count;
                     return keep();
                 case 2:
-                    if (c == 'u') { f.phase = 3; f.property = 0; return keep(); }
+                    if (c == 'u') {
+                        f.phase = 3;
+                        f.property = 0;
+                        return keep();
+                    }
                     if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' && c != 'r' && c != 't') return;
-                    f.phase = 1; ++f.count; return keep();
-                case 7: if (c == '\\') { f.phase = 8; return keep(); } return;  // a high surrogate's partner
-                case 8: if (c == 'u') { f.phase = 9; f.property = 0; return keep(); } return;
+                    f.phase = 1;
+                    ++f.count;
+                    return keep();
+                case 7:
+                    if (c == '\\') {
+                        f.phase = 8;
+                        return keep();
+                    }
+                    return;  // a high surrogate's partner
+                case 8:
+                    if (c == 'u') {
+                        f.phase = 9;
+                        f.property = 0;
+                        return keep();
+                    }
+                    return;
                 default: {  // 3..6: four hex digits of \u; 9..12: those of the low surrogate after a high one
                     if (!is_hex(c)) return;
                     f.property = f.property * 16 + (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
                     if (++f.phase == 7) {
                         if (f.property >= 0xDC00 && f.property <= 0xDFFF) return;  // a low surrogate alone
-                        if (f.property < 0xD800 || f.property > 0xDBFF) { f.phase = 1; ++f.count; }
+                        if (f.property < 0xD800 || f.property > 0xDBFF) {
+                            f.phase = 1;
+                            ++f.count;
+                        }
                     } else if (f.phase == 13) {
                         if (f.property < 0xDC00 || f.property > 0xDFFF) return;
                         f.phase = 1;
@@ -274,20 +310,50 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
             // phases: 0 start, 1 after '-', 2 integer digits, 3 after a leading 0, 4 after '.', 5 fraction
             // digits, 6 after 'e', 7 after the exponent sign, 8 exponent digits. 2, 3, 5, 8 may end.
             const bool digit = is_digit(c) && f.count < kMaxNumberDigits;
-            auto next = [&](uint8_t phase) { f.phase = phase; if (is_digit(c)) ++f.count; keep(); };
+            auto next = [&](uint8_t phase) {
+                f.phase = phase;
+                if (is_digit(c)) ++f.count;
+                keep();
+            };
             switch (f.phase) {
-                case 0: if (c == '-') return next(1); [[fallthrough]];
-                case 1: if (c == '0') return next(3); if (digit) return next(2); return;
-                case 2: if (digit) return next(2); [[fallthrough]];
-                case 3: if (!n.integer && c == '.') return next(4);
-                        if (!n.integer && (c == 'e' || c == 'E')) return next(6);
-                        break;
-                case 4: if (digit) return next(5); return;
-                case 5: if (digit) return next(5); if (c == 'e' || c == 'E') return next(6); break;
+                case 0:
+                    if (c == '-') return next(1);
+                    [[fallthrough]];
+                case 1:
+                    if (c == '0') return next(3);
+                    if (digit) return next(2);
+                    return;
+                case 2:
+                    if (digit) return next(2);
+                    [[fallthrough]];
+                case 3:
+                    if (!n.integer && c == '.') return next(4);
+                    if (!n.integer && (c == 'e' || c == 'E')) return next(6);
+                    break;
+                case 4:
+                    if (digit) return next(5);
+                    return;
+                case 5:
+                    if (digit) return next(5);
+                    if (c == 'e' || c == 'E') return next(6);
+                    break;
                 // Exponents of at most two digits: larger ones overflow a double.
-                case 6: if (c == '+' || c == '-') return next(7); [[fallthrough]];
-                case 7: if (is_digit(c)) { f.key_pos = 1; f.phase = 8; return keep(); } return;
-                case 8: if (is_digit(c) && f.key_pos < 2) { ++f.key_pos; return keep(); } break;
+                case 6:
+                    if (c == '+' || c == '-') return next(7);
+                    [[fallthrough]];
+                case 7:
+                    if (is_digit(c)) {
+                        f.key_pos = 1;
+                        f.phase = 8;
+                        return keep();
+                    }
+                    return;
+                case 8:
+                    if (is_digit(c) && f.key_pos < 2) {
+                        ++f.key_pos;
+                        return keep();
+                    }
+                    break;
             }
             // The number ended one byte ago: that byte belongs to what follows it.
             s.pop_back();
@@ -295,13 +361,31 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
         }
         case K::Array:
             switch (f.phase) {
-                case 0: if (c == '[') { f.phase = 1; return keep(); } return;
-                case 1: if (c == ']') { if (n.min_count == 0) done(); return; } break;
+                case 0:
+                    if (c == '[') {
+                        f.phase = 1;
+                        return keep();
+                    }
+                    return;
+                case 1:
+                    if (c == ']') {
+                        if (n.min_count == 0) done();
+                        return;
+                    }
+                    break;
                 case 2:
-                    if (c == ',' && f.count < n.max_count) { f.phase = 3; return keep(); }
+                    if (c == ',' && f.count < n.max_count) {
+                        f.phase = 3;
+                        return keep();
+                    }
                     if (c == ']' && f.count >= n.min_count) return done();
                     return;
-                case 3: if (c == ' ') { f.phase = 4; return keep(); } break;
+                case 3:
+                    if (c == ' ') {
+                        f.phase = 4;
+                        return keep();
+                    }
+                    break;
                 default: break;
             }
             f.phase = 2;
@@ -319,9 +403,17 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
                 keep();
             };
             switch (f.phase) {
-                case 0: if (c == '{') { f.phase = 1; return keep(); } return;
+                case 0:
+                    if (c == '{') {
+                        f.phase = 1;
+                        return keep();
+                    }
+                    return;
                 case 1:
-                    if (c == '}') { if ((n.required & ~f.seen) == 0) done(); return; }
+                    if (c == '}') {
+                        if ((n.required & ~f.seen) == 0) done();
+                        return;
+                    }
                     if (c == '"') return start_key();
                     return;
                 case 2:  // inside a key
@@ -345,17 +437,38 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
                     if (f.key_match == 0 && n.additional < 0) return;
                     ++f.key_pos;
                     return keep();
-                case 3: if (c == ':') { f.phase = 4; return keep(); } return;
-                case 4: if (c == ' ') { f.phase = 5; return keep(); } [[fallthrough]];
+                case 3:
+                    if (c == ':') {
+                        f.phase = 4;
+                        return keep();
+                    }
+                    return;
+                case 4:
+                    if (c == ' ') {
+                        f.phase = 5;
+                        return keep();
+                    }
+                    [[fallthrough]];
                 case 5:
                     f.phase = 6;
                     s.push_back(Frame{.node = f.property >= 0 ? n.children[static_cast<size_t>(f.property)] : n.additional});
                     return advance(std::move(s), c, out);
                 case 6:
-                    if (c == '}') { if ((n.required & ~f.seen) == 0) done(); return; }
-                    if (c == ',' && ((all & ~f.seen) != 0 || n.additional >= 0)) { f.phase = 7; return keep(); }
+                    if (c == '}') {
+                        if ((n.required & ~f.seen) == 0) done();
+                        return;
+                    }
+                    if (c == ',' && ((all & ~f.seen) != 0 || n.additional >= 0)) {
+                        f.phase = 7;
+                        return keep();
+                    }
                     return;
-                case 7: if (c == ' ') { f.phase = 8; return keep(); } [[fallthrough]];
+                case 7:
+                    if (c == ' ') {
+                        f.phase = 8;
+                        return keep();
+                    }
+                    [[fallthrough]];
                 default:
                     if (c == '"') return start_key();
                     return;

@@ -26,14 +26,14 @@ public:
     enum class Kind : uint8_t { Literal, Sequence, Union, Object, Array, String, Number };
     struct Node {
         Kind kind = Kind::Literal;
-        std::string text{};                                // Literal
-        std::vector<int> children{};                       // Sequence, Union; Object: property value nodes
-        std::vector<std::string> names{};                  // Object: property names (declared order)
-        uint64_t required = 0;                             // Object: bit per property
-        int additional = -1;                               // Object: node of other keys' values; -1: none allowed
-        int items = -1;                                    // Array
-        uint32_t min_count = 0, max_count = UINT32_MAX;    // Array items; String characters
-        bool integer = false;                              // Number
+        std::string text{};                              // Literal
+        std::vector<int> children{};                     // Sequence, Union; Object: property value nodes
+        std::vector<std::string> names{};                // Object: property names (declared order)
+        uint64_t required = 0;                           // Object: bit per property
+        int additional = -1;                             // Object: node of other keys' values; -1: none allowed
+        int items = -1;                                  // Array
+        uint32_t min_count = 0, max_count = UINT32_MAX;  // Array items; String characters
+        bool integer = false;                            // Number
     };
 
     int literal(std::string text);
@@ -75,11 +75,11 @@ public:
     struct Frame {
         int node = 0;
         uint8_t phase = 0;
-        uint32_t count = 0;     // Literal position, Sequence part, String characters, Array items, Number digits
-        int32_t property = -1;  // Object: the property whose value is being read (-1: an additional one)
-        uint64_t seen = 0;      // Object: properties given
-        uint64_t key_match = 0; // Object: properties the key typed so far still matches
-        uint32_t key_pos = 0;   // Object: key bytes typed; Number: exponent digits; String: UTF-8 bytes owed
+        uint32_t count = 0;      // Literal position, Sequence part, String characters, Array items, Number digits
+        int32_t property = -1;   // Object: the property whose value is being read (-1: an additional one)
+        uint64_t seen = 0;       // Object: properties given
+        uint64_t key_match = 0;  // Object: properties the key typed so far still matches
+        uint32_t key_pos = 0;    // Object: key bytes typed; Number: exponent digits; String: UTF-8 bytes owed
     };
     using Stack = std::vector<Frame>;
 

@@ -62,8 +62,7 @@ std::vector<double> Sampler::candidates(std::span<const float> logits, std::span
     for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
     if (p_.repeat_penalty != 1.f && p_.repeat_last_n > 0) {
         std::unordered_set<int32_t> recent;
-        for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
-             i < history.size(); ++i)
+        for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0; i < history.size(); ++i)
             recent.insert(history[i]);
         for (int32_t id : recent)
             if (id >= 0 && static_cast<size_t>(id) < cand_.size()) {
@@ -88,7 +87,10 @@ std::vector<double> Sampler::candidates(std::span<const float> logits, std::span
     if (p_.top_p < 1.f) {
         double cum = 0;
         size_t k = 0;
-        while (k < prob.size()) { cum += prob[k++]; if (cum >= p_.top_p) break; }
+        while (k < prob.size()) {
+            cum += prob[k++];
+            if (cum >= p_.top_p) break;
+        }
         cand_.resize(k);
         prob.resize(k);
     }

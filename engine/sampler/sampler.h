@@ -10,10 +10,10 @@
 namespace moe {
 
 struct SamplerParams {
-    float temperature = 0.f;  // 0: greedy (argmax, lowest id on ties)
-    int top_k = 40;           // 0: off
-    float top_p = 0.95f;      // 1: off
-    float min_p = 0.05f;      // 0: off
+    float temperature = 0.f;     // 0: greedy (argmax, lowest id on ties)
+    int top_k = 40;              // 0: off
+    float top_p = 0.95f;         // 1: off
+    float min_p = 0.05f;         // 0: off
     float repeat_penalty = 1.f;  // 1: off; applied to the last repeat_last_n tokens
     int repeat_last_n = 64;
     uint64_t seed = 0;

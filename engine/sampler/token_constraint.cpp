@@ -66,7 +66,8 @@ bool TokenConstraint::allows(int32_t id, bool end_of_generation) const {
     return true;
 }
 
-void TokenConstraint::walk(const VocabTrie::Trie& trie, uint32_t node, const std::vector<GrammarMatcher::Stack>& stacks, std::vector<uint8_t>& allowed) const {
+void TokenConstraint::walk(const VocabTrie::Trie& trie, uint32_t node, const std::vector<GrammarMatcher::Stack>& stacks,
+                           std::vector<uint8_t>& allowed) const {
     for (uint32_t child = trie.nodes[node].first_child; child; child = trie.nodes[child].next_sibling) {
         std::vector<GrammarMatcher::Stack> next = stacks;
         if (!matcher_.feed_byte(trie.nodes[child].byte, next)) continue;

@@ -33,8 +33,8 @@ private:
         void add(const std::string& piece, int32_t id);
     };
     std::vector<std::string> pieces_;
-    Trie all_;       // every token
-    Trie special_;   // the tokens that are not plain string text
+    Trie all_;      // every token
+    Trie special_;  // the tokens that are not plain string text
     // plain_[id]: the token is whole UTF-8 characters, none of them '"', '\\' or a control character, so
     // inside a JSON string of unbounded length it is always allowed: the mask there walks special_ only.
     std::vector<uint8_t> plain_;

@@ -5,16 +5,14 @@
 
 namespace moe {
 
-void ApiService::anthropic_count_tokens(const HttpRequest& req, HttpResponder& res) {
-    anthropic_messages(req, res);
-}
+void ApiService::anthropic_count_tokens(const HttpRequest& req, HttpResponder& res) { anthropic_messages(req, res); }
 
 void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) {
     const bool count_only = req.target == "/v1/messages/count_tokens";
     const ordered_json body = parse_request_body(req.body, limits());
     check_model(body);
-    ApiRequest a = read_anthropic_messages(body, limits(), [this](const std::string& content, const std::vector<ToolCall>& calls) { return recall(content, calls); },
-                                           count_only);
+    ApiRequest a = read_anthropic_messages(
+        body, limits(), [this](const std::string& content, const std::vector<ToolCall>& calls) { return recall(content, calls); }, count_only);
     GenerationRequest g = generation_request(a);
     const ChatInput& in = a.chat;
     if (count_only) {
@@ -51,7 +49,8 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
             if (e.kind == OutputEvent::Call) {
                 if (!gate.admit() || !stream) continue;
                 open_block("tool_use", {{"type", "tool_use"}, {"id", e.call.id}, {"name", e.call.name}, {"input", json::object()}});
-                sse.send(event("content_block_delta", {{"type", "content_block_delta"}, {"index", block},
+                sse.send(event("content_block_delta", {{"type", "content_block_delta"},
+                                                       {"index", block},
                                                        {"delta", {{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}}));
                 close_block();
                 continue;
@@ -67,24 +66,38 @@ void ApiService::anthropic_messages(const HttpRequest& req, HttpResponder& res) 
         return true;
     };
     g.on_text = [&](const std::string& piece) { return handle_events(parser.push(piece)); };
-    const json start_message = {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", opt_.alias}, {"content", json::array()},
-                                {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+    const json start_message = {{"id", id},
+                                {"type", "message"},
+                                {"role", "assistant"},
+                                {"model", opt_.alias},
+                                {"content", json::array()},
+                                {"stop_reason", nullptr},
+                                {"stop_sequence", nullptr},
                                 {"usage", {{"input_tokens", chat.prompt.size()}, {"output_tokens", 0}}}};
-    GenerationResult r = generate(std::move(g), res, stream ? &sse : nullptr,
-                                  stream ? event("message_start", {{"type", "message_start"}, {"message", start_message}}) + event("ping", {{"type", "ping"}}) : "");
+    GenerationResult r = generate(
+        std::move(g), res, stream ? &sse : nullptr,
+        stream ? event("message_start", {{"type", "message_start"}, {"message", start_message}}) + event("ping", {{"type", "ping"}}) : "");
     if (ended_in_error(r, stream, sse, event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", r.error}}}}))) return;
     if (r.finish_reason != FinishReason::Cancelled) handle_events(parser.finish());
     remember(parser, chat, r);
     std::vector<ToolCall> calls = parser.calls();
     if (gate.one_call && calls.size() > 1) calls.resize(1);
-    const std::string stop_reason = !calls.empty() ? "tool_use" : r.finish_reason == FinishReason::Length ? "max_tokens" : !r.stop_string.empty() ? "stop_sequence" : "end_turn";
+    const std::string stop_reason = !calls.empty()                            ? "tool_use"
+                                    : r.finish_reason == FinishReason::Length ? "max_tokens"
+                                    : !r.stop_string.empty()                  ? "stop_sequence"
+                                                                              : "end_turn";
     const json stop_sequence = r.stop_string.empty() ? json(nullptr) : json(r.stop_string);
-    const json usage = {{"input_tokens", r.prompt_tokens - r.prompt_reused}, {"cache_read_input_tokens", r.prompt_reused},
-                        {"cache_creation_input_tokens", 0}, {"output_tokens", r.completion_tokens}, {"moestream", expert_usage_json(r.experts)}};
+    const json usage = {{"input_tokens", r.prompt_tokens - r.prompt_reused},
+                        {"cache_read_input_tokens", r.prompt_reused},
+                        {"cache_creation_input_tokens", 0},
+                        {"output_tokens", r.completion_tokens},
+                        {"moestream", expert_usage_json(r.experts)}};
     if (stream) {
         if (sse.ok()) {
             close_block();
-            sse.send(event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}}, {"usage", usage}}));
+            sse.send(
+                event("message_delta",
+                      {{"type", "message_delta"}, {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}}, {"usage", usage}}));
             sse.send(event("message_stop", {{"type", "message_stop"}}));
         }
         sse.end();

@@ -25,19 +25,22 @@ inline ApiError bad(const std::string& msg, const std::string& param = "", const
 // Model output may hold bytes that are not UTF-8 (a byte-level vocabulary can emit any byte): replace them
 // with U+FFFD rather than fail the response.
 template <typename J>
-std::string wire(const J& j) { return j.dump(-1, ' ', false, J::error_handler_t::replace); }
+std::string wire(const J& j) {
+    return j.dump(-1, ' ', false, J::error_handler_t::replace);
+}
 
 // The usage extension both APIs carry (`usage.moestream`): what the request cost the expert cache.
 template <typename Io>
 json expert_usage_json(const Io& io) {
     const uint64_t lookups = io.hits + io.misses;
-    return {{"expert_bytes_read", io.bytes_read}, {"expert_cache_hits", io.hits}, {"expert_cache_misses", io.misses},
-            {"expert_hit_rate", lookups ? static_cast<double>(io.hits) / static_cast<double>(lookups) : 0.0}, {"expert_io_wait_ms", io.io_wait_ms}};
+    return {{"expert_bytes_read", io.bytes_read},
+            {"expert_cache_hits", io.hits},
+            {"expert_cache_misses", io.misses},
+            {"expert_hit_rate", lookups ? static_cast<double>(io.hits) / static_cast<double>(lookups) : 0.0},
+            {"expert_io_wait_ms", io.io_wait_ms}};
 }
 
-inline int64_t now_s() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+inline int64_t now_s() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // body[key] as a number in [lo, hi] (integral T: an integer); nullopt when absent or null.
 template <typename T, typename J>

@@ -19,7 +19,8 @@ void check_count(size_t n, size_t limit, const char* what) {
 void check_schema_size(const ordered_json& schema, size_t limit, const std::string& where) {
     const size_t n = schema.dump().size();
     if (n > limit)
-        throw bad(where + " is a schema of " + std::to_string(n) + " bytes (compact JSON); this server takes at most " + std::to_string(limit), where);
+        throw bad(where + " is a schema of " + std::to_string(n) + " bytes (compact JSON); this server takes at most " + std::to_string(limit),
+                  where);
 }
 
 // OpenAI message content: a string, null, or [{"type":"text","text":"..."}].
@@ -97,7 +98,8 @@ std::vector<ToolSpec> read_openai_tools(const ordered_json& body, const RequestL
             throw bad(where + ".function.name must be a non-empty string", where);
         if (f.contains("parameters") && !f["parameters"].is_object()) throw bad(where + ".function.parameters must be a JSON schema object", where);
         if (f.contains("parameters")) check_schema_size(f["parameters"], limits.max_schema_bytes, where + ".function.parameters");
-        return ToolSpec{f["name"].get<std::string>(), f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
+        return ToolSpec{f["name"].get<std::string>(),
+                        f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "", t,
                         f.contains("parameters") ? f["parameters"] : ordered_json::object()};
     });
 }
@@ -112,7 +114,8 @@ void read_openai_tool_choice(const ordered_json& body, ChatInput& in) {
         else if (s == "auto") in.tool_choice = ToolChoice::Auto;
         else if (s == "required") in.tool_choice = ToolChoice::Required;
         else throw bad("tool_choice '" + s + "' is not none, auto, required or a named function", "tool_choice");
-    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
         in.tool_choice = ToolChoice::Named;
         in.forced_tool = c["function"]["name"].get<std::string>();
         if (!find_tool(in.tools, in.forced_tool)) throw bad("tool_choice names '" + in.forced_tool + "', which is not in tools", "tool_choice");
@@ -153,10 +156,12 @@ ChatMessage read_openai_message(const ordered_json& m, const std::string& where,
         for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
             const auto& tc = m["tool_calls"][k];
             const std::string w = where + ".tool_calls[" + std::to_string(k) + "]";
-            if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+            if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
+                !tc["function"]["name"].is_string())
                 throw bad(w + ".function.name must be a string", w);
             const auto& f = tc["function"];
-            std::string args = f.contains("arguments") ? (f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump()) : "{}";
+            std::string args = f.contains("arguments") ? (f["arguments"].is_string() ? f["arguments"].get<std::string>() : f["arguments"].dump())
+                                                       : "{}";
             cm.tool_calls.push_back({string_field(tc, "id", w), f["name"].get<std::string>(), args});
         }
     }
@@ -164,7 +169,8 @@ ChatMessage read_openai_message(const ordered_json& m, const std::string& where,
         if (recall) cm.generated = recall(cm.content, cm.tool_calls);
         // Reasoning a client sends back separately goes where the templates look for it.
         const std::string reasoning = string_field(m, "reasoning_content", where);
-        if (!reasoning.empty() && cm.content.find("</think>") == std::string::npos) cm.content = "<think>\n" + reasoning + "\n</think>\n\n" + cm.content;
+        if (!reasoning.empty() && cm.content.find("</think>") == std::string::npos)
+            cm.content = "<think>\n" + reasoning + "\n</think>\n\n" + cm.content;
     }
     return cm;
 }
@@ -240,7 +246,8 @@ std::vector<ToolSpec> read_anthropic_tools(const ordered_json& body, const Reque
         const ordered_json schema = t.contains("input_schema") ? t["input_schema"] : ordered_json::object();
         if (!schema.is_object()) throw bad(where + ".input_schema must be a JSON schema object", where);
         check_schema_size(schema, limits.max_schema_bytes, where + ".input_schema");
-        const std::string name = t["name"].get<std::string>(), description = t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
+        const std::string name = t["name"].get<std::string>(),
+                          description = t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
         // Declared to the model exactly as the same tool from an OpenAI client.
         ordered_json declaration = {{"type", "function"}, {"function", {{"name", name}, {"description", description}, {"parameters", schema}}}};
         return ToolSpec{name, description, declaration, schema};
@@ -311,7 +318,8 @@ ApiRequest read_openai_chat(const ordered_json& body, const RequestLimits& limit
     if (!body.contains("messages") || !body["messages"].is_array()) throw bad("messages must be an array", "messages");
     if (body["messages"].empty()) throw bad("messages is empty", "messages");
     check_count(body["messages"].size(), limits.max_messages, "messages");
-    for (size_t i = 0; i < body["messages"].size(); ++i) in.messages.push_back(read_openai_message(body["messages"][i], "messages[" + std::to_string(i) + "]", recall));
+    for (size_t i = 0; i < body["messages"].size(); ++i)
+        in.messages.push_back(read_openai_message(body["messages"][i], "messages[" + std::to_string(i) + "]", recall));
     // gpt-oss's reasoning effort: OpenAI's reasoning_effort, or the template's own kwarg.
     auto effort = [&](const ordered_json& obj, const std::string& where) {
         if (!obj.contains("reasoning_effort")) return;
@@ -374,9 +382,11 @@ ApiRequest read_anthropic_messages(const ordered_json& body, const RequestLimits
         const std::string system = block_text(body["system"], "system");
         if (!system.empty()) in.messages.emplace_back("system", system);
     }
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) throw bad("messages must be a non-empty array", "messages");
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+        throw bad("messages must be a non-empty array", "messages");
     check_count(body["messages"].size(), limits.max_messages, "messages");
-    for (size_t i = 0; i < body["messages"].size(); ++i) read_anthropic_message(body["messages"][i], "messages[" + std::to_string(i) + "]", recall, in.messages);
+    for (size_t i = 0; i < body["messages"].size(); ++i)
+        read_anthropic_message(body["messages"][i], "messages[" + std::to_string(i) + "]", recall, in.messages);
     r.stream = boolean(body, "stream").value_or(false);
     return r;
 }

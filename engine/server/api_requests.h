@@ -19,7 +19,7 @@ namespace moe {
 // What one request may ask of the server. Each bounds work a client can cause beyond the body size: nesting
 // (recursive schema and template walks), per-token stop-string scans, prompt declarations of tools.
 struct RequestLimits {
-    int n_ctx = 4096;              // max_tokens may not exceed the context
+    int n_ctx = 4096;  // max_tokens may not exceed the context
     int max_tokens_default = 256;
     int max_json_depth = 128;
     size_t max_messages = 10000;
@@ -36,11 +36,11 @@ struct ApiRequest {
     bool stream = false;
     int max_tokens = 0;
     SamplerParams sampling;
-    bool seeded = false;           // the client gave a seed (otherwise the server's clock picks one)
+    bool seeded = false;  // the client gave a seed (otherwise the server's clock picks one)
     std::vector<std::string> stop;
     bool ignore_eos = false;
-    int logprobs = -1;             // -1: none
-    ChatInput chat;                // chat APIs
+    int logprobs = -1;  // -1: none
+    ChatInput chat;     // chat APIs
     // /v1/completions: the prompt as text, or as token ids (checked against the vocabulary by the caller).
     std::string prompt_text;
     std::vector<int64_t> prompt_ids;

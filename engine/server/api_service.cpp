@@ -17,7 +17,7 @@ json openai_error(const ApiError& e) {
 
 // Anthropic's shape: {"type":"error","error":{"type":...,"message":...}} with its own type names.
 json anthropic_error(const ApiError& e) {
-    const char* type = e.status == 401 ? "authentication_error"
+    const char* type = e.status == 401   ? "authentication_error"
                        : e.status == 404 ? "not_found_error"
                        : e.status == 413 ? "request_too_large"
                        : e.status == 429 ? "rate_limit_error"
@@ -32,8 +32,7 @@ json anthropic_error(const ApiError& e) {
 bool keys_equal(const std::string& a, const std::string& b) {
     unsigned char diff = static_cast<unsigned char>(a.size() != b.size());
     const std::string& longer = a.size() >= b.size() ? a : b;
-    for (size_t i = 0; i < longer.size(); ++i)
-        diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+    for (size_t i = 0; i < longer.size(); ++i) diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
     return diff == 0;
 }
 
@@ -84,7 +83,8 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
             method("GET");
             count(200);
             return res.send(200, "text/html; charset=utf-8", web_page_html(),
-                            {{"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"},
+                            {{"Content-Security-Policy",
+                              "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"},
                              {"X-Content-Type-Options", "nosniff"}});
         }
         if (req.target == "/favicon.ico") {  // browsers ask unprompted: no icon, and no 401 in their console
@@ -109,7 +109,8 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
             const bool bearer_ok = keys_equal(header("authorization"), "Bearer " + opt_.api_key);
             const bool x_key_ok = keys_equal(header("x-api-key"), opt_.api_key);
             if (!bearer_ok && !x_key_ok)
-                throw ApiError{401, "missing or wrong API key (Authorization: Bearer <key> or x-api-key: <key>)", "invalid_request_error", "", "invalid_api_key"};
+                throw ApiError{401, "missing or wrong API key (Authorization: Bearer <key> or x-api-key: <key>)", "invalid_request_error", "",
+                               "invalid_api_key"};
         }
         if (req.target == "/metrics") {
             count(200);
@@ -118,8 +119,12 @@ void ApiService::handle(const HttpRequest& req, HttpResponder& res) {
         if (req.target == "/v1/models") {
             method("GET");
             return send_json(200, {{"object", "list"},
-                                   {"data", json::array({{{"id", opt_.alias}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
-                                                          {"type", "model"}, {"display_name", opt_.alias}}})}});
+                                   {"data", json::array({{{"id", opt_.alias},
+                                                          {"object", "model"},
+                                                          {"created", 0},
+                                                          {"owned_by", "moestream"},
+                                                          {"type", "model"},
+                                                          {"display_name", opt_.alias}}})}});
         }
         if (req.target == "/v1/engine/stats" || req.target == "/v1/engine/stats/stream") {
             method("GET");
@@ -151,7 +156,8 @@ void ApiService::check_model(const ordered_json& body) {
     const std::string m = body["model"].get<std::string>();
     const std::string base = opt_.model_file.substr(opt_.model_file.rfind('/') + 1);
     if (m != opt_.alias && m != base && m != opt_.model_file)
-        throw ApiError{404, "model '" + m + "' does not exist; this server serves '" + opt_.alias + "'", "invalid_request_error", "model", "model_not_found"};
+        throw ApiError{404, "model '" + m + "' does not exist; this server serves '" + opt_.alias + "'", "invalid_request_error", "model",
+                       "model_not_found"};
 }
 
 RequestLimits ApiService::limits() const {
@@ -175,9 +181,7 @@ PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, cons
     PreparedChat chat;
     try {
         chat = prepare_chat(in, format(), *tok_, gen_->recurrent());
-    } catch (const GrammarError& e) {
-        throw bad(std::string("response_format: ") + e.what(), "response_format");
-    }
+    } catch (const GrammarError& e) { throw bad(std::string("response_format: ") + e.what(), "response_format"); }
     g.grammar = chat.grammar;
     const int n_ctx = gen_->n_ctx();
     if (static_cast<int>(chat.prompt.size()) + 1 > n_ctx)
@@ -261,8 +265,10 @@ std::string ApiService::metrics_text() {
     metric("moestream_busy", "gauge", "1 while a generation runs.", gen_->busy() ? 1 : 0);
     metric("moestream_slots", "gauge", "Slots (--parallel): requests generated at once.", gen_->slots());
     metric("moestream_slots_busy", "gauge", "Slots generating now.", gen_->slots_busy());
-    metric("moestream_grammar_tokens_total", "counter", "Tokens drawn under a grammar (response_format, forced tool calls).", static_cast<double>(s.grammar_tokens.load()));
-    metric("moestream_grammar_masks_total", "counter", "Full vocabulary masks built (the drawn token was not allowed).", static_cast<double>(s.grammar_masks.load()));
+    metric("moestream_grammar_tokens_total", "counter", "Tokens drawn under a grammar (response_format, forced tool calls).",
+           static_cast<double>(s.grammar_tokens.load()));
+    metric("moestream_grammar_masks_total", "counter", "Full vocabulary masks built (the drawn token was not allowed).",
+           static_cast<double>(s.grammar_masks.load()));
     metric("moestream_grammar_seconds_total", "counter", "Time spent checking and masking tokens.", static_cast<double>(s.grammar_ns.load()) / 1e9);
     if (gen_->draft_mode() != DraftMode::Off) {
         metric("moestream_draft_steps_total", "counter", "Decode steps that verified drafted tokens.", static_cast<double>(s.draft_steps.load()));

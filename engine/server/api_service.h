@@ -22,13 +22,13 @@
 namespace moe {
 
 struct ApiOptions {
-    std::string alias;              // the model id clients use
-    std::string model_file;         // also accepted as a model id (basename)
-    std::string api_key;            // empty: no auth
+    std::string alias;       // the model id clients use
+    std::string model_file;  // also accepted as a model id (basename)
+    std::string api_key;     // empty: no auth
     ChatFamily family = ChatFamily::ChatML;
     std::string bos_text;
     int max_tokens_default = 256;
-    bool split_reasoning = true;    // false (--reasoning-format none): think blocks stay in the answer
+    bool split_reasoning = true;  // false (--reasoning-format none): think blocks stay in the answer
 };
 
 // Server-sent events for one response. The worker thread produces events while the request thread may not

@@ -93,7 +93,8 @@ std::string tool_namespace(const std::vector<ToolSpec>& tools) {
         s += "(_: {\n";
         const ordered_json required = p.value("required", ordered_json::array());
         for (const auto& [name, spec] : p["properties"].items()) {
-            if (spec.is_object() && spec.contains("description") && !text_of(spec["description"]).empty()) s += "// " + text_of(spec["description"]) + "\n";
+            if (spec.is_object() && spec.contains("description") && !text_of(spec["description"]).empty())
+                s += "// " + text_of(spec["description"]) + "\n";
             s += name + (contains(required, name) ? "" : "?") + ": " + ts_type(spec);
             if (spec.is_object() && spec.contains("default")) {
                 if (spec.contains("enum")) s += ", // default: " + text_of(spec["default"]);
@@ -162,7 +163,8 @@ std::vector<ChatSegment> render(const std::vector<ChatMessage>& ms, const ChatRe
                 const std::string& analysis = !answer.empty() ? answer : thinking;
                 if (!analysis.empty() && !later_answer) s += kStart + "assistant" + kChannel + "analysis" + kMessage + analysis + kEnd;
                 const ToolCall& c = m.tool_calls.front();
-                s += kStart + "assistant to=functions." + c.name + kChannel + "commentary json" + kMessage + python_json(arguments_object(c.arguments)) + kCall;
+                s += kStart + "assistant to=functions." + c.name + kChannel + "commentary json" + kMessage +
+                     python_json(arguments_object(c.arguments)) + kCall;
                 last_call = c.name;
             } else if (i + 1 == ms.size() && !opt.add_generation_prompt) {
                 if (!thinking.empty()) s += kStart + "assistant" + kChannel + "analysis" + kMessage + thinking + kEnd;
@@ -245,7 +247,9 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
         std::string closer;
         for (const std::string& k : {kEnd, kReturn, kCall, kStart})
             if (const size_t p = buf_.find(k); p < end) end = p, closer = k;
-        const size_t take = end != std::string::npos ? end : final ? buf_.size() : buf_.size() - partial_marker_tail(buf_, {kEnd, kReturn, kCall, kStart});
+        const size_t take = end != std::string::npos ? end
+                            : final                  ? buf_.size()
+                                                     : buf_.size() - partial_marker_tail(buf_, {kEnd, kReturn, kCall, kStart});
         const std::string text = buf_.substr(0, take);
         buf_.erase(0, end == std::string::npos ? take : end + closer.size());
         if (recipient_.rfind("functions.", 0) == 0 && opt_.parse_tools) call_body_ += text;

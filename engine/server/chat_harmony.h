@@ -35,7 +35,7 @@ private:
 
     OutputParserOptions opt_;
     State state_ = State::Header;
-    bool at_start_ = true;             // only the first header may begin with its recipient (" to=...")
+    bool at_start_ = true;  // only the first header may begin with its recipient (" to=...")
     std::string buf_;
     std::string channel_, recipient_;  // of the message being read
     std::string call_body_;            // a call's arguments so far

@@ -65,9 +65,7 @@ ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) :
             call_open_ = {kKimiSectionBegin, kKimiCallBegin};
             call_close_ = kKimiSectionEnd;
             break;
-        default:
-            call_open_ = {"<tool_call>"};
-            call_close_ = "</tool_call>";
+        default: call_open_ = {"<tool_call>"}; call_close_ = "</tool_call>";
     }
     if (!opt_.split_reasoning) state_ = State::Content;
     else if (opt_.starts_in_reasoning) state_ = State::Reasoning;

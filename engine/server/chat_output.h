@@ -60,9 +60,9 @@ private:
     std::vector<std::string> call_open_;  // markers that start a call (or a section of calls)
     std::string call_close_;
     State state_ = State::Start;
-    std::string buf_;            // received, not yet handled
-    std::string open_marker_;    // the marker that opened the current call
-    std::string held_space_;     // trailing whitespace of the current section: sent only if more text follows
+    std::string buf_;          // received, not yet handled
+    std::string open_marker_;  // the marker that opened the current call
+    std::string held_space_;   // trailing whitespace of the current section: sent only if more text follows
     bool section_started_ = false;
     std::string reasoning_, content_;
     std::vector<ToolCall> calls_;

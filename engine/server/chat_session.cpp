@@ -24,9 +24,7 @@ int arguments_grammar(JsonGrammar& g, const ToolSpec& tool) {
     if (tool.parameters.empty()) return g.any_object();
     try {
         return g.from_schema(nlohmann::json::parse(tool.parameters.dump()));
-    } catch (const GrammarError&) {
-        return g.any_object();
-    }
+    } catch (const GrammarError&) { return g.any_object(); }
 }
 
 // The rest of a forced call after its opening: [name head +] arguments + closing text.
@@ -63,8 +61,11 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
         g->set_root(g->from_schema(*in.response_schema));
         p.grammar = g;
     }
-    ChatRenderOptions opt{.add_generation_prompt = true, .enable_thinking = constrained ? std::optional<bool>(false) : in.thinking,
-                          .bos_text = format.bos_text, .tools = in.tools, .reasoning_effort = in.reasoning_effort};
+    ChatRenderOptions opt{.add_generation_prompt = true,
+                          .enable_thinking = constrained ? std::optional<bool>(false) : in.thinking,
+                          .bos_text = format.bos_text,
+                          .tools = in.tools,
+                          .reasoning_effort = in.reasoning_effort};
     const auto segs = render_chat(format.family, in.messages, opt);
     if (forced) p.prefill = forced_call_prefix(format.family, in.tool_choice == ToolChoice::Named ? in.forced_tool : "");
     else if (in.response_schema) p.prefill = constrained_answer_prefix(format.family);
@@ -82,7 +83,8 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
         while (k < hsegs.size() && hsegs[k].tokens != std::vector<int32_t>{-1}) ++k;
         if (k < hsegs.size()) {
             const auto head = tokens_of(std::vector<ChatSegment>(hsegs.begin(), hsegs.begin() + static_cast<long>(k)), "", tok);
-            if (head.size() <= p.prompt.size() && std::equal(head.begin(), head.end(), p.prompt.begin())) p.splice_from = static_cast<int>(head.size());
+            if (head.size() <= p.prompt.size() && std::equal(head.begin(), head.end(), p.prompt.begin()))
+                p.splice_from = static_cast<int>(head.size());
         }
     }
 
@@ -102,7 +104,8 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
         while (last_user > 0 && msgs[last_user - 1].role != "user") --last_user;
         if (last_user > 1) {
             opt.add_generation_prompt = false;
-            const auto head = tokens_of(render_chat(format.family, std::vector<ChatMessage>(msgs.begin(), msgs.begin() + static_cast<long>(last_user - 1)), opt), "", tok);
+            const auto head = tokens_of(
+                render_chat(format.family, std::vector<ChatMessage>(msgs.begin(), msgs.begin() + static_cast<long>(last_user - 1)), opt), "", tok);
             if (!head.empty() && head.size() < p.prompt.size() && std::equal(head.begin(), head.end(), p.prompt.begin()))
                 p.checkpoint_at.push_back(static_cast<int>(head.size()));
         }

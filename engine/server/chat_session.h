@@ -21,9 +21,9 @@ struct ChatInput {
     std::vector<ChatMessage> messages;
     std::vector<ToolSpec> tools;
     ToolChoice tool_choice = ToolChoice::Auto;
-    std::string forced_tool;           // ToolChoice::Named
+    std::string forced_tool;  // ToolChoice::Named
     bool parallel_tool_calls = true;
-    std::optional<bool> thinking;      // unset: the family's default
+    std::optional<bool> thinking;                                // unset: the family's default
     ReasoningEffort reasoning_effort = ReasoningEffort::Medium;  // gpt-oss
     // response_format: the answer is JSON matching this schema ({"type": "object"} for json_object).
     std::optional<nlohmann::json> response_schema;
@@ -31,7 +31,7 @@ struct ChatInput {
 
 struct PreparedChat {
     std::vector<int32_t> prompt;
-    std::vector<int> checkpoint_at;    // recurrent models: where the last user message starts
+    std::vector<int> checkpoint_at;  // recurrent models: where the last user message starts
     OutputParserOptions parser;
     // A forced tool call's opening, already at the end of the prompt: fed to the parser before the output.
     std::string prefill;

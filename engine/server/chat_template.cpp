@@ -40,8 +40,7 @@ ChatFamily detect_chat_family(const std::string& t) {
     // Qwen3.5: XML tool calls (<function=...>) and a think block opened by the generation prompt.
     if (has("<|im_start|>") && has("<function=") && has("<think>")) return ChatFamily::Qwen35;
     if (t.find("<|im_start|>") != std::string::npos)
-        return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3
-                                                                                                         : ChatFamily::ChatML;
+        return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3 : ChatFamily::ChatML;
     return ChatFamily::ChatML;
 }
 
@@ -177,8 +176,7 @@ std::string qwen35_calls(const std::vector<ToolCall>& calls, bool has_content) {
     for (size_t k = 0; k < calls.size(); ++k) {
         s += std::string(k ? "\n" : has_content ? "\n\n" : "") + "<tool_call>\n<function=" + calls[k].name + ">\n";
         const ordered_json args = arguments_object(calls[k].arguments);  // (kept alive for the loop)
-        for (const auto& [key, v] : args.items())
-            s += "<parameter=" + key + ">\n" + argument_text(v, false) + "\n</parameter>\n";
+        for (const auto& [key, v] : args.items()) s += "<parameter=" + key + ">\n" + argument_text(v, false) + "\n</parameter>\n";
         s += "</function>\n</tool_call>";
     }
     return s;
@@ -201,7 +199,8 @@ std::string deepseek_calls(const std::vector<ToolCall>& calls, bool v3) {
     std::string s = "<｜tool▁calls▁begin｜>";
     for (size_t k = 0; k < calls.size(); ++k) {
         const std::string args = python_json(arguments_object(calls[k].arguments));
-        s += v3 ? std::string(k ? "\n" : "") + "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + calls[k].name + "\n```json\n" + args + "\n```<｜tool▁call▁end｜>"
+        s += v3 ? std::string(k ? "\n" : "") + "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + calls[k].name + "\n```json\n" + args +
+                      "\n```<｜tool▁call▁end｜>"
                 : "<｜tool▁call▁begin｜>" + calls[k].name + "<｜tool▁sep｜>" + args + "<｜tool▁call▁end｜>";
     }
     return s + "<｜tool▁calls▁end｜>";
@@ -225,7 +224,8 @@ CallSyntax call_syntax(ChatFamily family) {
         case ChatFamily::Glm47: return {"<tool_call>", "", false};
         case ChatFamily::DeepSeek:
         case ChatFamily::DeepSeekV31: return {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", true};
-        case ChatFamily::KimiK2: return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
+        case ChatFamily::KimiK2:
+            return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
         case ChatFamily::Harmony: return {harmony::kCallOpen, harmony::kCallTail, true};
     }
     return {};
@@ -269,7 +269,8 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
         case ChatFamily::Qwen3: {
             size_t first = 0;
             if (!tools.empty()) {
-                o.text("<|im_start|>system\n" + (system_first ? ms[0].content + "\n\n" : "") + kQwen3ToolsIntro + tool_lines(tools, "\n", "") + kQwen3ToolsOutro);
+                o.text("<|im_start|>system\n" + (system_first ? ms[0].content + "\n\n" : "") + kQwen3ToolsIntro + tool_lines(tools, "\n", "") +
+                       kQwen3ToolsOutro);
                 first = system_first ? 1 : 0;
             }
             for (size_t i = first; i < ms.size(); ++i) {
@@ -342,7 +343,8 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                     o.text("<|im_start|>" + m.role + "\n" + content + "<|im_end|>\n");
                 }
             }
-            if (opt.add_generation_prompt) o.text(opt.enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+            if (opt.add_generation_prompt)
+                o.text(opt.enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
             break;
         }
         case ChatFamily::Glm4: {
@@ -474,7 +476,8 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
                         for (const auto& c : m.tool_calls) {
                             const std::string id = "functions." + c.name + ":" + std::to_string(counter++);
                             pending_ids.push_back(id);
-                            body += "<|tool_call_begin|>" + id + "<|tool_call_argument_begin|>" + python_json(arguments_object(c.arguments)) + "<|tool_call_end|>";
+                            body += "<|tool_call_begin|>" + id + "<|tool_call_argument_begin|>" + python_json(arguments_object(c.arguments)) +
+                                    "<|tool_call_end|>";
                         }
                         body += "<|tool_calls_section_end|>";
                     }

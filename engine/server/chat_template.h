@@ -26,11 +26,11 @@ struct ChatMessage {
     ChatMessage() = default;
     ChatMessage(std::string r, std::string c, std::optional<std::vector<int32_t>> g = {}, std::vector<ToolCall> calls = {})
         : role(std::move(r)), content(std::move(c)), generated(std::move(g)), tool_calls(std::move(calls)) {}
-    std::string role;     // system | user | assistant | tool
+    std::string role;  // system | user | assistant | tool
     std::string content;
     std::optional<std::vector<int32_t>> generated;  // assistant turns this server produced: its exact tokens
-    std::vector<ToolCall> tool_calls;  // assistant turns that called tools
-    std::string tool_call_id;          // tool results: the call they answer
+    std::vector<ToolCall> tool_calls;               // assistant turns that called tools
+    std::string tool_call_id;                       // tool results: the call they answer
 };
 
 struct ChatSegment {

@@ -17,8 +17,8 @@ uint64_t process_rss_bytes() {
     return 0;
 }
 
-EngineMonitor::EngineMonitor(Generator* gen, json config, std::pair<uint32_t, uint32_t> heat_dims,
-                             std::vector<std::pair<uint32_t, uint32_t>> pinned, double period_s, size_t keep)
+EngineMonitor::EngineMonitor(Generator* gen, json config, std::pair<uint32_t, uint32_t> heat_dims, std::vector<std::pair<uint32_t, uint32_t>> pinned,
+                             double period_s, size_t keep)
     : gen_(gen), config_(std::move(config)), dims_(heat_dims), pinned_(std::move(pinned)), period_s_(period_s), keep_(keep) {
     last_t_ = Clock::now();
     last_x_ = gen_->expert_stats();
@@ -52,7 +52,8 @@ json EngineMonitor::take_sample() {
                    {"prompt_tokens_per_s", static_cast<double>(prompt - last_prompt_) / dt},
                    {"read_bytes_per_s", static_cast<double>(x.bytes_read - last_x_.bytes_read) / dt},
                    {"cache_hit_rate", lookups ? json(static_cast<double>(x.hits - last_x_.hits) / static_cast<double>(lookups)) : json(nullptr)},
-                   {"prefetch_accuracy", issued ? json(static_cast<double>(x.prefetch_used - last_x_.prefetch_used) / static_cast<double>(issued)) : json(nullptr)},
+                   {"prefetch_accuracy",
+                    issued ? json(static_cast<double>(x.prefetch_used - last_x_.prefetch_used) / static_cast<double>(issued)) : json(nullptr)},
                    {"io_blocked_share", std::min(1.0, wait_s / dt)},
                    {"compute_share", std::clamp((busy_s - wait_s) / dt, 0.0, 1.0)},
                    {"rss_bytes", process_rss_bytes()},

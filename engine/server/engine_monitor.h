@@ -20,8 +20,8 @@ class EngineMonitor {
 public:
     // `config`: static facts shown beside the samples (threads, budget split, plan decisions...). `heat_dims`:
     // (layers, experts) of the heat map; `pinned`: (layer, expert) pairs a routing profile keeps resident.
-    EngineMonitor(Generator* gen, nlohmann::json config, std::pair<uint32_t, uint32_t> heat_dims,
-                  std::vector<std::pair<uint32_t, uint32_t>> pinned, double period_s = 1.0, size_t keep = 300);
+    EngineMonitor(Generator* gen, nlohmann::json config, std::pair<uint32_t, uint32_t> heat_dims, std::vector<std::pair<uint32_t, uint32_t>> pinned,
+                  double period_s = 1.0, size_t keep = 300);
     ~EngineMonitor();
 
     // {"config", "samples": [...], "heat": {"layers", "experts", "counts", "pinned"}}.

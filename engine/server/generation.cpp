@@ -41,14 +41,14 @@ struct Generator::Slot {
     std::vector<int32_t> history;
     std::string held;  // text not yet sent: it may be the start of a stop string
     size_t max_stop = 0;
-    int drawn = 0;                // tokens drawn so far (the end-of-generation token included)
-    std::vector<float> logits;    // for the next draw
+    int drawn = 0;              // tokens drawn so far (the end-of-generation token included)
+    std::vector<float> logits;  // for the next draw
     // Speculative decoding: this slot's drafts and their measured costs; a token the last verification chose
     // in place of a rejected draft (taken next instead of a draw; its row is in logits), else -1.
     std::optional<Drafter> drafter;
     int32_t pending = -1;
-    Clock::time_point t1;         // generation start
-    uint64_t last_used = 0;       // for choosing among equally good free slots
+    Clock::time_point t1;    // generation start
+    uint64_t last_used = 0;  // for choosing among equally good free slots
     // Prompt evaluation still going (interleaved with the other slots' decode steps): where it must stop to
     // snapshot a recurrent state, the next of them, and where the evaluated part began.
     bool prefilling = false;
@@ -220,9 +220,7 @@ void Generator::start(Slot& slot) {
         slot.cuts.push_back(P);
         slot.next_cut = 0;
         slot.prefilling = true;
-    } catch (const std::exception& e) {
-        return fail(slot, e.what());
-    }
+    } catch (const std::exception& e) { return fail(slot, e.what()); }
     // Alone, the whole prompt now; beside slots that are generating, a chunk per step (prefill_some).
     bool others_decoding = false;
     for (auto& sp : slots_) others_decoding = others_decoding || (sp.get() != &slot && sp->active && !sp->prefilling);
@@ -331,8 +329,14 @@ bool Generator::take_token(Slot& slot, int32_t next, int position) {
     GenerationRequest& req = slot.req;
     GenerationResult& r = slot.r;
     ++slot.drawn;
-    if (next < 0) { r.finish_reason = FinishReason::Stop; return false; }  // the grammar allows nothing more
-    if (tok_->is_eog(next)) { r.finish_reason = FinishReason::Stop; return false; }
+    if (next < 0) {
+        r.finish_reason = FinishReason::Stop;
+        return false;
+    }  // the grammar allows nothing more
+    if (tok_->is_eog(next)) {
+        r.finish_reason = FinishReason::Stop;
+        return false;
+    }
     if (req.logprobs >= 0) {
         const auto lp = token_logprobs(slot.logits, next, req.logprobs, req.sampling.temperature > 0 ? req.sampling.temperature : 1.f);
         TokenLogprob t{next, lp.first, lp.second};
@@ -359,8 +363,14 @@ bool Generator::take_token(Slot& slot, int32_t next, int position) {
     ready.resize(utf8_complete_prefix(ready));
     slot.held.erase(0, ready.size());
     r.text += ready;
-    if (req.on_text && !ready.empty() && !req.on_text(ready)) { r.finish_reason = FinishReason::Cancelled; return false; }
-    if (stopped || req.finish_now->load()) { r.finish_reason = FinishReason::Stop; return false; }
+    if (req.on_text && !ready.empty() && !req.on_text(ready)) {
+        r.finish_reason = FinishReason::Cancelled;
+        return false;
+    }
+    if (stopped || req.finish_now->load()) {
+        r.finish_reason = FinishReason::Stop;
+        return false;
+    }
     if ((position >= 0 ? position : runner_.n_past_of(slot.seq)) >= runner_.n_ctx()) return false;  // context full: finish as "length"
     return slot.drawn < req.max_tokens;
 }
@@ -384,7 +394,7 @@ void Generator::step() {
         }
         if (slot.req.ignore_eos)
             for (int32_t id : tok_->eog_tokens()) slot.logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
-        const int32_t next = slot.pending >= 0   ? std::exchange(slot.pending, -1)
+        const int32_t next = slot.pending >= 0 ? std::exchange(slot.pending, -1)
                              : slot.constraint ? constrained_sample(*slot.sampler, slot.logits, slot.history, *slot.constraint)
                                                : slot.sampler->sample(slot.logits, slot.history);
         if (!take_token(slot, next)) {
@@ -641,7 +651,8 @@ std::shared_ptr<const VocabTrie> Generator::vocab_trie() {
     return trie_;
 }
 
-int32_t Generator::constrained_sample(Sampler& sampler, std::span<const float> logits, const std::vector<int32_t>& history, TokenConstraint& constraint) {
+int32_t Generator::constrained_sample(Sampler& sampler, std::span<const float> logits, const std::vector<int32_t>& history,
+                                      TokenConstraint& constraint) {
     const auto t0 = Clock::now();
     int32_t next = sampler.sample(logits, history);
     stats_.grammar_tokens++;

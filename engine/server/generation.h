@@ -44,16 +44,16 @@ struct GenerationRequest {
     std::vector<int32_t> prompt;
     SamplerParams sampling;
     int max_tokens = 256;
-    bool ignore_eos = false;  // llama-server's extension: end-of-generation tokens are never drawn (benchmarks, tests)
-    std::vector<std::string> stop;                          // stop strings (not included in the text)
-    std::function<bool(const std::string&)> on_text;        // streaming: each complete UTF-8 piece; false cancels
+    bool ignore_eos = false;                          // llama-server's extension: end-of-generation tokens are never drawn (benchmarks, tests)
+    std::vector<std::string> stop;                    // stop strings (not included in the text)
+    std::function<bool(const std::string&)> on_text;  // streaming: each complete UTF-8 piece; false cancels
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
     // Set by the consumer (from on_text) when the answer is complete, e.g. one tool call was asked for: the
     // generation ends with finish_reason "stop".
     std::shared_ptr<std::atomic<bool>> finish_now = std::make_shared<std::atomic<bool>>(false);
     // Constrained output (response_format, forced tool calls): only tokens the grammar allows are drawn.
     std::shared_ptr<const JsonGrammar> grammar;
-    int logprobs = -1;  // -1: none; else each token's logprob with this many alternatives (0-20)
+    int logprobs = -1;                                    // -1: none; else each token's logprob with this many alternatives (0-20)
     std::function<void(const TokenLogprob&)> on_logprob;  // streaming: called before on_text gets the token's text
     // Prompt positions worth a recurrent-state checkpoint (recurrent models): where a later request is likely
     // to diverge, such as the start of the last user message.
@@ -65,7 +65,7 @@ struct GenerationRequest {
 struct RequestExpertIo {
     uint64_t bytes_read = 0;  // expert bytes read from disk (demand and prefetch)
     uint64_t hits = 0, misses = 0;
-    double io_wait_ms = 0;    // time the forward pass blocked on expert reads
+    double io_wait_ms = 0;  // time the forward pass blocked on expert reads
 };
 
 // Why a generation ended. The APIs name it their way (openai_api: "stop"/"length", anthropic_api: end_turn,
@@ -75,14 +75,14 @@ const char* finish_reason_name(FinishReason f);  // "stop" | "length" | "cancell
 
 struct GenerationResult {
     std::string text;
-    std::vector<int32_t> tokens;     // generated, without the end-of-generation token
+    std::vector<int32_t> tokens;         // generated, without the end-of-generation token
     std::vector<TokenLogprob> logprobs;  // one per generated token when asked for
     FinishReason finish_reason = FinishReason::Stop;
-    std::string stop_string;         // the stop string that ended it, if one did
+    std::string stop_string;  // the stop string that ended it, if one did
     std::string error;
     int prompt_tokens = 0;
-    int prompt_reused = 0;           // taken from the KV cache instead of evaluated
-    int prompt_restored = 0;         // of those, read from the prompt cache on disk
+    int prompt_reused = 0;    // taken from the KV cache instead of evaluated
+    int prompt_restored = 0;  // of those, read from the prompt cache on disk
     int completion_tokens = 0;
     int drafted = 0, draft_accepted = 0;  // speculative decoding: drafts verified, and kept
     double prompt_ms = 0, gen_ms = 0;
@@ -98,7 +98,7 @@ struct GenerationStats {
     std::atomic<uint64_t> grammar_tokens{0}, grammar_masks{0}, grammar_ns{0};
     // Live, as tokens go (the totals above move when a request ends): for the engine view's rates.
     std::atomic<uint64_t> tokens_decoded{0}, prompt_evaluated{0}, busy_ns{0};
-    std::atomic<uint64_t> prompt_eval_ns{0};  // time spent evaluating prompts (what restored prefixes save)
+    std::atomic<uint64_t> prompt_eval_ns{0};                                   // time spent evaluating prompts (what restored prefixes save)
     std::atomic<uint64_t> draft_steps{0}, draft_tokens{0}, draft_accepted{0};  // speculative decoding
 };
 

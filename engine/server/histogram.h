@@ -36,7 +36,8 @@ struct Histogram {
         char line[160];
         for (size_t i = 0; i <= bounds.size(); ++i) {
             cumulative += counts[i];
-            if (i < bounds.size()) std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), bounds[i], static_cast<unsigned long long>(cumulative));
+            if (i < bounds.size())
+                std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), bounds[i], static_cast<unsigned long long>(cumulative));
             else std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name.c_str(), static_cast<unsigned long long>(cumulative));
             out += line;
         }

@@ -28,7 +28,7 @@ public:
     // Takes the finished request and starts the next one, parsing any bytes already buffered.
     HttpRequest take(State& next);
 
-    bool started() const;      // a byte of the current request has arrived
+    bool started() const;  // a byte of the current request has arrived
     bool header_done() const;
     bool keep_alive() const;   // of the request just taken
     unsigned version() const;  // 10 or 11, of the request just taken

@@ -27,7 +27,8 @@ namespace {
 // Writes all of `data` to a non-blocking socket, waiting for room with poll(); false when the client is gone
 // or did not take the bytes within the send timeout (a client that stops reading cannot stall a writer).
 bool write_all(int fd, const std::string& data, double timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
     size_t done = 0;
     while (done < data.size()) {
         const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
@@ -38,7 +39,9 @@ bool write_all(int fd, const std::string& data, double timeout_s) {
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
         if (left <= 0) return false;
-        struct pollfd p {fd, POLLOUT, 0};
+        struct pollfd p {
+            fd, POLLOUT, 0
+        };
         ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
     }
     return true;
@@ -49,8 +52,7 @@ public:
     SyncResponder(tcp::socket& s, unsigned version, bool keep_alive, double send_timeout_s)
         : sock_(s), version_(version), keep_alive_(keep_alive), send_timeout_s_(send_timeout_s) {}
 
-    void send(int status, const std::string& type, const std::string& body,
-              const std::map<std::string, std::string>& extra = {}) override {
+    void send(int status, const std::string& type, const std::string& body, const std::map<std::string, std::string>& extra = {}) override {
         http::response<http::string_body> res{static_cast<http::status>(status), version_};
         res.set(http::field::server, "moestream");
         res.set(http::field::content_type, type);
@@ -91,7 +93,9 @@ public:
     }
     bool client_gone() override {
         if (failed_) return true;
-        struct pollfd p {sock_.native_handle(), POLLIN | POLLRDHUP, 0};
+        struct pollfd p {
+            sock_.native_handle(), POLLIN | POLLRDHUP, 0
+        };
         if (::poll(&p, 1, 0) <= 0) return false;
         if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
         char c;
@@ -190,7 +194,9 @@ struct HttpServer::Impl {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return ReadOutcome::Closed;
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
             if (stopping || left <= 0) return ReadOutcome::TimedOut;
-            struct pollfd p {fd, POLLIN, 0};
+            struct pollfd p {
+                fd, POLLIN, 0
+            };
             ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
         }
     }
@@ -258,7 +264,7 @@ struct HttpServer::Impl {
             }
         if (victim < 0) return false;
         ::shutdown(victim, SHUT_RDWR);  // its session's next read fails and it ends
-        conns[victim].busy = true;     // not chosen twice
+        conns[victim].busy = true;      // not chosen twice
         return true;
     }
 

@@ -13,8 +13,8 @@
 namespace moe {
 
 struct HttpRequest {
-    std::string method;   // GET, POST, ...
-    std::string target;   // path without the query
+    std::string method;                          // GET, POST, ...
+    std::string target;                          // path without the query
     std::map<std::string, std::string> headers;  // lower-case names
     std::string body;
 };
@@ -44,12 +44,12 @@ struct HttpServerOptions {
     size_t max_body_bytes = 4u << 20;
     int max_connections = 128;
     int max_connections_per_client = 32;
-    double header_timeout_s = 10;   // from a request's first byte (or the connection's start) to its full header
-    double body_timeout_s = 60;     // from the header to the full body, at most
-    double body_grace_s = 10;       // the body's first seconds, then a second per min_body_rate bytes
-    double min_body_rate = 500;     // bytes per second a body must keep up (0: only body_timeout)
-    double idle_timeout_s = 60;     // keep-alive: between one response and the next request's first byte
-    double send_timeout_s = 60;     // a client that stops reading a response is dropped after this long
+    double header_timeout_s = 10;  // from a request's first byte (or the connection's start) to its full header
+    double body_timeout_s = 60;    // from the header to the full body, at most
+    double body_grace_s = 10;      // the body's first seconds, then a second per min_body_rate bytes
+    double min_body_rate = 500;    // bytes per second a body must keep up (0: only body_timeout)
+    double idle_timeout_s = 60;    // keep-alive: between one response and the next request's first byte
+    double send_timeout_s = 60;    // a client that stops reading a response is dropped after this long
 };
 
 class HttpServer {

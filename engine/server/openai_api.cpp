@@ -29,19 +29,25 @@ json logprob_content(const Tokenizer& tok, const std::vector<TokenLogprob>& lps)
     return content;
 }
 
-json tool_call_json(const ToolCall& c) {
-    return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
-}
+json tool_call_json(const ToolCall& c) { return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}}; }
 
 json usage_json(const GenerationResult& r) {
-    return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens}, {"total_tokens", r.prompt_tokens + r.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", r.prompt_reused}}}, {"moestream", expert_usage_json(r.experts)}};
+    return {{"prompt_tokens", r.prompt_tokens},
+            {"completion_tokens", r.completion_tokens},
+            {"total_tokens", r.prompt_tokens + r.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", r.prompt_reused}}},
+            {"moestream", expert_usage_json(r.experts)}};
 }
 
 json timings_json(const GenerationResult& r) {
-    return {{"prompt_n", r.prompt_tokens - r.prompt_reused}, {"prompt_reused", r.prompt_reused}, {"prompt_restored", r.prompt_restored}, {"prompt_ms", r.prompt_ms},
-            {"predicted_n", r.completion_tokens}, {"predicted_ms", r.gen_ms},
-            {"draft_n", r.drafted}, {"draft_n_accepted", r.draft_accepted},  // llama-server's names
+    return {{"prompt_n", r.prompt_tokens - r.prompt_reused},
+            {"prompt_reused", r.prompt_reused},
+            {"prompt_restored", r.prompt_restored},
+            {"prompt_ms", r.prompt_ms},
+            {"predicted_n", r.completion_tokens},
+            {"predicted_ms", r.gen_ms},
+            {"draft_n", r.drafted},
+            {"draft_n_accepted", r.draft_accepted},  // llama-server's names
             {"predicted_per_second", r.completion_tokens > 1 && r.gen_ms > 0 ? (r.completion_tokens - 1) * 1000.0 / r.gen_ms : 0.0}};
 }
 
@@ -50,7 +56,8 @@ json timings_json(const GenerationResult& r) {
 void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     const ordered_json body = parse_request_body(req.body, limits());
     check_model(body);
-    ApiRequest a = read_openai_chat(body, limits(), [this](const std::string& content, const std::vector<ToolCall>& calls) { return recall(content, calls); });
+    ApiRequest a = read_openai_chat(body, limits(),
+                                    [this](const std::string& content, const std::vector<ToolCall>& calls) { return recall(content, calls); });
     const bool stream = a.stream;
     GenerationRequest g = generation_request(a);
     const ChatInput& in = a.chat;
@@ -59,7 +66,10 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     const std::string id = "chatcmpl-" + std::to_string(next_id_++);
     const int64_t created = now_s();
     auto chunk = [&, id, created](const json& delta, const json& finish) {
-        return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", opt_.alias},
+        return json{{"id", id},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created},
+                    {"model", opt_.alias},
                     {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
     };
     // Output events, from the worker thread while it generates and from this thread at the end.
@@ -120,8 +130,13 @@ void ApiService::openai_chat(const HttpRequest& req, HttpResponder& res) {
     }
     json choice = {{"index", 0}, {"message", message}, {"finish_reason", finish}};
     choice["logprobs"] = !want_logprobs ? json(nullptr) : json{{"content", logprob_content(*tok_, r.logprobs)}};
-    json out = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", opt_.alias}, {"choices", json::array({choice})},
-                {"usage", usage_json(r)}, {"timings", timings_json(r)}};
+    json out = {{"id", id},
+                {"object", "chat.completion"},
+                {"created", created},
+                {"model", opt_.alias},
+                {"choices", json::array({choice})},
+                {"usage", usage_json(r)},
+                {"timings", timings_json(r)}};
     count(200);
     res.send(200, "application/json", wire(out));
 }
@@ -151,7 +166,10 @@ void ApiService::openai_completions(const HttpRequest& req, HttpResponder& res) 
     const std::string id = "cmpl-" + std::to_string(next_id_++);
     const int64_t created = now_s();
     auto chunk = [&, id, created](const std::string& text, const json& finish) {
-        return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", opt_.alias},
+        return json{{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", opt_.alias},
                     {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish}}})}};
     };
     // The legacy completions logprobs shape: parallel arrays.

@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t kPiece = 1u << 20;       // bytes written between rate checks
-constexpr size_t kSyncEvery = 8u << 20;   // dirty bytes pushed out (and dropped from the page cache) at once
-constexpr double kBusyRateDivisor = 8;    // while requests stream experts, the writer takes this much less
+constexpr size_t kPiece = 1u << 20;      // bytes written between rate checks
+constexpr size_t kSyncEvery = 8u << 20;  // dirty bytes pushed out (and dropped from the page cache) at once
+constexpr double kBusyRateDivisor = 8;   // while requests stream experts, the writer takes this much less
 
 std::string hex(uint64_t v) {
     char b[17];
@@ -110,8 +110,12 @@ PromptCache::PromptCache(PromptCacheOptions opt, uint64_t model_hash, const Sequ
     // kKvRows: bump when the engine's K/V/state values change for the same model (a numerics fix), so that old
     // rows are not restored beside new ones.
     constexpr uint64_t kKvRows = 1;
-    const uint64_t id_parts[] = {kKvRows, model_hash, static_cast<uint64_t>(layout.types.k), static_cast<uint64_t>(layout.types.v),
-                                 static_cast<uint64_t>(kernels::kv_rotation_k(layout.types.k, 64)), static_cast<uint64_t>(kernels::kv_rotation_v(layout.types.v, 64))};
+    const uint64_t id_parts[] = {kKvRows,
+                                 model_hash,
+                                 static_cast<uint64_t>(layout.types.k),
+                                 static_cast<uint64_t>(layout.types.v),
+                                 static_cast<uint64_t>(kernels::kv_rotation_k(layout.types.k, 64)),
+                                 static_cast<uint64_t>(kernels::kv_rotation_v(layout.types.v, 64))};
     layout_.identity = XXH3_64bits(id_parts, sizeof id_parts);
     layout_.seal();
     scan();
@@ -137,7 +141,7 @@ void PromptCache::scan() {
         const std::string name = p.filename().string();
         if (name.rfind(".tmp-", 0) == 0) {  // a write a crash interrupted, unless its writer still runs
             const long pid = std::atol(name.c_str() + 5);
-            struct stat st{};
+            struct stat st {};
             const bool stale = ::lstat(p.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 24 * 3600;  // the pid may be another's now
             if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) || pid == ::getpid() || stale) {
                 ::unlink(p.c_str());
@@ -147,7 +151,7 @@ void PromptCache::scan() {
         }
         if (p.extension() != ".mspc") continue;
         Entry en;
-        struct stat st{};
+        struct stat st {};
         const int fd = open_record(p.string(), st);
         if (fd < 0) {  // a passing error (EMFILE, EIO) or not a regular file: skipped, never deleted
             stats_.rejected++;
@@ -182,7 +186,8 @@ void PromptCache::scan() {
         std::lock_guard<std::mutex> lk(mu_);
         make_room(0);
     }
-    std::string line = "prompt cache " + opt_.dir + ": " + std::to_string(entries_.size()) + " records (" + gib(stats_.bytes) + " of " + gib(opt_.max_bytes) + ")";
+    std::string line = "prompt cache " + opt_.dir + ": " + std::to_string(entries_.size()) + " records (" + gib(stats_.bytes) + " of " +
+                       gib(opt_.max_bytes) + ")";
     if (damaged) line += ", " + std::to_string(damaged) + " damaged (removed)";
     if (foreign_count) line += ", " + std::to_string(foreign_count) + " of another model, cache layout or version (ignored)";
     if (leftovers) line += ", " + std::to_string(leftovers) + " unfinished writes removed";
@@ -241,13 +246,13 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     rows_written = false;
     int fd = -1;
     Entry en;
-    struct stat st{};
+    struct stat st {};
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (const auto& e : entries_)
             if (e.file == m.file) en = e;
         if (en.file.empty()) return std::nullopt;  // evicted meanwhile
-        fd = open_record(path(en.file), st);        // open: an eviction from now on unlinks a name only
+        fd = open_record(path(en.file), st);       // open: an eviction from now on unlinks a name only
     }
     // Forgets the entry; a damaged file (ours, failing its checks) goes too, one that cannot be read now stays.
     auto forget = [&](const std::string& why, bool remove) -> std::optional<std::vector<Runner::Checkpoint>> {
@@ -277,7 +282,12 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     std::vector<RecordSnapshot> states;
     const uint64_t keep = static_cast<uint64_t>(m.tokens);
     rows_written = true;
-    why = read_record_rows(fd, layout_, again, keep, [&](int part, size_t l) { return (part == 0 ? dst.k : part == 1 ? dst.v : dst.ix)[l].data(); }, states);
+    why = read_record_rows(
+        fd, layout_, again, keep,
+        [&](int part, size_t l) {
+            return (part == 0 ? dst.k : part == 1 ? dst.v : dst.ix)[l].data();
+        },
+        states);
     if (!why.empty()) return forget(why, true);
     std::vector<Runner::Checkpoint> snapshots;
     for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state)});
@@ -287,7 +297,8 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (auto& e : entries_)
-            if (e.file == en.file) e.used_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+            if (e.file == en.file)
+                e.used_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     }
     stats_.restored++;
     stats_.restored_tokens += keep;
@@ -296,7 +307,8 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     return snapshots;
 }
 
-std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tokens, const SequenceCache& src, std::vector<Runner::Checkpoint> snapshots) {
+std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tokens, const SequenceCache& src,
+                                                        std::vector<Runner::Checkpoint> snapshots) {
     const int n = static_cast<int>(tokens.size());
     if (!worth_saving(tokens)) return nullptr;
     if (layout_.recurrent_bytes && (snapshots.empty() || snapshots.back().pos != n)) return nullptr;
@@ -444,12 +456,13 @@ bool PromptCache::write_record(Job& job) {
             const size_t piece = static_cast<size_t>(std::min<uint64_t>(kPiece, len - off));
             if (!full_speed_ && !p.hurry_ && opt_.write_bytes_per_s > 0) {
                 std::unique_lock<std::mutex> lk(p.mu_);
-                p.cv_.wait_until(lk, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due), [&] { return p.cancel_.load() || p.hurry_.load() || full_speed_.load(); });
+                p.cv_.wait_until(lk, std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due),
+                                 [&] { return p.cancel_.load() || p.hurry_.load() || full_speed_.load(); });
                 // Each piece books its time at the rate of the moment: slower while requests read experts.
                 const bool busy = opt_.disk_busy && opt_.disk_busy();
                 const double rate = static_cast<double>(opt_.write_bytes_per_s) / (busy ? kBusyRateDivisor : 1);
-                due = std::max(due, std::chrono::steady_clock::now()) +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(static_cast<double>(piece) / rate));
+                due = std::max(due, std::chrono::steady_clock::now()) + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                            std::chrono::duration<double>(static_cast<double>(piece) / rate));
             }
             if (p.cancel_) return false;
             XXH3_64bits_update(hash.get(), b + off, piece);
@@ -489,7 +502,8 @@ bool PromptCache::write_record(Job& job) {
     h.payload_bytes = written;
     h.index_hash = ihash;
     h.payload_hash = XXH3_64bits_digest(hash.get());
-    h.created_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    h.created_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
     h.encode(raw);
     if (::pwrite(fd, raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw) || ::fdatasync(fd) != 0) return give_up(std::strerror(errno));
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -508,7 +522,8 @@ bool PromptCache::write_record(Job& job) {
     for (size_t i = entries_.size(); i-- > 0;) {
         const RecordIndex& e = entries_[i].index;
         const bool extends = e.tokens.size() < job.tokens.size() && common_prefix(e.tokens, job.tokens) == e.tokens.size() &&
-                             std::all_of(e.snapshot_pos.begin(), e.snapshot_pos.end(), [&](int32_t q) { return std::count(positions.begin(), positions.end(), q) > 0; });
+                             std::all_of(e.snapshot_pos.begin(), e.snapshot_pos.end(),
+                                         [&](int32_t q) { return std::count(positions.begin(), positions.end(), q) > 0; });
         if (extends) drop(i);
     }
     Entry en{final_name, RecordIndex{std::move(job.tokens), std::move(positions), bytes, h.payload_hash},
@@ -537,22 +552,33 @@ std::string prompt_cache_metrics(const PromptCache& cache, double prompt_s_per_t
     metric("moestream_prompt_cache_limit_bytes", "gauge", "--prompt-cache-size.", static_cast<double>(cache.options().max_bytes));
     metric("moestream_prompt_cache_saved_total", "counter", "Prefixes written to the prompt cache.", static_cast<double>(s.saved.load()));
     metric("moestream_prompt_cache_saved_bytes_total", "counter", "Bytes written to the prompt cache.", static_cast<double>(s.saved_bytes.load()));
-    metric("moestream_prompt_cache_save_cancelled_total", "counter", "Saves given up because their slot needed its rows.", static_cast<double>(s.cancelled.load()));
+    metric("moestream_prompt_cache_save_cancelled_total", "counter", "Saves given up because their slot needed its rows.",
+           static_cast<double>(s.cancelled.load()));
     metric("moestream_prompt_cache_save_hurried_total", "counter", "Saves finished at full speed because their slot needed its rows.",
            static_cast<double>(s.hurried.load()));
-    metric("moestream_prompt_cache_restored_total", "counter", "Prefixes restored from disk instead of evaluated.", static_cast<double>(s.restored.load()));
-    metric("moestream_prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from disk.", static_cast<double>(s.restored_tokens.load()));
-    metric("moestream_prompt_cache_restore_seconds_total", "counter", "Time spent reading prefixes back.", static_cast<double>(s.restore_ns.load()) / 1e9);
+    metric("moestream_prompt_cache_restored_total", "counter", "Prefixes restored from disk instead of evaluated.",
+           static_cast<double>(s.restored.load()));
+    metric("moestream_prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from disk.",
+           static_cast<double>(s.restored_tokens.load()));
+    metric("moestream_prompt_cache_restore_seconds_total", "counter", "Time spent reading prefixes back.",
+           static_cast<double>(s.restore_ns.load()) / 1e9);
     metric("moestream_prompt_cache_rejected_total", "counter", "Damaged or foreign records ignored.", static_cast<double>(s.rejected.load()));
-    metric("moestream_prompt_cache_evicted_total", "counter", "Records dropped for room or because a longer one holds them.", static_cast<double>(s.evicted.load()));
-    metric("moestream_prompt_cache_seconds_saved", "gauge", "Estimated prompt evaluation time the restores saved.", seconds_saved(s, prompt_s_per_token));
+    metric("moestream_prompt_cache_evicted_total", "counter", "Records dropped for room or because a longer one holds them.",
+           static_cast<double>(s.evicted.load()));
+    metric("moestream_prompt_cache_seconds_saved", "gauge", "Estimated prompt evaluation time the restores saved.",
+           seconds_saved(s, prompt_s_per_token));
     return m;
 }
 
 nlohmann::json prompt_cache_json(const PromptCache& cache, double prompt_s_per_token) {
     const PromptCacheStats& s = cache.stats();
-    return {{"records", s.records.load()}, {"bytes", s.bytes.load()}, {"limit_bytes", cache.options().max_bytes}, {"saved", s.saved.load()},
-            {"restored", s.restored.load()}, {"restored_tokens", s.restored_tokens.load()}, {"rejected", s.rejected.load()},
+    return {{"records", s.records.load()},
+            {"bytes", s.bytes.load()},
+            {"limit_bytes", cache.options().max_bytes},
+            {"saved", s.saved.load()},
+            {"restored", s.restored.load()},
+            {"restored_tokens", s.restored_tokens.load()},
+            {"rejected", s.rejected.load()},
             {"seconds_saved", seconds_saved(s, prompt_s_per_token)}};
 }
 

@@ -40,22 +40,22 @@ struct PromptCacheError : std::runtime_error {
 
 struct PromptCacheOptions {
     std::string dir;
-    uint64_t max_bytes = 8ull << 30;         // --prompt-cache-size
+    uint64_t max_bytes = 8ull << 30;            // --prompt-cache-size
     uint64_t write_bytes_per_s = 128ull << 20;  // --prompt-cache-rate
-    int min_tokens = 256;                    // --prompt-cache-min: new tokens a prefix must add to be saved
+    int min_tokens = 256;                       // --prompt-cache-min: new tokens a prefix must add to be saved
     // True while requests read experts from the disk (the server: experts streamed and a slot busy): the writer
     // then goes at an eighth of its rate, so that decode keeps the disk. Null: never.
     std::function<bool()> disk_busy;
 };
 
 struct PromptCacheStats {
-    std::atomic<uint64_t> records{0}, bytes{0};                    // on disk now (this model's)
-    std::atomic<uint64_t> saved{0}, saved_bytes{0}, write_ns{0};   // records written
-    std::atomic<uint64_t> cancelled{0};                            // saves given up (the slot needed its rows)
-    std::atomic<uint64_t> hurried{0};                              // saves finished at full speed for their slot
+    std::atomic<uint64_t> records{0}, bytes{0};                   // on disk now (this model's)
+    std::atomic<uint64_t> saved{0}, saved_bytes{0}, write_ns{0};  // records written
+    std::atomic<uint64_t> cancelled{0};                           // saves given up (the slot needed its rows)
+    std::atomic<uint64_t> hurried{0};                             // saves finished at full speed for their slot
     std::atomic<uint64_t> restored{0}, restored_tokens{0}, restored_bytes{0}, restore_ns{0};
-    std::atomic<uint64_t> rejected{0};                             // damaged or foreign records ignored
-    std::atomic<uint64_t> evicted{0};                              // dropped for room or superseded
+    std::atomic<uint64_t> rejected{0};  // damaged or foreign records ignored
+    std::atomic<uint64_t> evicted{0};   // dropped for room or superseded
 };
 
 class PromptCache {
@@ -139,7 +139,7 @@ private:
     };
     void scan();
     void writer();
-    bool write_record(Job& job);  // false: cancelled or failed (logged)
+    bool write_record(Job& job);     // false: cancelled or failed (logged)
     void make_room(uint64_t bytes);  // under mu_
     // Under mu_: forgets entries_[index], and unlinks its file unless told not to.
     void drop(size_t index, bool evicted = true, bool unlink = true);
@@ -152,7 +152,7 @@ private:
     std::condition_variable cv_;
     std::vector<Entry> entries_;
     std::deque<Job> jobs_;
-    std::shared_ptr<Pending> current_;  // the job being written
+    std::shared_ptr<Pending> current_;     // the job being written
     std::vector<int32_t> current_tokens_;  // ... and its tokens
     bool stop_ = false;
     std::atomic<bool> full_speed_{false};

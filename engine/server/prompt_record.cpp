@@ -117,7 +117,8 @@ std::string read_record_index(int fd, uint64_t file_size, const RecordLayout& la
         return "shorter than its header says";
     if (record_index_hash(out.tokens, out.snapshot_pos) != h.index_hash) return "token list checksum mismatch";
     for (size_t i = 0; i < out.snapshot_pos.size(); ++i)
-        if (out.snapshot_pos[i] < 1 || out.snapshot_pos[i] > static_cast<int32_t>(h.n_tokens) || (i && out.snapshot_pos[i] <= out.snapshot_pos[i - 1]))
+        if (out.snapshot_pos[i] < 1 || out.snapshot_pos[i] > static_cast<int32_t>(h.n_tokens) ||
+            (i && out.snapshot_pos[i] <= out.snapshot_pos[i - 1]))
             return "snapshot positions out of order";
     if (recurrent && out.snapshot_pos.back() != static_cast<int32_t>(h.n_tokens)) return "no snapshot at the prefix's end";
     out.bytes = file_size;

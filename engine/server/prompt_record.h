@@ -23,7 +23,7 @@ namespace moe {
 struct RecordLayout {
     uint64_t identity = 0, layout_hash = 0;
     std::vector<uint64_t> k_row, v_row, ix_row;  // bytes per position and layer (0: the layer keeps none)
-    uint64_t recurrent_bytes = 0;                 // one snapshot of the recurrent state
+    uint64_t recurrent_bytes = 0;                // one snapshot of the recurrent state
     // Sets layout_hash from the row sizes.
     void seal();
     uint64_t row_bytes() const;  // all layers' rows of one position

@@ -44,30 +44,29 @@ const std::map<std::string, std::vector<std::string>>& table() {
         const std::vector<std::string> deflt = {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
         const std::vector<std::string> starcoder = {R"(\p{N})", kGpt2};
         for (auto n : {"default"}) m[n] = deflt;
-        for (auto n : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx",
-                       "smaug-bpe", "glm4", "chatglm-bpe", "jina-v5-nano"})
+        for (auto n : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx", "smaug-bpe", "glm4",
+                       "chatglm-bpe", "jina-v5-nano"})
             m[n] = {kLlama3};
-        for (auto n : {"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "kormo", "f2llmv2", "grok-2", "solar-open"})
-            m[n] = {kQwen2};
+        for (auto n : {"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "kormo", "f2llmv2", "grok-2", "solar-open"}) m[n] = {kQwen2};
         m["qwen35"] = {kQwen35};
         m["kimi-k2"] = {kKimiK2};
         for (auto n : {"bailingmoe", "bailingmoe2", "llada-moe"}) m[n] = {kBailing};
         m["seed-coder"] = {kSeedCoder};
-        for (auto n : {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
-                       "jina-v2-code", "mpt", "olmo", "jais", "trillion", "a.x-4.0", "mellum", "exaone4", "granite-docling",
-                       "modern-bert", "roberta-bpe"})
+        for (auto n : {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "mpt", "olmo",
+                       "jais", "trillion", "a.x-4.0", "mellum", "exaone4", "granite-docling", "modern-bert", "roberta-bpe"})
             m[n] = {kGpt2};
         for (auto n : {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}) m[n] = starcoder;
         m["falcon"] = {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
-        m["deepseek-llm"] = {"[\r\n]", kDeepseekLlmLetters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$",
-                             "[一-龥ࠀ-一가-퟿]+", R"(\p{N}+)"};
+        m["deepseek-llm"] = {"[\r\n]", kDeepseekLlmLetters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", R"(\p{N}+)"};
         m["deepseek-coder"] = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
-        m["deepseek-v3"] = m["hunyuan-dense"] = {R"(\p{N}{1,3})", "[一-龥\u3040-ゟ゠-ヿ]+",
-                            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+        m["deepseek-v3"] = m["hunyuan-dense"] = {
+            R"(\p{N}{1,3})", "[一-龥\u3040-ゟ゠-ヿ]+",
+            R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
         for (auto n : {"gpt-4o", "llama4", "minimax-m2", "kanana2", "talkie"}) m[n] = {kGpt4o};
         for (auto n : {"poro-chat", "bloom", "gpt3-finnish"}) m[n] = {R"( ?[^(\s|.,!?…。，、।۔،)]+)"};
         m["viking"] = {R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"};
-        m["tekken"] = {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+        m["tekken"] = {
+            R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
         return m;
     }();
     return t;
@@ -82,20 +81,19 @@ struct PreTokenizer::Compiled {
 
 PreTokenizer::PreTokenizer(const std::string& pre_name) {
     auto it = table().find(pre_name);
-    if (it == table().end())
-        throw TokenizerError("tokenizer.ggml.pre = '" + pre_name + "' is not a pre-tokenizer this build knows");
+    if (it == table().end()) throw TokenizerError("tokenizer.ggml.pre = '" + pre_name + "' is not a pre-tokenizer this build knows");
     for (const std::string& pattern : it->second) {
         int err = 0;
         PCRE2_SIZE err_off = 0;
         auto* c = new Compiled;
-        c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
+        c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
+                                &err_off, nullptr);
         if (!c->code) {
             delete c;
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
-            throw TokenizerError("pre-tokenizer '" + pre_name + "': regex does not compile at " + std::to_string(err_off) +
-                                 ": " + reinterpret_cast<char*>(msg));
+            throw TokenizerError("pre-tokenizer '" + pre_name + "': regex does not compile at " + std::to_string(err_off) + ": " +
+                                 reinterpret_cast<char*>(msg));
         }
         pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // a speed-up when available, not required
         regexes_.push_back(c);
@@ -109,8 +107,8 @@ PreTokenizer::~PreTokenizer() {
 PreTokenizerTraits PreTokenizer::traits(const std::string& pre_name) {
     // llama.cpp's per-name flags (llama-vocab.cpp): the Llama 3 family and tekken take a word that is itself a
     // token whole, and add BOS unless the file says otherwise; Kimi-K2 files may come without merges.
-    static const std::set<std::string> llama3_family = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                                                        "midm-2.0", "lfm2", "jina-v5-nano"};
+    static const std::set<std::string> llama3_family = {"llama3",  "llama-v3", "llama-bpe", "falcon3",     "falcon-h1",
+                                                        "pixtral", "midm-2.0", "lfm2",      "jina-v5-nano"};
     PreTokenizerTraits t;
     const bool whole_words = llama3_family.count(pre_name) || pre_name == "tekken";
     t.ignore_merges = whole_words;

@@ -29,8 +29,14 @@ struct ByteMap {
     static std::string encode(uint32_t cp) {
         std::string s;
         if (cp < 0x80) s += static_cast<char>(cp);
-        else if (cp < 0x800) { s += static_cast<char>(0xC0 | (cp >> 6)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
-        else { s += static_cast<char>(0xE0 | (cp >> 12)); s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
+        else if (cp < 0x800) {
+            s += static_cast<char>(0xC0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            s += static_cast<char>(0xE0 | (cp >> 12));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
         return s;
     }
 };
@@ -92,15 +98,15 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& meta) {
     if (const GgufValue* tt = meta.find("tokenizer.ggml.token_type")) {
         auto v = tt->i32_array();
         if (v.size() != n)
-            throw TokenizerError(meta.path + ": tokenizer.ggml.token_type has " + std::to_string(v.size()) +
-                                 " entries for " + std::to_string(n) + " tokens");
+            throw TokenizerError(meta.path + ": tokenizer.ggml.token_type has " + std::to_string(v.size()) + " entries for " + std::to_string(n) +
+                                 " tokens");
         for (size_t i = 0; i < n; ++i) t->types_[i] = static_cast<TokenType>(v[i]);
     }
     if (const GgufValue* sc = meta.find("tokenizer.ggml.scores")) {
         t->scores_ = sc->f32_array();
         if (t->scores_.size() != n)
-            throw TokenizerError(meta.path + ": tokenizer.ggml.scores has " + std::to_string(t->scores_.size()) +
-                                 " entries for " + std::to_string(n) + " tokens");
+            throw TokenizerError(meta.path + ": tokenizer.ggml.scores has " + std::to_string(t->scores_.size()) + " entries for " +
+                                 std::to_string(n) + " tokens");
     }
     t->index_.reserve(n);
     for (size_t i = 0; i < n; ++i) t->index_.emplace(t->tokens_[i], static_cast<int32_t>(i));
@@ -137,18 +143,16 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& meta) {
         t->merge_rank_.reserve(merge_list.size());
         for (size_t i = 0; i < merge_list.size(); ++i) t->merge_rank_.emplace(merge_list[i], static_cast<int32_t>(i));
     }
-    if (t->add_bos_ && t->bos_ < 0)
-        throw TokenizerError(meta.path + ": tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+    if (t->add_bos_ && t->bos_ < 0) throw TokenizerError(meta.path + ": tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
     for (size_t i = 0; i < n; ++i)
         if (t->types_[i] == TokenType::Control || t->types_[i] == TokenType::UserDefined || t->types_[i] == TokenType::Unknown)
             if (!t->tokens_[i].empty()) t->specials_.push_back(static_cast<int32_t>(i));
-    std::stable_sort(t->specials_.begin(), t->specials_.end(),
-                     [&](int32_t a, int32_t b) { return t->tokens_[a].size() > t->tokens_[b].size(); });
+    std::stable_sort(t->specials_.begin(), t->specials_.end(), [&](int32_t a, int32_t b) { return t->tokens_[a].size() > t->tokens_[b].size(); });
     // End of generation: EOS, EOT, and the chat end markers families use.
     for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
         if (auto v = meta.get_int(key); v && *v >= 0 && *v < static_cast<int64_t>(n)) t->eog_.push_back(static_cast<int32_t>(*v));
-    for (const char* text : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|user|>", "<|observation|>",
-                             "<｜end▁of▁sentence｜>", "</s>"})
+    for (const char* text :
+         {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>", "</s>"})
         if (auto id = t->find(text); id && t->types_[*id] == TokenType::Control) t->eog_.push_back(*id);
     // gpt-oss (Harmony): a turn ends with <|return|> or a call with <|call|>; <|end|> only closes one message of
     // the turn (analysis before final), so it never ends generation even where a file names it EOT (as llama.cpp).
@@ -181,7 +185,11 @@ int32_t Tokenizer::byte_token(uint8_t b) const {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
     // Partition into raw text and special tokens, longest special first (llama.cpp's st_partition).
-    struct Fragment { bool special; int32_t id; std::string text; };
+    struct Fragment {
+        bool special;
+        int32_t id;
+        std::string text;
+    };
     std::list<Fragment> frags;
     if (!text.empty()) frags.push_back({false, -1, std::string(text)});
     for (int32_t sid : specials_) {
@@ -261,7 +269,10 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
 }
 
 void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
-    struct Sym { int prev, next; size_t off, n; };
+    struct Sym {
+        int prev, next;
+        size_t off, n;
+    };
     std::vector<Sym> sym;
     for (size_t off = 0; off < text.size();) {
         size_t n = std::min(utf8_len(static_cast<uint8_t>(text[off])), text.size() - off);
@@ -270,7 +281,11 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t>& out) con
     }
     if (sym.empty()) return;
     sym.back().next = -1;
-    struct Bigram { int left, right; float score; size_t size; };
+    struct Bigram {
+        int left, right;
+        float score;
+        size_t size;
+    };
     auto cmp = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
     std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
     std::map<std::string, std::pair<int, int>> rev_merge;
@@ -325,8 +340,10 @@ std::string Tokenizer::piece(int32_t id, bool render_special) const {
             return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
         std::string s;
         for (size_t i = 0; i < text.size();) {
-            if (text.compare(i, kSpmSpace.size(), kSpmSpace) == 0) { s += ' '; i += kSpmSpace.size(); }
-            else s += text[i++];
+            if (text.compare(i, kSpmSpace.size(), kSpmSpace) == 0) {
+                s += ' ';
+                i += kSpmSpace.size();
+            } else s += text[i++];
         }
         return s;
     }

@@ -13,8 +13,8 @@ namespace moe {
 class ByteProgress {
 public:
     ByteProgress(std::string label, uint64_t total, uint64_t min_total = 256ull << 20)
-        : label_(std::move(label)), total_(total), enabled_(::isatty(2) && total >= min_total),
-          start_(std::chrono::steady_clock::now()), last_(start_) {}
+        : label_(std::move(label)), total_(total), enabled_(::isatty(2) && total >= min_total), start_(std::chrono::steady_clock::now()),
+          last_(start_) {}
     ~ByteProgress() { finish(); }
 
     void add(uint64_t bytes) {

@@ -7,7 +7,7 @@
 namespace moe {
 
 struct ReadRecord {
-    uint32_t file;    // index into the source's files (the GGUF's splits, then the expert store)
+    uint32_t file;  // index into the source's files (the GGUF's splits, then the expert store)
     uint64_t offset;
     uint32_t len;
 };

@@ -27,7 +27,10 @@ public:
         if (huge) ::madvise(p_, rounded, MADV_HUGEPAGE);  // advisory: refused, the pages stay plain
     }
     ~WeightMemory() { std::free(p_); }
-    WeightMemory(WeightMemory&& o) noexcept : p_(o.p_), size_(o.size_) { o.p_ = nullptr; o.size_ = 0; }
+    WeightMemory(WeightMemory&& o) noexcept : p_(o.p_), size_(o.size_) {
+        o.p_ = nullptr;
+        o.size_ = 0;
+    }
     WeightMemory& operator=(WeightMemory&& o) noexcept {
         if (this != &o) {
             std::free(p_);

@@ -40,9 +40,7 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
     }
     try {
         memory_ = WeightMemory(std::max<uint64_t>(size_, 64));
-    } catch (const std::bad_alloc&) {
-        throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights");
-    }
+    } catch (const std::bad_alloc&) { throw ModelError("cannot allocate " + std::to_string(size_) + " bytes for resident weights"); }
     base_ = memory_.data();
     ByteProgress progress("loading resident weights", size_);
     constexpr uint64_t kPiece = 64ull << 20;  // progress granularity
@@ -67,9 +65,7 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
 }
 
 ResidentArena::~ResidentArena() {
-    if (base_) {
-        ::munlock(base_, size_);
-    }
+    if (base_) { ::munlock(base_, size_); }
 }
 
 const uint8_t* ResidentArena::data_of(const std::string& name) const {
@@ -127,9 +123,7 @@ ExpertView InRamExpertSource::view(uint32_t layer, uint32_t expert) const {
     return {s.gate.data() + expert * s.gate_bytes, s.up.data() + expert * s.up_bytes, s.down.data() + expert * s.down_bytes};
 }
 
-void InRamExpertSource::request(uint32_t, std::span<const uint32_t> experts) {
-    pending_.insert(pending_.end(), experts.begin(), experts.end());
-}
+void InRamExpertSource::request(uint32_t, std::span<const uint32_t> experts) { pending_.insert(pending_.end(), experts.begin(), experts.end()); }
 
 std::pair<uint32_t, ExpertView> InRamExpertSource::next_ready(uint32_t layer) {
     if (pending_.empty()) throw ModelError("next_ready without a pending request (layer " + std::to_string(layer) + ")");

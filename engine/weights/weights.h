@@ -84,15 +84,15 @@ struct ExpertView {
 
 // Counters every expert source keeps (all zero for the in-RAM source but hits).
 struct ExpertSourceStats {
-    uint64_t hits = 0, misses = 0;          // demand lookups
-    uint64_t bytes_read = 0;                // from disk, demand and prefetch
-    uint64_t reads_submitted = 0;           // I/O requests (chunks)
-    uint64_t wait_ns = 0;                   // time the forward pass blocked waiting for expert bytes
+    uint64_t hits = 0, misses = 0;  // demand lookups
+    uint64_t bytes_read = 0;        // from disk, demand and prefetch
+    uint64_t reads_submitted = 0;   // I/O requests (chunks)
+    uint64_t wait_ns = 0;           // time the forward pass blocked waiting for expert bytes
     uint64_t prefetch_issued = 0, prefetch_used = 0;
     uint64_t evictions = 0;
-    uint64_t store_loads = 0;               // experts read as one store record
-    uint64_t store_bad_records = 0;         // store records that failed their checksum (then read from the GGUF)
-    uint64_t store_read_fallbacks = 0;      // store records that could not be read (then read from the GGUF)
+    uint64_t store_loads = 0;           // experts read as one store record
+    uint64_t store_bad_records = 0;     // store records that failed their checksum (then read from the GGUF)
+    uint64_t store_read_fallbacks = 0;  // store records that could not be read (then read from the GGUF)
 };
 
 // Told what a streaming source did with each request and each prediction (routing traces, routing_trace.h).
@@ -152,7 +152,10 @@ public:
 
 private:
     ExpertView view(uint32_t layer, uint32_t expert) const;
-    struct Slot { WeightMemory gate, up, down; size_t gate_bytes, up_bytes, down_bytes; };
+    struct Slot {
+        WeightMemory gate, up, down;
+        size_t gate_bytes, up_bytes, down_bytes;
+    };
     std::vector<Slot> layers_;
     std::deque<uint32_t> pending_;
     uint64_t bytes_ = 0;

@@ -25,8 +25,7 @@ void render(moe::ChatFamily family, const moe::ApiRequest& r) {
         try {
             moe::JsonGrammar g;
             g.set_root(g.from_schema(schema));
-        } catch (const moe::GrammarError&) {
-        }
+        } catch (const moe::GrammarError&) {}
     };
     if (r.chat.response_schema) compile(*r.chat.response_schema);
     for (const auto& t : r.chat.tools) compile(nlohmann::json::parse(t.parameters.dump()));
@@ -52,10 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (r.max_tokens < 1 || r.max_tokens > limits.n_ctx) std::abort();
             return 0;
         }
-        const moe::ApiRequest r = api == 0 ? moe::read_openai_chat(j, limits, no_recall) : moe::read_anthropic_messages(j, limits, no_recall, api == 3);
+        const moe::ApiRequest r = api == 0 ? moe::read_openai_chat(j, limits, no_recall)
+                                           : moe::read_anthropic_messages(j, limits, no_recall, api == 3);
         if (r.max_tokens < 1 || r.max_tokens > limits.n_ctx || r.chat.messages.size() > 2 * limits.max_messages) std::abort();
         render(family, r);
-    } catch (const moe::ApiError&) {
-    }
+    } catch (const moe::ApiError&) {}
     return 0;
 }

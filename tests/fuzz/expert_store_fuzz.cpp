@@ -40,7 +40,8 @@ struct Fixture {
                 const bool down = std::string(part) == "down";
                 moe::GgufTensorData t{"blk." + std::to_string(l) + ".ffn_" + part + "_exps",
                                       {static_cast<uint64_t>(down ? n_out : n_in), static_cast<uint64_t>(down ? n_in : n_out), n_expert},
-                                      moe::GgmlType::Q8_0, {}};
+                                      moe::GgmlType::Q8_0,
+                                      {}};
                 t.bytes.resize(*moe::row_bytes(t.type, static_cast<int64_t>(t.ne[0])) * t.ne[1] * t.ne[2]);
                 for (auto& b : t.bytes) b = static_cast<uint8_t>(rng());
                 for (size_t i = 0; i < t.bytes.size(); i += 34) t.bytes[i] = 0, t.bytes[i + 1] = 0x3c;  // finite scales
@@ -94,7 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const moe::VerifyReport v = moe::verify_expert_store(s);
         // The input reaches only the header's 4 KiB, so a store that opens has intact records: all verify.
         if (v.records != 8 || !v.bad.empty()) std::abort();
-    } catch (const moe::ExpertStoreError&) {
-    }
+    } catch (const moe::ExpertStoreError&) {}
     return 0;
 }

@@ -11,7 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         const moe::HostFacts h = moe::host_facts_from_text(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
         (void)moe::to_json(h).dump();  // what was read can be written back
-    } catch (const std::runtime_error&) {
-    }
+    } catch (const std::runtime_error&) {}
     return 0;
 }

@@ -11,7 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         moe::GgufFile f = moe::parse_gguf(std::span<const uint8_t>(data, size), "fuzz");
         for (const auto& t : f.tensors)
             if (t.file_offset + t.nbytes > size) std::abort();
-    } catch (const moe::GgufError&) {
-    }
+    } catch (const moe::GgufError&) {}
     return 0;
 }

@@ -26,7 +26,8 @@ std::string read_all(const std::string& bytes, size_t piece) {
         while (state == moe::HttpRequestReader::State::Done) {
             const moe::HttpRequest r = reader.take(state);
             if (r.body.size() > kLimits.max_body_bytes) std::abort();
-            out += r.method + " " + r.target + " " + std::to_string(r.headers.size()) + " " + r.body + " " + std::to_string(reader.keep_alive()) + "\n";
+            out += r.method + " " + r.target + " " + std::to_string(r.headers.size()) + " " + r.body + " " + std::to_string(reader.keep_alive()) +
+                   "\n";
         }
     }
     if (state == moe::HttpRequestReader::State::Failed) {

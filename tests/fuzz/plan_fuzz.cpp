@@ -19,7 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         const moe::Plan p = moe::load_plan(path);
         (void)moe::plan_to_yaml(p);  // what was read can be written back
-    } catch (const moe::PlanError&) {
-    }
+    } catch (const moe::PlanError&) {}
     return 0;
 }

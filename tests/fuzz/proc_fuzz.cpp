@@ -15,8 +15,11 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const std::string root = "/tmp/moestream-proc-fuzz-" + std::to_string(::getpid());
-    static const char* const files[] = {"/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu/online",
-                                        "/sys/devices/system/cpu/cpu0/topology/core_id", "/sys/devices/system/node/node0/cpulist",
+    static const char* const files[] = {"/proc/cpuinfo",
+                                        "/proc/meminfo",
+                                        "/sys/devices/system/cpu/online",
+                                        "/sys/devices/system/cpu/cpu0/topology/core_id",
+                                        "/sys/devices/system/node/node0/cpulist",
                                         "/sys/devices/system/node/node0/meminfo"};
     const std::string text(reinterpret_cast<const char*>(data), size);
     std::filesystem::remove_all(root);

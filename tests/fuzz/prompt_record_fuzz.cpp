@@ -67,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     std::abort();  // the seed must be a record the reader takes
                 ::close(fd);
                 f.insert(f.begin(), static_cast<uint8_t>(r));
-                std::ofstream(std::string(dir) + (r ? "/recurrent" : "/attention"), std::ios::binary).write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
+                std::ofstream(std::string(dir) + (r ? "/recurrent" : "/attention"), std::ios::binary)
+                    .write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
             }
             std::exit(0);
         }
@@ -94,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (int part = 0; part < 3; ++part)
                 for (size_t layer = 0; layer < 3; ++layer) room[part * 3 + layer].resize(keep * (*rows[part])[layer]);
             std::vector<moe::RecordSnapshot> snapshots;
-            moe::read_record_rows(fd, l, index, keep, [&](int part, size_t layer) { return room[part * 3 + layer].data(); }, snapshots);
+            moe::read_record_rows(
+                fd, l, index, keep, [&](int part, size_t layer) { return room[part * 3 + layer].data(); }, snapshots);
         }
     }
     ::close(fd);

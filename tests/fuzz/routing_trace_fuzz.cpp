@@ -67,9 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     moe::RoutingTrace t;
     try {
         t = moe::parse_routing_trace(std::span<const uint8_t>(data, size), "fuzz");
-    } catch (const moe::RoutingTraceError&) {
-        return 0;
-    }
+    } catch (const moe::RoutingTraceError&) { return 0; }
     // Budgets of a few slots (never sized from the header alone: slot_bytes may be 1).
     for (uint64_t slots : {1, 3, 9}) {
         const uint64_t budget = t.header.slot_bytes * slots;

@@ -11,13 +11,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json schema;
     try {
         schema = nlohmann::json::parse(text, nullptr, true, false);
-    } catch (const nlohmann::json::exception&) {
-        return 0;
-    }
+    } catch (const nlohmann::json::exception&) { return 0; }
     try {
         moe::JsonGrammar g;
         g.set_root(g.from_schema(schema));
-    } catch (const moe::GrammarError&) {
-    }
+    } catch (const moe::GrammarError&) {}
     return 0;
 }

@@ -36,8 +36,8 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
     s.max_sum.assign(2 * static_cast<size_t>(rows), 0.f);
     for (int r = 0; r < rows; ++r) s.max_sum[2 * static_cast<size_t>(r)] = neg_inf;
     s.kv_block.resize(static_cast<size_t>(kBlock) * (dk + dv));
-    float* kt = s.kv_block.data();                              // [kBlock / 8][dk][8]
-    float* vf = kt + static_cast<size_t>(kBlock) * dk;          // [kBlock][dv]
+    float* kt = s.kv_block.data();                      // [kBlock / 8][dk][8]
+    float* vf = kt + static_cast<size_t>(kBlock) * dk;  // [kBlock][dv]
     alignas(32) float score[kBlock], p[kBlock];
     for (int b0 = 0; b0 < max_kv; b0 += kBlock) {
         const int nb = std::min(kBlock, max_kv - b0);
@@ -94,8 +94,9 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
                 }
                 for (int g = 0; g < 4; ++g) {
                     const int c = c0 + 8 * g, valid = std::max(0, std::min(8, valid_r - c));
-                    const __m256 sc = valid > 0 ? _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(lo[g], hi[g]), _mm256_setzero_ps()), _mm256_set1_ps(scale))
-                                                : _mm256_set1_ps(neg_inf);
+                    const __m256 sc = valid > 0
+                                          ? _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(lo[g], hi[g]), _mm256_setzero_ps()), _mm256_set1_ps(scale))
+                                          : _mm256_set1_ps(neg_inf);
                     _mm256_store_ps(score + c, sc);
                     for (int k = 0; k < 8; ++k)
                         if (k >= valid || (kv.visible && !kv.visible[b0 + c + k])) score[c + k] = neg_inf;

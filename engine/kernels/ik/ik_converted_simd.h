@@ -111,7 +111,8 @@ struct RowGroup {
                 __m256 v[8], t[8];
                 for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(load32(q.data() + (8 * g + k) * n + 32 * c));
                 transpose8(v, t);
-                for (int m = 0; m < 8; ++m) _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 32 * R + 4 * R * m + 32 * g]), t[m]);
+                for (int m = 0; m < 8; ++m)
+                    _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 32 * R + 4 * R * m + 32 * g]), t[m]);
             }
     }
     // NT tokens: per block each token's exact integer dots with the R rows (lanes), then
@@ -140,10 +141,14 @@ struct RowGroup {
                     isum[j] = _mm256_dpbusd_epi32(isum[j], ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2]));
                     isum[j] = _mm256_dpbusd_epi32(isum[j], ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3]));
 #else
-                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0])), _mm256_set1_epi16(1));
-                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1])), _mm256_set1_epi16(1));
-                    const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2])), _mm256_set1_epi16(1));
-                    const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3])), _mm256_set1_epi16(1));
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0])),
+                                                         _mm256_set1_epi16(1));
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1])),
+                                                         _mm256_set1_epi16(1));
+                    const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2])),
+                                                         _mm256_set1_epi16(1));
+                    const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3])),
+                                                         _mm256_set1_epi16(1));
                     isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
 #endif
                 }
@@ -212,7 +217,9 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
     thread_local RowGroup<T, 8> r8;
     for (; r + 8 <= rows; r += 8) {
         r8.convert(n, w + r * row_bytes, row_bytes);
-        token_passes(n_tok, [&](auto nt, int t) { r8.template gemm<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride); });
+        token_passes(n_tok, [&](auto nt, int t) {
+            r8.template gemm<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
+        });
     }
     if (r == rows) return;
     constexpr int kBlock = RowGroup<T, 8>::kBlock;
@@ -236,10 +243,12 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
                     if (j >= nt) continue;
                     const int8_t* y = act_block<T>(act + (t0 + j) * act_bytes, n, b, dy[j]);
                     for (int k = 0; k < kBlock / 32; ++k)
-                        lanes[j] = _mm256_add_epi32(lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(load32(y + 32 * k), x[k])),
-                                                                                _mm256_set1_epi16(1)));
+                        lanes[j] = _mm256_add_epi32(
+                            lanes[j],
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(ax[k], _mm256_sign_epi8(load32(y + 32 * k), x[k])), _mm256_set1_epi16(1)));
                 }
-                acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scales[b]), _mm_load_ps(dy)), _mm_cvtepi32_ps(totals4(lanes[0], lanes[1], lanes[2], lanes[3])), acc);
+                acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scales[b]), _mm_load_ps(dy)),
+                                   _mm_cvtepi32_ps(totals4(lanes[0], lanes[1], lanes[2], lanes[3])), acc);
             }
             alignas(16) float res[4];
             _mm_store_ps(res, acc);

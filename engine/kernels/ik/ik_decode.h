@@ -19,10 +19,10 @@
 namespace moe::ik {
 
 struct TableBlock {
-    int8_t value[QK_K];   // the table value of each weight
-    int16_t kernel[QK_K]; // what the AVX2 kernel multiplies: value + add[e / 16] (0..255 for unsigned kernels)
-    int16_t scale[16];    // per 16 weights (the per-32 types repeat theirs)
-    int16_t add[16];      // per 16 weights; the min lanes multiply -add * scale with the sums of 16
+    int8_t value[QK_K];    // the table value of each weight
+    int16_t kernel[QK_K];  // what the AVX2 kernel multiplies: value + add[e / 16] (0..255 for unsigned kernels)
+    int16_t scale[16];     // per 16 weights (the per-32 types repeat theirs)
+    int16_t add[16];       // per 16 weights; the min lanes multiply -add * scale with the sums of 16
 };
 
 // How each type's AVX2 kernel treats its kernel values.
@@ -34,21 +34,34 @@ struct TableKernelShape {
 
 inline constexpr TableKernelShape table_shape(GgmlType t) {
     switch (t) {
-        case GgmlType::IQ2_K: case GgmlType::IQ3_K: return {true, true, false};
+        case GgmlType::IQ2_K:
+        case GgmlType::IQ3_K: return {true, true, false};
         case GgmlType::IQ4_K: return {false, false, false};
-        case GgmlType::IQ5_K: case GgmlType::IQ6_K: return {false, true, false};
-        case GgmlType::IQ2_KS: case GgmlType::IQ2_KL: case GgmlType::IQ4_KSS: case GgmlType::IQ5_KS: return {true, true, true};
-        case GgmlType::IQ3_KS: case GgmlType::IQ4_KS: return {false, false, true};
+        case GgmlType::IQ5_K:
+        case GgmlType::IQ6_K: return {false, true, false};
+        case GgmlType::IQ2_KS:
+        case GgmlType::IQ2_KL:
+        case GgmlType::IQ4_KSS:
+        case GgmlType::IQ5_KS: return {true, true, true};
+        case GgmlType::IQ3_KS:
+        case GgmlType::IQ4_KS: return {false, false, true};
         default: return {false, false, false};
     }
 }
 
 inline constexpr bool is_table_type(GgmlType t) {
     switch (t) {
-        case GgmlType::IQ2_K: case GgmlType::IQ3_K: case GgmlType::IQ4_K: case GgmlType::IQ5_K: case GgmlType::IQ6_K:
-        case GgmlType::IQ2_KS: case GgmlType::IQ3_KS: case GgmlType::IQ4_KS: case GgmlType::IQ5_KS: case GgmlType::IQ4_KSS:
-        case GgmlType::IQ2_KL:
-            return true;
+        case GgmlType::IQ2_K:
+        case GgmlType::IQ3_K:
+        case GgmlType::IQ4_K:
+        case GgmlType::IQ5_K:
+        case GgmlType::IQ6_K:
+        case GgmlType::IQ2_KS:
+        case GgmlType::IQ3_KS:
+        case GgmlType::IQ4_KS:
+        case GgmlType::IQ5_KS:
+        case GgmlType::IQ4_KSS:
+        case GgmlType::IQ2_KL: return true;
         default: return false;
     }
 }
@@ -56,10 +69,18 @@ inline constexpr bool is_table_type(GgmlType t) {
 // Bytes of the row scale in front of a row (0, 2 = f16, 4 = f32).
 inline constexpr int row_scale_bytes(GgmlType t) {
     switch (t) {
-        case GgmlType::IQ2_KS: case GgmlType::IQ3_KS: case GgmlType::IQ2_KL: case GgmlType::IQ1_S_R4: return 2;
-        case GgmlType::IQ4_KS: case GgmlType::IQ4_KSS: case GgmlType::IQ5_KS: case GgmlType::IQ1_KT: case GgmlType::IQ2_KT:
-        case GgmlType::IQ3_KT: case GgmlType::IQ4_KT: case GgmlType::IQ4_KS_R4:
-            return 4;
+        case GgmlType::IQ2_KS:
+        case GgmlType::IQ3_KS:
+        case GgmlType::IQ2_KL:
+        case GgmlType::IQ1_S_R4: return 2;
+        case GgmlType::IQ4_KS:
+        case GgmlType::IQ4_KSS:
+        case GgmlType::IQ5_KS:
+        case GgmlType::IQ1_KT:
+        case GgmlType::IQ2_KT:
+        case GgmlType::IQ3_KT:
+        case GgmlType::IQ4_KT:
+        case GgmlType::IQ4_KS_R4: return 4;
         default: return 0;
     }
 }
@@ -67,9 +88,12 @@ inline constexpr int row_scale_bytes(GgmlType t) {
 // Types whose blocks start with an f16 d (IQ2_K ... IQ6_K, Q6_0).
 inline constexpr bool block_has_d(GgmlType t) {
     switch (t) {
-        case GgmlType::IQ2_K: case GgmlType::IQ3_K: case GgmlType::IQ4_K: case GgmlType::IQ5_K: case GgmlType::IQ6_K:
-        case GgmlType::Q6_0:
-            return true;
+        case GgmlType::IQ2_K:
+        case GgmlType::IQ3_K:
+        case GgmlType::IQ4_K:
+        case GgmlType::IQ5_K:
+        case GgmlType::IQ6_K:
+        case GgmlType::Q6_0: return true;
         default: return false;
     }
 }

@@ -72,7 +72,8 @@ void iq4_ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
             for (auto& v : isum) v = _mm256_setzero_si256();
             for (int ib = 0; ib < 8; ++ib) {
                 const __m256i bits1 = load32(b.qs + 64 * ib), bits2 = load32(b.qs + 64 * ib + 32);
-                const __m256i qx[4] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits1, m4)), _mm256_shuffle_epi8(values, _mm256_and_si256(bits2, m4)),
+                const __m256i qx[4] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits1, m4)),
+                                       _mm256_shuffle_epi8(values, _mm256_and_si256(bits2, m4)),
                                        _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4)),
                                        _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4))};
                 const __m256i ux[4] = {_mm256_sign_epi8(qx[0], qx[0]), _mm256_sign_epi8(qx[1], qx[1]), _mm256_sign_epi8(qx[2], qx[2]),
@@ -116,8 +117,8 @@ void iq1_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
                     const int qh = b.qh[r];
                     uint64_t e[4];
                     for (int i = 0; i < 4; ++i) e[i] = iq::kIq1sGrid[b.qs[4 * i + r] | (((qh >> (3 * i)) & 7) << 8)];
-                    u[r] = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]), static_cast<long long>(e[2]),
-                                                              static_cast<long long>(e[3])),
+                    u[r] = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]),
+                                                              static_cast<long long>(e[2]), static_cast<long long>(e[3])),
                                            _mm256_set1_epi8(1));
                     sc[r] = 2 * ((qh >> 12) & 7) + 1;
                     delta_i[r] = (qh & 0x8000 ? -9 : -7) * sc[r];
@@ -151,7 +152,9 @@ void rows_one(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const
 template <template <int> class K>
 void tokens_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                  int64_t out_stride) {
-    token_passes(n_tok, [&](auto nt, int t) { K<decltype(nt)::value>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride); });
+    token_passes(n_tok, [&](auto nt, int t) {
+        K<decltype(nt)::value>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride);
+    });
 }
 
 template <int NY>

@@ -109,7 +109,8 @@ float dot_ik_q8_0_ref(int64_t n, const void* w, const void* a) {
         const Q8_2View y = q8_2_block(a, n, b);
         const float P = x.d * y.d;
         if (b < grouped) {
-            for (int h = 0; h < 2; ++h) acc[4 * h + b % 4] = std::fma(P, static_cast<float>(dot_range(x.q, y.qs, 16 * h, 16 * h + 16)), acc[4 * h + b % 4]);
+            for (int h = 0; h < 2; ++h)
+                acc[4 * h + b % 4] = std::fma(P, static_cast<float>(dot_range(x.q, y.qs, 16 * h, 16 * h + 16)), acc[4 * h + b % 4]);
         } else {
             for (int l = 0; l < 8; ++l) acc[l] = std::fma(P, static_cast<float>(dot_range(x.q, y.qs, 4 * l, 4 * l + 4)), acc[l]);
         }
@@ -131,7 +132,8 @@ float dot_q6_0_ref(int64_t n, const void* w, const void* a) {
         const float dw = fp16_to_fp32(x[b].d), P = dw * y.d;
         if (b < grouped) {
             m[b % 4] = m[b % 4] + (dw * -32.f) * (y.d * static_cast<float>(y.s));
-            for (int h = 0; h < 2; ++h) acc[4 * h + b % 4] = std::fma(P, static_cast<float>(dot_range(u, y.qs, 16 * h, 16 * h + 16)), acc[4 * h + b % 4]);
+            for (int h = 0; h < 2; ++h)
+                acc[4 * h + b % 4] = std::fma(P, static_cast<float>(dot_range(u, y.qs, 16 * h, 16 * h + 16)), acc[4 * h + b % 4]);
         } else {
             const float q = ((-dw) * 32.f) * (y.d * static_cast<float>(y.s)) * 0.25f;
             for (int l = 0; l < 4; ++l) m[l] = m[l] + q;

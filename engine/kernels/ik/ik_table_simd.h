@@ -52,7 +52,8 @@ inline __m256i widen(__m128i b) { return _mm256_cvtepi8_epi16(b); }
 inline __m256i widen_dup(__m128i b8) { return widen(_mm_unpacklo_epi8(b8, b8)); }
 // Bit k of `bits` as 0/1 in int16 lane k (k = 0..15).
 inline __m256i bit_lanes(uint32_t bits) {
-    const __m256i k = _mm256_set_epi16(static_cast<short>(0x8000), 0x4000, 0x2000, 0x1000, 0x800, 0x400, 0x200, 0x100, 0x80, 0x40, 0x20, 0x10, 8, 4, 2, 1);
+    const __m256i k = _mm256_set_epi16(static_cast<short>(0x8000), 0x4000, 0x2000, 0x1000, 0x800, 0x400, 0x200, 0x100, 0x80, 0x40, 0x20, 0x10, 8, 4,
+                                       2, 1);
     return _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(bits)), k), k), _mm256_set1_epi16(1));
 }
 // Bit k of the low 8 bits of `bits` as 0xFF / 0 in byte k (k = 0..7).
@@ -72,7 +73,8 @@ inline __m128i nibbles_split4(uint32_t w) {
 }
 // The 2-bit fields of a 32-bit word, one per byte (16 bytes).
 inline __m128i crumbs16(uint32_t w) {
-    return _mm_set_epi64x(static_cast<long long>(_pdep_u64(w >> 16, 0x0303030303030303ull)), static_cast<long long>(_pdep_u64(w & 0xFFFF, 0x0303030303030303ull)));
+    return _mm_set_epi64x(static_cast<long long>(_pdep_u64(w >> 16, 0x0303030303030303ull)),
+                          static_cast<long long>(_pdep_u64(w & 0xFFFF, 0x0303030303030303ull)));
 }
 inline uint32_t load_u32(const void* p) {
     uint32_t v;
@@ -80,9 +82,7 @@ inline uint32_t load_u32(const void* p) {
     return v;
 }
 // 2-bit field k of 64 bits of `bits` for each of 32 bytes: byte j of group = (qs[j] >> shift) & 3.
-inline __m256i crumbs(const uint8_t* qs32, int shift) {
-    return _mm256_and_si256(_mm256_srli_epi16(load32(qs32), shift), _mm256_set1_epi8(3));
-}
+inline __m256i crumbs(const uint8_t* qs32, int shift) { return _mm256_and_si256(_mm256_srli_epi16(load32(qs32), shift), _mm256_set1_epi8(3)); }
 inline float read_f32(const uint8_t* p) {
     float f;
     std::memcpy(&f, p, 4);
@@ -431,7 +431,8 @@ void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uin
                     __m256i sum = _mm256_setzero_si256();
                     for (int g = 0; g < 8; ++g) {
                         const __m256i q = load32(y.qs + 32 * g);
-                        const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v[g], q) : _mm256_maddubs_epi16(_mm256_sign_epi8(v[g], v[g]), _mm256_sign_epi8(q, v[g]));
+                        const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v[g], q)
+                                                       : _mm256_maddubs_epi16(_mm256_sign_epi8(v[g], v[g]), _mm256_sign_epi8(q, v[g]));
                         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scale[g], p));
                     }
                     acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc[k]);

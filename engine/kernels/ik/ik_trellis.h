@@ -53,7 +53,8 @@ inline void decode_trellis_block(GgmlType t, const void* blk, TrellisBlock& b) {
             }
             return;
         }
-        case GgmlType::IQ2_KT: case GgmlType::IQ3_KT: {
+        case GgmlType::IQ2_KT:
+        case GgmlType::IQ3_KT: {
             const bool iq3 = t == GgmlType::IQ3_KT;
             const uint8_t* scales = iq3 ? static_cast<const BlockIQ3_KT*>(blk)->scales : static_cast<const BlockIQ2_KT*>(blk)->scales;
             const uint8_t* ql = iq3 ? static_cast<const BlockIQ3_KT*>(blk)->ql : static_cast<const BlockIQ2_KT*>(blk)->ql;

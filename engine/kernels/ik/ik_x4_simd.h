@@ -127,7 +127,8 @@ inline __m256i trellis32(const __m256i (&x)[4], __m256i ka) {
     const __m256i ones = _mm256_set1_epi8(1), mask = _mm256_set1_epi32(0x3f3f3f3f), m126 = _mm256_set1_epi32(126);
     __m256i r[4];
     for (int k = 0; k < 4; ++k)
-        r[k] = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), _mm256_set1_epi16(1)), m126);
+        r[k] = _mm256_sub_epi32(
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), _mm256_set1_epi16(1)), m126);
     // int32 -> int8 keeping order: packs interleave 128-bit halves, a dword permute restores it
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -159,7 +160,8 @@ struct TrellisDec {
                 const __m256i qh = bytes8_u32(x.qh + 8 * (j & 1));
                 const __m256i hi = j < 2 ? _mm256_and_si256(qh, m15) : _mm256_srli_epi32(qh, 4);
                 const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(lanes_of(sh32, 2 * j, 2 * j + 1), bit_shift), _mm256_set1_epi32(1));
-                const __m256i idx = _mm256_add_epi32(_mm256_or_si256(_mm256_or_si256(bytes8_u32(x.ql + 8 * j), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(bit, 12)), off4096);
+                const __m256i idx = _mm256_add_epi32(
+                    _mm256_or_si256(_mm256_or_si256(bytes8_u32(x.ql + 8 * j), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(bit, 12)), off4096);
                 for (int h = 0; h < 2; ++h) {
                     const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
                     v[2 * j + h] = trellis32(g, ka);
@@ -205,8 +207,9 @@ struct TrellisDec {
                 const __m256i qh8 = bytes8_u32(qh + 8 * (ib & 3));
                 const __m256i hi = ib < 4 ? _mm256_and_si256(qh8, m15) : _mm256_srli_epi32(qh8, 4);
                 const __m256i sh = _mm256_and_si256(_mm256_srlv_epi32(lane_of(shb, ib), sh_shift), _mm256_set1_epi32(7));
-                const __m256i idx = _mm256_add_epi32(_mm256_or_si256(_mm256_or_si256(bytes8_u32(ql + 8 * ib), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(sh, 12)),
-                                                     lane_of(offs, ib));
+                const __m256i idx = _mm256_add_epi32(
+                    _mm256_or_si256(_mm256_or_si256(bytes8_u32(ql + 8 * ib), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(sh, 12)),
+                    lane_of(offs, ib));
                 const __m256i g[4] = {lanes_of(idx, 0, 1), lanes_of(idx, 2, 3), lanes_of(idx, 4, 5), lanes_of(idx, 6, 7)};
                 v[ib] = trellis32(g, ka);
             }
@@ -317,7 +320,8 @@ void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
             for (auto& a : acc) a = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
                 dec.decode(row + 4 + i * block_bytes);
-                const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+                const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d),
+                                               _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.scale))));
                 for (int j = 0; j < nt; ++j) {
                     const X4Row y{act + (t0 + j) * act_bytes};
                     for (int c = 0; c < 2; ++c) {

@@ -10,8 +10,7 @@ std::string shape_string(const std::vector<uint64_t>& ne) {
     return s + "]";
 }
 
-ArchLoader::ArchLoader(const GgufModel& file)
-    : file_(file), meta_(file.meta()), arch_(meta_.get_string("general.architecture").value_or("")) {
+ArchLoader::ArchLoader(const GgufModel& file) : file_(file), meta_(file.meta()), arch_(meta_.get_string("general.architecture").value_or("")) {
     for (const auto& t : file_.tensors)
         if (auto ti = type_info(t.raw_type); ti && ti->origin == TypeOrigin::IkLlama) ik_made_ = true;
 }
@@ -68,8 +67,7 @@ std::optional<std::vector<bool>> ArchLoader::bool_array(const std::string& key, 
     const std::string k = key_name(key);
     const GgufValue* v = meta_.find(k);
     if (!v) return std::nullopt;
-    if (!v->is_array() || v->elem_type == GgufValueType::STRING)
-        fail("metadata " + k + " is not an array of flags");
+    if (!v->is_array() || v->elem_type == GgufValueType::STRING) fail("metadata " + k + " is not an array of flags");
     if (v->count != n) fail("metadata " + k + " has " + std::to_string(v->count) + " entries but the model has " + std::to_string(n) + " layers");
     const size_t width = v->raw.size() / std::max<uint64_t>(v->count, 1);
     std::vector<bool> out(n);
@@ -89,7 +87,8 @@ std::optional<std::vector<uint32_t>> ArchLoader::u32_array(const std::string& ke
     if (ints.size() != n || v->count != n) fail("metadata " + k + " is not an array of " + std::to_string(n) + " integers");
     std::vector<uint32_t> out(n);
     for (size_t i = 0; i < n; ++i) {
-        if (ints[i] < 0 || ints[i] > (1 << 30)) fail("metadata " + k + "[" + std::to_string(i) + "] = " + std::to_string(ints[i]) + " is out of range");
+        if (ints[i] < 0 || ints[i] > (1 << 30))
+            fail("metadata " + k + "[" + std::to_string(i) + "] = " + std::to_string(ints[i]) + " is out of range");
         out[i] = static_cast<uint32_t>(ints[i]);
     }
     return out;
@@ -116,8 +115,7 @@ const GgufTensorInfo* ArchLoader::info(const std::string& name, bool required) {
 void ArchLoader::expect_shape(const GgufTensorInfo* t, const std::vector<uint64_t>& want, const std::string& why) const {
     std::vector<uint64_t> got = t->ne;
     while (got.size() > want.size() && got.back() == 1) got.pop_back();
-    if (got != want)
-        fail("tensor '" + t->name + "' has shape " + shape_string(t->ne) + " but metadata (" + why + ") implies " + shape_string(want));
+    if (got != want) fail("tensor '" + t->name + "' has shape " + shape_string(t->ne) + " but metadata (" + why + ") implies " + shape_string(want));
 }
 
 void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, const std::string& why, bool required) {
@@ -153,8 +151,7 @@ ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_
     return e;
 }
 
-void ArchLoader::derived(Tensor& dst, const std::string& name, GgmlType type, std::vector<uint64_t> shape, const std::string& source,
-                         DeriveFn fill) {
+void ArchLoader::derived(Tensor& dst, const std::string& name, GgmlType type, std::vector<uint64_t> shape, const std::string& source, DeriveFn fill) {
     const GgufTensorInfo* src = info(source, true);
     dst = Tensor{};
     dst.name = name;
@@ -163,7 +160,9 @@ void ArchLoader::derived(Tensor& dst, const std::string& name, GgmlType type, st
     dst.ne1 = 1;
     for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
     const auto rb = row_bytes(type, shape[0]);
-    if (!rb) fail("tensor '" + name + "' (derived from '" + source + "'): row length " + std::to_string(shape[0]) + " does not fit type " + type_name(static_cast<uint32_t>(type)));
+    if (!rb)
+        fail("tensor '" + name + "' (derived from '" + source + "'): row length " + std::to_string(shape[0]) + " does not fit type " +
+             type_name(static_cast<uint32_t>(type)));
     dst.row_bytes = *rb;
     derivations_.push_back({&dst, src, dst.row_bytes * static_cast<size_t>(dst.ne1), std::move(fill)});
 }

@@ -27,8 +27,8 @@ void load_embeddings(ArchLoader& ld, Model& m) {
     if (embd->ne[1] == 0 || embd->ne[1] > (1u << 30)) ld.fail("tensor 'token_embd.weight' has " + std::to_string(embd->ne[1]) + " rows");
     hp.n_vocab = static_cast<uint32_t>(embd->ne[1]);
     if (const GgufValue* toks = ld.file().meta().find("tokenizer.ggml.tokens"); toks && toks->count != hp.n_vocab)
-        ld.fail("tokenizer.ggml.tokens has " + std::to_string(toks->count) + " entries but token_embd.weight has " +
-                std::to_string(hp.n_vocab) + " rows");
+        ld.fail("tokenizer.ggml.tokens has " + std::to_string(toks->count) + " entries but token_embd.weight has " + std::to_string(hp.n_vocab) +
+                " rows");
     const uint64_t E = hp.n_embd;
     const std::string why = "embedding_length " + std::to_string(E);
     ld.resident(m.tok_embd, "token_embd.weight", {E, hp.n_vocab}, why);
@@ -84,13 +84,12 @@ void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool fo
     c.n_expert = ld.u32("expert_count");
     c.n_expert_used = ld.u32("expert_used_count");
     if (c.n_expert_used > c.n_expert)
-        ld.fail("metadata " + ld.key_name("expert_used_count") + " = " + std::to_string(c.n_expert_used) + " exceeds " +
-                ld.key_name("expert_count") + " = " + std::to_string(c.n_expert));
+        ld.fail("metadata " + ld.key_name("expert_used_count") + " = " + std::to_string(c.n_expert_used) + " exceeds " + ld.key_name("expert_count") +
+                " = " + std::to_string(c.n_expert));
     c.n_ff_exp = ld.u32("expert_feed_forward_length");
     c.n_ff_shexp = c.n_ff_exp * ld.u32_or_zero("expert_shared_count");
     const uint32_t gating = ld.u32_or_zero("expert_gating_func");
-    if (gating > 2)
-        ld.fail("metadata " + ld.key_name("expert_gating_func") + " = " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
+    if (gating > 2) ld.fail("metadata " + ld.key_name("expert_gating_func") + " = " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
     c.gating = gating == 0 ? default_gating : gating == 1 ? Gating::Softmax : Gating::Sigmoid;
     c.norm_weights = force_norm || ld.flag("expert_weights_norm", false);
     c.weights_scale = ld.f32("expert_weights_scale", 0.f);
@@ -98,8 +97,7 @@ void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool fo
     c.n_group_used = ld.u32_or_zero("expert_group_used_count");
     if (c.n_group > 1) {
         const std::string g = ld.key_name("expert_group_count") + " = " + std::to_string(c.n_group);
-        if (c.n_expert % c.n_group)
-            ld.fail("metadata " + g + " does not divide " + ld.key_name("expert_count") + " = " + std::to_string(c.n_expert));
+        if (c.n_expert % c.n_group) ld.fail("metadata " + g + " does not divide " + ld.key_name("expert_count") + " = " + std::to_string(c.n_expert));
         if (c.n_group_used == 0 || c.n_group_used > c.n_group)
             ld.fail("metadata " + ld.key_name("expert_group_used_count") + " = " + std::to_string(c.n_group_used) + " is not in 1.." +
                     std::to_string(c.n_group) + " (" + g + ")");
@@ -140,8 +138,7 @@ void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::stri
         ld.resident(w.up_sh, p + "ffn_up_shexp.weight", {E, c.n_ff_shexp}, swhy);
         ld.resident(w.down_sh, p + "ffn_down_shexp.weight", {c.n_ff_shexp, E}, swhy);
     } else if (ld.has_tensor(p + "ffn_gate_shexp.weight")) {
-        ld.fail("tensor '" + p + "ffn_gate_shexp.weight' is present but metadata " + ld.key_name("expert_shared_count") +
-                " is 0 or missing");
+        ld.fail("tensor '" + p + "ffn_gate_shexp.weight' is present but metadata " + ld.key_name("expert_shared_count") + " is 0 or missing");
     }
 }
 

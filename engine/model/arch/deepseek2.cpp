@@ -92,7 +92,8 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
     // per-head key/value lengths as key_length / value_length; the split is derived at load (below).
     const bool unsplit = ld.has_tensor(blk(0) + "attn_kv_b.weight") && !ld.has_tensor(blk(0) + "attn_k_b.weight");
     if (!unsplit && (!ld.has("attention.key_length_mla") || !ld.has("attention.value_length_mla")))
-        ld.fail("metadata " + ld.key_name("attention.key_length_mla") + " / value_length_mla are missing (and the file has no attn_kv_b "
+        ld.fail("metadata " + ld.key_name("attention.key_length_mla") +
+                " / value_length_mla are missing (and the file has no attn_kv_b "
                 "to derive attn_k_b / attn_v_b from)");
     const uint32_t key_mla = ld.u32(unsplit && !ld.has("attention.key_length_mla") ? "attention.key_length" : "attention.key_length_mla");
     c.v_head = ld.u32(unsplit && !ld.has("attention.value_length_mla") ? "attention.value_length" : "attention.value_length_mla");
@@ -133,8 +134,8 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
     const std::string kv_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + " + rope " + std::to_string(c.qk_rope);
     const std::string kb_why = "key_length_mla - rope " + std::to_string(c.qk_nope) + ", kv_lora_rank " + std::to_string(c.kv_lora_rank) +
                                ", head_count " + std::to_string(H);
-    const std::string vb_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", value_length_mla " + std::to_string(c.v_head) +
-                               ", head_count " + std::to_string(H);
+    const std::string vb_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", value_length_mla " + std::to_string(c.v_head) + ", head_count " +
+                               std::to_string(H);
     m.layers.resize(hp.n_layer);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const std::string p = blk(l);
@@ -160,7 +161,8 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
             ld.resident(w.wk_b, p + "attn_k_b.weight", {c.qk_nope, c.kv_lora_rank, H}, kb_why);
             ld.resident(w.wv_b, p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head, H}, vb_why);
         }
-        ld.resident(w.wo, p + "attn_output.weight", {H * c.v_head, E}, "head_count " + std::to_string(H) + " x value_length_mla " + std::to_string(c.v_head));
+        ld.resident(w.wo, p + "attn_output.weight", {H * c.v_head, E},
+                    "head_count " + std::to_string(H) + " x value_length_mla " + std::to_string(c.v_head));
         if (dsa && hp.indexer.full[l]) {
             const IndexerConfig& ix = hp.indexer;
             const std::string ix_why = "indexer head_count " + std::to_string(ix.n_head) + ", key_length " + std::to_string(ix.head_dim);
@@ -171,8 +173,8 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
             ld.resident(w.ix_k_norm_b, p + "indexer.k_norm.bias", {ix.head_dim}, ix_why);
             ld.resident(w.ix_proj, p + "indexer.proj.weight", {E, ix.n_head}, ix_why);
         } else if (dsa && ld.has_tensor(p + "indexer.attn_k.weight")) {
-            ld.fail("tensor '" + p + "indexer.attn_k.weight' is present but metadata " + ld.key_name("attention.indexer.types") +
-                    " makes layer " + std::to_string(l) + " a shared indexer layer");
+            ld.fail("tensor '" + p + "indexer.attn_k.weight' is present but metadata " + ld.key_name("attention.indexer.types") + " makes layer " +
+                    std::to_string(l) + " a shared indexer layer");
         }
         ld.resident(L.ffn_norm, p + "ffn_norm.weight", {E}, e_why);
         if (l < hp.n_layer_dense_lead) load_dense_ffn(ld, hp, L, p);

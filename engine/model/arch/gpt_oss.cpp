@@ -80,7 +80,8 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
         ld.resident(w.up_bias, p + "ffn_up_exps.bias", {F, X}, xwhy);
         ld.resident(w.down_bias, p + "ffn_down_exps.bias", {E, X}, xwhy);
         for (const Tensor* b : {&w.gate_bias, &w.up_bias, &w.down_bias})
-            if (b->type != GgmlType::F32) ld.fail("tensor '" + b->name + "' is stored as " + type_name(static_cast<uint32_t>(b->type)) + "; expected f32");
+            if (b->type != GgmlType::F32)
+                ld.fail("tensor '" + b->name + "' is stored as " + type_name(static_cast<uint32_t>(b->type)) + "; expected f32");
     }
 }
 
