@@ -2,6 +2,8 @@
 // choosing per layer an attention kind and a feed-forward kind. Adding an architecture means a description
 // here and, where its layers are new, one attention or gating kind in engine/forward.
 #pragma once
+#include <optional>
+
 #include "engine/model/arch/arch_loader.h"
 
 namespace moe::arch {
@@ -16,6 +18,9 @@ void load_gpt_oss(ArchLoader& ld, Model& m);
 
 // block_count minus nextn_predict_layers, with the NextN blocks' tensors recognised and skipped.
 void load_layer_count(ArchLoader& ld, Hparams& hp);
+// GQA's heads: head_count, head_count_kv, key_length (default: default_head_dim, else embedding_length /
+// head_count) and value_length, which must equal it; a whole number of query heads per kv head.
+void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default_head_dim = {});
 // token_embd (sets n_vocab), output_norm, output (tied to token_embd when absent).
 void load_embeddings(ArchLoader& ld, Model& m);
 // RoPE on n_rot dims: base, linear or YaRN scaling (rope.scaling.*). Returns YaRN's attention mscale for

@@ -19,6 +19,20 @@ void load_layer_count(ArchLoader& ld, Hparams& hp) {
     hp.rms_eps = ld.f32("attention.layer_norm_rms_epsilon", 1e-6f);
 }
 
+void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default_head_dim) {
+    GqaConfig& g = hp.gqa;
+    g.n_head = ld.u32("attention.head_count");
+    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
+    g.head_dim = ld.u32("attention.key_length", default_head_dim.value_or(hp.n_embd / g.n_head));
+    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
+    if (v_dim != g.head_dim)
+        ld.fail("metadata " + ld.key_name("attention.value_length") + " = " + std::to_string(v_dim) + " differs from key_length " +
+                std::to_string(g.head_dim));
+    if (g.n_head % g.n_head_kv)
+        ld.fail("metadata " + ld.key_name("attention.head_count") + " = " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " +
+                std::to_string(g.n_head_kv));
+}
+
 void load_embeddings(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     const GgufTensorInfo* embd = ld.file().find_tensor("token_embd.weight");

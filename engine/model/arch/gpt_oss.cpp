@@ -23,17 +23,12 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     load_layer_count(ld, hp);
     GqaConfig& g = hp.gqa;
-    g.n_head = ld.u32("attention.head_count");
-    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
-    const uint32_t n_rot = ld.u32("rope.dimension_count", hp.n_embd / g.n_head);
-    g.head_dim = ld.u32("attention.key_length", n_rot);
-    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
-    // llama.cpp sizes gpt-oss's heads by rope.dimension_count: the three must agree.
-    if (v_dim != g.head_dim || n_rot != g.head_dim)
-        ld.fail("attention.key_length " + std::to_string(g.head_dim) + ", value_length " + std::to_string(v_dim) + " and rope.dimension_count " +
-                std::to_string(n_rot) + " differ (gpt-oss rotates whole heads of one size)");
-    if (g.n_head % g.n_head_kv)
-        ld.fail("head_count " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " + std::to_string(g.n_head_kv));
+    // llama.cpp sizes gpt-oss's heads by rope.dimension_count: the key length defaults to it, and they must agree.
+    load_gqa_heads(ld, hp, ld.has("rope.dimension_count") ? std::optional(ld.u32("rope.dimension_count")) : std::nullopt);
+    const uint32_t n_rot = ld.u32("rope.dimension_count", g.head_dim);
+    if (n_rot != g.head_dim)
+        ld.fail("attention.key_length " + std::to_string(g.head_dim) + " and rope.dimension_count " + std::to_string(n_rot) +
+                " differ (gpt-oss rotates whole heads)");
     load_rope(ld, hp, n_rot, /*neox=*/true, false);
     if (ld.has("rope.freq_base_swa") && ld.f32("rope.freq_base_swa", hp.rope.freq_base) != hp.rope.freq_base)
         ld.fail("metadata " + ld.key_name("rope.freq_base_swa") + " = " + std::to_string(ld.f32("rope.freq_base_swa", 0.f)) +

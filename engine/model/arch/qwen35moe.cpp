@@ -30,17 +30,8 @@ void load_qwen35moe(ArchLoader& ld, Model& m) {
     load_layer_count(ld, hp);
     hp.output_rows_after_norm = true;  // its graph runs the last layer on every row (get_rows after output_norm)
     GqaConfig& g = hp.gqa;
-    g.n_head = ld.u32("attention.head_count");
-    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
-    g.head_dim = ld.u32("attention.key_length", hp.n_embd / g.n_head);
+    load_gqa_heads(ld, hp);
     g.output_gate = true;
-    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
-    if (v_dim != g.head_dim)
-        ld.fail("metadata " + ld.key_name("attention.value_length") + " = " + std::to_string(v_dim) + " differs from key_length " +
-                std::to_string(g.head_dim));
-    if (g.n_head % g.n_head_kv)
-        ld.fail("metadata " + ld.key_name("attention.head_count") + " = " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " +
-                std::to_string(g.n_head_kv));
     load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
     if (hp.rope.n_rot > static_cast<int>(g.head_dim))
         ld.fail("metadata " + ld.key_name("rope.dimension_count") + " = " + std::to_string(hp.rope.n_rot) + " exceeds key_length " +

@@ -8,15 +8,7 @@ void load_qwen3moe(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     load_layer_count(ld, hp);
     GqaConfig& g = hp.gqa;
-    g.n_head = ld.u32("attention.head_count");
-    g.n_head_kv = ld.u32("attention.head_count_kv", g.n_head);
-    g.head_dim = ld.u32("attention.key_length", hp.n_embd / g.n_head);
-    const uint32_t v_dim = ld.u32("attention.value_length", g.head_dim);
-    if (v_dim != g.head_dim)
-        ld.fail("attention.value_length " + std::to_string(v_dim) + " differs from key_length " + std::to_string(g.head_dim) +
-                " (not a qwen3moe shape)");
-    if (g.n_head % g.n_head_kv)
-        ld.fail("head_count " + std::to_string(g.n_head) + " is not a multiple of head_count_kv " + std::to_string(g.n_head_kv));
+    load_gqa_heads(ld, hp);
     if (g.head_dim % 2) ld.fail("key_length " + std::to_string(g.head_dim) + " is odd (RoPE needs pairs)");
     load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
     if (hp.rope.n_rot > static_cast<int>(g.head_dim))
