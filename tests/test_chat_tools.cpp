@@ -150,6 +150,10 @@ TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
                                       seed);
         EXPECT_TRUE(broken.calls().empty());
         EXPECT_EQ(broken.content(), "{\"city\": ");
+        auto unclosed = parse_in_pieces(ChatFamily::Harmony, opt,
+                                        "<|channel|>analysis<|message|>Think<|start|>assistant<|channel|>final<|message|>Answer", seed);
+        EXPECT_EQ(unclosed.reasoning(), "Think");
+        EXPECT_EQ(unclosed.content(), "Answer");
         auto cut = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>analysis<|message|>Still thinking<|end|><|start|>assistant<|chan", seed);
         EXPECT_EQ(cut.reasoning(), "Still thinking");
         EXPECT_EQ(cut.content(), "");

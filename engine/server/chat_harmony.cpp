@@ -251,7 +251,8 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
                             : final                  ? buf_.size()
                                                      : buf_.size() - partial_marker_tail(buf_, {kEnd, kReturn, kCall, kStart});
         const std::string text = buf_.substr(0, take);
-        buf_.erase(0, end == std::string::npos ? take : end + closer.size());
+        // A message cut off by the next one's <|start|> (no <|end|>): that marker opens the next header.
+        buf_.erase(0, end == std::string::npos ? take : closer == kStart ? end : end + closer.size());
         if (recipient_.rfind("functions.", 0) == 0 && opt_.parse_tools) call_body_ += text;
         else if (!text.empty()) out.push_back({channel_ == "analysis" ? OutputEvent::Reasoning : OutputEvent::Content, text, {}});
         if (end == std::string::npos) {
