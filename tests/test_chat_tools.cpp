@@ -154,6 +154,19 @@ TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
                                         "<|channel|>analysis<|message|>Think<|start|>assistant<|channel|>final<|message|>Answer", seed);
         EXPECT_EQ(unclosed.reasoning(), "Think");
         EXPECT_EQ(unclosed.content(), "Answer");
+        // Output that ends before any header completes: text is the answer, a cut marker is dropped.
+        EXPECT_EQ(parse_in_pieces(ChatFamily::Harmony, opt, " to", seed).content(), " to");
+        // --reasoning-format none: the messages as written, markers included, but calls still taken out.
+        OutputParserOptions raw = opt;
+        raw.split_reasoning = false;
+        auto verbatim = parse_in_pieces(ChatFamily::Harmony, raw,
+                                        "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+                                        "<|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>",
+                                        seed);
+        EXPECT_EQ(verbatim.content(), "<|channel|>analysis<|message|>x<|end|>");
+        EXPECT_EQ(verbatim.reasoning(), "");
+        ASSERT_EQ(verbatim.calls().size(), 1u);
+        EXPECT_EQ(verbatim.calls()[0].arguments, R"({"city":"Oslo"})");
         auto cut = parse_in_pieces(ChatFamily::Harmony, opt, "<|channel|>analysis<|message|>Still thinking<|end|><|start|>assistant<|chan", seed);
         EXPECT_EQ(cut.reasoning(), "Still thinking");
         EXPECT_EQ(cut.content(), "");

@@ -74,9 +74,7 @@ void Runner::attention_gqa(uint32_t l, int n) {
             for (int h = 0; h < nh; ++h)
                 for (int i = 0; i < hd; ++i) att_[t * Qd + h * hd + i] *= ops::sigmoid(q_[t * q_row + h * q_head + hd + i]);
     matmul(w.wo, att_.data(), Qd, n, tmp_.data(), E);
-    if (w.bo.present())
-        for (int t = 0; t < n; ++t)
-            for (int i = 0; i < E; ++i) tmp_[t * E + i] += w.bo.f32()[i];
+    add_bias(tmp_, w.bo, E);
 }
 
 }  // namespace moe

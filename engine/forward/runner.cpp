@@ -541,19 +541,24 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
             ops::KvView kv = head_view(kvh, n_past_ + t + 1);
             if (sinks) kv.sinks = sinks + h, kv.n_sinks = group_fn ? group : 1;
-            const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0;  // a sliding window's oldest position
-            if (first > 0 && !tiled && !fops_.ik) {
-                // The one-row paths skip masked positions one by one, so starting the view at the window is the
-                // same arithmetic without visiting the positions before it.
-                if (kv.typed()) kv.k_raw += first * kv.k_row, kv.v_raw += first * kv.v_row;
-                else kv.k += first * kv.k_stride, kv.v += first * kv.v_stride;
-                kv.n_kv -= first;
-            } else if (first > 0) {
-                // Tiles (and ik's blocks) start at position 0 whatever is masked, as llama.cpp's do: masked instead.
-                visible.assign(static_cast<size_t>(kv.n_kv), 0);
-                std::fill(visible.begin() + first, visible.end(), 1);
-                kv.visible = visible.data();
-                visible_for = -1;
+            if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0) {
+                // Positions before a sliding window are masked. One-row kernels skip masked positions one by one,
+                // so their view simply starts at the window; tiles (and ik's 128-position blocks) keep their origin,
+                // as llama.cpp's do, so the view starts at the window's tile or block and masks the rest of it (a
+                // wholly masked tile or block changes nothing): the same bits without visiting older positions.
+                const bool one_row = kv.typed() || (!tiled && !fops_.ik);
+                const int block = one_row ? 1 : tiled ? ggml::kFaTile : ik::kAttentionBlock;
+                const int start = first / block * block;
+                if (kv.typed()) kv.k_raw += start * kv.k_row, kv.v_raw += start * kv.v_row;
+                else kv.k += start * kv.k_stride, kv.v += start * kv.v_stride;
+                if (kv.k_tiles) kv.k_tiles += static_cast<size_t>(start) * base.dk, kv.v_f32 += static_cast<size_t>(start) * base.dv;
+                kv.n_kv -= start;
+                if (first > start) {
+                    visible.assign(static_cast<size_t>(kv.n_kv), 1);
+                    std::fill_n(visible.begin(), first - start, 0);
+                    kv.visible = visible.data();
+                    visible_for = -1;
+                }
             }
             if (masked) {
                 if (visible_for != t) {

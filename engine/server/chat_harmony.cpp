@@ -203,11 +203,10 @@ void OutputParser::end_message(std::vector<OutputEvent>& out, std::vector<ToolCa
 
 void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out, std::vector<ToolCall>& calls, bool final) {
     buf_ += piece;
-    if (!opt_.split_reasoning) {  // --reasoning-format none: the raw text
-        if (!buf_.empty()) out.push_back({OutputEvent::Content, buf_, {}});
-        buf_.clear();
-        return;
-    }
+    // --reasoning-format none: every message's text as it came, markers included, as the answer; tool calls are
+    // still taken out.
+    const bool raw = !opt_.split_reasoning;
+    auto is_call = [&] { return opt_.parse_tools && recipient_.rfind("functions.", 0) == 0; };
     for (;;) {
         if (state_ == State::Header) {
             // A header starts with a marker, or with the recipient right after the generation prompt
@@ -225,7 +224,9 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
             }
             const size_t m = buf_.find(kMessage);
             if (m == std::string::npos) {
-                if (final) buf_.clear();  // a header cut short by the end of the output
+                // The output ended inside a header: a cut marker is dropped, other text (or, raw, all) is answer.
+                if (final && !buf_.empty() && (raw || buf_.rfind("<|", 0) != 0)) out.push_back({OutputEvent::Content, buf_, {}});
+                if (final) buf_.clear();
                 return;
             }
             at_start_ = false;
@@ -239,6 +240,7 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
             };
             channel_ = word_after(kChannel);
             recipient_ = word_after("to=");
+            if (raw && !is_call()) out.push_back({OutputEvent::Content, header + kMessage, {}});
             state_ = State::Body;
             continue;
         }
@@ -253,12 +255,13 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
         const std::string text = buf_.substr(0, take);
         // A message cut off by the next one's <|start|> (no <|end|>): that marker opens the next header.
         buf_.erase(0, end == std::string::npos ? take : closer == kStart ? end : end + closer.size());
-        if (recipient_.rfind("functions.", 0) == 0 && opt_.parse_tools) call_body_ += text;
-        else if (!text.empty()) out.push_back({channel_ == "analysis" ? OutputEvent::Reasoning : OutputEvent::Content, text, {}});
+        if (is_call()) call_body_ += text;
+        else if (!text.empty()) out.push_back({channel_ == "analysis" && !raw ? OutputEvent::Reasoning : OutputEvent::Content, text, {}});
         if (end == std::string::npos) {
             if (final) end_message(out, calls);
             return;
         }
+        if (raw && !is_call() && closer != kStart) out.push_back({OutputEvent::Content, closer, {}});
         end_message(out, calls);
     }
 }

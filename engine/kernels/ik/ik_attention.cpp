@@ -24,7 +24,7 @@
 namespace moe::ik {
 
 void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
-    constexpr int kBlock = 128;
+    constexpr int kBlock = kAttentionBlock;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     std::vector<float>& acc = s.acc;
     acc.assign(static_cast<size_t>(kv.dv), 0.f);

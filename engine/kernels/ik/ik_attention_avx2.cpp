@@ -27,7 +27,7 @@ inline __m256 half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 // prefix is skipped for that row, as the one-row form never reaches it.
 void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const ops::KvView& kv, float scale, float* out_rows, int64_t out_stride,
                           ops::AttnScratch& s) {
-    constexpr int kBlock = 128;
+    constexpr int kBlock = kAttentionBlock;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const int dk = kv.dk, dv = kv.dv;
     auto row_n_kv = [&](int r) { return kv.rows_per_position > 0 ? kv.n_kv + r / kv.rows_per_position : kv.n_kv; };

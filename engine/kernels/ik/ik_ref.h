@@ -73,6 +73,8 @@ void add_reference_kernels(kernels::KernelTable& k);
 const kernels::KernelTable& kernel_table(const kernels::KernelTable& base);
 // Float ops with ik's flash attention, fused RMS norm, routing and expert sum (`base` for the rest).
 const ops::FloatOps& float_ops(const ops::FloatOps& base);
+// ik's flash attention takes keys in blocks of this many positions (each block's maximum is its softmax reference).
+constexpr int kAttentionBlock = 128;
 void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s);
 ops::AttendFn attend_ik_simd();  // the same bits on AVX2+FMA+F16C (ik_attention_avx2.cpp); call only where the CPU has them
 // Several rows against one view (ops::AttendGroupFn, kv.rows_per_position honoured), each row with attend_ik_simd's bits.

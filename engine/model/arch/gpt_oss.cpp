@@ -24,8 +24,9 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
     load_layer_count(ld, hp);
     GqaConfig& g = hp.gqa;
     // llama.cpp sizes gpt-oss's heads by rope.dimension_count: the key length defaults to it, and they must agree.
-    load_gqa_heads(ld, hp, ld.has("rope.dimension_count") ? std::optional(ld.u32("rope.dimension_count")) : std::nullopt);
-    const uint32_t n_rot = ld.u32("rope.dimension_count", g.head_dim);
+    const std::optional<uint32_t> rot = ld.has("rope.dimension_count") ? std::optional(ld.u32("rope.dimension_count")) : std::nullopt;
+    load_gqa_heads(ld, hp, rot);
+    const uint32_t n_rot = rot.value_or(g.head_dim);
     if (n_rot != g.head_dim)
         ld.fail("attention.key_length " + std::to_string(g.head_dim) + " and rope.dimension_count " + std::to_string(n_rot) +
                 " differ (gpt-oss rotates whole heads)");
@@ -40,6 +41,7 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
     load_moe_config(ld, hp, Gating::Softmax);
     hp.moe.gating = Gating::SoftmaxWeight;
     hp.moe.norm_weights = false;
+    hp.moe.weights_scale = 0.f;  // its graph never scales the weights (expert_weights_scale is not read)
     hp.moe.n_group = hp.moe.n_group_used = 0;
     hp.moe.n_ff_shexp = 0;
     hp.moe.activation = ExpertActivation::SwigluOai;
