@@ -242,33 +242,31 @@ void dense_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
     w.matrix(p + "ffn_down.weight", {s.dense_ffn, s.embd}, 1.f, true);
 }
 
-void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, bool biases) {
+// What a GQA block carries besides its projections: q/k/v biases (glm4moe, gpt-oss), per-head q/k norms
+// (qwen3moe, glm4moe), an output bias and a sink logit per head (gpt-oss).
+struct GqaExtras {
+    bool qkv_bias = false, qk_norm = true, output_bias_and_sinks = false;
+};
+
+void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, GqaExtras x) {
     const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
     w.matrix(p + "attn_q.weight", {s.embd, Q});
     w.matrix(p + "attn_k.weight", {s.embd, KV});
     w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
-    if (biases) {
+    if (x.qkv_bias) {
         w.vec(p + "attn_q.bias", Q, 0.f, 0.1f);
         w.vec(p + "attn_k.bias", KV, 0.f, 0.1f);
         w.vec(p + "attn_v.bias", KV, 0.f, 0.1f);
     }
     w.matrix(p + "attn_output.weight", {Q, s.embd});
-    w.vec(p + "attn_q_norm.weight", s.head_dim);
-    w.vec(p + "attn_k_norm.weight", s.head_dim);
-}
-
-// gpt-oss's attention: biased q/k/v/output projections without q/k norms, and a sink logit per head.
-void gpt_oss_attention(Writer& w, const SyntheticSpec& s, const std::string& p) {
-    const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
-    w.matrix(p + "attn_q.weight", {s.embd, Q});
-    w.matrix(p + "attn_k.weight", {s.embd, KV});
-    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
-    w.vec(p + "attn_q.bias", Q, 0.f, 0.1f);
-    w.vec(p + "attn_k.bias", KV, 0.f, 0.1f);
-    w.vec(p + "attn_v.bias", KV, 0.f, 0.1f);
-    w.matrix(p + "attn_output.weight", {Q, s.embd});
-    w.vec(p + "attn_output.bias", s.embd, 0.f, 0.1f);
-    w.vec(p + "attn_sinks.weight", s.heads, 0.f, 1.f);
+    if (x.output_bias_and_sinks) {
+        w.vec(p + "attn_output.bias", s.embd, 0.f, 0.1f);
+        w.vec(p + "attn_sinks.weight", s.heads, 0.f, 1.f);
+    }
+    if (x.qk_norm) {
+        w.vec(p + "attn_q_norm.weight", s.head_dim);
+        w.vec(p + "attn_k_norm.weight", s.head_dim);
+    }
 }
 
 // gpt-oss's experts: a biased router, biased experts; gate and up x4 and down /4 (as the reference files) so
@@ -507,8 +505,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (is_mla(A)) mla_block(w, s, p, A == "glm-dsa" && (s.ix_full.empty() || (l < s.layers && s.ix_full[l]) || l >= s.layers));
         else if (hybrid && l < s.layers && (l + 1) % s.full_interval != 0) deltanet_block(w, s, p);
         else if (hybrid) gated_attention_block(w, s, p);
-        else if (oss) gpt_oss_attention(w, s, p);
-        else gqa_block(w, s, p, A == "glm4moe");
+        else if (oss) gqa_block(w, s, p, {.qkv_bias = true, .qk_norm = false, .output_bias_and_sinks = true});
+        else gqa_block(w, s, p, {.qkv_bias = A == "glm4moe", .qk_norm = true, .output_bias_and_sinks = false});
         w.vec(p + ffn_norm, s.embd);
         if (l < s.dense_layers) dense_block(w, s, p);
         else if (oss) gpt_oss_moe(w, s, p);
