@@ -18,12 +18,16 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")("arch", po::value(&s.arch)->default_value("qwen3moe"),
-                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss")(
+                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m3")(
         "layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")("embd", po::value(&s.embd)->required(), "model width")(
         "heads", po::value(&s.heads)->required(), "query heads")("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")(
         "head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")(
-        "rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe)")(
+        "rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe and minimax-m3)")(
         "window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")(
+        "msa-block", po::value(&s.msa_block)->default_value(16), "minimax-m3: MSA block size (attention.indexer.block_size)")(
+        "msa-top-k", po::value(&s.msa_top_k)->default_value(4), "minimax-m3: blocks each query's kv group attends to")(
+        "msa-local", po::value(&s.msa_local)->default_value(1), "minimax-m3: the query's own blocks always kept (local_blocks)")(
+        "msa-dim", po::value(&s.msa_dim)->default_value(0), "minimax-m3: indexer key length (0: the head size)")(
         "experts", po::value(&s.experts)->required(), "routed experts per layer")(
         "experts-used", po::value(&s.used)->required(), "experts chosen per token")("ffn", po::value(&s.ffn)->required(), "expert hidden width")(
         "q-lora", po::value(&s.q_lora)->default_value(96), "MLA: q LoRA rank (0: plain attn_q)")(

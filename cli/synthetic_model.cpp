@@ -208,12 +208,13 @@ Writer::RowEdit skewed_router(const SyntheticSpec& s, const std::string& prefix)
     };
 }
 
-// Router, selection bias, routed experts and shared expert of one MoE block.
-void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
+// Router, selection bias, routed experts and shared expert of one MoE block. `gain` scales gate and up up and
+// down back (swiglu_oai's models use 4, as their reference files, so that its clamps at 7 are reached).
+void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p, float gain = 1.f) {
     w.f32_matrix(p + "ffn_gate_inp.weight", {s.embd, s.experts}, 2.f, skewed_router(s, p));
     if (s.probs_bias) w.vec(p + "exp_probs_b.bias", s.experts, 0.f, 0.05f);
-    w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts});
-    w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts});
+    w.matrix(p + "ffn_gate_exps.weight", {s.embd, s.ffn, s.experts}, gain);
+    w.matrix(p + "ffn_up_exps.weight", {s.embd, s.ffn, s.experts}, gain);
     if (s.fused_gate_up) {  // the same weights as one ffn_gate_up_exps: per expert its gate rows, then its up rows
         GgufTensorData up = std::move(w.tensors.back());
         w.tensors.pop_back();
@@ -227,19 +228,27 @@ void moe_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
         }
         w.tensors.push_back(std::move(fused));
     }
-    w.matrix(p + "ffn_down_exps.weight", {s.ffn, s.embd, s.experts}, 1.f, true);
+    w.matrix(p + "ffn_down_exps.weight", {s.ffn, s.embd, s.experts}, 1.f / gain, true);
     if (s.shared) {
         const uint32_t f = s.ffn * s.shared;
-        w.matrix(p + "ffn_gate_shexp.weight", {s.embd, f});
-        w.matrix(p + "ffn_up_shexp.weight", {s.embd, f});
-        w.matrix(p + "ffn_down_shexp.weight", {f, s.embd}, 1.f, true);
+        w.matrix(p + "ffn_gate_shexp.weight", {s.embd, f}, gain);
+        w.matrix(p + "ffn_up_shexp.weight", {s.embd, f}, gain);
+        w.matrix(p + "ffn_down_shexp.weight", {f, s.embd}, 1.f / gain, true);
     }
 }
 
-void dense_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
-    w.matrix(p + "ffn_gate.weight", {s.embd, s.dense_ffn});
-    w.matrix(p + "ffn_up.weight", {s.embd, s.dense_ffn});
-    w.matrix(p + "ffn_down.weight", {s.dense_ffn, s.embd}, 1.f, true);
+void dense_block(Writer& w, const SyntheticSpec& s, const std::string& p, float gain = 1.f) {
+    w.matrix(p + "ffn_gate.weight", {s.embd, s.dense_ffn}, gain);
+    w.matrix(p + "ffn_up.weight", {s.embd, s.dense_ffn}, gain);
+    w.matrix(p + "ffn_down.weight", {s.dense_ffn, s.embd}, 1.f / gain, true);
+}
+
+// minimax-m3's MSA indexer (its MoE layers): one query head per kv group, one key; f32 as llama-quantize keeps them.
+void msa_indexer(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    w.f32_matrix(p + "indexer.q_proj.weight", {s.embd, s.kv_heads * s.msa_dim}, 1.f);
+    w.f32_matrix(p + "indexer.k_proj.weight", {s.embd, s.msa_dim}, 1.f);
+    w.vec(p + "indexer.q_norm.weight", s.msa_dim);
+    w.vec(p + "indexer.k_norm.weight", s.msa_dim);
 }
 
 // What a GQA block carries besides its projections: q/k/v biases (glm4moe, gpt-oss), per-head q/k norms
@@ -341,9 +350,9 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     SyntheticSpec s = s_in;
     const std::string& A = s.arch;
     const bool hybrid = A == "qwen35moe";
-    const bool oss = A == "gpt-oss";
-    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss)
-        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss)");
+    const bool oss = A == "gpt-oss", mm3 = A == "minimax-m3";
+    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm3)
+        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m3)");
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
     if (s.used > s.experts) throw CliError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
     if (s.dense_layers >= s.layers && s.dense_layers) throw CliError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
@@ -367,8 +376,14 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
         if (s.heads % s.kv_heads)
             throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
-        if (!s.rope_dims) s.rope_dims = A == "glm4moe" ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
+        if (!s.rope_dims) s.rope_dims = A == "glm4moe" || mm3 ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
         if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw CliError("--rope-dims must be even and at most --head-dim");
+        if (mm3) {
+            if (!s.msa_dim) s.msa_dim = s.head_dim;
+            check_positive({{"msa-block", s.msa_block}, {"msa-top-k", s.msa_top_k}});
+            if (s.msa_dim < s.rope_dims) throw CliError("--msa-dim must be at least --rope-dims (the indexer's heads are rotated)");
+            if (s.msa_local > s.msa_top_k) throw CliError("--msa-local must be at most --msa-top-k");
+        }
     } else {
         check_positive({{"kv-lora", s.kv_lora}, {"qk-nope", s.qk_nope}, {"qk-rope", s.qk_rope}, {"v-head", s.v_head}});
         if (s.qk_rope % 2) throw CliError("--qk-rope must be even (RoPE rotates pairs)");
@@ -437,6 +452,14 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         key("attention.value_length", u32(s.head_dim));
         if (A != "qwen3moe" || s.rope_dims != s.head_dim) key("rope.dimension_count", u32(s.rope_dims));
         if (oss) key("attention.sliding_window", u32(s.window));
+        if (mm3) {
+            key("attention.indexer.head_count", u32(s.kv_heads));
+            key("attention.indexer.key_length", u32(s.msa_dim));
+            key("attention.indexer.top_k", u32(s.msa_top_k));
+            key("attention.indexer.block_size", u32(s.msa_block));
+            key("attention.indexer.local_blocks", u32(s.msa_local));
+            if (s.gating.empty()) key("expert_gating_func", u32(2));  // sigmoid, as its converter writes
+        }
     } else {
         key("feed_forward_length", u32(s.dense_ffn ? s.dense_ffn : s.ffn * s.used));
         if (s.mla_kv_b) {  // the older keys: per-head key and value lengths, no *_mla keys
@@ -508,9 +531,10 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         else if (oss) gqa_block(w, s, p, {.qkv_bias = true, .qk_norm = false, .output_bias_and_sinks = true});
         else gqa_block(w, s, p, {.qkv_bias = A == "glm4moe", .qk_norm = true, .output_bias_and_sinks = false});
         w.vec(p + ffn_norm, s.embd);
-        if (l < s.dense_layers) dense_block(w, s, p);
+        if (l < s.dense_layers) dense_block(w, s, p, mm3 ? 4.f : 1.f);
         else if (oss) gpt_oss_moe(w, s, p);
-        else moe_block(w, s, p);
+        else moe_block(w, s, p, mm3 ? 4.f : 1.f);
+        if (mm3 && l >= s.dense_layers) msa_indexer(w, s, p);
         if (hybrid && s.shared) w.vec(p + "ffn_gate_inp_shexp.weight", s.embd, 0.f, 0.3f);
         if (l >= s.layers) {  // a NextN/MTP block's own tensors
             w.matrix(p + "nextn.eh_proj.weight", {2ull * s.embd, s.embd});

@@ -235,6 +235,24 @@ const ArchCase kArchCases[] = {
      Flavor::Avx2,
      {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "4", "--type", "iq4_ks",
       "--random-blocks"}},  // ik's attention and routing with sinks and windows
+    // minimax-m3: MSA with blocks far below the prompts (masked batches, gathered single tokens, two local
+    // blocks), per-head q/k norms, partial RoPE, a dense layer and a shared expert, swiglu_oai in all three.
+    {"minimax-m3-q8_0", Flavor::Avx2, {"--arch",           "minimax-m3",
+                                       "--layers",         "3",
+                                       "--kv-heads",       "2",
+                                       "--head-dim",       "32",
+                                       "--dense-layers",   "1",
+                                       "--shared-experts", "1",
+                                       "--probs-bias",     "--norm-weights",
+                                       "--weights-scale",  "2.5",
+                                       "--msa-block",      "2",
+                                       "--msa-top-k",      "3",
+                                       "--msa-local",      "2",
+                                       "--type",           "q8_0"}},
+    {"minimax-m3-f16",
+     Flavor::Avx512,
+     {"--arch", "minimax-m3", "--layers", "2", "--kv-heads", "1", "--head-dim", "64", "--shared-experts", "1", "--msa-block", "4", "--msa-top-k", "2",
+      "--msa-dim", "32", "--type", "f16"}},
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};

@@ -86,7 +86,7 @@ TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2"});
     expect_mentions(load_error(dir, path, set_key("general.architecture", GgufValue::string("mamba"))),
-                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa", "gpt-oss"});
+                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa", "gpt-oss", "minimax-m3"});
 }
 
 TEST(ModelErrors, MoeKeysThatContradictEachOther) {
@@ -206,6 +206,29 @@ TEST(ModelErrors, GptOssKeysAndTensors) {
                                    return true;
                                }),
                     {"blk.0.ffn_down_exps.bias", "f16", "f32"});
+}
+
+// minimax-m3: MSA keys that contradict the attention or each other, a missing indexer tensor or key.
+TEST(ModelErrors, MinimaxM3KeysAndTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(
+        dir, "m", {"--arch", "minimax-m3", "--layers", "2", "--dense-layers", "1", "--kv-heads", "2", "--head-dim", "32", "--shared-experts", "1"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, set_key("minimax-m3.attention.indexer.head_count", GgufValue::u32(4))),
+                    {"minimax-m3.attention.indexer.head_count", "4", "head_count_kv 2"});
+    expect_mentions(load_error(dir, path, set_key("minimax-m3.attention.indexer.key_length", GgufValue::u32(8))),
+                    {"minimax-m3.attention.indexer.key_length", "8", "rope.dimension_count 16"});
+    expect_mentions(load_error(dir, path, set_key("minimax-m3.attention.indexer.local_blocks", GgufValue::u32(5))),
+                    {"minimax-m3.attention.indexer.local_blocks", "5", "top_k 4"});
+    expect_mentions(load_error(dir, path, set_key("minimax-m3.attention.indexer.block_size", GgufValue::u32(0))),
+                    {"minimax-m3.attention.indexer.block_size"});
+    expect_mentions(
+        load_error(dir, path, [](auto& kv) { std::erase_if(kv, [](const auto& e) { return e.first == "minimax-m3.attention.indexer.top_k"; }); }),
+        {"minimax-m3.attention.indexer.top_k"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.indexer.k_norm.weight"; }),
+                    {"blk.1.indexer.k_norm.weight", "missing"});
+    expect_mentions(load_error(dir, path, set_key("minimax-m3.leading_dense_block_count", GgufValue::u32(3))),
+                    {"leading_dense_block_count 3", "2 layers"});
 }
 
 TEST(ModelErrors, TensorsNoArchitectureClaims) {

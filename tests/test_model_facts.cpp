@@ -1,6 +1,7 @@
 // ModelFacts from the header alone agree with what the loader builds, for every architecture: cache bytes
 // per token (GQA K/V, MLA latent, DSA indexer keys), expert and resident bytes, NextN blocks counted apart;
 // and a file the engine cannot run is still planned for llama-server, with the reason in check's FAIL row.
+#include <algorithm>
 #include <fstream>
 
 #include "cli/commands.h"
@@ -58,8 +59,15 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
                                            std::vector<std::string>{"--arch", "glm-dsa", "--layers", "4", "--indexer-types", "1010", "--indexer-dim",
                                                                     "128", "--nextn", "1"},
                                            std::vector<std::string>{"--arch", "qwen35moe", "--layers", "6", "--kv-heads", "2", "--head-dim", "64",
-                                                                    "--full-attention-interval", "3", "--shared-experts", "1", "--nextn", "1"}),
-                         [](const auto& info) { return info.param[1] == "glm-dsa" ? std::string("glm_dsa") : info.param[1]; });
+                                                                    "--full-attention-interval", "3", "--shared-experts", "1", "--nextn", "1"},
+                                           std::vector<std::string>{"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
+                                           std::vector<std::string>{"--arch", "minimax-m3", "--layers", "3", "--kv-heads", "2", "--head-dim", "32",
+                                                                    "--dense-layers", "1", "--shared-experts", "1", "--msa-dim", "16"}),
+                         [](const auto& info) {
+                             std::string n = info.param[1];
+                             std::replace(n.begin(), n.end(), '-', '_');
+                             return n;
+                         });
 
 // GLM-5-like cache arithmetic: the latent and the indexer keys, per token.
 TEST(ModelFacts, MlaCacheIsTheLatentPlusIndexerKeys) {

@@ -70,6 +70,10 @@ const Case kCases[] = {
     // README-2026.md: gpt-oss (sinks, alternating sliding window, biased router and experts, swiglu_oai).
     {"shared-gpt-oss-gpt2-1k-s64-F32", Flavor::Avx2, 1e-4},
     {"shared-gpt-oss-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
+    // minimax-m3 (MiniMax Sparse Attention's block selection, per-head q/k norms, partial RoPE, swiglu_oai in
+    // dense, routed and shared feed-forwards).
+    {"shared-minimax-m3-gpt2-1k-s64-F32", Flavor::Avx2, 1e-4},
+    {"shared-minimax-m3-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
 };
 
 class OracleModel : public ::testing::TestWithParam<Case> {

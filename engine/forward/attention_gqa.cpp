@@ -1,10 +1,11 @@
-// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss): q/k/v projections (+ biases),
-// per-head q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless asked
-// otherwise), flash attention (sliding-window layers over their last GqaConfig::window positions; gpt-oss's sinks
-// add a logit per head to the softmax), an output gate where attn_q yields one (each head's q then its gate:
+// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss, minimax-m3): q/k/v projections
+// (+ biases), per-head q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless
+// asked otherwise), flash attention (sliding-window layers over their last GqaConfig::window positions; gpt-oss's
+// sinks add a logit per head to the softmax; MSA layers over the blocks their indexer picks, msa.h), an output gate where attn_q yields one (each head's q then its gate:
 // out *= sigmoid(gate)), output projection (+ bias). A quantized cache is rotated as llama.cpp's build_attn does
 // (attn_rot_k / attn_rot_v): q and k by a Walsh-Hadamard block before k is stored, v by a 64-block, the attention
 // output by it again (undoing it).
+#include "engine/forward/msa.h"
 #include "engine/forward/runner.h"
 #include "engine/kernels/kv_cache_types.h"
 
@@ -29,6 +30,10 @@ void Runner::attention_gqa(uint32_t l, int n) {
     add_bias(q_, w.bq, q_row);
     add_bias(k_, w.bk, kv_dim);
     add_bias(v_, w.bv, kv_dim);
+    const bool msa = m_.layers[l].msa;
+    const int ixd = static_cast<int>(hp.msa.head_dim);
+    // MSA's indexer reads the same normed input: one query head per kv head and one key per token.
+    if (msa) matmul_group({{&w.ix_q, ixq_.data(), nkv * ixd}, {&w.ix_k, ixk_.data(), ixd}}, xn_.data(), E, n);
 
     const int rot_k = kernels::kv_rotation_k(opt_.cache_type_k, hd), rot_v = kernels::kv_rotation_v(opt_.cache_type_v, hd);
     // Projections above ran for every row at once (the weights read once for all sequences of a decode
@@ -58,11 +63,20 @@ void Runner::attention_gqa(uint32_t l, int n) {
                 for (int i = 0; rot_v && i < kv_dim; i += rot_v) ops::hadamard(&v_[t * kv_dim + i], rot_v);
                 cache_->store_k(l, pos, &k_[t * kv_dim]);
                 cache_->store_v(l, pos, &v_[t * kv_dim]);
+                if (msa) {
+                    msa::prepare(hp, w, fops_, cs, &ixq_[t * nkv * ixd], &ixk_[t * ixd]);
+                    cache_->store_ix(l, pos, &ixk_[t * ixd]);
+                }
             }
         });
+        if (msa) msa_select(l, r0, ns);
+        // A sequence's single row (or rows computed as such) is llama.cpp's MSA decode, which gathers the blocks' rows;
+        // longer runs mask.
+        const KeySelection blocks{
+            key_sel_.data(), key_sel_count_.data(), static_cast<int>(hp.msa.top_k), nkv, static_cast<int>(hp.msa.block_size), kernel_rows(ns) == 1};
         // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
         attention_heads(cache_->view(l, hd, hd, &kv_kt_), q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns,
-                        1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, false,
+                        1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, msa ? &blocks : nullptr,
                         m_.layers[l].sliding ? static_cast<int>(g.window) : 0, w.sinks.present() ? w.sinks.f32() : nullptr);
     }
     select_sequence(keep);
@@ -75,6 +89,22 @@ void Runner::attention_gqa(uint32_t l, int n) {
                 for (int i = 0; i < hd; ++i) att_[t * Qd + h * hd + i] *= ops::sigmoid(q_[t * q_row + h * q_head + hd + i]);
     matmul(w.wo, att_.data(), Qd, n, tmp_.data(), E);
     add_bias(tmp_, w.bo, E);
+}
+
+// Rows [row0, row0 + n) of the selected sequence, their indexer keys cached: each row's blocks per kv head.
+void Runner::msa_select(uint32_t l, int row0, int n) {
+    const MsaConfig& c = m_.hp.msa;
+    const int nkv = static_cast<int>(m_.hp.gqa.n_head_kv), D = static_cast<int>(c.head_dim), used = n_past_ + n;
+    if (ixkf_.size() < static_cast<size_t>(used) * D) ixkf_.resize(static_cast<size_t>(used) * D);
+    cache_->load_ix(l, used, ixkf_.data());
+    pool_.parallel_for(static_cast<int64_t>(n) * nkv, [&](int64_t i0, int64_t i1) {
+        std::vector<float> scores;
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / nkv;
+            key_sel_count_[i] = msa::select_blocks(c, fops_, &ixq_[static_cast<size_t>(row0 * nkv + i) * D], ixkf_.data(),
+                                                   n_past_ + static_cast<int>(t), scores, &key_sel_[static_cast<size_t>(i) * c.top_k]);
+        }
+    });
 }
 
 }  // namespace moe

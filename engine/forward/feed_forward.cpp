@@ -1,4 +1,4 @@
-// Feed-forward kinds: a dense SwiGLU FFN, and MoE (routing in routing.cpp; routed experts from the expert
+// Feed-forward kinds: a dense gated FFN, and MoE (routing in routing.cpp; routed experts from the expert
 // source, grouped by expert so each is fetched once per batch; an optional shared expert).
 #include <algorithm>
 #include <cmath>
@@ -9,24 +9,24 @@
 
 namespace moe {
 
-// build_ffn(SILU, PAR): up and gate projections, silu(gate) * up, down; out = that + x.
+// build_ffn(SILU or SWIGLU_OAI, PAR): up and gate projections, the gated activation, down; out = that + x.
 void Runner::ffn_dense(uint32_t l, int n) {
     const DenseFfnWeights& w = m_.layers[l].dense;
     const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate.ne1);
     matmul(w.up, xn_.data(), E, n, ffn_u_.data(), F);
     matmul(w.gate, xn_.data(), E, n, ffn_g_.data(), F);
-    for (int t = 0; t < n; ++t) fops_.swiglu(&ffn_g_[t * F], &ffn_u_[t * F], F);
+    for (int t = 0; t < n; ++t) ffn_activation(m_.hp.ffn_activation, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
     matmul(w.down, ffn_g_.data(), F, n, tmp_.data(), E);
     for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 }
 
-// The shared expert: the same SwiGLU as a dense FFN over every token, into out.
+// The shared expert: the same gated FFN as a dense layer over every token, into out.
 void Runner::shared_expert(uint32_t l, int n, float* out) {
     const MoeWeights& w = m_.layers[l].experts;
     const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate_sh.ne1);
     matmul(w.up_sh, xn_.data(), E, n, ffn_u_.data(), F);
     matmul(w.gate_sh, xn_.data(), E, n, ffn_g_.data(), F);
-    for (int t = 0; t < n; ++t) fops_.swiglu(&ffn_g_[t * F], &ffn_u_[t * F], F);
+    for (int t = 0; t < n; ++t) ffn_activation(m_.hp.ffn_activation, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
     matmul(w.down_sh, ffn_g_.data(), F, n, out, E);
 }
 
@@ -127,7 +127,7 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 const int t = who[j] / U;
                 matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g);
                 matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u);
-                expert_activation(m_.hp.moe, L, fops_, e, g, u, F);
+                expert_activation(m_.hp, L, fops_, e, g, u, F);
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
                 expert_down_bias(L, e, y, E);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
@@ -180,7 +180,7 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
             project(ev.gate, L.gate, F, E, in.ab_gate, c, g.data());
             if (in.up != in.gate) gather_inputs(in.up, in.ab_up, who, U, act.data());
             project(ev.up, L.up, F, E, in.ab_up, c, u.data());
-            for (int j = 0; j < c; ++j) expert_activation(m_.hp.moe, L, fops_, e, &g[j * F], &u[j * F], static_cast<int>(F));
+            for (int j = 0; j < c; ++j) expert_activation(m_.hp, L, fops_, e, &g[j * F], &u[j * F], static_cast<int>(F));
             for (int j = 0; j < c; ++j) kernels::prepare_activations(L.down.type, &g[j * F], act.data() + j * ab_down, F);
             project(ev.down, L.down, E, F, ab_down, c, y.data());
             for (int j = 0; j < c; ++j) expert_down_bias(L, e, &y[j * E], static_cast<int>(E));
@@ -279,7 +279,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
                 expert_gate_up(ev, L, in, who);
-                for (int j = 0; j < c; ++j) expert_activation(hp.moe, L, fops_, e, &gg_[j * F], &gu_[j * F], F);
+                for (int j = 0; j < c; ++j) expert_activation(hp, L, fops_, e, &gg_[j * F], &gu_[j * F], F);
                 matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
                 for (int j = 0; j < c; ++j) expert_down_bias(L, e, &gy_[j * E], E);
                 src.release(l, e);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/forward/msa.h"
 #include "engine/forward/routing.h"
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/ik/ik_ref.h"
@@ -58,8 +59,25 @@ void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, fl
     (kv.typed() ? ops::attend_typed : tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
 }
 
-// GQA: projections (+ biases), per-head q/k norm, RoPE, the K/V cache, attention per head (a sliding window and
-// sinks where the model has them), output gate (qwen35moe: attn_q gives each head's query then its gate), output
+// MSA's indexer for this token (msa.h): its key cached, then per kv head the blocks it picks.
+std::vector<std::vector<int>> msa_blocks(const Ctx& c, uint32_t l, const Vec& xn, const std::vector<float>& cs) {
+    const Hparams& hp = c.m.hp;
+    const GqaWeights& w = c.m.layers[l].gqa;
+    const int D = static_cast<int>(hp.msa.head_dim), nkv = static_cast<int>(hp.gqa.n_head_kv);
+    Vec q(static_cast<size_t>(nkv) * D), k(D), keys(static_cast<size_t>(c.pos + 1) * D), scores;
+    dense(c, w.ix_q, xn.data(), q.data());
+    dense(c, w.ix_k, xn.data(), k.data());
+    msa::prepare(hp, w, c.fops, cs, q.data(), k.data());
+    c.st.cache.store_ix(l, c.pos, k.data());
+    c.st.cache.load_ix(l, c.pos + 1, keys.data());
+    std::vector<std::vector<int>> blocks(nkv, std::vector<int>(hp.msa.top_k));
+    for (int g = 0; g < nkv; ++g)
+        blocks[g].resize(msa::select_blocks(hp.msa, c.fops, &q[static_cast<size_t>(g) * D], keys.data(), c.pos, scores, blocks[g].data()));
+    return blocks;
+}
+
+// GQA: projections (+ biases), per-head q/k norm, RoPE, the K/V cache, attention per head (a sliding window,
+// sinks and MSA's blocks where the model has them), output gate (qwen35moe: attn_q gives each head's query then its gate), output
 // projection (+ bias).
 void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     const Hparams& hp = c.m.hp;
@@ -93,6 +111,8 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     for (int i = 0; rot_v && i < kv_dim; i += rot_v) ops::hadamard(&v[i], rot_v);
     c.st.cache.store_k(l, c.pos, k.data());
     c.st.cache.store_v(l, c.pos, v.data());
+    const std::vector<std::vector<int>> blocks = c.m.layers[l].msa ? msa_blocks(c, l, xn, cs) : std::vector<std::vector<int>>{};
+    std::vector<uint8_t> in_blocks, gathered;
     // Query head h reads kv head h / (nh / nkv).
     const ops::KvView layer_view = c.st.cache.view(l, hd, hd, &kernels::reference_table(c.st.flavor));
     // A sliding-window layer masks positions more than window - 1 before this one (llama.cpp's is_masked_swa).
@@ -103,6 +123,18 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
         ops::KvView kv = kv_view_head(layer_view, h / (nh / nkv));
         kv.n_kv = c.pos + 1;
         if (!in_window.empty()) kv.visible = in_window.data();
+        if (!blocks.empty()) {
+            // MSA: one token alone gathers its blocks' rows in the picked order (llama.cpp's decode); in a batch
+            // the other blocks are masked.
+            const std::vector<int>& b = blocks[h / (nh / nkv)];
+            if (c.batch.n_tok == 1) {
+                kv = gather_positions(kv, b.data(), static_cast<int>(b.size()), static_cast<int>(hp.msa.block_size), gathered);
+            } else {
+                in_blocks.resize(kv.n_kv);
+                msa::mark_visible(hp.msa, b.data(), static_cast<int>(b.size()), kv.n_kv, in_blocks.data());
+                kv.visible = in_blocks.data();
+            }
+        }
         if (w.sinks.present()) kv.sinks = w.sinks.f32() + h;
         attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd]);
         for (int i = 0; rot_v && i < hd; i += rot_v) ops::hadamard(&att[h * hd + i], rot_v);
@@ -231,13 +263,13 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
     dense(c, w.wo, att.data(), out.data());
 }
 
-// SwiGLU FFN: down(silu(gate . x) * (up . x)).
-void swiglu_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out) {
+// Gated FFN: down(act(gate . x, up . x)), act the model's (silu(g) * u, or swiglu_oai).
+void gated_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out) {
     const int F = static_cast<int>(gate.ne1);
     Vec g(F), u(F);
     dense(c, up, xn.data(), u.data());
     dense(c, gate, xn.data(), g.data());
-    c.fops.swiglu(g.data(), u.data(), F);
+    ffn_activation(c.m.hp.ffn_activation, c.fops, g.data(), u.data(), F);
     dense(c, down, g.data(), out.data());
 }
 
@@ -257,7 +289,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
         const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
         matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data(), 0, 0, false, tokens);
         matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data(), 0, 0, false, tokens);
-        expert_activation(hp.moe, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F);
+        expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F);
         matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data(), 0, 0, false, tokens);
         expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), E);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
@@ -266,7 +298,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     }
     if (w.gate_sh.present()) {
         Vec sh(E);
-        swiglu_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh);
+        gated_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh);
         if (w.gate_inp_sh.present()) {  // qwen35moe: scaled by sigmoid(gate_inp_sh . x)
             float gate = 0.f;
             dense(c, w.gate_inp_sh, xn.data(), &gate);
@@ -318,7 +350,7 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         if (last && !hp.output_rows_after_norm)
             fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index, batch.n_threads, batch.expert_tokens};
         if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
-        else swiglu_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
+        else gated_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];
     }
     // 4. final norm and output head

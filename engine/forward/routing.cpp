@@ -56,14 +56,18 @@ void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const f
         for (int s = 0; s < U; ++s) weights[s] *= c.weights_scale;
 }
 
-void expert_activation(const MoeConfig& c, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff) {
+void ffn_activation(FfnActivation a, const ops::FloatOps& ops, float* g, const float* u, int n_ff) {
+    if (a == FfnActivation::SwigluOai) ops::swiglu_oai(g, u, n_ff);
+    else ops.swiglu(g, u, n_ff);
+}
+
+void expert_activation(const Hparams& hp, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff) {
     if (w.gate_bias.present()) {
         const float* gb = w.gate_bias.f32() + static_cast<size_t>(expert) * n_ff;
         const float* ub = w.up_bias.f32() + static_cast<size_t>(expert) * n_ff;
         for (int i = 0; i < n_ff; ++i) g[i] += gb[i], u[i] += ub[i];
     }
-    if (c.activation == ExpertActivation::SwigluOai) ops::swiglu_oai(g, u, n_ff);
-    else ops.swiglu(g, u, n_ff);
+    ffn_activation(hp.ffn_activation, ops, g, u, n_ff);
 }
 
 void expert_down_bias(const MoeWeights& w, uint32_t expert, float* y, int n_embd) {

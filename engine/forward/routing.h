@@ -19,9 +19,11 @@ inline void route_token(const MoeConfig& c, const MoeWeights& w, const ops::Floa
                 selected, weights);
 }
 
+// The model's gated activation of a feed-forward's gate and up values, into g (experts, shared expert, dense).
+void ffn_activation(FfnActivation a, const ops::FloatOps& ops, float* g, const float* u, int n_ff);
 // A routed expert between its gate/up and its down projection: the expert's gate and up biases where the model
 // has them (ggml_add_id), then the model's gated activation into g (u is modified by its bias).
-void expert_activation(const MoeConfig& c, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff);
+void expert_activation(const Hparams& hp, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff);
 // The expert's down bias added to its output y (n_embd values), where the model has one.
 void expert_down_bias(const MoeWeights& w, uint32_t expert, float* y, int n_embd);
 

@@ -78,6 +78,12 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
         att = B * qd;
         size(&Runner::k_, B * kvd);
         size(&Runner::v_, B * kvd);
+        if (const MsaConfig& msa = hp.msa; msa.top_k) {
+            size(&Runner::ixq_, B * g.n_head_kv * msa.head_dim);
+            size(&Runner::ixk_, B * msa.head_dim);
+            size(&Runner::key_sel_, B * g.n_head_kv * msa.top_k);
+            size(&Runner::key_sel_count_, B * g.n_head_kv);
+        }
     }
     if (any_mla) {
         const MlaConfig& c = hp.mla;
@@ -93,8 +99,8 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
             size(&Runner::ixq_, B * ix.n_head * ix.head_dim);
             size(&Runner::ixk_, B * ix.head_dim);
             size(&Runner::ixw_, B * ix.n_head);
-            size(&Runner::dsa_sel_, B * ix.top_k);
-            size(&Runner::dsa_count_, B);
+            size(&Runner::key_sel_, B * ix.top_k);
+            size(&Runner::key_sel_count_, B);
         }
     }
     if (q) size(&Runner::q_, q);
@@ -442,9 +448,10 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 }
 
 // One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads
-// map to kv heads in groups (GQA). With `masked`, each token's DSA selection limits the positions it sees.
+// map to kv heads in groups (GQA). With `sel`, each token's (and kv head's) selection limits the positions it sees.
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
-                             float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked, int window, const float* sinks) {
+                             float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window,
+                             const float* sinks) {
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);
@@ -499,7 +506,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     // (ik's attention: its group form, which converts each key block once for all the rows.)
     const ops::AttendGroupFn group_fn = tiled ? attend_tiled_group_ : fops_.ik && !base.typed() ? fops_.attend_group : nullptr;
-    if (group_fn && !masked && window == 0 && kernel_rows(n) > 1) {
+    if (group_fn && !sel && window == 0 && kernel_rows(n) > 1) {
         // And for a block of consecutive tokens at once (each row still sees only its own causal prefix): in a
         // long prompt every token re-reading the whole cache from memory is what bounds attention.
         constexpr int kTokenBlock = 16;
@@ -534,7 +541,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     const int per_token = group_fn ? kv_heads : heads;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
-        std::vector<uint8_t> visible;
+        std::vector<uint8_t> visible, gathered;
         int visible_for = -1;
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
@@ -560,13 +567,21 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                     visible_for = -1;
                 }
             }
-            if (masked) {
-                if (visible_for != t) {
-                    visible.assign(static_cast<size_t>(kv.n_kv), 0);
-                    for (int s = 0; s < dsa_count_[t]; ++s) visible[dsa_sel_[static_cast<size_t>(t) * m_.hp.indexer.top_k + s]] = 1;
-                    visible_for = t;
+            if (sel) {
+                const int entry = t * sel->groups + (sel->groups > 1 ? kvh : 0);
+                const int* items = sel->items + static_cast<size_t>(entry) * sel->stride;
+                if (sel->gather) {
+                    kv = gather_positions(kv, items, sel->counts[entry], sel->span, gathered);
+                } else {
+                    if (visible_for != entry) {
+                        visible.assign(static_cast<size_t>(kv.n_kv), 0);
+                        for (int s = 0; s < sel->counts[entry]; ++s)
+                            std::fill(visible.begin() + std::min(kv.n_kv, items[s] * sel->span),
+                                      visible.begin() + std::min(kv.n_kv, (items[s] + 1) * sel->span), 1);
+                        visible_for = entry;
+                    }
+                    kv.visible = visible.data();
                 }
-                kv.visible = visible.data();
             }
             if (group_fn)
                 group_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, group, kv, scale, out + t * out_tok_stride + h * out_head_stride,

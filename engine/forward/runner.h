@@ -156,15 +156,26 @@ private:
     void attention_gqa(uint32_t l, int n);
     void attention_mla(uint32_t l, int n);
     void attention_deltanet(uint32_t l, int n);
-    void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills dsa_sel_
+    void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills key_sel_ (one group)
     // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
     template <class Size>
     static void scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size);
-    // Flash attention of n query rows against the selected sequence's cache. masked: each row sees only the DSA
-    // indexer's picks (dsa_sel_); window > 0: only its last `window` positions; sinks: one logit per query head.
+    // Which positions each query row may attend to, where not all: entry (token t, group g) lists
+    // counts[t * groups + g] items at items + (t * groups + g) * stride, item i covering positions [i * span,
+    // (i + 1) * span). DSA: one group, positions (span 1); MSA: a group per kv head, blocks. `gather`: attend
+    // over the items' positions copied out in the listed order (llama.cpp's MSA decode) rather than masking.
+    struct KeySelection {
+        const int* items;
+        const int* counts;
+        int stride, groups, span;
+        bool gather = false;
+    };
+    void msa_select(uint32_t l, int row0, int n);  // MSA indexer of a segment's rows: fills key_sel_ per kv head
+    // Flash attention of n query rows against the selected sequence's cache. sel: each row sees only the positions
+    // it selects; window > 0: only its last `window` positions; sinks: one logit per query head.
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
-                         float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, bool masked, int window = 0,
+                         float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
                          const float* sinks = nullptr);
 
     // Feed-forward kinds: read xn_ (n rows), add their output to x_.
@@ -212,12 +223,12 @@ private:
     SequenceCache* cache_ = nullptr;  // the selected sequence's
 
     // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
-    std::vector<float> x_, xn_, tmp_;                                       // [n][n_embd]
-    std::vector<float> q_, k_, v_, att_;                                    // attention projections and outputs
-    std::vector<float> qa_, kva_, qabs_, lat_;                              // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
-    std::vector<float> ixq_, ixk_, ixw_, ixkf_;                             // DSA indexer: queries, new keys, head weights, cached keys in f32
-    std::vector<int> dsa_sel_;                                              // [n][top_k] positions each query may attend to
-    std::vector<int> dsa_count_;                                            // [n] how many of them
+    std::vector<float> x_, xn_, tmp_;            // [n][n_embd]
+    std::vector<float> q_, k_, v_, att_;         // attention projections and outputs
+    std::vector<float> qa_, kva_, qabs_, lat_;   // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
+    std::vector<float> ixq_, ixk_, ixw_, ixkf_;  // DSA / MSA indexer: queries, new keys, head weights, cached keys in f32
+    std::vector<int> key_sel_;                   // [n][groups][top_k] positions (DSA) or blocks (MSA) each query may attend to
+    std::vector<int> key_sel_count_;             // [n][groups] how many of them
     std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet: projections, conv output, gates, heads
     std::vector<float> ffn_g_, ffn_u_, sh_out_;                             // dense / shared-expert hidden and output
     std::vector<float> probs_;                                              // [n][n_expert]

@@ -1,6 +1,7 @@
 #include "engine/forward/sequence_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "engine/kernels/kernels.h"
@@ -66,12 +67,17 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
     c.v_row.assign(L, 0);
     if (m.has_indexer()) {
         c.ix_width = static_cast<int>(hp.indexer.head_dim);
-        c.ix_row = bytes_of(types.k, c.ix_width);
+        c.ix_type = types.k;
+    } else if (hp.msa.top_k) {
+        c.ix_width = static_cast<int>(hp.msa.head_dim);
+        c.ix_type = GgmlType::F32;
     }
+    c.ix_row = bytes_of(c.ix_type, c.ix_width);
     for (size_t l = 0; l < L; ++l) {
         const Layer& layer = m.layers[l];
         if (layer.attn == AttentionKind::Gqa) {
             c.k_width[l] = c.v_width[l] = static_cast<int>(hp.gqa.n_head_kv * hp.gqa.head_dim);
+            if (layer.msa) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
         } else if (layer.attn == AttentionKind::Mla) {
             c.k_width[l] = static_cast<int>(hp.mla.kv_lora_rank + hp.mla.qk_rope);
             if (layer.indexer_full) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
@@ -101,11 +107,11 @@ void SequenceCache::store_v(size_t l, int pos, const float* x) {
     kernels::store_kv_row(types.v, x, v[l].data() + static_cast<size_t>(pos) * v_row[l], v_width[l]);
 }
 void SequenceCache::store_ix(size_t l, int pos, const float* x) {
-    kernels::store_kv_row(types.k, x, ix[l].data() + static_cast<size_t>(pos) * ix_row, ix_width);
+    kernels::store_kv_row(ix_type, x, ix[l].data() + static_cast<size_t>(pos) * ix_row, ix_width);
 }
 void SequenceCache::load_ix(size_t l, int n, float* out) const {
     // Rows are whole blocks and adjacent, so positions [0, n) are one run of n * ix_width values.
-    kernels::dequantize_row(types.k, ix[l].data(), out, static_cast<int64_t>(n) * ix_width);
+    kernels::dequantize_row(ix_type, ix[l].data(), out, static_cast<int64_t>(n) * ix_width);
 }
 
 ops::KvView SequenceCache::view(size_t l, int dk, int dv, const kernels::KernelTable* table) const {
@@ -140,6 +146,38 @@ ops::KvView kv_view_head(const ops::KvView& base, int h) {
         kv.v += static_cast<size_t>(h) * base.dv;
     }
     return kv;
+}
+
+ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf) {
+    const bool typed = head.typed();
+    const size_t kb = typed ? bytes_of(head.k_type, head.dk) : head.dk * sizeof(uint16_t);
+    const size_t vb = typed ? bytes_of(head.v_type, head.dv) : head.dv * sizeof(uint16_t);
+    const auto* k0 = typed ? head.k_raw : reinterpret_cast<const uint8_t*>(head.k);
+    const auto* v0 = typed ? head.v_raw : reinterpret_cast<const uint8_t*>(head.v);
+    const size_t k_step = typed ? head.k_row : head.k_stride * sizeof(uint16_t), v_step = typed ? head.v_row : head.v_stride * sizeof(uint16_t);
+    int rows = 0;
+    for (int i = 0; i < count; ++i) rows += std::max(0, std::min(head.n_kv, (items[i] + 1) * span) - items[i] * span);
+    buf.resize(static_cast<size_t>(rows) * (kb + vb));
+    uint8_t* k = buf.data();
+    uint8_t* v = buf.data() + static_cast<size_t>(rows) * kb;
+    int r = 0;
+    for (int i = 0; i < count; ++i)
+        for (int j = items[i] * span; j < std::min(head.n_kv, (items[i] + 1) * span); ++j, ++r) {
+            std::memcpy(k + r * kb, k0 + j * k_step, kb);
+            std::memcpy(v + r * vb, v0 + j * v_step, vb);
+        }
+    ops::KvView out = head;
+    out.n_kv = rows;
+    out.visible = nullptr;
+    out.k_tiles = out.v_f32 = nullptr;
+    out.rows_per_position = 0;
+    if (typed) {
+        out.k_raw = k, out.v_raw = v, out.k_row = kb, out.v_row = vb;
+    } else {
+        out.k = reinterpret_cast<const uint16_t*>(k), out.v = reinterpret_cast<const uint16_t*>(v);
+        out.k_stride = head.dk, out.v_stride = head.dv;
+    }
+    return out;
 }
 
 bool SequenceCache::has_recurrent() const {

@@ -1,9 +1,10 @@
 // What a sequence keeps between tokens, per layer and by attention kind: K and V rows for GQA layers, one latent
-// row (kv_lora + qk_rope) for MLA layers, indexer keys for DSA full-indexer layers, and for gated DeltaNet
+// row (kv_lora + qk_rope) for MLA layers, indexer keys for DSA full-indexer layers and MSA layers, and for gated DeltaNet
 // layers a fixed-size f32 recurrent state (the conv window and the delta-rule matrices).
 //
 // Positional rows are stored in the cache types asked for (llama.cpp's -ctk / -ctv: f16 by default; MLA's latent
-// and the DSA keys take K's type, as llama.cpp's do); kernels/kv_cache_types.h writes them as llama.cpp does.
+// and the DSA keys take K's type, as llama.cpp's do; MSA's keys are f32 in its MSA cache); kernels/kv_cache_types.h
+// writes them as llama.cpp does.
 // They can be cut back to any prefix; a recurrent state cannot (it has no history), so prefix reuse on hybrid
 // models goes through snapshots of it (RecurrentSnapshot, kept by the Runner).
 #pragma once
@@ -26,11 +27,12 @@ struct SequenceCache {
     kernels::KvCacheTypes types;
     std::vector<std::vector<uint8_t>> k;   // [layer][n_ctx * k_row(layer)]
     std::vector<std::vector<uint8_t>> v;   // [layer][n_ctx * v_row(layer)] (empty for MLA: V is the latent)
-    std::vector<std::vector<uint8_t>> ix;  // [layer][n_ctx * ix_row] (DSA full layers only)
+    std::vector<std::vector<uint8_t>> ix;  // [layer][n_ctx * ix_row] (DSA full layers and MSA layers only)
     std::vector<int> k_width, v_width;     // values per row
     std::vector<size_t> k_row, v_row;      // bytes per row
     int ix_width = 0;
     size_t ix_row = 0;
+    GgmlType ix_type = GgmlType::F16;
     // DeltaNet layers: conv[layer] holds, per conv channel, the K-1 previous inputs (oldest first); ssm[layer]
     // holds per v head the S x S state, row j = the state's column j (ggml's transposed layout).
     std::vector<std::vector<float>> conv, ssm;
@@ -58,6 +60,9 @@ struct SequenceCache {
 
 // The view of kv head h within a view's rows (h * dk keys and h * dv values in).
 ops::KvView kv_view_head(const ops::KvView& base, int h);
+// A one-row view of the positions [items[i] * span, (items[i] + 1) * span) below head.n_kv, i = 0..count-1 in
+// that order, their keys and values copied from `head` into `buf` (llama.cpp's get_rows before an attention).
+ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf);
 
 // Bytes of one sequence's recurrent state for a model's shape (0 without DeltaNet layers).
 uint64_t recurrent_state_bytes(const Hparams& hp, uint32_t n_recurrent_layers);

@@ -20,10 +20,11 @@ enum class AttentionKind {
 // picks the top-k logits and softmaxes only those into the weights.
 enum class Gating { Softmax, Sigmoid, SoftmaxWeight };
 
-// The gated activation of the experts' gate and up projections.
-enum class ExpertActivation {
+// The gated activation between a feed-forward's gate/up and its down projection: routed experts, shared
+// expert and dense layers alike.
+enum class FfnActivation {
     Swiglu,     // silu(gate) * up
-    SwigluOai,  // gpt-oss: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
+    SwigluOai,  // gpt-oss, minimax-m3: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
 };
 
 struct GqaConfig {
@@ -48,6 +49,16 @@ struct IndexerConfig {
     std::vector<bool> full;  // per trunk layer: a full indexer layer (else it reuses the last full layer's picks)
 };
 
+// MiniMax Sparse Attention (minimax-m3's MoE layers): an indexer with one query head per kv group and one key
+// per position scores blocks of block_size positions (the best q.k within the block); each kv group's heads
+// attend only to the positions of its top_k blocks, the query's own local_blocks always among them.
+struct MsaConfig {
+    uint32_t head_dim = 0;  // indexer query and key length
+    uint32_t top_k = 0;     // blocks per query and kv group (0: no MSA)
+    uint32_t block_size = 0;
+    uint32_t local_blocks = 0;
+};
+
 struct DeltaNetConfig {
     uint32_t conv_kernel = 0;  // K: taps of the causal conv over recent tokens
     uint32_t state = 0;        // S: head dim of q/k/v
@@ -65,7 +76,6 @@ struct MoeConfig {
     float weights_scale = 0.f;               // multiply the weights (0 or 1: no scaling)
     uint32_t n_group = 0, n_group_used = 0;  // group-limited routing (DeepSeek-V3) when n_group > 1
     bool shared_gate = false;                // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
-    ExpertActivation activation = ExpertActivation::Swiglu;
 };
 
 struct Hparams {
@@ -85,8 +95,10 @@ struct Hparams {
     GqaConfig gqa;
     MlaConfig mla;
     IndexerConfig indexer;
+    MsaConfig msa;
     DeltaNetConfig ssm;
     MoeConfig moe;
+    FfnActivation ffn_activation = FfnActivation::Swiglu;
 };
 
 }  // namespace moe

@@ -21,6 +21,10 @@ struct GqaWeights {
     Tensor wo;              // [n_head*head_dim, n_embd]
     Tensor bo;              // optional [n_embd] f32 output bias (gpt-oss)
     Tensor sinks;           // optional [n_head] f32: a logit per head that joins the softmax without a value (gpt-oss)
+    // MSA indexer (minimax-m3 MoE layers; Layer::msa): one query head per kv group, one key per position.
+    Tensor ix_q;                  // [n_embd, n_head_kv*msa.head_dim]
+    Tensor ix_k;                  // [n_embd, msa.head_dim]
+    Tensor ix_q_norm, ix_k_norm;  // [msa.head_dim] f32, RMS per head
 };
 
 struct MlaWeights {
@@ -72,6 +76,7 @@ struct Layer {
     bool moe = true;            // else a dense FFN
     bool indexer_full = false;  // MLA with DSA: this layer computes top-k (else reuses the last full layer's)
     bool sliding = false;       // GQA over the last GqaConfig::window positions only
+    bool msa = false;           // GQA through MiniMax Sparse Attention's block selection (Hparams::msa)
     Tensor attn_norm;           // [n_embd] f32
     Tensor ffn_norm;            // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
     GqaWeights gqa;

@@ -54,7 +54,7 @@ uint64_t ModelFacts::cache_bytes_per_token_as(kernels::KvCacheTypes types) const
         const TypeInfo ti = type_info(t);
         return (elems + ti.block_elems - 1) / ti.block_elems * ti.block_bytes;
     };
-    return bytes(cache_k_elems_per_token, types.k) + bytes(cache_v_elems_per_token, types.v);
+    return bytes(cache_k_elems_per_token, types.k) + bytes(cache_v_elems_per_token, types.v) + cache_f32_bytes_per_token;
 }
 
 uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint32_t checkpoints) const {
@@ -114,6 +114,13 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
     f.cache_bytes_per_token = attn_layers * f.n_head_kv * (k + v) * 2;
     f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(attn_layers) +
                      (f.recurrent_layers ? " full-attention" : "") + " layers";
+    // MSA (minimax-m3): its indexer keeps one f32 key per position on each sparse (MoE) layer.
+    if (const uint64_t ix = u("attention.indexer.key_length"); ix && u("attention.indexer.block_size")) {
+        const uint64_t sparse = L - std::min<uint64_t>(L, u("leading_dense_block_count"));
+        f.cache_f32_bytes_per_token = sparse * ix * 4;
+        f.cache_bytes_per_token += f.cache_f32_bytes_per_token;
+        f.cache_layout += " + MSA keys " + std::to_string(ix) + " f32 x " + std::to_string(sparse) + " layers";
+    }
     if (f.recurrent_layers)
         f.cache_layout += " + a " + std::to_string((f.state_bytes + 1023) / 1024) + " KiB f32 recurrent state (" +
                           std::to_string(f.recurrent_layers) + " DeltaNet layers) per sequence and per checkpoint";

@@ -53,6 +53,7 @@ struct ModelFacts {
     // The same as elements of the K and the V cache (all layers), for caches of other types (llama.cpp's -ctk/-ctv):
     // MLA keeps its latent (and DSA keys) in K and has no V cache.
     uint64_t cache_k_elems_per_token = 0, cache_v_elems_per_token = 0;
+    uint64_t cache_f32_bytes_per_token = 0;  // rows whose type no cache option changes (MSA's f32 indexer keys)
     // Recurrent layers (qwen35moe's DeltaNet): a fixed-size state per sequence, plus the snapshots the server
     // keeps of it for prefix reuse (kDefaultCheckpoints unless told otherwise).
     uint64_t state_bytes = 0;

@@ -13,6 +13,7 @@ void load_glm4moe(ArchLoader& ld, Model& m);
 void load_qwen35moe(ArchLoader& ld, Model& m);
 void load_deepseek2(ArchLoader& ld, Model& m);  // deepseek2 (DeepSeek-V2/V3, Kimi-K2) and glm-dsa (GLM-5.x)
 void load_gpt_oss(ArchLoader& ld, Model& m);
+void load_minimax_m3(ArchLoader& ld, Model& m);
 
 // Shared pieces (common.cpp).
 
@@ -21,6 +22,10 @@ void load_layer_count(ArchLoader& ld, Hparams& hp);
 // GQA's heads: head_count, head_count_kv, key_length (default: default_head_dim, else embedding_length /
 // head_count) and value_length, which must equal it; a whole number of query heads per kv head.
 void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default_head_dim = {});
+// A GQA layer's attn_q, attn_k, attn_v and attn_output at the shapes hp.gqa gives, and the q/k/v biases
+// (attn_*.bias) as the architecture has them.
+enum class QkvBiases { None, Optional, Required };
+void load_gqa_projections(ArchLoader& ld, const Hparams& hp, GqaWeights& w, const std::string& prefix, QkvBiases biases = QkvBiases::None);
 // token_embd (sets n_vocab), output_norm, output (tied to token_embd when absent).
 void load_embeddings(ArchLoader& ld, Model& m);
 // RoPE on n_rot dims: base, linear or YaRN scaling (rope.scaling.*). Returns YaRN's attention mscale for

@@ -33,6 +33,22 @@ void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default
                 std::to_string(g.n_head_kv));
 }
 
+void load_gqa_projections(ArchLoader& ld, const Hparams& hp, GqaWeights& w, const std::string& p, QkvBiases biases) {
+    const GqaConfig& g = hp.gqa;
+    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
+    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
+    ld.resident(w.wq, p + "attn_q.weight", {E, Q}, qwhy);
+    ld.resident(w.wk, p + "attn_k.weight", {E, KV}, kvwhy);
+    ld.resident(w.wv, p + "attn_v.weight", {E, KV}, kvwhy);
+    ld.resident(w.wo, p + "attn_output.weight", {Q, E}, qwhy);
+    if (biases == QkvBiases::None) return;
+    const bool required = biases == QkvBiases::Required;
+    ld.resident(w.bq, p + "attn_q.bias", {Q}, qwhy, required);
+    ld.resident(w.bk, p + "attn_k.bias", {KV}, kvwhy, required);
+    ld.resident(w.bv, p + "attn_v.bias", {KV}, kvwhy, required);
+}
+
 void load_embeddings(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     const GgufTensorInfo* embd = ld.file().find_tensor("token_embd.weight");

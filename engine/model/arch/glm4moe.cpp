@@ -20,23 +20,15 @@ void load_glm4moe(ArchLoader& ld, Model& m) {
     if (hp.n_layer_dense_lead) hp.n_ff_dense = ld.u32("feed_forward_length");
     load_embeddings(ld, m);
 
-    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const uint64_t E = hp.n_embd;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
-    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
     m.layers.resize(hp.n_layer);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         L.attn = AttentionKind::Gqa;
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
-        ld.resident(L.gqa.wq, p + "attn_q.weight", {E, Q}, qwhy);
-        ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.bq, p + "attn_q.bias", {Q}, qwhy, false);
-        ld.resident(L.gqa.bk, p + "attn_k.bias", {KV}, kvwhy, false);
-        ld.resident(L.gqa.bv, p + "attn_v.bias", {KV}, kvwhy, false);
-        ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, qwhy);
+        load_gqa_projections(ld, hp, L.gqa, p, QkvBiases::Optional);
         ld.resident(L.gqa.q_norm, p + "attn_q_norm.weight", {g.head_dim}, "key_length", false);
         ld.resident(L.gqa.k_norm, p + "attn_k_norm.weight", {g.head_dim}, "key_length", false);
         ld.resident(L.ffn_norm, p + "post_attention_norm.weight", {E}, e_why);

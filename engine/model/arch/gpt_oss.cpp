@@ -44,14 +44,12 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
     hp.moe.weights_scale = 0.f;  // its graph never scales the weights (expert_weights_scale is not read)
     hp.moe.n_group = hp.moe.n_group_used = 0;
     hp.moe.n_ff_shexp = 0;
-    hp.moe.activation = ExpertActivation::SwigluOai;
+    hp.ffn_activation = FfnActivation::SwigluOai;
     load_embeddings(ld, m);
 
-    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const uint64_t E = hp.n_embd;
     const uint64_t X = hp.moe.n_expert, F = hp.moe.n_ff_exp;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
-    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
     const std::string xwhy = "expert_count " + std::to_string(X) + ", expert_feed_forward_length " + std::to_string(F);
     m.layers.resize(hp.n_layer);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
@@ -60,13 +58,7 @@ void load_gpt_oss(ArchLoader& ld, Model& m) {
         L.attn = AttentionKind::Gqa;
         L.sliding = sliding[l];
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
-        ld.resident(L.gqa.wq, p + "attn_q.weight", {E, Q}, qwhy);
-        ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.bq, p + "attn_q.bias", {Q}, qwhy);
-        ld.resident(L.gqa.bk, p + "attn_k.bias", {KV}, kvwhy);
-        ld.resident(L.gqa.bv, p + "attn_v.bias", {KV}, kvwhy);
-        ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, qwhy);
+        load_gqa_projections(ld, hp, L.gqa, p, QkvBiases::Required);
         ld.resident(L.gqa.bo, p + "attn_output.bias", {E}, e_why);
         ld.resident(L.gqa.sinks, p + "attn_sinks.weight", {g.n_head}, "head_count " + std::to_string(g.n_head));
         ld.resident(L.ffn_norm, p + "post_attention_norm.weight", {E}, e_why);

@@ -18,20 +18,15 @@ void load_qwen3moe(ArchLoader& ld, Model& m) {
     hp.moe.n_ff_shexp = 0;
     load_embeddings(ld, m);
 
-    const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
+    const uint64_t E = hp.n_embd;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
-    const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
     m.layers.resize(hp.n_layer);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         L.attn = AttentionKind::Gqa;
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
-        ld.resident(L.gqa.wq, p + "attn_q.weight", {E, Q}, qwhy);
-        ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
-        ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, qwhy);
+        load_gqa_projections(ld, hp, L.gqa, p);
         ld.resident(L.gqa.q_norm, p + "attn_q_norm.weight", {g.head_dim}, "key_length");
         ld.resident(L.gqa.k_norm, p + "attn_k_norm.weight", {g.head_dim}, "key_length");
         ld.resident(L.ffn_norm, p + "ffn_norm.weight", {E}, e_why);
