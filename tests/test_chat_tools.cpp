@@ -62,6 +62,7 @@ TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
     EXPECT_EQ(render(ChatFamily::Glm4), fixture("glm46.txt"));
     EXPECT_EQ(render(ChatFamily::Glm47), fixture("glm47.txt"));
     EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
+    EXPECT_EQ(render(ChatFamily::MiniMax), fixture("minimax-m2.txt"));
     // gpt-oss's Harmony: the reference template keeps one call per turn and drops reasoning once an answer
     // closed the tool loop; its "Current date" is the fixture's.
     EXPECT_EQ(
@@ -173,6 +174,22 @@ TEST(ChatTools, HarmonyChannelsParseWholeAndStreamed) {
     }
 }
 
+// MiniMax without a system message or tools: the template's default identity; assistant turns as sent (its
+// think-splitting `set`s stay inside their loop under jinja2); thinking off closes the generation prompt's
+// think block. The text is jinja2's rendering of unsloth-MiniMax-M2.jinja for these messages.
+TEST(ChatTools, MiniMaxDefaultsAndEarlierReasoning) {
+    const std::vector<ChatMessage> ms = {
+        {"user", "Hi"}, {"assistant", "<think>\nplan\n</think>\n\nHello"}, {"user", "More?"}, {"assistant", "<think>\nR2\n</think>\n\nSure"}};
+    EXPECT_EQ(
+        segments_text(render_chat(ChatFamily::MiniMax, ms, {.add_generation_prompt = false, .enable_thinking = {}, .bos_text = "", .tools = {}})),
+        "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nHi[e~[\n]~b]ai\n<think>\nplan\n</think>\n\nHello[e~[\n]~b]user\nMore?"
+        "[e~[\n]~b]ai\n<think>\nR2\n</think>\n\nSure[e~[\n");
+    const std::string off = segments_text(
+        render_chat(ChatFamily::MiniMax, {{"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}}));
+    EXPECT_EQ(off, "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nHi[e~[\n]~b]ai\n<think>\n\n</think>\n\n");
+    EXPECT_EQ(detect_chat_family("{{- ']~!b[' ~ ']~b]system' ~ '\\n' }}...{{- '[e~[' ~ '\\n' }}"), ChatFamily::MiniMax);
+}
+
 TEST(ChatTools, DeepSeekGetsTheModelCardsToolDescription) {
     const std::string text = render(ChatFamily::DeepSeekV31);
     const std::string head =
@@ -260,6 +277,10 @@ TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
          "<think>Weather and news.</think>Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
          "{\"city\": \"Paris\", \"days\": 2}<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{\"q\": \"news \\\"today\\\"\", "
          "\"opts\": {\"n\": 3, \"lang\": \"fr\"}}<|tool_call_end|><|tool_calls_section_end|>"},
+        {ChatFamily::MiniMax, true,
+         "Weather and news.\n</think>\n\nLet me check.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+         "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"search\">\n<parameter name=\"q\">news \"today\"</parameter>\n"
+         "<parameter name=\"opts\">{\"n\": 3, \"lang\": \"fr\"}</parameter>\n</invoke>\n</minimax:tool_call>"},
     };
     for (const auto& c : cases) {
         for (unsigned seed = 0; seed < 20; ++seed) {
@@ -291,6 +312,15 @@ TEST(ChatTools, MalformedOrUnknownCallsStayText) {
     auto unknown = parse_in_pieces(ChatFamily::Glm47, opt, "<tool_call>rm_rf<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>", 2);
     EXPECT_TRUE(unknown.calls().empty());
     EXPECT_EQ(unknown.content(), "<tool_call>rm_rf<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>");
+    // MiniMax: text between invokes, an unclosed parameter, an unknown function: all text.
+    for (const std::string bad :
+         {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n</invoke>\nand<invoke name=\"search\">\n</invoke>\n</minimax:tool_call>",
+          "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo\n</invoke>\n</minimax:tool_call>",
+          "<minimax:tool_call>\n<invoke name=\"rm_rf\">\n</invoke>\n</minimax:tool_call>"}) {
+        auto m = parse_in_pieces(ChatFamily::MiniMax, opt, bad, 5);
+        EXPECT_TRUE(m.calls().empty()) << bad;
+        EXPECT_EQ(m.content(), bad);
+    }
     // Cut off mid-call (max_tokens): the partial call is text.
     auto cut = parse_in_pieces(ChatFamily::Qwen35, opt, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", 3);
     EXPECT_TRUE(cut.calls().empty());
@@ -315,15 +345,17 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
 
 TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
     for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
-                         ChatFamily::Harmony}) {
+                         ChatFamily::Harmony, ChatFamily::MiniMax}) {
         // What each model writes after its forced opening for get_weather.
-        const std::map<ChatFamily, std::string> rest = {{ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
-                                                        {ChatFamily::Qwen35, "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"},
-                                                        {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
-                                                        {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
-                                                        {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
-                                                        {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
-                                                        {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"}};
+        const std::map<ChatFamily, std::string> rest = {
+            {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
+            {ChatFamily::Qwen35, "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"},
+            {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
+            {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
+            {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+            {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
+            {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"},
+            {ChatFamily::MiniMax, "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"}};
         ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
         EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
         p.push(rest.at(f));

@@ -1,6 +1,7 @@
 #include "engine/server/chat_output.h"
 
 #include "engine/server/chat_harmony.h"
+#include "engine/server/chat_minimax.h"
 
 namespace moe {
 
@@ -14,13 +15,6 @@ std::string trim(const std::string& s) {
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
-// An argument value of a tag-style call: text for string parameters, else JSON when it parses as JSON.
-ordered_json typed_value(const ToolSpec* tool, const std::string& key, const std::string& raw) {
-    if (parameter_is_string(tool, key)) return raw;
-    ordered_json v = ordered_json::parse(raw, nullptr, false);
-    return v.is_discarded() ? ordered_json(raw) : v;
-}
 
 // The calls in a section (DeepSeek, Kimi): call-begin ... call-end pieces with only whitespace between them.
 bool split_section(const std::string& text, const std::string& begin, const std::string& end, std::vector<std::string>& parts) {
@@ -64,6 +58,10 @@ ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) :
         case ChatFamily::KimiK2:
             call_open_ = {kKimiSectionBegin, kKimiCallBegin};
             call_close_ = kKimiSectionEnd;
+            break;
+        case ChatFamily::MiniMax:
+            call_open_ = {minimax::kCallOpen};
+            call_close_ = minimax::kCallClose;
             break;
         default: call_open_ = {"<tool_call>"}; call_close_ = "</tool_call>";
     }
@@ -212,6 +210,7 @@ bool ChatOutputParser::parse_call_body(const std::string& body, std::vector<Tool
         case ChatFamily::KimiK2:
             if (!split_section(open_marker_ == kKimiCallBegin ? kKimiCallBegin + body : body, kKimiCallBegin, kKimiCallEnd, parts)) return false;
             break;
+        case ChatFamily::MiniMax: return minimax::parse_calls(body, opt_.tools, out);
         default: parts.push_back(body);
     }
     for (const auto& p : parts) {
@@ -232,7 +231,8 @@ bool ChatOutputParser::parse_one(const std::string& raw, ToolCall& call) const {
         return true;
     };
     switch (family_) {
-        case ChatFamily::Harmony: return false;  // chat_harmony.cpp parses its own calls
+        case ChatFamily::Harmony:
+        case ChatFamily::MiniMax: return false;  // their own files parse their calls
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {  // {"name": ..., "arguments": {...}}
             ordered_json j = ordered_json::parse(body, nullptr, false);
@@ -266,7 +266,7 @@ bool ChatOutputParser::parse_one(const std::string& raw, ToolCall& call) const {
                 std::string value = body.substr(name_end + 1, close - name_end - 1);
                 if (starts_with(value, "\n")) value.erase(0, 1);
                 if (!value.empty() && value.back() == '\n') value.pop_back();
-                args[key] = typed_value(tool, key, value);
+                args[key] = tag_argument_value(tool, key, value);
                 pos = close + 12;
             }
             const std::string tail = trim(body.substr(pos));
@@ -287,7 +287,7 @@ bool ChatOutputParser::parse_one(const std::string& raw, ToolCall& call) const {
                 const size_t ve = v == std::string::npos ? v : body.find("</arg_value>", v);
                 if (ve == std::string::npos || !trim(body.substr(ke + 10, v - ke - 10)).empty()) return false;
                 const std::string key = trim(body.substr(k + 9, ke - k - 9));
-                args[key] = typed_value(tool, key, body.substr(v + 11, ve - v - 11));
+                args[key] = tag_argument_value(tool, key, body.substr(v + 11, ve - v - 11));
                 pos = ve + 12;
                 if (trim(body.substr(pos)).empty()) break;
             }

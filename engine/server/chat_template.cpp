@@ -1,6 +1,7 @@
 #include "engine/server/chat_template.h"
 
 #include "engine/server/chat_harmony.h"
+#include "engine/server/chat_minimax.h"
 
 #include <deque>
 
@@ -17,6 +18,7 @@ const char* family_name(ChatFamily f) {
         case ChatFamily::DeepSeekV31: return "deepseek-v3.1";
         case ChatFamily::KimiK2: return "kimi-k2";
         case ChatFamily::Harmony: return "harmony";
+        case ChatFamily::MiniMax: return "minimax";
     }
     return "?";
 }
@@ -35,6 +37,7 @@ ChatFamily detect_chat_family(const std::string& t) {
     if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
     if (has("<|start|>") && has("<|channel|>")) return ChatFamily::Harmony;
+    if (has("]~b]") && has("[e~[")) return ChatFamily::MiniMax;
     // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
     if (has("[gMASK]") || (has("<|user|>") && has("<|assistant|>"))) return has("/nothink") ? ChatFamily::Glm4 : ChatFamily::Glm47;
     // Qwen3.5: XML tool calls (<function=...>) and a think block opened by the generation prompt.
@@ -227,6 +230,7 @@ CallSyntax call_syntax(ChatFamily family) {
         case ChatFamily::KimiK2:
             return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
         case ChatFamily::Harmony: return {harmony::kCallOpen, harmony::kCallTail, true};
+        case ChatFamily::MiniMax: return {std::string(minimax::kCallOpen) + "\n", "", false};
     }
     return {};
 }
@@ -242,6 +246,7 @@ std::string call_head(ChatFamily family, const std::string& name) {
         case ChatFamily::DeepSeekV31: return name + "<｜tool▁sep｜>";
         case ChatFamily::KimiK2: return name + ":0<|tool_call_argument_begin|>";
         case ChatFamily::Harmony: return harmony::call_head(name);
+        case ChatFamily::MiniMax: return minimax::call_head(name);
     }
     return name;
 }
@@ -254,6 +259,7 @@ std::string constrained_answer_prefix(ChatFamily family) { return family == Chat
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {
     if (family == ChatFamily::Harmony) return harmony::render(ms, options);
+    if (family == ChatFamily::MiniMax) return minimax::render(ms, options);
     Out o;
     struct {
         bool add_generation_prompt, enable_thinking;
@@ -264,7 +270,8 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
     // Families that fold the first system message into the tool declaration skip it in the loop.
     const bool system_first = !ms.empty() && ms[0].role == "system";
     switch (family) {
-        case ChatFamily::Harmony: break;  // rendered above
+        case ChatFamily::Harmony:
+        case ChatFamily::MiniMax: break;  // rendered above
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {
             size_t first = 0;

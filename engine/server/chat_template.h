@@ -17,7 +17,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);

@@ -42,6 +42,12 @@ const ToolSpec* find_tool(const std::vector<ToolSpec>& tools, const std::string&
     return nullptr;
 }
 
+ordered_json tag_argument_value(const ToolSpec* tool, const std::string& key, const std::string& raw) {
+    if (parameter_is_string(tool, key)) return raw;
+    ordered_json v = ordered_json::parse(raw, nullptr, false);
+    return v.is_discarded() ? ordered_json(raw) : v;
+}
+
 bool parameter_is_string(const ToolSpec* tool, const std::string& key) {
     if (!tool || !tool->parameters.is_object() || !tool->parameters.contains("properties")) return false;
     const auto& props = tool->parameters["properties"];

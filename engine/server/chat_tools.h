@@ -32,5 +32,8 @@ ordered_json arguments_object(const std::string& arguments);
 // Whether the schema of `tool`'s parameter `key` admits only strings (so a value stays text, never JSON).
 bool parameter_is_string(const ToolSpec* tool, const std::string& key);
 const ToolSpec* find_tool(const std::vector<ToolSpec>& tools, const std::string& name);
+// An argument value of a tag-style call (Qwen3.5, GLM, MiniMax): text for string parameters, else JSON when it
+// parses as JSON.
+ordered_json tag_argument_value(const ToolSpec* tool, const std::string& key, const std::string& raw);
 
 }  // namespace moe
