@@ -63,6 +63,7 @@ TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
     EXPECT_EQ(render(ChatFamily::Glm47), fixture("glm47.txt"));
     EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
     EXPECT_EQ(render(ChatFamily::MiniMax), fixture("minimax-m2.txt"));
+    EXPECT_EQ(render(ChatFamily::MiniMaxM3), fixture("minimax-m3.txt"));  // thinking unset: the template's adaptive mode
     // gpt-oss's Harmony: the reference template keeps one call per turn and drops reasoning once an answer
     // closed the tool loop; its "Current date" is the fixture's.
     EXPECT_EQ(
@@ -190,6 +191,60 @@ TEST(ChatTools, MiniMaxDefaultsAndEarlierReasoning) {
     EXPECT_EQ(detect_chat_family("{{- ']~!b[' ~ ']~b]system' ~ '\\n' }}...{{- '[e~[' ~ '\\n' }}"), ChatFamily::MiniMax);
 }
 
+// MiniMax-M3: nested arguments as elements (null members dropped, booleans as JSON, <item> per array entry),
+// reasoning shown on every turn, thinking on: "enabled" and a <mm:think> prefill. The text is jinja2's rendering
+// of MiniMax-M3.jinja with thinking_mode "enabled".
+TEST(ChatTools, MiniMaxM3NestedArgumentsAndThinkingModes) {
+    std::vector<ChatMessage> ms = {
+        {"user", "Hi"},
+        {"assistant", "<mm:think>\nplan\n</mm:think>\n\nHello", {}, {{"c1", "f", R"({"a":[1,{"b":true,"c":null}],"d":2.5,"e":null})"}}},
+        {"tool", "ok"},
+        {"user", "More?"}};
+    const std::string text = segments_text(
+        render_chat(ChatFamily::MiniMaxM3, ms, {.add_generation_prompt = true, .enable_thinking = true, .bos_text = "", .tools = {}}));
+    const std::string ns = "]<]minimax[>[";
+    const std::string tail = "]~b]developer\nYou are a helpful assistant.[e~[\n]~b]user\nHi[e~[\n]~b]ai\n<mm:think>plan</mm:think>Hello" + ns +
+                             "<tool_call>\n" + ns + "<invoke name=\"f\">" + ns + "<a>" + ns + "<item>1" + ns + "</item>" + ns + "<item>" + ns +
+                             "<b>true" + ns + "</b>" + ns + "</item>" + ns + "</a>" + ns + "<d>2.5" + ns + "</d>" + ns + "</invoke>\n" + ns +
+                             "</tool_call>[e~[\n]~b]tool\n<response>ok</response>[e~[\n]~b]user\nMore?[e~[\n]~b]ai\n<mm:think>";
+    ASSERT_GE(text.size(), tail.size());
+    EXPECT_EQ(text.substr(text.size() - tail.size()), tail);
+    EXPECT_NE(text.find("Current thinking mode: enabled. You MUST think step by step before every response, including after receiving "
+                        "function/tool results.\n</thinking_instructions>[e~[\n]~b]developer"),
+              std::string::npos);
+    const std::string off = segments_text(
+        render_chat(ChatFamily::MiniMaxM3, {{"user", "Hi"}}, {.add_generation_prompt = true, .enable_thinking = false, .bos_text = "", .tools = {}}));
+    const std::string off_tail = "[e~[\n]~b]ai\n</mm:think>";
+    EXPECT_EQ(off.substr(off.size() - off_tail.size()), off_tail);
+    EXPECT_NE(off.find("Current thinking mode: disabled."), std::string::npos);
+    EXPECT_EQ(detect_chat_family("{%- set ns_token = ']<]minimax[>[' -%}{{- ']~!b[' ~ ']~b]' }}{{ '[e~[' }}"), ChatFamily::MiniMaxM3);
+
+    // Its calls parse back: nested elements into objects and arrays, scalars typed by the schema.
+    const auto decl = ordered_json::parse(R"({"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "stops": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "nights": {"type": "integer"}}}},
+        "flexible": {"type": "boolean"}, "note": {"type": "string"}}}}})");
+    std::vector<ToolSpec> trip = {{"plan_trip", "", decl, decl["function"]["parameters"]}};
+    const std::string out = "</mm:think>Planning." + ns + "<tool_call>\n" + ns + "<invoke name=\"plan_trip\">" + ns + "<city>Rome" + ns + "</city>" +
+                            ns + "<days>3" + ns + "</days>" + ns + "<stops>" + ns + "<item>" + ns + "<name>Pisa" + ns + "</name>" + ns + "<nights>1" +
+                            ns + "</nights>" + ns + "</item>" + ns + "<item>" + ns + "<name>007" + ns + "</name>" + ns + "</item>" + ns + "</stops>" +
+                            ns + "<flexible>true" + ns + "</flexible>" + ns + "<note>12" + ns + "</note>" + ns + "</invoke>\n" + ns + "</tool_call>";
+    for (unsigned seed = 0; seed < 10; ++seed) {
+        auto p = parse_in_pieces(ChatFamily::MiniMaxM3,
+                                 {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = trip, .call_id_prefix = "c"},
+                                 out, seed);
+        EXPECT_EQ(p.reasoning(), "");
+        EXPECT_EQ(p.content(), "Planning.");
+        ASSERT_EQ(p.calls().size(), 1u);
+        EXPECT_EQ(p.calls()[0].arguments,
+                  R"({"city":"Rome","days":3,"stops":[{"name":"Pisa","nights":1},{"name":"007"}],"flexible":true,"note":"12"})");
+        auto thought = parse_in_pieces(
+            ChatFamily::MiniMaxM3, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = trip, .call_id_prefix = "c"},
+            "<mm:think>Weigh it.</mm:think>Done.", seed);
+        EXPECT_EQ(thought.reasoning(), "Weigh it.");
+        EXPECT_EQ(thought.content(), "Done.");
+    }
+}
+
 TEST(ChatTools, DeepSeekGetsTheModelCardsToolDescription) {
     const std::string text = render(ChatFamily::DeepSeekV31);
     const std::string head =
@@ -277,6 +332,11 @@ TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
          "<think>Weather and news.</think>Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
          "{\"city\": \"Paris\", \"days\": 2}<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{\"q\": \"news \\\"today\\\"\", "
          "\"opts\": {\"n\": 3, \"lang\": \"fr\"}}<|tool_call_end|><|tool_calls_section_end|>"},
+        {ChatFamily::MiniMaxM3, false,
+         "<mm:think>Weather and news.</mm:think>Let me check.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>Paris"
+         "]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n]<]minimax[>[<invoke name=\"search\">]<]minimax[>[<q>news "
+         "\"today\"]<]minimax[>[</q>]<]minimax[>[<opts>]<]minimax[>[<n>3]<]minimax[>[</n>]<]minimax[>[<lang>fr]<]minimax[>[</lang>]<]minimax[>[</opts>"
+         "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"},
         {ChatFamily::MiniMax, true,
          "Weather and news.\n</think>\n\nLet me check.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
          "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"search\">\n<parameter name=\"q\">news \"today\"</parameter>\n"
@@ -345,7 +405,7 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
 
 TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
     for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
-                         ChatFamily::Harmony, ChatFamily::MiniMax}) {
+                         ChatFamily::Harmony, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
         // What each model writes after its forced opening for get_weather.
         const std::map<ChatFamily, std::string> rest = {
             {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
@@ -355,7 +415,8 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
             {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
             {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
             {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"},
-            {ChatFamily::MiniMax, "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"}};
+            {ChatFamily::MiniMax, "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"},
+            {ChatFamily::MiniMaxM3, "]<]minimax[>[<city>Oslo]<]minimax[>[</city>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"}};
         ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = tools(), .call_id_prefix = "c"});
         EXPECT_TRUE(p.push(forced_call_prefix(f, "get_weather")).empty());
         p.push(rest.at(f));

@@ -48,7 +48,8 @@ size_t partial_marker_tail(const std::string& s, const std::vector<std::string>&
     return best;
 }
 
-ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) : family_(family), opt_(std::move(opt)) {
+ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt)
+    : family_(family), opt_(std::move(opt)), think_(think_markers(family)) {
     switch (family_) {
         case ChatFamily::DeepSeek:
         case ChatFamily::DeepSeekV31:
@@ -62,6 +63,10 @@ ChatOutputParser::ChatOutputParser(ChatFamily family, OutputParserOptions opt) :
         case ChatFamily::MiniMax:
             call_open_ = {minimax::kCallOpen};
             call_close_ = minimax::kCallClose;
+            break;
+        case ChatFamily::MiniMaxM3:
+            call_open_ = {minimax::kM3CallOpen};
+            call_close_ = minimax::kM3CallClose;
             break;
         default: call_open_ = {"<tool_call>"}; call_close_ = "</tool_call>";
     }
@@ -124,33 +129,35 @@ void ChatOutputParser::step(std::vector<OutputEvent>& out, bool final) {
     for (;;) {
         switch (state_) {
             case State::Start: {
-                // A model may open its think block itself (Qwen3, GLM-4.5): only at the very beginning.
+                // A model may open its think block itself (Qwen3, GLM-4.5), or write a bare close for a turn
+                // without reasoning (MiniMax-M3): only at the very beginning.
                 const size_t p = buf_.find_first_not_of(kSpace);
                 if (p == std::string::npos) {
                     if (final) buf_.clear();
                     return;
                 }
                 const std::string rest = buf_.substr(p);
-                if (starts_with(rest, "<think>")) {
-                    buf_.erase(0, p + 7);
-                    state_ = State::Reasoning;
+                if (starts_with(rest, think_.open) || starts_with(rest, think_.close)) {
+                    const bool opens = starts_with(rest, think_.open);
+                    buf_.erase(0, p + (opens ? think_.open : think_.close).size());
+                    state_ = opens ? State::Reasoning : State::Content;
                     continue;
                 }
-                if (!final && std::string("<think>").compare(0, rest.size(), rest) == 0) return;
+                if (!final && (think_.open.compare(0, rest.size(), rest) == 0 || think_.close.compare(0, rest.size(), rest) == 0)) return;
                 state_ = State::Content;
                 continue;
             }
             case State::Reasoning: {
-                const size_t q = buf_.find("</think>");
+                const size_t q = buf_.find(think_.close);
                 if (q != std::string::npos) {
                     emit_text(out, OutputEvent::Reasoning, buf_.substr(0, q), true);
-                    buf_.erase(0, q + 8);
+                    buf_.erase(0, q + think_.close.size());
                     state_ = State::Content;
                     section_started_ = false;
                     held_space_.clear();
                     continue;
                 }
-                const size_t keep = final ? 0 : partial_marker_tail(buf_, {"</think>"});
+                const size_t keep = final ? 0 : partial_marker_tail(buf_, {think_.close});
                 emit_text(out, OutputEvent::Reasoning, buf_.substr(0, buf_.size() - keep), final);
                 buf_.erase(0, buf_.size() - keep);
                 return;
@@ -211,6 +218,7 @@ bool ChatOutputParser::parse_call_body(const std::string& body, std::vector<Tool
             if (!split_section(open_marker_ == kKimiCallBegin ? kKimiCallBegin + body : body, kKimiCallBegin, kKimiCallEnd, parts)) return false;
             break;
         case ChatFamily::MiniMax: return minimax::parse_calls(body, opt_.tools, out);
+        case ChatFamily::MiniMaxM3: return minimax::parse_calls_m3(body, opt_.tools, out);
         default: parts.push_back(body);
     }
     for (const auto& p : parts) {
@@ -232,7 +240,8 @@ bool ChatOutputParser::parse_one(const std::string& raw, ToolCall& call) const {
     };
     switch (family_) {
         case ChatFamily::Harmony:
-        case ChatFamily::MiniMax: return false;  // their own files parse their calls
+        case ChatFamily::MiniMax:
+        case ChatFamily::MiniMaxM3: return false;  // their own files parse their calls
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {  // {"name": ..., "arguments": {...}}
             ordered_json j = ordered_json::parse(body, nullptr, false);

@@ -59,6 +59,7 @@ private:
     OutputParserOptions opt_;
     std::vector<std::string> call_open_;  // markers that start a call (or a section of calls)
     std::string call_close_;
+    ThinkMarkers think_;  // the family's reasoning tags
     State state_ = State::Start;
     std::string buf_;          // received, not yet handled
     std::string open_marker_;  // the marker that opened the current call

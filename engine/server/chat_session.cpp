@@ -92,7 +92,9 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
     std::string end = segs.empty() || !segs.back().tokens.empty() ? "" : segs.back().text;
     while (!end.empty() && (end.back() == '\n' || end.back() == ' ')) end.pop_back();
     p.parser.split_reasoning = format.split_reasoning;
-    p.parser.starts_in_reasoning = !constrained && end.size() >= 7 && end.compare(end.size() - 7, 7, "<think>") == 0;
+    const std::string think_open = think_markers(format.family).open;
+    p.parser.starts_in_reasoning = !constrained && end.size() >= think_open.size() &&
+                                   end.compare(end.size() - think_open.size(), think_open.size(), think_open) == 0;
     p.parser.parse_tools = use_tools;
     p.parser.tools = in.tools;
 

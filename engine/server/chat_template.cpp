@@ -19,6 +19,7 @@ const char* family_name(ChatFamily f) {
         case ChatFamily::KimiK2: return "kimi-k2";
         case ChatFamily::Harmony: return "harmony";
         case ChatFamily::MiniMax: return "minimax";
+        case ChatFamily::MiniMaxM3: return "minimax-m3";
     }
     return "?";
 }
@@ -37,7 +38,7 @@ ChatFamily detect_chat_family(const std::string& t) {
     if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
     if (has("<|start|>") && has("<|channel|>")) return ChatFamily::Harmony;
-    if (has("]~b]") && has("[e~[")) return ChatFamily::MiniMax;
+    if (has("]~b]") && has("[e~[")) return has("]<]minimax[>[") ? ChatFamily::MiniMaxM3 : ChatFamily::MiniMax;
     // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
     if (has("[gMASK]") || (has("<|user|>") && has("<|assistant|>"))) return has("/nothink") ? ChatFamily::Glm4 : ChatFamily::Glm47;
     // Qwen3.5: XML tool calls (<function=...>) and a think block opened by the generation prompt.
@@ -45,6 +46,11 @@ ChatFamily detect_chat_family(const std::string& t) {
     if (t.find("<|im_start|>") != std::string::npos)
         return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3 : ChatFamily::ChatML;
     return ChatFamily::ChatML;
+}
+
+ThinkMarkers think_markers(ChatFamily family) {
+    if (family == ChatFamily::MiniMaxM3) return {"<mm:think>", "</mm:think>"};
+    return {"<think>", "</think>"};
 }
 
 std::string strip_thinking(const std::string& content) {
@@ -231,6 +237,7 @@ CallSyntax call_syntax(ChatFamily family) {
             return {"<|tool_calls_section_begin|><|tool_call_begin|>functions.", "<|tool_call_end|><|tool_calls_section_end|>", true};
         case ChatFamily::Harmony: return {harmony::kCallOpen, harmony::kCallTail, true};
         case ChatFamily::MiniMax: return {std::string(minimax::kCallOpen) + "\n", "", false};
+        case ChatFamily::MiniMaxM3: return {std::string(minimax::kM3CallOpen) + "\n", "", false};
     }
     return {};
 }
@@ -247,6 +254,7 @@ std::string call_head(ChatFamily family, const std::string& name) {
         case ChatFamily::KimiK2: return name + ":0<|tool_call_argument_begin|>";
         case ChatFamily::Harmony: return harmony::call_head(name);
         case ChatFamily::MiniMax: return minimax::call_head(name);
+        case ChatFamily::MiniMaxM3: return minimax::call_head_m3(name);
     }
     return name;
 }
@@ -260,6 +268,7 @@ std::string constrained_answer_prefix(ChatFamily family) { return family == Chat
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& ms, const ChatRenderOptions& options) {
     if (family == ChatFamily::Harmony) return harmony::render(ms, options);
     if (family == ChatFamily::MiniMax) return minimax::render(ms, options);
+    if (family == ChatFamily::MiniMaxM3) return minimax::render_m3(ms, options);
     Out o;
     struct {
         bool add_generation_prompt, enable_thinking;
@@ -271,7 +280,8 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
     const bool system_first = !ms.empty() && ms[0].role == "system";
     switch (family) {
         case ChatFamily::Harmony:
-        case ChatFamily::MiniMax: break;  // rendered above
+        case ChatFamily::MiniMax:
+        case ChatFamily::MiniMaxM3: break;  // rendered above
         case ChatFamily::ChatML:
         case ChatFamily::Qwen3: {
             size_t first = 0;

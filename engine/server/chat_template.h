@@ -17,7 +17,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax, MiniMaxM3 };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);
@@ -73,6 +73,12 @@ std::string forced_call_prefix(ChatFamily family, const std::string& name);
 // Text a constrained answer (response_format) starts with after the generation prompt: Harmony's final-channel
 // header; nothing for the other families.
 std::string constrained_answer_prefix(ChatFamily family);
+
+// The tags around a family's reasoning: <think> </think>, MiniMax-M3's <mm:think> </mm:think>.
+struct ThinkMarkers {
+    std::string open, close;
+};
+ThinkMarkers think_markers(ChatFamily family);
 
 // What a family's template shows of an earlier assistant turn: the answer after any think block.
 std::string strip_thinking(const std::string& content);
