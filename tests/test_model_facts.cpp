@@ -79,6 +79,33 @@ TEST(ModelFacts, MlaCacheIsTheLatentPlusIndexerKeys) {
     EXPECT_NE(f.cache_layout.find("DSA keys 128 fp16 x 2 layers"), std::string::npos) << f.cache_layout;
 }
 
+// A hybrid file in a type without a kernel (for llama-server only) still gets its recurrent state and its
+// full-attention layers counted from the layout, as the same file in a computable type.
+TEST(ModelFacts, LayoutCountsTheStateOfAFileWithoutKernels) {
+    test::TempDir dir;
+    const std::string path = make_model(
+        dir, "h", {"--arch", "qwen35moe", "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--full-attention-interval", "2"});
+    const ModelFacts want = read_model_facts(path);
+    GgufFile g = read_gguf_header(path);
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : g.tensors) {
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        if (t.name == "blk.0.ffn_up_exps.weight") {
+            d.type = static_cast<GgmlType>(134);  // ik_llama.cpp's IQ1_BN
+            d.bytes.resize(*row_bytes(d.type, t.ne[0]) * t.ne[1] * t.ne[2]);
+        }
+        tensors.push_back(std::move(d));
+    }
+    write_gguf(dir / "h-iq1bn.gguf", g.kv, tensors);
+    const ModelFacts f = read_model_facts(dir / "h-iq1bn.gguf");
+    EXPECT_FALSE(f.supported);
+    EXPECT_EQ(f.recurrent_layers, 2u);
+    EXPECT_GT(f.state_bytes, 0u);
+    EXPECT_EQ(f.state_bytes, want.state_bytes);
+    EXPECT_EQ(f.cache_bytes_per_token, want.cache_bytes_per_token);
+    EXPECT_EQ(f.cache_layout, want.cache_layout);
+}
+
 // A weight type without a kernel: facts still read (llama-server can run it), check fails the engine row
 // with the reason and the fix, and planning for the engine names the tensor.
 TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {

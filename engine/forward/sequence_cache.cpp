@@ -6,14 +6,9 @@
 
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/kv_cache_types.h"
+#include "engine/model/cache_shape.h"
 
 namespace moe {
-
-uint64_t recurrent_state_bytes(const Hparams& hp, uint32_t n_recurrent_layers) {
-    const DeltaNetConfig& s = hp.ssm;
-    const uint64_t per_layer = uint64_t{s.conv_kernel > 0 ? s.conv_kernel - 1 : 0} * s.conv_dim() + uint64_t{s.n_v_heads} * s.state * s.state;
-    return per_layer * n_recurrent_layers * sizeof(float);
-}
 
 namespace {
 size_t bytes_of(GgmlType t, int n) { return static_cast<size_t>(row_bytes(t, static_cast<uint64_t>(n)).value_or(0)); }
@@ -54,7 +49,6 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
     SequenceCache c;
     c.n_ctx = n_ctx;
     c.types = types;
-    const Hparams& hp = m.hp;
     const size_t L = m.layers.size();
     c.k.resize(L);
     c.v.resize(L);
@@ -65,27 +59,17 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
     c.v_width.assign(L, 0);
     c.k_row.assign(L, 0);
     c.v_row.assign(L, 0);
-    if (m.has_indexer()) {
-        c.ix_width = static_cast<int>(hp.indexer.head_dim);
-        c.ix_type = types.k;
-    } else if (hp.msa.top_k) {
-        c.ix_width = static_cast<int>(hp.msa.head_dim);
-        c.ix_type = GgmlType::F32;
-    }
+    const std::vector<LayerCacheShape> shape = cache_shape(m);
+    for (const LayerCacheShape& s : shape)
+        if (s.ix_width) c.ix_width = static_cast<int>(s.ix_width), c.ix_type = s.ix_f32 ? GgmlType::F32 : types.k;
     c.ix_row = bytes_of(c.ix_type, c.ix_width);
     for (size_t l = 0; l < L; ++l) {
-        const Layer& layer = m.layers[l];
-        if (layer.attn == AttentionKind::Gqa) {
-            c.k_width[l] = c.v_width[l] = static_cast<int>(hp.gqa.n_head_kv * hp.gqa.head_dim);
-            if (layer.msa) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
-        } else if (layer.attn == AttentionKind::Mla) {
-            c.k_width[l] = static_cast<int>(hp.mla.kv_lora_rank + hp.mla.qk_rope);
-            if (layer.indexer_full) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
-        } else {
-            const DeltaNetConfig& s = hp.ssm;
-            c.conv[l].assign(size_t{s.conv_kernel - 1} * s.conv_dim(), 0.f);
-            c.ssm[l].assign(size_t{s.n_v_heads} * s.state * s.state, 0.f);
-        }
+        const LayerCacheShape& s = shape[l];
+        c.k_width[l] = static_cast<int>(s.k_width);
+        c.v_width[l] = static_cast<int>(s.v_width);
+        if (s.ix_width) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
+        c.conv[l].assign(s.conv_floats, 0.f);
+        c.ssm[l].assign(s.state_floats, 0.f);
         c.k_row[l] = bytes_of(types.k, c.k_width[l]);
         c.v_row[l] = bytes_of(types.v, c.v_width[l]);
         c.k[l].assign(static_cast<size_t>(n_ctx) * c.k_row[l], 0);

@@ -1,4 +1,4 @@
-// What a sequence keeps between tokens, per layer and by attention kind: K and V rows for GQA layers, one latent
+// What a sequence keeps between tokens, per layer and by attention kind (its shape: model/cache_shape.h): K and V rows for GQA layers, one latent
 // row (kv_lora + qk_rope) for MLA layers, indexer keys for DSA full-indexer layers and MSA layers, and for gated DeltaNet
 // layers a fixed-size f32 recurrent state (the conv window and the delta-rule matrices).
 //
@@ -63,8 +63,5 @@ ops::KvView kv_view_head(const ops::KvView& base, int h);
 // A one-row view of the positions [items[i] * span, (items[i] + 1) * span) below head.n_kv, i = 0..count-1 in
 // that order, their keys and values copied from `head` into `buf` (llama.cpp's get_rows before an attention).
 ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf);
-
-// Bytes of one sequence's recurrent state for a model's shape (0 without DeltaNet layers).
-uint64_t recurrent_state_bytes(const Hparams& hp, uint32_t n_recurrent_layers);
 
 }  // namespace moe

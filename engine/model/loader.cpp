@@ -27,8 +27,9 @@ const std::vector<std::string>& supported_architectures() {
 }
 
 namespace {
-std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident) {
+std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool without_kernels = false) {
     ArchLoader ld(file);
+    if (without_kernels) ld.accept_types_without_kernels();
     const ArchEntry* entry = nullptr;
     for (const auto& a : kArchs)
         if (ld.arch() == a.name) entry = &a;
@@ -54,7 +55,7 @@ std::vector<ExpertLayer> expert_layers(const Model& m) {
     return layers;
 }
 
-std::unique_ptr<Model> load_model_layout(const GgufModel& file) { return describe(file, false); }
+std::unique_ptr<Model> load_model_layout(const GgufModel& file, bool without_kernels) { return describe(file, false, without_kernels); }
 
 std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt) {
     auto m = describe(file, true);

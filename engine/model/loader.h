@@ -26,8 +26,9 @@ struct LoadOptions {
 std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt = {});
 
 // The model's tensors located and checked, no weights read and no expert source (resident tensors' data null):
-// for tools that work on the file's layout (repack).
-std::unique_ptr<Model> load_model_layout(const GgufModel& file);
+// for tools that work on the file's layout (repack). `without_kernels`: also for tensors of known types the
+// engine cannot compute (ModelFacts of a file planned for llama-server).
+std::unique_ptr<Model> load_model_layout(const GgufModel& file, bool without_kernels = false);
 
 // Per-layer routed-expert tensors of a loaded model (null entries: dense layers).
 std::vector<ExpertLayer> expert_layers(const Model& m);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "engine/model/cache_shape.h"
 #include "engine/model/loader.h"
 
 namespace moe {
@@ -63,9 +64,32 @@ uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint3
 
 namespace {
 
-// Per-sequence cache per token, from the architecture's keys: MLA keeps one fp16 latent row per layer (and DSA
-// its fp16 indexer keys on full-indexer layers); GQA keeps fp16 K and V rows.
-void cache_facts(const GgufFile& meta, ModelFacts& f) {
+// Per-sequence cache per token, from the loaded layout (cache_shape.h: what SequenceCache allocates) where this
+// engine can describe the file; DSA and MSA keys, DeltaNet states and per-layer patterns come only from there.
+bool cache_facts_from_layout(const GgufModel& model, ModelFacts& f) {
+    std::unique_ptr<Model> m;
+    try {
+        m = load_model_layout(model, /*without_kernels=*/true);
+    } catch (const std::exception&) {
+        return false;  // an architecture or a file this engine cannot describe: the keys below
+    }
+    const std::vector<LayerCacheShape> shape = cache_shape(*m);
+    for (const LayerCacheShape& s : shape) {
+        f.cache_k_elems_per_token += s.k_width;
+        f.cache_v_elems_per_token += s.v_width;
+        if (s.ix_f32) f.cache_f32_bytes_per_token += 4ull * s.ix_width;
+        else f.cache_k_elems_per_token += s.ix_width;  // DSA keys take K's type
+        f.state_bytes += 4ull * (s.conv_floats + s.state_floats);
+        f.recurrent_layers += s.recurrent() ? 1 : 0;
+    }
+    f.cache_bytes_per_token = 2 * (f.cache_k_elems_per_token + f.cache_v_elems_per_token) + f.cache_f32_bytes_per_token;
+    f.cache_layout = describe_cache_shape(*m, shape);
+    return true;
+}
+
+// An architecture this engine does not run (a file planned for llama-server only): the generic reading of its
+// keys, MLA's latent or GQA's K and V rows on every layer, fp16.
+void cache_facts_from_keys(const GgufFile& meta, ModelFacts& f) {
     auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
     const uint64_t L = f.n_layer;
     if (u("attention.kv_lora_rank") && u("attention.key_length_mla")) {
@@ -73,57 +97,13 @@ void cache_facts(const GgufFile& meta, ModelFacts& f) {
         f.cache_k_elems_per_token = L * (lora + rope);
         f.cache_bytes_per_token = L * (lora + rope) * 2;
         f.cache_layout = "MLA latent (" + std::to_string(lora) + " + " + std::to_string(rope) + ") fp16 x " + std::to_string(L) + " layers";
-        if (const uint64_t ix = u("attention.indexer.key_length")) {
-            uint64_t full = L;
-            if (const GgufValue* types = meta.find(f.arch + ".attention.indexer.types"); types && types->is_array() && types->count == L) {
-                full = 0;
-                const size_t w = types->raw.size() / std::max<uint64_t>(types->count, 1);
-                for (uint64_t i = 0; i < L; ++i)
-                    full += std::any_of(types->raw.begin() + i * w, types->raw.begin() + (i + 1) * w, [](uint8_t b) { return b != 0; });
-            } else if (f.n_ctx_train >= 1048576) {  // GLM-5.2's built-in pattern
-                full = 0;
-                for (uint64_t l = 0; l < L; ++l) full += l < 2 || (l - 2) % 4 == 0;
-            }
-            f.cache_k_elems_per_token += full * ix;
-            f.cache_bytes_per_token += full * ix * 2;
-            f.cache_layout += " + DSA keys " + std::to_string(ix) + " fp16 x " + std::to_string(full) + " layers";
-        }
         return;
     }
     const uint64_t k = f.head_dim, v = u("attention.value_length") ? u("attention.value_length") : f.head_dim;
-    // Hybrid models (qwen35moe): only the full-attention layers keep positions; DeltaNet layers a fixed state
-    // of (K-1) conv rows and S x S per v head, f32.
-    uint64_t attn_layers = L;
-    if (const uint64_t S = u("ssm.state_size")) {
-        const uint64_t Hk = u("ssm.group_count"), Hv = u("ssm.time_step_rank"), K = u("ssm.conv_kernel");
-        uint64_t recurrent = 0;
-        if (const GgufValue* flags = meta.find(f.arch + ".attention.recurrent_layers"); flags && flags->is_array() && flags->count >= L) {
-            const size_t w = flags->raw.size() / std::max<uint64_t>(flags->count, 1);
-            for (uint64_t i = 0; i < L; ++i)
-                recurrent += std::any_of(flags->raw.begin() + i * w, flags->raw.begin() + (i + 1) * w, [](uint8_t b) { return b != 0; });
-        } else {
-            const uint64_t interval = u("full_attention_interval") ? u("full_attention_interval") : 4;
-            for (uint64_t i = 0; i < L; ++i) recurrent += (i + 1) % interval != 0;
-        }
-        attn_layers = L - recurrent;
-        f.recurrent_layers = static_cast<uint32_t>(recurrent);
-        f.state_bytes = recurrent * ((K > 0 ? K - 1 : 0) * (2 * S * Hk + S * Hv) + Hv * S * S) * 4;
-    }
-    f.cache_k_elems_per_token = attn_layers * f.n_head_kv * k;
-    f.cache_v_elems_per_token = attn_layers * f.n_head_kv * v;
-    f.cache_bytes_per_token = attn_layers * f.n_head_kv * (k + v) * 2;
-    f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(attn_layers) +
-                     (f.recurrent_layers ? " full-attention" : "") + " layers";
-    // MSA (minimax-m3): its indexer keeps one f32 key per position on each sparse (MoE) layer.
-    if (const uint64_t ix = u("attention.indexer.key_length"); ix && u("attention.indexer.block_size")) {
-        const uint64_t sparse = L - std::min<uint64_t>(L, u("leading_dense_block_count"));
-        f.cache_f32_bytes_per_token = sparse * ix * 4;
-        f.cache_bytes_per_token += f.cache_f32_bytes_per_token;
-        f.cache_layout += " + MSA keys " + std::to_string(ix) + " f32 x " + std::to_string(sparse) + " layers";
-    }
-    if (f.recurrent_layers)
-        f.cache_layout += " + a " + std::to_string((f.state_bytes + 1023) / 1024) + " KiB f32 recurrent state (" +
-                          std::to_string(f.recurrent_layers) + " DeltaNet layers) per sequence and per checkpoint";
+    f.cache_k_elems_per_token = L * f.n_head_kv * k;
+    f.cache_v_elems_per_token = L * f.n_head_kv * v;
+    f.cache_bytes_per_token = L * f.n_head_kv * (k + v) * 2;
+    f.cache_layout = "fp16 K and V, " + std::to_string(f.n_head_kv) + " kv heads x " + std::to_string(k) + " x " + std::to_string(L) + " layers";
 }
 
 }  // namespace
@@ -209,7 +189,7 @@ ModelFacts model_facts(const GgufModel& model) {
             ++f.first_moe_layer;
         }
     }
-    cache_facts(meta, f);
+    if (!cache_facts_from_layout(model, f)) cache_facts_from_keys(meta, f);
     return f;
 }
 

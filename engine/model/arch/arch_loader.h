@@ -23,6 +23,8 @@ public:
     // The file holds one of ik_llama.cpp's types: it is computed as ik computes it (Model::ik_numerics), and its
     // llama.cpp Q8_0 matrices get the kernel type of ik's Q8_0 (GgmlType::IK_Q8_0).
     bool ik_made() const { return ik_made_; }
+    // Accept tensors of known types the engine has no kernel for (a layout for facts, never for running).
+    void accept_types_without_kernels() { any_known_type_ = true; }
 
     // "<arch>.<key>" as a positive integer (<= 2^30); required keys throw when missing.
     uint32_t u32(const std::string& key, std::optional<uint32_t> fallback = std::nullopt) const;
@@ -64,6 +66,7 @@ private:
 
     const GgufModel& file_;
     bool ik_made_ = false;
+    bool any_known_type_ = false;
     const GgufFile& meta_;
     std::string arch_;
     std::set<std::string> claimed_;
