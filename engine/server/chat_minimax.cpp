@@ -1,5 +1,7 @@
 #include "engine/server/chat_minimax.h"
 
+#include <functional>
+
 namespace moe::minimax {
 namespace {
 
@@ -229,8 +231,13 @@ std::vector<ChatSegment> render_m3(const std::vector<ChatMessage>& ms, const Cha
     return segs;
 }
 
-bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
-    const std::string ns = kNs, open = ns + "<invoke name=\"", close = ns + "</invoke>";
+namespace {
+
+// The invoke elements of a call section, `open` NAME `">` ARGS `close` with only whitespace around them; each
+// one's ARGS read by `args_of` (the dialect's parameters, typed by the tool's schema when declared).
+using ArgsFn = std::function<bool(const std::string& inner, const ToolSpec* tool, ordered_json& args)>;
+bool parse_invokes(const std::string& body, const std::vector<ToolSpec>& tools, const std::string& open, const std::string& close,
+                   const ArgsFn& args_of, std::vector<ToolCall>& out) {
     size_t pos = 0;
     std::vector<ToolCall> calls;
     while (!blank(body.substr(pos))) {
@@ -244,8 +251,7 @@ bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools,
         const ToolSpec* tool = find_tool(tools, c.name);
         if (c.name.empty() || (!tools.empty() && !tool)) return false;
         ordered_json args = ordered_json::object();
-        const std::string inner = body.substr(name_end + 2, end - name_end - 2);
-        if (!blank(inner) && (!from_xml(inner, tool ? tool->parameters : ordered_json::object(), args) || !args.is_object())) return false;
+        if (!args_of(body.substr(name_end + 2, end - name_end - 2), tool, args)) return false;
         c.arguments = args.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
         calls.push_back(std::move(c));
         pos = end + close.size();
@@ -255,43 +261,39 @@ bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools,
     return true;
 }
 
+}  // namespace
+
+bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
+    const std::string ns = kNs;
+    return parse_invokes(
+        body, tools, ns + "<invoke name=\"", ns + "</invoke>",
+        [](const std::string& inner, const ToolSpec* tool, ordered_json& args) {
+            return blank(inner) || (from_xml(inner, tool ? tool->parameters : ordered_json::object(), args) && args.is_object());
+        },
+        out);
+}
+
+// M2: <parameter name="K">V</parameter> per argument.
 bool parse_calls(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
-    const std::string open = "<invoke name=\"", param = "<parameter name=\"";
-    size_t pos = 0;
-    std::vector<ToolCall> calls;
-    while (!blank(body.substr(pos))) {
-        const size_t start = body.find(open, pos);
-        if (start == std::string::npos || !blank(body.substr(pos, start - pos))) return false;
-        const size_t name_end = body.find("\">", start);
-        const size_t close = body.find("</invoke>", start);
-        if (name_end == std::string::npos || close == std::string::npos || name_end > close) return false;
-        ToolCall c;
-        c.name = body.substr(start + open.size(), name_end - start - open.size());
-        const ToolSpec* tool = find_tool(tools, c.name);
-        if (c.name.empty() || (!tools.empty() && !tool)) return false;
-        ordered_json args = ordered_json::object();
-        size_t p = name_end + 2;
-        while (p < close) {
-            const size_t k = body.find(param, p);
-            if (k == std::string::npos || k > close) {
-                if (!blank(body.substr(p, close - p))) return false;
-                break;
+    return parse_invokes(
+        body, tools, "<invoke name=\"", "</invoke>",
+        [](const std::string& inner, const ToolSpec* tool, ordered_json& args) {
+            const std::string param = "<parameter name=\"";
+            size_t p = 0;
+            while (p < inner.size()) {
+                const size_t k = inner.find(param, p);
+                if (k == std::string::npos) return blank(inner.substr(p));
+                if (!blank(inner.substr(p, k - p))) return false;
+                const size_t key_end = inner.find("\">", k);
+                const size_t value_end = key_end == std::string::npos ? key_end : inner.find("</parameter>", key_end);
+                if (value_end == std::string::npos) return false;
+                const std::string key = inner.substr(k + param.size(), key_end - k - param.size());
+                args[key] = tag_argument_value(tool, key, inner.substr(key_end + 2, value_end - key_end - 2));
+                p = value_end + 12;
             }
-            if (!blank(body.substr(p, k - p))) return false;
-            const size_t key_end = body.find("\">", k);
-            const size_t value_end = key_end == std::string::npos ? key_end : body.find("</parameter>", key_end);
-            if (value_end == std::string::npos || value_end > close) return false;
-            const std::string key = body.substr(k + param.size(), key_end - k - param.size());
-            args[key] = tag_argument_value(tool, key, body.substr(key_end + 2, value_end - key_end - 2));
-            p = value_end + 12;
-        }
-        c.arguments = args.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
-        calls.push_back(std::move(c));
-        pos = close + 9;
-    }
-    if (calls.empty()) return false;
-    for (auto& c : calls) out.push_back(std::move(c));
-    return true;
+            return true;
+        },
+        out);
 }
 
 }  // namespace moe::minimax

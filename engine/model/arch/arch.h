@@ -32,6 +32,10 @@ void load_embeddings(ArchLoader& ld, Model& m);
 // deepseek2's kq_scale (1 without YaRN); `deepseek_log_mul` reads rope.scaling.yarn_log_multiplier as
 // deepseek2 does.
 float load_rope(ArchLoader& ld, Hparams& hp, uint32_t n_rot, bool neox, bool deepseek_log_mul);
+// GQA's RoPE: rope.dimension_count dims (default: the whole head), at most key_length.
+void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox);
+// leading_dense_block_count (at most the layer count) and their feed_forward_length.
+void load_dense_lead(ArchLoader& ld, Hparams& hp);
 // expert_count/used/ffn, shared experts, gating (default when the key is absent), weight norm/scale, groups.
 void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool force_norm = false);
 // One MoE layer's router, selection bias, routed experts and shared expert.

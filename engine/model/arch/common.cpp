@@ -109,6 +109,20 @@ float load_rope(ArchLoader& ld, Hparams& hp, uint32_t n_rot, bool neox, bool dee
     return attn_org * std::fma(0.1f * log_mul, l, 1.0f);
 }
 
+void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox) {
+    const GqaConfig& g = hp.gqa;
+    load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), neox, false);
+    if (hp.rope.n_rot > static_cast<int>(g.head_dim))
+        ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
+}
+
+void load_dense_lead(ArchLoader& ld, Hparams& hp) {
+    hp.n_layer_dense_lead = ld.u32_or_zero("leading_dense_block_count");
+    if (hp.n_layer_dense_lead > hp.n_layer)
+        ld.fail("leading_dense_block_count " + std::to_string(hp.n_layer_dense_lead) + " exceeds the " + std::to_string(hp.n_layer) + " layers");
+    if (hp.n_layer_dense_lead) hp.n_ff_dense = ld.u32("feed_forward_length");
+}
+
 void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool force_norm) {
     MoeConfig& c = hp.moe;
     c.n_expert = ld.u32("expert_count");

@@ -119,10 +119,7 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
     // Gating without a key: deepseek2 softmax (sigmoid for GLM-4.7-Lite, 47/48 layers and a 154880 vocabulary), glm-dsa sigmoid.
     const bool glm47_lite = !dsa && (hp.n_layer == 47 || hp.n_layer == 48) && hp.n_vocab == 154880;
     load_moe_config(ld, hp, dsa || glm47_lite ? Gating::Sigmoid : Gating::Softmax);
-    hp.n_layer_dense_lead = ld.u32_or_zero("leading_dense_block_count");
-    if (hp.n_layer_dense_lead > hp.n_layer)
-        ld.fail("leading_dense_block_count " + std::to_string(hp.n_layer_dense_lead) + " exceeds the " + std::to_string(hp.n_layer) + " layers");
-    if (hp.n_layer_dense_lead) hp.n_ff_dense = ld.u32("feed_forward_length");
+    load_dense_lead(ld, hp);
     if (dsa) {
         if (c.q_lora_rank == 0) ld.fail("metadata " + ld.key_name("attention.q_lora_rank") + " is 0: the DSA indexer reads the q-LoRA latent");
         load_indexer_config(ld, hp);

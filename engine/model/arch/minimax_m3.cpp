@@ -33,15 +33,10 @@ void load_minimax_m3(ArchLoader& ld, Model& m) {
     load_layer_count(ld, hp);
     GqaConfig& g = hp.gqa;
     load_gqa_heads(ld, hp);
-    load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
-    if (hp.rope.n_rot > static_cast<int>(g.head_dim))
-        ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
+    load_gqa_rope(ld, hp, /*neox=*/true);
     load_moe_config(ld, hp, Gating::Sigmoid);
     hp.ffn_activation = FfnActivation::SwigluOai;
-    hp.n_layer_dense_lead = ld.u32_or_zero("leading_dense_block_count");
-    if (hp.n_layer_dense_lead > hp.n_layer)
-        ld.fail("leading_dense_block_count " + std::to_string(hp.n_layer_dense_lead) + " exceeds the " + std::to_string(hp.n_layer) + " layers");
-    if (hp.n_layer_dense_lead) hp.n_ff_dense = ld.u32("feed_forward_length");
+    load_dense_lead(ld, hp);
     if (hp.n_layer_dense_lead < hp.n_layer) load_msa(ld, hp);
     load_embeddings(ld, m);
 

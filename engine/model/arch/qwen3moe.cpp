@@ -10,9 +10,7 @@ void load_qwen3moe(ArchLoader& ld, Model& m) {
     GqaConfig& g = hp.gqa;
     load_gqa_heads(ld, hp);
     if (g.head_dim % 2) ld.fail("key_length " + std::to_string(g.head_dim) + " is odd (RoPE needs pairs)");
-    load_rope(ld, hp, ld.u32("rope.dimension_count", g.head_dim), /*neox=*/true, false);
-    if (hp.rope.n_rot > static_cast<int>(g.head_dim))
-        ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
+    load_gqa_rope(ld, hp, /*neox=*/true);
     // qwen3moe routes with softmax and always renormalises the chosen weights.
     load_moe_config(ld, hp, Gating::Softmax, /*force_norm=*/true);
     hp.moe.n_ff_shexp = 0;
