@@ -1,19 +1,19 @@
 // `moestream mkmodel`: a synthetic MoE GGUF of any supported architecture with seeded random weights, and
 // tokenizer metadata copied from a vocab GGUF or a built-in byte-level vocabulary (the demo model: nothing is
-// downloaded). See cli/synthetic_model.h.
+// downloaded). See synth/synthetic_model.h.
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/synthetic_model.h"
+#include "synth/synthetic_model.h"
 
 namespace po = boost::program_options;
 
 namespace moe::cli {
 
 int cmd_mkmodel(const std::vector<std::string>& args) {
-    SyntheticSpec s;
+    synth::SyntheticSpec s;
     std::string vocab, ix_types, template_file;
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
@@ -91,9 +91,12 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         s.chat_template.assign(std::istreambuf_iterator<char>(f), {});
         if (s.chat_template.empty()) throw CliError("--chat-template-file " + template_file + " is empty");
     }
-    const MetadataList vocab_kv = builtin ? builtin_vocab() : vocab_from(vocab);
     const std::string out = vm["out"].as<std::string>();
-    const uint64_t bytes = write_synthetic_model(s, vocab_kv, out);
+    uint64_t bytes = 0;
+    try {
+        const synth::MetadataList vocab_kv = builtin ? synth::builtin_vocab() : synth::vocab_from(vocab);
+        bytes = synth::write_synthetic_model(s, vocab_kv, out);
+    } catch (const synth::SpecError& e) { throw CliError(e.what()); }
     std::cerr << "wrote " << out << ": " << s.arch << ", " << bytes / (1024.0 * 1024.0) << " MiB of weights\n";
     return 0;
 }

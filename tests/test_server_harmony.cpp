@@ -4,7 +4,7 @@
 // reasoning_effort is a 400 naming the field.
 #include <nlohmann/json.hpp>
 
-#include "cli/synthetic_model.h"
+#include "synth/synthetic_model.h"
 #include "tests/serve_fixture.h"
 
 namespace moe {
@@ -13,7 +13,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string harmony_model(const std::string& dir) {
-    cli::MetadataList vocab = cli::builtin_vocab();
+    synth::MetadataList vocab = synth::builtin_vocab();
     for (auto& [key, value] : vocab) {
         if (key == "tokenizer.ggml.tokens") {
             std::vector<std::string> tokens = value.strs;
@@ -28,11 +28,11 @@ std::string harmony_model(const std::string& dir) {
             value = GgufValue::string("{{- \"<|start|>system<|message|>\" }} ... \"<|channel|>analysis<|message|>\"");
         }
     }
-    cli::SyntheticSpec s;
+    synth::SyntheticSpec s;
     s.arch = "gpt-oss";
     s.layers = 2, s.embd = 64, s.heads = 2, s.kv_heads = 1, s.head_dim = 32, s.experts = 4, s.used = 2, s.ffn = 64, s.window = 8, s.seed = 5;
     const std::string path = dir + "/oss.gguf";
-    cli::write_synthetic_model(s, vocab, path);
+    synth::write_synthetic_model(s, vocab, path);
     return path;
 }
 

@@ -1,6 +1,6 @@
 // Weights are uniform with variance 1/fan_in, so activations stay healthy through the layers; norms are
 // around 1 but not 1, so a forgotten norm weight shows.
-#include "cli/synthetic_model.h"
+#include "synth/synthetic_model.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,10 +9,9 @@
 #include <functional>
 #include <random>
 
-#include "cli/commands.h"
 #include "engine/kernels/kernels.h"
 
-namespace moe::cli {
+namespace moe::synth {
 
 MetadataList builtin_vocab() {
     std::vector<std::string> tokens;
@@ -55,7 +54,7 @@ MetadataList vocab_from(const std::string& path) {
     MetadataList out;
     for (const auto& [k, v] : f.kv)
         if (k.rfind("tokenizer.", 0) == 0) out.emplace_back(k, v);
-    if (!f.find("tokenizer.ggml.tokens")) throw CliError(path + ": no tokenizer.ggml.tokens to copy");
+    if (!f.find("tokenizer.ggml.tokens")) throw SpecError(path + ": no tokenizer.ggml.tokens to copy");
     return out;
 }
 
@@ -94,11 +93,11 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
     if (tn == "q4_k_m") return {TypePlan::Mix::Q4KM, GgmlType::Q4_K};
     if (tn == "dynamic") return {TypePlan::Mix::Dynamic, GgmlType::Q4_K};
     auto t = parse_type_name(tn);
-    if (!t) throw CliError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
+    if (!t) throw SpecError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
     if (type_info(*t).origin == TypeOrigin::IkLlama && !random_blocks)
-        throw CliError("--type " + spelled +
-                       ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
-                       "with --random-blocks, or quantize an f16 model with ik_llama.cpp's llama-quantize");
+        throw SpecError("--type " + spelled +
+                        ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
+                        "with --random-blocks, or quantize an f16 model with ik_llama.cpp's llama-quantize");
     switch (*t) {
         case GgmlType::IQ1_S:
         case GgmlType::IQ1_M:
@@ -108,7 +107,7 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
         case GgmlType::IQ3_XXS:
         case GgmlType::IQ3_S:
             if (random_blocks) return {TypePlan::Mix::Pure, *t};
-            throw CliError(
+            throw SpecError(
                 "--type " + spelled +
                 ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
                 "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic "
@@ -148,9 +147,9 @@ private:
              const std::function<bool(uint64_t)>& zero_row = {}, const std::function<void(uint64_t, std::vector<float>&)>& edit = {}) {
         auto rb = row_bytes(type, ne[0]);
         if (!rb)
-            throw CliError("tensor " + name + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
-                           std::string(type_info(type).name) + " block (" + std::to_string(type_info(type).block_elems) +
-                           "); choose another --type or width");
+            throw SpecError("tensor " + name + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
+                            std::string(type_info(type).name) + " block (" + std::to_string(type_info(type).block_elems) +
+                            "); choose another --type or width");
         uint64_t rows = 1;
         for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
         GgufTensorData t{name, ne, type, std::vector<uint8_t>(*rb * rows)};
@@ -160,8 +159,8 @@ private:
         const bool random_blocks = s_.random_blocks && type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
         if (random_blocks && type_info(type).interleave > 1) {  // row-interleaved: whole groups of rows at once
             if (ne.size() < 2 || ne[1] % type_info(type).interleave)
-                throw CliError("tensor " + name + ": " + std::string(type_info(type).name) + " stores rows in groups of " +
-                               std::to_string(type_info(type).interleave) + "; " + std::to_string(ne.size() < 2 ? 1 : ne[1]) + " rows per matrix");
+                throw SpecError("tensor " + name + ": " + std::string(type_info(type).name) + " stores rows in groups of " +
+                                std::to_string(type_info(type).interleave) + "; " + std::to_string(ne.size() < 2 ? 1 : ne[1]) + " rows per matrix");
             t.bytes = kernels::random_weight_rows(type, ne[0], rows, rng_());
             tensors.push_back(std::move(t));
             return;
@@ -187,7 +186,7 @@ private:
 
 void check_positive(std::initializer_list<std::pair<const char*, uint32_t>> values) {
     for (auto [name, v] : values)
-        if (v == 0 || v > 65536) throw CliError(std::string("--") + name + " " + std::to_string(v) + " is out of range (1..65536)");
+        if (v == 0 || v > 65536) throw SpecError(std::string("--") + name + " " + std::to_string(v) + " is out of range (1..65536)");
 }
 
 bool is_mla(const std::string& arch) { return arch == "deepseek2" || arch == "glm-dsa"; }
@@ -352,52 +351,52 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     const bool hybrid = A == "qwen35moe";
     const bool oss = A == "gpt-oss", mm3 = A == "minimax-m3";
     if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm3)
-        throw CliError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m3)");
+        throw SpecError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m3)");
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
-    if (s.used > s.experts) throw CliError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
-    if (s.dense_layers >= s.layers && s.dense_layers) throw CliError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
+    if (s.used > s.experts) throw SpecError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
+    if (s.dense_layers >= s.layers && s.dense_layers) throw SpecError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
     if (s.dense_layers && !s.dense_ffn) s.dense_ffn = s.ffn * std::max(s.used, 1u);
-    if ((A == "qwen3moe" || oss) && (s.dense_layers || s.shared)) throw CliError(A + " has no dense layers or shared experts");
+    if ((A == "qwen3moe" || oss) && (s.dense_layers || s.shared)) throw SpecError(A + " has no dense layers or shared experts");
     if (oss && (s.rope_dims && s.rope_dims != (s.head_dim ? s.head_dim : s.embd / s.heads)))
-        throw CliError("gpt-oss rotates whole heads: --rope-dims must equal --head-dim");
+        throw SpecError("gpt-oss rotates whole heads: --rope-dims must equal --head-dim");
     if (oss) check_positive({{"window", s.window}});
     if (hybrid) {
-        if (s.dense_layers) throw CliError("qwen35moe has no dense layers");
+        if (s.dense_layers) throw SpecError("qwen35moe has no dense layers");
         check_positive({{"ssm-state", s.ssm_state},
                         {"ssm-k-heads", s.ssm_k_heads},
                         {"ssm-v-heads", s.ssm_v_heads},
                         {"full-attention-interval", s.full_interval}});
-        if (s.ssm_v_heads % s.ssm_k_heads) throw CliError("--ssm-v-heads must be a multiple of --ssm-k-heads");
-        if (s.ssm_conv < 2 || s.ssm_conv > 64) throw CliError("--ssm-conv must be in 2..64");
+        if (s.ssm_v_heads % s.ssm_k_heads) throw SpecError("--ssm-v-heads must be a multiple of --ssm-k-heads");
+        if (s.ssm_conv < 2 || s.ssm_conv > 64) throw SpecError("--ssm-conv must be in 2..64");
     }
     if (!is_mla(A)) {
         if (!s.kv_heads) s.kv_heads = s.heads;
         if (!s.head_dim) s.head_dim = s.embd / s.heads;
         check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
         if (s.heads % s.kv_heads)
-            throw CliError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
+            throw SpecError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
         if (!s.rope_dims) s.rope_dims = A == "glm4moe" || mm3 ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
-        if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw CliError("--rope-dims must be even and at most --head-dim");
+        if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw SpecError("--rope-dims must be even and at most --head-dim");
         if (mm3) {
             if (!s.msa_dim) s.msa_dim = s.head_dim;
             check_positive({{"msa-block", s.msa_block}, {"msa-top-k", s.msa_top_k}});
-            if (s.msa_dim < s.rope_dims) throw CliError("--msa-dim must be at least --rope-dims (the indexer's heads are rotated)");
-            if (s.msa_local > s.msa_top_k) throw CliError("--msa-local must be at most --msa-top-k");
+            if (s.msa_dim < s.rope_dims) throw SpecError("--msa-dim must be at least --rope-dims (the indexer's heads are rotated)");
+            if (s.msa_local > s.msa_top_k) throw SpecError("--msa-local must be at most --msa-top-k");
         }
     } else {
         check_positive({{"kv-lora", s.kv_lora}, {"qk-nope", s.qk_nope}, {"qk-rope", s.qk_rope}, {"v-head", s.v_head}});
-        if (s.qk_rope % 2) throw CliError("--qk-rope must be even (RoPE rotates pairs)");
+        if (s.qk_rope % 2) throw SpecError("--qk-rope must be even (RoPE rotates pairs)");
         if (A == "glm-dsa") {
-            if (!s.q_lora) throw CliError("glm-dsa needs --q-lora (the indexer reads the q-LoRA latent)");
+            if (!s.q_lora) throw SpecError("glm-dsa needs --q-lora (the indexer reads the q-LoRA latent)");
             check_positive({{"indexer-heads", s.ix_heads}, {"indexer-dim", s.ix_dim}, {"indexer-top-k", s.ix_top_k}});
             if (s.ix_dim < 64 || (s.ix_dim & (s.ix_dim - 1)) || s.ix_dim < s.qk_rope)
-                throw CliError("--indexer-dim must be a power of two of at least 64 and at least --qk-rope");
+                throw SpecError("--indexer-dim must be a power of two of at least 64 and at least --qk-rope");
             if (!s.ix_full.empty() && (s.ix_full.size() != s.layers || !s.ix_full[0]))
-                throw CliError("--indexer-types needs one flag per layer, the first one full");
+                throw SpecError("--indexer-types needs one flag per layer, the first one full");
         }
     }
     if (s.groups && (s.experts % s.groups || !s.groups_used || s.groups_used > s.groups))
-        throw CliError("--groups must divide --experts and --groups-used must be in 1..--groups");
+        throw SpecError("--groups must divide --experts and --groups-used must be in 1..--groups");
 
     const TypePlan plan = type_plan(s.type, s.random_blocks);
 
@@ -502,7 +501,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         }
     }
     if (!s.gating.empty()) {
-        if (s.gating != "softmax" && s.gating != "sigmoid") throw CliError("--gating " + s.gating + " is not softmax or sigmoid");
+        if (s.gating != "softmax" && s.gating != "sigmoid") throw SpecError("--gating " + s.gating + " is not softmax or sigmoid");
         key("expert_gating_func", u32(s.gating == "softmax" ? 1 : 2));
     }
     if (s.yarn_factor > 1.f) {
@@ -549,4 +548,4 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     return bytes;
 }
 
-}  // namespace moe::cli
+}  // namespace moe::synth

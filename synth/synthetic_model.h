@@ -1,14 +1,21 @@
 // Synthetic MoE models with seeded random weights, for tests, the demo and benchmarks: any supported
-// architecture, shape and weight type, written as a GGUF file llama.cpp would accept.
+// architecture, shape and weight type, written as a GGUF file llama.cpp would accept. A library of its own:
+// `moestream mkmodel` parses options into a SyntheticSpec, tests fill one directly.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
 
-namespace moe::cli {
+namespace moe::synth {
+
+// An inconsistent spec or an unusable vocabulary file: one line naming the option (as mkmodel spells it).
+struct SpecError : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
 
 struct SyntheticSpec {
     std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m3
@@ -64,7 +71,7 @@ MetadataList builtin_vocab();
 // The tokenizer.* keys of another GGUF file.
 MetadataList vocab_from(const std::string& path);
 
-// Throws CliError naming the option when the spec is inconsistent; returns the weight bytes written.
+// Throws SpecError naming the option when the spec is inconsistent; returns the weight bytes written.
 uint64_t write_synthetic_model(const SyntheticSpec& spec, const MetadataList& vocab, const std::string& out);
 
-}  // namespace moe::cli
+}  // namespace moe::synth
