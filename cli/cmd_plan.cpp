@@ -125,8 +125,8 @@ void print_plan(const Plan& p) {
     for (const auto& [k, v] : p.reasons) std::cout << "  " << k << " = " << v.value << "\n      " << v.reason << "\n";
     for (const auto& s : p.sysctl) std::cout << "  sysctl " << s.key << " = " << s.value << "   # " << s.reason << "\n";
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.2f", p.predicted_tok_s);
-    std::cout << "  predicted decode: " << buf << " tok/s = " << p.prediction_formula << "\n";
+    std::snprintf(buf, sizeof buf, "%.2f tok/s", p.predicted_tok_s);
+    std::cout << "  predicted decode: " << (p.predicted_tok_s > 0 ? buf : "unknown") << " = " << p.prediction_formula << "\n";
 }
 
 // Routed counts per layer from a profile's `hottest` list.
@@ -298,7 +298,9 @@ int cmd_plan(const std::vector<std::string>& args) {
         o.layer_heat = profile_layer_heat(o.profile_path);
     }
     HostFacts h = gather_host(facts, root, model, seconds, no_storage);
-    o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20) : 0;
+    // A host file carries the RAM bandwidth its probe measured (older files and fixture trees do not).
+    o.mem_bytes_per_s = facts.empty() ? measure_memory_read_bandwidth(std::max(1, h.cpu.physical_cores.value.value_or(1)), 256u << 20)
+                                      : h.memory.read_bytes_per_s.value.value_or(0);
     BinaryChoice server;
     if (is_llama_target(target)) {
         ClusterHost self{"this host", "", h, 0};

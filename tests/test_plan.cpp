@@ -11,6 +11,8 @@
 #include "cli/commands.h"
 #include "launch/apply.h"
 #include "launch/launch_script.h"
+#include "engine/model/model_facts.h"
+#include "probes/host_facts.h"
 #include "probes/probes.h"
 #include "systemd/unit.h"
 #include "tests/test_support.h"
@@ -642,6 +644,34 @@ TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
                                           " --target llama-server --gpu-mem 0=8G --prompt-cache " + (dir / "prompts"));
     EXPECT_EQ(lsrc, 2) << ls;
     EXPECT_NE(ls.find("--prompt-cache is the engine's"), std::string::npos) << ls;
+}
+
+// The predicted decode speed from a host file: the RAM bandwidth its probe measured; a file without one (a
+// fixture tree, an older probe) gives "unknown" with the reason, never 0 tok/s.
+TEST(PlanCli, PredictedDecodeUsesTheHostFilesRamBandwidth) {
+    test::TempDir dir;
+    const std::string model = dir / "m.gguf";
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",     "--head-dim",
+                             "32",      "--experts", "4", "--experts-used", "2",  "--ffn",   "64", "--vocab-builtin", "--out", model}),
+              0);
+    auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
+    ASSERT_EQ(pc, 0) << facts;
+    std::ofstream(dir / "bare.yaml") << facts;
+    auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "bare.yaml") + " --out " + (dir / "p1"));
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("predicted decode: unknown = unknown: t_compute="), std::string::npos) << out;
+    EXPECT_NE(out.find("RAM bandwidth not measured"), std::string::npos) << out;
+    // The same facts with a measured 10 GB/s: the model's active bytes over it.
+    HostFacts h = host_facts_from_text(facts, "bare.yaml");
+    h.memory.read_bytes_per_s = {10e9, "measured"};
+    std::ofstream(dir / "measured.yaml") << to_yaml(h);
+    auto [rc2, out2] = test::run_moestream("plan --model " + model + " --host " + (dir / "measured.yaml") + " --out " + (dir / "p2"));
+    ASSERT_EQ(rc2, 0) << out2;
+    const double want = 10e9 / static_cast<double>(read_model_facts(model).active_bytes_per_token());
+    char figure[64];
+    std::snprintf(figure, sizeof figure, "predicted decode: %.2f tok/s", want);
+    EXPECT_NE(out2.find(figure), std::string::npos) << out2;
+    EXPECT_NE(out2.find("/ 10.0 GB/s"), std::string::npos) << out2;
 }
 
 TEST(PlanCli, BadPlanFilesGiveOneLine) {

@@ -347,7 +347,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         const uint64_t budget_cache = in.ram_budget && *in.ram_budget > fixed ? *in.ram_budget - fixed : room;
         DecodeEstimate e = estimate_decode(m, std::min<uint64_t>(budget_cache, m.expert_bytes), ssd, in.mem_bytes_per_s);
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%.2f tok/s (%s-bound)", e.tokens_per_s, e.bound.c_str());
+        if (e.tokens_per_s > 0) std::snprintf(buf, sizeof buf, "%.2f tok/s (%s-bound)", e.tokens_per_s, e.bound.c_str());
+        else std::snprintf(buf, sizeof buf, "unknown");
         add({"decode_estimate", "predicted decode speed (design section 4)", CheckStatus::Pass, buf, e.formula(), ""});
     }
     return rows;
