@@ -18,6 +18,7 @@
 #include "tests/test_support.h"
 #include "tune/plan_io.h"
 #include "tune/gpu_plan.h"
+#include "tune/check.h"
 #include "tune/planner.h"
 
 namespace fs = std::filesystem;
@@ -672,6 +673,12 @@ TEST(PlanCli, PredictedDecodeUsesTheHostFilesRamBandwidth) {
     std::snprintf(figure, sizeof figure, "predicted decode: %.2f tok/s", want);
     EXPECT_NE(out2.find(figure), std::string::npos) << out2;
     EXPECT_NE(out2.find("/ 10.0 GB/s"), std::string::npos) << out2;
+    // The context cache of one sequence at 4k, 128k and 1M positions, beside the plan's own figure.
+    const ModelFacts m = read_model_facts(model);
+    EXPECT_NE(out2.find("one sequence at 4k / 128k / 1M positions: " + human_bytes(static_cast<double>(m.kv_bytes(4096))) + " / " +
+                        human_bytes(static_cast<double>(m.kv_bytes(131072))) + " / " + human_bytes(static_cast<double>(m.kv_bytes(1048576)))),
+              std::string::npos)
+        << out2;
 }
 
 TEST(PlanCli, BadPlanFilesGiveOneLine) {

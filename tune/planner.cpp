@@ -231,7 +231,8 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
             (m.state_bytes
                  ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) + " checkpoints)"
                  : "") +
-            (opt.parallel > 1 ? ")" : ""));
+            (opt.parallel > 1 ? ")" : "") + "; one sequence at 4k / 128k / 1M positions: " + mib(m.kv_bytes(4096, kv_types)) + " / " +
+            mib(m.kv_bytes(131072, kv_types)) + " / " + mib(m.kv_bytes(1048576, kv_types)));
     why("expert_cache", std::to_string(p.expert_cache_bytes),
         "budget minus resident weights (" + mib(m.resident_bytes) + "), KV cache" + (working ? std::string(" and working memory") : std::string()) +
             "; holds " + std::to_string(static_cast<int>(m.expert_bytes ? 100.0 * p.expert_cache_bytes / m.expert_bytes : 100)) + "% of " +
