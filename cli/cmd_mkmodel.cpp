@@ -18,11 +18,12 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")("arch", po::value(&s.arch)->default_value("qwen3moe"),
-                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m3")(
+                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m2 minimax-m3")(
         "layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")("embd", po::value(&s.embd)->required(), "model width")(
         "heads", po::value(&s.heads)->required(), "query heads")("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")(
         "head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")(
-        "rope-dims", po::value(&s.rope_dims), "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe and minimax-m3)")(
+        "rope-dims", po::value(&s.rope_dims),
+        "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe and minimax-m2/m3)")(
         "window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")(
         "msa-block", po::value(&s.msa_block)->default_value(16), "minimax-m3: MSA block size (attention.indexer.block_size)")(
         "msa-top-k", po::value(&s.msa_top_k)->default_value(4), "minimax-m3: blocks each query's kv group attends to")(

@@ -254,6 +254,7 @@ void msa_indexer(Writer& w, const SyntheticSpec& s, const std::string& p) {
 // (qwen3moe, glm4moe), an output bias and a sink logit per head (gpt-oss).
 struct GqaExtras {
     bool qkv_bias = false, qk_norm = true, output_bias_and_sinks = false;
+    bool qk_norm_whole = false;  // minimax-m2: one norm weight per element of the whole q and k rows
 };
 
 void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, GqaExtras x) {
@@ -272,8 +273,8 @@ void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, GqaExtra
         w.vec(p + "attn_sinks.weight", s.heads, 0.f, 1.f);
     }
     if (x.qk_norm) {
-        w.vec(p + "attn_q_norm.weight", s.head_dim);
-        w.vec(p + "attn_k_norm.weight", s.head_dim);
+        w.vec(p + "attn_q_norm.weight", x.qk_norm_whole ? Q : s.head_dim);
+        w.vec(p + "attn_k_norm.weight", x.qk_norm_whole ? KV : s.head_dim);
     }
 }
 
@@ -349,14 +350,15 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     SyntheticSpec s = s_in;
     const std::string& A = s.arch;
     const bool hybrid = A == "qwen35moe";
-    const bool oss = A == "gpt-oss", mm3 = A == "minimax-m3";
-    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm3)
-        throw SpecError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m3)");
+    const bool oss = A == "gpt-oss", mm2 = A == "minimax-m2", mm3 = A == "minimax-m3";
+    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm2 && !mm3)
+        throw SpecError("--arch " + A + " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m2, minimax-m3)");
+    if (mm2) s.probs_bias = true;  // its router always has a selection bias
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
     if (s.used > s.experts) throw SpecError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
     if (s.dense_layers >= s.layers && s.dense_layers) throw SpecError("--dense-layers " + std::to_string(s.dense_layers) + " leaves no MoE layer");
     if (s.dense_layers && !s.dense_ffn) s.dense_ffn = s.ffn * std::max(s.used, 1u);
-    if ((A == "qwen3moe" || oss) && (s.dense_layers || s.shared)) throw SpecError(A + " has no dense layers or shared experts");
+    if ((A == "qwen3moe" || oss || mm2) && (s.dense_layers || s.shared)) throw SpecError(A + " has no dense layers or shared experts");
     if (oss && (s.rope_dims && s.rope_dims != (s.head_dim ? s.head_dim : s.embd / s.heads)))
         throw SpecError("gpt-oss rotates whole heads: --rope-dims must equal --head-dim");
     if (oss) check_positive({{"window", s.window}});
@@ -375,7 +377,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         check_positive({{"kv-heads", s.kv_heads}, {"head-dim", s.head_dim}});
         if (s.heads % s.kv_heads)
             throw SpecError("--heads " + std::to_string(s.heads) + " is not a multiple of --kv-heads " + std::to_string(s.kv_heads));
-        if (!s.rope_dims) s.rope_dims = A == "glm4moe" || mm3 ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
+        if (!s.rope_dims) s.rope_dims = A == "glm4moe" || mm2 || mm3 ? s.head_dim / 2 : hybrid ? s.head_dim / 4 : s.head_dim;
         if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw SpecError("--rope-dims must be even and at most --head-dim");
         if (mm3) {
             if (!s.msa_dim) s.msa_dim = s.head_dim;
@@ -445,7 +447,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (s.shared) key("expert_shared_feed_forward_length", u32(s.ffn * s.shared));
         key("nextn_predict_layers", u32(s.nextn));
     } else if (!is_mla(A)) {
-        key("feed_forward_length", u32(s.dense_layers ? s.dense_ffn : s.ffn * s.used));
+        // minimax-m2's experts are sized by feed_forward_length in llama.cpp (its converter writes the expert width).
+        key("feed_forward_length", u32(s.dense_layers ? s.dense_ffn : mm2 ? s.ffn : s.ffn * s.used));
         key("attention.head_count_kv", u32(s.kv_heads));
         key("attention.key_length", u32(s.head_dim));
         key("attention.value_length", u32(s.head_dim));
@@ -457,8 +460,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
             key("attention.indexer.top_k", u32(s.msa_top_k));
             key("attention.indexer.block_size", u32(s.msa_block));
             key("attention.indexer.local_blocks", u32(s.msa_local));
-            if (s.gating.empty()) key("expert_gating_func", u32(2));  // sigmoid, as its converter writes
         }
+        if ((mm2 || mm3) && s.gating.empty()) key("expert_gating_func", u32(2));  // sigmoid, as their converter writes
     } else {
         key("feed_forward_length", u32(s.dense_ffn ? s.dense_ffn : s.ffn * s.used));
         if (s.mla_kv_b) {  // the older keys: per-head key and value lengths, no *_mla keys
@@ -527,8 +530,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (is_mla(A)) mla_block(w, s, p, A == "glm-dsa" && (s.ix_full.empty() || (l < s.layers && s.ix_full[l]) || l >= s.layers));
         else if (hybrid && l < s.layers && (l + 1) % s.full_interval != 0) deltanet_block(w, s, p);
         else if (hybrid) gated_attention_block(w, s, p);
-        else if (oss) gqa_block(w, s, p, {.qkv_bias = true, .qk_norm = false, .output_bias_and_sinks = true});
-        else gqa_block(w, s, p, {.qkv_bias = A == "glm4moe", .qk_norm = true, .output_bias_and_sinks = false});
+        else if (oss) gqa_block(w, s, p, {.qkv_bias = true, .qk_norm = false, .output_bias_and_sinks = true, .qk_norm_whole = false});
+        else gqa_block(w, s, p, {.qkv_bias = A == "glm4moe", .qk_norm = true, .output_bias_and_sinks = false, .qk_norm_whole = mm2});
         w.vec(p + ffn_norm, s.embd);
         if (l < s.dense_layers) dense_block(w, s, p, mm3 ? 4.f : 1.f);
         else if (oss) gpt_oss_moe(w, s, p);

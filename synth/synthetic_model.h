@@ -18,12 +18,12 @@ struct SpecError : std::invalid_argument {
 };
 
 struct SyntheticSpec {
-    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m3
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m2 | minimax-m3
     uint32_t layers = 0, embd = 0, vocab = 0;
     uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
     // GQA (qwen3moe, glm4moe)
     uint32_t heads = 0, kv_heads = 0, head_dim = 0;
-    uint32_t rope_dims = 0;  // 0: the whole head (qwen3moe, gpt-oss) / half of it (glm4moe, minimax-m3)
+    uint32_t rope_dims = 0;  // 0: the whole head (qwen3moe, gpt-oss) / half of it (glm4moe, minimax-m2/m3)
     uint32_t window = 128;   // gpt-oss: the sliding window of its even layers
     // MSA (minimax-m3's MoE layers): indexer key length (0: the head size), block size, blocks kept, local blocks
     uint32_t msa_dim = 0, msa_block = 16, msa_top_k = 4, msa_local = 1;

@@ -249,6 +249,10 @@ const ArchCase kArchCases[] = {
                                        "--msa-top-k",      "3",
                                        "--msa-local",      "2",
                                        "--type",           "q8_0"}},
+    // minimax-m2: q and k normed across all heads at once, partial RoPE, sigmoid routing with a selection bias.
+    {"minimax-m2-q8_0",
+     Flavor::Avx2,
+     {"--arch", "minimax-m2", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--norm-weights", "--type", "q8_0"}},
     {"minimax-m3-f16",
      Flavor::Avx512,
      {"--arch", "minimax-m3", "--layers", "2", "--kv-heads", "1", "--head-dim", "64", "--shared-experts", "1", "--msa-block", "4", "--msa-top-k", "2",

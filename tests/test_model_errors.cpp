@@ -86,7 +86,7 @@ TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2"});
     expect_mentions(load_error(dir, path, set_key("general.architecture", GgufValue::string("mamba"))),
-                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa", "gpt-oss", "minimax-m3"});
+                    {"'mamba'", "qwen3moe", "glm4moe", "deepseek2", "glm-dsa", "gpt-oss", "minimax-m2", "minimax-m3"});
 }
 
 TEST(ModelErrors, MoeKeysThatContradictEachOther) {
@@ -229,6 +229,22 @@ TEST(ModelErrors, MinimaxM3KeysAndTensors) {
                     {"blk.1.indexer.k_norm.weight", "missing"});
     expect_mentions(load_error(dir, path, set_key("minimax-m3.leading_dense_block_count", GgufValue::u32(3))),
                     {"leading_dense_block_count 3", "2 layers"});
+}
+
+// minimax-m2: per-head q/k norms where it normalises whole rows, a missing selection bias, a shared expert.
+TEST(ModelErrors, MinimaxM2KeysAndTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "m2", {"--arch", "minimax-m2", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, {},
+                               [](GgufTensorData& t) {
+                                   if (t.name == "blk.1.attn_k_norm.weight") t.ne = {32}, t.bytes.resize(32 * 4);
+                                   return true;
+                               }),
+                    {"blk.1.attn_k_norm.weight", "[32]", "[64]"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.0.exp_probs_b.bias"; }),
+                    {"blk.0.exp_probs_b.bias", "missing"});
+    expect_mentions(load_error(dir, path, set_key("minimax-m2.expert_shared_count", GgufValue::u32(1))), {"minimax-m2.expert_shared_count"});
 }
 
 TEST(ModelErrors, TensorsNoArchitectureClaims) {

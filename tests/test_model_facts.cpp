@@ -61,6 +61,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
                                            std::vector<std::string>{"--arch", "qwen35moe", "--layers", "6", "--kv-heads", "2", "--head-dim", "64",
                                                                     "--full-attention-interval", "3", "--shared-experts", "1", "--nextn", "1"},
                                            std::vector<std::string>{"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
+                                           std::vector<std::string>{"--arch", "minimax-m2", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
                                            std::vector<std::string>{"--arch", "minimax-m3", "--layers", "3", "--kv-heads", "2", "--head-dim", "32",
                                                                     "--dense-layers", "1", "--shared-experts", "1", "--msa-dim", "16"}),
                          [](const auto& info) {

@@ -1,5 +1,5 @@
-// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss, minimax-m3): q/k/v projections
-// (+ biases), per-head q/k RMSNorm where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless
+// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss, minimax-m2/m3): q/k/v projections
+// (+ biases), q/k RMSNorm per head (or across all heads: minimax-m2) where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless
 // asked otherwise), flash attention (sliding-window layers over their last GqaConfig::window positions; gpt-oss's
 // sinks add a logit per head to the softmax; MSA layers over the blocks their indexer picks, msa.h), an output gate where attn_q yields one (each head's q then its gate:
 // out *= sigmoid(gate)), output projection (+ bias). A quantized cache is rotated as llama.cpp's build_attn does
@@ -48,15 +48,19 @@ void Runner::attention_gqa(uint32_t l, int n) {
                 const int64_t t = r0 + ts;
                 const int pos = n_past_ + static_cast<int>(ts);
                 ops::rope_cache(hp.rope, pos, cs);
+                if (g.qk_norm_whole) {  // one RMS over the token's whole q row and whole k row
+                    fops_.norm(&q_[t * q_row], w.q_norm.f32(), &q_[t * q_row], Qd, hp.rms_eps);
+                    fops_.norm(&k_[t * kv_dim], w.k_norm.f32(), &k_[t * kv_dim], kv_dim, hp.rms_eps);
+                }
                 for (int h = 0; h < nh; ++h) {
                     float* qh = &q_[t * q_row + h * q_head];
-                    if (w.q_norm.present()) fops_.norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
+                    if (w.q_norm.present() && !g.qk_norm_whole) fops_.norm(qh, w.q_norm.f32(), qh, hd, hp.rms_eps);
                     ops::rope(qh, hp.rope, cs);
                     for (int i = 0; rot_k && i < hd; i += rot_k) ops::hadamard(qh + i, rot_k);
                 }
                 for (int h = 0; h < nkv; ++h) {
                     float* kh = &k_[t * kv_dim + h * hd];
-                    if (w.k_norm.present()) fops_.norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
+                    if (w.k_norm.present() && !g.qk_norm_whole) fops_.norm(kh, w.k_norm.f32(), kh, hd, hp.rms_eps);
                     ops::rope(kh, hp.rope, cs);
                     for (int i = 0; rot_k && i < hd; i += rot_k) ops::hadamard(kh + i, rot_k);
                 }

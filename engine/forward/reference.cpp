@@ -95,12 +95,17 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     if (w.bv.present())
         for (int i = 0; i < kv_dim; ++i) v[i] += w.bv.f32()[i];
     ops::rope_cache(hp.rope, c.pos, cs);
+    const bool whole = hp.gqa.qk_norm_whole;  // minimax-m2: one RMS over all heads of q, and of k
+    if (whole) {
+        c.fops.norm(qg.data(), w.q_norm.f32(), qg.data(), nh * hd, hp.rms_eps);
+        c.fops.norm(k.data(), w.k_norm.f32(), k.data(), kv_dim, hp.rms_eps);
+    }
     for (int h = 0; h < nh; ++h) {
-        if (w.q_norm.present()) c.fops.norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
+        if (w.q_norm.present() && !whole) c.fops.norm(&qg[h * qh], w.q_norm.f32(), &qg[h * qh], hd, hp.rms_eps);
         ops::rope(&qg[h * qh], hp.rope, cs);
     }
     for (int h = 0; h < nkv; ++h) {
-        if (w.k_norm.present()) c.fops.norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
+        if (w.k_norm.present() && !whole) c.fops.norm(&k[h * hd], w.k_norm.f32(), &k[h * hd], hd, hp.rms_eps);
         ops::rope(&k[h * hd], hp.rope, cs);
     }
     // A quantized cache: q and k rotated by a Walsh-Hadamard block, v by a 64-block (undone on the output).

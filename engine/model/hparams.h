@@ -29,8 +29,9 @@ enum class FfnActivation {
 
 struct GqaConfig {
     uint32_t n_head = 0, n_head_kv = 0;
-    uint32_t head_dim = 0;     // key_length == value_length
-    bool output_gate = false;  // qwen35moe: attn_q also yields a per-head gate, out *= sigmoid(gate)
+    uint32_t head_dim = 0;       // key_length == value_length
+    bool output_gate = false;    // qwen35moe: attn_q also yields a per-head gate, out *= sigmoid(gate)
+    bool qk_norm_whole = false;  // minimax-m2: q and k RMS-normed across all their heads at once (norm weights per row)
     // Sliding-window layers (Layer::sliding) see only the last `window` positions, their own included (gpt-oss).
     uint32_t window = 0;
 };

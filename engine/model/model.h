@@ -17,7 +17,7 @@ struct GqaWeights {
     Tensor wq;              // [n_embd, n_head*head_dim] (qwen35moe: n_head*2*head_dim, q and gate per head)
     Tensor wk, wv;          // [n_embd, n_head_kv*head_dim]
     Tensor bq, bk, bv;      // optional biases [rows] f32 (glm4moe)
-    Tensor q_norm, k_norm;  // optional [head_dim] f32, RMS per head
+    Tensor q_norm, k_norm;  // optional [head_dim] f32, RMS per head (GqaConfig::qk_norm_whole: [n_head*head_dim], [n_head_kv*head_dim])
     Tensor wo;              // [n_head*head_dim, n_embd]
     Tensor bo;              // optional [n_embd] f32 output bias (gpt-oss)
     Tensor sinks;           // optional [n_head] f32: a logit per head that joins the softmax without a value (gpt-oss)

@@ -13,6 +13,7 @@ void load_glm4moe(ArchLoader& ld, Model& m);
 void load_qwen35moe(ArchLoader& ld, Model& m);
 void load_deepseek2(ArchLoader& ld, Model& m);  // deepseek2 (DeepSeek-V2/V3, Kimi-K2) and glm-dsa (GLM-5.x)
 void load_gpt_oss(ArchLoader& ld, Model& m);
+void load_minimax_m2(ArchLoader& ld, Model& m);
 void load_minimax_m3(ArchLoader& ld, Model& m);
 
 // Shared pieces (common.cpp).
