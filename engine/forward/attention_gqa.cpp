@@ -1,7 +1,8 @@
-// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss, minimax-m2/m3): q/k/v projections
-// (+ biases), q/k RMSNorm per head (or across all heads: minimax-m2) where the model has it, RoPE on the first n_rot dims, the K/V cache (fp16 unless
-// asked otherwise), flash attention (sliding-window layers over their last GqaConfig::window positions; gpt-oss's
-// sinks add a logit per head to the softmax; MSA layers over the blocks their indexer picks, msa.h), an output gate where attn_q yields one (each head's q then its gate:
+// Grouped-query attention (qwen3moe, glm4moe, qwen35moe's full layers, gpt-oss, minimax-m2/m3): q/k/v
+// projections (+ biases), q/k RMSNorm per head (or across all heads: minimax-m2) where the model has it, RoPE on
+// the first n_rot dims, the K/V cache (fp16 unless asked otherwise), flash attention (sliding-window layers over
+// their last GqaConfig::window positions; gpt-oss's sinks add a logit per head to the softmax; MSA layers over
+// the blocks their indexer picks, msa.h), an output gate where attn_q yields one (each head's q then its gate:
 // out *= sigmoid(gate)), output projection (+ bias). A quantized cache is rotated as llama.cpp's build_attn does
 // (attn_rot_k / attn_rot_v): q and k by a Walsh-Hadamard block before k is stored, v by a 64-block, the attention
 // output by it again (undoing it).
