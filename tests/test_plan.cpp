@@ -595,16 +595,24 @@ TEST(Apply, IdempotentAndRollsBackByteForByte) {
     EXPECT_THROW(rollback_latest(root.path.string()), std::runtime_error);
 }
 
-TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
-    test::TempDir dir;
+// A small model and the laptop fixture's facts as `probe --yaml` writes them (written to HOST_FILE): what the
+// plan CLI tests start from.
+std::string small_model_and_laptop(const test::TempDir& dir, const std::string& host_file, std::string& facts) {
     const std::string model = dir / "m.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",     "--head-dim",
+    EXPECT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",     "--head-dim",
                              "32",      "--experts", "4", "--experts-used", "2",  "--ffn",   "64", "--vocab-builtin", "--out", model}),
               0);
-    // Facts of the laptop fixture, as `probe --yaml` writes them.
-    auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
-    ASSERT_EQ(pc, 0) << facts;
-    std::ofstream(dir / "laptop.yaml") << facts;
+    auto [pc, out] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
+    EXPECT_EQ(pc, 0) << out;
+    facts = out;
+    std::ofstream(dir / host_file) << facts;
+    return model;
+}
+
+TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
+    test::TempDir dir;
+    std::string facts;
+    const std::string model = small_model_and_laptop(dir, "laptop.yaml", facts);
     auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --out " + (dir / "plan") +
                                          " --prompt-cache " + (dir / "prompts") + " --prompt-cache-size 2G");
     ASSERT_EQ(rc, 0) << out;
@@ -651,13 +659,8 @@ TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
 // fixture tree, an older probe) gives "unknown" with the reason, never 0 tok/s.
 TEST(PlanCli, PredictedDecodeUsesTheHostFilesRamBandwidth) {
     test::TempDir dir;
-    const std::string model = dir / "m.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--layers",  "2", "--embd",         "64", "--heads", "2",  "--kv-heads",      "1",     "--head-dim",
-                             "32",      "--experts", "4", "--experts-used", "2",  "--ffn",   "64", "--vocab-builtin", "--out", model}),
-              0);
-    auto [pc, facts] = test::run_moestream("probe --yaml --root " + fixture("laptop-1node-smt"));
-    ASSERT_EQ(pc, 0) << facts;
-    std::ofstream(dir / "bare.yaml") << facts;
+    std::string facts;
+    const std::string model = small_model_and_laptop(dir, "bare.yaml", facts);
     auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "bare.yaml") + " --out " + (dir / "p1"));
     ASSERT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("predicted decode: unknown = unknown: t_compute="), std::string::npos) << out;

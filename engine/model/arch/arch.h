@@ -33,6 +33,8 @@ void load_embeddings(ArchLoader& ld, Model& m);
 // deepseek2's kq_scale (1 without YaRN); `deepseek_log_mul` reads rope.scaling.yarn_log_multiplier as
 // deepseek2 does.
 float load_rope(ArchLoader& ld, Hparams& hp, uint32_t n_rot, bool neox, bool deepseek_log_mul);
+// The start every GQA architecture shares: layer count, heads, RoPE (NeoX or not).
+void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox);
 // GQA's RoPE: rope.dimension_count dims (default: the whole head), at most key_length.
 void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox);
 // leading_dense_block_count (at most the layer count) and their feed_forward_length.

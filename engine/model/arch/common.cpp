@@ -116,6 +116,12 @@ void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox) {
         ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
 }
 
+void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox) {
+    load_layer_count(ld, hp);
+    load_gqa_heads(ld, hp);
+    load_gqa_rope(ld, hp, neox);
+}
+
 void load_dense_lead(ArchLoader& ld, Hparams& hp) {
     hp.n_layer_dense_lead = ld.u32_or_zero("leading_dense_block_count");
     if (hp.n_layer_dense_lead > hp.n_layer)

@@ -7,10 +7,8 @@ namespace moe::arch {
 
 void load_glm4moe(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_layer_count(ld, hp);
+    load_gqa_trunk(ld, hp, /*neox=*/true);
     GqaConfig& g = hp.gqa;
-    load_gqa_heads(ld, hp);
-    load_gqa_rope(ld, hp, /*neox=*/true);
     load_moe_config(ld, hp, Gating::Sigmoid);
     load_dense_lead(ld, hp);
     load_embeddings(ld, m);

@@ -8,10 +8,8 @@ namespace moe::arch {
 
 void load_minimax_m2(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_layer_count(ld, hp);
+    load_gqa_trunk(ld, hp, /*neox=*/true);
     GqaConfig& g = hp.gqa;
-    load_gqa_heads(ld, hp);
-    load_gqa_rope(ld, hp, /*neox=*/true);
     g.qk_norm_whole = true;
     load_moe_config(ld, hp, Gating::Sigmoid, /*force_norm=*/true);
     hp.moe.weights_scale = 0.f;  // expert_weights_scale is not read by llama.cpp for this architecture

@@ -30,10 +30,8 @@ void load_msa(ArchLoader& ld, Hparams& hp) {
 
 void load_minimax_m3(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_layer_count(ld, hp);
+    load_gqa_trunk(ld, hp, /*neox=*/true);
     GqaConfig& g = hp.gqa;
-    load_gqa_heads(ld, hp);
-    load_gqa_rope(ld, hp, /*neox=*/true);
     load_moe_config(ld, hp, Gating::Sigmoid);
     hp.ffn_activation = FfnActivation::SwigluOai;
     load_dense_lead(ld, hp);
