@@ -17,8 +17,9 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     std::string vocab, ix_types, template_file;
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
-    opts.add_options()("help,h", "show this help")("arch", po::value(&s.arch)->default_value("qwen3moe"),
-                                                   "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m2 minimax-m3")(
+    opts.add_options()("help,h", "show this help")(
+        "arch", po::value(&s.arch)->default_value("qwen3moe"),
+        "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m2 minimax-m3 kimi-k3")(
         "layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")("embd", po::value(&s.embd)->required(), "model width")(
         "heads", po::value(&s.heads)->required(), "query heads")("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")(
         "head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")(
@@ -40,11 +41,18 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
                                                                                              "glm-dsa: indexer key width (power of two >= 64)")(
         "indexer-top-k", po::value(&s.ix_top_k)->default_value(16), "glm-dsa: positions each query attends to")(
         "indexer-types", po::value(&ix_types), "glm-dsa: per layer 1 (full) or 0 (shared), e.g. 1010 (default: no key, all full)")(
-        "ssm-state", po::value(&s.ssm_state)->default_value(32), "qwen35moe: DeltaNet head dim (state S x S per v head)")(
+        "ssm-state", po::value(&s.ssm_state)->default_value(32), "qwen35moe, kimi-k3: DeltaNet / KDA head dim (state S x S per head)")(
         "ssm-k-heads", po::value(&s.ssm_k_heads)->default_value(2), "qwen35moe: DeltaNet q/k heads")(
         "ssm-v-heads", po::value(&s.ssm_v_heads)->default_value(4), "qwen35moe: DeltaNet v heads (a multiple of the k heads)")(
-        "ssm-conv", po::value(&s.ssm_conv)->default_value(4), "qwen35moe: causal conv taps")(
-        "full-attention-interval", po::value(&s.full_interval)->default_value(4), "qwen35moe: every n-th layer is full attention")(
+        "ssm-conv", po::value(&s.ssm_conv)->default_value(4), "qwen35moe, kimi-k3: causal conv taps")(
+        "full-attention-interval", po::value(&s.full_interval)->default_value(4),
+        "qwen35moe, kimi-k3: every n-th layer is full attention (GQA / MLA)")(
+        "kda-lower-bound", po::value(&s.kda_lower_bound)->default_value(-5.f),
+        "kimi-k3: the KDA decay gate's lower bound (0: no key, kimi-linear's softplus decay)")(
+        "latent", po::value(&s.latent)->default_value(0), "kimi-k3: the routed experts' latent width (0: --embd, no latent MoE)")(
+        "res-block", po::value(&s.res_block)->default_value(2), "kimi-k3: residual attention block size (0: plain residuals)")(
+        "situ-beta", po::value(&s.situ_beta)->default_value(1.f), "kimi-k3: situ's gate beta")(
+        "situ-linear-beta", po::value(&s.situ_linear_beta)->default_value(2.f), "kimi-k3: situ's up beta (<= 0: up unchanged)")(
         "dense-layers", po::value(&s.dense_layers)->default_value(0), "leading layers with a dense FFN")(
         "dense-ffn", po::value(&s.dense_ffn)->default_value(0), "their hidden width (default: ffn x experts-used)")(
         "shared-experts", po::value(&s.shared)->default_value(0), "shared experts (width ffn x count)")(

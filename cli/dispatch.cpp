@@ -25,7 +25,7 @@ const char* kUsage =
     "  launch     exec the plan's command (the same one launch.sh and the unit run)\n"
     "  regen      re-probe; when the hardware or model changed, re-plan and show the diff\n"
     "models:\n"
-    "  mkmodel    write a synthetic MoE GGUF (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m2, minimax-m3) with seeded random weights\n"
+    "  mkmodel    write a synthetic MoE GGUF (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m2, minimax-m3, kimi-k3) with seeded random weights\n"
     "  tokenize   print the token ids of a text\n"
     "  run        generate text (or --score a token sequence)\n"
     "  bench      tokens/s against the memory-bandwidth bound\n"

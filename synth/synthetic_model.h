@@ -18,7 +18,7 @@ struct SpecError : std::invalid_argument {
 };
 
 struct SyntheticSpec {
-    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m2 | minimax-m3
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m2 | minimax-m3 | kimi-k3
     uint32_t layers = 0, embd = 0, vocab = 0;
     uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
     // GQA (qwen3moe, glm4moe)
@@ -35,6 +35,13 @@ struct SyntheticSpec {
     // Gated DeltaNet (qwen35moe): state size S, q/k heads, v heads, conv taps; every full_interval-th layer is
     // gated full attention
     uint32_t ssm_state = 32, ssm_k_heads = 2, ssm_v_heads = 4, ssm_conv = 4, full_interval = 4;
+    // kimi-k3: Kimi Delta Attention layers (--heads heads of --ssm-state, --ssm-conv taps; every
+    // full_interval-th layer MLA), the KDA gate's lower bound (0: no key, kimi-linear's softplus decay), the
+    // latent MoE's width (0: experts at --embd),
+    // residual attention's block size (0: none), situ's betas.
+    float kda_lower_bound = -5.f;
+    uint32_t latent = 0, res_block = 2;
+    float situ_beta = 1.f, situ_linear_beta = 2.f;
     // MoE extras
     uint32_t dense_layers = 0, dense_ffn = 0, shared = 0, groups = 0, groups_used = 0;
     std::string gating;  // "", softmax, sigmoid: written as expert_gating_func when set

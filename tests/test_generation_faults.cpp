@@ -20,7 +20,7 @@ namespace {
 
 class GenerationFaults : public ::testing::TestWithParam<std::string> {};
 
-// qwen35moe: the failed step had advanced B's recurrent state; it is rebuilt from B's newest snapshot.
+// qwen35moe, kimi-k3: the failed step had advanced B's recurrent state; it is rebuilt from B's newest snapshot.
 TEST_P(GenerationFaults, AnUnreadableExpertFailsOnlyTheRequestThatNeedsIt) {
     test::TempDir dir;
     const std::string path = dir / "m.gguf";
@@ -78,7 +78,11 @@ TEST_P(GenerationFaults, AnUnreadableExpertFailsOnlyTheRequestThatNeedsIt) {
     EXPECT_EQ(g.submit(std::move(again))->get().tokens, b.tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GenerationFaults, ::testing::Values("qwen3moe", "qwen35moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, GenerationFaults, ::testing::Values("qwen3moe", "qwen35moe", "kimi-k3"), [](const auto& info) {
+    std::string n = info.param;
+    std::replace(n.begin(), n.end(), '-', '_');
+    return n;
+});
 
 }  // namespace
 }  // namespace moe

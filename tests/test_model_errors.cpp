@@ -231,6 +231,28 @@ TEST(ModelErrors, MinimaxM3KeysAndTensors) {
                     {"leading_dense_block_count 3", "2 layers"});
 }
 
+// kimi-k3: a latent width above the embedding or contradicting the experts, a layer pattern of the wrong
+// length, missing situ / residual-attention keys, a missing KDA tensor, a decay bound that is not negative.
+TEST(ModelErrors, KimiK3KeysAndTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "k3",
+                                        {"--arch", "kimi-k3", "--layers", "3", "--full-attention-interval", "3", "--dense-layers", "1",
+                                         "--shared-experts", "1", "--latent", "128", "--type", "q8_0"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, set_key("kimi-k3.expert_latent_length", GgufValue::u32(512))),
+                    {"kimi-k3.expert_latent_length", "512", "embedding_length 256"});
+    expect_mentions(load_error(dir, path, set_key("kimi-k3.expert_latent_length", GgufValue::u32(64))),
+                    {"blk.1.ffn_gate_exps.weight", "expert_latent_length 64"});
+    expect_mentions(load_error(dir, path, set_key("kimi-k3.attention.head_count_kv", GgufValue::i32_array_of({0, 1}))),
+                    {"kimi-k3.attention.head_count_kv", "3 integers"});
+    for (const char* key : {"kimi-k3.activation.situ_beta", "kimi-k3.attn_res.block_size"})
+        expect_mentions(load_error(dir, path, [key](auto& kv) { std::erase_if(kv, [key](const auto& e) { return e.first == key; }); }),
+                        {key, "missing"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.ssm_f_b.weight"; }),
+                    {"blk.1.ssm_f_b.weight", "missing"});
+    expect_mentions(load_error(dir, path, set_key("kimi-k3.kda.gate_lower_bound", GgufValue::f32(2.f))), {"kimi-k3.kda.gate_lower_bound", "2"});
+}
+
 // minimax-m2: per-head q/k norms where it normalises whole rows, a missing selection bias, a shared expert.
 TEST(ModelErrors, MinimaxM2KeysAndTensors) {
     test::TempDir dir;

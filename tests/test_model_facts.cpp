@@ -63,7 +63,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, FactsVsLoader,
                                            std::vector<std::string>{"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
                                            std::vector<std::string>{"--arch", "minimax-m2", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
                                            std::vector<std::string>{"--arch", "minimax-m3", "--layers", "3", "--kv-heads", "2", "--head-dim", "32",
-                                                                    "--dense-layers", "1", "--shared-experts", "1", "--msa-dim", "16"}),
+                                                                    "--dense-layers", "1", "--shared-experts", "1", "--msa-dim", "16"},
+                                           std::vector<std::string>{"--arch", "kimi-k3", "--layers", "4", "--full-attention-interval", "3",
+                                                                    "--dense-layers", "1", "--shared-experts", "1", "--latent", "32"}),
                          [](const auto& info) {
                              std::string n = info.param[1];
                              std::replace(n.begin(), n.end(), '-', '_');
@@ -78,6 +80,18 @@ TEST(ModelFacts, MlaCacheIsTheLatentPlusIndexerKeys) {
     EXPECT_EQ(f.cache_bytes_per_token, 4u * (64 + 16) * 2 + 2u * 128 * 2);
     EXPECT_NE(f.cache_layout.find("MLA latent (64 + 16)"), std::string::npos) << f.cache_layout;
     EXPECT_NE(f.cache_layout.find("DSA keys 128 fp16 x 2 layers"), std::string::npos) << f.cache_layout;
+}
+
+// kimi-k3: the MLA layers' latent row per token; each KDA layer's fixed state (three conv windows, a matrix per head).
+TEST(ModelFacts, KimiK3CacheIsTheLatentPlusKdaState) {
+    test::TempDir dir;
+    const ModelFacts f = read_model_facts(make_model(
+        dir, "k",
+        {"--arch", "kimi-k3", "--layers", "4", "--full-attention-interval", "3", "--kv-lora", "64", "--qk-rope", "16", "--ssm-state", "32"}));
+    EXPECT_EQ(f.cache_bytes_per_token, (64u + 16) * 2);              // layer 2 is MLA
+    EXPECT_EQ(f.recurrent_layers, 3u);                               // K K M K
+    EXPECT_EQ(f.state_bytes, 3u * 4 * (3 * 3 * 256 + 8 * 32 * 32));  // conv (K-1) x 3 x 8 heads x 32; 8 states of 32 x 32
+    EXPECT_NE(f.cache_layout.find("MLA latent (64 + 16)"), std::string::npos) << f.cache_layout;
 }
 
 // A hybrid file in a type without a kernel (for llama-server only) still gets its recurrent state and its

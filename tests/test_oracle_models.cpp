@@ -74,6 +74,10 @@ const Case kCases[] = {
     // dense, routed and shared feed-forwards).
     {"shared-minimax-m3-gpt2-1k-s64-F32", Flavor::Avx2, 1e-4},
     {"shared-minimax-m3-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
+    // kimi-k3 (Kimi Delta Attention with a decay per key channel, nope-only gated MLA, cross-layer residual
+    // attention, the latent MoE, situ).
+    {"shared-kimi-k3-gpt2-1k-s64-F32", Flavor::Avx2, 1e-4},
+    {"shared-kimi-k3-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
 };
 
 class OracleModel : public ::testing::TestWithParam<Case> {

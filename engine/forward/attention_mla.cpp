@@ -5,7 +5,7 @@
 //   q_abs  = k_b[h] . q_nope[h]                        per head, kv_lora values
 //   cache  = [c | rope(k_pe)] per token (fp16, or the K cache type): one key for all heads (MQA), values = its first kv_lora
 //   out[h] = v_b[h] . attention([q_abs | rope(q_pe)], cache)
-//   y      = attn_output(concat heads)
+//   y      = attn_output(concat heads)             (kimi-k3: concat heads * sigmoid(attn_gate(x)) first; no RoPE)
 #include <cmath>
 #include <limits>
 
@@ -52,6 +52,11 @@ void Runner::attention_mla(uint32_t l, int n) {
     attention_heads(cache_->view(l, dk, lora, &kv_kt_), qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
                     static_cast<int64_t>(H) * lora, lora, m_.has_indexer() ? &dsa : nullptr);
     matmul_heads(w.wv_b, H, vh, lat_.data(), lora, static_cast<int64_t>(H) * lora, n, att_.data(), vh, static_cast<int64_t>(H) * vh);
+    if (w.gate.present()) {  // kimi-k3: the heads' output times sigmoid(gate . x)
+        const int HV = H * vh;
+        matmul(w.gate, xn_.data(), E, n, mla_gate_.data(), HV);
+        for (int i = 0; i < n * HV; ++i) att_[i] *= ops::sigmoid(mla_gate_[i]);
+    }
     matmul(w.wo, att_.data(), static_cast<int64_t>(H) * vh, n, tmp_.data(), E);
 }
 

@@ -15,7 +15,7 @@ void Runner::ffn_dense(uint32_t l, int n) {
     const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate.ne1);
     matmul(w.up, xn_.data(), E, n, ffn_u_.data(), F);
     matmul(w.gate, xn_.data(), E, n, ffn_g_.data(), F);
-    for (int t = 0; t < n; ++t) ffn_activation(m_.hp.ffn_activation, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
+    for (int t = 0; t < n; ++t) ffn_activation(m_.hp, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
     matmul(w.down, ffn_g_.data(), F, n, tmp_.data(), E);
     for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 }
@@ -26,7 +26,7 @@ void Runner::shared_expert(uint32_t l, int n, float* out) {
     const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate_sh.ne1);
     matmul(w.up_sh, xn_.data(), E, n, ffn_u_.data(), F);
     matmul(w.gate_sh, xn_.data(), E, n, ffn_g_.data(), F);
-    for (int t = 0; t < n; ++t) ffn_activation(m_.hp.ffn_activation, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
+    for (int t = 0; t < n; ++t) ffn_activation(m_.hp, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
     matmul(w.down_sh, ffn_g_.data(), F, n, out, E);
 }
 
@@ -51,8 +51,10 @@ void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, 
 // per type of gate and up, not once per expert and matrix. The conversion is deterministic, so each expert
 // gathers the same bytes it would have made itself.
 Runner::ExpertInputs Runner::prepare_expert_inputs(const MoeWeights& L, int n_tok) {
-    const int64_t E = m_.hp.n_embd;
+    const int64_t E = m_.hp.moe.n_latent ? m_.hp.moe.n_latent : m_.hp.n_embd;
+    const float* rows = expert_rows(L);
     ExpertInputs in;
+    in.width = E;
     in.ab_gate = kernels::activation_bytes(L.gate.type, E);
     in.ab_up = kernels::activation_bytes(L.up.type, E);
     const bool shared_act = L.up.type == L.gate.type;
@@ -61,8 +63,8 @@ Runner::ExpertInputs Runner::prepare_expert_inputs(const MoeWeights& L, int n_to
     in.up = shared_act ? in.gate : in.gate + static_cast<size_t>(n_tok) * in.ab_gate;
     auto prepare = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-            kernels::prepare_activations(L.gate.type, &xn_[static_cast<size_t>(t) * E], in.gate + t * in.ab_gate, E);
-            if (!shared_act) kernels::prepare_activations(L.up.type, &xn_[static_cast<size_t>(t) * E], in.up + t * in.ab_up, E);
+            kernels::prepare_activations(L.gate.type, &rows[static_cast<size_t>(t) * E], in.gate + t * in.ab_gate, E);
+            if (!shared_act) kernels::prepare_activations(L.up.type, &rows[static_cast<size_t>(t) * E], in.up + t * in.ab_up, E);
         }
     };
     if (n_tok > 8) pool_.parallel_for(n_tok, prepare);
@@ -78,7 +80,7 @@ static void gather_inputs(const uint8_t* prepared, size_t ab, const std::vector<
 // An expert's gate and up projections of its tokens `who` into gg_ and gu_, from the layer's prepared inputs:
 // one parallel loop over both tensors' rows.
 void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who) {
-    const int64_t E = m_.hp.n_embd, F = L.gate.n_out;
+    const int64_t E = in.width, F = L.gate.n_out;
     const int c = static_cast<int>(who.size()), U = static_cast<int>(m_.hp.moe.n_expert_used);
     const bool shared_act = in.up == in.gate;
     const size_t gate_bytes = in.ab_gate * static_cast<size_t>(c);
@@ -100,7 +102,7 @@ void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const Exp
 // the results are the same bits as the row-parallel path.
 void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users) {
     const MoeWeights& L = m_.layers[l].experts;
-    const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(L.gate.n_out), U = static_cast<int>(m_.hp.moe.n_expert_used);
+    const int E = static_cast<int>(expert_width()), F = static_cast<int>(L.gate.n_out), U = static_cast<int>(m_.hp.moe.n_expert_used);
     std::vector<std::pair<uint32_t, ExpertView>> ready;
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
     const size_t act_bytes = std::max(kernels::activation_bytes(L.gate.type, E), kernels::activation_bytes(L.down.type, F));
@@ -146,7 +148,7 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
 // expert). The same kernels and orders per (row, token) as the row-parallel path, so the same bits.
 void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users) {
     const MoeWeights& L = m_.layers[l].experts;
-    const int64_t E = m_.hp.n_embd, F = L.gate.n_out;
+    const int64_t E = expert_width(), F = L.gate.n_out;
     const int U = static_cast<int>(m_.hp.moe.n_expert_used);
     std::vector<std::pair<uint32_t, ExpertView>> ready;
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
@@ -228,7 +230,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
 void Runner::ffn_moe(uint32_t l, int n) {
     const Hparams& hp = m_.hp;
     const MoeWeights& L = m_.layers[l].experts;
-    const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(L.gate.n_out);
+    const int E = static_cast<int>(hp.n_embd), F = static_cast<int>(L.gate.n_out), D = static_cast<int>(expert_width());
     const int X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
     if (L.gate_sh.present()) {
         shared_expert(l, n, sh_out_.data());  // before the routed experts reuse the scratch
@@ -242,6 +244,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
         }
     }
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
+    if (L.routed_down.present()) matmul(L.routed_down, xn_.data(), E, n, expert_in_.data(), D);  // latent MoE: the experts' input
     for (int t = 0; t < n; ++t) route_token(hp.moe, L, fops_, &probs_[t * X], &sel_[t * U], &sel_w_[t * U]);
     if (opt_.routing_trace) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
@@ -280,10 +283,10 @@ void Runner::ffn_moe(uint32_t l, int n) {
                 const int c = static_cast<int>(who.size());
                 expert_gate_up(ev, L, in, who);
                 for (int j = 0; j < c; ++j) expert_activation(hp, L, fops_, e, &gg_[j * F], &gu_[j * F], F);
-                matmul(ev.down, L.down.type, L.down.row_bytes, E, F, gg_.data(), F, c, gy_.data(), E, false);
-                for (int j = 0; j < c; ++j) expert_down_bias(L, e, &gy_[j * E], E);
+                matmul(ev.down, L.down.type, L.down.row_bytes, D, F, gg_.data(), F, c, gy_.data(), D, false);
+                for (int j = 0; j < c; ++j) expert_down_bias(L, e, &gy_[j * D], D);
                 src.release(l, e);
-                for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * E], E, &expert_out_[static_cast<size_t>(who[j]) * E]);
+                for (int j = 0; j < c; ++j) std::copy_n(&gy_[j * D], D, &expert_out_[static_cast<size_t>(who[j]) * D]);
                 stats_.expert_loads++;
                 stats_.expert_activations += static_cast<uint64_t>(c);
             }
@@ -292,20 +295,27 @@ void Runner::ffn_moe(uint32_t l, int n) {
         src.abandon();
         throw;
     }
-    // Weighted sum in selection order, as llama.cpp adds the experts' views one after another; then the shared
-    // expert; then the residual.
-    const bool shared = L.gate_sh.present();
+    // Weighted sum in selection order, as llama.cpp adds the experts' views one after another (latent MoE: then
+    // RMSNorm and routed_up); then the shared expert; then the residual.
+    float* routed = gy_.data();
     for (int t = 0; t < n; ++t) {
-        for (int i = 0; i < E; ++i) {
-            float acc = expert_out_[(static_cast<size_t>(t) * U) * E + i] * sel_w_[t * U];
+        for (int i = 0; i < D; ++i) {
+            float acc = expert_out_[(static_cast<size_t>(t) * U) * D + i] * sel_w_[t * U];
             for (int s = 1; s < U; ++s) {
-                const float y = expert_out_[(static_cast<size_t>(t) * U + s) * E + i];
+                const float y = expert_out_[(static_cast<size_t>(t) * U + s) * D + i];
                 acc = fops_.ik ? std::fma(y, sel_w_[t * U + s], acc) : acc + y * sel_w_[t * U + s];  // ik: fused (iqk_mul_multi_add)
             }
-            if (shared) acc += sh_out_[t * E + i];
-            x_[t * E + i] += acc;
+            routed[t * D + i] = acc;
         }
     }
+    if (L.routed_up.present()) {
+        if (L.routed_norm.present())
+            for (int t = 0; t < n; ++t) fops_.norm(&routed[t * D], L.routed_norm.f32(), &routed[t * D], D, hp.rms_eps);
+        matmul(L.routed_up, routed, D, n, tmp_.data(), E);
+        routed = tmp_.data();
+    }
+    const bool shared = L.gate_sh.present();
+    for (int i = 0; i < n * E; ++i) x_[i] += shared ? routed[i] + sh_out_[i] : routed[i];
 }
 
 }  // namespace moe

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/forward/msa.h"
+#include "engine/forward/residual_mix.h"
 #include "engine/forward/routing.h"
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/ik/ik_ref.h"
@@ -185,6 +186,40 @@ void attention_deltanet(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
     dense(c, w.out, o.data(), out.data());
 }
 
+// Kimi Delta Attention (see forward/attention_kda.cpp for the equations), one token: q, k, v through their
+// own projections and convs, SiLU, per-head L2 norms; the per-channel decay and beta; the delta rule per head;
+// the RMSNorm times the sigmoid gate; the output projection.
+void attention_kda(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
+    const Hparams& hp = c.m.hp;
+    const DeltaNetConfig& dc = hp.ssm;
+    const KdaWeights& w = c.m.layers[l].kda;
+    const int S = static_cast<int>(dc.state), K = static_cast<int>(dc.conv_kernel), H = static_cast<int>(dc.n_v_heads), V = S * H;
+    Vec qkv(3 * V), conv(3 * V), gate(V), beta(H), low(S), g(V), o(V), delta(S);
+    const Tensor* proj[3] = {&w.wq, &w.wk, &w.wv};
+    const Tensor* taps[3] = {&w.conv_q, &w.conv_k, &w.conv_v};
+    float* window = c.st.cache.conv[l].data();
+    for (int part = 0; part < 3; ++part) {
+        dense(c, *proj[part], xn.data(), &qkv[part * V]);
+        for (int ch = 0; ch < V; ++ch)
+            ops::causal_conv(window + (part * V + ch) * (K - 1), &qkv[part * V + ch], 1, taps[part]->f32() + ch * K, K, 1, &conv[part * V + ch], 1);
+        c.fops.silu(&conv[part * V], V);
+    }
+    for (int h = 0; h < 2 * H; ++h) ops::l2_norm(&conv[h * S], S, hp.rms_eps);
+    dense(c, w.f_a, xn.data(), low.data());
+    dense(c, w.f_b, low.data(), g.data());
+    for (int i = 0; i < V; ++i) g[i] = dc.kda_log_decay(g[i] + w.dt_bias.f32()[i], w.a.f32()[i / S]);
+    dense(c, w.beta, xn.data(), beta.data());
+    dense(c, w.g, xn.data(), gate.data());
+    float* state = c.st.cache.ssm[l].data();
+    for (int h = 0; h < H; ++h) {
+        ops::kda_delta_step(state + static_cast<size_t>(h) * S * S, &conv[h * S], &conv[V + h * S], &conv[2 * V + h * S], &g[h * S],
+                            ops::sigmoid(beta[h]), &o[h * S], S, c.kt.dot[static_cast<int>(GgmlType::F32)], delta.data());
+        ops::rms_norm(&o[h * S], w.norm.f32(), &o[h * S], S, hp.rms_eps);
+        for (int i = 0; i < S; ++i) o[h * S + i] *= ops::sigmoid(gate[h * S + i]);
+    }
+    dense(c, w.out, o.data(), out.data());
+}
+
 // The DSA lightning indexer of a full layer: which past positions this token's attention may see.
 std::vector<uint8_t> dsa_select(const Ctx& c, uint32_t l, const Vec& xn, const Vec& qr) {
     const Hparams& hp = c.m.hp;
@@ -265,6 +300,12 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
         matvec(c, w.wv_b.row(static_cast<int64_t>(h) * vh), w.wv_b.type, w.wv_b.row_bytes, vh, lora, lat.data(), &att[h * vh], c.batch.n_tok,
                c.batch.index, true);
     }
+    // 5. kimi-k3: the heads' output gated by sigmoid(attn_gate . x)
+    if (w.gate.present()) {
+        Vec gate(H * vh);
+        dense(c, w.gate, xn.data(), gate.data());
+        for (int i = 0; i < H * vh; ++i) att[i] *= ops::sigmoid(gate[i]);
+    }
     dense(c, w.wo, att.data(), out.data());
 }
 
@@ -274,11 +315,12 @@ void gated_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor&
     Vec g(F), u(F);
     dense(c, up, xn.data(), u.data());
     dense(c, gate, xn.data(), g.data());
-    ffn_activation(c.m.hp.ffn_activation, c.fops, g.data(), u.data(), F);
+    ffn_activation(c.m.hp, c.fops, g.data(), u.data(), F);
     dense(c, down, g.data(), out.data());
 }
 
-// MoE: route, run the chosen experts, sum their outputs weighted in routing order, add the shared expert.
+// MoE: route, run the chosen experts, sum their outputs weighted in routing order, add the shared expert. A
+// latent MoE's experts read routed_down . x, and their sum goes through RMSNorm and routed_up.
 void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_batch) {
     const Hparams& hp = c.m.hp;
     const MoeWeights& w = c.m.layers[l].experts;
@@ -287,19 +329,30 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     std::vector<int> sel(U);
     matvec(c, w.router.data, w.router.type, w.router.row_bytes, X, E, xn.data(), probs.data(), router_batch.n_tok, router_batch.index);
     route_token(hp.moe, w, c.fops, probs.data(), sel.data(), weight.data());
-    const int F = static_cast<int>(w.gate.n_out);
-    Vec g(F), u(F), y(E);
+    const int F = static_cast<int>(w.gate.n_out), D = hp.moe.n_latent ? static_cast<int>(hp.moe.n_latent) : E;
+    Vec g(F), u(F), y(D), in = xn, routed(D);
+    if (w.routed_down.present()) {
+        in.resize(D);
+        dense(c, w.routed_down, xn.data(), in.data());
+    }
     for (int s = 0; s < U; ++s) {
         ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
         const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
-        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, E, xn.data(), g.data(), 0, 0, false, tokens);
-        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, E, xn.data(), u.data(), 0, 0, false, tokens);
+        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, 0, false, tokens);
+        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, D, in.data(), u.data(), 0, 0, false, tokens);
         expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F);
-        matvec(c, ev.down, w.down.type, w.down.row_bytes, E, F, g.data(), y.data(), 0, 0, false, tokens);
-        expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), E);
+        matvec(c, ev.down, w.down.type, w.down.row_bytes, D, F, g.data(), y.data(), 0, 0, false, tokens);
+        expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), D);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
         // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
-        for (int i = 0; i < E; ++i) out[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], out[i]) : out[i] + y[i] * weight[s];
+        for (int i = 0; i < D; ++i)
+            routed[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], routed[i]) : routed[i] + y[i] * weight[s];
+    }
+    if (w.routed_up.present()) {
+        if (w.routed_norm.present()) c.fops.norm(routed.data(), w.routed_norm.f32(), routed.data(), D, hp.rms_eps);
+        dense(c, w.routed_up, routed.data(), out.data());
+    } else {
+        std::copy_n(routed.begin(), E, out.begin());
     }
     if (w.gate_sh.present()) {
         Vec sh(E);
@@ -335,21 +388,32 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
                 m.ik_numerics ? ik::float_ops(ops::float_ops(st.flavor)) : ops::float_ops(st.flavor),
                 st.n_past};
 
-    Vec x(E), xn(E), out(E);
+    Vec x(E), xn(E), out(E), mixed(E), scratch(E), banked;
     std::vector<uint8_t> dsa_visible;
+    // The stream x, mixed with the banked layer inputs (residual attention, Hparams::res_block), then RMS-normed.
+    auto mixed_norm = [&](const Tensor& score, const Tensor& norm) {
+        if (hp.res_block)
+            residual_mix(c.fops, banked.data(), static_cast<int>(banked.size() / E), static_cast<size_t>(E), x.data(), score.f32(), E, hp.rms_eps,
+                         mixed.data(), scratch.data());
+        c.fops.norm(hp.res_block ? mixed.data() : x.data(), norm.f32(), xn.data(), E, hp.rms_eps);
+    };
     // 1. token embedding
     kernels::dequantize_row(m.tok_embd.type, m.tok_embd.row(token), x.data(), E);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m.layers[l];
-        // 2. attention block on the normed input, then the residual
-        c.fops.norm(x.data(), L.attn_norm.f32(), xn.data(), E, hp.rms_eps);
+        // 2. attention block on the normed input, then the residual (a banking layer restarts the stream from
+        //    the attention output)
+        mixed_norm(L.attn_res_score, L.attn_norm);
+        const bool banks = hp.res_block && l % hp.res_block == 0;
+        if (banks) banked.insert(banked.end(), x.begin(), x.end());
         if (L.attn == AttentionKind::Mla) attention_mla(c, l, xn, out, dsa_visible);
         else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(c, l, xn, out);
+        else if (L.attn == AttentionKind::KimiDelta) attention_kda(c, l, xn, out);
         else attention_gqa(c, l, xn, out);
-        for (int i = 0; i < E; ++i) x[i] += out[i];
+        for (int i = 0; i < E; ++i) x[i] = banks ? out[i] : x[i] + out[i];
         // 3. feed-forward block on the normed input, then the residual. llama.cpp keeps only the output rows
         //    for the last layer's feed-forward, so its dense matmuls see that batch.
-        c.fops.norm(x.data(), L.ffn_norm.f32(), xn.data(), E, hp.rms_eps);
+        mixed_norm(L.ffn_res_score, L.ffn_norm);
         const bool last = l + 1 == hp.n_layer;
         Ctx fc = c;
         if (last && !hp.output_rows_after_norm)
@@ -358,8 +422,8 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         else gated_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
         for (int i = 0; i < E; ++i) x[i] += out[i];
     }
-    // 4. final norm and output head
-    c.fops.norm(x.data(), m.output_norm.f32(), xn.data(), E, hp.rms_eps);
+    // 4. final norm (after the last residual mix) and output head
+    mixed_norm(m.output_res_score, m.output_norm);
     matvec(c, m.output.data, m.output.type, m.output.row_bytes, m.output.ne1, m.output.ne0, xn.data(), logits, batch.n_out, batch.out_index);
     st.n_past++;
 }

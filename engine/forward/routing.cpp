@@ -56,9 +56,16 @@ void route_token(const MoeConfig& c, const ops::FloatOps& ops, float* p, const f
         for (int s = 0; s < U; ++s) weights[s] *= c.weights_scale;
 }
 
-void ffn_activation(FfnActivation a, const ops::FloatOps& ops, float* g, const float* u, int n_ff) {
-    if (a == FfnActivation::SwigluOai) ops::swiglu_oai(g, u, n_ff);
-    else ops.swiglu(g, u, n_ff);
+void ffn_activation(const Hparams& hp, const ops::FloatOps& ops, float* g, const float* u, int n_ff) {
+    if (hp.ffn_activation == FfnActivation::SwigluOai) return ops::swiglu_oai(g, u, n_ff);
+    if (hp.ffn_activation == FfnActivation::Swiglu) return ops.swiglu(g, u, n_ff);
+    // situ, as kimi_k3_situ's ggml ops: scale, tanh, scale; times sigmoid(gate); times the capped up.
+    const float b = hp.situ_beta, lb = hp.situ_linear_beta, inv_b = 1.0f / b, inv_lb = lb > 0.0f ? 1.0f / lb : 0.0f;
+    for (int i = 0; i < n_ff; ++i) {
+        const float a = std::tanh(g[i] * inv_b) * b * ops::sigmoid(g[i]);
+        const float up = lb > 0.0f ? std::tanh(u[i] * inv_lb) * lb : u[i];
+        g[i] = a * up;
+    }
 }
 
 void expert_activation(const Hparams& hp, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff) {
@@ -67,7 +74,7 @@ void expert_activation(const Hparams& hp, const MoeWeights& w, const ops::FloatO
         const float* ub = w.up_bias.f32() + static_cast<size_t>(expert) * n_ff;
         for (int i = 0; i < n_ff; ++i) g[i] += gb[i], u[i] += ub[i];
     }
-    ffn_activation(hp.ffn_activation, ops, g, u, n_ff);
+    ffn_activation(hp, ops, g, u, n_ff);
 }
 
 void expert_down_bias(const MoeWeights& w, uint32_t expert, float* y, int n_embd) {

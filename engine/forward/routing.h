@@ -20,7 +20,7 @@ inline void route_token(const MoeConfig& c, const MoeWeights& w, const ops::Floa
 }
 
 // The model's gated activation of a feed-forward's gate and up values, into g (experts, shared expert, dense).
-void ffn_activation(FfnActivation a, const ops::FloatOps& ops, float* g, const float* u, int n_ff);
+void ffn_activation(const Hparams& hp, const ops::FloatOps& ops, float* g, const float* u, int n_ff);
 // A routed expert between its gate/up and its down projection: the expert's gate and up biases where the model
 // has them (ggml_add_id), then the model's gated activation into g (u is modified by its bias).
 void expert_activation(const Hparams& hp, const MoeWeights& w, const ops::FloatOps& ops, uint32_t expert, float* g, float* u, int n_ff);

@@ -12,6 +12,7 @@
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/ik/ik_ref.h"
+#include "engine/forward/residual_mix.h"
 
 namespace moe {
 
@@ -54,22 +55,27 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
     }
     size(&Runner::xn_, B * E);
     size(&Runner::tmp_, B * E);
-    bool any_gqa = false, any_mla = false, any_dn = false;
+    bool any_gqa = false, any_mla = false, any_dn = false, any_kda = false, mla_gate = false;
     for (const Layer& L : m.layers) {
         any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
         any_mla = any_mla || L.attn == AttentionKind::Mla;
         any_dn = any_dn || L.attn == AttentionKind::GatedDeltaNet;
+        any_kda = any_kda || L.attn == AttentionKind::KimiDelta;
+        mla_gate = mla_gate || L.mla.gate.present();
     }
-    if (any_dn) {
+    if (any_dn || any_kda) {
         const DeltaNetConfig& c = hp.ssm;
         const size_t C = c.conv_dim(), V = size_t{c.state} * c.n_v_heads;
         size(&Runner::dn_qkv_, B * C);
         size(&Runner::dn_conv_, B * C);
         size(&Runner::dn_z_, B * V);
         size(&Runner::dn_out_, B * V);
-        size(&Runner::dn_g_, B * c.n_v_heads);
+        size(&Runner::dn_g_, B * (any_kda ? V : c.n_v_heads));  // KDA: a decay per channel
         size(&Runner::dn_beta_, B * c.n_v_heads);
     }
+    if (mla_gate) size(&Runner::mla_gate_, B * hp.mla.n_head * hp.mla.v_head);
+    if (hp.moe.n_latent) size(&Runner::expert_in_, B * hp.moe.n_latent);
+    if (hp.res_block) size(&Runner::res_banked_, B * E * ((hp.n_layer + hp.res_block - 1) / hp.res_block));
     size_t q = 0, att = 0;  // shared by GQA and MLA layers: the larger of the two
     if (any_gqa) {
         const GqaConfig& g = hp.gqa;
@@ -365,6 +371,7 @@ void Runner::attention_kind(uint32_t l, int n) {
     const AttentionKind kind = m_.layers[l].attn;
     if (kind == AttentionKind::Mla) attention_mla(l, n);
     else if (kind == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
+    else if (kind == AttentionKind::KimiDelta) attention_kda(l, n);
     else attention_gqa(l, n);
 }
 
@@ -407,13 +414,20 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const auto chunk_start = Clock::now();
     const uint64_t wait_start = opt_.routing_trace ? m_.experts->stats().wait_ns : 0;
     if (opt_.routing_trace) opt_.routing_trace->begin_step(static_cast<uint32_t>(n));
+    n_banked_ = 0;
+    const uint32_t bank_every = hp.res_block;
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
-        for (int t = 0; t < n; ++t) fops_.norm(&x_[t * E], L.attn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        mixed_norm(L.attn_res_score, L.attn_norm, n);
+        // Residual attention: a banking layer's stream restarts from its attention output.
+        const bool banks = bank_every && l % bank_every == 0;
+        if (banks) bank_input(n);
         const auto attention_start = Clock::now();
         attention_by_sequence(l, n);
         stats_.attention_seconds += seconds_since(attention_start);
-        for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
+        if (banks) std::copy_n(tmp_.begin(), static_cast<size_t>(n) * E, x_.begin());
+        else
+            for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
         // As llama.cpp: the last layer's feed-forward runs only for the rows whose logits are wanted (moved to
         // the front): none in a middle chunk, else the last token, else all. Nothing else reads the others, and
@@ -423,7 +437,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
             n_ffn = last_layer_rows_;
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
-        for (int t = 0; t < n_ffn; ++t) fops_.norm(&x_[t * E], L.ffn_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        mixed_norm(L.ffn_res_score, L.ffn_norm, n_ffn);
         if (n_ffn == 0) continue;
         const auto ffn_start = Clock::now();
         if (L.moe) ffn_moe(l, n_ffn);
@@ -440,11 +454,38 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         return;
     }
     const int rows = want_all_logits ? n : 1;
-    if (!want_all_logits && n > 1 && hp.output_rows_after_norm) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
-    for (int t = 0; t < rows; ++t) fops_.norm(&x_[t * E], m_.output_norm.f32(), &xn_[t * E], E, hp.rms_eps);
+    if (!want_all_logits && n > 1 && hp.output_rows_after_norm) {
+        std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
+        if (n_banked_) std::copy_n(&res_banked_[static_cast<size_t>(n - 1) * n_banked_ * E], static_cast<size_t>(n_banked_) * E, res_banked_.data());
+    }
+    mixed_norm(m_.output_res_score, m_.output_norm, rows);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
     stats_.eval_seconds += seconds_since(chunk_start);
+}
+
+void Runner::bank_input(int n) {
+    const size_t E = m_.hp.n_embd, banks = res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E);
+    for (int t = 0; t < n; ++t) std::copy_n(&x_[t * E], E, &res_banked_[(t * banks + n_banked_) * E]);
+    ++n_banked_;
+}
+
+void Runner::mixed_norm(const Tensor& score, const Tensor& norm, int n) {
+    const Hparams& hp = m_.hp;
+    const int E = static_cast<int>(hp.n_embd);
+    if (!hp.res_block) {
+        for (int t = 0; t < n; ++t) fops_.norm(&x_[t * E], norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        return;
+    }
+    const size_t banks = res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E);
+    pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
+        std::vector<float> mixed(static_cast<size_t>(E)), scratch(static_cast<size_t>(E));
+        for (int64_t t = t0; t < t1; ++t) {
+            residual_mix(fops_, &res_banked_[t * banks * E], n_banked_, static_cast<size_t>(E), &x_[t * E], score.f32(), E, hp.rms_eps, mixed.data(),
+                         scratch.data());
+            fops_.norm(mixed.data(), norm.f32(), &xn_[t * E], E, hp.rms_eps);
+        }
+    });
 }
 
 // One query row per (token, head) against the cache view `base` (n_kv grows with the token's position); heads

@@ -156,6 +156,7 @@ private:
     void attention_gqa(uint32_t l, int n);
     void attention_mla(uint32_t l, int n);
     void attention_deltanet(uint32_t l, int n);
+    void attention_kda(uint32_t l, int n);
     void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills key_sel_ (one group)
     // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
@@ -189,8 +190,16 @@ private:
         uint8_t* gate = nullptr;
         uint8_t* up = nullptr;
         size_t ab_gate = 0, ab_up = 0;
+        int64_t width = 0;  // the experts' input and output width: n_embd, or the latent MoE's
     };
+    // The experts' inputs: xn_, or (latent MoE) routed_down . xn_ in expert_in_.
     ExpertInputs prepare_expert_inputs(const MoeWeights& L, int n_tok);
+    int64_t expert_width() const { return m_.hp.moe.n_latent ? m_.hp.moe.n_latent : m_.hp.n_embd; }
+    const float* expert_rows(const MoeWeights& L) const { return L.routed_down.present() ? expert_in_.data() : xn_.data(); }
+    // Residual attention (Hparams::res_block): the stream x_ mixed with the chunk's banked layer inputs, normed
+    // by `norm` into xn_; bank_input copies x_ in as the next banked input.
+    void mixed_norm(const Tensor& score, const Tensor& norm, int n);
+    void bank_input(int n);
     void expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     // Rows [0, rows) over the pool, every range starting and ending on a multiple of `group` (ik's _R4 rows).
@@ -229,18 +238,22 @@ private:
     std::vector<float> ixq_, ixk_, ixw_, ixkf_;  // DSA / MSA indexer: queries, new keys, head weights, cached keys in f32
     std::vector<int> key_sel_;                   // [n][groups][top_k] positions (DSA) or blocks (MSA) each query may attend to
     std::vector<int> key_sel_count_;             // [n][groups] how many of them
-    std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet: projections, conv output, gates, heads
-    std::vector<float> ffn_g_, ffn_u_, sh_out_;                             // dense / shared-expert hidden and output
-    std::vector<float> probs_;                                              // [n][n_expert]
-    std::vector<int> sel_;                                                  // [n][n_expert_used] chosen experts, llama.cpp's order
-    std::vector<float> sel_w_;                                              // [n][n_expert_used] their weights
-    std::vector<float> expert_out_;                                         // [n][n_expert_used][n_embd]
-    std::vector<float> gg_, gu_, gy_;                                       // per-expert hidden / outputs
-    std::vector<uint8_t> act_;                                              // prepared activations
-    std::vector<float> par_scratch_;                                        // decode_experts_in_parallel: per (expert, token) gate|up|out
-    std::vector<uint8_t> par_act_;                                          // ... and its activation bytes
-    std::vector<uint8_t> in_act_;                                           // each token's expert input quantized once per layer (gate, up types)
-    std::vector<float> logits_;                                             // [kept][n_vocab]
+    std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet / KDA: projections, conv output, gates, heads
+    std::vector<float> mla_gate_;                                           // MLA's output gate (kimi-k3)
+    std::vector<float> expert_in_;                                          // latent MoE: the experts' input rows
+    std::vector<float> res_banked_;                                         // [n][banks][n_embd] residual attention's banked inputs
+    int n_banked_ = 0;
+    std::vector<float> ffn_g_, ffn_u_, sh_out_;  // dense / shared-expert hidden and output
+    std::vector<float> probs_;                   // [n][n_expert]
+    std::vector<int> sel_;                       // [n][n_expert_used] chosen experts, llama.cpp's order
+    std::vector<float> sel_w_;                   // [n][n_expert_used] their weights
+    std::vector<float> expert_out_;              // [n][n_expert_used][n_embd]
+    std::vector<float> gg_, gu_, gy_;            // per-expert hidden / outputs
+    std::vector<uint8_t> act_;                   // prepared activations
+    std::vector<float> par_scratch_;             // decode_experts_in_parallel: per (expert, token) gate|up|out
+    std::vector<uint8_t> par_act_;               // ... and its activation bytes
+    std::vector<uint8_t> in_act_;                // each token's expert input quantized once per layer (gate, up types)
+    std::vector<float> logits_;                  // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
     std::vector<uint32_t> predicted_;   // experts prefetched for predicted_layer_

@@ -176,10 +176,9 @@ MOE_FMA_CLONES void rope(float* x, const RopeParams& p, const std::vector<float>
     }
 }
 
-MOE_FMA_CLONES void gated_delta_step(float* M, const float* q, const float* k, const float* v, float g, float beta, float* out, int S,
-                                     float (*dot)(int64_t, const void*, const void*), float* delta) {
-    const float decay = std::exp(g);
-    for (int i = 0; i < S * S; ++i) M[i] *= decay;
+// The delta rule after the decay: the rank-1 update and the read-out (both kinds share it).
+static inline void delta_update_and_read(float* M, const float* q, const float* k, const float* v, float beta, float* out, int S,
+                                         float (*dot)(int64_t, const void*, const void*), float* delta) {
     for (int j = 0; j < S; ++j) delta[j] = (v[j] - dot(S, M + static_cast<size_t>(j) * S, k)) * beta;
     // ggml_vec_mad_f32: y += x * v as one FMA per element.
     for (int j = 0; j < S; ++j) {
@@ -189,6 +188,21 @@ MOE_FMA_CLONES void gated_delta_step(float* M, const float* q, const float* k, c
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(S));
     for (int j = 0; j < S; ++j) out[j] = dot(S, M + static_cast<size_t>(j) * S, q) * scale;
+}
+
+MOE_FMA_CLONES void gated_delta_step(float* M, const float* q, const float* k, const float* v, float g, float beta, float* out, int S,
+                                     float (*dot)(int64_t, const void*, const void*), float* delta) {
+    const float decay = std::exp(g);
+    for (int i = 0; i < S * S; ++i) M[i] *= decay;
+    delta_update_and_read(M, q, k, v, beta, out, S, dot, delta);
+}
+
+MOE_FMA_CLONES void kda_delta_step(float* M, const float* q, const float* k, const float* v, const float* g, float beta, float* out, int S,
+                                   float (*dot)(int64_t, const void*, const void*), float* delta) {
+    for (int i = 0; i < S; ++i) delta[i] = std::exp(g[i]);
+    for (int j = 0; j < S; ++j)
+        for (int i = 0; i < S; ++i) M[static_cast<size_t>(j) * S + i] *= delta[i];
+    delta_update_and_read(M, q, k, v, beta, out, S, dot, delta);
 }
 
 MOE_FMA_CLONES void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y, int64_t y_stride) {

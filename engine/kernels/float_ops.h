@@ -88,6 +88,9 @@ void top_k(const float* v, int n, int k, int* idx);
 // dot); `delta` is S floats of scratch.
 void gated_delta_step(float* M, const float* q, const float* k, const float* v, float g, float beta, float* out, int S,
                       float (*dot)(int64_t, const void*, const void*), float* delta);
+// The same with a decay per key channel (Kimi Delta Attention, the op's KDA branch): M[j][i] *= exp(g[i]).
+void kda_delta_step(float* M, const float* q, const float* k, const float* v, const float* g, float beta, float* out, int S,
+                    float (*dot)(int64_t, const void*, const void*), float* delta);
 // ggml_ssm_conv for one channel over n new inputs: window = the K-1 previous inputs (oldest first) then x;
 // y[t] = sum_i w[i] * window[t + i], then the window keeps its last K-1 values.
 void causal_conv(float* window_state, const float* x, int64_t x_stride, const float* w, int K, int n, float* y, int64_t y_stride);

@@ -43,7 +43,8 @@ std::string describe_cache_shape(const Model& m, const std::vector<LayerCacheSha
     if (dsa) d += " + DSA keys " + n(hp.indexer.head_dim) + " fp16 x " + n(dsa) + " layers";
     if (msa) d += " + MSA keys " + n(hp.msa.head_dim) + " f32 x " + n(msa) + " layers";
     if (recurrent)
-        d += " + a " + n((state + 1023) / 1024) + " KiB f32 recurrent state (" + n(recurrent) + " DeltaNet layers) per sequence and per checkpoint";
+        d += " + a " + n((state + 1023) / 1024) + " KiB f32 recurrent state (" + n(recurrent) +
+             " linear-attention layers) per sequence and per checkpoint";
     return d;
 }
 

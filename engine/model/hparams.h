@@ -14,6 +14,7 @@ enum class AttentionKind {
     Gqa,            // grouped-query attention; optional q/k norm, q/k/v biases, partial RoPE, output gate
     Mla,            // multi-head latent attention with absorbed k_b/v_b (deepseek2), optionally the DSA indexer
     GatedDeltaNet,  // linear attention with a recurrent state (qwen35moe)
+    KimiDelta,      // Kimi Delta Attention (kimi-k3): the delta rule with a decay per key channel, q/k/v convs of their own
 };
 
 // Softmax and Sigmoid turn every router logit into a probability before the top-k; SoftmaxWeight (gpt-oss)
@@ -25,6 +26,7 @@ enum class Gating { Softmax, Sigmoid, SoftmaxWeight };
 enum class FfnActivation {
     Swiglu,     // silu(gate) * up
     SwigluOai,  // gpt-oss, minimax-m3: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
+    Situ,       // kimi-k3: b tanh(gate / b) sigmoid(gate) * lb tanh(up / lb), b and lb from Hparams::situ_*
 };
 
 struct GqaConfig {
@@ -60,12 +62,23 @@ struct MsaConfig {
     uint32_t local_blocks = 0;
 };
 
+// Both recurrent kinds (GatedDeltaNet and KimiDelta): their conv window and delta-rule state have this shape.
 struct DeltaNetConfig {
     uint32_t conv_kernel = 0;  // K: taps of the causal conv over recent tokens
     uint32_t state = 0;        // S: head dim of q/k/v
     uint32_t n_k_heads = 0;    // Hk: q/k heads (ssm.group_count)
     uint32_t n_v_heads = 0;    // Hv: v heads (ssm.time_step_rank); v head j uses k head j % Hk
+    // KimiDelta's per-channel log-decay: lower_bound * sigmoid(exp(A_log) * pre) when the file gives the bound
+    // (kda.gate_lower_bound), else -exp(A_log) * softplus(pre) as kimi-linear.
+    bool has_gate_lower_bound = false;
+    float gate_lower_bound = 0.f;
     uint32_t conv_dim() const { return 2 * state * n_k_heads + state * n_v_heads; }
+    // KimiDelta's log-decay of one channel from its pre-activation (f_b f_a x + dt_bias) and its head's
+    // a = -exp(A_log), as the graph's ggml ops round it.
+    float kda_log_decay(float pre, float a) const {
+        if (has_gate_lower_bound) return ops::sigmoid((pre * a) * -1.0f) * gate_lower_bound;
+        return ops::softplus(pre) * a;
+    }
 };
 
 struct MoeConfig {
@@ -77,6 +90,9 @@ struct MoeConfig {
     float weights_scale = 0.f;               // multiply the weights (0 or 1: no scaling)
     uint32_t n_group = 0, n_group_used = 0;  // group-limited routing (DeepSeek-V3) when n_group > 1
     bool shared_gate = false;                // qwen35moe: shared expert output times sigmoid(ffn_gate_inp_shexp . x)
+    // kimi-k3's latent MoE: routed experts run at this width (routed_down before, RMSNorm + routed_up after);
+    // the router and the shared expert read the full-width input. 0: experts at n_embd.
+    uint32_t n_latent = 0;
 };
 
 struct Hparams {
@@ -100,6 +116,11 @@ struct Hparams {
     DeltaNetConfig ssm;
     MoeConfig moe;
     FfnActivation ffn_activation = FfnActivation::Swiglu;
+    float situ_beta = 0.f, situ_linear_beta = 0.f;  // FfnActivation::Situ (linear beta <= 0: up passes unchanged)
+    // kimi-k3's cross-layer residual attention: every res_block-th layer's raw input is banked and the stream
+    // restarts from that layer's attention output; before each sub-block and the output norm the stream is
+    // replaced by a softmax mixture of the banked inputs and itself. 0: plain residuals.
+    uint32_t res_block = 0;
 };
 
 }  // namespace moe

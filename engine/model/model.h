@@ -37,6 +37,7 @@ struct MlaWeights {
     Tensor wk_b;       // [qk_nope, kv_lora, n_head]  head h: kv_lora rows of qk_nope
     Tensor wv_b;       // [kv_lora, v_head, n_head]   head h: v_head rows of kv_lora
     Tensor wo;         // [n_head*v_head, n_embd]
+    Tensor gate;       // optional [n_embd, n_head*v_head] (kimi-k3): heads' output times sigmoid(gate . x) before wo
     // DSA lightning indexer (glm-dsa full indexer layers)
     Tensor ix_q_b;                  // [q_lora, ix_heads*ix_dim]
     Tensor ix_k;                    // [n_embd, ix_dim]
@@ -55,6 +56,21 @@ struct DeltaNetWeights {
     Tensor out;          // [Hv*S, n_embd]
 };
 
+// Kimi Delta Attention (kimi-k3): q, k, v each through their own projection and causal conv; the decay per
+// key channel from a low-rank projection; a full-rank sigmoid output gate.
+struct KdaWeights {
+    Tensor wq, wk, wv;              // [n_embd, H*S]
+    Tensor conv_q, conv_k, conv_v;  // [K, H*S] f32 (ssm_conv1d_q/k/v)
+    Tensor f_a;                     // [n_embd, S]    decay, low rank
+    Tensor f_b;                     // [S, H*S]
+    Tensor dt_bias;                 // [H*S] f32
+    Tensor a;                       // [H] f32        -exp(A_log)
+    Tensor beta;                    // [n_embd, H]
+    Tensor g;                       // [n_embd, H*S]  output gate
+    Tensor norm;                    // [S] f32
+    Tensor out;                     // [H*S, n_embd]
+};
+
 struct DenseFfnWeights {
     Tensor gate, up;  // [n_embd, n_ff]
     Tensor down;      // [n_ff, n_embd]
@@ -69,28 +85,35 @@ struct MoeWeights {
     Tensor gate_bias, up_bias, down_bias;
     Tensor gate_sh, up_sh, down_sh;  // optional shared expert
     Tensor gate_inp_sh;              // optional [n_embd] f32 (qwen35moe): the shared expert's sigmoid gate
+    // Latent MoE (MoeConfig::n_latent): experts see routed_down . x and their sum goes through routed_norm, routed_up.
+    Tensor routed_down;  // [n_embd, n_latent]
+    Tensor routed_norm;  // optional [n_latent] f32
+    Tensor routed_up;    // [n_latent, n_embd]
 };
 
 struct Layer {
     AttentionKind attn = AttentionKind::Gqa;
-    bool moe = true;            // else a dense FFN
-    bool indexer_full = false;  // MLA with DSA: this layer computes top-k (else reuses the last full layer's)
-    bool sliding = false;       // GQA over the last GqaConfig::window positions only
-    bool msa = false;           // GQA through MiniMax Sparse Attention's block selection (Hparams::msa)
-    Tensor attn_norm;           // [n_embd] f32
-    Tensor ffn_norm;            // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
+    bool moe = true;                       // else a dense FFN
+    bool indexer_full = false;             // MLA with DSA: this layer computes top-k (else reuses the last full layer's)
+    bool sliding = false;                  // GQA over the last GqaConfig::window positions only
+    bool msa = false;                      // GQA through MiniMax Sparse Attention's block selection (Hparams::msa)
+    Tensor attn_norm;                      // [n_embd] f32
+    Tensor ffn_norm;                       // [n_embd] f32 (post_attention_norm in glm4moe/qwen35moe files)
+    Tensor attn_res_score, ffn_res_score;  // [n_embd] f32: the residual mixture's score weights (Hparams::res_block)
     GqaWeights gqa;
     MlaWeights mla;
     DeltaNetWeights ssm;
+    KdaWeights kda;
     DenseFfnWeights dense;
     MoeWeights experts;
 };
 
 struct Model {
     Hparams hp;
-    Tensor tok_embd;     // [n_embd, n_vocab]
-    Tensor output_norm;  // [n_embd]
-    Tensor output;       // [n_embd, n_vocab]; tok_embd when the file ties them
+    Tensor tok_embd;          // [n_embd, n_vocab]
+    Tensor output_norm;       // [n_embd]
+    Tensor output;            // [n_embd, n_vocab]; tok_embd when the file ties them
+    Tensor output_res_score;  // [n_embd] f32: the last residual mixture, before output_norm (Hparams::res_block)
     std::vector<Layer> layers;
     std::unique_ptr<ResidentArena> resident;
     std::vector<std::unique_ptr<uint8_t[]>> derived;  // tensors computed at load (ArchLoader::derived)

@@ -15,6 +15,7 @@ void load_deepseek2(ArchLoader& ld, Model& m);  // deepseek2 (DeepSeek-V2/V3, Ki
 void load_gpt_oss(ArchLoader& ld, Model& m);
 void load_minimax_m2(ArchLoader& ld, Model& m);
 void load_minimax_m3(ArchLoader& ld, Model& m);
+void load_kimi_k3(ArchLoader& ld, Model& m);
 
 // Shared pieces (common.cpp).
 
@@ -44,6 +45,11 @@ void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool fo
 // One MoE layer's router, selection bias, routed experts and shared expert.
 void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& prefix);
 void load_dense_ffn(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& prefix);
+// MLA (deepseek2.cpp): whether the file stores attn_kv_b unsplit (judged on the first MLA layer); hp.mla's
+// heads, ranks and key/value lengths (not RoPE), returning key_length_mla; one layer's MLA tensors.
+bool mla_kv_b_unsplit(ArchLoader& ld, uint32_t first_mla_layer);
+uint32_t load_mla_config(ArchLoader& ld, Hparams& hp, bool unsplit);
+void load_mla_attention(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& prefix, bool unsplit);
 
 inline std::string blk(uint32_t l) { return "blk." + std::to_string(l) + "."; }
 

@@ -161,16 +161,17 @@ void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool fo
 
 void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& p) {
     const MoeConfig& c = hp.moe;
-    const uint64_t E = hp.n_embd;
+    const uint64_t E = hp.n_embd, X = c.n_latent ? c.n_latent : E;  // the routed experts' input and output width
     L.moe = true;
     MoeWeights& w = L.experts;
     ld.resident(w.router, p + "ffn_gate_inp.weight", {E, c.n_expert}, "expert_count " + std::to_string(c.n_expert));
     ld.resident(w.probs_bias, p + "exp_probs_b.bias", {c.n_expert}, "expert_count " + std::to_string(c.n_expert), false);
-    const std::string why = "expert_count " + std::to_string(c.n_expert) + ", expert_feed_forward_length " + std::to_string(c.n_ff_exp);
+    const std::string why = "expert_count " + std::to_string(c.n_expert) + ", expert_feed_forward_length " + std::to_string(c.n_ff_exp) +
+                            (c.n_latent ? ", expert_latent_length " + std::to_string(c.n_latent) : "");
     if (ld.has_tensor(p + "ffn_gate_up_exps.weight")) {
         // Newer converters fuse gate and up: per expert 2 x n_ff_exp rows, gate first (llama.cpp splits the
         // product the same way), so each half is an expert tensor with twice the stride.
-        const ExpertTensor fused = ld.experts(p + "ffn_gate_up_exps.weight", E, 2ull * c.n_ff_exp, c.n_expert, "2 x " + why);
+        const ExpertTensor fused = ld.experts(p + "ffn_gate_up_exps.weight", X, 2ull * c.n_ff_exp, c.n_expert, "2 x " + why);
         w.gate = w.up = fused;
         w.gate.n_out = w.up.n_out = c.n_ff_exp;
         w.gate.expert_bytes = w.up.expert_bytes = fused.row_bytes * c.n_ff_exp;
@@ -178,10 +179,16 @@ void load_moe_layer(ArchLoader& ld, const Hparams& hp, Layer& L, const std::stri
         if (ld.has_tensor(p + "ffn_gate_exps.weight") || ld.has_tensor(p + "ffn_up_exps.weight"))
             ld.fail("tensor '" + p + "ffn_gate_up_exps.weight' is present together with separate gate/up expert tensors");
     } else {
-        w.gate = ld.experts(p + "ffn_gate_exps.weight", E, c.n_ff_exp, c.n_expert, why);
-        w.up = ld.experts(p + "ffn_up_exps.weight", E, c.n_ff_exp, c.n_expert, why);
+        w.gate = ld.experts(p + "ffn_gate_exps.weight", X, c.n_ff_exp, c.n_expert, why);
+        w.up = ld.experts(p + "ffn_up_exps.weight", X, c.n_ff_exp, c.n_expert, why);
     }
-    w.down = ld.experts(p + "ffn_down_exps.weight", c.n_ff_exp, E, c.n_expert, why);
+    w.down = ld.experts(p + "ffn_down_exps.weight", c.n_ff_exp, X, c.n_expert, why);
+    if (c.n_latent) {
+        const std::string lwhy = "expert_latent_length " + std::to_string(c.n_latent);
+        ld.resident(w.routed_down, p + "ffn_routed_down.weight", {E, c.n_latent}, lwhy);
+        ld.resident(w.routed_norm, p + "ffn_routed_norm.weight", {c.n_latent}, lwhy, false);
+        ld.resident(w.routed_up, p + "ffn_routed_up.weight", {c.n_latent, E}, lwhy);
+    }
     if (c.n_ff_shexp) {
         const std::string swhy = "shared expert width " + std::to_string(c.n_ff_shexp);
         ld.resident(w.gate_sh, p + "ffn_gate_shexp.weight", {E, c.n_ff_shexp}, swhy);

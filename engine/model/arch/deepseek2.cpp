@@ -79,18 +79,51 @@ void split_kv_b(ArchLoader& ld, MlaWeights& w, const std::string& p, const MlaCo
     });
 }
 
-void load_deepseek2(ArchLoader& ld, Model& m) {
-    Hparams& hp = m.hp;
-    const bool dsa = ld.arch() == "glm-dsa";
-    load_layer_count(ld, hp);
-    load_embeddings(ld, m);
+void load_mla_attention(ArchLoader& ld, const Hparams& hp, Layer& L, const std::string& p, bool unsplit) {
+    const MlaConfig& c = hp.mla;
+    const uint64_t E = hp.n_embd, H = c.n_head, QK = c.qk_nope + c.qk_rope;
+    const std::string q_why = "head_count " + std::to_string(H) + " x key_length_mla " + std::to_string(QK);
+    const std::string kv_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + " + rope " + std::to_string(c.qk_rope);
+    const std::string kb_why = "key_length_mla - rope " + std::to_string(c.qk_nope) + ", kv_lora_rank " + std::to_string(c.kv_lora_rank) +
+                               ", head_count " + std::to_string(H);
+    const std::string vb_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", value_length_mla " + std::to_string(c.v_head) + ", head_count " +
+                               std::to_string(H);
+    L.attn = AttentionKind::Mla;
+    MlaWeights& w = L.mla;
+    if (c.q_lora_rank) {
+        const std::string r_why = "q_lora_rank " + std::to_string(c.q_lora_rank);
+        ld.resident(w.wq_a, p + "attn_q_a.weight", {E, c.q_lora_rank}, r_why);
+        ld.resident(w.q_a_norm, p + "attn_q_a_norm.weight", {c.q_lora_rank}, r_why);
+        ld.resident(w.wq_b, p + "attn_q_b.weight", {c.q_lora_rank, H * QK}, r_why + ", " + q_why);
+    } else {
+        ld.resident(w.wq, p + "attn_q.weight", {E, H * QK}, q_why);
+    }
+    ld.resident(w.wkv_a, p + "attn_kv_a_mqa.weight", {E, c.kv_lora_rank + c.qk_rope}, kv_why);
+    ld.resident(w.kv_a_norm, p + "attn_kv_a_norm.weight", {c.kv_lora_rank}, kv_why);
+    if (unsplit) {
+        split_kv_b(ld, w, p, c);
+    } else {
+        if (ld.has_tensor(p + "attn_kv_b.weight"))
+            ld.fail("tensor '" + p + "attn_kv_b.weight' is present beside attn_k_b / attn_v_b in a file whose first layer has no attn_kv_b");
+        ld.resident(w.wk_b, p + "attn_k_b.weight", {c.qk_nope, c.kv_lora_rank, H}, kb_why);
+        ld.resident(w.wv_b, p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head, H}, vb_why);
+    }
+    ld.resident(w.wo, p + "attn_output.weight", {H * c.v_head, E},
+                "head_count " + std::to_string(H) + " x value_length_mla " + std::to_string(c.v_head));
+}
+
+bool mla_kv_b_unsplit(ArchLoader& ld, uint32_t first_mla_layer) {
+    const std::string p = blk(first_mla_layer);
+    return ld.has_tensor(p + "attn_kv_b.weight") && !ld.has_tensor(p + "attn_k_b.weight");
+}
+
+uint32_t load_mla_config(ArchLoader& ld, Hparams& hp, bool unsplit) {
     MlaConfig& c = hp.mla;
     c.n_head = ld.u32("attention.head_count");
     c.q_lora_rank = ld.u32_or_zero("attention.q_lora_rank");
     c.kv_lora_rank = ld.u32("attention.kv_lora_rank");
     // Older conversions (and files ik_llama.cpp made from them) store each layer's attn_kv_b unsplit and give the
     // per-head key/value lengths as key_length / value_length; the split is derived at load (below).
-    const bool unsplit = ld.has_tensor(blk(0) + "attn_kv_b.weight") && !ld.has_tensor(blk(0) + "attn_k_b.weight");
     if (!unsplit && (!ld.has("attention.key_length_mla") || !ld.has("attention.value_length_mla")))
         ld.fail("metadata " + ld.key_name("attention.key_length_mla") +
                 " / value_length_mla are missing (and the file has no attn_kv_b "
@@ -111,6 +144,18 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
     if (const uint32_t v = ld.u32_or_zero("attention.value_length"); v && !legacy_keys && v != c.kv_lora_rank)
         ld.fail("metadata " + ld.key_name("attention.value_length") + " = " + std::to_string(v) + " but kv_lora_rank is " +
                 std::to_string(c.kv_lora_rank));
+    return key_mla;
+}
+
+void load_deepseek2(ArchLoader& ld, Model& m) {
+    Hparams& hp = m.hp;
+    const bool dsa = ld.arch() == "glm-dsa";
+    load_layer_count(ld, hp);
+    load_embeddings(ld, m);
+    MlaConfig& c = hp.mla;
+    const bool unsplit = mla_kv_b_unsplit(ld, 0);
+    const uint32_t key_mla = load_mla_config(ld, hp, unsplit);
+    const bool legacy_keys = unsplit && !ld.has("attention.key_length_mla");
     if (const uint32_t kv = ld.u32_or_zero("attention.head_count_kv"); kv > 1 && !legacy_keys)
         ld.fail("metadata " + ld.key_name("attention.head_count_kv") + " = " + std::to_string(kv) + " but MLA's absorbed cache has 1");
     const float mscale = load_rope(ld, hp, c.qk_rope, /*neox=*/false, /*deepseek_log_mul=*/!dsa);
@@ -125,41 +170,15 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
         load_indexer_config(ld, hp);
     }
 
-    const uint64_t E = hp.n_embd, H = c.n_head, QK = key_mla;
+    const uint64_t E = hp.n_embd;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    const std::string q_why = "head_count " + std::to_string(H) + " x key_length_mla " + std::to_string(QK);
-    const std::string kv_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + " + rope " + std::to_string(c.qk_rope);
-    const std::string kb_why = "key_length_mla - rope " + std::to_string(c.qk_nope) + ", kv_lora_rank " + std::to_string(c.kv_lora_rank) +
-                               ", head_count " + std::to_string(H);
-    const std::string vb_why = "kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", value_length_mla " + std::to_string(c.v_head) + ", head_count " +
-                               std::to_string(H);
     m.layers.resize(hp.n_layer);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
-        L.attn = AttentionKind::Mla;
-        MlaWeights& w = L.mla;
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
-        if (c.q_lora_rank) {
-            const std::string r_why = "q_lora_rank " + std::to_string(c.q_lora_rank);
-            ld.resident(w.wq_a, p + "attn_q_a.weight", {E, c.q_lora_rank}, r_why);
-            ld.resident(w.q_a_norm, p + "attn_q_a_norm.weight", {c.q_lora_rank}, r_why);
-            ld.resident(w.wq_b, p + "attn_q_b.weight", {c.q_lora_rank, H * QK}, r_why + ", " + q_why);
-        } else {
-            ld.resident(w.wq, p + "attn_q.weight", {E, H * QK}, q_why);
-        }
-        ld.resident(w.wkv_a, p + "attn_kv_a_mqa.weight", {E, c.kv_lora_rank + c.qk_rope}, kv_why);
-        ld.resident(w.kv_a_norm, p + "attn_kv_a_norm.weight", {c.kv_lora_rank}, kv_why);
-        if (unsplit) {
-            split_kv_b(ld, w, p, c);
-        } else {
-            if (ld.has_tensor(p + "attn_kv_b.weight"))
-                ld.fail("tensor '" + p + "attn_kv_b.weight' is present beside attn_k_b / attn_v_b in a file whose first layer has no attn_kv_b");
-            ld.resident(w.wk_b, p + "attn_k_b.weight", {c.qk_nope, c.kv_lora_rank, H}, kb_why);
-            ld.resident(w.wv_b, p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head, H}, vb_why);
-        }
-        ld.resident(w.wo, p + "attn_output.weight", {H * c.v_head, E},
-                    "head_count " + std::to_string(H) + " x value_length_mla " + std::to_string(c.v_head));
+        load_mla_attention(ld, hp, L, p, unsplit);
+        MlaWeights& w = L.mla;
         if (dsa && hp.indexer.full[l]) {
             const IndexerConfig& ix = hp.indexer;
             const std::string ix_why = "indexer head_count " + std::to_string(ix.n_head) + ", key_length " + std::to_string(ix.head_dim);
