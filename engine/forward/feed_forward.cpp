@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/forward/residual_mix.h"
 #include "engine/forward/routing.h"
 #include "engine/forward/runner.h"
 
@@ -208,7 +209,19 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     n -= first;
     if (n == 0) return;
     std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
-    for (int t = 0; t < n; ++t) fops_.norm(&x_[(first + t) * E], L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    // With residual attention the router reads a mixture of the banked inputs, not the stream alone (which a
+    // banking layer restarts): the guess mixes with what is banked so far.
+    const size_t banks = hp.res_block ? res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E) : 0;
+    std::vector<float> mixed(hp.res_block ? E : 0), scratch(mixed.size());
+    for (int t = 0; t < n; ++t) {
+        const float* row = &x_[(first + t) * E];
+        if (hp.res_block) {
+            residual_mix(fops_, &res_banked_[(first + t) * banks * E], n_banked_, E, row, L.ffn_res_score.f32(), E, hp.rms_eps, mixed.data(),
+                         scratch.data());
+            row = mixed.data();
+        }
+        fops_.norm(row, L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    }
     matmul(L.experts.router, norm.data(), E, n, logits.data(), X);
     std::vector<char> chosen(static_cast<size_t>(X), 0);
     std::vector<int> top(static_cast<size_t>(U));
