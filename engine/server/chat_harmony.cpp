@@ -1,5 +1,7 @@
 #include "engine/server/chat_harmony.h"
 
+#include "engine/server/chat_family.h"
+
 #include <ctime>
 
 namespace moe::harmony {
@@ -265,5 +267,16 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
         end_message(out, calls);
     }
 }
+
+const ChatFamilyFormat kHarmony{"harmony",
+                                [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render(ms, o); },
+                                {kCallOpen, kCallTail, true},
+                                call_head,
+                                {},
+                                "",
+                                nullptr,
+                                {"<think>", "</think>"},
+                                kFinalHeader,
+                                true};
 
 }  // namespace moe::harmony

@@ -1,5 +1,7 @@
 #include "engine/server/chat_minimax.h"
 
+#include "engine/server/chat_family.h"
+
 #include <functional>
 
 namespace moe::minimax {
@@ -295,5 +297,25 @@ bool parse_calls(const std::string& body, const std::vector<ToolSpec>& tools, st
         },
         out);
 }
+
+const ChatFamilyFormat kM2{"minimax",
+                           [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render(ms, o); },
+                           {std::string(kCallOpen) + "\n", "", false},
+                           call_head,
+                           {kCallOpen},
+                           kCallClose,
+                           [](const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
+                               return parse_calls(body, tools, out);
+                           }};
+const ChatFamilyFormat kM3{"minimax-m3",
+                           [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render_m3(ms, o); },
+                           {std::string(kM3CallOpen) + "\n", "", false},
+                           call_head_m3,
+                           {kM3CallOpen},
+                           kM3CallClose,
+                           [](const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
+                               return parse_calls_m3(body, tools, out);
+                           },
+                           {"<mm:think>", "</mm:think>"}};
 
 }  // namespace moe::minimax

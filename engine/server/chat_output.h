@@ -26,6 +26,7 @@ struct OutputParserOptions {
     std::string call_id_prefix = "call_";
 };
 
+struct ChatFamilyFormat;
 namespace harmony {
 class OutputParser;
 }
@@ -52,10 +53,9 @@ private:
     void step(std::vector<OutputEvent>& out, bool final);
     void emit_text(std::vector<OutputEvent>& out, OutputEvent::Kind kind, std::string text, bool section_end);
     bool parse_call_body(const std::string& body, std::vector<ToolCall>& out) const;
-    bool parse_one(const std::string& body, ToolCall& out) const;
     std::vector<OutputEvent> harmony_step(const std::string& piece, bool final);
 
-    ChatFamily family_;
+    const ChatFamilyFormat* format_;
     OutputParserOptions opt_;
     std::vector<std::string> call_open_;  // markers that start a call (or a section of calls)
     std::string call_close_;
