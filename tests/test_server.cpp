@@ -104,35 +104,41 @@ TEST_F(ServeTest, PrefixReuseAcrossTurns) {
 
 // A recurrent model (qwen35moe) cannot cut its state back: prefix reuse goes through checkpoints taken 4 tokens
 // before a prompt's end and where its last user message starts.
+// Both recurrent architectures: qwen35moe (DeltaNet) and kimi-k3 (KDA, with residual attention).
 TEST_F(ServeTest, HybridModelReusesPrefixesThroughCheckpoints) {
-    const std::string hybrid = *dir_ / "hybrid.gguf";
-    ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",     "qwen35moe", "--layers",         "4",  "--embd",          "64",     "--heads",
-                             "2",       "--kv-heads", "1",         "--head-dim",       "32", "--experts",       "4",      "--experts-used",
-                             "2",       "--ffn",      "64",        "--shared-experts", "1",  "--vocab-builtin", "--seed", "9",
-                             "--out",   hybrid}),
-              0);
-    Server s(hybrid, {});
-    ASSERT_GT(s.port(), 0) << s.log();
-    auto a = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
-    const int p = a["usage"]["prompt_tokens"].get<int>();
-    EXPECT_EQ(a["timings"]["prompt_reused"].get<int>(), 0);
-    // The same request again: the state cannot stop one token short, so it restarts 4 tokens before the end.
-    auto again = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
-    EXPECT_EQ(again["timings"]["prompt_reused"].get<int>(), p - 4) << again.dump();
-    EXPECT_EQ(again["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
-    // The next turn continues the live state: everything cached is reused.
-    json next = json::parse(kChat);
-    next["messages"].push_back({{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
-    next["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
-    auto b = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", next.dump()).body);
-    const int held = p + a["usage"]["completion_tokens"].get<int>() - 1;
-    EXPECT_GE(b["timings"]["prompt_reused"].get<int>(), held) << b.dump();
-    // A different last question: back to the checkpoint where that user message starts. With the byte vocabulary
-    // "<|im_start|>user\nOther<|im_end|>\n<|im_start|>assistant\n" is 24 tokens.
-    next["messages"].back()["content"] = "Other";
-    auto c = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", next.dump()).body);
-    EXPECT_EQ(c["timings"]["prompt_reused"].get<int>(), c["usage"]["prompt_tokens"].get<int>() - 24) << c.dump();
-    EXPECT_EQ(s.terminate(), 0) << s.log();
+    for (const std::vector<std::string>& arch :
+         {std::vector<std::string>{"--arch", "qwen35moe", "--kv-heads", "1", "--head-dim", "32"},
+          std::vector<std::string>{"--arch", "kimi-k3", "--full-attention-interval", "2", "--kv-lora", "32"}}) {
+        SCOPED_TRACE(arch[1]);
+        const std::string hybrid = *dir_ / (arch[1] + ".gguf");
+        std::vector<std::string> args = {
+            "mkmodel", "--layers", "4",  "--embd",           "64", "--heads",         "2",      "--experts", "4",     "--experts-used",
+            "2",       "--ffn",    "64", "--shared-experts", "1",  "--vocab-builtin", "--seed", "9",         "--out", hybrid};
+        args.insert(args.end(), arch.begin(), arch.end());
+        ASSERT_EQ(cli::dispatch(args), 0);
+        Server s(hybrid, {});
+        ASSERT_GT(s.port(), 0) << s.log();
+        auto a = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
+        const int p = a["usage"]["prompt_tokens"].get<int>();
+        EXPECT_EQ(a["timings"]["prompt_reused"].get<int>(), 0);
+        // The same request again: the state cannot stop one token short, so it restarts 4 tokens before the end.
+        auto again = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", kChat).body);
+        EXPECT_EQ(again["timings"]["prompt_reused"].get<int>(), p - 4) << again.dump();
+        EXPECT_EQ(again["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
+        // The next turn continues the live state: everything cached is reused.
+        json next = json::parse(kChat);
+        next["messages"].push_back({{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
+        next["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
+        auto b = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", next.dump()).body);
+        const int held = p + a["usage"]["completion_tokens"].get<int>() - 1;
+        EXPECT_GE(b["timings"]["prompt_reused"].get<int>(), held) << b.dump();
+        // A different last question: back to the checkpoint where that user message starts. With the byte vocabulary
+        // "<|im_start|>user\nOther<|im_end|>\n<|im_start|>assistant\n" is 24 tokens.
+        next["messages"].back()["content"] = "Other";
+        auto c = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", next.dump()).body);
+        EXPECT_EQ(c["timings"]["prompt_reused"].get<int>(), c["usage"]["prompt_tokens"].get<int>() - 24) << c.dump();
+        EXPECT_EQ(s.terminate(), 0) << s.log();
+    }
 }
 
 TEST_F(ServeTest, ApiKeyRequiredExceptHealth) {
