@@ -211,7 +211,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
     // With residual attention the router reads a mixture of the banked inputs, not the stream alone (which a
     // banking layer restarts): the guess mixes with what is banked so far.
-    const size_t banks = hp.res_block ? res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E) : 0;
+    const size_t banks = res_banks();
     std::vector<float> mixed(hp.res_block ? E : 0), scratch(mixed.size());
     for (int t = 0; t < n; ++t) {
         const float* row = &x_[(first + t) * E];

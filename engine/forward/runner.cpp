@@ -75,7 +75,7 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
     }
     if (mla_gate) size(&Runner::mla_gate_, B * hp.mla.n_head * hp.mla.v_head);
     if (hp.moe.n_latent) size(&Runner::expert_in_, B * hp.moe.n_latent);
-    if (hp.res_block) size(&Runner::res_banked_, B * E * ((hp.n_layer + hp.res_block - 1) / hp.res_block));
+    if (hp.res_block) size(&Runner::res_banked_, B * E * ((hp.n_layer + hp.res_block - 1) / hp.res_block));  // res_banks()
     size_t q = 0, att = 0;  // shared by GQA and MLA layers: the larger of the two
     if (any_gqa) {
         const GqaConfig& g = hp.gqa;
@@ -456,7 +456,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const int rows = want_all_logits ? n : 1;
     if (!want_all_logits && n > 1 && hp.output_rows_after_norm) {
         std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
-        if (n_banked_) std::copy_n(&res_banked_[static_cast<size_t>(n - 1) * n_banked_ * E], static_cast<size_t>(n_banked_) * E, res_banked_.data());
+        if (n_banked_) std::copy_n(&res_banked_[(n - 1) * res_banks() * E], static_cast<size_t>(n_banked_) * E, res_banked_.data());
     }
     mixed_norm(m_.output_res_score, m_.output_norm, rows);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
@@ -465,7 +465,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
 }
 
 void Runner::bank_input(int n) {
-    const size_t E = m_.hp.n_embd, banks = res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E);
+    const size_t E = m_.hp.n_embd, banks = res_banks();
     for (int t = 0; t < n; ++t) std::copy_n(&x_[t * E], E, &res_banked_[(t * banks + n_banked_) * E]);
     ++n_banked_;
 }
@@ -477,7 +477,7 @@ void Runner::mixed_norm(const Tensor& score, const Tensor& norm, int n) {
         for (int t = 0; t < n; ++t) fops_.norm(&x_[t * E], norm.f32(), &xn_[t * E], E, hp.rms_eps);
         return;
     }
-    const size_t banks = res_banked_.size() / (static_cast<size_t>(opt_.n_batch) * E);
+    const size_t banks = res_banks();
     pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> mixed(static_cast<size_t>(E)), scratch(static_cast<size_t>(E));
         for (int64_t t = t0; t < t1; ++t) {

@@ -200,6 +200,8 @@ private:
     // by `norm` into xn_; bank_input copies x_ in as the next banked input.
     void mixed_norm(const Tensor& score, const Tensor& norm, int n);
     void bank_input(int n);
+    // Banked inputs each token has room for (res_banked_ is [n_batch][banks][n_embd]): one per res_block layers.
+    size_t res_banks() const { return m_.hp.res_block ? (m_.hp.n_layer + m_.hp.res_block - 1) / m_.hp.res_block : 0; }
     void expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
     void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     // Rows [0, rows) over the pool, every range starting and ending on a multiple of `group` (ik's _R4 rows).
