@@ -52,7 +52,7 @@ void Runner::matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, 
 // per type of gate and up, not once per expert and matrix. The conversion is deterministic, so each expert
 // gathers the same bytes it would have made itself.
 Runner::ExpertInputs Runner::prepare_expert_inputs(const MoeWeights& L, int n_tok) {
-    const int64_t E = m_.hp.moe.n_latent ? m_.hp.moe.n_latent : m_.hp.n_embd;
+    const int64_t E = expert_width();
     const float* rows = expert_rows(L);
     ExpertInputs in;
     in.width = E;
