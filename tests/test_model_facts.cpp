@@ -94,6 +94,33 @@ TEST(ModelFacts, KimiK3CacheIsTheLatentPlusKdaState) {
     EXPECT_NE(f.cache_layout.find("MLA latent (64 + 16)"), std::string::npos) << f.cache_layout;
 }
 
+// deepseek4 (planned for llama-server only): llama.cpp's dsv4 cache from the keys. Per token a compressed row and
+// an indexer key per 4 positions on ratio-4 layers and a row per 128 on ratio-128 ones; per sequence every
+// layer's window (sliding_window + a 512 ubatch, in blocks of 256 rows) and the compressors' f32 state.
+TEST(ModelFacts, DeepSeekV4CacheIsCompressedRowsPlusWindows) {
+    test::TempDir dir;
+    const std::string a = "deepseek4.";
+    std::vector<std::pair<std::string, GgufValue>> kv = {{"general.architecture", GgufValue::string("deepseek4")},
+                                                         {a + "block_count", GgufValue::u32(4)},
+                                                         {a + "embedding_length", GgufValue::u32(64)},
+                                                         {a + "attention.head_count", GgufValue::u32(4)},
+                                                         {a + "attention.head_count_kv", GgufValue::u32(1)},
+                                                         {a + "attention.key_length", GgufValue::u32(512)},
+                                                         {a + "attention.sliding_window", GgufValue::u32(128)},
+                                                         {a + "attention.indexer.key_length", GgufValue::u32(128)},
+                                                         {a + "attention.compress_ratios", GgufValue::i32_array_of({0, 4, 128, 4})}};
+    write_gguf(dir / "v4.gguf", kv, {GgufTensorData{"token_embd.weight", {64, 8}, GgmlType::F32, std::vector<uint8_t>(64 * 8 * 4)}});
+    const ModelFacts f = read_model_facts(dir / "v4.gguf");
+    EXPECT_FALSE(f.supported);
+    EXPECT_EQ(f.cache_bytes_per_token, 2u * (2 * (512 + 128) / 4 + 512 / 128));
+    const uint64_t windows = 4ull * 768 * 512 * 2, states = 2 * (4ull * 2 * 8 * (2 * 512 + 2 * 128)) + 4ull * 2 * 128 * 512;
+    EXPECT_EQ(f.kv_bytes(0, 0), windows + states);
+    EXPECT_EQ(f.kv_bytes(1048576), f.cache_bytes_per_token * 1048576 + windows + states);  // no checkpoints of it
+    const uint64_t q8_per_token = (2 * (512 + 128) / 4 + 512 / 128 + 31) / 32 * 34;        // K's blocks of 32 values in 34 bytes
+    EXPECT_EQ(f.kv_bytes(4096, {GgmlType::Q8_0, GgmlType::Q8_0}, 0), q8_per_token * 4096 + windows / 2 / 32 * 34 + states);
+    EXPECT_NE(f.cache_layout.find("2 layers of ratio 4"), std::string::npos) << f.cache_layout;
+}
+
 // A hybrid file in a type without a kernel (for llama-server only) still gets its recurrent state and its
 // full-attention layers counted from the layout, as the same file in a computable type.
 TEST(ModelFacts, LayoutCountsTheStateOfAFileWithoutKernels) {

@@ -105,12 +105,14 @@ std::vector<GpuAssignment> plan_gpus(const ModelFacts& m, const GpuPlanOptions& 
         return static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), x) - bounds.begin());
     };
     const uint64_t kv_per_layer_token = m.n_layer ? cache_bytes_per_token(m, o.cache_type_k, o.cache_type_v) / m.n_layer : 0;
+    // What a sequence keeps whatever the context (recurrent states, deepseek4's windows and compressor state).
+    const uint64_t kv_per_layer_fixed = m.n_layer ? m.kv_bytes(0, {o.cache_type_k, o.cache_type_v}, 0) / m.n_layer : 0;
     for (uint32_t l = 0; l < m.n_layer; ++l) {  // NextN blocks after the trunk are skipped by llama.cpp (TENSOR_SKIP)
         GpuAssignment& g = gpus[std::min(device_of(l), gpus.size() - 1)];
         if (g.n_layers == 0) g.first_layer = l;
         ++g.n_layers;
         g.layer_bytes += m.layer_resident_bytes.size() > l ? m.layer_resident_bytes[l] : 0;
-        g.kv_bytes += kv_per_layer_token * o.n_ctx;
+        g.kv_bytes += kv_per_layer_token * o.n_ctx + kv_per_layer_fixed;
     }
     GpuAssignment& out = gpus[std::min(device_of(blocks), gpus.size() - 1)];
     out.output_bytes = m.output_bytes;

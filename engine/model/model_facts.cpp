@@ -45,7 +45,7 @@ uint64_t ModelFacts::active_bytes_per_token() const {
 }
 
 uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, uint32_t checkpoints) const {
-    return cache_bytes_per_token * n_ctx + state_bytes * (1 + uint64_t{checkpoints});
+    return cache_bytes_per_token * n_ctx + state_bytes * (1 + uint64_t{checkpoints}) + 2 * fixed_k_elems + fixed_f32_bytes;
 }
 
 uint64_t ModelFacts::cache_bytes_per_token_as(kernels::KvCacheTypes types) const {
@@ -59,7 +59,9 @@ uint64_t ModelFacts::cache_bytes_per_token_as(kernels::KvCacheTypes types) const
 }
 
 uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint32_t checkpoints) const {
-    return cache_bytes_per_token_as(types) * n_ctx + state_bytes * (1 + uint64_t{checkpoints});
+    const TypeInfo k = type_info(types.k);
+    const uint64_t fixed = (fixed_k_elems + k.block_elems - 1) / k.block_elems * k.block_bytes + fixed_f32_bytes;
+    return cache_bytes_per_token_as(types) * n_ctx + state_bytes * (1 + uint64_t{checkpoints}) + fixed;
 }
 
 namespace {
@@ -87,9 +89,43 @@ bool cache_facts_from_layout(const GgufModel& model, ModelFacts& f) {
     return true;
 }
 
+// DeepSeek V4 as llama.cpp's dsv4 cache keeps it (llama_kv_cache_dsv4): one shared K=V head of W values, no V
+// cache. Every layer keeps its last sliding_window raw rows plus a ubatch (llama-server's 512), in blocks of 256
+// rows; a ratio-4 layer adds a compressed row and an indexer key per 4 positions, a ratio-128 layer a compressed
+// row per 128; their compressors keep f32 score and value rows for the block in progress (ratio 4: 8 rows of 2W,
+// and 8 of twice the indexer key for the indexer; ratio 128: 128 rows of W).
+bool dsv4_cache_facts(const GgufFile& meta, ModelFacts& f) {
+    const GgufValue* ratios = meta.find(f.arch + ".attention.compress_ratios");
+    if (f.arch != "deepseek4" || !ratios || !ratios->is_array()) return false;
+    auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
+    const uint64_t W = uint64_t{f.head_dim} * f.n_head_kv, window = u("attention.sliding_window"), idx = u("attention.indexer.key_length");
+    const uint64_t window_rows = (window + 512 + 255) / 256 * 256;
+    const std::vector<int32_t> r = ratios->i32_array();
+    uint32_t r4 = 0, r128 = 0;
+    for (size_t l = 0; l < r.size() && l < f.n_layer + f.n_layer_nextn; ++l) {
+        f.fixed_k_elems += window_rows * W;
+        if (r[l] == 4) {
+            ++r4;
+            f.cache_k_elems_per_token += (W + idx + 3) / 4;
+            f.fixed_f32_bytes += 4ull * 2 * 8 * (2 * W + 2 * idx);
+        } else if (r[l] == 128) {
+            ++r128;
+            f.cache_k_elems_per_token += (W + 127) / 128;
+            f.fixed_f32_bytes += 4ull * 2 * 128 * W;
+        }
+    }
+    f.cache_bytes_per_token = 2 * f.cache_k_elems_per_token;
+    auto n = [](uint64_t v) { return std::to_string(v); };
+    f.cache_layout = "DeepSeek-V4 compressed fp16: " + n(r4) + " layers of ratio 4 ((" + n(W) + " + indexer " + n(idx) + ") / 4 per token), " +
+                     n(r128) + " of ratio 128 (" + n(W) + " / 128); every layer's " + n(window_rows) + "-row window of " + n(W) +
+                     " and the compressors' f32 state per sequence";
+    return true;
+}
+
 // An architecture this engine does not run (a file planned for llama-server only): the generic reading of its
 // keys, MLA's latent or GQA's K and V rows on every layer, fp16.
 void cache_facts_from_keys(const GgufFile& meta, ModelFacts& f) {
+    if (dsv4_cache_facts(meta, f)) return;
     auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
     const uint64_t L = f.n_layer;
     if (u("attention.kv_lora_rank") && u("attention.key_length_mla")) {

@@ -58,6 +58,9 @@ struct ModelFacts {
     // keeps of it for prefix reuse (kDefaultCheckpoints unless told otherwise).
     uint64_t state_bytes = 0;
     uint32_t recurrent_layers = 0;
+    // Per sequence whatever the context (deepseek4 in llama.cpp: each layer's sliding-window rows, in K's type,
+    // and its compressors' f32 state for incomplete blocks); never checkpointed.
+    uint64_t fixed_k_elems = 0, fixed_f32_bytes = 0;
     std::string cache_layout;  // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
     // Whether this engine runs the file, and if not, why (one line).
     bool supported = true;
