@@ -134,7 +134,7 @@ std::pair<std::string, std::string> thinking_and_answer(const std::string& conte
 
 std::string call_head(const std::string& name) { return name + " <|constrain|>json" + kMessage; }
 
-std::vector<ChatSegment> render(const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
+std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
     const auto& tools = opt.tools;
     std::string s = kStart + "system" + kMessage;
     s += "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n";
@@ -268,15 +268,7 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
     }
 }
 
-const ChatFamilyFormat kHarmony{"harmony",
-                                [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render(ms, o); },
-                                {kCallOpen, kCallTail, true},
-                                call_head,
-                                {},
-                                "",
-                                nullptr,
-                                {"<think>", "</think>"},
-                                kFinalHeader,
-                                true};
+const ChatFamilyFormat kHarmony{"harmony", render,  {kCallOpen, kCallTail, true}, call_head,    {},
+                                "",        nullptr, {"<think>", "</think>"},      kFinalHeader, true};
 
 }  // namespace moe::harmony

@@ -14,8 +14,6 @@
 
 namespace moe::harmony {
 
-std::vector<ChatSegment> render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options);
-
 // The opening a forced call's prefill writes: `open + head(name)`, then JSON arguments, then `tail`.
 constexpr const char* kCallOpen = "<|channel|>commentary to=functions.";
 constexpr const char* kCallTail = "<|call|>";

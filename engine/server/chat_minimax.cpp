@@ -106,7 +106,7 @@ bool from_xml(const std::string& text, const ordered_json& schema, ordered_json&
 std::string call_head(const std::string& name) { return "<invoke name=\"" + name + "\">\n"; }
 std::string call_head_m3(const std::string& name) { return kNs + std::string("<invoke name=\"") + name + "\">"; }
 
-std::vector<ChatSegment> render(const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
+std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
     std::vector<ChatSegment> segs;
     auto text = [&segs](const std::string& s) {
         if (segs.empty() || !segs.back().tokens.empty()) segs.push_back({});
@@ -155,7 +155,7 @@ std::vector<ChatSegment> render(const std::vector<ChatMessage>& ms, const ChatRe
     return segs;
 }
 
-std::vector<ChatSegment> render_m3(const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
+std::vector<ChatSegment> render_m3(ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& opt) {
     std::vector<ChatSegment> segs;
     auto text = [&segs](const std::string& s) {
         if (segs.empty() || !segs.back().tokens.empty()) segs.push_back({});
@@ -265,7 +265,7 @@ bool parse_invokes(const std::string& body, const std::vector<ToolSpec>& tools, 
 
 }  // namespace
 
-bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
+bool parse_calls_m3(const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
     const std::string ns = kNs;
     return parse_invokes(
         body, tools, ns + "<invoke name=\"", ns + "</invoke>",
@@ -276,7 +276,7 @@ bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools,
 }
 
 // M2: <parameter name="K">V</parameter> per argument.
-bool parse_calls(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
+bool parse_calls(const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
     return parse_invokes(
         body, tools, "<invoke name=\"", "</invoke>",
         [](const std::string& inner, const ToolSpec* tool, ordered_json& args) {
@@ -298,24 +298,14 @@ bool parse_calls(const std::string& body, const std::vector<ToolSpec>& tools, st
         out);
 }
 
-const ChatFamilyFormat kM2{"minimax",
-                           [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render(ms, o); },
-                           {std::string(kCallOpen) + "\n", "", false},
-                           call_head,
-                           {kCallOpen},
-                           kCallClose,
-                           [](const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
-                               return parse_calls(body, tools, out);
-                           }};
+const ChatFamilyFormat kM2{"minimax", render, {std::string(kCallOpen) + "\n", "", false}, call_head, {kCallOpen}, kCallClose, parse_calls};
 const ChatFamilyFormat kM3{"minimax-m3",
-                           [](ChatFamily, const std::vector<ChatMessage>& ms, const ChatRenderOptions& o) { return render_m3(ms, o); },
+                           render_m3,
                            {std::string(kM3CallOpen) + "\n", "", false},
                            call_head_m3,
                            {kM3CallOpen},
                            kM3CallClose,
-                           [](const std::string& body, const std::string&, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out) {
-                               return parse_calls_m3(body, tools, out);
-                           },
+                           parse_calls_m3,
                            {"<mm:think>", "</mm:think>"}};
 
 }  // namespace moe::minimax

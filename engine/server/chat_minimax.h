@@ -21,9 +21,6 @@
 
 namespace moe::minimax {
 
-std::vector<ChatSegment> render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options);
-std::vector<ChatSegment> render_m3(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options);
-
 constexpr const char* kCallOpen = "<minimax:tool_call>";
 constexpr const char* kCallClose = "</minimax:tool_call>";
 constexpr const char* kNs = "]<]minimax[>[";
@@ -35,7 +32,5 @@ std::string call_head_m3(const std::string& name);
 // The calls between a section's open and close markers: one or more invoke elements with only whitespace
 // between, values typed by the declared tools' schemas (text for string parameters, else JSON when it parses;
 // M3's nested elements as objects and arrays). False when the text is not that (the caller shows it as text).
-bool parse_calls(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out);
-bool parse_calls_m3(const std::string& body, const std::vector<ToolSpec>& tools, std::vector<ToolCall>& out);
 
 }  // namespace moe::minimax

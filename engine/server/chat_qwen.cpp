@@ -190,13 +190,13 @@ bool parse_xml_call(const std::string& text, const std::string&, const std::vect
 std::string json_call_head(const std::string& name) { return name + "\", \"arguments\": "; }
 std::string xml_call_head(const std::string& name) { return name + ">\n"; }
 
+// ChatML and Qwen3 share the JSON call format.
+const CallSyntax kJsonCall{"<tool_call>\n{\"name\": \"", "}\n</tool_call>", true};
+
 }  // namespace
 
-const ChatFamilyFormat kChatMl{"chatml",       render_qwen3,    {"<tool_call>\n{\"name\": \"", "}\n</tool_call>", true},
-                               json_call_head, {"<tool_call>"}, "</tool_call>",
-                               parse_json_call};
-const ChatFamilyFormat kQwen3{
-    "qwen3", render_qwen3, {"<tool_call>\n{\"name\": \"", "}\n</tool_call>", true}, json_call_head, {"<tool_call>"}, "</tool_call>", parse_json_call};
+const ChatFamilyFormat kChatMl{"chatml", render_qwen3, kJsonCall, json_call_head, {"<tool_call>"}, "</tool_call>", parse_json_call};
+const ChatFamilyFormat kQwen3{"qwen3", render_qwen3, kJsonCall, json_call_head, {"<tool_call>"}, "</tool_call>", parse_json_call};
 const ChatFamilyFormat kQwen35{"qwen3.5",      render_qwen35, {"<tool_call>\n<function=", "", false}, xml_call_head, {"<tool_call>"},
                                "</tool_call>", parse_xml_call};
 
