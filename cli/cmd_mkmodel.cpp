@@ -14,18 +14,25 @@ namespace moe::cli {
 
 int cmd_mkmodel(const std::vector<std::string>& args) {
     synth::SyntheticSpec s;
-    std::string vocab, ix_types, template_file;
+    std::string vocab, ix_types, template_file, ratios;
     bool builtin = false;
     po::options_description opts("moestream mkmodel options");
     opts.add_options()("help,h", "show this help")(
         "arch", po::value(&s.arch)->default_value("qwen3moe"),
-        "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m2 minimax-m3 kimi-k3")(
+        "architecture: qwen3moe glm4moe qwen35moe deepseek2 glm-dsa gpt-oss minimax-m2 minimax-m3 kimi-k3 deepseek4")(
         "layers", po::value(&s.layers)->required(), "transformer blocks (the trunk)")("embd", po::value(&s.embd)->required(), "model width")(
         "heads", po::value(&s.heads)->required(), "query heads")("kv-heads", po::value(&s.kv_heads), "key/value heads (GQA; default: --heads)")(
         "head-dim", po::value(&s.head_dim), "width of one head (GQA; default: embd/heads)")(
         "rope-dims", po::value(&s.rope_dims),
         "rotated dims per head (GQA; default: all for qwen3moe and gpt-oss, half for glm4moe and minimax-m2/m3)")(
-        "window", po::value(&s.window)->default_value(128), "gpt-oss: sliding window of the even layers (attention.sliding_window)")(
+        "window", po::value(&s.window)->default_value(128),
+        "gpt-oss: sliding window of the even layers; deepseek4: every layer's (attention.sliding_window)")(
+        "compress-ratios", po::value(&ratios),
+        "deepseek4: compression ratio per layer, e.g. 0,4,128,4 (4: overlapping rows picked by the indexer; default 0 then 4 and 128 alternating)")(
+        "hash-layers", po::value(&s.hash_layers)->default_value(2), "deepseek4: leading layers routed by token id")(
+        "out-groups", po::value(&s.out_groups)->default_value(2), "deepseek4: groups of heads in the output LoRA")(
+        "out-rank", po::value(&s.out_rank)->default_value(32), "deepseek4: the output LoRA's rank per group")(
+        "swiglu-limit", po::value(&s.swiglu_limit)->default_value(2.f), "deepseek4: SwiGLU clamp of experts and shared expert (0: none)")(
         "msa-block", po::value(&s.msa_block)->default_value(16), "minimax-m3: MSA block size (attention.indexer.block_size)")(
         "msa-top-k", po::value(&s.msa_top_k)->default_value(4), "minimax-m3: blocks each query's kv group attends to")(
         "msa-local", po::value(&s.msa_local)->default_value(1), "minimax-m3: the query's own blocks always kept (local_blocks)")(
@@ -92,6 +99,15 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
     for (char c : ix_types) {
         if (c != '0' && c != '1') throw CliError("--indexer-types " + ix_types + " is not a string of 0 and 1");
         s.ix_full.push_back(c == '1');
+    }
+    for (size_t a = 0; a < ratios.size();) {
+        size_t b = ratios.find(',', a);
+        if (b == std::string::npos) b = ratios.size();
+        const std::string one = ratios.substr(a, b - a);
+        if (one.empty() || one.find_first_not_of("0123456789") != std::string::npos || one.size() > 6)
+            throw CliError("--compress-ratios " + ratios + ": '" + one + "' is not a ratio");
+        s.compress_ratios.push_back(static_cast<uint32_t>(std::stoul(one)));
+        a = b + 1;
     }
     s.printable_head = builtin;
     if (!template_file.empty()) {

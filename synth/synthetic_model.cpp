@@ -11,6 +11,7 @@
 
 #include "engine/kernels/kernels.h"
 #include "synth/blocks.h"
+#include "synth/deepseek4.h"
 
 namespace moe::synth {
 
@@ -63,10 +64,10 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     SyntheticSpec s = s_in;
     const std::string& A = s.arch;
     const bool hybrid = A == "qwen35moe";
-    const bool oss = A == "gpt-oss", mm2 = A == "minimax-m2", mm3 = A == "minimax-m3", k3 = A == "kimi-k3";
-    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm2 && !mm3 && !k3)
+    const bool oss = A == "gpt-oss", mm2 = A == "minimax-m2", mm3 = A == "minimax-m3", k3 = A == "kimi-k3", dsv4 = A == "deepseek4";
+    if (A != "qwen3moe" && A != "glm4moe" && !hybrid && !is_mla(A) && !oss && !mm2 && !mm3 && !k3 && !dsv4)
         throw SpecError("--arch " + A +
-                        " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m2, minimax-m3, kimi-k3)");
+                        " is not supported (qwen3moe, glm4moe, qwen35moe, deepseek2, glm-dsa, gpt-oss, minimax-m2, minimax-m3, kimi-k3, deepseek4)");
     if (mm2 || k3) s.probs_bias = true;  // their routers always have a selection bias
     check_positive({{"layers", s.layers}, {"embd", s.embd}, {"heads", s.heads}, {"experts", s.experts}, {"experts-used", s.used}, {"ffn", s.ffn}});
     if (s.used > s.experts) throw SpecError("--experts-used " + std::to_string(s.used) + " exceeds --experts " + std::to_string(s.experts));
@@ -85,7 +86,9 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (s.ssm_v_heads % s.ssm_k_heads) throw SpecError("--ssm-v-heads must be a multiple of --ssm-k-heads");
         if (s.ssm_conv < 2 || s.ssm_conv > 64) throw SpecError("--ssm-conv must be in 2..64");
     }
-    if (k3) {
+    if (dsv4) {
+        check_deepseek4_spec(s);
+    } else if (k3) {
         if (s.nextn) throw SpecError("kimi-k3: --nextn is not supported");
         check_positive({{"ssm-state", s.ssm_state}, {"full-attention-interval", s.full_interval}, {"kv-lora", s.kv_lora}, {"v-head", s.v_head}});
         if (s.ssm_conv < 2 || s.ssm_conv > 64) throw SpecError("--ssm-conv must be in 2..64");
@@ -148,7 +151,9 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     key("expert_count", u32(s.experts));
     key("expert_used_count", u32(s.used));
     key("expert_feed_forward_length", u32(s.ffn));
-    if (hybrid) {
+    if (dsv4) {
+        deepseek4_keys(s, key);
+    } else if (hybrid) {
         key("attention.head_count_kv", u32(s.kv_heads));
         key("attention.key_length", u32(s.head_dim));
         key("attention.value_length", u32(s.head_dim));
@@ -232,7 +237,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
             }
         }
     }
-    if (A != "qwen3moe" && !hybrid && !oss) {
+    if (A != "qwen3moe" && !hybrid && !oss && !dsv4) {
         key("leading_dense_block_count", u32(s.dense_layers));
         key("expert_shared_count", u32(s.shared));
         key("expert_weights_norm", GgufValue::boolean(s.norm_weights));
@@ -265,7 +270,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
     if (!s.tie_output) w.matrix("output.weight", {s.embd, n_vocab}, 4.f, true, unprintable);
     if (k3 && s.res_block) w.vec("output_res_score.weight", s.embd, 0.f, 0.3f);
     const std::string ffn_norm = A == "glm4moe" || hybrid || oss ? "post_attention_norm.weight" : "ffn_norm.weight";
-    for (uint32_t l = 0; l < s.layers + s.nextn; ++l) {
+    if (dsv4) deepseek4_tensors(w, s, n_vocab);
+    for (uint32_t l = 0; l < (dsv4 ? 0 : s.layers + s.nextn); ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         w.vec(p + "attn_norm.weight", s.embd);
         if (k3 && s.res_block) {

@@ -18,7 +18,7 @@ struct SpecError : std::invalid_argument {
 };
 
 struct SyntheticSpec {
-    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m2 | minimax-m3 | kimi-k3
+    std::string arch = "qwen3moe";  // qwen3moe | glm4moe | qwen35moe | deepseek2 | glm-dsa | gpt-oss | minimax-m2 | minimax-m3 | kimi-k3 | deepseek4
     uint32_t layers = 0, embd = 0, vocab = 0;
     uint32_t experts = 0, used = 0, ffn = 0;  // routed experts per layer, chosen per token, their hidden width
     // GQA (qwen3moe, glm4moe)
@@ -42,6 +42,12 @@ struct SyntheticSpec {
     float kda_lower_bound = -5.f;
     uint32_t latent = 0, res_block = 2;
     float situ_beta = 1.f, situ_linear_beta = 2.f;
+    // deepseek4: compression ratio per layer (empty: 0 for the first layer, then 4 and 128 alternating), the
+    // hash-routed leading layers, the output LoRA's groups and rank, SwiGLU's clamp (0: none). Heads are
+    // --heads of --head-dim (one key = value head), --q-lora, --rope-dims, --window, --indexer-*, --yarn-*.
+    std::vector<uint32_t> compress_ratios;
+    uint32_t hash_layers = 2, out_groups = 2, out_rank = 32;
+    float swiglu_limit = 2.f;
     // MoE extras
     uint32_t dense_layers = 0, dense_ffn = 0, shared = 0, groups = 0, groups_used = 0;
     std::string gating;  // "", softmax, sigmoid: written as expert_gating_func when set

@@ -306,6 +306,19 @@ const ArchCase kArchCases[] = {
       "3",
       "--type",
       "f16"}},
+    // deepseek4: hyper-connections, compressed attention with a window far below the prompts, ratio-4 rows
+    // (overlap, the indexer picking 3 of them) and ratio-8 rows (all visible ones), hash-routed layers, the
+    // output LoRA, clamped SwiGLU; YaRN on the compressed layers.
+    {"deepseek4-q8_0",
+     Flavor::Avx2,
+     {"--arch",           "deepseek4", "--layers",      "4", "--compress-ratios", "0,4,8,4", "--head-dim",    "64",  "--rope-dims",     "16",
+      "--q-lora",         "64",        "--window",      "5", "--indexer-heads",   "4",       "--indexer-dim", "64",  "--indexer-top-k", "3",
+      "--shared-experts", "1",         "--yarn-factor", "4", "--yarn-orig-ctx",   "64",      "--type",        "q8_0"}},
+    {"deepseek4-f16",
+     Flavor::Avx512,
+     {"--arch",          "deepseek4", "--layers",     "3",  "--compress-ratios", "4,0,16", "--hash-layers",   "1", "--head-dim",    "32",
+      "--rope-dims",     "8",         "--q-lora",     "32", "--window",          "7",      "--indexer-heads", "2", "--indexer-dim", "64",
+      "--indexer-top-k", "2",         "--out-groups", "4",  "--out-rank",        "16",     "--swiglu-limit",  "0", "--type",        "f16"}},
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};
@@ -359,7 +372,7 @@ TEST_P(FastVsReference, SameLogits) {
         double worst = 0;
         for (int32_t t : toks) {
             fast.eval(std::span<const int32_t>(&t, 1), false);
-            forward_ref(*m, st, t, ref.data());
+            forward_ref(*m, st, t, ref.data(), {.n_threads = 2});
             worst = std::max(worst, worst_of(ref, fast.logits(-1)));
         }
         EXPECT_EQ(worst, 0.0) << c.name << " one token at a time";

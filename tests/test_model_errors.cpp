@@ -253,6 +253,29 @@ TEST(ModelErrors, KimiK3KeysAndTensors) {
     expect_mentions(load_error(dir, path, set_key("kimi-k3.kda.gate_lower_bound", GgufValue::f32(2.f))), {"kimi-k3.kda.gate_lower_bound", "2"});
 }
 
+// deepseek4: a compression ratio of 1, more than one key/value head, a hyper-connection count the graph does not
+// take, a gating function llama.cpp refuses for it, a missing compressor tensor, an output LoRA that does not
+// split the heads.
+TEST(ModelErrors, DeepSeekV4KeysAndTensors) {
+    test::TempDir dir;
+    const std::string path = make_model(dir, "v4",
+                                        {"--arch", "deepseek4", "--layers", "3", "--compress-ratios", "0,4,128", "--head-dim", "64", "--rope-dims",
+                                         "16", "--q-lora", "64", "--window", "8", "--shared-experts", "1", "--type", "q8_0"});
+    EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
+    expect_mentions(load_error(dir, path, set_key("deepseek4.attention.compress_ratios", GgufValue::i32_array_of({0, 1, 128}))),
+                    {"deepseek4.attention.compress_ratios[1]", "1"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.attention.head_count_kv", GgufValue::u32(2))),
+                    {"deepseek4.attention.head_count_kv", "2"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.hyper_connection.count", GgufValue::u32(2))), {"deepseek4.hyper_connection.count", "2"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.expert_gating_func", GgufValue::u32(3))), {"deepseek4.expert_gating_func", "3"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.attention.output_group_count", GgufValue::u32(3))),
+                    {"deepseek4.attention.output_group_count", "3"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.2.attn_compressor_ape.weight"; }),
+                    {"blk.2.attn_compressor_ape.weight", "missing"});
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.indexer.proj.weight"; }),
+                    {"blk.1.indexer.proj.weight", "missing"});
+}
+
 // minimax-m2: per-head q/k norms where it normalises whole rows, a missing selection bias, a shared expert.
 TEST(ModelErrors, MinimaxM2KeysAndTensors) {
     test::TempDir dir;

@@ -27,7 +27,7 @@ void Runner::shared_expert(uint32_t l, int n, float* out) {
     const int E = static_cast<int>(m_.hp.n_embd), F = static_cast<int>(w.gate_sh.ne1);
     matmul(w.up_sh, xn_.data(), E, n, ffn_u_.data(), F);
     matmul(w.gate_sh, xn_.data(), E, n, ffn_g_.data(), F);
-    for (int t = 0; t < n; ++t) ffn_activation(m_.hp, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F);
+    for (int t = 0; t < n; ++t) ffn_activation(m_.hp, fops_, &ffn_g_[t * F], &ffn_u_[t * F], F, m_.layers[l].swiglu_limit_sh);
     matmul(w.down_sh, ffn_g_.data(), F, n, out, E);
 }
 
@@ -104,6 +104,7 @@ void Runner::expert_gate_up(const ExpertView& ev, const MoeWeights& L, const Exp
 void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users) {
     const MoeWeights& L = m_.layers[l].experts;
     const int E = static_cast<int>(expert_width()), F = static_cast<int>(L.gate.n_out), U = static_cast<int>(m_.hp.moe.n_expert_used);
+    const float limit = m_.layers[l].swiglu_limit;
     std::vector<std::pair<uint32_t, ExpertView>> ready;
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
     const size_t act_bytes = std::max(kernels::activation_bytes(L.gate.type, E), kernels::activation_bytes(L.down.type, F));
@@ -130,7 +131,7 @@ void Runner::decode_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
                 const int t = who[j] / U;
                 matvec_prepared(ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g);
                 matvec_prepared(ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u);
-                expert_activation(m_.hp, L, fops_, e, g, u, F);
+                expert_activation(m_.hp, L, fops_, e, g, u, F, limit);
                 matvec_serial(ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
                 expert_down_bias(L, e, y, E);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
@@ -151,6 +152,7 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
     const MoeWeights& L = m_.layers[l].experts;
     const int64_t E = expert_width(), F = L.gate.n_out;
     const int U = static_cast<int>(m_.hp.moe.n_expert_used);
+    const float limit = m_.layers[l].swiglu_limit;
     std::vector<std::pair<uint32_t, ExpertView>> ready;
     for (size_t k = 0; k < needed.size(); ++k) ready.push_back(m_.experts->next_ready(l));
     // Busiest experts first, one at a time: an expert's cost is its token count, so the threads end together
@@ -183,7 +185,7 @@ void Runner::prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>&
             project(ev.gate, L.gate, F, E, in.ab_gate, c, g.data());
             if (in.up != in.gate) gather_inputs(in.up, in.ab_up, who, U, act.data());
             project(ev.up, L.up, F, E, in.ab_up, c, u.data());
-            for (int j = 0; j < c; ++j) expert_activation(m_.hp, L, fops_, e, &g[j * F], &u[j * F], static_cast<int>(F));
+            for (int j = 0; j < c; ++j) expert_activation(m_.hp, L, fops_, e, &g[j * F], &u[j * F], static_cast<int>(F), limit);
             for (int j = 0; j < c; ++j) kernels::prepare_activations(L.down.type, &g[j * F], act.data() + j * ab_down, F);
             project(ev.down, L.down, E, F, ab_down, c, y.data());
             for (int j = 0; j < c; ++j) expert_down_bias(L, e, &y[j * E], static_cast<int>(E));
@@ -214,7 +216,8 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     const size_t banks = res_banks();
     std::vector<float> mixed(hp.res_block ? E : 0), scratch(mixed.size());
     for (int t = 0; t < n; ++t) {
-        const float* row = &x_[(first + t) * E];
+        // (hyper-connections: x_ collects the feed-forward's output; its input is in hc_in_)
+        const float* row = hp.hyper.n ? &hc_in_[(first + t) * E] : &x_[(first + t) * E];
         if (hp.res_block) {
             residual_mix(fops_, &res_banked_[(first + t) * banks * E], n_banked_, E, row, L.ffn_res_score.f32(), E, hp.rms_eps, mixed.data(),
                          scratch.data());
@@ -226,7 +229,7 @@ void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
     std::vector<char> chosen(static_cast<size_t>(X), 0);
     std::vector<int> top(static_cast<size_t>(U));
     for (int t = 0; t < n; ++t) {
-        route_token(hp.moe, L.experts, fops_, &logits[t * X], top.data(), w.data());
+        route_token(hp.moe, L.experts, fops_, &logits[t * X], top.data(), w.data(), row_tokens_[first + t]);
         for (int e : top) chosen[e] = 1;
     }
     std::vector<uint32_t> guess;
@@ -258,7 +261,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
     }
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
     if (L.routed_down.present()) matmul(L.routed_down, xn_.data(), E, n, expert_in_.data(), D);  // latent MoE: the experts' input
-    for (int t = 0; t < n; ++t) route_token(hp.moe, L, fops_, &probs_[t * X], &sel_[t * U], &sel_w_[t * U]);
+    for (int t = 0; t < n; ++t) route_token(hp.moe, L, fops_, &probs_[t * X], &sel_[t * U], &sel_w_[t * U], row_tokens_[t]);
     if (opt_.routing_trace) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
@@ -295,7 +298,7 @@ void Runner::ffn_moe(uint32_t l, int n) {
                 const auto& who = users[e];
                 const int c = static_cast<int>(who.size());
                 expert_gate_up(ev, L, in, who);
-                for (int j = 0; j < c; ++j) expert_activation(hp, L, fops_, e, &gg_[j * F], &gu_[j * F], F);
+                for (int j = 0; j < c; ++j) expert_activation(hp, L, fops_, e, &gg_[j * F], &gu_[j * F], F, m_.layers[l].swiglu_limit);
                 matmul(ev.down, L.down.type, L.down.row_bytes, D, F, gg_.data(), F, c, gy_.data(), D, false);
                 for (int j = 0; j < c; ++j) expert_down_bias(L, e, &gy_[j * D], D);
                 src.release(l, e);

@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/forward/compressed_attention.h"
+#include "engine/forward/hyper_connection.h"
 #include "engine/forward/msa.h"
 #include "engine/forward/residual_mix.h"
 #include "engine/forward/routing.h"
@@ -27,6 +29,7 @@ struct Ctx {
     const kernels::KernelTable& kt;
     const ops::FloatOps& fops;
     int pos;
+    int token;
 };
 
 // out[r] = W[r,:] . x for every row r, with x prepared as W's activation type (scalar kernels), summed in the
@@ -309,13 +312,58 @@ void attention_mla(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, std::vecto
     dense(c, w.wo, att.data(), out.data());
 }
 
-// Gated FFN: down(act(gate . x, up . x)), act the model's (silu(g) * u, or swiglu_oai).
-void gated_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out) {
+// DeepSeek-V4's compressed attention: the projections, the per-token step (compressed_attention.h), then the
+// output LoRA per group of heads.
+void attention_compressed(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
+    const Hparams& hp = c.m.hp;
+    const CompressedAttnConfig& cc = hp.csa;
+    const Layer& L = c.m.layers[l];
+    const CompressedAttnWeights& w = L.csa;
+    const int D = static_cast<int>(cc.head_dim), HD = static_cast<int>(cc.n_head) * D, Q = static_cast<int>(cc.q_lora_rank);
+    const int X = static_cast<int>(cc.ix_dim), IH = static_cast<int>(cc.ix_heads);
+    const int G = static_cast<int>(cc.out_groups), R = static_cast<int>(cc.out_rank);
+    const int CW = (L.compress_ratio == CompressedAttnConfig::kOverlapRatio ? 2 : 1) * D;
+    Vec qr(Q), q(HD), kv(D), comp_kv(CW), comp_score(CW), ix_kv(2 * X), ix_score(2 * X), ix_q(IH * X), ix_w(IH), att(HD), lora(G * R);
+    dense(c, w.wq_a, xn.data(), qr.data());
+    c.fops.norm(qr.data(), w.q_a_norm.f32(), qr.data(), Q, hp.rms_eps);
+    dense(c, w.wq_b, qr.data(), q.data());
+    dense(c, w.wkv, xn.data(), kv.data());
+    CompressedAttnToken t;
+    t.pos = c.pos;
+    t.q = q.data();
+    t.kv = kv.data();
+    if (L.compress_ratio) {
+        dense(c, w.comp.kv, xn.data(), comp_kv.data());
+        dense(c, w.comp.gate, xn.data(), comp_score.data());
+        t.comp_kv = comp_kv.data();
+        t.comp_score = comp_score.data();
+    }
+    if (L.compress_ratio == CompressedAttnConfig::kOverlapRatio) {
+        dense(c, w.ix_comp.kv, xn.data(), ix_kv.data());
+        dense(c, w.ix_comp.gate, xn.data(), ix_score.data());
+        dense(c, w.ix_proj, xn.data(), ix_w.data());
+        dense(c, w.ix_q_b, qr.data(), ix_q.data());
+        t.ix_kv = ix_kv.data();
+        t.ix_score = ix_score.data();
+        t.ix_q = ix_q.data();
+        t.ix_w = ix_w.data();
+    }
+    CompressedAttnScratch scratch;
+    compressed_attention_token(c.m, l, c.fops, c.st.cache, t, c.batch.n_tok, c.batch.n_threads, att.data(), scratch);
+    // each group of heads through its R rows of attn_output_a (a batched matmul over a permuted view)
+    for (int g = 0; g < G; ++g)
+        matvec(c, w.wo_a.row(static_cast<int64_t>(g) * R), w.wo_a.type, w.wo_a.row_bytes, R, HD / G, &att[g * (HD / G)], &lora[g * R], c.batch.n_tok,
+               c.batch.index, true);
+    dense(c, w.wo_b, lora.data(), out.data());
+}
+
+// Gated FFN: down(act(gate . x, up . x)), act the model's (silu(g) * u, or swiglu_oai; limit: SwigluClamped's).
+void gated_ffn(const Ctx& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out, float limit = 0.f) {
     const int F = static_cast<int>(gate.ne1);
     Vec g(F), u(F);
     dense(c, up, xn.data(), u.data());
     dense(c, gate, xn.data(), g.data());
-    ffn_activation(c.m.hp, c.fops, g.data(), u.data(), F);
+    ffn_activation(c.m.hp, c.fops, g.data(), u.data(), F, limit);
     dense(c, down, g.data(), out.data());
 }
 
@@ -328,7 +376,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     Vec probs(X), weight(U);
     std::vector<int> sel(U);
     matvec(c, w.router.data, w.router.type, w.router.row_bytes, X, E, xn.data(), probs.data(), router_batch.n_tok, router_batch.index);
-    route_token(hp.moe, w, c.fops, probs.data(), sel.data(), weight.data());
+    route_token(hp.moe, w, c.fops, probs.data(), sel.data(), weight.data(), c.token);
     const int F = static_cast<int>(w.gate.n_out), D = hp.moe.n_latent ? static_cast<int>(hp.moe.n_latent) : E;
     Vec g(F), u(F), y(D), in = xn, routed(D);
     if (w.routed_down.present()) {
@@ -340,7 +388,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
         const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
         matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, 0, false, tokens);
         matvec(c, ev.up, w.up.type, w.up.row_bytes, F, D, in.data(), u.data(), 0, 0, false, tokens);
-        expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F);
+        expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F, c.m.layers[l].swiglu_limit);
         matvec(c, ev.down, w.down.type, w.down.row_bytes, D, F, g.data(), y.data(), 0, 0, false, tokens);
         expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), D);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
@@ -356,7 +404,7 @@ void moe_ffn(const Ctx& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_
     }
     if (w.gate_sh.present()) {
         Vec sh(E);
-        gated_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh);
+        gated_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh, c.m.layers[l].swiglu_limit_sh);
         if (w.gate_inp_sh.present()) {  // qwen35moe: scaled by sigmoid(gate_inp_sh . x)
             float gate = 0.f;
             dense(c, w.gate_inp_sh, xn.data(), &gate);
@@ -386,7 +434,8 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
                 batch,
                 m.ik_numerics ? ik::kernel_table(kernels::reference_table(st.flavor)) : kernels::reference_table(st.flavor),
                 m.ik_numerics ? ik::float_ops(ops::float_ops(st.flavor)) : ops::float_ops(st.flavor),
-                st.n_past};
+                st.n_past,
+                token};
 
     Vec x(E), xn(E), out(E), mixed(E), scratch(E), banked;
     std::vector<uint8_t> dsa_visible;
@@ -397,22 +446,39 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
                          mixed.data(), scratch.data());
         c.fops.norm(hp.res_block ? mixed.data() : x.data(), norm.f32(), xn.data(), E, hp.rms_eps);
     };
-    // 1. token embedding
+    // Hyper-connections (deepseek4): the stream is n copies; before a sub-block their mix is its input x, after
+    // it they are remixed with its output.
+    const HyperConfig& hcc = hp.hyper;
+    Vec hc(size_t{hcc.n} * E), hc_norm(hc.size()), mixes(hcc.n_mix());
+    HyperMix mix;
+    auto hyper_pre = [&](const HyperWeights& w) {
+        hyper_norm(hcc, hc.data(), E, hp.rms_eps, hc_norm.data());
+        dense(c, w.fn, hc_norm.data(), mixes.data());
+        mix = hyper_mix(hcc, mixes.data(), w);
+        hyper_collapse(hcc, mix, hc.data(), E, x.data());
+    };
+    // 1. token embedding (every copy of a hyper-connected stream)
     kernels::dequantize_row(m.tok_embd.type, m.tok_embd.row(token), x.data(), E);
+    for (uint32_t h = 0; h < hcc.n; ++h) std::copy_n(x.begin(), E, hc.begin() + h * E);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m.layers[l];
         // 2. attention block on the normed input, then the residual (a banking layer restarts the stream from
         //    the attention output)
+        if (hcc.n) hyper_pre(L.hc_attn);
         mixed_norm(L.attn_res_score, L.attn_norm);
         const bool banks = hp.res_block && l % hp.res_block == 0;
         if (banks) banked.insert(banked.end(), x.begin(), x.end());
         if (L.attn == AttentionKind::Mla) attention_mla(c, l, xn, out, dsa_visible);
         else if (L.attn == AttentionKind::GatedDeltaNet) attention_deltanet(c, l, xn, out);
         else if (L.attn == AttentionKind::KimiDelta) attention_kda(c, l, xn, out);
+        else if (L.attn == AttentionKind::Compressed) attention_compressed(c, l, xn, out);
         else attention_gqa(c, l, xn, out);
-        for (int i = 0; i < E; ++i) x[i] = banks ? out[i] : x[i] + out[i];
+        if (hcc.n) hyper_expand(hcc, mix, out.data(), hc.data(), E, hc_norm.data());
+        else
+            for (int i = 0; i < E; ++i) x[i] = banks ? out[i] : x[i] + out[i];
         // 3. feed-forward block on the normed input, then the residual. llama.cpp keeps only the output rows
         //    for the last layer's feed-forward, so its dense matmuls see that batch.
+        if (hcc.n) hyper_pre(L.hc_ffn);
         mixed_norm(L.ffn_res_score, L.ffn_norm);
         const bool last = l + 1 == hp.n_layer;
         Ctx fc = c;
@@ -420,9 +486,18 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
             fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index, batch.n_threads, batch.expert_tokens};
         if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
         else gated_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
-        for (int i = 0; i < E; ++i) x[i] += out[i];
+        if (hcc.n) hyper_expand(hcc, mix, out.data(), hc.data(), E, hc_norm.data());
+        else
+            for (int i = 0; i < E; ++i) x[i] += out[i];
     }
-    // 4. final norm (after the last residual mix) and output head
+    // 4. hyper-connections: the copies' weighted sum (the output head's mixer sees the output rows' batch)
+    if (hcc.n) {
+        hyper_norm(hcc, hc.data(), E, hp.rms_eps, hc_norm.data());
+        const Tensor& fn = m.output_hc.fn;
+        matvec(c, fn.data, fn.type, fn.row_bytes, fn.ne1, fn.ne0, hc_norm.data(), mixes.data(), batch.n_out, batch.out_index);
+        hyper_collapse(hcc, hyper_head_mix(hcc, mixes.data(), m.output_hc), hc.data(), E, x.data());
+    }
+    // 5. final norm (after the last residual mix) and output head
     mixed_norm(m.output_res_score, m.output_norm);
     matvec(c, m.output.data, m.output.type, m.output.row_bytes, m.output.ne1, m.output.ne0, xn.data(), logits, batch.n_out, batch.out_index);
     st.n_past++;

@@ -55,8 +55,9 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
     }
     size(&Runner::xn_, B * E);
     size(&Runner::tmp_, B * E);
-    bool any_gqa = false, any_mla = false, any_dn = false, any_kda = false, mla_gate = false;
+    bool any_gqa = false, any_mla = false, any_dn = false, any_kda = false, mla_gate = false, any_csa = false;
     for (const Layer& L : m.layers) {
+        any_csa = any_csa || L.attn == AttentionKind::Compressed;
         any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
         any_mla = any_mla || L.attn == AttentionKind::Mla;
         any_dn = any_dn || L.attn == AttentionKind::GatedDeltaNet;
@@ -108,6 +109,24 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
             size(&Runner::key_sel_, B * ix.top_k);
             size(&Runner::key_sel_count_, B);
         }
+    }
+    if (any_csa) {
+        const CompressedAttnConfig& c = hp.csa;
+        const size_t hd = size_t{c.n_head} * c.head_dim;
+        q = std::max(q, B * hd);
+        att = std::max(att, B * hd);
+        size(&Runner::qa_, B * c.q_lora_rank);
+        size(&Runner::kva_, B * c.head_dim);
+        size(&Runner::csa_comp_, B * 4 * c.head_dim);
+        size(&Runner::csa_ix_, B * (4 * c.ix_dim + c.ix_heads * c.ix_dim + c.ix_heads));
+        size(&Runner::csa_lora_, B * c.out_groups * c.out_rank);
+    }
+    if (const HyperConfig& hc = hp.hyper; hc.n) {
+        size(&Runner::hc_, B * hc.n * E);
+        size(&Runner::hc_norm_, B * hc.n * E);
+        size(&Runner::hc_mixes_, B * hc.n_mix());
+        size(&Runner::hc_in_, B * E);
+        size(&Runner::hc_mix_, B);
     }
     if (q) size(&Runner::q_, q);
     if (att) size(&Runner::att_, att);
@@ -372,6 +391,7 @@ void Runner::attention_kind(uint32_t l, int n) {
     if (kind == AttentionKind::Mla) attention_mla(l, n);
     else if (kind == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
     else if (kind == AttentionKind::KimiDelta) attention_kda(l, n);
+    else if (kind == AttentionKind::Compressed) attention_compressed(l, n);
     else attention_gqa(l, n);
 }
 
@@ -415,9 +435,15 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const uint64_t wait_start = opt_.routing_trace ? m_.experts->stats().wait_ns : 0;
     if (opt_.routing_trace) opt_.routing_trace->begin_step(static_cast<uint32_t>(n));
     n_banked_ = 0;
+    row_tokens_.assign(tokens, tokens + n);
     const uint32_t bank_every = hp.res_block;
+    const bool hyper = hp.hyper.n > 0;
+    if (hyper)  // every copy of the stream starts as the embedding
+        for (int t = 0; t < n; ++t)
+            for (uint32_t h = 0; h < hp.hyper.n; ++h) std::copy_n(&x_[t * E], E, &hc_[(t * hp.hyper.n + h) * E]);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
         const Layer& L = m_.layers[l];
+        if (hyper) hyper_pre(L.hc_attn, n);
         mixed_norm(L.attn_res_score, L.attn_norm, n);
         // Residual attention: a banking layer's stream restarts from its attention output.
         const bool banks = bank_every && l % bank_every == 0;
@@ -425,7 +451,8 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         const auto attention_start = Clock::now();
         attention_by_sequence(l, n);
         stats_.attention_seconds += seconds_since(attention_start);
-        if (banks) std::copy_n(tmp_.begin(), static_cast<size_t>(n) * E, x_.begin());
+        if (hyper) hyper_post(tmp_.data(), n);
+        else if (banks) std::copy_n(tmp_.begin(), static_cast<size_t>(n) * E, x_.begin());
         else
             for (int i = 0; i < n * E; ++i) x_[i] += tmp_[i];
 
@@ -437,12 +464,18 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
             n_ffn = last_layer_rows_;
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
+        if (hyper) hyper_pre(L.hc_ffn, n_ffn);
         mixed_norm(L.ffn_res_score, L.ffn_norm, n_ffn);
         if (n_ffn == 0) continue;
+        if (hyper) {  // the feed-forward's output alone goes to the remix: it adds onto zeros
+            std::copy_n(x_.begin(), static_cast<size_t>(n_ffn) * E, hc_in_.begin());
+            std::fill_n(x_.begin(), static_cast<size_t>(n_ffn) * E, 0.f);
+        }
         const auto ffn_start = Clock::now();
         if (L.moe) ffn_moe(l, n_ffn);
         else ffn_dense(l, n_ffn);
         stats_.feed_forward_seconds += seconds_since(ffn_start);
+        if (hyper) hyper_post(x_.data(), n_ffn);
     }
     for (const Segment& sg : segs_) past_[static_cast<size_t>(sg.seq)] += sg.n;
     select_sequence(active_);
@@ -457,11 +490,45 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     if (!want_all_logits && n > 1 && hp.output_rows_after_norm) {
         std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         if (n_banked_) std::copy_n(&res_banked_[(n - 1) * res_banks() * E], static_cast<size_t>(n_banked_) * E, res_banked_.data());
+        if (hyper) std::copy_n(&hc_[static_cast<size_t>(n - 1) * hp.hyper.n * E], hp.hyper.n * E, hc_.data());
     }
+    if (hyper) hyper_head(rows);
     mixed_norm(m_.output_res_score, m_.output_norm, rows);
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
     stats_.eval_seconds += seconds_since(chunk_start);
+}
+
+void Runner::hyper_mixes(const HyperWeights& w, int n) {
+    const HyperConfig& c = m_.hp.hyper;
+    const int E = static_cast<int>(m_.hp.n_embd), HE = static_cast<int>(c.n) * E;
+    for (int t = 0; t < n; ++t) hyper_norm(c, &hc_[t * HE], E, m_.hp.rms_eps, &hc_norm_[t * HE]);
+    matmul(w.fn, hc_norm_.data(), HE, n, hc_mixes_.data(), w.fn.ne1);
+}
+
+void Runner::hyper_pre(const HyperWeights& w, int n) {
+    const HyperConfig& c = m_.hp.hyper;
+    const int E = static_cast<int>(m_.hp.n_embd), HE = static_cast<int>(c.n) * E, M = static_cast<int>(c.n_mix());
+    hyper_mixes(w, n);
+    for (int t = 0; t < n; ++t) {
+        hc_mix_[t] = hyper_mix(c, &hc_mixes_[t * M], w);
+        hyper_collapse(c, hc_mix_[t], &hc_[t * HE], E, &x_[t * E]);
+    }
+}
+
+void Runner::hyper_post(const float* y, int n) {
+    const HyperConfig& c = m_.hp.hyper;
+    const int E = static_cast<int>(m_.hp.n_embd), HE = static_cast<int>(c.n) * E;
+    pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) hyper_expand(c, hc_mix_[t], y + t * E, &hc_[t * HE], E, &hc_norm_[t * HE]);
+    });
+}
+
+void Runner::hyper_head(int n) {
+    const HyperConfig& c = m_.hp.hyper;
+    const int E = static_cast<int>(m_.hp.n_embd), HE = static_cast<int>(c.n) * E, M = static_cast<int>(c.n);
+    hyper_mixes(m_.output_hc, n);
+    for (int t = 0; t < n; ++t) hyper_collapse(c, hyper_head_mix(c, &hc_mixes_[t * M], m_.output_hc), &hc_[t * HE], E, &x_[t * E]);
 }
 
 void Runner::bank_input(int n) {

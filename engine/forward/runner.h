@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/forward/compressed_attention.h"
+#include "engine/forward/hyper_connection.h"
 #include "engine/forward/sequence_cache.h"
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/kernels.h"
@@ -157,6 +159,7 @@ private:
     void attention_mla(uint32_t l, int n);
     void attention_deltanet(uint32_t l, int n);
     void attention_kda(uint32_t l, int n);
+    void attention_compressed(uint32_t l, int n);
     void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills key_sel_ (one group)
     // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
@@ -199,6 +202,12 @@ private:
     // Residual attention (Hparams::res_block): the stream x_ mixed with the chunk's banked layer inputs, normed
     // by `norm` into xn_; bank_input copies x_ in as the next banked input.
     void mixed_norm(const Tensor& score, const Tensor& norm, int n);
+    // Hyper-connections (Hparams::hyper): hyper_pre mixes hc_ into the sub-block's input x_ (keeping each row's
+    // mix), hyper_post remixes hc_ with the sub-block's output y, hyper_head collapses hc_ into x_ for the output.
+    void hyper_mixes(const HyperWeights& w, int n);
+    void hyper_pre(const HyperWeights& w, int n);
+    void hyper_post(const float* y, int n);
+    void hyper_head(int n);
     void bank_input(int n);
     // Banked inputs each token has room for (res_banked_ is [n_batch][banks][n_embd]): one per res_block layers.
     size_t res_banks() const { return m_.hp.res_block ? (m_.hp.n_layer + m_.hp.res_block - 1) / m_.hp.res_block : 0; }
@@ -242,8 +251,18 @@ private:
     std::vector<int> key_sel_count_;             // [n][groups] how many of them
     std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet / KDA: projections, conv output, gates, heads
     std::vector<float> mla_gate_;                                           // MLA's output gate (kimi-k3)
-    std::vector<float> expert_in_;                                          // latent MoE: the experts' input rows
-    std::vector<float> res_banked_;                                         // [n][banks][n_embd] residual attention's banked inputs
+    // deepseek4: compressor rows (kv | score), the indexer's (kv | score | queries | head weights), the output
+    // LoRA's middle, and the per-token step's scratch
+    std::vector<float> csa_comp_, csa_ix_, csa_lora_;
+    CompressedAttnScratch csa_scratch_;
+    // deepseek4's hyper-connections: the n copies of the stream [n][copies][n_embd], their RMS-normed flattening
+    // (then the expansion's scratch), the mixer outputs, each row's mix, and each sub-block's input (x_ is
+    // reused for its output)
+    std::vector<float> hc_, hc_norm_, hc_mixes_, hc_in_;
+    std::vector<HyperMix> hc_mix_;
+    std::vector<int32_t> row_tokens_;  // the chunk's token ids by row (deepseek4's hash-routed layers)
+    std::vector<float> expert_in_;     // latent MoE: the experts' input rows
+    std::vector<float> res_banked_;    // [n][banks][n_embd] residual attention's banked inputs
     int n_banked_ = 0;
     std::vector<float> ffn_g_, ffn_u_, sh_out_;  // dense / shared-expert hidden and output
     std::vector<float> probs_;                   // [n][n_expert]

@@ -16,12 +16,16 @@ size_t bytes_of(GgmlType t, int n) { return static_cast<size_t>(row_bytes(t, sta
 
 std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) {
     const Hparams& hp = m.hp;
-    bool gqa = false, mla = false;
+    bool gqa = false, mla = false, compressed = false;
     for (const Layer& layer : m.layers) {
         gqa |= layer.attn == AttentionKind::Gqa;
         mla |= layer.attn == AttentionKind::Mla;
+        compressed |= layer.attn == AttentionKind::Compressed;
     }
     auto name = [](GgmlType t) { return kernels::kv_cache_type_name(t); };
+    if (compressed && !(types.k == GgmlType::F16 && types.v == GgmlType::F16))
+        return "this model (DeepSeek-V4 compressed attention) keeps its cache in f16 only: --cache-type-k " + name(types.k) + " and --cache-type-v " +
+               name(types.v) + " are not supported for it";
     if (mla && types.k != types.v)
         return "this model (MLA) keeps V inside the K cache, so --cache-type-k " + name(types.k) + " and --cache-type-v " + name(types.v) +
                " must be the same type (as llama.cpp requires)";
@@ -67,12 +71,13 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
         const LayerCacheShape& s = shape[l];
         c.k_width[l] = static_cast<int>(s.k_width);
         c.v_width[l] = static_cast<int>(s.v_width);
-        if (s.ix_width) c.ix[l].assign(static_cast<size_t>(n_ctx) * c.ix_row, 0);
+        const size_t rows = s.rows(static_cast<uint64_t>(n_ctx));
+        if (s.ix_width) c.ix[l].assign(rows * c.ix_row, 0);
         c.conv[l].assign(s.conv_floats, 0.f);
         c.ssm[l].assign(s.state_floats, 0.f);
         c.k_row[l] = bytes_of(types.k, c.k_width[l]);
         c.v_row[l] = bytes_of(types.v, c.v_width[l]);
-        c.k[l].assign(static_cast<size_t>(n_ctx) * c.k_row[l], 0);
+        c.k[l].assign(rows * c.k_row[l], 0);
         c.v[l].assign(static_cast<size_t>(n_ctx) * c.v_row[l], 0);
     }
     return c;
@@ -165,7 +170,9 @@ ops::KvView gather_positions(const ops::KvView& head, const int* items, int coun
 }
 
 bool SequenceCache::has_recurrent() const {
-    return std::any_of(ssm.begin(), ssm.end(), [](const auto& s) { return !s.empty(); });
+    for (size_t l = 0; l < ssm.size(); ++l)
+        if (!ssm[l].empty() || !conv[l].empty()) return true;
+    return false;
 }
 
 uint64_t SequenceCache::recurrent_bytes() const {

@@ -36,6 +36,7 @@ enum class GgmlType : uint32_t {
     IQ3_S = 21,
     IQ2_S = 22,
     IQ4_XS = 23,
+    I32 = 26,  // integer tensors (deepseek4's token-to-expert table)
     IQ1_M = 29,
     BF16 = 30,
     TQ1_0 = 34,

@@ -75,6 +75,33 @@ void attend_impl(const float* q, const KvView& kv, float scale, float* out, Attn
     for (int d = 0; d < kv.dv; ++d) out[d] = fp16_to_fp32_lut(acc[d]) * sink_scale * inv;
 }
 
+// One chunk of attend_impl's loop left unnormalised: the running max, sum and accumulator (fp16, as f32).
+template <Flavor F>
+void attend_chunk_impl(const float* q, const KvView& kv, float scale, float& M, float& S, float* acc_out, AttnScratch& s) {
+    s.q16.resize(static_cast<size_t>(kv.dk));
+    s.acc16.assign(static_cast<size_t>(kv.dv), 0);
+    for (int d = 0; d < kv.dk; ++d) s.q16[d] = fp32_to_fp16(q[d]);
+    uint16_t* acc = s.acc16.data();
+    M = kNegInf, S = 0.f;
+    for (int j = 0; j < kv.n_kv; ++j) {
+        const uint16_t* kj = kv.k + static_cast<size_t>(j) * kv.k_stride;
+        const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
+        float sc = ggml::dot_vec_order<F>(kj, s.q16.data(), kv.dk, ggml::half_as_float, true) * scale;
+        sc += 0.0f;
+        float ms, vs;
+        if (online_softmax_step(sc, M, ms, vs))
+            for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32_lut(acc[d]) * ms);
+        for (int d = 0; d < kv.dv; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32_lut(vj[d]), vs, fp16_to_fp32_lut(acc[d])));
+        S = std::fma(S, ms, vs);
+    }
+    for (int d = 0; d < kv.dv; ++d) acc_out[d] = fp16_to_fp32_lut(acc[d]);
+    const float sink_scale = apply_sink(kv, 0, M, S);
+    if (kv.sinks) {
+        M = std::max(M, kv.sinks[0]);
+        for (int d = 0; d < kv.dv; ++d) acc_out[d] *= sink_scale;
+    }
+}
+
 template <Flavor F>
 void attend_tiled_impl(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
     constexpr int kTile = ggml::kFaTile;
@@ -302,6 +329,36 @@ void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32) {
     for (int pos = 0; pos < kv.n_kv; ++pos)
         for (int d = 0; d < kv.dv; ++d)
             v_f32[static_cast<size_t>(pos) * kv.dv + d] = fp16_to_fp32_lut(kv.v[static_cast<size_t>(pos) * kv.v_stride + d]);
+}
+
+MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out,
+                                 AttnScratch& s) {
+    std::vector<float> acc(static_cast<size_t>(kv.dv)), total(static_cast<size_t>(kv.dv), 0.f);
+    float M_total = kNegInf, S_total = 0.f;
+    int j0 = 0;
+    for (int c = 0; c < n_chunks; ++c) {
+        int j1 = j0;
+        while (j1 < kv.n_kv && chunk_of[j1] == c) ++j1;
+        KvView part = kv;
+        part.k += static_cast<size_t>(j0) * kv.k_stride;
+        part.v += static_cast<size_t>(j0) * kv.v_stride;
+        part.n_kv = j1 - j0;
+        if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
+        float M, S;
+        if (f == Flavor::Avx512) attend_chunk_impl<Flavor::Avx512>(q, part, scale, M, S, acc.data(), s);
+        else attend_chunk_impl<Flavor::Avx2>(q, part, scale, M, S, acc.data(), s);
+        j0 = j1;
+        if (S == 0.0f) continue;
+        // ggml_flash_attn_ext_reduce_partials
+        const float M_new = std::fmax(M_total, M);
+        const float scale_old = std::exp(M_total - M_new), scale_new = std::exp(M - M_new);
+        // (a * b + c * d with the first product fused: what matches the recorded references)
+        for (int d = 0; d < kv.dv; ++d) total[d] = std::fma(total[d], scale_old, acc[d] * scale_new);
+        S_total = std::fma(S_total, scale_old, S * scale_new);
+        M_total = M_new;
+    }
+    const float inv = S_total != 0.0f ? 1.0f / S_total : 1.0f;
+    for (int d = 0; d < kv.dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
 }
 
 const FloatOps& float_ops(Flavor f) {

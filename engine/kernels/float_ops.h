@@ -158,7 +158,7 @@ inline float apply_sink(const KvView& kv, int row, float M, float& S) {
     float ms = 1.f, vs = 1.f;
     if (sink > M) ms = std::exp(M - sink);
     else vs = std::exp(sink - M);
-    S = std::fma(S, ms, vs);  // S = S*ms + vs, contracted as GCC builds ggml
+    S = S * ms + vs;  // not contracted here (unlike the positions' loop): this is what matches llama.cpp's bits
     return ms;
 }
 // Fills the two f32 copies above for positions [0, n_kv) of a view: k_tiles needs ceil(n_kv / 64) * 64 * dk
@@ -206,5 +206,10 @@ struct FloatOps {
     }
 };
 const FloatOps& float_ops(Flavor f);
+
+// ggml's flash attention for one query row over many keys (>= 512) when it splits them across its threads: the
+// one-row path per chunk (chunk_of[j] is key j's chunk, ascending; the sink only in chunk 0), the partial
+// results merged in f32 (ggml_flash_attn_ext_reduce_partials). fp16 views only.
+void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out, AttnScratch& s);
 
 }  // namespace moe::ops

@@ -2,6 +2,18 @@
 
 namespace moe {
 
+CompressedStateLayout compressed_state_layout(const Hparams& hp, uint32_t ratio) {
+    const CompressedAttnConfig& c = hp.csa;
+    CompressedStateLayout s;
+    s.ring = c.window * c.head_dim;
+    if (ratio == 0) return s;
+    const bool overlap = ratio == CompressedAttnConfig::kOverlapRatio;
+    s.slots = overlap ? 2 * ratio : ratio;
+    s.width = (overlap ? 2 : 1) * c.head_dim;
+    if (overlap) s.ix_slots = s.slots, s.ix_width = 2 * c.ix_dim;
+    return s;
+}
+
 std::vector<LayerCacheShape> cache_shape(const Model& m) {
     const Hparams& hp = m.hp;
     std::vector<LayerCacheShape> out(m.layers.size());
@@ -14,6 +26,13 @@ std::vector<LayerCacheShape> cache_shape(const Model& m) {
         } else if (L.attn == AttentionKind::Mla) {
             s.k_width = hp.mla.kv_lora_rank + hp.mla.qk_rope;
             if (m.has_indexer() && L.indexer_full) s.ix_width = hp.indexer.head_dim;
+        } else if (L.attn == AttentionKind::Compressed) {
+            // compressed rows (and the indexer's keys) by block; the window and the compressors' rows as state
+            const CompressedStateLayout st = compressed_state_layout(hp, L.compress_ratio);
+            if (L.compress_ratio) s.k_width = hp.csa.head_dim, s.positions_per_row = L.compress_ratio;
+            if (L.compress_ratio == CompressedAttnConfig::kOverlapRatio) s.ix_width = hp.csa.ix_dim;
+            s.conv_floats = st.ring;
+            s.state_floats = st.total() - st.ring;
         } else {
             const DeltaNetConfig& c = hp.ssm;
             s.conv_floats = (c.conv_kernel - 1) * c.conv_dim();

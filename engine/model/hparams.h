@@ -15,18 +15,21 @@ enum class AttentionKind {
     Mla,            // multi-head latent attention with absorbed k_b/v_b (deepseek2), optionally the DSA indexer
     GatedDeltaNet,  // linear attention with a recurrent state (qwen35moe)
     KimiDelta,      // Kimi Delta Attention (kimi-k3): the delta rule with a decay per key channel, q/k/v convs of their own
+    Compressed,     // DeepSeek-V4: one K=V head over a sliding window plus compressed rows (every ratio tokens), sinks
 };
 
 // Softmax and Sigmoid turn every router logit into a probability before the top-k; SoftmaxWeight (gpt-oss)
 // picks the top-k logits and softmaxes only those into the weights.
-enum class Gating { Softmax, Sigmoid, SoftmaxWeight };
+// SqrtSoftplus (deepseek4): sqrt(softplus(logit)).
+enum class Gating { Softmax, Sigmoid, SoftmaxWeight, SqrtSoftplus };
 
 // The gated activation between a feed-forward's gate/up and its down projection: routed experts, shared
 // expert and dense layers alike.
 enum class FfnActivation {
-    Swiglu,     // silu(gate) * up
-    SwigluOai,  // gpt-oss, minimax-m3: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
-    Situ,       // kimi-k3: b tanh(gate / b) sigmoid(gate) * lb tanh(up / lb), b and lb from Hparams::situ_*
+    Swiglu,         // silu(gate) * up
+    SwigluOai,      // gpt-oss, minimax-m3: gate clamped to <= 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
+    Situ,           // kimi-k3: b tanh(gate / b) sigmoid(gate) * lb tanh(up / lb), b and lb from Hparams::situ_*
+    SwigluClamped,  // deepseek4: gate clamped to <= limit, up to [-limit, limit], then silu(gate) * up (limit per layer)
 };
 
 struct GqaConfig {
@@ -81,6 +84,30 @@ struct DeltaNetConfig {
     }
 };
 
+// DeepSeek-V4's compressed attention (AttentionKind::Compressed). Queries through a LoRA with a per-head RMS norm;
+// one head serves as both key and value; RoPE on the last n_rot dims of each head and rotated back on the output;
+// the output through a grouped LoRA. Every layer sees the last `window` raw rows; a layer with a compression ratio
+// also sees one compressed row per `ratio` tokens (ratio 4: rows chosen by the lightning indexer; others: all).
+struct CompressedAttnConfig {
+    uint32_t n_head = 0, head_dim = 0, q_lora_rank = 0;
+    uint32_t out_groups = 0, out_rank = 0;  // attn_output_a: per group of heads, head_dim*n_head/groups -> rank
+    uint32_t window = 0;
+    ops::RopeParams rope_plain;                       // ratio-0 layers: rope.freq_base, no YaRN
+    ops::RopeParams rope_compressed;                  // compressed layers, their compressed rows and the indexer
+    uint32_t ix_heads = 0, ix_dim = 0, ix_top_k = 0;  // the lightning indexer of ratio-4 layers
+    // Ratio with the overlap (two blocks per compressed row, half the channels each), and the one with the indexer.
+    static constexpr uint32_t kOverlapRatio = 4;
+};
+
+// DeepSeek-V4's hyper-connections: n copies of the residual stream; before each sub-block a learned mix of them is
+// its input, after it the copies are remixed (a Sinkhorn-normalised n x n matrix) and each takes a share of its output.
+struct HyperConfig {
+    uint32_t n = 0;  // 0: one plain residual stream
+    uint32_t sinkhorn_iters = 0;
+    float eps = 0.f;
+    uint32_t n_mix() const { return 2 * n + n * n; }  // pre, post, comb
+};
+
 struct MoeConfig {
     uint32_t n_expert = 0, n_expert_used = 0;
     uint32_t n_ff_exp = 0;    // routed expert hidden width
@@ -93,6 +120,7 @@ struct MoeConfig {
     // kimi-k3's latent MoE: routed experts run at this width (routed_down before, RMSNorm + routed_up after);
     // the router and the shared expert read the full-width input. 0: experts at n_embd.
     uint32_t n_latent = 0;
+    uint32_t n_hash_layers = 0;  // deepseek4: leading layers routed by token id (ffn_gate_tid2eid), weighted by the router
 };
 
 struct Hparams {
@@ -121,6 +149,8 @@ struct Hparams {
     // restarts from that layer's attention output; before each sub-block and the output norm the stream is
     // replaced by a softmax mixture of the banked inputs and itself. 0: plain residuals.
     uint32_t res_block = 0;
+    CompressedAttnConfig csa;  // deepseek4
+    HyperConfig hyper;
 };
 
 }  // namespace moe

@@ -14,6 +14,7 @@ constexpr ArchEntry kArchs[] = {
     {"qwen3moe", arch::load_qwen3moe},     {"glm4moe", arch::load_glm4moe},       {"qwen35moe", arch::load_qwen35moe},
     {"deepseek2", arch::load_deepseek2},   {"glm-dsa", arch::load_deepseek2},     {"gpt-oss", arch::load_gpt_oss},
     {"minimax-m2", arch::load_minimax_m2}, {"minimax-m3", arch::load_minimax_m3}, {"kimi-k3", arch::load_kimi_k3},
+    {"deepseek4", arch::load_deepseek4},
 };
 
 }  // namespace

@@ -71,6 +71,34 @@ struct KdaWeights {
     Tensor out;                     // [H*S, n_embd]
 };
 
+// DeepSeek-V4's compressed attention (AttentionKind::Compressed; shapes for head_dim D, H heads, q-LoRA Q).
+struct CompressorWeights {  // per-token row and score, softmax-pooled over each block of `ratio` tokens
+    Tensor kv, gate;        // [n_embd, coff*D]  (coff 2 with the overlap, else 1)
+    Tensor ape;             // [coff*D, ratio]   score bias by position within the block
+    Tensor norm;            // [D] f32
+};
+struct CompressedAttnWeights {
+    Tensor wq_a;                // [n_embd, Q]
+    Tensor q_a_norm;            // [Q] f32
+    Tensor wq_b;                // [Q, H*D]
+    Tensor wkv;                 // [n_embd, D]  the one key = value head
+    Tensor kv_norm;             // [D] f32
+    Tensor sinks;               // [H] f32
+    Tensor wo_a;                // [H*D/G, G*rank]: group g's heads through rows g*rank..
+    Tensor wo_b;                // [G*rank, n_embd]
+    CompressorWeights comp;     // layers with a compression ratio
+    CompressorWeights ix_comp;  // ratio-4 layers: the indexer's keys (D = ix_dim)
+    Tensor ix_q_b;              // [Q, ix_heads*ix_dim]
+    Tensor ix_proj;             // [n_embd, ix_heads]
+};
+
+// Hyper-connection mixer (deepseek4): fn . rms_norm(all streams) gives the pre/post/comb mixes.
+struct HyperWeights {
+    Tensor fn;     // [hc*n_embd, 2*hc + hc*hc] (the head's: [hc*n_embd, hc])
+    Tensor base;   // [2*hc + hc*hc] f32
+    Tensor scale;  // [3] f32 (the head's: [1])
+};
+
 struct DenseFfnWeights {
     Tensor gate, up;  // [n_embd, n_ff]
     Tensor down;      // [n_ff, n_embd]
@@ -89,6 +117,7 @@ struct MoeWeights {
     Tensor routed_down;  // [n_embd, n_latent]
     Tensor routed_norm;  // optional [n_latent] f32
     Tensor routed_up;    // [n_latent, n_embd]
+    Tensor tid2eid;      // deepseek4 hash layers: [n_expert_used, n_vocab] i32, the experts of each token id
 };
 
 struct Layer {
@@ -104,6 +133,10 @@ struct Layer {
     MlaWeights mla;
     DeltaNetWeights ssm;
     KdaWeights kda;
+    CompressedAttnWeights csa;
+    uint32_t compress_ratio = 0;                      // AttentionKind::Compressed: tokens per compressed row (0: window only)
+    HyperWeights hc_attn, hc_ffn;                     // deepseek4: the mixers around the attention and the feed-forward
+    float swiglu_limit = 0.f, swiglu_limit_sh = 0.f;  // FfnActivation::SwigluClamped: routed and shared limits
     DenseFfnWeights dense;
     MoeWeights experts;
 };
@@ -114,6 +147,7 @@ struct Model {
     Tensor output_norm;       // [n_embd]
     Tensor output;            // [n_embd, n_vocab]; tok_embd when the file ties them
     Tensor output_res_score;  // [n_embd] f32: the last residual mixture, before output_norm (Hparams::res_block)
+    HyperWeights output_hc;   // deepseek4: the streams' weighted sum before output_norm
     std::vector<Layer> layers;
     std::unique_ptr<ResidentArena> resident;
     std::vector<std::unique_ptr<uint8_t[]>> derived;  // tensors computed at load (ArchLoader::derived)

@@ -125,7 +125,6 @@ bool dsv4_cache_facts(const GgufFile& meta, ModelFacts& f) {
 // An architecture this engine does not run (a file planned for llama-server only): the generic reading of its
 // keys, MLA's latent or GQA's K and V rows on every layer, fp16.
 void cache_facts_from_keys(const GgufFile& meta, ModelFacts& f) {
-    if (dsv4_cache_facts(meta, f)) return;
     auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
     const uint64_t L = f.n_layer;
     if (u("attention.kv_lora_rank") && u("attention.key_length_mla")) {
@@ -199,7 +198,7 @@ ModelFacts model_facts(const GgufModel& model) {
             if (auto ti = type_info(t.raw_type); ti && ti->origin == TypeOrigin::IkLlama) f.ik_tensor = t.name + " (" + type_name(t.raw_type) + ")";
         if (f.supported) {
             auto ti = type_info(t.raw_type);
-            if (!ti || !ti->computable) {
+            if (!ti || (!ti->computable && t.raw_type != static_cast<uint32_t>(GgmlType::I32))) {
                 f.supported = false;
                 f.unsupported_reason = "tensor '" + t.name + "' has type " + type_name(t.raw_type) +
                                        (ti && ti->origin == TypeOrigin::IkLlama ? " (an ik_llama.cpp type)" : "") +
@@ -225,7 +224,8 @@ ModelFacts model_facts(const GgufModel& model) {
             ++f.first_moe_layer;
         }
     }
-    if (!cache_facts_from_layout(model, f)) cache_facts_from_keys(meta, f);
+    // deepseek4: llama.cpp's dsv4 cache (the engine's own holds less: a window without llama.cpp's ubatch rows).
+    if (!dsv4_cache_facts(meta, f) && !cache_facts_from_layout(model, f)) cache_facts_from_keys(meta, f);
     return f;
 }
 

@@ -16,6 +16,7 @@ void load_gpt_oss(ArchLoader& ld, Model& m);
 void load_minimax_m2(ArchLoader& ld, Model& m);
 void load_minimax_m3(ArchLoader& ld, Model& m);
 void load_kimi_k3(ArchLoader& ld, Model& m);
+void load_deepseek4(ArchLoader& ld, Model& m);
 
 // Shared pieces (common.cpp).
 

@@ -99,7 +99,8 @@ const GgufTensorInfo* ArchLoader::info(const std::string& name, bool required) {
     if (!t && required) fail("tensor '" + name + "' is missing");
     if (t) {
         auto ti = type_info(t->raw_type);
-        if (!ti || (!ti->computable && !any_known_type_)) {
+        const bool integers = t->raw_type == static_cast<uint32_t>(GgmlType::I32);  // a table read as data, never multiplied
+        if (!ti || (!ti->computable && !any_known_type_ && !integers)) {
             // ik_llama.cpp's own types run only in its fork's llama-server, which takes the same plan.
             const bool ik = ti && ti->origin == TypeOrigin::IkLlama;
             fail("tensor '" + name + "' has type " + type_name(t->raw_type) + (ik ? " (an ik_llama.cpp type)" : "") +

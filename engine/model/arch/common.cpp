@@ -139,8 +139,11 @@ void load_moe_config(ArchLoader& ld, Hparams& hp, Gating default_gating, bool fo
     c.n_ff_exp = ld.u32("expert_feed_forward_length");
     c.n_ff_shexp = c.n_ff_exp * ld.u32_or_zero("expert_shared_count");
     const uint32_t gating = ld.u32_or_zero("expert_gating_func");
-    if (gating > 2) ld.fail("metadata " + ld.key_name("expert_gating_func") + " = " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
-    c.gating = gating == 0 ? default_gating : gating == 1 ? Gating::Softmax : Gating::Sigmoid;
+    // llama.cpp's llama_expert_gating_func_type: 1 softmax, 2 sigmoid, 4 sqrt(softplus) (deepseek4).
+    if (gating == 3 || gating > 4)
+        ld.fail("metadata " + ld.key_name("expert_gating_func") + " = " + std::to_string(gating) +
+                " is not 1 (softmax), 2 (sigmoid) or 4 (sqrt-softplus)");
+    c.gating = gating == 0 ? default_gating : gating == 1 ? Gating::Softmax : gating == 2 ? Gating::Sigmoid : Gating::SqrtSoftplus;
     c.norm_weights = force_norm || ld.flag("expert_weights_norm", false);
     c.weights_scale = ld.f32("expert_weights_scale", 0.f);
     c.n_group = ld.u32_or_zero("expert_group_count");
