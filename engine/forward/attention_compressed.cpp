@@ -41,6 +41,7 @@ void Runner::attention_compressed(uint32_t l, int n) {
         matmul_group({{&w.wq_b, q_.data(), HD}, {&w.ix_q_b, csa_ix_.data() + 4 * X, IS}}, qa_.data(), Q, n);
     else matmul(w.wq_b, qa_.data(), Q, n, q_.data(), HD);
 
+    const ParallelFor over_heads = [this](int64_t count, const std::function<void(int64_t, int64_t)>& fn) { pool_.parallel_for(count, fn); };
     for (int t = 0; t < n; ++t) {
         CompressedAttnToken tok;
         tok.pos = n_past_ + t;
@@ -57,7 +58,8 @@ void Runner::attention_compressed(uint32_t l, int n) {
             tok.ix_q = row + 4 * X;
             tok.ix_w = row + 4 * X + IH * X;
         }
-        compressed_attention_token(m_, l, fops_, *cache_, tok, kernel_rows(n), opt_.n_threads, &att_[static_cast<size_t>(t) * HD], csa_scratch_);
+        compressed_attention_token(m_, l, fops_, *cache_, tok, kernel_rows(n), opt_.n_threads, &att_[static_cast<size_t>(t) * HD], csa_scratch_,
+                                   over_heads);
     }
 
     // the output LoRA: each group of heads through its rows of attn_output_a, then attn_output_b

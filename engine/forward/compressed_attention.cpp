@@ -108,7 +108,7 @@ void pick_rows(const Hparams& hp, const ops::FloatOps& fops, const SequenceCache
 }  // namespace
 
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
-                                int n_threads, float* out, CompressedAttnScratch& s) {
+                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel) {
     const Hparams& hp = m.hp;
     const CompressedAttnConfig& c = hp.csa;
     const Layer& L = m.layers[l];
@@ -151,26 +151,38 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
         }
     }
 
-    // 3. the rows this token sees: its window (oldest first), then the compressed rows (ratio 4: the indexer's pick)
+    // 3. the rows this token sees, in the order of llama.cpp's view of its caches: every cell of the raw window
+    //    cache in use (sliding_window + a ubatch of cells, padded to 256; the engine takes position p to sit in
+    //    cell p % cells, as it does until the cache wraps) then the compressed rows (ratio 4: the indexer's pick)
     s.picked.clear();
     if (ratio == CompressedAttnConfig::kOverlapRatio && visible > 0) pick_rows(hp, fops, cache, l, t, visible, s);
     else
         for (int j = 0; j < visible; ++j) s.picked.push_back(j);
-    const int first_raw = std::max(0, t.pos - W + 1);
-    const int rows = t.pos - first_raw + 1 + static_cast<int>(s.picked.size());
+    const int raw_cells = static_cast<int>((c.window + kLlamaUbatch + 255) / 256 * 256);
+    const int first_raw = std::max(0, t.pos - W + 1), n_raw = t.pos - first_raw + 1;
+    int wrap = 0;  // the window's first row in cell order
+    for (int i = 1; i < n_raw; ++i)
+        if ((first_raw + i) % raw_cells == 0) wrap = i;
+    const int rows = n_raw + static_cast<int>(s.picked.size());
     s.kv16.resize(static_cast<size_t>(rows) * D);
+    s.view_index.clear();
     uint16_t* dst = s.kv16.data();
-    for (int p = first_raw; p <= t.pos; ++p, dst += D) {
+    for (int i = 0; i < n_raw; ++i, dst += D) {
+        const int p = first_raw + (wrap + i) % n_raw;
         const float* src = ring + static_cast<size_t>(p % W) * D;
-        for (int i = 0; i < D; ++i) dst[i] = fp32_to_fp16(src[i]);
+        for (int d = 0; d < D; ++d) dst[d] = fp32_to_fp16(src[d]);
+        s.view_index.push_back(p % raw_cells);
     }
+    const int raw_view = std::min(raw_cells, (t.pos + 1 + 255) / 256 * 256);
     const auto* rows16 = reinterpret_cast<const uint16_t*>(cache.k[l].data());
     for (int j : s.picked) {
         std::copy_n(rows16 + static_cast<size_t>(j) * D, D, dst);
         dst += D;
+        s.view_index.push_back(raw_view + j);
     }
 
-    // 4. attention per head with its sink; K = V
+    // 4. attention per head with its sink; K = V. One query row over a view of 512 or more keys is split, as
+    //    llama.cpp does, into one chunk of keys per thread whose partial results are merged.
     ops::KvView kv;
     kv.k = kv.v = s.kv16.data();
     kv.k_stride = kv.v_stride = static_cast<size_t>(D);
@@ -178,28 +190,27 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
     kv.n_kv = rows;
     const bool tiled = ops::tiled_attention(fops.flavor, n_batch_rows, D);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    // llama.cpp attends over a view of its caches: every cell of the raw window cache in use (padded to 256),
-    // then the compressed cache's rows (padded to 256). One query row over 512 or more of them is split into
-    // one chunk of keys per thread, the partial results merged: the same sums in another order.
-    const int raw_cells = static_cast<int>((c.window + kLlamaUbatch + 255) / 256 * 256);
-    const int raw_view = std::min(raw_cells, (t.pos + 1 + 255) / 256 * 256);
-    const int comp_view = s.picked.empty() && visible == 0 ? 0 : (visible + 255) / 256 * 256;
-    const int view = raw_view + comp_view;
+    const int view = raw_view + (visible ? (visible + 255) / 256 * 256 : 0);
     const bool split = n_batch_rows == 1 && n_threads > 1 && view >= 512;
     if (split) {
         const int chunk = (view + n_threads - 1) / n_threads;
         s.chunk_of.clear();
-        for (int p = first_raw; p <= t.pos; ++p) s.chunk_of.push_back((p % raw_cells) / chunk);
-        for (int j : s.picked) s.chunk_of.push_back((raw_view + j) / chunk);
+        for (int v : s.view_index) s.chunk_of.push_back(v / chunk);
     }
-    for (int h = 0; h < H; ++h) {
-        kv.sinks = w.sinks.f32() + h;
-        if (split) ops::attend_split(fops.flavor, t.q + h * D, kv, s.chunk_of.data(), n_threads, scale, out + h * D, s.attn);
-        else (tiled ? fops.attend_tiled : fops.attend)(t.q + h * D, kv, scale, out + h * D, s.attn);
-    }
+    if (s.head_scratch.size() < static_cast<size_t>(H)) s.head_scratch.resize(static_cast<size_t>(H));
+    auto heads = [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            ops::KvView head = kv;
+            head.sinks = w.sinks.f32() + h;
+            ops::AttnScratch& scratch = s.head_scratch[static_cast<size_t>(h)];
+            if (split) ops::attend_split(fops.flavor, t.q + h * D, head, s.chunk_of.data(), n_threads, scale, out + h * D, scratch);
+            else (tiled ? fops.attend_tiled : fops.attend)(t.q + h * D, head, scale, out + h * D, scratch);
+        }
+    };
+    if (parallel) parallel(H, heads);
+    else heads(0, H);
 
     // 5. the output's rotation undone (ggml_rope_ext_back: the same angles, sin negated)
-    s.cs_back = s.cs;
     ops::rope_cache(rope, t.pos, s.cs_back);
     for (size_t i = 1; i < s.cs_back.size(); i += 2) s.cs_back[i] = -s.cs_back[i];
     for (int h = 0; h < H; ++h) {

@@ -17,6 +17,7 @@
 //   output's last n_rot dims.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/forward/sequence_cache.h"
@@ -40,16 +41,18 @@ struct CompressedAttnToken {
 
 struct CompressedAttnScratch {
     std::vector<float> cs, cs_back, row, pool_w, pool_v, keys, scores;
-    std::vector<int> picked, chunk_of;
-    std::vector<uint16_t> kv16;  // the rows the token attends to, fp16
-    ops::AttnScratch attn;
+    std::vector<int> picked, view_index, chunk_of;
+    std::vector<uint16_t> kv16;                  // the rows the token attends to, fp16
+    std::vector<ops::AttnScratch> head_scratch;  // one per head (heads may run on several threads)
 };
 
 // Runs the step for one token against layer l's state and rows in `cache`; writes the heads' output (H*D,
 // rotation undone) to out. n_batch_rows: the rows of the batch the token is in (llama.cpp's attention takes
-// another path from 64 rows, and splits a single row's keys across its n_threads).
+// another path from 64 rows, and splits a single row's keys across its n_threads). parallel (may be empty): runs
+// fn over [0, n) in ranges on several threads (the heads' attention; each head's bits are the same either way).
+using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
-                                int n_threads, float* out, CompressedAttnScratch& s);
+                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel = {});
 
 // Which compressed rows the token at pos may see: rows [0, (pos + 1) / ratio).
 inline int visible_compressed_rows(int pos, uint32_t ratio) { return ratio ? (pos + 1) / static_cast<int>(ratio) : 0; }
