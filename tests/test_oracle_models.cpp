@@ -82,9 +82,8 @@ const Case kCases[] = {
     // deepseek4 (hyper-connections with Sinkhorn, compressed attention: sliding window with sinks, overlapping
     // ratio-4 rows picked by the lightning indexer, ratio-128 rows, the output LoRA; hash-routed layers,
     // sqrt-softplus, clamped SwiGLU). Prompts 0-2 agree to 1e-4 at every step in both files. The 312-token
-    // prompt: F32 agrees at its first step and drifts to 1.6e-3 while decoding (its caches' views exceed 512
-    // keys, where llama.cpp merges per-thread partial attentions: reproduced for views of up to 512, not the
-    // 768-key views of that prompt exactly); Q8_0 differs by 3e-2 already at its 312-row batch (not reproduced
+    // prompt: F32 agrees at its first step and drifts to 1.6e-3 while decoding (its views hold 768 keys, split
+    // per thread; the cause is not found yet); Q8_0 differs by 3e-2 already at its 312-row batch (not reproduced
     // yet: docs/status.md), so that file is checked on the first three prompts.
     {"shared-deepseek4-gpt2-1k-s64-F32", Flavor::Avx2, 2e-3},
     {"shared-deepseek4-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4, 3},
