@@ -62,6 +62,8 @@ TEST(ChatTools, RenderedAsEachFamilysTemplateDoes) {
     EXPECT_EQ(render(ChatFamily::Glm4), fixture("glm46.txt"));
     EXPECT_EQ(render(ChatFamily::Glm47), fixture("glm47.txt"));
     EXPECT_EQ(render(ChatFamily::KimiK2), fixture("kimi.txt"));
+    EXPECT_EQ(render(ChatFamily::KimiK3), fixture("kimi-k3.txt"));  // thinking unset: on, effort max
+    EXPECT_EQ(render(ChatFamily::KimiK3, false), fixture("kimi-k3-nothink.txt"));
     EXPECT_EQ(render(ChatFamily::MiniMax), fixture("minimax-m2.txt"));
     EXPECT_EQ(render(ChatFamily::MiniMaxM3), fixture("minimax-m3.txt"));  // thinking unset: the template's adaptive mode
     // gpt-oss's Harmony: the reference template keeps one call per turn and drops reasoning once an answer
@@ -337,6 +339,12 @@ TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
          "]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n]<]minimax[>[<invoke name=\"search\">]<]minimax[>[<q>news "
          "\"today\"]<]minimax[>[</q>]<]minimax[>[<opts>]<]minimax[>[<n>3]<]minimax[>[</n>]<]minimax[>[<lang>fr]<]minimax[>[</lang>]<]minimax[>[</opts>"
          "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"},
+        {ChatFamily::KimiK3, true,
+         "Weather and news.<|close|>think<|sep|><|open|>response<|sep|>Let me check.<|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
+         "tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|><|open|>argument "
+         "key=\"days\" type=\"number\"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"search\" index=\"2\"<|sep|><|open|>argument "
+         "key=\"q\" type=\"string\"<|sep|>news \"today\"<|close|>argument<|sep|><|open|>argument key=\"opts\" type=\"object\"<|sep|>{\"n\": 3, \"lang\": "
+         "\"fr\"}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"},
         {ChatFamily::MiniMax, true,
          "Weather and news.\n</think>\n\nLet me check.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
          "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"search\">\n<parameter name=\"q\">news \"today\"</parameter>\n"
@@ -405,7 +413,7 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
 
 TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
     for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
-                         ChatFamily::Harmony, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
+                         ChatFamily::KimiK3, ChatFamily::Harmony, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
         // What each model writes after its forced opening for get_weather.
         const std::map<ChatFamily, std::string> rest = {
             {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
@@ -414,6 +422,7 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
             {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
             {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
             {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
+            {ChatFamily::KimiK3, "{\"city\": \"Oslo\"}<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"},
             {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"},
             {ChatFamily::MiniMax, "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"},
             {ChatFamily::MiniMaxM3, "]<]minimax[>[<city>Oslo]<]minimax[>[</city>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"}};

@@ -189,6 +189,7 @@ PreparedChat ApiService::prepare(const ChatInput& in, GenerationRequest& g, cons
                   "context_length_exceeded");
     g.prompt = chat.prompt;
     g.checkpoint_at = chat.checkpoint_at;
+    g.shown_controls = chat.shown_controls;
     g.max_tokens = std::min(g.max_tokens, n_ctx - static_cast<int>(g.prompt.size()));
     return chat;
 }

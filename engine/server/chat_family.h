@@ -1,6 +1,6 @@
 // Each chat family's format in one record: how a conversation renders, what opens and closes a tool call in
 // the model's output and how its calls parse, the syntax a forced call follows, the reasoning tags. Every
-// family lives in a file of its own (chat_qwen, chat_glm, chat_deepseek, chat_kimi, chat_harmony,
+// family lives in a file of its own (chat_qwen, chat_glm, chat_deepseek, chat_kimi, chat_kimi_k3, chat_harmony,
 // chat_minimax); chat_template.cpp holds the table, and the public functions of chat_template.h and the
 // output parser read it. A new family is one file and one row.
 #pragma once
@@ -24,6 +24,10 @@ struct ChatFamilyFormat {
     ThinkMarkers think = {"<think>", "</think>"};
     const char* answer_prefix = "";  // a constrained answer starts with it after the generation prompt
     bool channels = false;           // Harmony: the output is channels, read by harmony::OutputParser
+    // Markers that frame the answer and are dropped from it (Kimi K3's response channel and message close).
+    std::vector<std::string> frame = {};
+    // Further markers the output parser reads (Harmony's headers), beyond those above.
+    std::vector<std::string> markers = {};
 };
 
 const ChatFamilyFormat& chat_format(ChatFamily family);
@@ -39,7 +43,7 @@ namespace deepseek {
 extern const ChatFamilyFormat kV3, kV31;
 }
 namespace kimi {
-extern const ChatFamilyFormat kK2;
+extern const ChatFamilyFormat kK2, kK3;
 }
 namespace harmony {
 extern const ChatFamilyFormat kHarmony;

@@ -268,7 +268,18 @@ void OutputParser::push(const std::string& piece, std::vector<OutputEvent>& out,
     }
 }
 
-const ChatFamilyFormat kHarmony{"harmony", render,  {kCallOpen, kCallTail, true}, call_head,    {},
-                                "",        nullptr, {"<think>", "</think>"},      kFinalHeader, true};
+// The parser reads the headers' control tokens, which gpt-oss files mark as such (llama-server preserves them too).
+const ChatFamilyFormat kHarmony{"harmony",
+                                render,
+                                {kCallOpen, kCallTail, true},
+                                call_head,
+                                {},
+                                "",
+                                nullptr,
+                                {"<think>", "</think>"},
+                                kFinalHeader,
+                                true,
+                                {},
+                                {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"}};
 
 }  // namespace moe::harmony

@@ -121,6 +121,15 @@ void ChatOutputParser::step(std::vector<OutputEvent>& out, bool final) {
                 if (opt_.parse_tools)
                     for (const auto& m : call_open_)
                         if (const size_t p = buf_.find(m); p < pos) pos = p, marker = m;
+                size_t frame_pos = std::string::npos;
+                std::string frame;
+                for (const auto& m : format_->frame)
+                    if (const size_t p = buf_.find(m); p < frame_pos) frame_pos = p, frame = m;
+                if (frame_pos < pos) {  // framing around the answer (Kimi K3's response channel): dropped
+                    emit_text(out, OutputEvent::Content, buf_.substr(0, frame_pos), false);
+                    buf_.erase(0, frame_pos + frame.size());
+                    continue;
+                }
                 if (pos != std::string::npos) {
                     emit_text(out, OutputEvent::Content, buf_.substr(0, pos), true);
                     held_space_.clear();
@@ -129,7 +138,9 @@ void ChatOutputParser::step(std::vector<OutputEvent>& out, bool final) {
                     state_ = State::Call;
                     continue;
                 }
-                const size_t keep = final || !opt_.parse_tools ? 0 : partial_marker_tail(buf_, call_open_);
+                std::vector<std::string> markers = format_->frame;
+                if (opt_.parse_tools) markers.insert(markers.end(), call_open_.begin(), call_open_.end());
+                const size_t keep = final ? 0 : partial_marker_tail(buf_, markers);
                 emit_text(out, OutputEvent::Content, buf_.substr(0, buf_.size() - keep), final);
                 buf_.erase(0, buf_.size() - keep);
                 return;

@@ -1,5 +1,7 @@
 #include "engine/server/chat_session.h"
 
+#include <algorithm>
+
 namespace moe {
 
 namespace {
@@ -45,6 +47,15 @@ std::shared_ptr<const JsonGrammar> forced_call_grammar(const ChatInput& in, Chat
 }
 
 }  // namespace
+
+std::vector<int32_t> shown_control_tokens(ChatFamily family, const Tokenizer& tok) {
+    std::vector<int32_t> ids;
+    for (const std::string& marker : output_markers(family))
+        for (const int32_t id : tok.encode(marker, false, true))
+            if (tok.piece(id, false).empty() && !tok.piece(id, true).empty() && !tok.is_eog(id) && std::find(ids.begin(), ids.end(), id) == ids.end())
+                ids.push_back(id);
+    return ids;
+}
 
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent) {
     PreparedChat p;
@@ -96,6 +107,7 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
     p.parser.starts_in_reasoning = !constrained && end.size() >= think_open.size() &&
                                    end.compare(end.size() - think_open.size(), think_open.size(), think_open) == 0;
     p.parser.parse_tools = use_tools;
+    p.shown_controls = shown_control_tokens(format.family, tok);
     p.parser.tools = in.tools;
 
     // A recurrent model keeps a state snapshot where the last user message starts: the next conversation with

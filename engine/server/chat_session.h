@@ -23,8 +23,8 @@ struct ChatInput {
     ToolChoice tool_choice = ToolChoice::Auto;
     std::string forced_tool;  // ToolChoice::Named
     bool parallel_tool_calls = true;
-    std::optional<bool> thinking;                                // unset: the family's default
-    ReasoningEffort reasoning_effort = ReasoningEffort::Medium;  // gpt-oss
+    std::optional<bool> thinking;                               // unset: the family's default
+    ReasoningEffort reasoning_effort = ReasoningEffort::Unset;  // gpt-oss, Kimi K3
     // response_format: the answer is JSON matching this schema ({"type": "object"} for json_object).
     std::optional<nlohmann::json> response_schema;
 };
@@ -40,6 +40,8 @@ struct PreparedChat {
     // Where a turn spliced into the next request's history starts in this prompt (-1: unknown). A forced
     // call's turn is remembered as prompt[splice_from:] + its generated tokens, so its opening comes back too.
     int splice_from = -1;
+    // Control tokens of the family's markers: their text goes into the output, where the parser reads it.
+    std::vector<int32_t> shown_controls;
 };
 
 struct ChatFormat {
@@ -47,6 +49,9 @@ struct ChatFormat {
     std::string bos_text;
     bool split_reasoning = true;
 };
+
+// The control tokens among the family's output markers (output_markers), end-of-generation tokens excepted.
+std::vector<int32_t> shown_control_tokens(ChatFamily family, const Tokenizer& tok);
 
 // Throws GrammarError when response_schema uses what constrained decoding does not support.
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent);

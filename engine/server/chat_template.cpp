@@ -16,6 +16,7 @@ const ChatFamilyFormat& chat_format(ChatFamily family) {
         case ChatFamily::DeepSeek: return deepseek::kV3;
         case ChatFamily::DeepSeekV31: return deepseek::kV31;
         case ChatFamily::KimiK2: return kimi::kK2;
+        case ChatFamily::KimiK3: return kimi::kK3;
         case ChatFamily::Harmony: return harmony::kHarmony;
         case ChatFamily::MiniMax: return minimax::kM2;
         case ChatFamily::MiniMaxM3: return minimax::kM3;
@@ -38,6 +39,7 @@ ChatFamily detect_chat_family(const std::string& t) {
     // DeepSeek-V3.1 and later close the think block after <｜Assistant｜> unless thinking is asked for.
     if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
+    if (has("<|open|>") && has("<|sep|>") && has("<|close|>")) return ChatFamily::KimiK3;
     if (has("<|start|>") && has("<|channel|>")) return ChatFamily::Harmony;
     if (has("]~b]") && has("[e~[")) return has("]<]minimax[>[") ? ChatFamily::MiniMaxM3 : ChatFamily::MiniMax;
     // GLM-4.5/4.6 end user turns in /nothink to switch thinking off; GLM-4.7 and GLM-5.x use </think>.
@@ -50,6 +52,15 @@ ChatFamily detect_chat_family(const std::string& t) {
 }
 
 ThinkMarkers think_markers(ChatFamily family) { return chat_format(family).think; }
+
+std::vector<std::string> output_markers(ChatFamily family) {
+    const ChatFamilyFormat& f = chat_format(family);
+    std::vector<std::string> m = {f.think.open, f.think.close, f.syntax.open, f.syntax.tail, f.call_head("x"), f.call_close, f.answer_prefix};
+    m.insert(m.end(), f.call_open.begin(), f.call_open.end());
+    m.insert(m.end(), f.frame.begin(), f.frame.end());
+    m.insert(m.end(), f.markers.begin(), f.markers.end());
+    return m;
+}
 
 std::string strip_thinking(const std::string& content) {
     auto end = content.rfind("</think>");

@@ -1,5 +1,5 @@
 // Chat templates of the families the engine serves, rendered natively (no Jinja): Qwen3 ChatML (with and
-// without thinking), Qwen3.5, plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2 and
+// without thinking), Qwen3.5, plain ChatML, GLM-4.5/4.6, GLM-4.7/GLM-5.x, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2, Kimi K3 and
 // gpt-oss's Harmony (chat_harmony.h),
 // chosen from `tokenizer.chat_template`.
 //
@@ -17,7 +17,7 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax, MiniMaxM3 };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax, MiniMaxM3, KimiK3 };
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);
@@ -38,7 +38,8 @@ struct ChatSegment {
     std::vector<int32_t> tokens;  // exact ids (spliced assistant turn)
 };
 
-enum class ReasoningEffort { Low, Medium, High };
+// Unset: the family's default (gpt-oss medium, Kimi K3 max).
+enum class ReasoningEffort { Unset, Low, Medium, High };
 const char* effort_name(ReasoningEffort e);
 
 struct ChatRenderOptions {
@@ -50,7 +51,7 @@ struct ChatRenderOptions {
     std::vector<ToolSpec> tools;  // declared in the prompt as the family's template does
     // Harmony (gpt-oss): how long it reasons, and the day its system message names (0: today, UTC). Scalars, so
     // that designated initializers may leave them out.
-    ReasoningEffort reasoning_effort = ReasoningEffort::Medium;
+    ReasoningEffort reasoning_effort = ReasoningEffort::Unset;
     int64_t date_unix = 0;
 };
 
@@ -79,6 +80,10 @@ struct ThinkMarkers {
     std::string open, close;
 };
 ThinkMarkers think_markers(ChatFamily family);
+
+// Every marker the family's output parser reads (think tags, call openings and closings, answer framing):
+// where a file makes them control tokens, the server still shows their text (llama-server's preserved tokens).
+std::vector<std::string> output_markers(ChatFamily family);
 
 // What a family's template shows of an earlier assistant turn: the answer after any think block.
 std::string strip_thinking(const std::string& content);

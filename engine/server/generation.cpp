@@ -312,7 +312,7 @@ void Generator::prefill_some(Slot& slot, int budget) {
     slot.sampler.emplace(slot.req.sampling);
     slot.constraint.reset();
     if (slot.req.grammar) slot.constraint.emplace(slot.req.grammar, vocab_trie());
-    slot.stream.emplace(*tok_);
+    slot.stream.emplace(*tok_, slot.req.shown_controls);
     slot.history = prompt;
     slot.held.clear();
     slot.max_stop = 0;

@@ -58,6 +58,8 @@ struct GenerationRequest {
     // Prompt positions worth a recurrent-state checkpoint (recurrent models): where a later request is likely
     // to diverge, such as the start of the last user message.
     std::vector<int> checkpoint_at;
+    // Control tokens whose text goes into the output: the chat family's markers, which its parser reads.
+    std::vector<int32_t> shown_controls;
 };
 
 // What one request cost the expert cache: its share of each forward step it took part in (a decode step

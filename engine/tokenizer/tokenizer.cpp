@@ -151,8 +151,8 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& meta) {
     // End of generation: EOS, EOT, and the chat end markers families use.
     for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
         if (auto v = meta.get_int(key); v && *v >= 0 && *v < static_cast<int64_t>(n)) t->eog_.push_back(static_cast<int32_t>(*v));
-    for (const char* text :
-         {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>", "</s>"})
+    for (const char* text : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>",
+                             "</s>", "<|end_of_msg|>"})
         if (auto id = t->find(text); id && t->types_[*id] == TokenType::Control) t->eog_.push_back(*id);
     // gpt-oss (Harmony): a turn ends with <|return|> or a call with <|call|>; <|end|> only closes one message of
     // the turn (analysis before final), so it never ends generation even where a file names it EOT (as llama.cpp).
@@ -373,7 +373,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 }
 
 std::string StreamDecoder::push(int32_t id) {
-    std::string p = tok_.piece(id, special_);
+    std::string p = tok_.piece(id, special_ || std::find(shown_.begin(), shown_.end(), id) != shown_.end());
     if (first_ && tok_.kind() == Tokenizer::Kind::Spm && !p.empty() && p[0] == ' ') p.erase(0, 1);
     first_ = false;
     pending_ += p;

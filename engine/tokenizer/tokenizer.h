@@ -76,6 +76,9 @@ private:
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tok, bool render_special = false) : tok_(tok), special_(render_special) {}
+    // Control tokens whose text is shown although render_special is off: a chat family's markers (Harmony's
+    // <|channel|>, Kimi K3's <|open|>) that files mark as control tokens, as llama-server's preserved tokens.
+    StreamDecoder(const Tokenizer& tok, std::vector<int32_t> shown_controls) : tok_(tok), special_(false), shown_(std::move(shown_controls)) {}
     // Text that is complete so far (may be empty while a multi-byte character is pending).
     std::string push(int32_t id);
     // Whatever is still held back (an incomplete sequence at the end of generation).
@@ -84,6 +87,7 @@ public:
 private:
     const Tokenizer& tok_;
     bool special_;
+    std::vector<int32_t> shown_;
     bool first_ = true;
     std::string pending_;
 };

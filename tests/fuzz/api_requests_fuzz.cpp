@@ -36,7 +36,7 @@ void render(moe::ChatFamily family, const moe::ApiRequest& r) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
     const int api = data[0] % 4;
-    const auto family = static_cast<moe::ChatFamily>(data[1] % 11);
+    const auto family = static_cast<moe::ChatFamily>(data[1] % 12);
     const std::string body(reinterpret_cast<const char*>(data + 2), size - 2);
     moe::RequestLimits limits;
     limits.n_ctx = 512;
