@@ -4,13 +4,17 @@
 # disk. Prints `moestream bench` for each eviction policy; the engine's read GB/s is reported as a ratio of
 # fio's on the same file, same read size and depth, in the same run.
 #
-#   bench/streaming.sh [--shape qwen3|glm5] [build dir] [work dir]   (root; cgroup v1 memory controller writable)
+#   bench/streaming.sh [--shape qwen3|glm5|dsv4] [build dir] [work dir]   (root; cgroup v1 memory controller writable)
 #
 # Shapes:
 #   qwen3  qwen3moe, 24 layers x 64 experts (8 used), d=2048, expert ffn 1024: 5.1 GiB of experts
 #   glm5   glm-dsa shaped like GLM-5.x scaled down: MLA (q_lora 512, kv_lora 512, rope 64), the DSA indexer
 #          (16 heads x 128, top-k 256), 2 dense + 14 MoE layers x 128 experts (8 used, 1 shared), d=2048,
 #          expert ffn 512, a NextN block: 2.8 GiB of experts
+#   dsv4   deepseek4 shaped like DeepSeek-V4-Flash scaled down: 12 layers with Flash's compression pattern (two
+#          window-only layers, then ratio 4 and 128 alternating), 3 hash-routed layers, 4 hyper-connected streams,
+#          heads of 256 (64 rotated), q_lora 768, output LoRA 4 x 512, the indexer (16 heads x 128, top-k 128),
+#          128 experts (6 used, 1 shared) of ffn 512, d=2048: 2.6 GiB of experts
 set -euo pipefail
 shape=qwen3
 if [ "${1:-}" = "--shape" ]; then shape=$2; shift 2; fi
@@ -29,7 +33,14 @@ case "$shape" in
                 --q-lora 512 --kv-lora 512 --qk-nope 128 --qk-rope 64 --v-head 128 --experts 128 --experts-used 8 --ffn 512
                 --shared-experts 1 --probs-bias --norm-weights --weights-scale 2.5 --indexer-heads 16 --indexer-dim 128
                 --indexer-top-k 256 --nextn 1 --vocab-builtin --type q4_k --seed 5 --out "$model") ;;
-  *) echo "--shape $shape is not qwen3 or glm5" >&2; exit 2 ;;
+  dsv4)
+    model=$work/stream-dsv4-q4k.gguf
+    make_model=("$bin" mkmodel --arch deepseek4 --layers 12 --embd 2048 --heads 16 --head-dim 256 --rope-dims 64 --q-lora 768
+                --window 128 --compress-ratios 0,0,4,128,4,128,4,128,4,128,4,128 --hash-layers 3 --indexer-heads 16
+                --indexer-dim 128 --indexer-top-k 128 --experts 128 --experts-used 6 --ffn 512 --shared-experts 1
+                --out-groups 4 --out-rank 512 --yarn-factor 4 --yarn-orig-ctx 4096 --rope-base 10000 --vocab-builtin
+                --type q4_k --seed 5 --out "$model") ;;
+  *) echo "--shape $shape is not qwen3, glm5 or dsv4" >&2; exit 2 ;;
 esac
 if [ ! -f "$model" ]; then
   echo "building $model (a few GB of experts; takes a few minutes)" >&2
