@@ -178,6 +178,54 @@ TEST(Attention, SimdEqualsReference) {
 // Attention sinks (gpt-oss): a per-head logit that joins the softmax's sum with no value. Every kernel against
 // softmax attention computed in double with the sink in the denominator (sinks far below, near and far above the
 // scores, so both of ggml's branches run), and each SIMD kernel against its scalar reference bit for bit.
+// A one-row view split into chunks (deepseek4's windows of 512+ keys on several threads): the F16C chunk gives
+// the reference chunk's bits, with and without a sink, for any partition; the merged result is the softmax.
+TEST(Attention, SplitChunksSimdEqualReference) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variants";
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd;
+    for (int dk : {64, 72, 256}) {
+        Cache c(dk, dk, 700, rng);
+        std::vector<float> q(dk), a(dk), b(dk);
+        std::vector<int> chunk_of(700);
+        ops::AttnScratch s1, s2;
+        for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+            for (int n : {1, 9, 520, 700}) {
+                for (int chunks : {1, 2, 3}) {
+                    for (bool sink : {false, true}) {
+                        for (auto& x : q) x = nd(rng);
+                        const int per = (n + chunks - 1) / chunks;
+                        for (int j = 0; j < n; ++j) chunk_of[j] = j / per;
+                        const float sink_logit = 0.5f;
+                        ops::KvView kv = c.view(n);
+                        if (sink) kv.sinks = &sink_logit;
+                        ops::attend_split(f, q.data(), kv, chunk_of.data(), chunks, 0.125f, a.data(), s1);
+                        ops::attend_split(f, q.data(), kv, chunk_of.data(), chunks, 0.125f, b.data(), s2, kernels::attend_chunk_f16c(f));
+                        ASSERT_EQ(a, b) << kernels::flavor_name(f) << " dk " << dk << " n " << n << " chunks " << chunks << " sink " << sink;
+                        // Against the softmax in double.
+                        std::vector<double> sc(static_cast<size_t>(n));
+                        double mx = sink ? sink_logit : -1e30;
+                        for (int j = 0; j < n; ++j) {
+                            double dot = 0;
+                            for (int d = 0; d < dk; ++d) dot += static_cast<double>(q[d]) * fp16_to_fp32(c.k[static_cast<size_t>(j) * dk + d]);
+                            sc[static_cast<size_t>(j)] = dot * 0.125;
+                            mx = std::max(mx, sc[static_cast<size_t>(j)]);
+                        }
+                        double z = sink ? std::exp(sink_logit - mx) : 0.0;
+                        for (double x : sc) z += std::exp(x - mx);
+                        for (int d = 0; d < dk; d += 7) {
+                            double o = 0;
+                            for (int j = 0; j < n; ++j)
+                                o += std::exp(sc[static_cast<size_t>(j)] - mx) / z * fp16_to_fp32(c.v[static_cast<size_t>(j) * dk + d]);
+                            ASSERT_NEAR(a[d], o, 3e-3 * (1 + std::fabs(o))) << "n " << n << " chunks " << chunks << " d " << d;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(Attention, SinksJoinTheSoftmaxInEveryKernel) {
     std::mt19937 rng(29);
     std::normal_distribution<float> nd;

@@ -3,6 +3,7 @@
 // compressor and compressed rows are the next token's context, then the output LoRA batched again.
 #include "engine/forward/compressed_attention.h"
 #include "engine/forward/runner.h"
+#include "engine/kernels/attention.h"
 
 namespace moe {
 
@@ -42,6 +43,7 @@ void Runner::attention_compressed(uint32_t l, int n) {
     else matmul(w.wq_b, qa_.data(), Q, n, q_.data(), HD);
 
     const ParallelFor over_heads = [this](int64_t count, const std::function<void(int64_t, int64_t)>& fn) { pool_.parallel_for(count, fn); };
+    const AttendKernels kernels{attend_, attend_tiled_, fops_.ik ? nullptr : kernels::attention_chunk_kernel(opt_.flavor)};
     for (int t = 0; t < n; ++t) {
         CompressedAttnToken tok;
         tok.pos = n_past_ + t;
@@ -59,7 +61,7 @@ void Runner::attention_compressed(uint32_t l, int n) {
             tok.ix_w = row + 4 * X + IH * X;
         }
         compressed_attention_token(m_, l, fops_, *cache_, tok, kernel_rows(n), opt_.n_threads, &att_[static_cast<size_t>(t) * HD], csa_scratch_,
-                                   over_heads);
+                                   over_heads, &kernels);
     }
 
     // the output LoRA: each group of heads through its rows of attn_output_a, then attn_output_b

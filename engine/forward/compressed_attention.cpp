@@ -108,7 +108,8 @@ void pick_rows(const Hparams& hp, const ops::FloatOps& fops, const SequenceCache
 }  // namespace
 
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
-                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel) {
+                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel, const AttendKernels* kernels) {
+    const AttendKernels k = kernels ? *kernels : AttendKernels{fops.attend, fops.attend_tiled, nullptr};
     const Hparams& hp = m.hp;
     const CompressedAttnConfig& c = hp.csa;
     const Layer& L = m.layers[l];
@@ -203,8 +204,8 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
             ops::KvView head = kv;
             head.sinks = w.sinks.f32() + h;
             ops::AttnScratch& scratch = s.head_scratch[static_cast<size_t>(h)];
-            if (split) ops::attend_split(fops.flavor, t.q + h * D, head, s.chunk_of.data(), n_threads, scale, out + h * D, scratch);
-            else (tiled ? fops.attend_tiled : fops.attend)(t.q + h * D, head, scale, out + h * D, scratch);
+            if (split) ops::attend_split(fops.flavor, t.q + h * D, head, s.chunk_of.data(), n_threads, scale, out + h * D, scratch, k.chunk);
+            else (tiled ? k.tiled : k.one_row)(t.q + h * D, head, scale, out + h * D, scratch);
         }
     };
     if (parallel) parallel(H, heads);

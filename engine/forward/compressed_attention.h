@@ -50,9 +50,15 @@ struct CompressedAttnScratch {
 // rotation undone) to out. n_batch_rows: the rows of the batch the token is in (llama.cpp's attention takes
 // another path from 64 rows, and splits a single row's keys across its n_threads). parallel (may be empty): runs
 // fn over [0, n) in ranges on several threads (the heads' attention; each head's bits are the same either way).
+// kernels (null: fops' reference attention): the attention variants to run, each with the reference's bits.
 using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+struct AttendKernels {
+    ops::AttendFn one_row, tiled;
+    ops::AttendChunkFn chunk;  // a split view's chunks (null: the reference's)
+};
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
-                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel = {});
+                                int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel = {},
+                                const AttendKernels* kernels = nullptr);
 
 // Which compressed rows the token at pos may see: rows [0, (pos + 1) / ratio).
 inline int visible_compressed_rows(int pos, uint32_t ratio) { return ratio ? (pos + 1) / static_cast<int>(ratio) : 0; }

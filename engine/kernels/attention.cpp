@@ -11,6 +11,11 @@ ops::AttendFn attention_kernel(Flavor f) {
     return ops::float_ops(f).attend;
 }
 
+ops::AttendChunkFn attention_chunk_kernel(Flavor f) {
+    if (active_table(f).isa != Isa::Scalar) return attend_chunk_f16c(f);
+    return ops::attend_chunk(f);
+}
+
 ops::AttendFn typed_attention_kernel(Flavor f) {
     if (active_table(f).isa != Isa::Scalar) return attend_typed_f16c();
     return ops::attend_typed;

@@ -9,6 +9,8 @@ namespace moe::kernels {
 // The fastest variants this CPU runs for a flavor (MOESTREAM_ISA=scalar forces the reference).
 ops::AttendFn attention_kernel(Flavor f);
 ops::AttendFn tiled_attention_kernel(Flavor f);
+// A chunk of a split one-row view (ops::attend_split): the F16C variant, or the reference's.
+ops::AttendChunkFn attention_chunk_kernel(Flavor f);
 
 // The reference's float operations with SwiGLU and SiLU on registers where this CPU has AVX2/FMA (the same
 // bits; float_ops_simd.cpp), else the reference's.
@@ -20,6 +22,7 @@ ops::AttendFn typed_attention_kernel(Flavor f);
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
 ops::AttendFn attend_typed_f16c();
 ops::AttendFn attend_f16c(Flavor f);
+ops::AttendChunkFn attend_chunk_f16c(Flavor f);
 ops::AttendFn attend_tiled_f16c(Flavor f);
 // The tiled path's online-softmax step on registers (ggml::tiled_softmax_step's bits), for the kernel tests.
 ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f);

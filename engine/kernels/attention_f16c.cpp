@@ -58,13 +58,14 @@ float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
     }
 }
 
+// The one-row loop: the keys' scores, the online softmax and the fp16 accumulator (s.acc16), as the reference.
 template <Flavor F>
-void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+void attend_f16c_loop(const float* q, const ops::KvView& kv, float scale, float& M, float& S, ops::AttnScratch& s) {
     const int dk = kv.dk, dv = kv.dv;
     s.q16.resize(static_cast<size_t>(dk));
     s.acc16.assign(static_cast<size_t>(dv), 0);
     for (int d = 0; d < dk; ++d) s.q16[d] = f2h(q[d]);
-    float M = kNegInf, S = 0.f;
+    M = kNegInf, S = 0.f;
     uint16_t* acc = s.acc16.data();
     for (int j = 0; j < kv.n_kv; ++j) {
         if (kv.visible && !kv.visible[j]) continue;
@@ -97,9 +98,29 @@ void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float*
         for (; d < dv; ++d) acc[d] = f2h(std::fma(h2f(vj[d]), vs, h2f(acc[d])));
         S = std::fma(S, ms, vs);  // contracted, as GCC builds ggml
     }
+}
+
+template <Flavor F>
+void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+    float M, S;
+    attend_f16c_loop<F>(q, kv, scale, M, S, s);
     const float sink_scale = ops::apply_sink(kv, 0, M, S);
     const float inv = S == 0.f ? 0.f : 1.0f / S;
-    for (int d = 0; d < dv; ++d) out[d] = h2f(acc[d]) * sink_scale * inv;
+    for (int d = 0; d < kv.dv; ++d) out[d] = h2f(s.acc16[d]) * sink_scale * inv;
+}
+
+// ops::attend_chunk's tail after the same loop (a split view has every key visible).
+template <Flavor F>
+void attend_chunk_f16c_impl(const float* q, const ops::KvView& kv, float scale, float& M, float& S, float* acc_out, ops::AttnScratch& s) {
+    ops::KvView all = kv;
+    all.visible = nullptr;
+    attend_f16c_loop<F>(q, all, scale, M, S, s);
+    for (int d = 0; d < kv.dv; ++d) acc_out[d] = h2f(s.acc16[d]);
+    const float sink_scale = ops::apply_sink(kv, 0, M, S);
+    if (kv.sinks) {
+        M = std::max(M, kv.sinks[0]);
+        for (int d = 0; d < kv.dv; ++d) acc_out[d] *= sink_scale;
+    }
 }
 
 // A V row to f32 as the type's to_float computes it (one rounding per value: d * q), eight values at a time for
@@ -510,6 +531,9 @@ ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
 ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
 
 ops::AttendFn attend_f16c(Flavor f) { return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>; }
+ops::AttendChunkFn attend_chunk_f16c(Flavor f) {
+    return f == Flavor::Avx512 ? &attend_chunk_f16c_impl<Flavor::Avx512> : &attend_chunk_f16c_impl<Flavor::Avx2>;
+}
 
 ops::AttendFn attend_tiled_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &attend_tiled_f16c_impl<Flavor::Avx512, false> : &attend_tiled_f16c_impl<Flavor::Avx2, false>;

@@ -331,8 +331,11 @@ void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32) {
             v_f32[static_cast<size_t>(pos) * kv.dv + d] = fp16_to_fp32_lut(kv.v[static_cast<size_t>(pos) * kv.v_stride + d]);
 }
 
+AttendChunkFn attend_chunk(Flavor f) { return f == Flavor::Avx512 ? &attend_chunk_impl<Flavor::Avx512> : &attend_chunk_impl<Flavor::Avx2>; }
+
 MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out,
-                                 AttnScratch& s) {
+                                 AttnScratch& s, AttendChunkFn chunk) {
+    if (!chunk) chunk = attend_chunk(f);
     std::vector<float> acc(static_cast<size_t>(kv.dv)), total(static_cast<size_t>(kv.dv), 0.f);
     float M_total = kNegInf, S_total = 0.f;
     int j0 = 0;
@@ -345,8 +348,7 @@ MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, con
         part.n_kv = j1 - j0;
         if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
         float M, S;
-        if (f == Flavor::Avx512) attend_chunk_impl<Flavor::Avx512>(q, part, scale, M, S, acc.data(), s);
-        else attend_chunk_impl<Flavor::Avx2>(q, part, scale, M, S, acc.data(), s);
+        chunk(q, part, scale, M, S, acc.data(), s);
         j0 = j1;
         if (S == 0.0f) continue;
         // ggml_flash_attn_ext_reduce_partials

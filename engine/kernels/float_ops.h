@@ -210,6 +210,12 @@ const FloatOps& float_ops(Flavor f);
 // ggml's flash attention for one query row over many keys (>= 512) when it splits them across its threads: the
 // one-row path per chunk (chunk_of[j] is key j's chunk, ascending; the sink only in chunk 0), the partial
 // results merged in f32 (ggml_flash_attn_ext_reduce_partials). fp16 views only.
-void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out, AttnScratch& s);
+// One chunk of the one-row path left unnormalised: its running max M, sum S and accumulator (the fp16 values as
+// f32), the sink folded in where kv.sinks is set.
+using AttendChunkFn = void (*)(const float* q, const KvView& kv, float scale, float& M, float& S, float* acc_out, AttnScratch& s);
+AttendChunkFn attend_chunk(Flavor f);  // the reference's
+// `chunk` (null: the reference's) runs each chunk; kernels/attention.h has the F16C one, with the same bits.
+void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out, AttnScratch& s,
+                  AttendChunkFn chunk = nullptr);
 
 }  // namespace moe::ops
