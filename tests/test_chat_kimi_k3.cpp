@@ -27,7 +27,8 @@ std::string fixture(const std::string& name) {
 }
 
 // render_k3_edges.py's conversation.
-std::string render_edges(std::optional<bool> thinking, ReasoningEffort effort) {
+std::string render_edges(std::optional<bool> thinking, ReasoningEffort effort, const std::string& tool_choice = "",
+                         const std::string& response_format = "", const ordered_json& schema = {}) {
     const auto decl = ordered_json::parse(
         R"({"type": "function", "function": {"name": "a&\"b", "description": "Zürich <x>", "parameters": {"type": "object", "properties": {"Zeta": {"type": "number"}, "alpha": {"type": "boolean"}, "Beta": {"type": "null"}}}}})");
     const std::vector<ToolSpec> tools = {{"a&\"b", "Zürich <x>", decl, decl["function"]["parameters"]}};
@@ -42,9 +43,16 @@ std::string render_edges(std::optional<bool> thinking, ReasoningEffort effort) {
                                    {"tool", "unnamed"}};
     ms[2].tool_call_id = "x2";
     ms[3].tool_call_id = "x1";
-    return segments_text(
-        render_chat(ChatFamily::KimiK3, ms,
-                    {.add_generation_prompt = true, .enable_thinking = thinking, .bos_text = "", .tools = tools, .reasoning_effort = effort}));
+    return segments_text(render_chat(ChatFamily::KimiK3, ms,
+                                     {.add_generation_prompt = true,
+                                      .enable_thinking = thinking,
+                                      .bos_text = "",
+                                      .tools = tools,
+                                      .reasoning_effort = effort,
+                                      .date_unix = 0,
+                                      .tool_choice = tool_choice,
+                                      .response_format = response_format,
+                                      .response_schema = schema}));
 }
 
 TEST(ChatKimiK3, EdgesRenderAsItsTemplateDoes) {
@@ -52,6 +60,12 @@ TEST(ChatKimiK3, EdgesRenderAsItsTemplateDoes) {
     // results put in call order when each names its call, a result without an id named by its position.
     EXPECT_EQ(render_edges({}, ReasoningEffort::Low), fixture("kimi-k3-edges.txt"));
     EXPECT_EQ(render_edges(false, ReasoningEffort::Unset), fixture("kimi-k3-edges-nothink.txt"));
+    // The template's closing system messages: tool_choice none / required, response_format with its schema's keys
+    // sorted, or json_object.
+    const auto schema = ordered_json::parse(
+        R"({"type": "object", "properties": {"b": {"type": "string"}, "A": {"type": "integer"}}, "required": ["A"]})");
+    EXPECT_EQ(render_edges({}, ReasoningEffort::Unset, "none", "json_schema", schema), fixture("kimi-k3-edges-formats.txt"));
+    EXPECT_EQ(render_edges(false, ReasoningEffort::Unset, "required", "json_object"), fixture("kimi-k3-edges-required.txt"));
     EXPECT_EQ(detect_chat_family("{{- '<|open|>' + tag -}}...{{- '<|sep|>' -}}...{{- '<|close|>' + tag + '<|sep|>' -}}"), ChatFamily::KimiK3);
 }
 

@@ -131,6 +131,7 @@ void read_response_format(const ordered_json& body, ChatInput& in, const Request
     const ordered_json& rf = body["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) throw bad("response_format must be {\"type\": ...}", "response_format");
     const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object" || type == "json_schema") in.response_format = type;
     if (type == "json_object") {
         in.response_schema = json{{"type", "object"}};
     } else if (type == "json_schema") {

@@ -158,6 +158,18 @@ std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, 
             }
         }
     }
+    if (opt.tool_choice == "required")
+        o.text(message({{"role", "system"}, {"type", "tool-choice"}},
+                       "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message."));
+    else if (opt.tool_choice == "none")
+        o.text(message({{"role", "system"}, {"type", "tool-choice"}},
+                       "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message."));
+    const std::string raw = "The system is invoked with `response_format=" + opt.response_format +
+                            "`.\nYour response must be raw JSON data without markdown code blocks (```json) or any additional formatting.";
+    if (opt.response_format == "json_object") o.text(message({{"role", "system"}, {"type", "response-format"}}, raw));
+    else if (opt.response_format == "json_schema")
+        o.text(message({{"role", "system"}, {"type", "response-format"}},
+                       raw + "\nThe JSON data must match the following schema:\n```json\n" + json_sorted(opt.response_schema) + "\n```"));
     if (opt.add_generation_prompt) o.text(turn_start);
     return o.take();
 }

@@ -76,7 +76,14 @@ PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const T
                           .enable_thinking = constrained ? std::optional<bool>(false) : in.thinking,
                           .bos_text = format.bos_text,
                           .tools = in.tools,
-                          .reasoning_effort = in.reasoning_effort};
+                          .reasoning_effort = in.reasoning_effort,
+                          .date_unix = 0,
+                          .tool_choice = in.tools.empty()                         ? ""
+                                         : in.tool_choice == ToolChoice::Required ? "required"
+                                         : in.tool_choice == ToolChoice::None     ? "none"
+                                                                                  : "",
+                          .response_format = in.response_format,
+                          .response_schema = in.response_schema ? ordered_json::parse(in.response_schema->dump()) : ordered_json()};
     const auto segs = render_chat(format.family, in.messages, opt);
     if (forced) p.prefill = forced_call_prefix(format.family, in.tool_choice == ToolChoice::Named ? in.forced_tool : "");
     else if (in.response_schema) p.prefill = constrained_answer_prefix(format.family);

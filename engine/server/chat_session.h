@@ -27,6 +27,7 @@ struct ChatInput {
     ReasoningEffort reasoning_effort = ReasoningEffort::Unset;  // gpt-oss, Kimi K3
     // response_format: the answer is JSON matching this schema ({"type": "object"} for json_object).
     std::optional<nlohmann::json> response_schema;
+    std::string response_format;  // json_object | json_schema (templates that state it: Kimi K3)
 };
 
 struct PreparedChat {

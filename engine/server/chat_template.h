@@ -53,6 +53,11 @@ struct ChatRenderOptions {
     // that designated initializers may leave them out.
     ReasoningEffort reasoning_effort = ReasoningEffort::Unset;
     int64_t date_unix = 0;
+    // What Kimi K3's template states at the end of the prompt: tool_choice "required" / "none" (else empty), and
+    // response_format json_object / json_schema with its schema.
+    std::string tool_choice = {};
+    std::string response_format = {};
+    ordered_json response_schema = {};
 };
 
 std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMessage>& messages, const ChatRenderOptions& opt);
