@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "engine/forward/runner.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -274,6 +275,38 @@ TEST(ModelErrors, DeepSeekV4KeysAndTensors) {
                     {"blk.2.attn_compressor_ape.weight", "missing"});
     expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.indexer.proj.weight"; }),
                     {"blk.1.indexer.proj.weight", "missing"});
+}
+
+// A deepseek4 file converted without its NextN/MTP block that kept nextn_predict_layers: every block is a trunk
+// layer, for the loader and for ModelFacts alike, as llama.cpp's deepseek4 loader decides; other architectures
+// take the key as it is (llama.cpp's loaders do), and a file with its block still skips it.
+TEST(ModelErrors, DeepSeekV4NextnKeyWithoutItsBlockKeepsEveryLayer) {
+    test::TempDir dir;
+    for (const auto& [arch, options] :
+         {std::pair<std::string, std::vector<std::string>>{"deepseek4",
+                                                           {"--arch", "deepseek4", "--layers", "3", "--compress-ratios", "0,4,128", "--head-dim",
+                                                            "64", "--rope-dims", "16", "--q-lora", "64", "--window", "8", "--type", "q8_0"}},
+          {"qwen3moe", {"--arch", "qwen3moe", "--layers", "3", "--kv-heads", "2", "--head-dim", "32"}}}) {
+        const std::string path = make_model(dir, arch, options);
+        GgufFile f = read_gguf_header(path);
+        auto kv = f.kv;
+        set_key(arch + ".nextn_predict_layers", GgufValue::u32(1))(kv);
+        std::vector<GgufTensorData> tensors;
+        for (const auto& t : f.tensors) tensors.push_back({t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)});
+        const std::string out = dir / (arch + "-key-only.gguf");
+        write_gguf(out, kv, tensors);
+        const GgufModel file = open_gguf_model(out);
+        const auto m = load_model(file);
+        const uint32_t trunk = arch == "deepseek4" ? 3 : 2;
+        EXPECT_EQ(m->hp.n_layer, trunk) << arch;
+        EXPECT_EQ(m->hp.n_layer_nextn, 3 - trunk) << arch;
+        EXPECT_EQ(model_facts(file).n_layer, trunk) << arch;
+        EXPECT_EQ(model_facts(file).nextn_bytes > 0, trunk == 2) << arch;
+    }
+    const GgufModel with_block = open_gguf_model(make_model(dir, "glm", {"--arch", "glm4moe", "--layers", "3", "--kv-heads", "2", "--nextn", "1"}));
+    EXPECT_EQ(load_model(with_block)->hp.n_layer_nextn, 1u);
+    EXPECT_EQ(model_facts(with_block).n_layer_nextn, 1u);
+    EXPECT_GT(model_facts(with_block).nextn_bytes, 0u);
 }
 
 // minimax-m2: per-head q/k norms where it normalises whole rows, a missing selection bias, a shared expert.

@@ -27,6 +27,14 @@ int tensor_layer(const std::string& name) {
     } catch (...) { return -1; }
 }
 
+uint32_t nextn_blocks(const GgufModel& model, const std::string& arch, uint32_t blocks, uint32_t declared) {
+    if (arch != "deepseek4" || declared == 0 || declared >= blocks) return declared;
+    const std::string probe = "blk." + std::to_string(blocks - declared) + ".nextn.eh_proj.weight";
+    for (const auto& t : model.tensors)
+        if (t.name == probe) return declared;
+    return 0;
+}
+
 uint64_t ModelFacts::bytes_per_expert(uint32_t layer) const {
     if (layer >= layer_expert_bytes.size() || n_expert == 0) return 0;
     return layer_expert_bytes[layer] / n_expert;
@@ -157,7 +165,7 @@ ModelFacts model_facts(const GgufModel& model) {
     const uint32_t blocks = u("block_count");
     if (blocks == 0 || blocks > 4096)
         throw GgufError(meta.path + ": metadata " + f.arch + ".block_count = " + std::to_string(blocks) + " is not a layer count");
-    f.n_layer_nextn = std::min(u("nextn_predict_layers"), blocks - 1);
+    f.n_layer_nextn = nextn_blocks(model, f.arch, blocks, std::min(u("nextn_predict_layers"), blocks - 1));
     f.n_layer = blocks - f.n_layer_nextn;
     f.n_embd = u("embedding_length");
     f.n_head = u("attention.head_count");

@@ -17,6 +17,11 @@ namespace moe {
 bool is_routed_expert_tensor(const std::string& name);
 // Layer index of a `blk.N.` tensor, or -1.
 int tensor_layer(const std::string& name);
+// How many of the file's `blocks` are NextN/MTP blocks: `declared` (nextn_predict_layers); for deepseek4, 0 where
+// the first of them lacks `nextn.eh_proj` (a file converted without them that kept the key: every block is a
+// trunk layer), as llama.cpp's deepseek4 loader probes. Other architectures' loaders in llama.cpp take the key as
+// it is, and so does the engine.
+uint32_t nextn_blocks(const GgufModel& model, const std::string& arch, uint32_t blocks, uint32_t declared);
 
 struct ModelFacts {
     std::vector<std::string> files;

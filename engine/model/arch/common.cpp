@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "engine/model/arch/arch.h"
+#include "engine/model/model_facts.h"
 
 namespace moe::arch {
 
@@ -11,6 +12,7 @@ void load_layer_count(ArchLoader& ld, Hparams& hp) {
     if (hp.n_layer_nextn >= blocks)
         ld.fail("metadata " + ld.key_name("nextn_predict_layers") + " = " + std::to_string(hp.n_layer_nextn) +
                 " leaves no trunk layers of block_count " + std::to_string(blocks));
+    hp.n_layer_nextn = nextn_blocks(ld.file(), ld.arch(), blocks, hp.n_layer_nextn);
     hp.n_layer = blocks - hp.n_layer_nextn;
     // The NextN/MTP blocks feed speculative decoding only: recognised, never read or run (llama.cpp skips them too).
     ld.skip_blocks(hp.n_layer, hp.n_layer_nextn);
