@@ -18,13 +18,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string fixture(const std::string& name) {
-    std::ifstream f(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/chat_tools/" + name);
-    EXPECT_TRUE(f) << name;
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
+std::string fixture(const std::string& name) { return test::chat_fixture(name); }
 
 // render_k3_edges.py's conversation.
 std::string render_edges(std::optional<bool> thinking, ReasoningEffort effort, const std::string& tool_choice = "",

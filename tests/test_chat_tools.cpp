@@ -12,13 +12,7 @@
 namespace moe {
 namespace {
 
-std::string fixture(const std::string& name) {
-    std::ifstream f(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/chat_tools/" + name);
-    EXPECT_TRUE(f) << name;
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
+std::string fixture(const std::string& name) { return test::chat_fixture(name); }
 
 std::vector<ToolSpec> tools() {
     const auto decl = ordered_json::parse(R"([

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +33,15 @@ inline std::string oracle_dir() {
     } while (0)
 
 // Runs a shell command line; returns its exit code and its output.
+// A file of tests/fixtures/chat_tools (templates' renderings), whole; empty (and a failure) when missing.
+inline std::string chat_fixture(const std::string& name) {
+    std::ifstream f(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/chat_tools/" + name);
+    EXPECT_TRUE(f) << name;
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
 inline std::pair<int, std::string> run_moestream_cmd(const std::string& cmd) {
     FILE* p = ::popen(cmd.c_str(), "r");
     std::string out;
