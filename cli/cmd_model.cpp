@@ -204,13 +204,14 @@ int cmd_run(const std::vector<std::string>& args) {
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);
-        // The reference is told what the fast path's batches would be.
+        // The reference is told what the fast path's batches and threads would be (llama.cpp splits a long
+        // attention row into one chunk per thread, and converts a large batch's rows by the threads' share).
         const size_t kBatch = static_cast<size_t>(RunnerOptions{}.n_batch);
         ref_all.clear();
         for (size_t i = 0; i < toks.size(); ++i) {
             const int n = static_cast<int>(std::min(kBatch, toks.size() - i / kBatch * kBatch)), index = static_cast<int>(i % kBatch);
             forward_ref(*L.model, ref_state, toks[i], ref_logits.data(),
-                        {.n_tok = n, .index = index, .n_out = all ? n : 1, .out_index = all ? index : 0});
+                        {.n_tok = n, .index = index, .n_out = all ? n : 1, .out_index = all ? index : 0, .n_threads = threads});
             if (all) ref_all.push_back(ref_logits);
         }
     };

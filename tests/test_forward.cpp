@@ -556,5 +556,31 @@ TEST(RunJson, ByteFragmentPiecesCarryTheirBytes) {
     EXPECT_EQ(nlohmann::json::parse(scored)["positions"].size(), 3u);
 }
 
+// `run --ref` follows the fast path's batches and its threads: a decoded row whose attention view reaches 512
+// keys is split into one chunk per thread (deepseek4 after a prompt: the window's cells plus its compressed
+// rows), so the reference must be told the thread count too, or its decode differs from the fast path's.
+TEST(RunJson, ReferenceDecodesAfterAPromptAsTheFastPathDoes) {
+    test::TempDir dir;
+    const std::string model = make_model(
+        dir, "ds4", {"--arch",   "deepseek4", "--layers", "3", "--compress-ratios", "0,4,8", "--head-dim",    "32", "--rope-dims",     "8",
+                     "--q-lora", "32",        "--window", "5", "--indexer-heads",   "2",     "--indexer-dim", "64", "--indexer-top-k", "2",
+                     "--type",   "q8_0"});
+    std::string prompt;
+    for (int i = 0; i < 20; ++i) prompt += (i ? "," : "") + std::to_string((i * 37 + 11) % 256);
+    const std::string args = "run --model " + model + " --tokens " + prompt + " -n 6 -t 2 --json --top 8";
+    auto [rc, fast] = test::run_moestream(args, false);
+    ASSERT_EQ(rc, 0) << fast;
+    auto [rc2, ref] = test::run_moestream(args + " --ref", false);
+    ASSERT_EQ(rc2, 0) << ref;
+    const auto f = nlohmann::json::parse(fast), r = nlohmann::json::parse(ref);
+    ASSERT_EQ(f["tokens"], r["tokens"]);
+    ASSERT_EQ(f["steps"].size(), 6u);
+    for (size_t s = 0; s < 6; ++s)
+        for (size_t k = 0; k < 8; ++k) {
+            EXPECT_EQ(f["steps"][s]["top"][k]["id"], r["steps"][s]["top"][k]["id"]) << "step " << s;
+            EXPECT_EQ(f["steps"][s]["top"][k]["logit"].get<double>(), r["steps"][s]["top"][k]["logit"].get<double>()) << "step " << s;
+        }
+}
+
 }  // namespace
 }  // namespace moe
