@@ -106,6 +106,23 @@ TEST(ApiRequests, WrongJsonTypesAreTheClientsError) {
     }
 }
 
+// The reasoning effort: OpenAI's field, gpt-oss's kwarg, or Kimi K3's (thinking_effort, whose highest is max).
+TEST(ApiRequests, ReasoningEffortFromTheFieldOrEitherTemplatesKwarg) {
+    auto effort_of = [](const std::string& extra) {
+        return read_openai_chat(parse_request_body(R"({"messages":[{"role":"user","content":"q"}])" + extra + "}", {}), {}, {}).chat.reasoning_effort;
+    };
+    EXPECT_EQ(effort_of(""), ReasoningEffort::Unset);
+    EXPECT_EQ(effort_of(R"(,"reasoning_effort":"max")"), ReasoningEffort::Max);
+    EXPECT_EQ(effort_of(R"(,"reasoning_effort":"low")"), ReasoningEffort::Low);
+    EXPECT_EQ(effort_of(R"(,"chat_template_kwargs":{"reasoning_effort":"high"})"), ReasoningEffort::High);
+    EXPECT_EQ(effort_of(R"(,"chat_template_kwargs":{"thinking_effort":"medium"})"), ReasoningEffort::Medium);
+    EXPECT_STREQ(effort_name(ReasoningEffort::Max), "max");
+    const ApiError e = rejection(R"({"messages":[{"role":"user","content":"q"}],"chat_template_kwargs":{"thinking_effort":"maximal"}})", 0);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "chat_template_kwargs.thinking_effort") << e.message;
+    EXPECT_NE(e.message.find("'maximal' is not low, medium, high or max"), std::string::npos) << e.message;
+}
+
 TEST(ApiRequests, AssistantTurnsAreRecalledBeforeTheirReasoningReturns) {
     std::vector<std::string> asked;
     const TurnRecall recall = [&](const std::string& content, const std::vector<ToolCall>& calls) -> std::optional<std::vector<int32_t>> {

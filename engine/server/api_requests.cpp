@@ -321,21 +321,24 @@ ApiRequest read_openai_chat(const ordered_json& body, const RequestLimits& limit
     check_count(body["messages"].size(), limits.max_messages, "messages");
     for (size_t i = 0; i < body["messages"].size(); ++i)
         in.messages.push_back(read_openai_message(body["messages"][i], "messages[" + std::to_string(i) + "]", recall));
-    // gpt-oss's reasoning effort: OpenAI's reasoning_effort, or the template's own kwarg.
-    auto effort = [&](const ordered_json& obj, const std::string& where) {
-        if (!obj.contains("reasoning_effort")) return;
-        const std::string e = string_field(obj, "reasoning_effort", where.empty() ? "request" : "chat_template_kwargs");
+    // The reasoning effort (gpt-oss, Kimi K3): OpenAI's reasoning_effort, or the templates' own kwargs
+    // (reasoning_effort for gpt-oss, thinking_effort for Kimi K3).
+    auto effort = [&](const ordered_json& obj, const std::string& where, const char* key) {
+        if (!obj.contains(key)) return;
+        const std::string e = string_field(obj, key, where.empty() ? "request" : "chat_template_kwargs");
         if (e == "low") in.reasoning_effort = ReasoningEffort::Low;
         else if (e == "medium") in.reasoning_effort = ReasoningEffort::Medium;
         else if (e == "high") in.reasoning_effort = ReasoningEffort::High;
-        else throw bad("reasoning_effort '" + e + "' is not low, medium or high", where + "reasoning_effort");
+        else if (e == "max") in.reasoning_effort = ReasoningEffort::Max;
+        else throw bad(std::string(key) + " '" + e + "' is not low, medium, high or max", where + key);
     };
-    effort(body, "");
+    effort(body, "", "reasoning_effort");
     if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
         const ordered_json& kw = body["chat_template_kwargs"];
         for (const char* key : {"enable_thinking", "thinking"})
             if (kw.contains(key) && kw[key].is_boolean()) in.thinking = kw[key].get<bool>();
-        effort(kw, "chat_template_kwargs.");
+        effort(kw, "chat_template_kwargs.", "reasoning_effort");
+        effort(kw, "chat_template_kwargs.", "thinking_effort");
     }
     return r;
 }

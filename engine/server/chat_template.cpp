@@ -30,6 +30,7 @@ const char* effort_name(ReasoningEffort e) {
     switch (e) {
         case ReasoningEffort::Low: return "low";
         case ReasoningEffort::High: return "high";
+        case ReasoningEffort::Max: return "max";
         default: return "medium";
     }
 }

@@ -39,7 +39,8 @@ struct ChatSegment {
 };
 
 // Unset: the family's default (gpt-oss medium, Kimi K3 max).
-enum class ReasoningEffort { Unset, Low, Medium, High };
+// Max: Kimi K3's highest (its template's default); Harmony renders the name as given, as its template does.
+enum class ReasoningEffort { Unset, Low, Medium, High, Max };
 const char* effort_name(ReasoningEffort e);
 
 struct ChatRenderOptions {
