@@ -430,6 +430,74 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
     }
 }
 
+// A forced call in a tag-style family (Qwen3.5, GLM-4.5/4.7, MiniMax-M2) is held to the tool's schema past its
+// opening: the call as the family's own template writes it is accepted, then parsed back; a wrong type, an
+// unknown or missing required parameter, or an enum value not listed is refused; a string parameter is any
+// text up to its closing tag, a near miss of that tag included.
+TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
+    const auto decl = ordered_json::parse(R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}, "hourly": {"type": "boolean"}},
+        "required": ["city", "days"]}}})");
+    const std::vector<ToolSpec> ts = {{"get_weather", "", decl, decl["function"]["parameters"]}};
+    const std::string city = "Oslo </para and <b>\n  \"fjord\" \xC3\xB8";
+    for (ChatFamily f : {ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::MiniMax}) {
+        SCOPED_TRACE(family_name(f));
+        ChatInput in;
+        in.messages = {{"user", "Weather?"}};
+        in.tools = ts;
+        in.tool_choice = ToolChoice::Named;
+        in.forced_tool = "get_weather";
+        const auto g = forced_call_grammar(in, f);
+        ASSERT_TRUE(g);
+        // The call as the template renders it in history, from just after the forced opening.
+        const ToolCall call{"c1", "get_weather", ordered_json{{"city", city}, {"unit", "f"}, {"days", 3}}.dump()};
+        const std::string history = segments_text(render_chat(f, {{"user", "Weather?"}, {"assistant", "", {}, {call}}}, ChatRenderOptions{}));
+        const std::string opening = forced_call_prefix(f, "get_weather");
+        const size_t at = history.find(opening);
+        ASSERT_NE(at, std::string::npos) << history;
+        const std::string end = call_syntax(f).tags->end;
+        const std::string rest = history.substr(at + opening.size(), history.find(end, at) + end.size() - at - opening.size());
+        GrammarMatcher m(g);
+        EXPECT_TRUE(m.feed(rest)) << rest;
+        EXPECT_TRUE(m.can_end()) << rest;
+        ChatOutputParser p(f, {.split_reasoning = true, .starts_in_reasoning = false, .parse_tools = true, .tools = ts, .call_id_prefix = "c"});
+        p.push(opening);
+        p.push(rest);
+        p.finish();
+        ASSERT_EQ(p.calls().size(), 1u) << rest;
+        EXPECT_EQ(ordered_json::parse(p.calls()[0].arguments), ordered_json::parse(call.arguments));
+
+        // Each refusal: the valid call up to a point, then what the schema does not allow there.
+        const auto refused = [&](const std::string& good_until, const std::string& bad) {
+            const size_t cut = rest.find(good_until);
+            ASSERT_NE(cut, std::string::npos) << good_until;
+            GrammarMatcher r(g);
+            ASSERT_TRUE(r.feed(rest.substr(0, cut)));
+            EXPECT_FALSE(r.feed(bad)) << "after " << rest.substr(0, cut) << " accepted " << bad;
+        };
+        const TagArguments tags = *call_syntax(f).tags;
+        refused(tags.key_open + "unit", tags.key_open + "wind");  // not a parameter
+        refused(end, tags.key_open + "unit");                     // declared order: unit before days
+        refused("3", "three");                                    // an integer
+        refused("f" + tags.value_close, "k");                     // not among the enum's values
+        refused(tags.key_open + "unit", end);                     // days is required
+        GrammarMatcher optional(g);                               // unit and hourly may be left out
+        EXPECT_TRUE(optional.feed(tags.key_open + "city" + tags.key_close + "x" + tags.value_close + tags.key_open + "days" + tags.key_close + "-2" +
+                                  tags.value_close + end));
+        EXPECT_TRUE(optional.can_end());
+    }
+    // tool_choice required: the name's head first, for any of the tools.
+    ChatInput any;
+    any.messages = {{"user", "Weather?"}};
+    any.tools = ts;
+    any.tool_choice = ToolChoice::Required;
+    GrammarMatcher m(forced_call_grammar(any, ChatFamily::Qwen35));
+    EXPECT_FALSE(GrammarMatcher(forced_call_grammar(any, ChatFamily::Qwen35)).feed("get_time>\n"));
+    EXPECT_TRUE(m.feed("get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\n1\n</parameter>\n</function>\n</tool_call>"));
+    EXPECT_TRUE(m.can_end());
+    EXPECT_EQ(forced_call_grammar(any, ChatFamily::MiniMaxM3), nullptr) << "M3's nested arguments are not held (its opening is)";
+}
+
 TEST(ChatTools, TurnKeysIgnoreArgumentFormatting) {
     EXPECT_EQ(turn_key("ok", {{"a", "f", R"({"x": 1, "y": [1, 2]})"}}), turn_key("ok", {{"b", "f", R"({"x":1,"y":[1,2]})"}}));
     EXPECT_NE(turn_key("ok", {{"a", "f", R"({"x": 1})"}}), turn_key("ok", {{"a", "f", R"({"x": 2})"}}));

@@ -130,5 +130,28 @@ TEST(JsonGrammar, VocabularyMaskEqualsCheckingEachToken) {
     }
 }
 
+// Free text up to a closing tag (a tag-style call's string argument): any UTF-8 text, newlines and near misses of
+// the tag included; it ends only at the whole tag; malformed UTF-8 and a non-ASCII tag are refused.
+TEST(JsonGrammar, TextRunsUntilItsTerminator) {
+    auto g = std::make_shared<JsonGrammar>();
+    g->set_root(g->sequence({g->text_until("</p>"), g->literal("!")}));
+    auto accepts_text = [&](const std::string& text) {
+        GrammarMatcher m(g);
+        return m.feed(text) && m.can_end();
+    };
+    EXPECT_TRUE(accepts_text("</p>!"));
+    EXPECT_TRUE(accepts_text("a <b> </ </p </</p>!"));  // near misses, then the tag
+    EXPECT_TRUE(accepts_text("line\n\tnext \xC3\xB8 \xE2\x82\xAC</p>!"));
+    EXPECT_TRUE(accepts_text("<</p>!"));
+    EXPECT_FALSE(accepts_text("x</p>x</p>!")) << "the first whole tag ends the text";
+    GrammarMatcher open(g);
+    EXPECT_TRUE(open.feed("unfinished </p"));
+    EXPECT_FALSE(open.can_end());
+    EXPECT_FALSE(GrammarMatcher(g).feed("\xC3(")) << "a lead byte without its continuation";
+    EXPECT_FALSE(GrammarMatcher(g).feed("\x80")) << "a continuation byte alone";
+    EXPECT_THROW(JsonGrammar().text_until(""), GrammarError);
+    EXPECT_THROW(JsonGrammar().text_until("\xC3\xB8"), GrammarError);
+}
+
 }  // namespace
 }  // namespace moe

@@ -7,6 +7,7 @@
 
 #include "engine/model/model_facts.h"
 #include "tests/budget.h"
+#include "synth/synthetic_model.h"
 #include "tests/serve_fixture.h"
 
 namespace moe {
@@ -402,6 +403,47 @@ TEST_F(ServeTest, LongPromptInterleavesWithAStreamingSlot) {
     else std::cerr << "[  NOTE    ] the long prompt took " << prompt_ms << " ms: too short to time the stream's gaps against\n";
     const std::string metrics = test::request(s.port(), "GET", "/metrics").body;
     EXPECT_NE(metrics.find("moestream_slots_busy 0"), std::string::npos);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// A forced call in Qwen3.5's XML format through the server: the whole call is held to the schema (the tag
+// arguments grammar), so even a random model's call parses, with the enum's value written bare and a typed
+// integer and boolean.
+TEST(ServeTagCalls, ForcedQwen35CallIsHeldToTheSchema) {
+    test::TempDir dir;
+    synth::MetadataList vocab = synth::builtin_vocab();
+    for (auto& [key, value] : vocab)
+        if (key == "tokenizer.chat_template") value = GgufValue::string("{{- '<|im_start|>' -}}{{- '<function=' -}}{{- '<think>' -}}");
+    synth::SyntheticSpec spec;
+    spec.layers = 2, spec.embd = 64, spec.heads = 2, spec.kv_heads = 1, spec.head_dim = 32, spec.experts = 4, spec.used = 2, spec.ffn = 64,
+    spec.seed = 5;
+    const std::string path = dir.path.string() + "/q35.gguf";
+    synth::write_synthetic_model(spec, vocab, path);
+    Server s(path, {});
+    ASSERT_GT(s.port(), 0) << s.log();
+    EXPECT_NE(s.log().find("qwen3.5"), std::string::npos) << s.log();
+    const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        "properties":{"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer"},"hourly":{"type":"boolean"}},"required":["unit","days"]}}},
+        {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"utc":{"type":"boolean"}},"required":["utc"]}}}])");
+    for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+        json req = {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
+                    {"tools", tools},
+                    {"temperature", 0},
+                    {"max_tokens", 300},
+                    {"tool_choice", choice}};
+        const json a = chat(s.port(), req);
+        ASSERT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
+        const json& call = a["choices"][0]["message"]["tool_calls"][0];
+        const json args = json::parse(call["function"]["arguments"].get<std::string>());
+        if (call["function"]["name"] == "get_time") {
+            EXPECT_TRUE(args["utc"].is_boolean()) << args;
+            continue;
+        }
+        EXPECT_EQ(call["function"]["name"], "get_weather");
+        EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args;
+        EXPECT_TRUE(args["days"].is_number_integer()) << args;
+        EXPECT_TRUE(!args.contains("hourly") || args["hourly"].is_boolean()) << args;
+    }
     EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

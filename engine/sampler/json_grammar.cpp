@@ -25,6 +25,12 @@ int JsonGrammar::add(Node n) {
 int JsonGrammar::literal(std::string text) { return add({.kind = Kind::Literal, .text = std::move(text)}); }
 int JsonGrammar::sequence(std::vector<int> parts) { return add({.kind = Kind::Sequence, .children = std::move(parts)}); }
 int JsonGrammar::any_of(std::vector<int> alternatives) { return add({.kind = Kind::Union, .children = std::move(alternatives)}); }
+int JsonGrammar::text_until(std::string terminator) {
+    if (terminator.empty()) throw GrammarError("free text needs a terminator");
+    for (const char ch : terminator)  // (the matcher's UTF-8 check assumes it)
+        if (static_cast<uint8_t>(ch) >= 0x80) throw GrammarError("free text's terminator '" + terminator + "' is not ASCII");
+    return add({.kind = Kind::Text, .text = std::move(terminator)});
+}
 
 int JsonGrammar::any_value() {
     if (any_value_ >= 0) return any_value_;
@@ -236,6 +242,28 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
             if (static_cast<uint8_t>(n.text[f.count]) != c) return;
             if (++f.count == n.text.size()) return done();
             return keep();
+        case K::Text: {
+            // count: how much of the terminator the text ends with (the longest such prefix, so a near miss
+            // such as "</para</parameter>" still closes); key_pos: UTF-8 continuation bytes owed.
+            if (f.key_pos > 0) {
+                if ((c & 0xC0) != 0x80) return;
+                --f.key_pos;
+                f.count = 0;
+                return keep();
+            }
+            const std::string& t = n.text;
+            std::string tail = t.substr(0, f.count);
+            tail.push_back(static_cast<char>(c));
+            size_t k = std::min(tail.size(), t.size());
+            while (k > 0 && tail.compare(tail.size() - k, k, t, 0, k) != 0) --k;
+            if (k == t.size()) return done();
+            if (k == 0 && c >= 0x80) {  // a character's lead byte (terminators are ASCII)
+                if (c < 0xC2 || c > 0xF4) return;
+                f.key_pos = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+            }
+            f.count = static_cast<uint32_t>(k);
+            return keep();
+        }
         case K::String:
             switch (f.phase) {
                 case 0:

@@ -1,7 +1,8 @@
 // Constrained decoding for JSON: a JSON schema compiled to a small grammar (objects, arrays, strings, numbers,
-// literals, sequences and alternatives), and a matcher that follows the output byte by byte and says which
+// literals, sequences and alternatives; free text up to a closing tag), and a matcher that follows the output byte by byte and says which
 // bytes may come next and whether the output may end. Used for response_format json_object / json_schema and
-// for the arguments of a forced tool call (the call's fixed text around them as literals).
+// for the arguments of a forced tool call (the call's fixed text around them as literals; a tag-style call's
+// string arguments as text up to their closing tag).
 //
 // The generated JSON is compact apart from one optional space after ':' and ',' (what models write), numbers
 // have at most 16 digits (exponents 2) and object keys no escapes, so every constrained output can finish. Keywords that
@@ -23,10 +24,10 @@ struct GrammarError : std::runtime_error {
 
 class JsonGrammar {
 public:
-    enum class Kind : uint8_t { Literal, Sequence, Union, Object, Array, String, Number };
+    enum class Kind : uint8_t { Literal, Sequence, Union, Object, Array, String, Number, Text };
     struct Node {
         Kind kind = Kind::Literal;
-        std::string text{};                              // Literal
+        std::string text{};                              // Literal; Text: its terminator
         std::vector<int> children{};                     // Sequence, Union; Object: property value nodes
         std::vector<std::string> names{};                // Object: property names (declared order)
         uint64_t required = 0;                           // Object: bit per property
@@ -41,6 +42,8 @@ public:
     int any_of(std::vector<int> alternatives);
     int any_value();   // any JSON value
     int any_object();  // any JSON object
+    // Any UTF-8 text that does not contain `terminator`, then the terminator (a tag-style call's string argument).
+    int text_until(std::string terminator);
     // Compiles a JSON schema (draft 2020-12 subset; local $ref to $defs/definitions). Throws GrammarError
     // naming the unsupported keyword and where it is.
     int from_schema(const nlohmann::json& schema);

@@ -131,7 +131,16 @@ std::string glm47_call_head(const std::string& name) { return name; }
 
 }  // namespace
 
-const ChatFamilyFormat kGlm4{"glm4", render_glm4, {"\n<tool_call>", "", false}, glm4_call_head, {"<tool_call>"}, "</tool_call>", parse_call};
-const ChatFamilyFormat kGlm47{"glm47", render_glm47, {"<tool_call>", "", false}, glm47_call_head, {"<tool_call>"}, "</tool_call>", parse_call};
+const ChatFamilyFormat kGlm4{"glm4",
+                             render_glm4,
+                             {"\n<tool_call>", "", false, TagArguments{"<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "</tool_call>"}},
+                             glm4_call_head,
+                             {"<tool_call>"},
+                             "</tool_call>",
+                             parse_call};
+const ChatFamilyFormat kGlm47{
+    "glm47",         render_glm47,    {"<tool_call>", "", false, TagArguments{"<arg_key>", "</arg_key><arg_value>", "</arg_value>", "</tool_call>"}},
+    glm47_call_head, {"<tool_call>"}, "</tool_call>",
+    parse_call};
 
 }  // namespace moe::glm

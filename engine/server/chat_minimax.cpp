@@ -298,7 +298,14 @@ bool parse_calls(const std::string& body, const std::string&, const std::vector<
         out);
 }
 
-const ChatFamilyFormat kM2{"minimax", render, {std::string(kCallOpen) + "\n", "", false}, call_head, {kCallOpen}, kCallClose, parse_calls};
+const ChatFamilyFormat kM2{
+    "minimax",
+    render,
+    {std::string(kCallOpen) + "\n", "", false, TagArguments{"<parameter name=\"", "\">", "</parameter>\n", "</invoke>\n" + std::string(kCallClose)}},
+    call_head,
+    {kCallOpen},
+    kCallClose,
+    parse_calls};
 const ChatFamilyFormat kM3{"minimax-m3",
                            render_m3,
                            {std::string(kM3CallOpen) + "\n", "", false},

@@ -197,7 +197,13 @@ const CallSyntax kJsonCall{"<tool_call>\n{\"name\": \"", "}\n</tool_call>", true
 
 const ChatFamilyFormat kChatMl{"chatml", render_qwen3, kJsonCall, json_call_head, {"<tool_call>"}, "</tool_call>", parse_json_call};
 const ChatFamilyFormat kQwen3{"qwen3", render_qwen3, kJsonCall, json_call_head, {"<tool_call>"}, "</tool_call>", parse_json_call};
-const ChatFamilyFormat kQwen35{"qwen3.5",      render_qwen35, {"<tool_call>\n<function=", "", false}, xml_call_head, {"<tool_call>"},
-                               "</tool_call>", parse_xml_call};
+const ChatFamilyFormat kQwen35{
+    "qwen3.5",
+    render_qwen35,
+    {"<tool_call>\n<function=", "", false, TagArguments{"<parameter=", ">\n", "\n</parameter>\n", "</function>\n</tool_call>"}},
+    xml_call_head,
+    {"<tool_call>"},
+    "</tool_call>",
+    parse_xml_call};
 
 }  // namespace moe::qwen

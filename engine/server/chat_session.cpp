@@ -29,24 +29,77 @@ int arguments_grammar(JsonGrammar& g, const ToolSpec& tool) {
     } catch (const GrammarError&) { return g.any_object(); }
 }
 
-// The rest of a forced call after its opening: [name head +] arguments + closing text.
+// The values of a property that takes one of some strings (enum or const), or none.
+std::optional<std::vector<std::string>> string_choices(const ordered_json& property) {
+    if (!property.is_object()) return std::nullopt;
+    const ordered_json choices = property.contains("enum")    ? property["enum"]
+                                 : property.contains("const") ? ordered_json::array({property["const"]})
+                                                              : ordered_json();
+    if (!choices.is_array() || choices.empty()) return std::nullopt;
+    std::vector<std::string> out;
+    for (const auto& c : choices) {
+        if (!c.is_string()) return std::nullopt;
+        out.push_back(c.get<std::string>());
+    }
+    return out;
+}
+
+// A tag-style call's arguments and its end: the schema's properties in their declared order, the required ones
+// always, each value as its parameter takes it (text up to the closing tag for strings, else JSON held to the
+// property's schema, or any JSON value where that uses what constrained decoding does not support).
+int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArguments& tags) {
+    std::vector<int> parts;
+    const ordered_json& schema = tool.parameters;
+    if (schema.is_object() && schema.contains("properties") && schema["properties"].is_object()) {
+        std::vector<std::string> required;
+        if (schema.contains("required") && schema["required"].is_array())
+            for (const auto& r : schema["required"])
+                if (r.is_string()) required.push_back(r.get<std::string>());
+        for (const auto& [key, property] : schema["properties"].items()) {
+            int value;
+            if (parameter_is_string(&tool, key)) {
+                value = g.text_until(tags.value_close);
+            } else if (const auto choices = string_choices(property)) {  // written bare, as the templates write strings
+                std::vector<int> alts;
+                for (const std::string& c : *choices) alts.push_back(g.literal(c + tags.value_close));
+                value = g.any_of(std::move(alts));
+            } else {
+                int json_value;
+                try {
+                    json_value = g.from_schema(nlohmann::json::parse(property.dump()));
+                } catch (const GrammarError&) { json_value = g.any_value(); }
+                value = g.sequence({json_value, g.literal(tags.value_close)});
+            }
+            const int argument = g.sequence({g.literal(tags.key_open + key + tags.key_close), value});
+            const bool needed = std::find(required.begin(), required.end(), key) != required.end();
+            parts.push_back(needed ? argument : g.any_of({argument, g.literal("")}));
+        }
+    }
+    parts.push_back(g.literal(tags.end));
+    return g.sequence(std::move(parts));
+}
+
+int call_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const CallSyntax& syntax) {
+    return syntax.tags ? tag_arguments_grammar(g, tool, *syntax.tags) : arguments_grammar(g, tool);
+}
+
+}  // namespace
+
 std::shared_ptr<const JsonGrammar> forced_call_grammar(const ChatInput& in, ChatFamily family) {
     const CallSyntax syntax = call_syntax(family);
-    if (!syntax.json_arguments) return nullptr;
+    if (!syntax.json_arguments && !syntax.tags) return nullptr;
     auto g = std::make_shared<JsonGrammar>();
     int call;
     if (in.tool_choice == ToolChoice::Named) {
-        call = arguments_grammar(*g, *find_tool(in.tools, in.forced_tool));
+        call = call_arguments_grammar(*g, *find_tool(in.tools, in.forced_tool), syntax);
     } else {
         std::vector<int> alts;
-        for (const auto& t : in.tools) alts.push_back(g->sequence({g->literal(call_head(family, t.name)), arguments_grammar(*g, t)}));
+        for (const auto& t : in.tools) alts.push_back(g->sequence({g->literal(call_head(family, t.name)), call_arguments_grammar(*g, t, syntax)}));
         call = g->any_of(std::move(alts));
     }
     g->set_root(g->sequence({call, g->literal(syntax.tail)}));
     return g;
 }
-
-}  // namespace
 
 std::vector<int32_t> shown_control_tokens(ChatFamily family, const Tokenizer& tok) {
     std::vector<int32_t> ids;

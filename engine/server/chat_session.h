@@ -54,6 +54,11 @@ struct ChatFormat {
 // The control tokens among the family's output markers (output_markers), end-of-generation tokens excepted.
 std::vector<int32_t> shown_control_tokens(ChatFamily family, const Tokenizer& tok);
 
+// What a forced call (tool_choice required or named) is held to after its opening: the name's head where any
+// tool may be called, the arguments (JSON held to the schema, or the family's tags: string parameters as text,
+// enums as their values, others as JSON), the closing text. Null for a family whose calls have neither form.
+std::shared_ptr<const JsonGrammar> forced_call_grammar(const ChatInput& in, ChatFamily family);
+
 // Throws GrammarError when response_schema uses what constrained decoding does not support.
 PreparedChat prepare_chat(const ChatInput& in, const ChatFormat& format, const Tokenizer& tok, bool recurrent);
 

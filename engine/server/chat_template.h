@@ -65,11 +65,18 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
 // The segments as one string (spliced turns shown as `<tokens:N>`), for tests and logs.
 std::string segments_text(const std::vector<ChatSegment>& segs);
 
+// A tag-style call's arguments (Qwen3.5, GLM, MiniMax-M2): each as `key_open + KEY + key_close + VALUE +
+// value_close`, the value as text for a string parameter (tag_argument_value) and as JSON otherwise; `end`
+// closes the call.
+struct TagArguments {
+    std::string key_open, key_close, value_close, end;
+};
 // A family's call format for forcing a call: `open` + call_head(name) + arguments + `tail`. Where the
-// arguments are JSON (json_arguments), a grammar can hold the model to the tool's schema.
+// arguments are JSON (json_arguments) or tags, a grammar holds the model to the tool's schema.
 struct CallSyntax {
     std::string open, tail;
     bool json_arguments = false;
+    std::optional<TagArguments> tags = std::nullopt;
 };
 CallSyntax call_syntax(ChatFamily family);
 std::string call_head(ChatFamily family, const std::string& name);
