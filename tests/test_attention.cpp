@@ -226,6 +226,32 @@ TEST(Attention, SplitChunksSimdEqualReference) {
     }
 }
 
+// Where llama.cpp splits a lone row: its view is the cells in use padded to 256 (at least 256, at most the
+// cache), split from 512 keys into one chunk of ceil(view / threads) per thread; attend_split_causal then chunks
+// consecutive positions by that size.
+TEST(Attention, SplitKvChunkFollowsLlamaCppsView) {
+    EXPECT_EQ(ops::split_kv_chunk(256, 4096, 2), 0);    // a 256-cell view: one row's path
+    EXPECT_EQ(ops::split_kv_chunk(257, 4096, 2), 256);  // 512 cells over 2 threads
+    EXPECT_EQ(ops::split_kv_chunk(600, 4096, 3), 256);  // 768 cells over 3
+    EXPECT_EQ(ops::split_kv_chunk(600, 4096, 1), 0);    // one thread never splits
+    EXPECT_EQ(ops::split_kv_chunk(300, 300, 2), 256);   // the cache's 300 cells padded to 512
+    EXPECT_EQ(ops::split_kv_chunk(200, 256, 2), 0);     // a 256-cell cache
+    EXPECT_EQ(ops::split_kv_chunk(1000, 700, 2), 384);  // capped at the cache (768)
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    Cache c(64, 64, 600, rng);
+    std::vector<float> q(64), a(64), b(64);
+    for (auto& x : q) x = nd(rng);
+    std::vector<int> chunk_of(600);
+    for (int j = 0; j < 600; ++j) chunk_of[j] = j / 384;
+    ops::AttnScratch s1, s2;
+    ops::attend_split_causal(Flavor::Avx2, q.data(), c.view(600), 384, 2, 0.125f, a.data(), s1);
+    ops::attend_split(Flavor::Avx2, q.data(), c.view(600), chunk_of.data(), 2, 0.125f, b.data(), s2);
+    EXPECT_EQ(a, b);
+    ops::attend_split_causal(Flavor::Avx2, q.data(), c.view(600), 600, 1, 0.125f, b.data(), s2);
+    EXPECT_NE(a, b) << "one chunk of 600 keys rounds its fp16 accumulator otherwise than two";
+}
+
 TEST(Attention, SinksJoinTheSoftmaxInEveryKernel) {
     std::mt19937 rng(29);
     std::normal_distribution<float> nd;

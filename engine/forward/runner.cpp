@@ -647,6 +647,12 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         return;
     }
     const int per_token = group_fn ? kv_heads : heads;
+    // A step of one query row (or rows computed as such) over an fp16 cache where it sees every position before
+    // it: llama.cpp splits the keys over its threads once its view reaches 512 (ops::split_kv_chunk).
+    int step_rows = 0;
+    for (const Segment& sg : segs_) step_rows += sg.n;
+    const bool lone_rows = (one_by_one_ || step_rows == 1) && !fops_.ik && !base.typed() && !tiled && !group_fn && !sel && window == 0;
+    const ops::AttendChunkFn chunk_fn = lone_rows ? kernels::attention_chunk_kernel(opt_.flavor) : nullptr;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
         std::vector<uint8_t> visible, gathered;
@@ -691,7 +697,10 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                     kv.visible = visible.data();
                 }
             }
-            if (group_fn)
+            if (const int chunk = lone_rows ? ops::split_kv_chunk(kv.n_kv, opt_.n_ctx, opt_.n_threads) : 0; chunk > 0)
+                ops::attend_split_causal(opt_.flavor, q + t * q_tok_stride + h * q_head_stride, kv, chunk, opt_.n_threads, scale,
+                                         out + t * out_tok_stride + h * out_head_stride, scratch, chunk_fn);
+            else if (group_fn)
                 group_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, group, kv, scale, out + t * out_tok_stride + h * out_head_stride,
                          out_head_stride, scratch);
             else fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);

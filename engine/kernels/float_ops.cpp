@@ -363,6 +363,13 @@ MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, con
     for (int d = 0; d < kv.dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
 }
 
+void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
+                         AttendChunkFn chunk_fn) {
+    std::vector<int> chunk_of(static_cast<size_t>(kv.n_kv));
+    for (int j = 0; j < kv.n_kv; ++j) chunk_of[j] = j / chunk;
+    attend_split(f, q, kv, chunk_of.data(), n_threads, scale, out, s, chunk_fn);
+}
+
 const FloatOps& float_ops(Flavor f) {
     static const FloatOps avx512{Flavor::Avx512, softmax_512, swiglu_512, silu_512, dot_f32_512, attend_512, attend_tiled_512};
     static const FloatOps avx2{Flavor::Avx2, softmax_256, swiglu_256, silu_256, dot_f32_256, attend_256, attend_tiled_256};
