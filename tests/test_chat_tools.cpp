@@ -436,11 +436,11 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
 // text up to its closing tag, a near miss of that tag included.
 TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
     const auto decl = ordered_json::parse(R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}, "hourly": {"type": "boolean"}},
-        "required": ["city", "days"]}}})");
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}, "hourly": {"type": "boolean"},
+        "extra": {"type": "object"}}, "required": ["city", "days"]}}})");
     const std::vector<ToolSpec> ts = {{"get_weather", "", decl, decl["function"]["parameters"]}};
     const std::string city = "Oslo </para and <b>\n  \"fjord\" \xC3\xB8";
-    for (ChatFamily f : {ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::MiniMax}) {
+    for (ChatFamily f : {ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
         SCOPED_TRACE(family_name(f));
         ChatInput in;
         in.messages = {{"user", "Weather?"}};
@@ -450,7 +450,7 @@ TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
         const auto g = forced_call_grammar(in, f);
         ASSERT_TRUE(g);
         // The call as the template renders it in history, from just after the forced opening.
-        const ToolCall call{"c1", "get_weather", ordered_json{{"city", city}, {"unit", "f"}, {"days", 3}}.dump()};
+        const ToolCall call{"c1", "get_weather", ordered_json{{"city", city}, {"unit", "f"}, {"days", 3}, {"extra", {{"n", 1}}}}.dump()};
         const std::string history = segments_text(render_chat(f, {{"user", "Weather?"}, {"assistant", "", {}, {call}}}, ChatRenderOptions{}));
         const std::string opening = forced_call_prefix(f, "get_weather");
         const size_t at = history.find(opening);
@@ -476,14 +476,15 @@ TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
             EXPECT_FALSE(r.feed(bad)) << "after " << rest.substr(0, cut) << " accepted " << bad;
         };
         const TagArguments tags = *call_syntax(f).tags;
+        const auto close = [&](const std::string& key) { return tags.close_names_key ? tags.value_close + key + tags.key_close : tags.value_close; };
         refused(tags.key_open + "unit", tags.key_open + "wind");  // not a parameter
         refused(end, tags.key_open + "unit");                     // declared order: unit before days
         refused("3", "three");                                    // an integer
-        refused("f" + tags.value_close, "k");                     // not among the enum's values
+        refused("f" + close("unit"), "k");                        // not among the enum's values
         refused(tags.key_open + "unit", end);                     // days is required
         GrammarMatcher optional(g);                               // unit and hourly may be left out
-        EXPECT_TRUE(optional.feed(tags.key_open + "city" + tags.key_close + "x" + tags.value_close + tags.key_open + "days" + tags.key_close + "-2" +
-                                  tags.value_close + end));
+        EXPECT_TRUE(optional.feed(tags.key_open + "city" + tags.key_close + "x" + close("city") + tags.key_open + "days" + tags.key_close + "-2" +
+                                  close("days") + end));
         EXPECT_TRUE(optional.can_end());
     }
     // tool_choice required: the name's head first, for any of the tools.
@@ -495,7 +496,6 @@ TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
     EXPECT_FALSE(GrammarMatcher(forced_call_grammar(any, ChatFamily::Qwen35)).feed("get_time>\n"));
     EXPECT_TRUE(m.feed("get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\n1\n</parameter>\n</function>\n</tool_call>"));
     EXPECT_TRUE(m.can_end());
-    EXPECT_EQ(forced_call_grammar(any, ChatFamily::MiniMaxM3), nullptr) << "M3's nested arguments are not held (its opening is)";
 }
 
 TEST(ChatTools, TurnKeysIgnoreArgumentFormatting) {

@@ -306,13 +306,15 @@ const ChatFamilyFormat kM2{
     {kCallOpen},
     kCallClose,
     parse_calls};
-const ChatFamilyFormat kM3{"minimax-m3",
-                           render_m3,
-                           {std::string(kM3CallOpen) + "\n", "", false},
-                           call_head_m3,
-                           {kM3CallOpen},
-                           kM3CallClose,
-                           parse_calls_m3,
-                           {"<mm:think>", "</mm:think>"}};
+const ChatFamilyFormat kM3{
+    "minimax-m3",
+    render_m3,
+    {std::string(kM3CallOpen) + "\n", "", false,
+     TagArguments{std::string(kNs) + "<", ">", std::string(kNs) + "</", std::string(kNs) + "</invoke>\n" + kM3CallClose, true, true}},
+    call_head_m3,
+    {kM3CallOpen},
+    kM3CallClose,
+    parse_calls_m3,
+    {"<mm:think>", "</mm:think>"}};
 
 }  // namespace moe::minimax

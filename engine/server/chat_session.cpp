@@ -56,19 +56,23 @@ int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArgumen
             for (const auto& r : schema["required"])
                 if (r.is_string()) required.push_back(r.get<std::string>());
         for (const auto& [key, property] : schema["properties"].items()) {
+            const std::string close = tags.close_names_key ? tags.value_close + key + tags.key_close : tags.value_close;
+            const std::string type = property.is_object() && property.contains("type") && property["type"].is_string()
+                                         ? property["type"].get<std::string>()
+                                         : "";
             int value;
-            if (parameter_is_string(&tool, key)) {
-                value = g.text_until(tags.value_close);
+            if (parameter_is_string(&tool, key) || (tags.nested_values && (type == "object" || type == "array"))) {
+                value = g.text_until(close);
             } else if (const auto choices = string_choices(property)) {  // written bare, as the templates write strings
                 std::vector<int> alts;
-                for (const std::string& c : *choices) alts.push_back(g.literal(c + tags.value_close));
+                for (const std::string& c : *choices) alts.push_back(g.literal(c + close));
                 value = g.any_of(std::move(alts));
             } else {
                 int json_value;
                 try {
                     json_value = g.from_schema(nlohmann::json::parse(property.dump()));
                 } catch (const GrammarError&) { json_value = g.any_value(); }
-                value = g.sequence({json_value, g.literal(tags.value_close)});
+                value = g.sequence({json_value, g.literal(close)});
             }
             const int argument = g.sequence({g.literal(tags.key_open + key + tags.key_close), value});
             const bool needed = std::find(required.begin(), required.end(), key) != required.end();

@@ -65,11 +65,14 @@ std::vector<ChatSegment> render_chat(ChatFamily family, const std::vector<ChatMe
 // The segments as one string (spliced turns shown as `<tokens:N>`), for tests and logs.
 std::string segments_text(const std::vector<ChatSegment>& segs);
 
-// A tag-style call's arguments (Qwen3.5, GLM, MiniMax-M2): each as `key_open + KEY + key_close + VALUE +
+// A tag-style call's arguments (Qwen3.5, GLM, MiniMax-M2/M3): each as `key_open + KEY + key_close + VALUE +
 // value_close`, the value as text for a string parameter (tag_argument_value) and as JSON otherwise; `end`
-// closes the call.
+// closes the call. MiniMax-M3 closes each value by its name (`value_close + KEY + key_close`) and writes
+// objects and arrays as nested elements, which are held only to end at their closing tag.
 struct TagArguments {
     std::string key_open, key_close, value_close, end;
+    bool close_names_key = false;
+    bool nested_values = false;
 };
 // A family's call format for forcing a call: `open` + call_head(name) + arguments + `tail`. Where the
 // arguments are JSON (json_arguments) or tags, a grammar holds the model to the tool's schema.
