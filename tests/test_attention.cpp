@@ -250,6 +250,31 @@ TEST(Attention, SplitKvChunkFollowsLlamaCppsView) {
     EXPECT_EQ(a, b);
     ops::attend_split_causal(Flavor::Avx2, q.data(), c.view(600), 600, 1, 0.125f, b.data(), s2);
     EXPECT_NE(a, b) << "one chunk of 600 keys rounds its fp16 accumulator otherwise than two";
+    // A mask over the view (DSA's picked positions): masked keys skipped in every chunk, by each chunk kernel.
+    std::vector<uint8_t> picked(600);
+    for (int j = 0; j < 600; ++j) picked[j] = (j * 7) % 5 < 2;
+    ops::KvView masked = c.view(600);
+    masked.visible = picked.data();
+    for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+        ops::attend_split_causal(f, q.data(), masked, 384, 2, 0.125f, a.data(), s1);
+        if (kernels::table_for(kernels::Isa::Avx2)) {
+            ops::attend_split_causal(f, q.data(), masked, 384, 2, 0.125f, b.data(), s2, kernels::attend_chunk_f16c(f));
+            EXPECT_EQ(a, b) << kernels::flavor_name(f);
+        }
+        // Against the softmax in double over the picked keys only.
+        double mx = -1e30;
+        std::vector<double> sc(600);
+        for (int j = 0; j < 600; ++j) {
+            double dot = 0;
+            for (int d = 0; d < 64; ++d) dot += static_cast<double>(q[d]) * fp16_to_fp32(c.k[static_cast<size_t>(j) * 64 + d]);
+            sc[j] = dot * 0.125;
+            if (picked[j]) mx = std::max(mx, sc[j]);
+        }
+        double z = 0, o = 0;
+        for (int j = 0; j < 600; ++j)
+            if (picked[j]) z += std::exp(sc[j] - mx), o += std::exp(sc[j] - mx) * fp16_to_fp32(c.v[static_cast<size_t>(j) * 64]);
+        EXPECT_NEAR(a[0], o / z, 3e-3 * (1 + std::fabs(o / z)));
+    }
 }
 
 TEST(Attention, SinksJoinTheSoftmaxInEveryKernel) {

@@ -57,12 +57,12 @@ void dense(const Ctx& c, const Tensor& t, const float* x, float* out) {
 }
 
 // Attention of one query against this layer's cached positions 0..pos (those in `visible` when given). A lone
-// row over an fp16 view of every position before it is split over the threads from 512 keys, as llama.cpp does
-// (ops::split_kv_chunk).
-void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, float* out, bool gathered = false) {
+// row over an fp16 view of the cache's positions (whole_view: not a window's, not MSA's gathered blocks; DSA's
+// picks are a mask over it) is split over the threads from 512 keys, as llama.cpp does (ops::split_kv_chunk).
+void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, float* out, bool whole_view = true) {
     ops::AttnScratch scratch;
     const bool tiled = ops::tiled_attention(c.fops.flavor, c.batch.n_tok, kv.dv);
-    const bool lone_row = c.batch.n_tok == 1 && !c.fops.ik && !kv.typed() && !kv.visible && !gathered && kv.n_kv == c.pos + 1;
+    const bool lone_row = c.batch.n_tok == 1 && !c.fops.ik && !kv.typed() && whole_view && kv.n_kv == c.pos + 1;
     if (const int chunk = lone_row ? ops::split_kv_chunk(kv.n_kv, c.st.cache.n_ctx, c.batch.n_threads) : 0; chunk > 0)
         return ops::attend_split_causal(c.fops.flavor, q, kv, chunk, c.batch.n_threads, scale, out, scratch);
     (kv.typed() ? ops::attend_typed : tiled ? c.fops.attend_tiled : c.fops.attend)(q, kv, scale, out, scratch);
@@ -150,7 +150,7 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
             }
         }
         if (w.sinks.present()) kv.sinks = w.sinks.f32() + h;
-        attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd], !blocks.empty());
+        attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd], blocks.empty() && in_window.empty());
         for (int i = 0; rot_v && i < hd; i += rot_v) ops::hadamard(&att[h * hd + i], rot_v);
         if (hp.gqa.output_gate)
             for (int i = 0; i < hd; ++i) att[h * hd + i] *= ops::sigmoid(qg[h * qh + hd + i]);

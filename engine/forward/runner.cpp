@@ -651,7 +651,9 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // it: llama.cpp splits the keys over its threads once its view reaches 512 (ops::split_kv_chunk).
     int step_rows = 0;
     for (const Segment& sg : segs_) step_rows += sg.n;
-    const bool lone_rows = (one_by_one_ || step_rows == 1) && !fops_.ik && !base.typed() && !tiled && !group_fn && !sel && window == 0;
+    // (DSA's picked positions are a mask over that view; MSA's gathered blocks are a view of their own.)
+    const bool lone_rows = (one_by_one_ || step_rows == 1) && !fops_.ik && !base.typed() && !tiled && !group_fn && (!sel || !sel->gather) &&
+                           window == 0;
     const ops::AttendChunkFn chunk_fn = lone_rows ? kernels::attention_chunk_kernel(opt_.flavor) : nullptr;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;

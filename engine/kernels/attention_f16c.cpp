@@ -109,12 +109,10 @@ void attend_f16c_impl(const float* q, const ops::KvView& kv, float scale, float*
     for (int d = 0; d < kv.dv; ++d) out[d] = h2f(s.acc16[d]) * sink_scale * inv;
 }
 
-// ops::attend_chunk's tail after the same loop (a split view has every key visible).
+// ops::attend_chunk's tail after the same loop (masked keys skipped as there).
 template <Flavor F>
 void attend_chunk_f16c_impl(const float* q, const ops::KvView& kv, float scale, float& M, float& S, float* acc_out, ops::AttnScratch& s) {
-    ops::KvView all = kv;
-    all.visible = nullptr;
-    attend_f16c_loop<F>(q, all, scale, M, S, s);
+    attend_f16c_loop<F>(q, kv, scale, M, S, s);
     for (int d = 0; d < kv.dv; ++d) acc_out[d] = h2f(s.acc16[d]);
     const float sink_scale = ops::apply_sink(kv, 0, M, S);
     if (kv.sinks) {

@@ -84,6 +84,7 @@ void attend_chunk_impl(const float* q, const KvView& kv, float scale, float& M, 
     uint16_t* acc = s.acc16.data();
     M = kNegInf, S = 0.f;
     for (int j = 0; j < kv.n_kv; ++j) {
+        if (kv.visible && !kv.visible[j]) continue;  // a masked key (DSA's unpicked positions)
         const uint16_t* kj = kv.k + static_cast<size_t>(j) * kv.k_stride;
         const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
         float sc = ggml::dot_vec_order<F>(kj, s.q16.data(), kv.dk, ggml::half_as_float, true) * scale;
@@ -346,6 +347,7 @@ MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, con
         part.k += static_cast<size_t>(j0) * kv.k_stride;
         part.v += static_cast<size_t>(j0) * kv.v_stride;
         part.n_kv = j1 - j0;
+        if (kv.visible) part.visible = kv.visible + j0;
         if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
         float M, S;
         chunk(q, part, scale, M, S, acc.data(), s);
