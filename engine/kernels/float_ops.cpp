@@ -334,15 +334,18 @@ void convert_kv_for_tiles(const KvView& kv, float* k_tiles, float* v_f32) {
 
 AttendChunkFn attend_chunk(Flavor f) { return f == Flavor::Avx512 ? &attend_chunk_impl<Flavor::Avx512> : &attend_chunk_impl<Flavor::Avx2>; }
 
-MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out,
-                                 AttnScratch& s, AttendChunkFn chunk) {
+namespace {
+
+// attend_split's loop, chunk c covering keys [j0, end_of(c, j0)).
+template <class EndOf>
+void split_and_merge(Flavor f, const float* q, const KvView& kv, int n_chunks, float scale, float* out, AttnScratch& s, AttendChunkFn chunk,
+                     EndOf end_of) {
     if (!chunk) chunk = attend_chunk(f);
     std::vector<float> acc(static_cast<size_t>(kv.dv)), total(static_cast<size_t>(kv.dv), 0.f);
     float M_total = kNegInf, S_total = 0.f;
     int j0 = 0;
     for (int c = 0; c < n_chunks; ++c) {
-        int j1 = j0;
-        while (j1 < kv.n_kv && chunk_of[j1] == c) ++j1;
+        const int j1 = end_of(c, j0);
         KvView part = kv;
         part.k += static_cast<size_t>(j0) * kv.k_stride;
         part.v += static_cast<size_t>(j0) * kv.v_stride;
@@ -365,11 +368,22 @@ MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, con
     for (int d = 0; d < kv.dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
 }
 
-void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
-                         AttendChunkFn chunk_fn) {
-    std::vector<int> chunk_of(static_cast<size_t>(kv.n_kv));
-    for (int j = 0; j < kv.n_kv; ++j) chunk_of[j] = j / chunk;
-    attend_split(f, q, kv, chunk_of.data(), n_threads, scale, out, s, chunk_fn);
+}  // namespace
+
+// (flatten: split_and_merge is inlined into each clone, so its fma is the instruction where there is one)
+MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out,
+                                 AttnScratch& s, AttendChunkFn chunk) {
+    split_and_merge(f, q, kv, n_chunks, scale, out, s, chunk, [&](int c, int j0) {
+        int j1 = j0;
+        while (j1 < kv.n_kv && chunk_of[j1] == c) ++j1;
+        return j1;
+    });
+}
+
+// (No per-key chunk list: at long contexts that would be a large fill per head and layer for every token.)
+MOE_FMA_CLONES void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
+                                        AttendChunkFn chunk_fn) {
+    split_and_merge(f, q, kv, n_threads, scale, out, s, chunk_fn, [&](int c, int) { return std::min(kv.n_kv, (c + 1) * chunk); });
 }
 
 const FloatOps& float_ops(Flavor f) {
