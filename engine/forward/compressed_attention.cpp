@@ -192,9 +192,9 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
     const bool tiled = ops::tiled_attention(fops.flavor, n_batch_rows, D);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int view = raw_view + (visible ? (visible + 255) / 256 * 256 : 0);
-    const bool split = n_batch_rows == 1 && n_threads > 1 && view >= 512;
+    const int chunk = n_batch_rows == 1 ? ops::split_chunk(view, n_threads) : 0;
+    const bool split = chunk > 0;
     if (split) {
-        const int chunk = (view + n_threads - 1) / n_threads;
         s.chunk_of.clear();
         for (int v : s.view_index) s.chunk_of.push_back(v / chunk);
     }

@@ -217,14 +217,14 @@ AttendChunkFn attend_chunk(Flavor f);  // the reference's
 // `chunk` (null: the reference's) runs each chunk; kernels/attention.h has the F16C one, with the same bits.
 void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out, AttnScratch& s,
                   AttendChunkFn chunk = nullptr);
-// Where llama.cpp splits a lone query row over a KV cache (use_split_kv_path): its view is the cells in use
-// (n_used: positions 0..n_used-1) padded to 256, at least 256 and at most the cache (n_ctx, which llama.cpp
-// pads to 256 too), and from 512 keys on each of its n_threads threads takes a chunk of ceil(view / n_threads).
-// The chunk size, or 0 where it keeps the one-row path.
+// llama.cpp splits a lone query row's view of `view` keys (use_split_kv_path) from 512 keys on: each of its
+// n_threads threads takes a chunk of ceil(view / n_threads). The chunk size, or 0 where it keeps the one-row path.
+inline int split_chunk(int view, int n_threads) { return n_threads > 1 && view >= 512 ? (view + n_threads - 1) / n_threads : 0; }
+// ... over a KV cache: its view is the cells in use (n_used: positions 0..n_used-1) padded to 256, at least 256
+// and at most the cache (n_ctx, which llama.cpp pads to 256 too).
 inline int split_kv_chunk(int n_used, int n_ctx, int n_threads) {
     const auto pad = [](int x) { return (x + 255) / 256 * 256; };
-    const int view = std::min(pad(n_ctx), std::max(256, pad(n_used)));
-    return n_threads > 1 && view >= 512 ? (view + n_threads - 1) / n_threads : 0;
+    return split_chunk(std::min(pad(n_ctx), std::max(256, pad(n_used))), n_threads);
 }
 // attend_split over a view of consecutive positions 0..kv.n_kv-1 in chunks of `chunk` keys (split_kv_chunk).
 void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
