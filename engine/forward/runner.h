@@ -1,7 +1,8 @@
 // The fast forward pass, one for every architecture: batched prompt processing, threaded matmuls with the SIMD
 // kernels, tokens grouped by expert so each expert's weights are fetched once per batch. Each layer runs its
-// attention kind (attention_gqa.cpp, attention_mla.cpp) and its feed-forward kind (feed_forward.cpp). The
-// numerics are the reference's (reference.h): same formulas, same summation orders, the same bits.
+// attention kind (attention_gqa.cpp, attention_mla.cpp; their heads' flash attention in attention_heads.cpp)
+// and its feed-forward kind (feed_forward.cpp). The numerics are the reference's (reference.h): same formulas,
+// same summation orders, the same bits.
 #pragma once
 #include <cstdint>
 #include <functional>
