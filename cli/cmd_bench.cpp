@@ -80,7 +80,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         "mask-vocab", po::value(&mask_vocab),
         "GGUF whose vocabulary the grammar-mask figure uses (default: the model's; e.g. a 152k-token vocab-only file)")(
         "parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")(
-        "draft", po::value(&draft)->default_value("off"), "generation with speculative decoding: auto | lookup | off (greedy tokens unchanged)")(
+        "draft", po::value(&draft)->default_value("off"),
+        "generation with speculative decoding: auto | lookup | mtp | off (greedy tokens unchanged; serve --help says more)")(
         "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
         "cache-fraction", po::value(&cache_fraction),
         "stream experts through a cache of this share of their bytes (0..1); "
@@ -137,6 +138,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         bw_buffer = std::clamp<size_t>(static_cast<size_t>(parse_bytes("--ram-budget", ef.ram_budget) / 2), size_t{64} << 20, bw_buffer);
     const double bw = measure_memory_read_bandwidth(threads, bw_buffer);
     const uint64_t cache_before = page_cache_bytes();
+    draft_flags_to_engine(draft_mode, ef);
     LoadedEngine le = load_engine(model_path, ef, n_ctx, 1, beside);
     ModelFacts facts = model_facts(le.file);
     if (prefetch_layers < 0 || prefetch_layers > 4)
@@ -149,6 +151,15 @@ int cmd_bench(const std::vector<std::string>& args) {
                               .routing_trace = trace.get(),
                               .cache_type_k = le.kv_types.k,
                               .cache_type_v = le.kv_types.v});
+    std::unique_ptr<MtpDraft> mtp;
+    if (le.model->mtp) {
+        mtp = std::make_unique<MtpDraft>(*le.model, RunnerOptions{.n_ctx = static_cast<int>(n_ctx),
+                                                                  .n_threads = threads,
+                                                                  .flavor = le.flavor,
+                                                                  .cache_type_k = le.kv_types.k,
+                                                                  .cache_type_v = le.kv_types.v});
+        runner.set_hidden_sink(mtp->hidden_sink());
+    }
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();
@@ -177,6 +188,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         // The same greedy tokens, n_gen of them evaluated, in verification steps of the pending token and its drafts.
         Sampler greedy({.temperature = 0.f});
         drafter.emplace(draft_mode, draft_max, step_cost_of(facts, le.streaming));
+        drafter->use_mtp(mtp.get(), 0);
         std::vector<int32_t> history = prompt;
         history.push_back(argmax({runner.logits(), le.model->hp.n_vocab}));
         for (int evaluated = 0; evaluated < n_gen;) {

@@ -148,8 +148,9 @@ int cmd_run(const std::vector<std::string>& args) {
         "ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")("no-bos", po::bool_switch(&no_bos),
                                                                                                    "do not add BOS to a text prompt")(
         "draft", po::value(&draft)->default_value("off"),
-        "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | off")(
-        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
+        "speculative decoding: auto (prompt-lookup drafts, else the file's NextN block where it has one, as the measured cost pays) | "
+        "lookup (always) | mtp (the NextN block, always) | off")("draft-max", po::value(&draft_max)->default_value(8),
+                                                                 "most drafted tokens one step verifies (1..64)")(
         "draft-reference", po::value(&draft_reference),
         "benchmarks: drafts are these token ids (1,2,3: a previous run's output) after the tokens generated so far, "
         "--draft-max of them every step (perfect drafts when it is this run's own greedy output)");
@@ -170,6 +171,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (!reference.empty() && draft_mode != DraftMode::Lookup) throw CliError("--draft-reference needs --draft lookup (drafts every step)");
     if (use_ref && draft_mode != DraftMode::Off) throw CliError("--draft verifies on the fast forward; drop --ref");
 
+    draft_flags_to_engine(draft_mode, ef);
     Loaded L = load(model_path, ef, static_cast<uint32_t>(std::max(1, n_ctx)));
     const auto& hp = L.model->hp;
     if (n_ctx < 1 || static_cast<uint32_t>(n_ctx) > std::max<uint32_t>(hp.n_ctx_train, 1u << 20))
@@ -187,6 +189,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (use_ref && !ef.routing_trace.empty()) throw CliError("--routing-trace records the fast forward; drop --ref");
     std::unique_ptr<RoutingTraceWriter> trace;
     std::unique_ptr<Runner> runner;
+    std::unique_ptr<MtpDraft> mtp;
     RefState ref_state;
     std::vector<float> ref_logits;
     std::vector<std::vector<float>> ref_all;
@@ -195,12 +198,17 @@ int cmd_run(const std::vector<std::string>& args) {
         ref_logits.resize(hp.n_vocab);
     } else {
         trace = open_routing_trace(ef, L.file, *L.model);
-        runner = std::make_unique<Runner>(*L.model, RunnerOptions{.n_ctx = n_ctx,
-                                                                  .n_threads = threads,
-                                                                  .flavor = L.flavor,
-                                                                  .routing_trace = trace.get(),
-                                                                  .cache_type_k = L.kv_types.k,
-                                                                  .cache_type_v = L.kv_types.v});
+        RunnerOptions ro{.n_ctx = n_ctx,
+                         .n_threads = threads,
+                         .flavor = L.flavor,
+                         .routing_trace = trace.get(),
+                         .cache_type_k = L.kv_types.k,
+                         .cache_type_v = L.kv_types.v};
+        runner = std::make_unique<Runner>(*L.model, ro);
+        if (L.model->mtp) {
+            mtp = std::make_unique<MtpDraft>(*L.model, ro);
+            runner->set_hidden_sink(mtp->hidden_sink());
+        }
     }
     auto eval = [&](std::span<const int32_t> toks, bool all) {
         if (runner) return runner->eval(toks, all);
@@ -260,6 +268,7 @@ int cmd_run(const std::vector<std::string>& args) {
         return static_cast<int>(generated.size()) < n_predict;
     };
     Drafter drafter(draft_mode, draft_max, step_cost_of(model_facts(L.file), L.streaming));
+    drafter.use_mtp(mtp.get(), 0);
     bool more = false;
     if (n_predict > 0) {
         history.push_back(sampler.sample(logits_at(-1), history));

@@ -123,8 +123,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         "prompt-cache-rate", po::value(&prompt_cache_rate)->default_value("128M"), "bytes per second the prompt cache writes at most (0: unbounded)")(
         "prompt-cache-min", po::value(&prompt_cache_min)->default_value(256), "new prompt tokens a prefix must add to be saved")(
         "draft", po::value(&draft)->default_value("off"),
-        "speculative decoding while one slot generates: auto (prompt-lookup drafts as the measured cost pays) | lookup | off")(
-        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
+        "speculative decoding: auto (prompt-lookup drafts, else the file's NextN block where it has one, as the measured cost pays) | "
+        "lookup (always) | mtp (the NextN block, always) | off")("draft-max", po::value(&draft_max)->default_value(8),
+                                                                 "most drafted tokens one step verifies (1..64)")(
         "max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")(
         "max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")(
         "plan", po::value(&plan_path), "plan.yaml this server runs (moestream plan): the web page shows its decisions beside the measured figures")(
@@ -246,6 +247,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::unique_ptr<PromptCache> prompt_cache;  // before gen: its writer reads the slots' rows until gen ends it
     std::unique_ptr<Generator> gen;
     try {
+        draft_flags_to_engine(draft_mode, ef);
         engine = load_engine(model_path, ef, static_cast<uint32_t>(n_ctx), parallel);
         if (tok->n_vocab() != static_cast<int32_t>(engine.model->hp.n_vocab)) throw CliError("tokenizer and model disagree on the vocabulary size");
         std::cerr << "moestream serve: " << engine.summary << "\n"

@@ -56,9 +56,12 @@ DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
     try {
         mode = parse_draft_mode(draft);
     } catch (const std::invalid_argument& e) { throw CliError(e.what()); }
-    if (mode == DraftMode::Mtp)
-        throw CliError("--draft mtp: NextN/MTP drafts are not implemented yet; --draft lookup or auto drafts from the context");
     return mode;
+}
+
+void draft_flags_to_engine(DraftMode mode, EngineFlags& f) {
+    f.load_mtp = mode == DraftMode::Mtp || mode == DraftMode::Auto;
+    f.require_mtp = mode == DraftMode::Mtp;
 }
 
 nlohmann::json draft_json(const Drafter& d) {
@@ -189,7 +192,16 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
-        const uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
+        uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
+        // --draft mtp: the NextN block's weights and experts stay in RAM, beside a cache of one more layer, a
+        // runner of its own (scratch of the trunk's shape at most) and the trunk's hidden rows handed to it.
+        if (f.load_mtp && facts.n_layer_nextn) {
+            RunnerOptions ro;
+            ro.n_ctx = static_cast<int>(n_ctx);
+            ro.n_seq = n_seq;
+            const auto layout = load_model_layout(le.file);
+            kv += facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
+        }
         // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
         const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes;
         if (budget <= facts.resident_bytes + kv + working)
@@ -219,10 +231,16 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         }
     }
     LoadOptions lo;
+    lo.mtp = f.load_mtp;
     std::string store_note;
     if (streaming) lo.experts = streaming_experts(*streaming, f.expert_store, &store_note);
     le.model = load_model(le.file, lo);
     if (const std::string why = kv_cache_types_problem(*le.model, le.kv_types); !why.empty()) throw CliError(why);
+    if (f.require_mtp && !le.model->mtp)
+        throw CliError("--draft mtp: " + path +
+                       (facts.n_layer_nextn
+                            ? " has a NextN/MTP block, but " + facts.arch + "'s are not run as drafts yet (glm4moe, deepseek2 and glm-dsa's are)"
+                            : " has no NextN/MTP block (nextn_predict_layers); --draft lookup drafts from the context"));
     const uint64_t unlocked = le.model->resident->try_lock();
     std::string where;
     if (le.streaming) {

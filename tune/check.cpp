@@ -127,12 +127,15 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
     if (in.model) {
         const ModelFacts& m = *in.model;
         add({"engine_support", "this engine runs the model", m.supported ? CheckStatus::Pass : CheckStatus::Fail,
-             m.supported ? m.arch +
-                               (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
-                                                      " recognised, not loaded)"
-                                                : "") +
-                               (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
-                         : m.unsupported_reason,
+             m.supported
+                 ? m.arch +
+                       (m.n_layer_nextn
+                            ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
+                                  " loaded only for --draft mtp / auto drafts" +
+                                  (m.arch == "glm4moe" || m.arch == "deepseek2" || m.arch == "glm-dsa" ? ")" : ": not run for this architecture)")
+                            : "") +
+                       (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
+                 : m.unsupported_reason,
              "a supported architecture and weight types",
              m.supported ? ""
              : m.unsupported_reason.find("ik_llama.cpp type") != std::string::npos

@@ -358,6 +358,29 @@ void Runner::eval(std::span<const int32_t> tokens, bool want_all_logits, Rows ro
     }
 }
 
+void Runner::set_hidden_sink(std::function<void(const HiddenRows&)> sink) {
+    on_hidden_ = std::move(sink);
+    const size_t rows = on_hidden_ ? x_.size() : 0;
+    for (auto* b : {&hid_save_, &hid_pre_, &hid_post_}) b->assign(rows, 0.f);
+}
+
+uint64_t Runner::hidden_sink_bytes(const Model& layout, const RunnerOptions& opt) {
+    return 3ull * static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512) * layout.hp.n_embd * sizeof(float);
+}
+
+void Runner::eval_embedded(const float* rows, int n, bool want_logits) {
+    if (n <= 0) return;
+    if (n_past_ + n > opt_.n_ctx) throw std::length_error("the context holds " + std::to_string(opt_.n_ctx) + " positions");
+    logits_rows_ = want_logits ? 1 : 0;
+    logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
+    const size_t E = m_.hp.n_embd;
+    for (int off = 0; off < n; off += opt_.n_batch) {
+        const int c = std::min(opt_.n_batch, n - off);
+        segs_ = {{0, c, active_}};
+        eval_chunk(nullptr, c, false, want_logits && off + c == n ? -1 : -2, Rows::Batch, rows + static_cast<size_t>(off) * E);
+    }
+}
+
 void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> tokens, Rows rows) {
     if (seqs.size() != tokens.size() || tokens.empty()) throw std::invalid_argument("eval_batch: one sequence per token");
     if (tokens.size() > static_cast<size_t>(opt_.n_batch)) throw std::invalid_argument("eval_batch: more tokens than the batch holds");
@@ -416,7 +439,7 @@ void Runner::attention_by_sequence(uint32_t l, int n) {
 }
 
 // out_base >= 0: write logits of all n tokens at row out_base; -1: last token only at row 0; -2: none.
-void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode) {
+void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode, const float* embedded) {
     one_by_one_ = row_mode == Rows::OneByOne;  // read by kernel_rows() while this chunk runs
     struct Reset {
         bool& flag;
@@ -424,7 +447,9 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     } reset{one_by_one_};
     const Hparams& hp = m_.hp;
     const int E = static_cast<int>(hp.n_embd);
-    for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
+    if (embedded) std::copy_n(embedded, static_cast<size_t>(n) * E, x_.begin());
+    else
+        for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
     last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
 
     using Clock = std::chrono::steady_clock;
@@ -433,7 +458,9 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const uint64_t wait_start = opt_.routing_trace ? m_.experts->stats().wait_ns : 0;
     if (opt_.routing_trace) opt_.routing_trace->begin_step(static_cast<uint32_t>(n));
     n_banked_ = 0;
-    row_tokens_.assign(tokens, tokens + n);
+    if (tokens) row_tokens_.assign(tokens, tokens + n);
+    else row_tokens_.assign(static_cast<size_t>(n), 0);
+    bool hidden_computed = false;
     const uint32_t bank_every = hp.res_block;
     const bool hyper = hp.hyper.n > 0;
     if (hyper)  // every copy of the stream starts as the embedding
@@ -460,6 +487,10 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
         int n_ffn = n;
         if (l + 1 == hp.n_layer && !want_all_logits && !hp.output_rows_after_norm) {
             n_ffn = last_layer_rows_;
+            if (on_hidden_ && n_ffn < n) {
+                hidden_all_rows(l, n);
+                hidden_computed = true;
+            }
             if (n_ffn == 1 && n > 1) std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
         }
         if (hyper) hyper_pre(L.hc_ffn, n_ffn);
@@ -481,9 +512,11 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     if (opt_.routing_trace)
         opt_.routing_trace->end_step(static_cast<uint64_t>(seconds_since(chunk_start) * 1e9), m_.experts->stats().wait_ns - wait_start);
     if (out_base == -2) {
+        if (on_hidden_) report_hidden(tokens, n, hidden_computed);
         stats_.eval_seconds += seconds_since(chunk_start);
         return;
     }
+    if (on_hidden_) report_hidden(tokens, n, hidden_computed);
     const int rows = want_all_logits ? n : 1;
     if (!want_all_logits && n > 1 && hp.output_rows_after_norm) {
         std::copy_n(&x_[static_cast<size_t>(n - 1) * E], E, x_.data());
@@ -495,6 +528,26 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     float* out = logits_.data() + static_cast<size_t>(std::max(0, out_base)) * hp.n_vocab;
     matmul(m_.output, xn_.data(), E, rows, out, hp.n_vocab);
     stats_.eval_seconds += seconds_since(chunk_start);
+}
+
+void Runner::hidden_all_rows(uint32_t l, int n) {
+    const Layer& L = m_.layers[l];
+    const size_t E = m_.hp.n_embd, all = static_cast<size_t>(n) * E;
+    std::copy_n(x_.begin(), all, hid_save_.begin());
+    mixed_norm(L.ffn_res_score, L.ffn_norm, n);
+    if (L.moe) ffn_moe(l, n);
+    else ffn_dense(l, n);
+    std::copy_n(x_.begin(), all, hid_pre_.begin());
+    std::copy_n(hid_save_.begin(), all, x_.begin());
+}
+
+void Runner::report_hidden(const int32_t* tokens, int n, bool computed) {
+    const size_t E = m_.hp.n_embd;
+    if (!computed) std::copy_n(x_.begin(), static_cast<size_t>(n) * E, hid_pre_.begin());
+    for (int t = 0; t < n; ++t) fops_.norm(&hid_pre_[t * E], m_.output_norm.f32(), &hid_post_[t * E], static_cast<int>(E), m_.hp.rms_eps);
+    for (const Segment& sg : segs_)
+        on_hidden_({sg.seq, past_[static_cast<size_t>(sg.seq)] - sg.n, sg.n, tokens ? tokens + sg.row0 : nullptr, &hid_pre_[sg.row0 * E],
+                    &hid_post_[sg.row0 * E]});
 }
 
 void Runner::hyper_mixes(const HyperWeights& w, int n) {

@@ -21,6 +21,15 @@
 
 namespace moe {
 
+// An eval's final hidden states (set_hidden_sink): one chunk's rows of one sequence, positions
+// [pos0, pos0 + n) holding `tokens` (null for Runner::eval_embedded), before and after the output norm.
+struct HiddenRows {
+    int seq, pos0, n;
+    const int32_t* tokens;
+    const float* pre;
+    const float* post;
+};
+
 struct RunnerOptions {
     int n_ctx = 4096;  // cache positions
     int n_threads = 2;
@@ -84,10 +93,24 @@ public:
     // token when want_all_logits, else for the last one only. Throws std::length_error when the context would
     // overflow and std::out_of_range for a token id outside the vocabulary.
     void eval(std::span<const int32_t> tokens, bool want_all_logits = false, Rows rows = Rows::Batch);
+    // Called after each chunk with every row's final hidden state (NextN/MTP drafts read them). A prompt chunk
+    // then also runs its last layer's feed-forward over all rows (apart from the rows whose logits are wanted,
+    // which keep llama.cpp's row count and so their bits). hidden_sink_bytes: the buffers it adds.
+    void set_hidden_sink(std::function<void(const HiddenRows&)> sink);
+    static uint64_t hidden_sink_bytes(const Model& layout, const RunnerOptions& opt);
+    // The same with the first layer's input rows given (n rows of n_embd) instead of token embeddings; logits
+    // of the last row only, when want_logits (a NextN/MTP model's input is computed, see mtp_draft.h).
+    void eval_embedded(const float* rows, int n, bool want_logits);
+    // A dense matmul of n_tok rows of w.ne0 (x) into n_tok rows of w.ne1 (out), in llama.cpp's order.
+    void project(const Tensor& w, const float* x, int n_tok, float* out) { matmul(w, x, w.ne0, n_tok, out, w.ne1); }
+    const ops::FloatOps& float_ops() const { return fops_; }
     // Logits of token i of the last eval (i = -1: the last token).
     const float* logits(int i = -1) const;
     int n_past() const { return n_past_; }
     int n_ctx() const { return opt_.n_ctx; }
+    int n_batch() const { return opt_.n_batch; }
+    // The last row's final hidden state before the output norm, after an eval that kept the last row's logits.
+    const float* last_hidden() const { return x_.data(); }
     int n_vocab() const { return static_cast<int>(m_.hp.n_vocab); }
     const Model& model() const { return m_; }
     // Forgets cache positions >= n (prefix reuse keeps what is below) and returns the positions kept. That is n,
@@ -125,7 +148,12 @@ private:
     // The row count whose kernels a batch of n rows uses (1 while evaluating Rows::OneByOne).
     int kernel_rows(int n) const { return one_by_one_ ? 1 : n; }
     // Per-chunk row counts: n tokens, and the rows whose last-layer feed-forward runs (llama.cpp's inp_out_ids).
-    void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode);
+    // `embedded`: the rows' input instead of the tokens' embeddings (tokens then null).
+    void eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int out_base, Rows row_mode, const float* embedded = nullptr);
+    // set_hidden_sink: the last layer's feed-forward over all n rows of a chunk whose logits rows skip
+    // it, their final hidden rows kept, the stream put back as it was; and the call per segment.
+    void hidden_all_rows(uint32_t l, int n);
+    void report_hidden(const int32_t* tokens, int n, bool computed);
 
     // Matmuls. `dense`: a MUL_MAT in llama.cpp's graph (its batched order may differ from one token's);
     // otherwise an expert's MUL_MAT_ID. `strided`: the activations are a strided view in llama.cpp, which keeps
@@ -275,7 +303,9 @@ private:
     std::vector<float> par_scratch_;             // decode_experts_in_parallel: per (expert, token) gate|up|out
     std::vector<uint8_t> par_act_;               // ... and its activation bytes
     std::vector<uint8_t> in_act_;                // each token's expert input quantized once per layer (gate, up types)
-    std::vector<float> logits_;                  // [kept][n_vocab]
+    std::function<void(const HiddenRows&)> on_hidden_;
+    std::vector<float> hid_save_, hid_pre_, hid_post_;  // on_hidden_: the stream before the all-rows pass, final rows
+    std::vector<float> logits_;                         // [kept][n_vocab]
     int logits_rows_ = 0;
     std::vector<uint64_t> selections_;  // [n_layer][n_expert] router choices
     std::vector<uint32_t> predicted_;   // experts prefetched for predicted_layer_

@@ -86,6 +86,10 @@ void DraftPlanner::observe_drafts(int drafted, int accepted) {
     }
 }
 
+void DraftPlanner::observe_draft_cost(int drafted, double seconds) {
+    if (drafted > 0 && seconds >= 0) running_average(draft_s_, draft_n_, seconds / drafted);
+}
+
 double DraftPlanner::step_seconds(int rows) const { return one_row_ * ((1 - share_) + share_ * cost_.expert_sets(rows)); }
 
 double DraftPlanner::expected_tokens(int k) const {
@@ -102,8 +106,8 @@ int DraftPlanner::depth(int available) {
     int best = 0;
     double best_rate = 1.0 / one_row_;
     for (int k = 1; k <= most; ++k) {
-        const double rate = expected_tokens(k) / step_seconds(1 + k);
-        if (rate > best_rate * 1.03) best = k, best_rate = rate;  // a margin: a near tie is not worth the variance
+        const double rate = expected_tokens(k) / (step_seconds(1 + k) + (k - 1) * draft_s_);  // the first draft row is needed anyway
+        if (rate > best_rate * 1.03) best = k, best_rate = rate;                              // a margin: a near tie is not worth the variance
     }
     // Until a few multi-row steps have been measured the experts' share is a guess: now and then verify one draft
     // to measure it (at most one step in 64 that could have drafted).
@@ -114,11 +118,9 @@ int DraftPlanner::depth(int available) {
     return best;
 }
 
-Drafter::Drafter(DraftMode mode, int max_draft, StepCost cost) : mode_(mode), max_(std::max(0, max_draft)), planner_(max_draft, cost) {
-    if (mode_ == DraftMode::Mtp) throw std::invalid_argument("--draft mtp: NextN/MTP drafts are not implemented yet (use lookup or auto)");
-}
+Drafter::Drafter(DraftMode mode, int max_draft, StepCost cost) : mode_(mode), max_(std::max(0, max_draft)), planner_(max_draft, cost) {}
 
-std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limit) {
+std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limit, int trunk_past) {
     // Drafts proposed last time but not verified: the tokens generated since say how many would have been
     // kept (for a sampled token, kept with the probability the sampler gave the draft: the acceptance rate).
     if (!shadow_.empty() && history.size() > shadow_at_) {
@@ -130,15 +132,29 @@ std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limi
     }
     limit = std::min(limit, max_);
     if (mode_ == DraftMode::Off || limit <= 0) return {};
-    std::vector<int32_t> drafts = lookup_draft(history, limit);
-    if (mode_ == DraftMode::Auto) {
-        const size_t depth = static_cast<size_t>(planner_.depth(static_cast<int>(drafts.size())));
-        if (depth == 0 && !drafts.empty()) {
-            shadow_ = drafts;
-            shadow_at_ = history.size();
-        }
-        drafts.resize(depth);
+    if (trunk_past < 0) trunk_past = static_cast<int>(history.size()) - 1;
+    // The block's drafts, timed for the planner (they cost a layer's work per token, lookup's nothing).
+    auto block_drafts = [&](int k) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<int32_t> d = mtp_->draft(seq_, history.back(), k, trunk_past);
+        planner_.observe_draft_cost(static_cast<int>(d.size()), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        return d;
+    };
+    std::vector<int32_t> drafts;
+    if (mode_ != DraftMode::Mtp) drafts = lookup_draft(history, limit);
+    // Auto takes the block's drafts where the context offers no copy (lookup's are free and, where an agent
+    // repeats itself, kept more often).
+    const bool from_block = drafts.empty() && mtp_ && mode_ != DraftMode::Lookup;
+    if (mode_ != DraftMode::Auto) return from_block ? block_drafts(limit) : drafts;
+    const int depth = planner_.depth(from_block ? limit : static_cast<int>(drafts.size()));
+    // From the block, one draft even where none pays: the block evaluates that row anyway (the trunk's newest
+    // state), and judging it against the next token keeps the acceptance measured.
+    if (from_block) drafts = block_drafts(std::max(depth, 1));
+    if (depth == 0 && !drafts.empty()) {
+        shadow_ = drafts;
+        shadow_at_ = history.size();
     }
+    drafts.resize(std::min(drafts.size(), static_cast<size_t>(depth)));
     return drafts;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/forward/mtp_draft.h"
 #include "engine/forward/runner.h"
 #include "engine/sampler/sampler.h"
 
@@ -17,9 +18,9 @@ namespace moe {
 
 enum class DraftMode {
     Off,
-    Auto,    // prompt-lookup drafts, as many as the measured cost pays for (often none)
+    Auto,    // prompt-lookup drafts, else the NextN/MTP block's where loaded, as many as the measured cost pays for
     Lookup,  // prompt-lookup drafts whenever the context offers some, up to the maximum
-    Mtp,     // the model's NextN/MTP block (not implemented: refused where asked for)
+    Mtp,     // the model's NextN/MTP block (mtp_draft.h) every step, up to the maximum
 };
 // "off", "auto", "lookup", "mtp"; std::invalid_argument naming the value otherwise.
 DraftMode parse_draft_mode(const std::string& name);
@@ -53,6 +54,8 @@ public:
     DraftPlanner(int max_draft, StepCost cost);
     int depth(int available);
     void observe_step(int rows, double seconds);
+    // Drafts that cost time of their own (MTP): `drafted` of them took `seconds`.
+    void observe_draft_cost(int drafted, double seconds);
     // A step that verified `drafted` tokens kept the first `accepted` of them.
     void observe_drafts(int drafted, int accepted);
     double acceptance() const { return kept_ / tried_; }
@@ -66,6 +69,8 @@ private:
     StepCost cost_;
     double one_row_ = 0, share_;  // running averages (one_row_ 0 until measured)
     int one_row_n_ = 0, share_n_ = 0;
+    double draft_s_ = 0;  // seconds per drafted token (0: free, as prompt lookup's)
+    int draft_n_ = 0;
     double kept_ = 1, tried_ = 2;  // the acceptance estimate's counts, decaying (prior: one half, weight two)
     int since_probe_ = 0;          // chances passed up since the last measured multi-row step
 };
@@ -90,8 +95,14 @@ class Drafter {
 public:
     Drafter(DraftMode mode, int max_draft, StepCost cost);
     DraftMode mode() const { return mode_; }
-    // Drafts to verify after `history` (its last token is the one the next step evaluates), at most `limit`.
-    std::vector<int32_t> propose(std::span<const int32_t> history, int limit);
+    // Mtp and Auto: drafts from this block's rows for sequence `seq` (not owned); Mtp without it drafts nothing.
+    void use_mtp(MtpDraft* mtp, int seq) {
+        mtp_ = mtp;
+        seq_ = seq;
+    }
+    // Drafts to verify after `history` (its last token is the one the next step evaluates; the positions before
+    // it are in the runner's cache: trunk_past of them, history.size() - 1 when not given), at most `limit`.
+    std::vector<int32_t> propose(std::span<const int32_t> history, int limit, int trunk_past = -1);
     // A new context (the next request in a server slot): drafts passed up earlier are not judged against it.
     void forget_context() { shadow_.clear(); }
     // What the step did: rows evaluated, its wall time, drafts verified and kept.
@@ -106,6 +117,8 @@ private:
     int max_;
     DraftPlanner planner_;
     DraftStats stats_;
+    MtpDraft* mtp_ = nullptr;
+    int seq_ = 0;
     std::vector<int32_t> shadow_;  // drafts the planner passed up, judged against the tokens that follow
     size_t shadow_at_ = 0;         // the history position of shadow_[0]
 };

@@ -125,8 +125,9 @@ struct MoeConfig {
 
 struct Hparams {
     std::string arch;
-    uint32_t n_layer = 0;        // trunk layers (NextN/MTP blocks excluded)
-    uint32_t n_layer_nextn = 0;  // appended NextN/MTP blocks: recognised, not run
+    uint32_t n_layer = 0;         // trunk layers (NextN/MTP blocks excluded)
+    uint32_t n_layer_nextn = 0;   // appended NextN/MTP blocks: recognised, run only as drafts (Model::mtp)
+    uint32_t n_nextn_loaded = 0;  // while loading: 1 when the first NextN block is loaded after the trunk's layers
     uint32_t n_embd = 0;
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;

@@ -29,9 +29,31 @@ const std::vector<std::string>& supported_architectures() {
 }
 
 namespace {
-std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool without_kernels = false) {
+// The NextN block a description loaded after the trunk's layers, as a one-layer model of its own. Its tensors
+// are bound already (finish), so the layer moves as plain data.
+std::unique_ptr<Model> split_off_nextn(Model& m) {
+    auto d = std::make_unique<Model>();
+    d->hp = m.hp;
+    d->hp.n_layer = 1;
+    d->hp.n_layer_nextn = 0;
+    d->hp.n_layer_dense_lead = 0;
+    d->layers.push_back(std::move(m.layers.back()));
+    m.layers.pop_back();
+    if (d->layers[0].indexer_full) d->hp.indexer.full = {true};
+    else d->hp.indexer = {};  // a glm-dsa NextN block without indexer tensors attends to every position
+    d->nextn = m.nextn;
+    m.nextn = {};
+    d->tok_embd = d->nextn.embed.present() ? d->nextn.embed : m.tok_embd;
+    d->output_norm = d->nextn.head_norm;
+    d->output = d->nextn.head.present() ? d->nextn.head : m.output;
+    d->ik_numerics = m.ik_numerics;
+    return d;
+}
+
+std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool without_kernels = false, bool mtp = false) {
     ArchLoader ld(file);
     if (without_kernels) ld.accept_types_without_kernels();
+    if (mtp) ld.want_nextn();
     const ArchEntry* entry = nullptr;
     for (const auto& a : kArchs)
         if (ld.arch() == a.name) entry = &a;
@@ -46,6 +68,8 @@ std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool 
     entry->load(ld, *m);
     ld.finish(*m, read_resident);
     if (!m->output.present() && read_resident) m->output = m->tok_embd;  // tied embeddings
+    if (m->hp.n_nextn_loaded) m->mtp = split_off_nextn(*m);
+    m->hp.n_nextn_loaded = 0;
     return m;
 }
 }  // namespace
@@ -60,9 +84,10 @@ std::vector<ExpertLayer> expert_layers(const Model& m) {
 std::unique_ptr<Model> load_model_layout(const GgufModel& file, bool without_kernels) { return describe(file, false, without_kernels); }
 
 std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt) {
-    auto m = describe(file, true);
+    auto m = describe(file, true, false, opt.mtp);
     const std::vector<ExpertLayer> layers = expert_layers(*m);
     m->experts = opt.experts ? opt.experts(file, layers, m->hp) : std::make_unique<InRamExpertSource>(file, layers);
+    if (m->mtp) m->mtp->experts = std::make_unique<InRamExpertSource>(file, expert_layers(*m->mtp));
     return m;
 }
 

@@ -19,6 +19,9 @@ using ExpertSourceFactory =
 
 struct LoadOptions {
     ExpertSourceFactory experts;
+    // Also load the first NextN/MTP block as Model::mtp (speculative drafts), where the architecture runs it;
+    // its routed experts are read into RAM whatever `experts` does with the trunk's (a draft must be cheap).
+    bool mtp = false;
 };
 
 // Throws ModelError naming the key or tensor and both values when the file contradicts itself, or naming the

@@ -141,6 +141,15 @@ struct Layer {
     MoeWeights experts;
 };
 
+// A NextN/MTP block's own tensors: its layer's input is eh_proj . [enorm(embedding of the next token);
+// hnorm(the trunk's final hidden state)], its output goes through head_norm and the output head.
+struct MtpInput {
+    Tensor eh_proj;       // [2*n_embd, n_embd]
+    Tensor enorm, hnorm;  // [n_embd] f32
+    Tensor head_norm;     // [n_embd] f32 shared_head_norm
+    Tensor embed, head;   // optional own embeddings / output head [n_embd, n_vocab] (else the trunk's)
+};
+
 struct Model {
     Hparams hp;
     Tensor tok_embd;          // [n_embd, n_vocab]
@@ -156,6 +165,11 @@ struct Model {
     // where it differs from llama.cpp's (its flash attention, routing, expert sum, fused norms; its Q8_0 and F32
     // matmul orders), so the file gives the tokens ik gives.
     bool ik_numerics = false;
+
+    // The NextN/MTP block as a one-layer model (LoadOptions::mtp, glm4moe / deepseek2 / glm-dsa): its
+    // embeddings and output are its own or the trunk's, `nextn` its input, `experts` its routed experts in RAM.
+    std::unique_ptr<Model> mtp;
+    MtpInput nextn;
 
     bool has_indexer() const { return hp.indexer.top_k > 0; }
 };

@@ -61,7 +61,8 @@ struct Generator::Slot {
 };
 
 Generator::Generator(const Model& model, std::shared_ptr<const Tokenizer> tok, RunnerOptions opt, size_t max_queue)
-    : model_(model), tok_(std::move(tok)), runner_(model, opt), recurrent_(runner_.has_recurrent_state()), max_queue_(max_queue) {
+    : model_(model), tok_(std::move(tok)), runner_(model, opt), runner_options_(opt), recurrent_(runner_.has_recurrent_state()),
+      max_queue_(max_queue) {
     for (int i = 0; i < runner_.n_seq(); ++i) {
         slots_.push_back(std::make_unique<Slot>());
         slots_.back()->seq = i;
@@ -414,7 +415,7 @@ void Generator::step() {
         Slot& slot = *going[i];
         if (!slot.drafter) continue;
         const int limit = std::min({slot.req.max_tokens - slot.drawn, runner_.n_ctx() - runner_.n_past_of(slot.seq) - 1, kMaxBatchRows - rows});
-        drafts[i] = slot.drafter->propose(slot.history, limit);
+        drafts[i] = slot.drafter->propose(slot.history, limit, runner_.n_past_of(slot.seq));
         rows += static_cast<int>(drafts[i].size());
         drafting = drafting || !drafts[i].empty();
     }
@@ -448,9 +449,14 @@ void Generator::step() {
 
 void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost) {
     draft_mode_ = mode;
+    if ((mode == DraftMode::Mtp || (mode == DraftMode::Auto && model_.mtp)) && !mtp_) {
+        mtp_ = std::make_unique<MtpDraft>(model_, runner_options_);  // std::invalid_argument without a block
+        runner_.set_hidden_sink(mtp_->hidden_sink());
+    }
     for (auto& sp : slots_) {
         if (mode == DraftMode::Off) sp->drafter.reset();
         else sp->drafter.emplace(mode, max_draft, cost);
+        if (sp->drafter) sp->drafter->use_mtp(mtp_.get(), sp->seq);
     }
 }
 

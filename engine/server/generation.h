@@ -194,7 +194,9 @@ private:
     const Model& model_;
     std::shared_ptr<const Tokenizer> tok_;
     Runner runner_;
-    const bool recurrent_;  // the model has recurrent layers (fixed at construction; read from request threads)
+    RunnerOptions runner_options_;   // what runner_ was made with (a NextN draft block's runner takes the same)
+    std::unique_ptr<MtpDraft> mtp_;  // serve --draft mtp: the block the slots draft from
+    const bool recurrent_;           // the model has recurrent layers (fixed at construction; read from request threads)
     std::vector<std::unique_ptr<Slot>> slots_;
     size_t max_queue_;
     mutable std::mutex mu_;

@@ -20,8 +20,14 @@ void load_deepseek4(ArchLoader& ld, Model& m);
 
 // Shared pieces (common.cpp).
 
-// block_count minus nextn_predict_layers, with the NextN blocks' tensors recognised and skipped.
-void load_layer_count(ArchLoader& ld, Hparams& hp);
+// block_count minus nextn_predict_layers, with the NextN blocks' tensors recognised and skipped; with
+// `runs_nextn`, the first of them is left for the description to load when the load asked for it.
+void load_layer_count(ArchLoader& ld, Hparams& hp, bool runs_nextn = false);
+// The blocks a description loads as layers: the trunk, plus the NextN/MTP block left by load_layer_count. The
+// description loads that block as it loads a trunk layer, then its own tensors with load_nextn_head; the
+// loader makes it a model of its own (Model::mtp).
+uint32_t blocks_to_load(const ArchLoader& ld, const Hparams& hp);
+void load_nextn_head(ArchLoader& ld, Model& m, uint32_t block);
 // GQA's heads: head_count, head_count_kv, key_length (default: default_head_dim, else embedding_length /
 // head_count) and value_length, which must equal it; a whole number of query heads per kv head.
 void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default_head_dim = {});
@@ -36,7 +42,7 @@ void load_embeddings(ArchLoader& ld, Model& m);
 // deepseek2 does.
 float load_rope(ArchLoader& ld, Hparams& hp, uint32_t n_rot, bool neox, bool deepseek_log_mul);
 // The start every GQA architecture shares: layer count, heads, RoPE (NeoX or not).
-void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox);
+void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox, bool runs_nextn = false);
 // GQA's RoPE: rope.dimension_count dims (default: the whole head), at most key_length.
 void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox);
 // leading_dense_block_count (at most the layer count) and their feed_forward_length.

@@ -25,6 +25,9 @@ public:
     bool ik_made() const { return ik_made_; }
     // Accept tensors of known types the engine has no kernel for (a layout for facts, never for running).
     void accept_types_without_kernels() { any_known_type_ = true; }
+    // Load the first NextN/MTP block too, where the architecture runs it (LoadOptions::mtp).
+    void want_nextn() { want_nextn_ = true; }
+    bool nextn_wanted() const { return want_nextn_; }
 
     // "<arch>.<key>" as a positive integer (<= 2^30); required keys throw when missing.
     uint32_t u32(const std::string& key, std::optional<uint32_t> fallback = std::nullopt) const;
@@ -66,6 +69,7 @@ private:
 
     const GgufModel& file_;
     bool ik_made_ = false;
+    bool want_nextn_ = false;
     bool any_known_type_ = false;
     const GgufFile& meta_;
     std::string arch_;

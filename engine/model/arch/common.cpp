@@ -6,7 +6,7 @@
 
 namespace moe::arch {
 
-void load_layer_count(ArchLoader& ld, Hparams& hp) {
+void load_layer_count(ArchLoader& ld, Hparams& hp, bool runs_nextn) {
     const uint32_t blocks = ld.u32("block_count");
     hp.n_layer_nextn = ld.u32_or_zero("nextn_predict_layers");
     if (hp.n_layer_nextn >= blocks)
@@ -14,11 +14,29 @@ void load_layer_count(ArchLoader& ld, Hparams& hp) {
                 " leaves no trunk layers of block_count " + std::to_string(blocks));
     hp.n_layer_nextn = nextn_blocks(ld.file(), ld.arch(), blocks, hp.n_layer_nextn);
     hp.n_layer = blocks - hp.n_layer_nextn;
-    // The NextN/MTP blocks feed speculative decoding only: recognised, never read or run (llama.cpp skips them too).
-    ld.skip_blocks(hp.n_layer, hp.n_layer_nextn);
+    // The NextN/MTP blocks feed speculative decoding only: recognised, and read only when drafts use the first
+    // (llama.cpp also loads them only for its MTP drafts).
+    const uint32_t loaded = runs_nextn && ld.nextn_wanted() && hp.n_layer_nextn ? 1 : 0;
+    ld.skip_blocks(hp.n_layer + loaded, hp.n_layer_nextn - loaded);
+    hp.n_nextn_loaded = loaded;
     hp.n_ctx_train = ld.u32("context_length", 4096);
     hp.n_embd = ld.u32("embedding_length");
     hp.rms_eps = ld.f32("attention.layer_norm_rms_epsilon", 1e-6f);
+}
+
+uint32_t blocks_to_load(const ArchLoader&, const Hparams& hp) { return hp.n_layer + hp.n_nextn_loaded; }
+
+void load_nextn_head(ArchLoader& ld, Model& m, uint32_t block) {
+    const uint64_t E = m.hp.n_embd;
+    const std::string p = blk(block) + "nextn.", why = "embedding_length " + std::to_string(E);
+    MtpInput& n = m.nextn;
+    ld.resident(n.eh_proj, p + "eh_proj.weight", {2 * E, E}, "2 x " + why);
+    ld.resident(n.enorm, p + "enorm.weight", {E}, why);
+    ld.resident(n.hnorm, p + "hnorm.weight", {E}, why);
+    ld.resident(n.head_norm, p + "shared_head_norm.weight", {E}, why);
+    // GLM-4.6 and later files leave these out: the model's own embeddings and output head serve.
+    ld.resident(n.embed, p + "embed_tokens.weight", {E, m.hp.n_vocab}, why, false);
+    ld.resident(n.head, p + "shared_head_head.weight", {E, m.hp.n_vocab}, why, false);
 }
 
 void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default_head_dim) {
@@ -118,8 +136,8 @@ void load_gqa_rope(ArchLoader& ld, Hparams& hp, bool neox) {
         ld.fail("rope.dimension_count " + std::to_string(hp.rope.n_rot) + " exceeds key_length " + std::to_string(g.head_dim));
 }
 
-void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox) {
-    load_layer_count(ld, hp);
+void load_gqa_trunk(ArchLoader& ld, Hparams& hp, bool neox, bool runs_nextn) {
+    load_layer_count(ld, hp, runs_nextn);
     load_gqa_heads(ld, hp);
     load_gqa_rope(ld, hp, neox);
 }

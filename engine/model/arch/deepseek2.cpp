@@ -150,7 +150,7 @@ uint32_t load_mla_config(ArchLoader& ld, Hparams& hp, bool unsplit) {
 void load_deepseek2(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
     const bool dsa = ld.arch() == "glm-dsa";
-    load_layer_count(ld, hp);
+    load_layer_count(ld, hp, /*runs_nextn=*/true);
     load_embeddings(ld, m);
     MlaConfig& c = hp.mla;
     const bool unsplit = mla_kv_b_unsplit(ld, 0);
@@ -172,14 +172,16 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
 
     const uint64_t E = hp.n_embd;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    m.layers.resize(hp.n_layer);
-    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    m.layers.resize(blocks_to_load(ld, hp));
+    for (uint32_t l = 0; l < m.layers.size(); ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
         load_mla_attention(ld, hp, L, p, unsplit);
         MlaWeights& w = L.mla;
-        if (dsa && hp.indexer.full[l]) {
+        // A NextN block runs on its own: with an indexer where it carries one, else on full MLA.
+        const bool ix_full = dsa && (l < hp.n_layer ? hp.indexer.full[l] : ld.has_tensor(p + "indexer.attn_k.weight"));
+        if (ix_full) {
             const IndexerConfig& ix = hp.indexer;
             const std::string ix_why = "indexer head_count " + std::to_string(ix.n_head) + ", key_length " + std::to_string(ix.head_dim);
             L.indexer_full = true;
@@ -195,6 +197,7 @@ void load_deepseek2(ArchLoader& ld, Model& m) {
         ld.resident(L.ffn_norm, p + "ffn_norm.weight", {E}, e_why);
         if (l < hp.n_layer_dense_lead) load_dense_ffn(ld, hp, L, p);
         else load_moe_layer(ld, hp, L, p);
+        if (l >= hp.n_layer) load_nextn_head(ld, m, l);
     }
 }
 

@@ -7,7 +7,7 @@ namespace moe::arch {
 
 void load_glm4moe(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_gqa_trunk(ld, hp, /*neox=*/true);
+    load_gqa_trunk(ld, hp, /*neox=*/true, /*runs_nextn=*/true);
     GqaConfig& g = hp.gqa;
     load_moe_config(ld, hp, Gating::Sigmoid);
     load_dense_lead(ld, hp);
@@ -15,8 +15,8 @@ void load_glm4moe(ArchLoader& ld, Model& m) {
 
     const uint64_t E = hp.n_embd;
     const std::string e_why = "embedding_length " + std::to_string(E);
-    m.layers.resize(hp.n_layer);
-    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    m.layers.resize(blocks_to_load(ld, hp));
+    for (uint32_t l = 0; l < m.layers.size(); ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         L.attn = AttentionKind::Gqa;
@@ -27,6 +27,7 @@ void load_glm4moe(ArchLoader& ld, Model& m) {
         ld.resident(L.ffn_norm, p + "post_attention_norm.weight", {E}, e_why);
         if (l < hp.n_layer_dense_lead) load_dense_ffn(ld, hp, L, p);
         else load_moe_layer(ld, hp, L, p);
+        if (l >= hp.n_layer) load_nextn_head(ld, m, l);
     }
 }
 

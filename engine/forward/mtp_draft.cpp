@@ -1,0 +1,119 @@
+#include "engine/forward/mtp_draft.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace moe {
+
+static const Model& block_of(const Model& trunk) {
+    if (!trunk.mtp) throw std::invalid_argument("the model was loaded without its NextN/MTP block");
+    return *trunk.mtp;
+}
+
+MtpDraft::MtpDraft(const Model& trunk, const RunnerOptions& opt)
+    : trunk_(trunk), block_(block_of(trunk)), runner_(block_,
+                                                      [&] {
+                                                          RunnerOptions o = opt;
+                                                          o.routing_trace = nullptr;  // the trace describes the trunk's layers
+                                                          o.max_checkpoints = 0;
+                                                          return o;
+                                                      }()),
+      E_(static_cast<int>(trunk.hp.n_embd)), seqs_(static_cast<size_t>(std::max(1, opt.n_seq))) {}
+
+const float* MtpDraft::hidden_at(const Sequence& s, int pos) const {
+    if (pos < s.tail_pos || pos >= s.tail_pos + s.tail_n) return nullptr;
+    return &s.tail[static_cast<size_t>(pos - s.tail_pos) * E_];
+}
+
+void MtpDraft::follow_trunk(Sequence& s, int trunk_pos) {
+    s.tail_n = std::clamp(trunk_pos - s.tail_pos, 0, s.tail_n);
+    if (s.past <= trunk_pos) return;
+    // Rows past the trunk's positions came from tokens it dropped (rejected drafts, another prompt). The row at
+    // trunk_pos - 1 took its next token from them too: evaluated again when its hidden state is still here.
+    s.past = hidden_at(s, trunk_pos - 1) ? trunk_pos - 1 : trunk_pos;
+}
+
+void MtpDraft::eval_rows(int seq, int pos0, const float* hidden, const int32_t* next_tokens, int n, bool want_logits) {
+    const auto start = std::chrono::steady_clock::now();
+    runner_.select_sequence(seq);
+    if (runner_.n_past() < pos0) throw std::logic_error("MtpDraft: block positions out of step with the trunk");
+    runner_.truncate(pos0);
+    const size_t E = static_cast<size_t>(E_);
+    const ops::FloatOps& f = runner_.float_ops();
+    const float eps = block_.hp.rms_eps;
+    const Tensor& embd = block_.tok_embd;
+    const MtpInput& in = block_.nextn;
+    std::vector<float> row(E);
+    cat_.resize(static_cast<size_t>(n) * 2 * E);
+    in_.resize(static_cast<size_t>(n) * E);
+    for (int r = 0; r < n; ++r) {
+        float* c = &cat_[static_cast<size_t>(r) * 2 * E];
+        kernels::dequantize_row(embd.type, embd.row(next_tokens[r]), row.data(), E_);
+        f.norm(row.data(), in.enorm.f32(), c, E_, eps);
+        f.norm(hidden + static_cast<size_t>(r) * E, in.hnorm.f32(), c + E, E_, eps);
+    }
+    runner_.project(in.eh_proj, cat_.data(), n, in_.data());
+    runner_.eval_embedded(in_.data(), n, want_logits);
+    rows_ += static_cast<uint64_t>(n);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void MtpDraft::take_rows(const HiddenRows& h) {
+    Sequence& s = seqs_.at(static_cast<size_t>(h.seq));
+    follow_trunk(s, h.pos0);
+    // A row drafted with another pending token than the one the trunk evaluated: again.
+    if (s.past == h.pos0 && h.pos0 > 0 && s.last_next != h.tokens[0] && hidden_at(s, h.pos0 - 1)) s.past = h.pos0 - 1;
+    if (s.past < h.pos0 && !hidden_at(s, s.past)) {
+        // Positions the trunk took without hidden states (a prompt cache restored them): the block skips them.
+        runner_.select_sequence(h.seq);
+        runner_.adopt_prefix(h.pos0, {});
+        s.past = h.pos0;
+    }
+    // Rows [s.past, pos0 + n - 1): their next token is in this chunk. The first may be the previous chunk's last.
+    const int first = s.past, end = h.pos0 + h.n - 1;
+    if (end > first) {
+        std::vector<float> hidden(static_cast<size_t>(end - first) * E_);
+        for (int p = first; p < end; ++p) {
+            const float* src = p >= h.pos0 ? h.post + static_cast<size_t>(p - h.pos0) * E_ : hidden_at(s, p);
+            std::copy_n(src, E_, &hidden[static_cast<size_t>(p - first) * E_]);
+        }
+        const int chunk = std::max(1, runner_.n_batch());
+        for (int p = first; p < end; p += chunk) {
+            const int c = std::min(chunk, end - p);
+            eval_rows(h.seq, p, &hidden[static_cast<size_t>(p - first) * E_], h.tokens + (p + 1 - h.pos0), c, false);
+        }
+        s.past = end;
+        s.last_next = h.tokens[h.n - 1];
+    }
+    s.tail.assign(h.post, h.post + static_cast<size_t>(h.n) * E_);
+    s.tail_pos = h.pos0;
+    s.tail_n = h.n;
+}
+
+static int32_t argmax(const float* x, int n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+std::vector<int32_t> MtpDraft::draft(int seq, int32_t pending, int k, int trunk_past) {
+    Sequence& s = seqs_.at(static_cast<size_t>(seq));
+    follow_trunk(s, trunk_past);
+    std::vector<int32_t> out;
+    const float* h = hidden_at(s, trunk_past - 1);
+    if (k <= 0 || !h || s.past < trunk_past - 1) return out;
+    // The row at trunk_past - 1 (the trunk's last hidden state, the pending token) stays: the trunk evaluates
+    // that token next. The chained rows after it are dropped again.
+    eval_rows(seq, trunk_past - 1, h, &pending, 1, true);
+    s.past = trunk_past;
+    s.last_next = pending;
+    const int V = static_cast<int>(block_.hp.n_vocab);
+    out.push_back(argmax(runner_.logits(), V));
+    std::vector<float> prev;
+    for (int j = 1; j < k && trunk_past + j <= runner_.n_ctx(); ++j) {
+        prev.assign(runner_.last_hidden(), runner_.last_hidden() + E_);
+        eval_rows(seq, trunk_past + j - 1, prev.data(), &out.back(), 1, true);
+        out.push_back(argmax(runner_.logits(), V));
+    }
+    runner_.truncate(trunk_past);
+    return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,315 @@
+// NextN/MTP drafts: the block loads only when asked for, as a one-layer model beside the trunk; handing the
+// trunk's hidden rows to it changes no trunk bit; greedy decoding with its drafts gives token for token and logit
+// for logit what decoding without them gives (prompts over several chunks, drafts of 1 to 4 tokens); the block's
+// rows follow the trunk through rejections; a file without a block (or of an architecture whose block is not
+// run) is refused with one line.
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "engine/forward/mtp_draft.h"
+#include "engine/forward/speculative.h"
+#include "engine/model/loader.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+std::string make_mtp_model(const test::TempDir& dir, const std::string& arch, std::vector<std::string> extra = {}) {
+    const std::string out = dir / (arch + ".gguf");
+    std::vector<std::string> args = {"mkmodel",
+                                     "--vocab-builtin",
+                                     "--arch",
+                                     arch,
+                                     "--layers",
+                                     "3",
+                                     "--embd",
+                                     "128",
+                                     "--heads",
+                                     "4",
+                                     "--experts",
+                                     "8",
+                                     "--experts-used",
+                                     "2",
+                                     "--ffn",
+                                     "64",
+                                     "--nextn",
+                                     "1",
+                                     "--seed",
+                                     "11",
+                                     "--dense-layers",
+                                     "1",
+                                     "--shared-experts",
+                                     "1",
+                                     "--out",
+                                     out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(cli::dispatch(args), 0);
+    return out;
+}
+
+struct Decoded {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;
+};
+
+Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n) {
+    Runner r(m, ro);
+    r.eval(prompt);
+    Decoded d;
+    for (int i = 0; i < n; ++i) {
+        const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
+        d.tokens.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+        d.logits.emplace_back(row.begin(), row.end());
+        if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
+    }
+    return d;
+}
+
+struct Drafted {
+    Decoded d;
+    int drafted = 0, kept = 0;
+    uint64_t block_rows = 0;
+};
+
+// Greedy decoding verifying `depth` MTP drafts every step (forced: no planner).
+Drafted decode_mtp(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, int depth) {
+    Runner r(m, ro);
+    MtpDraft mtp(m, ro);
+    r.set_hidden_sink(mtp.hidden_sink());
+    Sampler s({.temperature = 0.f});
+    r.eval(prompt);
+    Drafted out;
+    std::vector<int32_t> history = prompt;
+    auto emit = [&](int32_t t, std::span<const float> row) {
+        out.d.tokens.push_back(t);
+        out.d.logits.emplace_back(row.begin(), row.end());
+        return static_cast<int>(out.d.tokens.size()) < n;
+    };
+    history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
+    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
+    while (more) {
+        const int room = n - static_cast<int>(out.d.tokens.size()) - 1;
+        std::vector<int32_t> drafts = mtp.draft(0, history.back(), std::min(depth, room), r.n_past());
+        EXPECT_EQ(static_cast<int>(drafts.size()), std::max(0, std::min(depth, room)));
+        const StepOutcome o = speculative_step(r, s, history, drafts, emit);
+        out.drafted += static_cast<int>(drafts.size());
+        out.kept += o.accepted;
+        more = !o.stopped;
+    }
+    out.block_rows = mtp.rows_evaluated();
+    return out;
+}
+
+void expect_same(const Decoded& want, const Decoded& got, const std::string& what) {
+    ASSERT_EQ(want.tokens, got.tokens) << what;
+    for (size_t i = 0; i < want.logits.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
+            << what << ": logits of token " << i << " differ from decoding without drafts";
+}
+
+TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
+    test::TempDir dir;
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa"}) {
+        const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
+        const auto plain = load_model(file);
+        EXPECT_FALSE(plain->mtp) << arch;
+        const auto m = load_model(file, {.experts = {}, .mtp = true});
+        ASSERT_TRUE(m->mtp) << arch;
+        EXPECT_EQ(m->hp.n_layer, 3u) << arch;
+        EXPECT_EQ(m->layers.size(), 3u) << arch;
+        const Model& b = *m->mtp;
+        EXPECT_EQ(b.layers.size(), 1u);
+        EXPECT_EQ(b.hp.n_layer, 1u);
+        EXPECT_TRUE(b.layers[0].moe) << arch << ": the block's feed-forward is a MoE";
+        EXPECT_TRUE(b.nextn.eh_proj.present() && b.nextn.enorm.present() && b.nextn.hnorm.present() && b.nextn.head_norm.present());
+        EXPECT_EQ(b.tok_embd.data, m->tok_embd.data) << "no embed_tokens in the file: the trunk's embeddings";
+        EXPECT_EQ(b.output.data, m->output.data) << "no shared_head_head: the trunk's output head";
+        EXPECT_GT(b.experts->bytes_in_ram(), 0u) << "the block's experts are read into RAM";
+        EXPECT_EQ(b.layers[0].indexer_full, arch == "glm-dsa") << arch;
+    }
+}
+
+// Handing the hidden rows over runs each prompt chunk's last feed-forward over every row: the logits rows keep
+// their bits all the same, and the drafts (right or wrong) never change a token or a logit.
+TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
+    test::TempDir dir;
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa"}) {
+        const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
+        const auto m = load_model(file, {.experts = {}, .mtp = true});
+        const int V = static_cast<int>(m->hp.n_vocab);
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 29; ++i) prompt.push_back((7 + 37 * i) % V);
+        // n_batch 8: the prompt is 4 chunks, the block catches up chunk by chunk.
+        const RunnerOptions ro{.n_ctx = 96, .n_threads = 2, .n_batch = 8};
+        const int n = 16;
+        const Decoded plain = decode_plain(*m, ro, prompt, n);
+        for (int depth : {1, 2, 4}) {
+            const Drafted got = decode_mtp(*m, ro, prompt, n, depth);
+            const std::string what = arch + ", " + std::to_string(depth) + " drafts a step";
+            expect_same(plain, got.d, what);
+            EXPECT_GT(got.drafted, 0) << what;
+            // Every trunk position gets one block row, plus the chained rows of each step's deeper drafts.
+            EXPECT_GE(got.block_rows, prompt.size() + static_cast<size_t>(n) - 2) << what;
+        }
+    }
+}
+
+// The shared reference files that carry a NextN block (deepseek2 Q8_0, glm-dsa F16 and Q8_0: each a trunk
+// llama.cpp's outputs check), in both llama.cpp builds' numerics: drafts from their blocks change nothing.
+TEST(MtpGreedy, SharedFilesWithABlockGiveTheSameTokensWithItsDrafts) {
+    REQUIRE_ORACLE();
+    int checked = 0;
+    for (const auto& e : std::filesystem::directory_iterator(test::oracle_dir() + "/models")) {
+        if (e.path().extension() != ".gguf") continue;
+        const GgufModel file = open_gguf_model(e.path().string());
+        std::unique_ptr<Model> m;
+        try {
+            m = load_model(file, {.experts = {}, .mtp = true});
+        } catch (const std::exception&) { continue; }  // architectures the engine does not load (test_speculative lists them)
+        if (!m->mtp) continue;
+        const int V = static_cast<int>(m->hp.n_vocab);
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 19; ++i) prompt.push_back((11 + 97 * i) % V);
+        for (kernels::Flavor flavor : {kernels::Flavor::Avx512, kernels::Flavor::Avx2}) {
+            const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_batch = 8, .flavor = flavor};
+            const Decoded plain = decode_plain(*m, ro, prompt, 12);
+            const Drafted got = decode_mtp(*m, ro, prompt, 12, 3);
+            expect_same(plain, got.d, e.path().filename().string() + (flavor == kernels::Flavor::Avx2 ? " (AVX2 numerics)" : ""));
+        }
+        ++checked;
+    }
+    std::printf("[ mtp      ] %d shared files with a NextN block drafted from it\n", checked);
+    EXPECT_GE(checked, 3);
+}
+
+// The block's rows for a prompt evaluated in one go (batched catch-up) and token by token (one row a step)
+// give the same first draft, its logits within the batch-versus-row rounding.
+TEST(MtpDraft, CatchingUpInBatchesMatchesRowByRow) {
+    test::TempDir dir;
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, "glm4moe"));
+    const auto m = load_model(file, {.experts = {}, .mtp = true});
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back((3 + 11 * i) % static_cast<int>(m->hp.n_vocab));
+    const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_batch = 8};
+    auto first_draft = [&](bool one_by_one, std::vector<float>& logits) {
+        Runner r(*m, ro);
+        MtpDraft mtp(*m, ro);
+        r.set_hidden_sink(mtp.hidden_sink());
+        if (one_by_one)
+            for (int32_t t : prompt) r.eval(std::span<const int32_t>(&t, 1));
+        else r.eval(prompt);
+        const int32_t pending = 5;
+        const std::vector<int32_t> d = mtp.draft(0, pending, 1, r.n_past());
+        logits.assign(mtp.logits(), mtp.logits() + m->hp.n_vocab);
+        EXPECT_EQ(mtp.rows_evaluated(), prompt.size()) << "one block row per trunk position";
+        return d;
+    };
+    std::vector<float> a, b;
+    const auto da = first_draft(false, a), db = first_draft(true, b);
+    ASSERT_EQ(da.size(), 1u);
+    float scale = 0, diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, std::fabs(a[i]));
+        diff = std::max(diff, std::fabs(a[i] - b[i]));
+    }
+    EXPECT_LT(diff, 1e-3f * scale);
+    EXPECT_EQ(da, db);
+}
+
+// After steps whose drafts were kept, cut short and rejected, and a cut back to a shorter prefix that goes on with
+// other tokens, the block's rows are those of the final context: its
+// next draft's logits are what a block that saw that context token by token gives (within rounding).
+TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
+    test::TempDir dir;
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, "deepseek2"));
+    const auto m = load_model(file, {.experts = {}, .mtp = true});
+    const int V = static_cast<int>(m->hp.n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back((5 + 29 * i) % V);
+    const RunnerOptions ro{.n_ctx = 96, .n_threads = 2, .n_batch = 8};
+    const int n = 30;
+    const Decoded plain = decode_plain(*m, ro, prompt, n);
+    Runner r(*m, ro);
+    MtpDraft mtp(*m, ro);
+    r.set_hidden_sink(mtp.hidden_sink());
+    Sampler s({.temperature = 0.f});
+    r.eval(prompt);
+    std::vector<int32_t> history = prompt;
+    int made = 0, kept = 0, step = 0;
+    auto emit = [&](int32_t, std::span<const float>) { return ++made < n - 4; };
+    history.push_back(plain.tokens[0]);
+    emit(0, {});
+    bool more = true;
+    while (more) {
+        // The block drafts (its rows move on), but what is verified is the model's own continuation, wrong at
+        // a varying place: steps keep all, some or none of it.
+        mtp.draft(0, history.back(), 2, r.n_past());
+        const size_t done = history.size() - prompt.size();
+        std::vector<int32_t> drafts(plain.tokens.begin() + static_cast<long>(done),
+                                    plain.tokens.begin() + static_cast<long>(std::min(plain.tokens.size(), done + 3)));
+        if (step % 3 != 0 && !drafts.empty()) drafts[static_cast<size_t>(step) % drafts.size()] = (drafts.back() + 1) % V;
+        ++step;
+        const StepOutcome o = speculative_step(r, s, history, drafts, emit);
+        kept += o.accepted;
+        more = !o.stopped;
+    }
+    ASSERT_GT(kept, 0);
+    ASSERT_LT(kept, made);
+    // Then the context is cut back into the last step's rows and goes on with other tokens. (A cut further back,
+    // past the trunk's hidden rows the block keeps, leaves the block's row before the cut as it was: one stale
+    // row of context for the drafts, see follow_trunk.)
+    const int cut = r.truncate(r.n_past() - 1);
+    history.resize(static_cast<size_t>(cut));
+    const std::vector<int32_t> other = {3, 1, 4, 1};
+    history.insert(history.end(), other.begin(), other.end());
+    r.eval(other);
+    const int past = r.n_past();
+    const int32_t pending = 9;
+    std::vector<float> live, fresh;
+    mtp.draft(0, pending, 1, past);
+    live.assign(mtp.logits(), mtp.logits() + V);
+
+    Runner r2(*m, ro);
+    MtpDraft mtp2(*m, ro);
+    r2.set_hidden_sink(mtp2.hidden_sink());
+    for (int i = 0; i < past; ++i) r2.eval(std::span<const int32_t>(&history[static_cast<size_t>(i)], 1));
+    mtp2.draft(0, pending, 1, past);
+    fresh.assign(mtp2.logits(), mtp2.logits() + V);
+    float scale = 0, diff = 0;
+    for (int i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(fresh[static_cast<size_t>(i)]));
+        diff = std::max(diff, std::fabs(fresh[static_cast<size_t>(i)] - live[static_cast<size_t>(i)]));
+    }
+    EXPECT_LT(diff, 1e-3f * scale) << "after " << step << " steps, " << kept << " drafts kept";
+}
+
+TEST(MtpCli, FilesWithoutABlockOrWhoseBlockIsNotRunAreRefusedInOneLine) {
+    test::TempDir dir;
+    const std::string none = dir / "none.gguf";
+    ASSERT_EQ(cli::dispatch({"mkmodel", "--vocab-builtin", "--arch", "glm4moe", "--layers", "2", "--embd", "64", "--heads", "4", "--experts", "4",
+                             "--experts-used", "2", "--ffn", "32", "--out", none}),
+              0);
+    auto [rc, out] = test::run_moestream("run -m " + none + " -p hi -n 4 --draft mtp");
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("has no NextN/MTP block"), std::string::npos) << out;
+    const std::string qwen = dir / "qwen.gguf";
+    ASSERT_EQ(
+        cli::dispatch({"mkmodel", "--vocab-builtin", "--arch", "qwen35moe", "--layers", "4",       "--embd", "64",    "--heads", "4", "--experts",
+                       "4",       "--experts-used",  "2",      "--ffn",     "32",       "--nextn", "1",      "--out", qwen}),
+        0);
+    std::tie(rc, out) = test::run_moestream("run -m " + qwen + " -p hi -n 4 --draft mtp");
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("qwen35moe's are not run as drafts"), std::string::npos) << out;
+    // A block that is run: the run reports its drafts.
+    const std::string glm = make_mtp_model(dir, "glm4moe");
+    std::tie(rc, out) = test::run_moestream("run -m " + glm + " -p 'hello there' -n 24 --draft mtp --json", false);
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["draft"]["mode"], "mtp");
+    EXPECT_TRUE(j["tokens"].size() == 24u || j["stopped_eog"] == true) << out;
+}
+
+}  // namespace
+}  // namespace moe
