@@ -192,22 +192,24 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     std::optional<StreamingOptions> streaming;
     if (!f.ram_budget.empty()) {
         const uint64_t budget = parse_bytes("--ram-budget", f.ram_budget);
-        uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
-        // --draft mtp: the NextN block's weights and experts stay in RAM, beside a cache of one more layer, a
+        const uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
+        // --draft mtp / auto: the NextN block's weights and experts stay in RAM, beside a cache of one more layer, a
         // runner of its own (scratch of the trunk's shape at most) and the trunk's hidden rows handed to it.
-        if (f.load_mtp && facts.n_layer_nextn) {
+        uint64_t mtp = 0;
+        if (f.load_mtp && facts.n_layer_nextn && std::ranges::count(nextn_draft_architectures(), facts.arch)) {
             RunnerOptions ro;
             ro.n_ctx = static_cast<int>(n_ctx);
             ro.n_seq = n_seq;
             const auto layout = load_model_layout(le.file);
-            kv += facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
+            mtp = facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
         }
         // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
-        const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes;
+        const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes + mtp;
         if (budget <= facts.resident_bytes + kv + working)
             throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
                            human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" + human_bytes(static_cast<double>(kv)) +
-                           ") plus the engine's working memory (" + human_bytes(static_cast<double>(working)) + ")");
+                           ") plus the engine's working memory (" + human_bytes(static_cast<double>(working - mtp)) + ")" +
+                           (mtp ? " plus the NextN draft block (" + human_bytes(static_cast<double>(mtp)) + ")" : ""));
         const uint64_t cache = budget - facts.resident_bytes - kv - working;
         le.working_bytes = working;
         if (cache < facts.expert_bytes) {
@@ -236,11 +238,13 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     if (streaming) lo.experts = streaming_experts(*streaming, f.expert_store, &store_note);
     le.model = load_model(le.file, lo);
     if (const std::string why = kv_cache_types_problem(*le.model, le.kv_types); !why.empty()) throw CliError(why);
-    if (f.require_mtp && !le.model->mtp)
+    if (f.require_mtp && !le.model->mtp) {
+        std::string runs;
+        for (const auto& a : nextn_draft_architectures()) runs += (runs.empty() ? "" : ", ") + a;
         throw CliError("--draft mtp: " + path +
-                       (facts.n_layer_nextn
-                            ? " has a NextN/MTP block, but " + facts.arch + "'s are not run as drafts yet (glm4moe, deepseek2 and glm-dsa's are)"
-                            : " has no NextN/MTP block (nextn_predict_layers); --draft lookup drafts from the context"));
+                       (facts.n_layer_nextn ? " has a NextN/MTP block, but " + facts.arch + "'s are not run as drafts yet (" + runs + "'s are)"
+                                            : " has no NextN/MTP block (nextn_predict_layers); --draft lookup drafts from the context"));
+    }
     const uint64_t unlocked = le.model->resident->try_lock();
     std::string where;
     if (le.streaming) {

@@ -16,7 +16,7 @@
 namespace moe {
 namespace {
 
-std::string make_mtp_model(const test::TempDir& dir, const std::string& arch, std::vector<std::string> extra = {}) {
+std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
     const std::string out = dir / (arch + ".gguf");
     std::vector<std::string> args = {"mkmodel",
                                      "--vocab-builtin",
@@ -38,13 +38,12 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch, st
                                      "1",
                                      "--seed",
                                      "11",
-                                     "--dense-layers",
-                                     "1",
                                      "--shared-experts",
                                      "1",
                                      "--out",
                                      out};
-    args.insert(args.end(), extra.begin(), extra.end());
+    if (arch == "qwen35moe") args.insert(args.end(), {"--full-attention-interval", "2"});  // layers 0 and 2 DeltaNet
+    else args.insert(args.end(), {"--dense-layers", "1"});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
 }
@@ -111,7 +110,7 @@ void expect_same(const Decoded& want, const Decoded& got, const std::string& wha
 
 TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
     test::TempDir dir;
-    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa"}) {
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe"}) {
         const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
         const auto plain = load_model(file);
         EXPECT_FALSE(plain->mtp) << arch;
@@ -123,6 +122,7 @@ TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
         EXPECT_EQ(b.layers.size(), 1u);
         EXPECT_EQ(b.hp.n_layer, 1u);
         EXPECT_TRUE(b.layers[0].moe) << arch << ": the block's feed-forward is a MoE";
+        EXPECT_EQ(b.layers[0].attn, arch == "qwen35moe" ? AttentionKind::Gqa : m->layers[2].attn) << arch << ": full attention";
         EXPECT_TRUE(b.nextn.eh_proj.present() && b.nextn.enorm.present() && b.nextn.hnorm.present() && b.nextn.head_norm.present());
         EXPECT_EQ(b.tok_embd.data, m->tok_embd.data) << "no embed_tokens in the file: the trunk's embeddings";
         EXPECT_EQ(b.output.data, m->output.data) << "no shared_head_head: the trunk's output head";
@@ -135,7 +135,7 @@ TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
 // their bits all the same, and the drafts (right or wrong) never change a token or a logit.
 TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
     test::TempDir dir;
-    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa"}) {
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe"}) {
         const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
         const auto m = load_model(file, {.experts = {}, .mtp = true});
         const int V = static_cast<int>(m->hp.n_vocab);
@@ -294,14 +294,14 @@ TEST(MtpCli, FilesWithoutABlockOrWhoseBlockIsNotRunAreRefusedInOneLine) {
     auto [rc, out] = test::run_moestream("run -m " + none + " -p hi -n 4 --draft mtp");
     EXPECT_NE(rc, 0);
     EXPECT_NE(out.find("has no NextN/MTP block"), std::string::npos) << out;
-    const std::string qwen = dir / "qwen.gguf";
+    const std::string mm2 = dir / "mm2.gguf";
     ASSERT_EQ(
-        cli::dispatch({"mkmodel", "--vocab-builtin", "--arch", "qwen35moe", "--layers", "4",       "--embd", "64",    "--heads", "4", "--experts",
-                       "4",       "--experts-used",  "2",      "--ffn",     "32",       "--nextn", "1",      "--out", qwen}),
+        cli::dispatch({"mkmodel", "--vocab-builtin", "--arch", "minimax-m2", "--layers", "2",       "--embd", "64",    "--heads", "4", "--experts",
+                       "4",       "--experts-used",  "2",      "--ffn",      "32",       "--nextn", "1",      "--out", mm2}),
         0);
-    std::tie(rc, out) = test::run_moestream("run -m " + qwen + " -p hi -n 4 --draft mtp");
+    std::tie(rc, out) = test::run_moestream("run -m " + mm2 + " -p hi -n 4 --draft mtp");
     EXPECT_NE(rc, 0);
-    EXPECT_NE(out.find("qwen35moe's are not run as drafts"), std::string::npos) << out;
+    EXPECT_NE(out.find("minimax-m2's are not run as drafts"), std::string::npos) << out;
     // A block that is run: the run reports its drafts.
     const std::string glm = make_mtp_model(dir, "glm4moe");
     std::tie(rc, out) = test::run_moestream("run -m " + glm + " -p 'hello there' -n 24 --draft mtp --json", false);

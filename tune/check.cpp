@@ -1,5 +1,7 @@
 #include "tune/check.h"
 
+#include "engine/model/loader.h"
+
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -132,7 +134,7 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                        (m.n_layer_nextn
                             ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
                                   " loaded only for --draft mtp / auto drafts" +
-                                  (m.arch == "glm4moe" || m.arch == "deepseek2" || m.arch == "glm-dsa" ? ")" : ": not run for this architecture)")
+                                  (std::ranges::count(nextn_draft_architectures(), m.arch) ? ")" : ": not run for this architecture)")
                             : "") +
                        (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
                  : m.unsupported_reason,

@@ -8,12 +8,13 @@ namespace {
 struct ArchEntry {
     const char* name;
     void (*load)(ArchLoader&, Model&);
+    bool nextn_drafts = false;  // its description loads a NextN block for drafts (load_layer_count's runs_nextn)
 };
 
 constexpr ArchEntry kArchs[] = {
-    {"qwen3moe", arch::load_qwen3moe},     {"glm4moe", arch::load_glm4moe},       {"qwen35moe", arch::load_qwen35moe},
-    {"deepseek2", arch::load_deepseek2},   {"glm-dsa", arch::load_deepseek2},     {"gpt-oss", arch::load_gpt_oss},
-    {"minimax-m2", arch::load_minimax_m2}, {"minimax-m3", arch::load_minimax_m3}, {"kimi-k3", arch::load_kimi_k3},
+    {"qwen3moe", arch::load_qwen3moe},         {"glm4moe", arch::load_glm4moe, true},   {"qwen35moe", arch::load_qwen35moe, true},
+    {"deepseek2", arch::load_deepseek2, true}, {"glm-dsa", arch::load_deepseek2, true}, {"gpt-oss", arch::load_gpt_oss},
+    {"minimax-m2", arch::load_minimax_m2},     {"minimax-m3", arch::load_minimax_m3},   {"kimi-k3", arch::load_kimi_k3},
     {"deepseek4", arch::load_deepseek4},
 };
 
@@ -23,6 +24,16 @@ const std::vector<std::string>& supported_architectures() {
     static const std::vector<std::string> names = [] {
         std::vector<std::string> v;
         for (const auto& a : kArchs) v.emplace_back(a.name);
+        return v;
+    }();
+    return names;
+}
+
+const std::vector<std::string>& nextn_draft_architectures() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const auto& a : kArchs)
+            if (a.nextn_drafts) v.emplace_back(a.name);
         return v;
     }();
     return names;

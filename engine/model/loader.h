@@ -38,5 +38,7 @@ std::vector<ExpertLayer> expert_layers(const Model& m);
 
 // Architectures load_model accepts, in GGUF's spelling.
 const std::vector<std::string>& supported_architectures();
+// Those whose NextN/MTP block LoadOptions::mtp loads for drafts.
+const std::vector<std::string>& nextn_draft_architectures();
 
 }  // namespace moe

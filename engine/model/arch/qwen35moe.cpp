@@ -2,7 +2,8 @@
 // a causal conv over recent tokens, then the gated delta rule); every full_attention_interval-th layer is GQA
 // whose attn_q also yields a per-head output gate, with q/k RMSNorm and interleaved multi-section RoPE. Every
 // layer's feed-forward is MoE (softmax routing, renormalised weights) plus a shared expert scaled by a sigmoid
-// gate. MTP blocks after the trunk are recognised and skipped. ../shared/oracle/README-hybrid.md has the maths.
+// gate. MTP blocks after the trunk are recognised and skipped, the first loaded for drafts where asked (a
+// full-attention layer). ../shared/oracle/README-hybrid.md has the maths.
 #include "engine/model/arch/arch.h"
 
 namespace moe::arch {
@@ -10,10 +11,10 @@ namespace moe::arch {
 namespace {
 
 // Which trunk layers are DeltaNet: an explicit flag array over all blocks, else every layer but each
-// full_attention_interval-th (llama.cpp's load_arch_hparams).
+// full_attention_interval-th (llama.cpp's load_arch_hparams). A loaded MTP block is full attention.
 std::vector<bool> recurrent_layers(ArchLoader& ld, const Hparams& hp) {
     const uint32_t blocks = hp.n_layer + hp.n_layer_nextn;
-    std::vector<bool> recr(hp.n_layer);
+    std::vector<bool> recr(blocks_to_load(ld, hp), false);
     if (auto flags = ld.bool_array("attention.recurrent_layers", blocks)) {
         for (uint32_t l = 0; l < hp.n_layer; ++l) recr[l] = (*flags)[l];
     } else {
@@ -27,7 +28,7 @@ std::vector<bool> recurrent_layers(ArchLoader& ld, const Hparams& hp) {
 
 void load_qwen35moe(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_layer_count(ld, hp);
+    load_layer_count(ld, hp, /*runs_nextn=*/true);
     hp.output_rows_after_norm = true;  // its graph runs the last layer on every row (get_rows after output_norm)
     GqaConfig& g = hp.gqa;
     load_gqa_heads(ld, hp);
@@ -76,8 +77,8 @@ void load_qwen35moe(ArchLoader& ld, Model& m) {
     const std::string cwhy = "ssm conv channels 2 x " + std::to_string(S) + " x " + std::to_string(s.n_k_heads) + " + " + std::to_string(value);
     const std::string vwhy = "ssm.inner_size " + std::to_string(value);
     const std::string hwhy = "ssm.time_step_rank " + std::to_string(Hv);
-    m.layers.resize(hp.n_layer);
-    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    m.layers.resize(blocks_to_load(ld, hp));
+    for (uint32_t l = 0; l < m.layers.size(); ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, e_why);
@@ -106,6 +107,7 @@ void load_qwen35moe(ArchLoader& ld, Model& m) {
         }
         load_moe_layer(ld, hp, L, p);
         if (hp.moe.shared_gate) ld.resident(L.experts.gate_inp_sh, p + "ffn_gate_inp_shexp.weight", {E}, e_why);
+        if (l >= hp.n_layer) load_nextn_head(ld, m, l);
     }
 }
 
