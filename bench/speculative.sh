@@ -6,8 +6,8 @@
 #    and the experts' share of it the planner fits from the multi-row steps; distinct experts fetched and bytes
 #    read from disk per generated token (a verification batch reads its experts' union once);
 #  - the upper bound with perfect drafts, prompt lookup on a code-editing style prompt whose answer repeats
-#    spans of it, and the model's NextN/MTP block (mtp: every step); auto (lookup, else the block, as the
-#    measured cost pays) against off for each. Greedy output is checked to be the same in every row.
+#    spans of it, and the model's NextN/MTP block (mtp as the measured cost pays; mtp-3: three every step);
+#    auto and mtp against off. Greedy output is checked to be the same in every row.
 # Random weights: the model's output rarely repeats the prompt, and a random NextN block predicts nothing, so
 # lookup acceptance is partial and MTP acceptance near zero here (see the table): mtp's rows measure what
 # rejected drafts cost, perfect-k what right ones gain.
@@ -22,13 +22,13 @@ mkdir -p "$work"
 model=$work/speculative-glm.gguf
 if [ ! -f "$model" ]; then  # GLM-4.5-like: a dense first layer, a shared expert, and a NextN block after the trunk
   "$bin" mkmodel --arch glm4moe --layers 8 --embd 1024 --heads 16 --kv-heads 4 --head-dim 64 --experts 64 --experts-used 6 --ffn 768 \
-    --dense-layers 1 --shared-experts 1 --nextn 1 --vocab-builtin --type q4_k --seed 21 --out "$model" >/dev/null
+    --dense-layers 1 --shared-experts 1 --nextn 1 --vocab-builtin --type q4_k --seed 22 --out "$model" >/dev/null
 fi
 # 15% of the routed experts' bytes as the expert cache: the budget is the rest of the engine plus that.
 read -r resident experts cache_per_token nextn < <("$bin" check --model "$model" --no-fio --no-storage --json |
   python3 -c 'import json,sys; m=json.load(sys.stdin)["model"]; print(m["resident_bytes"], m["expert_bytes"], m["cache_bytes_per_token"], m["nextn_bytes"])')
 budget=${STREAM_BUDGET:-$((resident + experts * 15 / 100 + 512 * cache_per_token + 96 * 1024 * 1024))}
-# mtp and auto also hold the NextN block in RAM with a runner of its own: the same expert cache needs that much more.
+# mtp also holds the NextN block in RAM with a runner of its own: the same expert cache needs that much more.
 budget_mtp=$((budget + nextn + 96 * 1024 * 1024))
 prompt='def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n# the same two functions again:\ndef area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n'
 run() {  # run LABEL ARGS...: one JSON line of results
@@ -50,9 +50,12 @@ for where in ram stream; do
     for k in 1 2 4 8; do
       echo "{\"where\": \"$where\", \"run\": $(run "perfect-$k" --draft lookup --draft-max "$k" --draft-reference "$ids" "${extra[@]}")}" >> "$out"
     done
-    for mode in off lookup mtp auto; do  # mtp: 3 drafts a step (a chain deeper than MTP's one trained step loses)
-      args=(--draft "$mode" --draft-max "$([ $mode = mtp ] && echo 3 || echo 8)")
-      [ "$where" = stream ] && args+=(--ram-budget "$([ $mode = mtp ] || [ $mode = auto ] && echo "$budget_mtp" || echo "$budget")")
+    for mode in off lookup auto mtp mtp-3; do  # mtp-3: 3 drafts from the block every step (--draft-min 3)
+      case $mode in
+        mtp-3) args=(--draft mtp --draft-min 3 --draft-max 3) ;;
+        *) args=(--draft "$mode") ;;
+      esac
+      [ "$where" = stream ] && args+=(--ram-budget "$(case $mode in mtp*) echo "$budget_mtp" ;; *) echo "$budget" ;; esac)")
       echo "{\"where\": \"$where\", \"run\": $(run "$mode" "${args[@]}")}" >> "$out"
     done
   done
@@ -67,7 +70,7 @@ for r in rows: groups.setdefault((r["where"], r["run"]["label"]), []).append(r["
 for where in ("ram", "stream"):
     off = groups[(where, "off")]
     base_tok_s = statistics.median(d["tok_s"] for d in off)
-    for label in ("off", "perfect-1", "perfect-2", "perfect-4", "perfect-8", "lookup", "mtp", "auto"):
+    for label in ("off", "perfect-1", "perfect-2", "perfect-4", "perfect-8", "lookup", "auto", "mtp", "mtp-3"):
         runs = groups[(where, label)]
         d = sorted(runs, key=lambda x: x["tok_s"])[len(runs) // 2]  # the median run
         dr, io, n = d["draft"], d["io"], len(d["tokens"])

@@ -65,7 +65,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     double fio_seconds = 5, cache_fraction = 0;
     bool as_json = false, no_fio = false;
     std::string parallel_list = "1,2,4", mask_vocab, plot_path;
-    int prefetch_layers = 1, draft_max = 8;
+    int prefetch_layers = 1, draft_max = 8, draft_min = 0;
     std::string draft = "off";
     EngineFlags ef;
     po::options_description opts("moestream bench options");
@@ -82,6 +82,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         "parallel", po::value(&parallel_list)->default_value("1,2,4"), "slot counts for the batched-decode section (serve --parallel); empty: skip")(
         "draft", po::value(&draft)->default_value("off"),
         "generation with speculative decoding: auto | lookup | mtp | off (greedy tokens unchanged; serve --help says more)")(
+        "draft-min", po::value(&draft_min)->default_value(0), "auto / mtp: at least this many drafts a step")(
         "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
         "cache-fraction", po::value(&cache_fraction),
         "stream experts through a cache of this share of their bytes (0..1); "
@@ -95,7 +96,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
     po::notify(vm);
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
-    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max, draft_min);
     std::vector<int> slot_counts;
     for (size_t pos = 0; pos < parallel_list.size();) {
         const size_t comma = std::min(parallel_list.find(',', pos), parallel_list.size());
@@ -189,6 +190,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         Sampler greedy({.temperature = 0.f});
         drafter.emplace(draft_mode, draft_max, step_cost_of(facts, le.streaming));
         drafter->use_mtp(mtp.get(), 0);
+        drafter->set_min_drafts(draft_min);
         std::vector<int32_t> history = prompt;
         history.push_back(argmax({runner.logits(), le.model->hp.n_vocab}));
         for (int evaluated = 0; evaluated < n_gen;) {

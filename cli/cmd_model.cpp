@@ -129,7 +129,7 @@ int cmd_run(const std::vector<std::string>& args) {
     int n_predict = 32, threads = 2, n_ctx = 4096, top_n = 5;
     bool as_json = false, score = false, use_ref = false, no_bos = false;
     std::string draft = "off", draft_reference;
-    int draft_max = 8;
+    int draft_max = 8, draft_min = 0;
     SamplerParams sp;
     EngineFlags ef;
     po::options_description opts("moestream run options");
@@ -148,9 +148,10 @@ int cmd_run(const std::vector<std::string>& args) {
         "ref", po::bool_switch(&use_ref), "use the scalar reference forward (slow; for checking)")("no-bos", po::bool_switch(&no_bos),
                                                                                                    "do not add BOS to a text prompt")(
         "draft", po::value(&draft)->default_value("off"),
-        "speculative decoding: auto (prompt-lookup drafts, else the file's NextN block where it has one, as the measured cost pays) | "
-        "lookup (always) | mtp (the NextN block, always) | off")("draft-max", po::value(&draft_max)->default_value(8),
-                                                                 "most drafted tokens one step verifies (1..64)")(
+        "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | mtp (the file's NextN block, as "
+        "the measured cost pays) | off")("draft-min", po::value(&draft_min)->default_value(0),
+                                         "auto / mtp: at least this many drafts a step, whatever the measured cost")(
+        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
         "draft-reference", po::value(&draft_reference),
         "benchmarks: drafts are these token ids (1,2,3: a previous run's output) after the tokens generated so far, "
         "--draft-max of them every step (perfect drafts when it is this run's own greedy output)");
@@ -166,7 +167,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
-    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max, draft_min);
     const std::vector<int32_t> reference = draft_reference.empty() ? std::vector<int32_t>{} : parse_token_list(draft_reference);
     if (!reference.empty() && draft_mode != DraftMode::Lookup) throw CliError("--draft-reference needs --draft lookup (drafts every step)");
     if (use_ref && draft_mode != DraftMode::Off) throw CliError("--draft verifies on the fast forward; drop --ref");
@@ -269,6 +270,7 @@ int cmd_run(const std::vector<std::string>& args) {
     };
     Drafter drafter(draft_mode, draft_max, step_cost_of(model_facts(L.file), L.streaming));
     drafter.use_mtp(mtp.get(), 0);
+    drafter.set_min_drafts(draft_min);
     bool more = false;
     if (n_predict > 0) {
         history.push_back(sampler.sample(logits_at(-1), history));

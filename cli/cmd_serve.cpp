@@ -101,7 +101,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     size_t max_body = 4u << 20;
     HttpServerOptions http_opt;
     std::string reasoning_format = "deepseek", plan_path, prompt_cache_dir, prompt_cache_size = "8G", prompt_cache_rate = "128M";
-    int prompt_cache_min = 256, draft_max = 8;
+    int prompt_cache_min = 256, draft_max = 8, draft_min = 0;
     std::string draft = "off";
     po::options_description opts("moestream serve options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")(
@@ -123,9 +123,10 @@ int cmd_serve(const std::vector<std::string>& args) {
         "prompt-cache-rate", po::value(&prompt_cache_rate)->default_value("128M"), "bytes per second the prompt cache writes at most (0: unbounded)")(
         "prompt-cache-min", po::value(&prompt_cache_min)->default_value(256), "new prompt tokens a prefix must add to be saved")(
         "draft", po::value(&draft)->default_value("off"),
-        "speculative decoding: auto (prompt-lookup drafts, else the file's NextN block where it has one, as the measured cost pays) | "
-        "lookup (always) | mtp (the NextN block, always) | off")("draft-max", po::value(&draft_max)->default_value(8),
-                                                                 "most drafted tokens one step verifies (1..64)")(
+        "speculative decoding: auto (prompt-lookup drafts as the measured cost pays) | lookup (always) | mtp (the file's NextN block, as "
+        "the measured cost pays) | off")("draft-min", po::value(&draft_min)->default_value(0),
+                                         "auto / mtp: at least this many drafts a step, whatever the measured cost")(
+        "draft-max", po::value(&draft_max)->default_value(8), "most drafted tokens one step verifies (1..64)")(
         "max-body", po::value(&max_body)->default_value(4u << 20), "largest request body in bytes (then 413)")(
         "max-tokens", po::value(&max_tokens)->default_value(256), "default max_tokens")(
         "plan", po::value(&plan_path), "plan.yaml this server runs (moestream plan): the web page shows its decisions beside the measured figures")(
@@ -157,7 +158,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                               .write_bytes_per_s = parse_bytes("--prompt-cache-rate", prompt_cache_rate),
                               .min_tokens = prompt_cache_min,
                               .disk_busy = {}};
-    const DraftMode draft_mode = parse_draft_flags(draft, draft_max);
+    const DraftMode draft_mode = parse_draft_flags(draft, draft_max, draft_min);
     if (prompt_cache_min < 1) throw CliError("--prompt-cache-min " + std::to_string(prompt_cache_min) + " must be at least 1");
     if (!plan_path.empty()) {
         // Only the web page reads the plan: an unreadable one is reported and serving goes on without it.
@@ -264,7 +265,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                                                         .cache_type_v = engine.kv_types.v},
                                           static_cast<size_t>(max_queue));
         // Streaming, an extra row's experts are mostly new reads: assume a whole step until measured.
-        if (draft_mode != DraftMode::Off) gen->use_drafts(draft_mode, draft_max, step_cost_of(model_facts(engine.file), engine.streaming));
+        if (draft_mode != DraftMode::Off) gen->use_drafts(draft_mode, draft_max, step_cost_of(model_facts(engine.file), engine.streaming), draft_min);
         if (!prompt_cache_dir.empty()) {
             // Serving goes on without it when DIR cannot be used: a cold prompt is slower, not wrong.
             try {

@@ -50,8 +50,10 @@ void rewrite_llama_short_options(std::vector<std::string>& args) {
     }
 }
 
-DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
+DraftMode parse_draft_flags(const std::string& draft, int draft_max, int draft_min) {
     if (draft_max < 1 || draft_max > 64) throw CliError("--draft-max " + std::to_string(draft_max) + " is out of range (1..64)");
+    if (draft_min < 0 || draft_min > draft_max)
+        throw CliError("--draft-min " + std::to_string(draft_min) + " is out of range (0..--draft-max " + std::to_string(draft_max) + ")");
     DraftMode mode;
     try {
         mode = parse_draft_mode(draft);
@@ -59,10 +61,7 @@ DraftMode parse_draft_flags(const std::string& draft, int draft_max) {
     return mode;
 }
 
-void draft_flags_to_engine(DraftMode mode, EngineFlags& f) {
-    f.load_mtp = mode == DraftMode::Mtp || mode == DraftMode::Auto;
-    f.require_mtp = mode == DraftMode::Mtp;
-}
+void draft_flags_to_engine(DraftMode mode, EngineFlags& f) { f.load_mtp = f.require_mtp = mode == DraftMode::Mtp; }
 
 nlohmann::json draft_json(const Drafter& d) {
     const DraftStats& s = d.stats();

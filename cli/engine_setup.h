@@ -30,7 +30,7 @@ struct EngineFlags {
     std::string routing_trace;                               // --routing-trace FILE: append each step's routing ("" = none)
     std::string routing_trace_max = "1G";                    // its size bound (oldest steps dropped past it)
     std::string cache_type_k = "f16", cache_type_v = "f16";  // --cache-type-k / -v (-ctk / -ctv), as llama.cpp's
-    // --draft mtp / auto: load the NextN/MTP block (Model::mtp) where the engine runs the file's; mtp requires it.
+    // --draft mtp: load the NextN/MTP block (Model::mtp) where the engine runs the file's; require it.
     bool load_mtp = false, require_mtp = false;
 };
 
@@ -41,9 +41,9 @@ void rewrite_llama_short_options(std::vector<std::string>& args);
 // The cache types of --cache-type-k/-v, or CliError naming the flag, the value and the choices.
 kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::string& v);
 
-// --draft and --draft-max (run, serve, bench): the mode, or CliError naming the flag and value.
-DraftMode parse_draft_flags(const std::string& draft, int draft_max);
-// What the mode asks of the load: the NextN block for mtp (required) and auto (where the file has one).
+// --draft, --draft-max and --draft-min (run, serve, bench): the mode, or CliError naming the flag and value.
+DraftMode parse_draft_flags(const std::string& draft, int draft_max, int draft_min = 0);
+// What the mode asks of the load: the NextN block for mtp.
 void draft_flags_to_engine(DraftMode mode, EngineFlags& f);
 // What speculation did in a run or bench: the drafts verified and kept, and the planner's figures.
 nlohmann::json draft_json(const Drafter& d);

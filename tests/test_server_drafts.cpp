@@ -129,7 +129,8 @@ TEST_F(ServeDraftSlots, SlotsDraftingTogetherAnswerAsEachAlone) {
 }
 
 // serve --draft mtp on a glm-dsa file with a NextN block: two slots drafting from it at once (each its own block
-// rows, verified in one batch) answer as each does alone without drafts; auto (lookup, else the block) too.
+// rows, verified in one batch) answer as each does alone without drafts, with drafts every step (--draft-min)
+// and as the planner decides.
 TEST_F(ServeDraftSlots, NextNDraftsFromTwoSlotsAnswerAsEachAlone) {
     const std::string model = *dir_ / "dsa-nextn.gguf";
     ASSERT_EQ(cli::dispatch({"mkmodel", "--arch",  "glm-dsa", "--layers",         "3",      "--embd",
@@ -147,8 +148,8 @@ TEST_F(ServeDraftSlots, NextNDraftsFromTwoSlotsAnswerAsEachAlone) {
         ASSERT_GT(s.port(), 0) << s.log();
         for (const auto& b : bodies) alone.push_back(json::parse(test::request(s.port(), "POST", "/v1/completions", b).body));
     }
-    for (const std::string mode : {"mtp", "auto"}) {
-        test::Server s(model, {"--draft", mode, "--draft-max", "3", "--parallel", "2"});
+    for (const std::string min : {"3", "0"}) {
+        test::Server s(model, {"--draft", "mtp", "--draft-min", min, "--draft-max", "3", "--parallel", "2"});
         ASSERT_GT(s.port(), 0) << s.log();
         std::vector<json> got(bodies.size());
         std::vector<std::thread> clients;
@@ -157,12 +158,12 @@ TEST_F(ServeDraftSlots, NextNDraftsFromTwoSlotsAnswerAsEachAlone) {
         for (auto& c : clients) c.join();
         int drafted = 0;
         for (size_t i = 0; i < bodies.size(); ++i) {
-            EXPECT_EQ(got[i]["choices"][0]["text"], alone[i]["choices"][0]["text"]) << mode << ", request " << i;
-            EXPECT_EQ(got[i]["choices"][0]["logprobs"], alone[i]["choices"][0]["logprobs"]) << mode << ", request " << i;
+            EXPECT_EQ(got[i]["choices"][0]["text"], alone[i]["choices"][0]["text"]) << "--draft-min " << min << ", request " << i;
+            EXPECT_EQ(got[i]["choices"][0]["logprobs"], alone[i]["choices"][0]["logprobs"]) << "--draft-min " << min << ", request " << i;
             drafted += got[i]["timings"]["draft_n"].get<int>();
         }
-        if (mode == "mtp") { EXPECT_GT(drafted, 0) << "mtp drafts every step"; }
-        std::printf("[ drafts ] --draft %s: %d drafted over two slots\n", mode.c_str(), drafted);
+        if (min != "0") { EXPECT_GT(drafted, 0) << "--draft-min 3 drafts every step"; }
+        std::printf("[ drafts ] --draft mtp --draft-min %s: %d drafted over two slots\n", min.c_str(), drafted);
         EXPECT_EQ(s.terminate(), 0) << s.log();
     }
 }
@@ -188,6 +189,9 @@ TEST(ServeDraftFlags, BadValuesAreOneLineErrors) {
     const auto [rc3, out3] = test::run_moestream("run --model /nonexistent.gguf -p x --draft lookup --draft-max 0");
     EXPECT_NE(rc3, 0);
     EXPECT_NE(out3.find("--draft-max 0 is out of range"), std::string::npos) << out3;
+    const auto [rc4, out4] = test::run_moestream("serve --model /nonexistent.gguf --draft mtp --draft-max 2 --draft-min 3");
+    EXPECT_NE(rc4, 0);
+    EXPECT_NE(out4.find("--draft-min 3 is out of range (0..--draft-max 2)"), std::string::npos) << out4;
 }
 
 }  // namespace

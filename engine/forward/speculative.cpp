@@ -140,16 +140,14 @@ std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limi
         planner_.observe_draft_cost(static_cast<int>(d.size()), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         return d;
     };
-    std::vector<int32_t> drafts;
-    if (mode_ != DraftMode::Mtp) drafts = lookup_draft(history, limit);
-    // Auto takes the block's drafts where the context offers no copy (lookup's are free and, where an agent
-    // repeats itself, kept more often).
-    const bool from_block = drafts.empty() && mtp_ && mode_ != DraftMode::Lookup;
-    if (mode_ != DraftMode::Auto) return from_block ? block_drafts(limit) : drafts;
-    const int depth = planner_.depth(from_block ? limit : static_cast<int>(drafts.size()));
+    if (mode_ == DraftMode::Lookup) return lookup_draft(history, limit);
+    if (mode_ == DraftMode::Mtp && !mtp_) return {};
+    std::vector<int32_t> drafts = mode_ == DraftMode::Auto ? lookup_draft(history, limit) : std::vector<int32_t>{};
+    const int offered = mode_ == DraftMode::Auto ? static_cast<int>(drafts.size()) : limit;
+    const int depth = std::min(offered, std::max(planner_.depth(offered), min_));
     // From the block, one draft even where none pays: the block evaluates that row anyway (the trunk's newest
     // state), and judging it against the next token keeps the acceptance measured.
-    if (from_block) drafts = block_drafts(std::max(depth, 1));
+    if (mode_ == DraftMode::Mtp && limit > 0) drafts = block_drafts(std::max(depth, 1));
     if (depth == 0 && !drafts.empty()) {
         shadow_ = drafts;
         shadow_at_ = history.size();

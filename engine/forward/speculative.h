@@ -18,9 +18,9 @@ namespace moe {
 
 enum class DraftMode {
     Off,
-    Auto,    // prompt-lookup drafts, else the NextN/MTP block's where loaded, as many as the measured cost pays for
+    Auto,    // prompt-lookup drafts, as many as the measured cost pays for (often none)
     Lookup,  // prompt-lookup drafts whenever the context offers some, up to the maximum
-    Mtp,     // the model's NextN/MTP block (mtp_draft.h) every step, up to the maximum
+    Mtp,     // the model's NextN/MTP block (mtp_draft.h), as many as the measured cost pays for
 };
 // "off", "auto", "lookup", "mtp"; std::invalid_argument naming the value otherwise.
 DraftMode parse_draft_mode(const std::string& name);
@@ -95,7 +95,9 @@ class Drafter {
 public:
     Drafter(DraftMode mode, int max_draft, StepCost cost);
     DraftMode mode() const { return mode_; }
-    // Mtp and Auto: drafts from this block's rows for sequence `seq` (not owned); Mtp without it drafts nothing.
+    // Mtp: drafts from this block's rows for sequence `seq` (not owned); without it no drafts.
+    // Where the planner decides the depth (auto, mtp): at least `n` drafts a step all the same (--draft-min).
+    void set_min_drafts(int n) { min_ = std::max(0, n); }
     void use_mtp(MtpDraft* mtp, int seq) {
         mtp_ = mtp;
         seq_ = seq;
@@ -114,7 +116,7 @@ public:
 
 private:
     DraftMode mode_;
-    int max_;
+    int max_, min_ = 0;
     DraftPlanner planner_;
     DraftStats stats_;
     MtpDraft* mtp_ = nullptr;

@@ -447,16 +447,18 @@ void Generator::step() {
     }
 }
 
-void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost) {
+void Generator::use_drafts(DraftMode mode, int max_draft, StepCost cost, int min_draft) {
     draft_mode_ = mode;
-    if ((mode == DraftMode::Mtp || (mode == DraftMode::Auto && model_.mtp)) && !mtp_) {
+    if (mode == DraftMode::Mtp && !mtp_) {
         mtp_ = std::make_unique<MtpDraft>(model_, runner_options_);  // std::invalid_argument without a block
         runner_.set_hidden_sink(mtp_->hidden_sink());
     }
     for (auto& sp : slots_) {
         if (mode == DraftMode::Off) sp->drafter.reset();
         else sp->drafter.emplace(mode, max_draft, cost);
-        if (sp->drafter) sp->drafter->use_mtp(mtp_.get(), sp->seq);
+        if (!sp->drafter) continue;
+        sp->drafter->use_mtp(mtp_.get(), sp->seq);
+        sp->drafter->set_min_drafts(min_draft);
     }
 }
 

@@ -138,7 +138,7 @@ public:
     const PromptCache* prompt_cache() const { return prompt_cache_; }
     // Speculative decoding (serve --draft): each slot drafts with its own Drafter; the slots' tokens and drafts
     // are verified in one batch (under a grammar, against the constrained sampler). Set before the first request.
-    void use_drafts(DraftMode mode, int max_draft, StepCost cost);
+    void use_drafts(DraftMode mode, int max_draft, StepCost cost, int min_draft = 0);
     DraftMode draft_mode() const { return draft_mode_; }
     // Measured prompt evaluation time per token so far (0 before any prompt was evaluated).
     double prompt_seconds_per_token() const {
