@@ -131,6 +131,34 @@ TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
     }
 }
 
+// A block whose eh_proj contradicts the trunk's width is one ModelError naming the tensor and both shapes, and
+// only when the block is asked for (without drafts the file loads as before).
+TEST(MtpLoad, ABlockShapedAgainstTheTrunkIsRefusedByName) {
+    test::TempDir dir;
+    const GgufFile f = read_gguf_header(make_mtp_model(dir, "glm4moe"));
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : f.tensors) {
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        if (t.name == "blk.3.nextn.eh_proj.weight") {
+            d.ne = {t.ne[0], t.ne[1] / 2};  // [2E, E/2]
+            d.bytes.resize(t.nbytes / 2);
+        }
+        tensors.push_back(std::move(d));
+    }
+    const std::string out = dir / "bad-block.gguf";
+    write_gguf(out, f.kv, tensors);
+    const GgufModel file = open_gguf_model(out);
+    EXPECT_NO_THROW(load_model(file));
+    try {
+        load_model(file, {.experts = {}, .mtp = true});
+        ADD_FAILURE() << "a block of the wrong width loaded";
+    } catch (const ModelError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("blk.3.nextn.eh_proj.weight"), std::string::npos) << what;
+        EXPECT_NE(what.find("[256, 128]"), std::string::npos) << what;
+    }
+}
+
 // Handing the hidden rows over runs each prompt chunk's last feed-forward over every row: the logits rows keep
 // their bits all the same, and the drafts (right or wrong) never change a token or a logit.
 TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
