@@ -131,11 +131,10 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
         add({"engine_support", "this engine runs the model", m.supported ? CheckStatus::Pass : CheckStatus::Fail,
              m.supported
                  ? m.arch +
-                       (m.n_layer_nextn
-                            ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
-                                  " loaded only for --draft mtp / auto drafts" +
-                                  (std::ranges::count(nextn_draft_architectures(), m.arch) ? ")" : ": not run for this architecture)")
-                            : "") +
+                       (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
+                                              " loaded only for --draft mtp / auto drafts" +
+                                              (std::ranges::count(nextn_draft_architectures(), m.arch) ? ")" : ": not run for this architecture)")
+                                        : "") +
                        (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
                  : m.unsupported_reason,
              "a supported architecture and weight types",
