@@ -184,6 +184,24 @@ TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
     }
 }
 
+// The hidden-state pass repeats a prompt chunk's last layer over every row: the routing profile (and trace)
+// count that layer's choices once, as without it.
+TEST(MtpDraft, HandingHiddenRowsOverCountsEachRoutingOnce) {
+    test::TempDir dir;
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, "glm4moe"));
+    const auto m = load_model(file, {.experts = {}, .mtp = true});
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 21; ++i) prompt.push_back((2 + 13 * i) % static_cast<int>(m->hp.n_vocab));
+    const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_batch = 8};
+    Runner plain(*m, ro), fed(*m, ro);
+    MtpDraft mtp(*m, ro);
+    fed.set_hidden_sink(mtp.hidden_sink());
+    plain.eval(prompt);
+    fed.eval(prompt);
+    EXPECT_EQ(plain.expert_selections(), fed.expert_selections());
+    EXPECT_EQ(mtp.rows_evaluated(), prompt.size() - 1) << "every position whose next token is known";
+}
+
 // The shared reference files that carry a NextN block (deepseek2 Q8_0, glm-dsa F16 and Q8_0: each a trunk
 // llama.cpp's outputs check), in both llama.cpp builds' numerics: drafts from their blocks change nothing.
 TEST(MtpGreedy, SharedFilesWithABlockGiveTheSameTokensWithItsDrafts) {

@@ -262,12 +262,13 @@ void Runner::ffn_moe(uint32_t l, int n) {
     matmul(L.router, xn_.data(), E, n, probs_.data(), X);
     if (L.routed_down.present()) matmul(L.routed_down, xn_.data(), E, n, expert_in_.data(), D);  // latent MoE: the experts' input
     for (int t = 0; t < n; ++t) route_token(hp.moe, L, fops_, &probs_[t * X], &sel_[t * U], &sel_w_[t * U], row_tokens_[t]);
-    if (opt_.routing_trace) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
+    // The hidden-state pass (hidden_all_rows) repeats the chunk's last layer: its routing is counted once.
+    if (opt_.routing_trace && !hidden_pass_) opt_.routing_trace->route(l, n, U, sel_.data(), sel_w_.data());
     // Group (token, slot) pairs by expert: each expert's weights are fetched once for the whole batch.
     std::vector<std::vector<int>> users(X);
     for (int i = 0; i < n * U; ++i) {
         users[sel_[i]].push_back(i);
-        selections_[static_cast<size_t>(l) * X + sel_[i]]++;
+        if (!hidden_pass_) selections_[static_cast<size_t>(l) * X + sel_[i]]++;
     }
     // Every expert this layer needs is requested at once; each is computed as soon as its bytes are in RAM
     // (completion order). The weighted sum below is in selection order, so the order here cannot change it.

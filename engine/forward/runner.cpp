@@ -535,6 +535,10 @@ void Runner::hidden_all_rows(uint32_t l, int n) {
     const size_t E = m_.hp.n_embd, all = static_cast<size_t>(n) * E;
     std::copy_n(x_.begin(), all, hid_save_.begin());
     mixed_norm(L.ffn_res_score, L.ffn_norm, n);
+    struct Pass {
+        bool& on;
+        ~Pass() { on = false; }
+    } pass{hidden_pass_ = true};
     if (L.moe) ffn_moe(l, n);
     else ffn_dense(l, n);
     std::copy_n(x_.begin(), all, hid_pre_.begin());

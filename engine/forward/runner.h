@@ -304,6 +304,7 @@ private:
     std::vector<uint8_t> par_act_;               // ... and its activation bytes
     std::vector<uint8_t> in_act_;                // each token's expert input quantized once per layer (gate, up types)
     std::function<void(const HiddenRows&)> on_hidden_;
+    bool hidden_pass_ = false;                          // hidden_all_rows is running: its routing goes to no trace or profile
     std::vector<float> hid_save_, hid_pre_, hid_post_;  // on_hidden_: the stream before the all-rows pass, final rows
     std::vector<float> logits_;                         // [kept][n_vocab]
     int logits_rows_ = 0;
