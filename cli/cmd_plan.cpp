@@ -154,6 +154,7 @@ PlanOptions options_from(const Plan& p) {
     o.n_ubatch = p.n_ubatch;
     o.cache_type_k = p.cache_type_k;
     o.cache_type_v = p.cache_type_v;
+    o.draft = p.draft;
     o.host = p.host;
     o.port = p.port;
     o.alias = p.alias;
@@ -171,6 +172,14 @@ Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOption
     PlanOptions o = given;
     // What the engine will keep out of the budget for itself (load_engine), from the file's layout.
     if (o.target == "engine") o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel);
+    if (o.draft == "mtp") {
+        try {
+            const GgufModel file = open_gguf_model(o.model_path);
+            const auto types = kernels::KvCacheTypes{kernels::parse_kv_cache_type(o.cache_type_k).value_or(GgmlType::F16),
+                                                     kernels::parse_kv_cache_type(o.cache_type_v).value_or(GgmlType::F16)};
+            o.draft_block_bytes = draft_block_bytes(file, m, o.n_ctx, o.parallel, types);
+        } catch (const std::exception&) { o.draft_block_bytes = 0; }  // make_plan says why it cannot draft
+    }
     try {
         return make_plan(h, m, o);
     } catch (const PlanError& e) { throw CliError(e.what()); }
@@ -208,7 +217,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     int parallel = 1, rpc_port = 50052;
     double seconds = 3, link_gbps = 10, mem_gbps = 20;
     bool no_storage = false;
-    std::string head, rpc_binary, llama_binary, prompt_cache, prompt_cache_size = "8G";
+    std::string head, rpc_binary, llama_binary, prompt_cache, prompt_cache_size = "8G", draft = "off";
     std::vector<std::string> workers;
     po::options_description opts("moestream plan options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model)->required(), "GGUF model (first split)")(
@@ -244,6 +253,8 @@ int cmd_plan(const std::vector<std::string>& args) {
         "prompt-cache", po::value(&prompt_cache),
         "engine: serve --prompt-cache DIR, prompt prefixes kept across restarts (under /var/cache the unit has systemd make it)")(
         "prompt-cache-size", po::value(&prompt_cache_size)->default_value("8G"), "engine: bytes the prompt cache may take on disk")(
+        "draft", po::value(&draft)->default_value("off"),
+        "engine: serve --draft auto | lookup | mtp (the NextN block, kept in RAM: counted in the budget) | off")(
         "trace", po::value(&trace), "routing trace of this model (run/serve/bench --routing-trace): the cache's hit rate simulated on it")(
         "root", po::value(&root)->default_value("/"), "probe /proc and /sys under this directory")("seconds", po::value(&seconds)->default_value(3),
                                                                                                    "seconds per storage measurement")(
@@ -288,6 +299,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     o.n_ubatch = n_ubatch;
     o.cache_type_k = cache_type_k;
     o.cache_type_v = cache_type_v;
+    if (draft != "off" && draft != "auto" && draft != "lookup" && draft != "mtp")
+        throw CliError("--draft " + draft + ": expected auto, off, lookup or mtp");
+    o.draft = draft;
     o.host = listen;
     o.port = port;
     o.alias = alias;

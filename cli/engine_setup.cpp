@@ -159,6 +159,16 @@ uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq) 
     return Runner::working_bytes(*load_model_layout(file), ro) + kProcessBaseBytes;
 }
 
+uint64_t draft_block_bytes(const GgufModel& file, const ModelFacts& facts, uint32_t n_ctx, int n_seq, kernels::KvCacheTypes kv_types) {
+    if (!facts.n_layer_nextn || !std::ranges::count(nextn_draft_architectures(), facts.arch)) return 0;
+    RunnerOptions ro;
+    ro.n_ctx = static_cast<int>(n_ctx);
+    ro.n_seq = n_seq;
+    const auto layout = load_model_layout(file);
+    const uint64_t kv = facts.kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(n_seq);
+    return facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
+}
+
 uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq) {
     try {
         return engine_working_bytes(open_gguf_model(path), n_ctx, n_seq);
@@ -194,14 +204,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         const uint64_t kv = facts.kv_bytes(n_ctx, le.kv_types) * static_cast<uint64_t>(n_seq);  // one cache per server slot
         // --draft mtp / auto: the NextN block's weights and experts stay in RAM, beside a cache of one more layer, a
         // runner of its own (scratch of the trunk's shape at most) and the trunk's hidden rows handed to it.
-        uint64_t mtp = 0;
-        if (f.load_mtp && facts.n_layer_nextn && std::ranges::count(nextn_draft_architectures(), facts.arch)) {
-            RunnerOptions ro;
-            ro.n_ctx = static_cast<int>(n_ctx);
-            ro.n_seq = n_seq;
-            const auto layout = load_model_layout(le.file);
-            mtp = facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
-        }
+        const uint64_t mtp = f.load_mtp ? draft_block_bytes(le.file, facts, n_ctx, n_seq, le.kv_types) : 0;
         // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
         const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq) + extra_bytes + mtp;
         if (budget <= facts.resident_bytes + kv + working)

@@ -45,6 +45,7 @@ std::vector<std::string> launch_argv(const Plan& p) {
         if (p.parallel > 1) a.insert(a.end(), {"--parallel", std::to_string(p.parallel)});
         if (p.cache_type_k != "f16") a.insert(a.end(), {"--cache-type-k", p.cache_type_k});
         if (p.cache_type_v != "f16") a.insert(a.end(), {"--cache-type-v", p.cache_type_v});
+        if (p.draft != "off") a.insert(a.end(), {"--draft", p.draft});
         if (!p.out_dir.empty()) a.insert(a.end(), {"--plan", p.out_dir + "/plan.yaml"});  // the web page shows its decisions
         if (!p.profile_path.empty()) a.insert(a.end(), {"--profile", p.profile_path});
         if (!p.prompt_cache_dir.empty())

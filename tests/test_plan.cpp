@@ -698,3 +698,42 @@ TEST(PlanCli, BadPlanFilesGiveOneLine) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// plan --draft mtp: the NextN block's RAM comes out of the expert cache (the engine counts it in its budget),
+// launch.sh serves with --draft mtp, plan.yaml keeps the choice for regen; a file without a block, or a
+// llama-server target, is refused in one line.
+TEST(Planner, NextNDraftsTakeTheBlocksBytesFromTheExpertCache) {
+    ModelFacts m = moe_model(48, 0, 512, 4ull << 30);
+    m.arch = "glm4moe";
+    m.n_layer_nextn = 1;
+    PlanOptions o = opts();
+    o.ram_budget = 16ull << 30;  // below resident + experts (28 GiB): the expert cache takes the rest
+    const Plan plain = make_plan(fixture_host("server-2socket-nvme-node1", 1), m, o);
+    o.draft = "mtp";
+    o.draft_block_bytes = 700ull << 20;
+    const Plan drafted = make_plan(fixture_host("server-2socket-nvme-node1", 1), m, o);
+    EXPECT_EQ(plain.expert_cache_bytes - drafted.expert_cache_bytes, 700ull << 20);
+    EXPECT_NE(render_launch_sh(drafted).find("--draft mtp"), std::string::npos);
+    EXPECT_EQ(render_launch_sh(plain).find("--draft"), std::string::npos);
+    test::TempDir dir;
+    { std::ofstream(dir / "plan.yaml") << plan_to_yaml(drafted); }
+    EXPECT_EQ(load_plan(dir / "plan.yaml").draft, "mtp");
+    o.draft_block_bytes = 0;  // the file has no block the engine runs
+    try {
+        make_plan(fixture_host("server-2socket-nvme-node1", 1), m, o);
+        ADD_FAILURE() << "planned mtp drafts without a block";
+    } catch (const PlanError& e) { EXPECT_NE(std::string(e.what()).find("--draft mtp"), std::string::npos) << e.what(); }
+    o.draft_block_bytes = 700ull << 20;
+    o.target = "llama-server";
+    o.gpu_mem = {{0, 96ull << 30}};
+    try {
+        make_plan(fixture_host("server-2socket-nvme-node1", 1), m, o);
+        ADD_FAILURE() << "planned engine drafts for llama-server";
+    } catch (const PlanError& e) { EXPECT_NE(std::string(e.what()).find("is the engine's"), std::string::npos) << e.what(); }
+}
+
+}  // namespace
+}  // namespace moe

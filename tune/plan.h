@@ -101,6 +101,7 @@ struct Plan {
     std::optional<uint64_t> asked_ram_budget;
     std::optional<int> asked_threads;
     std::string asked_gpu_mem;
+    std::string draft = "off";       // engine: serve --draft (auto | lookup | mtp | off)
     std::string profile_path;        // routing profile: the engine keeps its hottest experts resident
     std::string routing_trace_path;  // routing trace (--trace): the cache's hit rate simulated on it, not assumed
 

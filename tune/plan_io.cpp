@@ -59,7 +59,7 @@ std::string plan_to_yaml(const Plan& p) {
     else o << YAML::Null;
     o << YAML::Key << "gpu_mem" << YAML::Value << p.asked_gpu_mem << YAML::Key << "profile" << YAML::Value << p.profile_path << YAML::Key
       << "routing_trace" << YAML::Value << p.routing_trace_path << YAML::Key << "cache_type_k" << YAML::Value << p.cache_type_k << YAML::Key
-      << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::EndMap;
+      << "cache_type_v" << YAML::Value << p.cache_type_v << YAML::Key << "draft" << YAML::Value << p.draft << YAML::EndMap;
     o << YAML::Key << "serve" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << p.host << YAML::Key << "port" << YAML::Value
       << p.port << YAML::Key << "alias" << YAML::Value << p.alias << YAML::Key << "moestream_binary" << YAML::Value << p.moestream_binary << YAML::Key
       << "user" << YAML::Value << p.service_user << YAML::Key << "prompt_cache" << YAML::Value << p.prompt_cache_dir << YAML::Key
@@ -190,6 +190,9 @@ Plan load_plan_fields(const std::string& path) {
         if (y["asked"]["routing_trace"]) p.routing_trace_path = field<std::string>(y, "asked.routing_trace", path);
         if (y["asked"]["cache_type_k"]) p.cache_type_k = field<std::string>(y, "asked.cache_type_k", path);
         if (y["asked"]["cache_type_v"]) p.cache_type_v = field<std::string>(y, "asked.cache_type_v", path);
+        if (y["asked"]["draft"]) p.draft = field<std::string>(y, "asked.draft", path);
+        if (p.draft != "off" && p.draft != "auto" && p.draft != "lookup" && p.draft != "mtp")
+            throw PlanError(path + ": asked.draft " + p.draft + " is not auto, lookup, mtp or off");
     }
     p.host = field<std::string>(y, "serve.host", path);
     p.port = field<int>(y, "serve.port", path);

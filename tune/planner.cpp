@@ -207,7 +207,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         throw PlanError("--ram-budget " + mib(*opt.ram_budget) + " exceeds the " + mib(ram) + " of RAM" +
                         (node ? " on node " + std::to_string(node->id) : ""));
     const uint64_t budget = opt.ram_budget.value_or(ram > reserve ? ram - reserve : 0);
-    const uint64_t working = opt.target == "engine" ? opt.engine_working_bytes : 0;  // the engine counts it in its budget too
+    if (opt.draft != "off" && opt.target != "engine")
+        throw PlanError("--draft " + opt.draft + " is the engine's (serve --draft); --target " + opt.target + " is planned without drafts");
+    if (opt.draft == "mtp" && !opt.draft_block_bytes)
+        throw PlanError("--draft mtp: " + opt.model_path +
+                        (m.n_layer_nextn ? " has a NextN block this engine does not run as drafts (" + m.arch + ")" : " has no NextN/MTP block"));
+    p.draft = opt.draft;
+    const uint64_t block = opt.draft == "mtp" ? opt.draft_block_bytes : 0;
+    // The engine counts its working memory (and a draft block) in its budget too.
+    const uint64_t working = opt.target == "engine" ? opt.engine_working_bytes + block : 0;
     if (budget < m.resident_bytes + p.kv_bytes + working)
         throw PlanError("--ram-budget " + mib(budget) + " is below the resident weights (" + mib(m.resident_bytes) + ") plus the KV cache for " +
                         std::to_string(opt.n_ctx) + " tokens (" + mib(p.kv_bytes) + ")" +
@@ -216,8 +224,15 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
     p.expert_cache_bytes = std::min<uint64_t>(budget - m.resident_bytes - p.kv_bytes - working, m.expert_bytes);
     if (working)
         why("working_memory", std::to_string(working),
-            "activations, scratch and logits for " + std::to_string(opt.parallel) +
-                " slot(s), plus the process itself: inside the budget, so a cgroup of it holds");
+            "activations, scratch and logits for " + std::to_string(opt.parallel) + " slot(s), plus the process itself" +
+                (block ? ", plus the NextN draft block (" + mib(block) + ": its weights and experts in RAM, a layer of KV, its runner)"
+                       : std::string()) +
+                ": inside the budget, so a cgroup of it holds");
+    if (opt.target == "engine")
+        why("draft", opt.draft,
+            opt.draft == "mtp"   ? "drafts from the file's NextN block as the measured costs pay"
+            : opt.draft == "off" ? "no speculative decoding (--draft auto: prompt-lookup drafts where the context repeats)"
+                                 : "prompt-lookup drafts (" + opt.draft + ")");
     const uint64_t need = min_expert_cache(m);
     if (p.expert_cache_bytes < need)
         throw PlanError("--ram-budget " + mib(budget) + " leaves " + mib(p.expert_cache_bytes) +

@@ -35,6 +35,8 @@ struct PlanOptions {
     std::string llama_server_binary = "llama-server";
     std::string created_by;
     double mem_bytes_per_s = 0;                             // measured RAM bandwidth for the prediction (0: not shown)
+    std::string draft = "off";                              // engine: serve --draft (mtp keeps the NextN block in RAM)
+    uint64_t draft_block_bytes = 0;                         // engine, --draft mtp: that block's bytes (draft_block_bytes)
     std::string profile_path;                               // routing profile (moestream profile)
     std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // from the profile: (layer, routed count)
 };
