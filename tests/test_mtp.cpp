@@ -11,10 +11,15 @@
 #include "engine/forward/mtp_draft.h"
 #include "engine/forward/speculative.h"
 #include "engine/model/loader.h"
+#include "tests/greedy_decode.h"
 #include "tests/test_support.h"
 
 namespace moe {
 namespace {
+
+using test::decode_plain;
+using test::Decoded;
+using test::expect_same;
 
 std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
     const std::string out = dir / (arch + ".gguf");
@@ -46,24 +51,6 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
     else args.insert(args.end(), {"--dense-layers", "1"});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
-}
-
-struct Decoded {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> logits;
-};
-
-Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n) {
-    Runner r(m, ro);
-    r.eval(prompt);
-    Decoded d;
-    for (int i = 0; i < n; ++i) {
-        const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
-        d.tokens.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-        d.logits.emplace_back(row.begin(), row.end());
-        if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
-    }
-    return d;
 }
 
 struct Drafted {
@@ -99,13 +86,6 @@ Drafted decode_mtp(const Model& m, const RunnerOptions& ro, const std::vector<in
     }
     out.block_rows = mtp.rows_evaluated();
     return out;
-}
-
-void expect_same(const Decoded& want, const Decoded& got, const std::string& what) {
-    ASSERT_EQ(want.tokens, got.tokens) << what;
-    for (size_t i = 0; i < want.logits.size(); ++i)
-        ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
-            << what << ": logits of token " << i << " differ from decoding without drafts";
 }
 
 TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {

@@ -11,10 +11,15 @@
 #include "engine/forward/speculative.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_facts.h"
+#include "tests/greedy_decode.h"
 #include "tests/test_support.h"
 
 namespace moe {
 namespace {
+
+using test::decode_plain;
+using test::Decoded;
+using test::expect_same;
 
 TEST(LookupDraft, CopiesWhatFollowedTheLatestLongestMatch) {
     //                          0  1  2  3  4  5  6  7  8  9 10 11 12
@@ -143,26 +148,7 @@ TEST(Drafter, AutoJudgesTheDraftsItPassesUpAgainstWhatFollows) {
     EXPECT_LT(wrong.planner().acceptance(), 0.45);
 }
 
-struct Decoded {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> logits;  // the row each token was chosen from
-};
-
-// Greedy decoding without drafts, one token per step.
-Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n) {
-    Runner r(m, ro);
-    r.eval(prompt);
-    Decoded d;
-    for (int i = 0; i < n; ++i) {
-        const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
-        d.tokens.push_back(argmax(row));
-        d.logits.emplace_back(row.begin(), row.end());
-        if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
-    }
-    return d;
-}
-
-// The same with drafts from `draft_for(history)` verified each step.
+// Greedy decoding with drafts from `draft_for(history)` verified each step.
 template <class DraftFn>
 Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
     Runner r(m, ro);
@@ -185,13 +171,6 @@ Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vecto
         more = !o.stopped;
     }
     return d;
-}
-
-void expect_same(const Decoded& want, const Decoded& got, const std::string& what) {
-    ASSERT_EQ(want.tokens, got.tokens) << what;
-    for (size_t i = 0; i < want.logits.size(); ++i)
-        ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
-            << what << ": logits of token " << i << " differ from decoding one token at a time";
 }
 
 // Every shared reference model the engine loads (attention, MLA, DSA, DeltaNet; every weight type; ik's files

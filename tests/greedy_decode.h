@@ -1,0 +1,42 @@
+// Greedy decoding one token per step, and comparing two decodings bit for bit: what the speculative tests
+// (lookup drafts, NextN drafts) hold their drafted decodings to.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/forward/runner.h"
+
+namespace moe::test {
+
+struct Decoded {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;  // the row each token was chosen from
+};
+
+// Greedy decoding without drafts, one token per step.
+inline Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n) {
+    Runner r(m, ro);
+    r.eval(prompt);
+    Decoded d;
+    for (int i = 0; i < n; ++i) {
+        const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
+        d.tokens.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+        d.logits.emplace_back(row.begin(), row.end());
+        if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
+    }
+    return d;
+}
+
+inline void expect_same(const Decoded& want, const Decoded& got, const std::string& what) {
+    ASSERT_EQ(want.tokens, got.tokens) << what;
+    for (size_t i = 0; i < want.logits.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
+            << what << ": logits of token " << i << " differ from decoding without drafts";
+}
+
+}  // namespace moe::test
