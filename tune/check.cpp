@@ -132,7 +132,7 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
              m.supported
                  ? m.arch +
                        (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
-                                              " loaded only for --draft mtp / auto drafts" +
+                                              " loaded only for --draft mtp" +
                                               (std::ranges::count(nextn_draft_architectures(), m.arch) ? ")" : ": not run for this architecture)")
                                         : "") +
                        (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
