@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/forward/runner.h"
+#include "engine/sampler/sampler.h"
 
 namespace moe::test {
 
@@ -25,7 +26,7 @@ inline Decoded decode_plain(const Model& m, const RunnerOptions& ro, const std::
     Decoded d;
     for (int i = 0; i < n; ++i) {
         const std::span<const float> row(r.logits(), static_cast<size_t>(r.n_vocab()));
-        d.tokens.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+        d.tokens.push_back(argmax(row));
         d.logits.emplace_back(row.begin(), row.end());
         if (i + 1 < n) r.eval(std::span<const int32_t>(&d.tokens.back(), 1));
     }

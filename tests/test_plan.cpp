@@ -696,12 +696,6 @@ TEST(PlanCli, BadPlanFilesGiveOneLine) {
     }
 }
 
-}  // namespace
-}  // namespace moe
-
-namespace moe {
-namespace {
-
 // plan --draft mtp: the NextN block's RAM comes out of the expert cache (the engine counts it in its budget),
 // launch.sh serves with --draft mtp, plan.yaml keeps the choice for regen; a file without a block, or a
 // llama-server target, is refused in one line.

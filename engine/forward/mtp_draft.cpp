@@ -1,5 +1,7 @@
 #include "engine/forward/mtp_draft.h"
 
+#include "engine/sampler/sampler.h"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -91,8 +93,6 @@ void MtpDraft::take_rows(const HiddenRows& h) {
     s.tail_n = h.n;
 }
 
-static int32_t argmax(const float* x, int n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
 std::vector<int32_t> MtpDraft::draft(int seq, int32_t pending, int k, int trunk_past) {
     Sequence& s = seqs_.at(static_cast<size_t>(seq));
     follow_trunk(s, trunk_past);
@@ -104,13 +104,13 @@ std::vector<int32_t> MtpDraft::draft(int seq, int32_t pending, int k, int trunk_
     eval_rows(seq, trunk_past - 1, h, &pending, 1, true);
     s.past = trunk_past;
     s.last_next = pending;
-    const int V = static_cast<int>(block_.hp.n_vocab);
-    out.push_back(argmax(runner_.logits(), V));
+    auto greedy = [&] { return argmax({runner_.logits(), block_.hp.n_vocab}); };
+    out.push_back(greedy());
     std::vector<float> prev;
     for (int j = 1; j < k && trunk_past + j <= runner_.n_ctx(); ++j) {
         prev.assign(runner_.last_hidden(), runner_.last_hidden() + E_);
         eval_rows(seq, trunk_past + j - 1, prev.data(), &out.back(), 1, true);
-        out.push_back(argmax(runner_.logits(), V));
+        out.push_back(greedy());
     }
     runner_.truncate(trunk_past);
     return out;
