@@ -23,7 +23,8 @@ json bench_parallel_slots(const LoadedEngine& le, int threads, uint32_t n_ctx, i
                              .flavor = le.flavor,
                              .n_seq = n,
                              .cache_type_k = le.kv_types.k,
-                             .cache_type_v = le.kv_types.v});
+                             .cache_type_v = le.kv_types.v,
+                             .swa_full = le.swa_full});
         std::vector<int32_t> next(static_cast<size_t>(n));
         std::vector<int> seqs(static_cast<size_t>(n));
         for (int s = 0; s < n; ++s) {

@@ -151,14 +151,16 @@ int cmd_bench(const std::vector<std::string>& args) {
                               .prefetch_layers = prefetch_layers,
                               .routing_trace = trace.get(),
                               .cache_type_k = le.kv_types.k,
-                              .cache_type_v = le.kv_types.v});
+                              .cache_type_v = le.kv_types.v,
+                              .swa_full = le.swa_full});
     std::unique_ptr<MtpDraft> mtp;
     if (le.model->mtp) {
         mtp = std::make_unique<MtpDraft>(*le.model, RunnerOptions{.n_ctx = static_cast<int>(n_ctx),
                                                                   .n_threads = threads,
                                                                   .flavor = le.flavor,
                                                                   .cache_type_k = le.kv_types.k,
-                                                                  .cache_type_v = le.kv_types.v});
+                                                                  .cache_type_v = le.kv_types.v,
+                                                                  .swa_full = le.swa_full});
         runner.set_hidden_sink(mtp->hidden_sink());
     }
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));

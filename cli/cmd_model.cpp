@@ -51,6 +51,7 @@ struct Loaded {
     std::unique_ptr<Model> model;
     kernels::Flavor flavor = kernels::default_flavor();
     kernels::KvCacheTypes kv_types;
+    bool swa_full = false;
     bool streaming = false;
     std::shared_ptr<const Tokenizer> tok;
     std::string summary;
@@ -64,6 +65,7 @@ Loaded load(const std::string& path, const EngineFlags& ef, uint32_t n_ctx) {
     l.model = std::move(e.model);
     l.flavor = e.flavor;
     l.kv_types = e.kv_types;
+    l.swa_full = e.swa_full;
     l.streaming = e.streaming;
     l.summary = e.summary;
     l.kernels = e.kernels;
@@ -204,7 +206,8 @@ int cmd_run(const std::vector<std::string>& args) {
                          .flavor = L.flavor,
                          .routing_trace = trace.get(),
                          .cache_type_k = L.kv_types.k,
-                         .cache_type_v = L.kv_types.v};
+                         .cache_type_v = L.kv_types.v,
+                         .swa_full = L.swa_full};
         runner = std::make_unique<Runner>(*L.model, ro);
         if (L.model->mtp) {
             mtp = std::make_unique<MtpDraft>(*L.model, ro);

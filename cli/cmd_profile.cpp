@@ -111,8 +111,12 @@ int cmd_profile(const std::vector<std::string>& args) {
     std::vector<uint64_t> totals(size_t{hp.n_layer} * hp.moe.n_expert, 0);
     uint64_t tokens = 0;
     for (const auto& p : prompts) {
-        Runner r(*le.model,
-                 {.n_ctx = n_ctx, .n_threads = threads, .flavor = le.flavor, .cache_type_k = le.kv_types.k, .cache_type_v = le.kv_types.v});
+        Runner r(*le.model, {.n_ctx = n_ctx,
+                             .n_threads = threads,
+                             .flavor = le.flavor,
+                             .cache_type_k = le.kv_types.k,
+                             .cache_type_v = le.kv_types.v,
+                             .swa_full = le.swa_full});
         auto ids = tok->encode(p, true, true);
         if (ids.empty()) continue;
         if (static_cast<int>(ids.size()) + gen > n_ctx) ids.resize(static_cast<size_t>(std::max(1, n_ctx - gen)));

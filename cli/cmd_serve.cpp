@@ -262,7 +262,8 @@ int cmd_serve(const std::vector<std::string>& args) {
                                                         .n_seq = parallel,
                                                         .routing_trace = trace.get(),
                                                         .cache_type_k = engine.kv_types.k,
-                                                        .cache_type_v = engine.kv_types.v},
+                                                        .cache_type_v = engine.kv_types.v,
+                                                        .swa_full = engine.swa_full},
                                           static_cast<size_t>(max_queue));
         // Streaming, an extra row's experts are mostly new reads: assume a whole step until measured.
         if (draft_mode != DraftMode::Off) gen->use_drafts(draft_mode, draft_max, step_cost_of(model_facts(engine.file), engine.streaming), draft_min);

@@ -40,7 +40,10 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         "routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)")(
         "cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
         "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")(
-        "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)");
+        "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)")(
+        "swa-full", po::bool_switch(&f.swa_full),
+        "sliding-window layers (gpt-oss) keep every position instead of a ring of window + batch rows, as llama.cpp's --swa-full: "
+        "prefix reuse at any point without window checkpoints, for that much more memory");
 }
 
 void rewrite_llama_short_options(std::vector<std::string>& args) {
@@ -179,6 +182,8 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     LoadedEngine le;
     le.file = open_gguf_model(path);
     ModelFacts facts = model_facts(le.file);
+    le.swa_full = f.swa_full;
+    if (f.swa_full) facts = facts.keeping_every_position();
     if (!f.numerics.empty()) {
         auto fl = kernels::parse_flavor(f.numerics);
         if (!fl) throw CliError("--numerics " + f.numerics + " is not avx512 or avx2");

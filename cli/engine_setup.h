@@ -30,6 +30,7 @@ struct EngineFlags {
     std::string routing_trace;                               // --routing-trace FILE: append each step's routing ("" = none)
     std::string routing_trace_max = "1G";                    // its size bound (oldest steps dropped past it)
     std::string cache_type_k = "f16", cache_type_v = "f16";  // --cache-type-k / -v (-ctk / -ctv), as llama.cpp's
+    bool swa_full = false;                                   // --swa-full: sliding-window layers keep every position
     // --draft mtp: load the NextN/MTP block (Model::mtp) where the engine runs the file's; require it.
     bool load_mtp = false, require_mtp = false;
 };
@@ -53,6 +54,7 @@ struct LoadedEngine {
     std::unique_ptr<Model> model;
     kernels::Flavor flavor = kernels::default_flavor();
     kernels::KvCacheTypes kv_types;  // checked against the model at load
+    bool swa_full = false;           // RunnerOptions::swa_full, counted in the budget
     bool streaming = false;
     uint64_t cache_bytes = 0;
     std::shared_ptr<DiskHealth> disk_health;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/forward/runner.h"
+#include "engine/forward/speculative.h"
 #include "engine/sampler/sampler.h"
 
 namespace moe::test {
@@ -38,6 +39,31 @@ inline void expect_same(const Decoded& want, const Decoded& got, const std::stri
     for (size_t i = 0; i < want.logits.size(); ++i)
         ASSERT_EQ(0, std::memcmp(want.logits[i].data(), got.logits[i].data(), want.logits[i].size() * sizeof(float)))
             << what << ": logits of token " << i << " differ from decoding without drafts";
+}
+
+// Greedy decoding with drafts from `draft_for(history)` verified each step.
+template <class DraftFn>
+Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
+    Runner r(m, ro);
+    Sampler s({.temperature = 0.f});
+    r.eval(prompt);
+    Decoded d;
+    std::vector<int32_t> history = prompt;
+    auto emit = [&](int32_t t, std::span<const float> row) {
+        d.tokens.push_back(t);
+        d.logits.emplace_back(row.begin(), row.end());
+        return static_cast<int>(d.tokens.size()) < n;
+    };
+    history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
+    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
+    while (more) {
+        std::vector<int32_t> drafts = draft_for(history);
+        drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(n - static_cast<int>(d.tokens.size()) - 1)));
+        const StepOutcome o = speculative_step(r, s, history, drafts, emit);
+        *kept += o.accepted;
+        more = !o.stopped;
+    }
+    return d;
 }
 
 }  // namespace moe::test

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "engine/forward/sequence_cache.h"
 #include "engine/model/loader.h"
+#include "engine/model/cache_shape.h"
 #include "engine/model/model_facts.h"
 #include "tests/test_support.h"
 #include "tune/check.h"
@@ -33,11 +34,20 @@ TEST_P(FactsVsLoader, HeaderFactsMatchTheLoadedModel) {
     EXPECT_TRUE(f.supported) << f.unsupported_reason;
     EXPECT_EQ(f.n_layer, m->hp.n_layer);
     EXPECT_EQ(f.n_layer_nextn, m->hp.n_layer_nextn);
-    const SequenceCache cache = SequenceCache::make(*m, 64);
-    EXPECT_EQ(f.cache_bytes_per_token * 64 + f.state_bytes, cache.bytes()) << f.cache_layout;
+    // A context longer than a sliding-window ring (gpt-oss), with the runner's default batch.
+    constexpr int kCtx = 2048;
+    const SequenceCache cache = SequenceCache::make(*m, kCtx, {}, kDefaultRingBatch);
+    EXPECT_EQ(cache.has_ring(), f.ring_rows > 0) << f.cache_layout;
     EXPECT_EQ(f.state_bytes, cache.recurrent_bytes());
-    EXPECT_EQ(f.kv_bytes(64, 0), cache.bytes());
-    EXPECT_EQ(f.kv_bytes(64, 3), cache.bytes() + 3 * cache.recurrent_bytes());  // checkpoints of the state
+    EXPECT_EQ(f.kv_bytes(kCtx, 0), cache.bytes()) << f.cache_layout;
+    // Checkpoints of the recurrent state and of the sliding windows.
+    EXPECT_EQ(f.kv_bytes(kCtx, 3), cache.bytes() + 3 * (cache.recurrent_bytes() + cache.window_bytes()));
+    for (kernels::KvCacheTypes types :
+         {kernels::KvCacheTypes{GgmlType::Q8_0, GgmlType::Q8_0}, kernels::KvCacheTypes{GgmlType::BF16, GgmlType::Q4_0}}) {
+        if (!kv_cache_types_problem(*m, types).empty()) continue;
+        const SequenceCache typed = SequenceCache::make(*m, kCtx, types, kDefaultRingBatch);
+        EXPECT_EQ(f.kv_bytes(kCtx, types, 2), typed.bytes() + 2 * (typed.recurrent_bytes() + typed.window_bytes())) << f.cache_layout;
+    }
     EXPECT_EQ(f.expert_bytes, m->experts->bytes_in_ram());
     // The arena pads each tensor to 64 bytes.
     EXPECT_LE(f.resident_bytes, m->resident->bytes());

@@ -17,6 +17,7 @@
 namespace moe {
 namespace {
 
+using test::decode_drafted;
 using test::decode_plain;
 using test::Decoded;
 using test::expect_same;
@@ -146,31 +147,6 @@ TEST(Drafter, AutoJudgesTheDraftsItPassesUpAgainstWhatFollows) {
         h2.push_back(1 + static_cast<int32_t>((x >> 16) % 4));  // random over the same four tokens: drafts right 1 in 4
     }
     EXPECT_LT(wrong.planner().acceptance(), 0.45);
-}
-
-// Greedy decoding with drafts from `draft_for(history)` verified each step.
-template <class DraftFn>
-Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
-    Runner r(m, ro);
-    Sampler s({.temperature = 0.f});
-    r.eval(prompt);
-    Decoded d;
-    std::vector<int32_t> history = prompt;
-    auto emit = [&](int32_t t, std::span<const float> row) {
-        d.tokens.push_back(t);
-        d.logits.emplace_back(row.begin(), row.end());
-        return static_cast<int>(d.tokens.size()) < n;
-    };
-    history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
-    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
-    while (more) {
-        std::vector<int32_t> drafts = draft_for(history);
-        drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(n - static_cast<int>(d.tokens.size()) - 1)));
-        const StepOutcome o = speculative_step(r, s, history, drafts, emit);
-        *kept += o.accepted;
-        more = !o.stopped;
-    }
-    return d;
 }
 
 // Every shared reference model the engine loads (attention, MLA, DSA, DeltaNet; every weight type; ik's files

@@ -247,6 +247,10 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
                  ? " + the recurrent state " + mib(m.state_bytes) + " x (1 + " + std::to_string(ModelFacts::kDefaultCheckpoints) + " checkpoints)"
                  : "") +
             (m.fixed_k_elems || m.fixed_f32_bytes ? " + " + mib(m.kv_bytes(0, kv_types, 0)) + " whatever the context" : "") +
+            (m.ring_rows && opt.n_ctx > m.ring_rows
+                 ? " + sliding-window rings of " + std::to_string(m.ring_rows) + " rows " + mib(m.ring_bytes(kv_types)) + " + their windows " +
+                       mib(m.window_snapshot_bytes(kv_types)) + " x " + std::to_string(ModelFacts::kDefaultCheckpoints) + " checkpoints"
+                 : "") +
             (opt.parallel > 1 ? ")" : "") + "; one sequence at 4k / 128k / 1M positions: " + mib(m.kv_bytes(4096, kv_types)) + " / " +
             mib(m.kv_bytes(131072, kv_types)) + " / " + mib(m.kv_bytes(1048576, kv_types)));
     why("expert_cache", std::to_string(p.expert_cache_bytes),

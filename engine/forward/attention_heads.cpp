@@ -14,7 +14,7 @@ namespace moe {
 // map to kv heads in groups (GQA). With `sel`, each token's (and kv head's) selection limits the positions it sees.
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                              float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window,
-                             const float* sinks) {
+                             const float* sinks, int ring) {
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);
@@ -40,8 +40,10 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         }
         return kv;
     };
+    // Rows the batch's views span: every position up to its last row, or a wrapped ring's rows.
+    const int view_rows = ring ? ring : n_past_ + n;
     if (typed_v_f32) {
-        const int n_kv = n_past_ + n;
+        const int n_kv = view_rows;
         v_floats = static_cast<size_t>(n_kv) * base.dv;
         if (kv_f32_.size() < v_floats * kv_heads) kv_f32_.resize(v_floats * kv_heads);
         pool_.parallel_for(kv_heads, [&](int64_t h0, int64_t h1) {
@@ -55,7 +57,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         });
     }
     if (tiled) {
-        const int n_kv = n_past_ + n, tiles = (n_kv + ggml::kFaTile - 1) / ggml::kFaTile;
+        const int n_kv = view_rows, tiles = (n_kv + ggml::kFaTile - 1) / ggml::kFaTile;
         k_tile_floats = static_cast<size_t>(tiles) * ggml::kFaTile * base.dk;
         v_floats = static_cast<size_t>(n_kv) * base.dv;
         if (kv_f32_.size() < (k_tile_floats + v_floats) * kv_heads) kv_f32_.resize((k_tile_floats + v_floats) * kv_heads);
@@ -117,9 +119,19 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
-            ops::KvView kv = head_view(kvh, n_past_ + t + 1);
+            ops::KvView kv = head_view(kvh, ring ? ring : n_past_ + t + 1);
             if (sinks) kv.sinks = sinks + h, kv.n_sinks = group_fn ? group : 1;
-            if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0) {
+            if (ring) {
+                // Row r holds the newest position p < end with p = r (mod ring); this token sees p in its window.
+                const int pos = n_past_ + t, last = n_past_ + n - 1;
+                visible.assign(static_cast<size_t>(ring), 0);
+                for (int r = 0; r < ring; ++r) {
+                    const int p = last - ((last - r) % ring + ring) % ring;
+                    visible[static_cast<size_t>(r)] = p >= 0 && p <= pos && pos - p < window;
+                }
+                kv.visible = visible.data();
+                visible_for = -1;
+            } else if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0) {
                 // Positions before a sliding window are masked. One-row kernels skip masked positions one by one,
                 // so their view simply starts at the window; tiles (and ik's 128-position blocks) keep their origin,
                 // as llama.cpp's do, so the view starts at the window's tile or block and masks the rest of it (a

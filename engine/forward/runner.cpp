@@ -33,7 +33,7 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     if (opt_.n_ctx <= 0) throw std::invalid_argument("context size must be positive");
     if (opt_.n_batch <= 0) opt_.n_batch = 512;
     if (opt_.n_seq < 1) throw std::invalid_argument("the number of sequences must be positive");
-    for (int i = 0; i < opt_.n_seq; ++i) caches_.push_back(SequenceCache::make(m_, opt_.n_ctx, opt_.kv_types()));
+    for (int i = 0; i < opt_.n_seq; ++i) caches_.push_back(SequenceCache::make(m_, opt_.n_ctx, opt_.kv_types(), opt_.swa_full ? 0 : opt_.n_batch));
     past_.assign(static_cast<size_t>(opt_.n_seq), 0);
     seq_checkpoints_.resize(static_cast<size_t>(opt_.n_seq));
     select_sequence(0);
@@ -171,38 +171,44 @@ void Runner::select_sequence(int seq) {
 int Runner::truncate(int n) {
     if (n < 0 || n > n_past_) throw std::out_of_range("truncate beyond the cached positions");
     auto kept = [&](int p) { return past_[static_cast<size_t>(active_)] = n_past_ = p; };
-    if (n == n_past_ || !cache_->has_recurrent()) return kept(n);
+    if (n == n_past_) return kept(n);
     while (!checkpoints_->empty() && checkpoints_->back().pos > n) checkpoints_->pop_back();
+    if (!cache_->has_recurrent() && n >= cache_->reach()) return kept(n);
     if (checkpoints_->empty()) {
         cache_->reset_recurrent();
+        cache_->high = 0;  // everything again from position 0
         return kept(0);
     }
-    cache_->restore_recurrent(checkpoints_->back().state);
-    return kept(checkpoints_->back().pos);
+    const Checkpoint& c = checkpoints_->back();
+    if (cache_->has_recurrent()) cache_->restore_recurrent(c.state);
+    if (cache_->has_ring()) cache_->restore_window(c.pos, c.window);
+    return kept(c.pos);
 }
 
 void Runner::checkpoint() {
-    if (!cache_->has_recurrent() || opt_.max_checkpoints <= 0) return;
+    if (!keeps_snapshots() || opt_.max_checkpoints <= 0) return;
     while (!checkpoints_->empty() && checkpoints_->back().pos >= n_past_) checkpoints_->pop_back();
     if (static_cast<int>(checkpoints_->size()) >= opt_.max_checkpoints) checkpoints_->erase(checkpoints_->begin());
-    Checkpoint c{n_past_, {}};
-    cache_->save_recurrent(c.state);
+    Checkpoint c{n_past_, {}, {}};
+    if (cache_->has_recurrent()) cache_->save_recurrent(c.state);
+    if (cache_->has_ring()) cache_->save_window(n_past_, c.window);
     checkpoints_->push_back(std::move(c));
 }
 
 Runner::Checkpoint Runner::mark() const {
-    Checkpoint c{n_past_, {}};
+    Checkpoint c{n_past_, {}, {}};
     if (cache_->has_recurrent()) cache_->save_recurrent(c.state);
     return c;
 }
 
 void Runner::rewind(const Checkpoint& mark) {
     if (mark.pos < 0 || mark.pos > n_past_) throw std::out_of_range("rewind beyond the cached positions");
+    if (mark.pos < cache_->reach()) throw std::logic_error("rewind further back than the sliding-window ring keeps");
     if (cache_->has_recurrent()) {
         if (mark.state.empty()) throw std::invalid_argument("rewind: a recurrent sequence needs the mark's state");
         cache_->restore_recurrent(mark.state);
-        while (!checkpoints_->empty() && checkpoints_->back().pos > mark.pos) checkpoints_->pop_back();
     }
+    while (!checkpoints_->empty() && checkpoints_->back().pos > mark.pos) checkpoints_->pop_back();
     past_[static_cast<size_t>(active_)] = n_past_ = mark.pos;
 }
 
@@ -213,6 +219,8 @@ void Runner::adopt_prefix(int n, std::vector<Checkpoint> snapshots) {
         if (snapshots.empty() || snapshots.back().pos != n) throw std::invalid_argument("a recurrent prefix needs the state at its end");
         cache_->restore_recurrent(snapshots.back().state);
     }
+    // Rows written from outside up to n (rings: position order, so the ring holds the last ones).
+    cache_->high = n;
     const auto keep = static_cast<ptrdiff_t>(std::max(0, opt_.max_checkpoints));
     if (static_cast<ptrdiff_t>(snapshots.size()) > keep) snapshots.erase(snapshots.begin(), snapshots.end() - keep);
     *checkpoints_ = std::move(snapshots);
@@ -451,6 +459,11 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     else
         for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
     last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
+    // Rows are stored from here on (before any layer may fail), so a ring counts them as written.
+    for (const Segment& sg : segs_) {
+        SequenceCache& c = caches_[static_cast<size_t>(sg.seq)];
+        c.high = std::max(c.high, past_[static_cast<size_t>(sg.seq)] + sg.n);
+    }
 
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };

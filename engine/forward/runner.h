@@ -50,6 +50,9 @@ struct RunnerOptions {
     // (Two scalars, not a KvCacheTypes: designated initializers elsewhere leave them out without a warning.)
     GgmlType cache_type_k = GgmlType::F16, cache_type_v = GgmlType::F16;
     kernels::KvCacheTypes kv_types() const { return {cache_type_k, cache_type_v}; }
+    // Sliding-window layers keep every position (llama.cpp's --swa-full) instead of a ring of window + n_batch
+    // rows: prefix reuse at any point without snapshots, for that much more memory.
+    bool swa_full = false;
 };
 
 struct RunnerStats {
@@ -114,21 +117,27 @@ public:
     int n_vocab() const { return static_cast<int>(m_.hp.n_vocab); }
     const Model& model() const { return m_; }
     // Forgets cache positions >= n (prefix reuse keeps what is below) and returns the positions kept. That is n,
-    // except on models with recurrent layers (qwen35moe), whose state cannot be cut back: there the newest
-    // checkpoint at or below n is restored (0 when there is none) and later checkpoints are dropped.
+    // except where a cut cannot keep what the next token needs: a recurrent state (qwen35moe's DeltaNet) has no
+    // history, and a sliding-window ring (swa_full off) keeps its window only for cuts within its slack
+    // (SequenceCache::reach). There the newest checkpoint at or below n is restored (0 when there is none).
+    // Checkpoints above the positions kept are dropped.
     int truncate(int n);
-    // Recurrent models: keeps a snapshot of the recurrent state at n_past (replacing an older snapshot at the
-    // same position; the oldest go beyond max_checkpoints). No-op for models without recurrent layers.
+    // Where truncate may need them (keeps_snapshots()): keeps a snapshot of the recurrent state and of the
+    // sliding windows at n_past (replacing an older snapshot at the same position; the oldest go beyond
+    // max_checkpoints). No-op for other models.
     void checkpoint();
     bool has_recurrent_state() const { return cache_->has_recurrent(); }
-    // A snapshot of the recurrent state after `pos` positions.
+    bool keeps_snapshots() const { return cache_->has_recurrent() || cache_->has_ring(); }
+    // A snapshot after `pos` positions: the recurrent state, and the sliding-window rows before pos.
     struct Checkpoint {
         int pos;
         std::vector<float> state;
+        std::vector<uint8_t> window;
     };
     // The selected sequence's state at n_past (recurrent models: its recurrent state; others: the position
     // only), and going back to such a mark: positions past it are forgotten, checkpoints past it dropped. A
-    // speculative step marks before its drafts and rewinds past the first rejected one.
+    // speculative step marks before its drafts and rewinds past the first rejected one (a ring's slack holds a
+    // batch, so a step's rows never reach its window).
     Checkpoint mark() const;
     void rewind(const Checkpoint& mark);
     // The selected sequence's snapshots, oldest first.
@@ -139,7 +148,7 @@ public:
     // snapshots (recurrent models: one of them at n, whose state becomes the current one).
     void adopt_prefix(int n, std::vector<Checkpoint> snapshots);
     size_t checkpoint_count() const { return checkpoints_->size(); }
-    uint64_t checkpoint_bytes() const { return checkpoints_->size() * cache_->recurrent_bytes(); }
+    uint64_t checkpoint_bytes() const { return checkpoints_->size() * (cache_->recurrent_bytes() + cache_->window_bytes()); }
     const RunnerStats& stats() const { return stats_; }
     // How often the router chose each expert: [layer * n_expert + expert], for routing profiles.
     const std::vector<uint64_t>& expert_selections() const { return selections_; }
@@ -206,10 +215,12 @@ private:
     };
     void msa_select(uint32_t l, int row0, int n);  // MSA indexer of a segment's rows: fills key_sel_ per kv head
     // Flash attention of n query rows against the selected sequence's cache. sel: each row sees only the positions
-    // it selects; window > 0: only its last `window` positions; sinks: one logit per query head.
+    // it selects; window > 0: only its last `window` positions; sinks: one logit per query head; ring > 0: the
+    // layer's rows are a wrapped ring of that many (SequenceCache::wrapped), read in row order as llama.cpp reads
+    // its cells, each row's window masked.
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                          float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
-                         const float* sinks = nullptr);
+                         const float* sinks = nullptr, int ring = 0);
 
     // Feed-forward kinds: read xn_ (n rows), add their output to x_.
     void ffn_dense(uint32_t l, int n);

@@ -48,7 +48,7 @@ std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) 
     return why;
 }
 
-SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTypes types) {
+SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTypes types, int ring_batch) {
     if (const std::string why = kv_cache_types_problem(m, types); !why.empty()) throw std::invalid_argument(why);
     SequenceCache c;
     c.n_ctx = n_ctx;
@@ -63,7 +63,13 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
     c.v_width.assign(L, 0);
     c.k_row.assign(L, 0);
     c.v_row.assign(L, 0);
-    const std::vector<LayerCacheShape> shape = cache_shape(m);
+    c.ring.assign(L, 0);
+    std::vector<LayerCacheShape> shape = cache_shape(m, static_cast<uint32_t>(std::max(ring_batch, 0)));
+    for (size_t l = 0; l < L; ++l) {
+        if (m.layers[l].sliding) c.window = static_cast<int>(m.hp.gqa.window);
+        if (shape[l].ring && shape[l].ring < static_cast<uint32_t>(n_ctx)) c.ring[l] = static_cast<int>(shape[l].ring), c.ringed = true;
+        else shape[l].ring = 0;
+    }
     for (const LayerCacheShape& s : shape)
         if (s.ix_width) c.ix_width = static_cast<int>(s.ix_width), c.ix_type = s.ix_f32 ? GgmlType::F32 : types.k;
     c.ix_row = bytes_of(c.ix_type, c.ix_width);
@@ -78,7 +84,7 @@ SequenceCache SequenceCache::make(const Model& m, int n_ctx, kernels::KvCacheTyp
         c.k_row[l] = bytes_of(types.k, c.k_width[l]);
         c.v_row[l] = bytes_of(types.v, c.v_width[l]);
         c.k[l].assign(rows * c.k_row[l], 0);
-        c.v[l].assign(static_cast<size_t>(n_ctx) * c.v_row[l], 0);
+        c.v[l].assign(rows * c.v_row[l], 0);
     }
     return c;
 }
@@ -90,10 +96,48 @@ uint64_t SequenceCache::bytes() const {
 }
 
 void SequenceCache::store_k(size_t l, int pos, const float* x) {
-    kernels::store_kv_row(types.k, x, k[l].data() + static_cast<size_t>(pos) * k_row[l], k_width[l]);
+    kernels::store_kv_row(types.k, x, k[l].data() + row_of(l, pos) * k_row[l], k_width[l]);
 }
 void SequenceCache::store_v(size_t l, int pos, const float* x) {
-    kernels::store_kv_row(types.v, x, v[l].data() + static_cast<size_t>(pos) * v_row[l], v_width[l]);
+    kernels::store_kv_row(types.v, x, v[l].data() + row_of(l, pos) * v_row[l], v_width[l]);
+}
+
+int SequenceCache::reach() const {
+    int shortest = 0;
+    for (int r : ring)
+        if (r) shortest = std::max(shortest, high - (r - window));
+    return shortest;
+}
+
+uint64_t SequenceCache::window_bytes() const {
+    uint64_t b = 0;
+    for (size_t l = 0; l < ring.size(); ++l)
+        if (ring[l]) b += static_cast<uint64_t>(std::max(window - 1, 0)) * (k_row[l] + v_row[l]);
+    return b;
+}
+
+void SequenceCache::save_window(int pos, std::vector<uint8_t>& out) const {
+    out.clear();
+    for (size_t l = 0; l < ring.size(); ++l)
+        for (int p = std::max(0, pos - window + 1); ring[l] && p < pos; ++p) {
+            const uint8_t* kr = k[l].data() + row_of(l, p) * k_row[l];
+            const uint8_t* vr = v[l].data() + row_of(l, p) * v_row[l];
+            out.insert(out.end(), kr, kr + k_row[l]);
+            out.insert(out.end(), vr, vr + v_row[l]);
+        }
+}
+
+void SequenceCache::restore_window(int pos, const std::vector<uint8_t>& in) {
+    size_t off = 0;
+    for (size_t l = 0; l < ring.size(); ++l)
+        for (int p = std::max(0, pos - window + 1); ring[l] && p < pos; ++p) {
+            if (off + k_row[l] + v_row[l] > in.size()) throw std::logic_error("window snapshot of another shape");
+            std::copy_n(in.data() + off, k_row[l], k[l].data() + row_of(l, p) * k_row[l]);
+            std::copy_n(in.data() + off + k_row[l], v_row[l], v[l].data() + row_of(l, p) * v_row[l]);
+            off += k_row[l] + v_row[l];
+        }
+    if (off != in.size()) throw std::logic_error("window snapshot of another shape");
+    high = pos;
 }
 void SequenceCache::store_ix(size_t l, int pos, const float* x) {
     kernels::store_kv_row(ix_type, x, ix[l].data() + static_cast<size_t>(pos) * ix_row, ix_width);

@@ -6,8 +6,11 @@
 // and the DSA keys take K's type, as llama.cpp's do; MSA's keys are f32 in its MSA cache); kernels/kv_cache_types.h
 // writes them as llama.cpp does.
 // They can be cut back to any prefix; a recurrent state cannot (it has no history), so prefix reuse on hybrid
-// models goes through snapshots of it (RecurrentSnapshot, kept by the Runner).
+// models goes through snapshots of it (Runner::Checkpoint). Sliding-window layers may keep a ring of rows instead
+// of every position (as llama.cpp's SWA cache does): a cut then keeps its window only within the ring's slack
+// (reach()); further back, prefix reuse goes through snapshots of the window (save_window).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,7 +32,12 @@ struct SequenceCache {
     std::vector<std::vector<uint8_t>> v;   // [layer][n_ctx * v_row(layer)] (empty for MLA: V is the latent)
     std::vector<std::vector<uint8_t>> ix;  // [layer][n_ctx * ix_row] (DSA full layers and MSA layers only)
     std::vector<int> k_width, v_width;     // values per row
-    std::vector<size_t> k_row, v_row;      // bytes per row
+    // Per layer: 0 where position p is row p, else the ring's rows (position p in row p % ring[l]).
+    std::vector<int> ring;
+    int window = 0;  // sliding-window layers (ringed or not): the positions a token sees (0: none)
+    bool ringed = false;
+    int high = 0;                      // positions stored through (a cut back leaves rows above it until they are overwritten)
+    std::vector<size_t> k_row, v_row;  // bytes per row
     int ix_width = 0;
     size_t ix_row = 0;
     GgmlType ix_type = GgmlType::F16;
@@ -37,7 +45,21 @@ struct SequenceCache {
     // holds per v head the S x S state, row j = the state's column j (ggml's transposed layout).
     std::vector<std::vector<float>> conv, ssm;
 
-    static SequenceCache make(const Model& m, int n_ctx, kernels::KvCacheTypes types = {});
+    // ring_batch: the most rows an eval chunk stores; sliding-window layers then keep a ring of
+    // sliding_ring_rows(window, ring_batch) rows where that is shorter than n_ctx (0: every position).
+    static SequenceCache make(const Model& m, int n_ctx, kernels::KvCacheTypes types = {}, int ring_batch = 0);
+    bool has_ring() const { return ringed; }
+    size_t row_of(size_t l, int pos) const { return static_cast<size_t>(ring[l] ? pos % ring[l] : pos); }
+    // Whether layer l's rows for positions below `end` are no longer position-ordered (a wrapped ring).
+    bool wrapped(size_t l, int end) const { return ring[l] && std::max(high, end) > ring[l]; }
+    // The shortest prefix a cut can keep with its window intact (0 without rings): rows stored above a cut
+    // must not have overwritten the window below it.
+    int reach() const;
+    // The ring layers' K and V rows of the window before `pos` (positions pos - window + 1 .. pos - 1), and
+    // writing such a snapshot back, after which the rows above pos count as unwritten.
+    void save_window(int pos, std::vector<uint8_t>& out) const;
+    void restore_window(int pos, const std::vector<uint8_t>& in);
+    uint64_t window_bytes() const;
     uint64_t bytes() const;
     bool has_recurrent() const;
     uint64_t recurrent_bytes() const;

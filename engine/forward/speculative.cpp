@@ -173,7 +173,7 @@ void keep_verified(Runner& runner, const Runner::Checkpoint& mark, std::span<con
         runner.rewind(mark);
         runner.eval(batch.first(static_cast<size_t>(kept)), false, Runner::Rows::OneByOne);
     } else {
-        runner.rewind({mark.pos + kept, {}});
+        runner.rewind({mark.pos + kept, {}, {}});
     }
 }
 

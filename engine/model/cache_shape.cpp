@@ -14,7 +14,9 @@ CompressedStateLayout compressed_state_layout(const Hparams& hp, uint32_t ratio)
     return s;
 }
 
-std::vector<LayerCacheShape> cache_shape(const Model& m) {
+uint32_t sliding_ring_rows(uint32_t window, uint32_t batch) { return (window + batch + 255) / 256 * 256; }
+
+std::vector<LayerCacheShape> cache_shape(const Model& m, uint32_t ring_batch) {
     const Hparams& hp = m.hp;
     std::vector<LayerCacheShape> out(m.layers.size());
     for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -23,6 +25,7 @@ std::vector<LayerCacheShape> cache_shape(const Model& m) {
         if (L.attn == AttentionKind::Gqa) {
             s.k_width = s.v_width = hp.gqa.n_head_kv * hp.gqa.head_dim;
             if (L.msa) s.ix_width = hp.msa.head_dim, s.ix_f32 = true;
+            if (L.sliding && ring_batch) s.ring = sliding_ring_rows(hp.gqa.window, ring_batch);
         } else if (L.attn == AttentionKind::Mla) {
             s.k_width = hp.mla.kv_lora_rank + hp.mla.qk_rope;
             if (m.has_indexer() && L.indexer_full) s.ix_width = hp.indexer.head_dim;
@@ -44,10 +47,14 @@ std::vector<LayerCacheShape> cache_shape(const Model& m) {
 
 std::string describe_cache_shape(const Model& m, const std::vector<LayerCacheShape>& shape) {
     const Hparams& hp = m.hp;
-    uint32_t gqa = 0, mla = 0, dsa = 0, msa = 0, recurrent = 0;
+    uint32_t gqa = 0, mla = 0, dsa = 0, msa = 0, recurrent = 0, rings = 0, ring_rows = 0;
     uint64_t state = 0;
     for (size_t l = 0; l < shape.size(); ++l) {
         const LayerCacheShape& s = shape[l];
+        if (s.ring) {
+            ++rings, ring_rows = s.ring;
+            continue;
+        }
         if (s.recurrent()) ++recurrent, state += 4ull * (s.conv_floats + s.state_floats);
         else if (m.layers[l].attn == AttentionKind::Mla) ++mla;
         else ++gqa;
@@ -59,6 +66,7 @@ std::string describe_cache_shape(const Model& m, const std::vector<LayerCacheSha
     if (gqa)
         d += (d.empty() ? "" : " + ") + std::string("fp16 K and V, ") + n(hp.gqa.n_head_kv) + " kv heads x " + n(hp.gqa.head_dim) + " x " + n(gqa) +
              (recurrent ? " full-attention" : "") + " layers";
+    if (rings) d += " + " + n(rings) + " sliding-window layers as rings of " + n(ring_rows) + " rows";
     if (dsa) d += " + DSA keys " + n(hp.indexer.head_dim) + " fp16 x " + n(dsa) + " layers";
     if (msa) d += " + MSA keys " + n(hp.msa.head_dim) + " f32 x " + n(msa) + " layers";
     if (recurrent)

@@ -52,24 +52,46 @@ uint64_t ModelFacts::active_bytes_per_token() const {
     return resident_bytes - embd_unused + expert_bytes_per_token();
 }
 
-uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, uint32_t checkpoints) const {
-    return cache_bytes_per_token * n_ctx + state_bytes * (1 + uint64_t{checkpoints}) + 2 * fixed_k_elems + fixed_f32_bytes;
+namespace {
+uint64_t bytes_as(uint64_t elems, GgmlType t) {
+    const TypeInfo ti = type_info(t);
+    return (elems + ti.block_elems - 1) / ti.block_elems * ti.block_bytes;
 }
+}  // namespace
+
+uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, uint32_t checkpoints) const { return kv_bytes(n_ctx, kernels::KvCacheTypes{}, checkpoints); }
 
 uint64_t ModelFacts::cache_bytes_per_token_as(kernels::KvCacheTypes types) const {
     if (types.f16()) return cache_bytes_per_token;
     // Rows are whole blocks (SequenceCache refuses widths the block does not divide), so elements scale exactly.
-    auto bytes = [](uint64_t elems, GgmlType t) {
-        const TypeInfo ti = type_info(t);
-        return (elems + ti.block_elems - 1) / ti.block_elems * ti.block_bytes;
-    };
-    return bytes(cache_k_elems_per_token, types.k) + bytes(cache_v_elems_per_token, types.v) + cache_f32_bytes_per_token;
+    return bytes_as(cache_k_elems_per_token, types.k) + bytes_as(cache_v_elems_per_token, types.v) + cache_f32_bytes_per_token;
+}
+
+uint64_t ModelFacts::ring_bytes(kernels::KvCacheTypes types) const {
+    return bytes_as(uint64_t{ring_rows} * ring_k_elems, types.k) + bytes_as(uint64_t{ring_rows} * ring_v_elems, types.v);
+}
+
+uint64_t ModelFacts::window_snapshot_bytes(kernels::KvCacheTypes types) const {
+    const uint64_t rows = sliding_window ? sliding_window - 1 : 0;
+    return bytes_as(rows * ring_k_elems, types.k) + bytes_as(rows * ring_v_elems, types.v);
 }
 
 uint64_t ModelFacts::kv_bytes(uint32_t n_ctx, kernels::KvCacheTypes types, uint32_t checkpoints) const {
-    const TypeInfo k = type_info(types.k);
-    const uint64_t fixed = (fixed_k_elems + k.block_elems - 1) / k.block_elems * k.block_bytes + fixed_f32_bytes;
-    return cache_bytes_per_token_as(types) * n_ctx + state_bytes * (1 + uint64_t{checkpoints}) + fixed;
+    uint64_t fixed = bytes_as(fixed_k_elems, types.k) + fixed_f32_bytes, snapshot = state_bytes;
+    if (n_ctx > ring_rows && ring_rows) fixed += ring_bytes(types), snapshot += window_snapshot_bytes(types);
+    else if (ring_rows)  // a context no longer than the ring keeps every position, and needs no window snapshots
+        fixed += bytes_as(uint64_t{n_ctx} * ring_k_elems, types.k) + bytes_as(uint64_t{n_ctx} * ring_v_elems, types.v);
+    return cache_bytes_per_token_as(types) * n_ctx + state_bytes + snapshot * checkpoints + fixed;
+}
+
+ModelFacts ModelFacts::keeping_every_position() const {
+    ModelFacts f = *this;
+    f.cache_k_elems_per_token += ring_k_elems;
+    f.cache_v_elems_per_token += ring_v_elems;
+    f.cache_bytes_per_token += 2 * (ring_k_elems + ring_v_elems);
+    f.ring_rows = 0;
+    f.ring_k_elems = f.ring_v_elems = 0;
+    return f;
 }
 
 namespace {
@@ -83,8 +105,16 @@ bool cache_facts_from_layout(const GgufModel& model, ModelFacts& f) {
     } catch (const std::exception&) {
         return false;  // an architecture or a file this engine cannot describe: the keys below
     }
-    const std::vector<LayerCacheShape> shape = cache_shape(*m);
+    // Rings as the engine (and llama-server) keep them for its default batch.
+    const std::vector<LayerCacheShape> shape = cache_shape(*m, kDefaultRingBatch);
     for (const LayerCacheShape& s : shape) {
+        if (s.ring) {  // a ring of rows, and a window per checkpoint
+            f.ring_rows = s.ring;
+            f.sliding_window = m->hp.gqa.window;
+            f.ring_k_elems += s.k_width;
+            f.ring_v_elems += s.v_width;
+            continue;
+        }
         f.cache_k_elems_per_token += s.k_width;
         f.cache_v_elems_per_token += s.v_width;
         if (s.ix_f32) f.cache_f32_bytes_per_token += 4ull * s.ix_width;
@@ -107,7 +137,7 @@ bool dsv4_cache_facts(const GgufFile& meta, ModelFacts& f) {
     if (f.arch != "deepseek4" || !ratios || !ratios->is_array()) return false;
     auto u = [&](const std::string& key) { return static_cast<uint64_t>(meta.get_int(f.arch + "." + key).value_or(0)); };
     const uint64_t W = uint64_t{f.head_dim} * f.n_head_kv, window = u("attention.sliding_window"), idx = u("attention.indexer.key_length");
-    const uint64_t window_rows = (window + 512 + 255) / 256 * 256;
+    const uint64_t window_rows = sliding_ring_rows(static_cast<uint32_t>(window), kDefaultRingBatch);
     const std::vector<int32_t> r = ratios->i32_array();
     uint32_t r4 = 0, r128 = 0;
     for (size_t l = 0; l < r.size() && l < f.n_layer + f.n_layer_nextn; ++l) {

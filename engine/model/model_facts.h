@@ -64,8 +64,18 @@ struct ModelFacts {
     uint64_t state_bytes = 0;
     uint32_t recurrent_layers = 0;
     // Per sequence whatever the context (deepseek4 in llama.cpp: each layer's sliding-window rows, in K's type,
-    // and its compressors' f32 state for incomplete blocks); never checkpointed.
+    // and its compressors' f32 state for incomplete blocks; gpt-oss's sliding-window rings in K's and V's types).
     uint64_t fixed_k_elems = 0, fixed_f32_bytes = 0;
+    // Sliding-window layers kept as rings (llama.cpp's SWA cache, as the engine keeps them for its default batch):
+    // ring_rows rows of ring_k_elems + ring_v_elems (all such layers), where the context is longer than that; and
+    // per checkpoint (prefix reuse past a ring's slack) the window's sliding_window - 1 rows.
+    uint32_t ring_rows = 0, sliding_window = 0;
+    uint64_t ring_k_elems = 0, ring_v_elems = 0;
+    // The same model with every position kept in those layers too (--swa-full).
+    ModelFacts keeping_every_position() const;
+    // The rings' bytes, and a checkpoint's copy of their windows, in these cache types.
+    uint64_t ring_bytes(kernels::KvCacheTypes types) const;
+    uint64_t window_snapshot_bytes(kernels::KvCacheTypes types) const;
     std::string cache_layout;  // e.g. "MLA latent (512 + 64) fp16 x 78 layers + DSA keys 128 fp16 x 78 layers"
     // Whether this engine runs the file, and if not, why (one line).
     bool supported = true;

@@ -210,7 +210,7 @@ void Generator::start(Slot& slot) {
         r.prompt_reused = static_cast<int>(common);
         const int P = static_cast<int>(prompt.size());
         slot.cuts.clear();
-        if (runner_.has_recurrent_state()) {
+        if (runner_.keeps_snapshots()) {  // a later request may need to go back further than a cut keeps
             for (int h : slot.req.checkpoint_at) slot.cuts.push_back(h);
             slot.cuts.push_back(P - 4);
             for (int p = kCheckpointEvery; p < P; p += kCheckpointEvery) slot.cuts.push_back(p);

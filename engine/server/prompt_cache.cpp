@@ -107,6 +107,8 @@ PromptCache::PromptCache(PromptCacheOptions opt, uint64_t model_hash, const Sequ
         layout_.ix_row.push_back(layout.ix[l].empty() ? 0 : layout.ix_row);
     }
     layout_.recurrent_bytes = layout.recurrent_bytes();
+    window_ = layout.window;
+    ring_ = layout.ring;
     // kKvRows: bump when the engine's K/V/state values change for the same model (a numerics fix), so that old
     // rows are not restored beside new ones.
     constexpr uint64_t kKvRows = 1;
@@ -223,6 +225,7 @@ std::optional<PromptCache::Match> PromptCache::best_match(std::span<const int32_
                 if (p <= usable) at = std::max(at, int(p));
             usable = at;
         }
+        if (window_ && usable != static_cast<int>(en.index.tokens.size())) usable = 0;  // whole records only
         if (usable > 0 && (!best || usable > best->tokens || (usable == best->tokens && en.index.bytes < best_bytes))) {
             best = Match{en.file, usable};
             best_bytes = en.index.bytes;
@@ -282,15 +285,29 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
     std::vector<RecordSnapshot> states;
     const uint64_t keep = static_cast<uint64_t>(m.tokens);
     rows_written = true;
+    // A ring layer takes its window's rows (the rows before it are not in the record) into its ring rows.
+    const uint64_t window_lo = keep - std::min<uint64_t>(keep, static_cast<uint64_t>(std::max(window_ - 1, 0)));
+    std::vector<std::vector<uint8_t>> window_rows(2 * ring_.size());
     why = read_record_rows(
         fd, layout_, again, keep,
         [&](int part, size_t l) {
+            if (l < ring_.size() && ring_[l] && part < 2) {
+                auto& b = window_rows[2 * l + static_cast<size_t>(part)];
+                b.resize((keep - window_lo) * (part == 0 ? layout_.k_row[l] : layout_.v_row[l]));
+                return b.data();
+            }
             return (part == 0 ? dst.k : part == 1 ? dst.v : dst.ix)[l].data();
         },
-        states);
+        states, [&](size_t l) { return l < ring_.size() && ring_[l] ? window_lo : uint64_t{0}; });
     if (!why.empty()) return forget(why, true);
+    for (size_t l = 0; l < ring_.size(); ++l)
+        for (uint64_t p = window_lo; ring_[l] && p < keep; ++p) {
+            const size_t row = dst.row_of(l, static_cast<int>(p)), i = static_cast<size_t>(p - window_lo);
+            std::copy_n(window_rows[2 * l].data() + i * layout_.k_row[l], layout_.k_row[l], dst.k[l].data() + row * layout_.k_row[l]);
+            std::copy_n(window_rows[2 * l + 1].data() + i * layout_.v_row[l], layout_.v_row[l], dst.v[l].data() + row * layout_.v_row[l]);
+        }
     std::vector<Runner::Checkpoint> snapshots;
-    for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state)});
+    for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state), {}});
     ::futimens(fd, nullptr);  // recently used: survives the next eviction, in this run and after a restart
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
@@ -319,7 +336,9 @@ std::shared_ptr<PromptCache::Pending> PromptCache::save(std::vector<int32_t> tok
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_) return nullptr;
-        jobs_.push_back(Job{p, std::move(tokens), &src, std::move(snapshots)});
+        Job job{p, std::move(tokens), &src, std::move(snapshots), {}};
+        if (src.has_ring()) src.save_window(n, job.window);
+        jobs_.push_back(std::move(job));
     }
     cv_.notify_all();
     return p;
@@ -484,9 +503,28 @@ bool PromptCache::write_record(Job& job) {
     };
     const SequenceCache& src = *job.src;
     bool ok = put(job.tokens.data(), job.tokens.size() * 4) && put(positions.data(), positions.size() * 4);
-    for (size_t l = 0; ok && l < layout_.k_row.size(); ++l)
-        ok = put(src.k[l].data(), uint64_t(n) * layout_.k_row[l]) && put(src.v[l].data(), uint64_t(n) * layout_.v_row[l]) &&
-             put(src.ix[l].data(), uint64_t(n) * layout_.ix_row[l]);
+    // A ring layer: zeros below its window (no later token sees those rows), then the window copied at save.
+    const int window_lo = n - std::min(n, std::max(window_ - 1, 0));
+    const std::vector<uint8_t> zeros(std::min<size_t>(kPiece, src.has_ring() ? kPiece : 0));
+    auto put_zeros = [&](uint64_t len) {
+        bool fine = true;
+        for (uint64_t piece = 0; fine && len > 0; len -= piece) fine = put(zeros.data(), piece = std::min<uint64_t>(len, zeros.size()));
+        return fine;
+    };
+    size_t window_off = 0;
+    for (size_t l = 0; ok && l < layout_.k_row.size(); ++l) {
+        if (!src.ring[l]) {
+            ok = put(src.k[l].data(), uint64_t(n) * layout_.k_row[l]) && put(src.v[l].data(), uint64_t(n) * layout_.v_row[l]) &&
+                 put(src.ix[l].data(), uint64_t(n) * layout_.ix_row[l]);
+            continue;
+        }
+        const uint64_t kr = layout_.k_row[l], vr = layout_.v_row[l], stride = kr + vr;
+        ok = put_zeros(uint64_t(window_lo) * kr);
+        for (int p = window_lo; ok && p < n; ++p) ok = put(job.window.data() + window_off + (p - window_lo) * stride, kr);
+        ok = ok && put_zeros(uint64_t(window_lo) * vr);
+        for (int p = window_lo; ok && p < n; ++p) ok = put(job.window.data() + window_off + (p - window_lo) * stride + kr, vr);
+        window_off += static_cast<size_t>(n - window_lo) * stride;
+    }
     for (size_t i = 0; ok && i < job.snapshots.size(); ++i) ok = put(job.snapshots[i].state.data(), layout_.recurrent_bytes);
     if (!ok) return give_up(error);
     {  // every row read: the slot may change them now, while the record is closed and renamed

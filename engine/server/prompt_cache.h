@@ -136,6 +136,7 @@ private:
         std::vector<int32_t> tokens;
         const SequenceCache* src = nullptr;
         std::vector<Runner::Checkpoint> snapshots;
+        std::vector<uint8_t> window;  // a ring's window rows, copied when saved (decoding overwrites the ring)
     };
     void scan();
     void writer();
@@ -145,6 +146,10 @@ private:
     void drop(size_t index, bool evicted = true, bool unlink = true);
     std::string path(const std::string& file) const { return opt_.dir + "/" + file; }
     RecordLayout layout_;
+    // Sliding-window layers: their rows are kept for the window before a record's end only (zeros below it),
+    // so such records restore whole; ring_ says which layers the engine keeps as a ring.
+    int window_ = 0;
+    std::vector<int> ring_;
     PromptCacheOptions opt_;
     std::function<void(const std::string&)> log_;
     PromptCacheStats stats_;

@@ -127,7 +127,8 @@ std::string read_record_index(int fd, uint64_t file_size, const RecordLayout& la
 }
 
 std::string read_record_rows(int fd, const RecordLayout& layout, const RecordIndex& index, uint64_t keep,
-                             const std::function<uint8_t*(int part, size_t layer)>& dst, std::vector<RecordSnapshot>& snapshots) {
+                             const std::function<uint8_t*(int part, size_t layer)>& dst, std::vector<RecordSnapshot>& snapshots,
+                             const std::function<uint64_t(size_t layer)>& first_row) {
     const uint64_t n = index.tokens.size();
     if (keep > n) return "asked for more positions than it holds";
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), XXH3_freeState);
@@ -139,8 +140,8 @@ std::string read_record_rows(int fd, const RecordLayout& layout, const RecordInd
     // and what has been consumed leaves the page cache.
     constexpr off_t kWindow = 64 << 20;
     off_t at = ::lseek(fd, 0, SEEK_CUR), advised = at;
-    // Reads `len` bytes, hashing them, the first `want` into `out`.
-    auto take = [&](uint64_t len, uint8_t* out, uint64_t want) {
+    // Reads `len` bytes, hashing them, bytes [skip, want) into `out`.
+    auto take = [&](uint64_t len, uint8_t* out, uint64_t want, uint64_t skip = 0) {
         for (uint64_t done = 0; done < len;) {
             const size_t piece = static_cast<size_t>(std::min<uint64_t>(buf.size(), len - done));
             if (at >= 0 && advised < at + kWindow) {
@@ -151,7 +152,8 @@ std::string read_record_rows(int fd, const RecordLayout& layout, const RecordInd
             if (!read_exact(fd, buf.data(), piece)) return false;
             at += static_cast<off_t>(piece);
             XXH3_64bits_update(hash.get(), buf.data(), piece);
-            if (done < want) std::memcpy(out + done, buf.data(), static_cast<size_t>(std::min<uint64_t>(piece, want - done)));
+            const uint64_t lo = std::max(done, skip), hi = std::min<uint64_t>(done + piece, want);
+            if (lo < hi) std::memcpy(out + (lo - skip), buf.data() + (lo - done), static_cast<size_t>(hi - lo));
             done += piece;
         }
         return true;
@@ -161,7 +163,8 @@ std::string read_record_rows(int fd, const RecordLayout& layout, const RecordInd
     for (size_t l = 0; ok && l < layout.k_row.size(); ++l)
         for (int part = 0; ok && part < 3; ++part) {
             const uint64_t row = (*rows[part])[l];
-            if (row) ok = take(n * row, dst(part, l), keep * row);
+            const uint64_t first = first_row ? std::min(first_row(l), keep) : 0;
+            if (row) ok = take(n * row, dst(part, l), keep * row, first * row);
         }
     snapshots.clear();
     std::vector<float> state(layout.recurrent_bytes / sizeof(float));

@@ -62,7 +62,10 @@ std::string read_record_index(int fd, uint64_t file_size, const RecordLayout& la
 // The rows part, read after read_record_index: the rows of positions [0, keep) go where `dst(part, layer)`
 // points (part 0: K, 1: V, 2: indexer keys; room for keep rows), the snapshots at or below `keep` into
 // `snapshots`. Checks the payload checksum over everything; "" or why not (dst is then partly written).
+// first_row (optional): a layer's rows below it are skipped, dst taking rows [first_row(layer), keep) only
+// (a sliding-window ring restores its window).
 std::string read_record_rows(int fd, const RecordLayout& layout, const RecordIndex& index, uint64_t keep,
-                             const std::function<uint8_t*(int part, size_t layer)>& dst, std::vector<RecordSnapshot>& snapshots);
+                             const std::function<uint8_t*(int part, size_t layer)>& dst, std::vector<RecordSnapshot>& snapshots,
+                             const std::function<uint64_t(size_t layer)>& first_row = {});
 
 }  // namespace moe
