@@ -4,6 +4,7 @@
 // further back go to a checkpoint's window (or 0); drafts rolled back on a wrapped ring change no bit; a prompt
 // cache record restores a wrapped ring's window; and the ring takes what ModelFacts says it takes.
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "engine/model/cache_shape.h"
@@ -11,6 +12,8 @@
 #include "engine/model/model_facts.h"
 #include "engine/server/prompt_cache.h"
 #include "tests/greedy_decode.h"
+#include "tests/http_client.h"
+#include "tests/serve_fixture.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -200,6 +203,30 @@ TEST_F(SlidingRing, APromptCacheRecordRestoresAWrappedRingsWindow) {
     b.adopt_prefix(m->tokens, std::move(*snapshots));
     b.eval(rest);
     EXPECT_EQ(0, std::memcmp(b.logits(), want.logits(), model_->hp.n_vocab * sizeof(float)));
+}
+
+// The server on a wrapped ring: the same request again after a long answer goes back further than the ring's
+// slack (the answer overwrote the prompt's window), so it resumes from the window checkpoint 4 tokens before
+// the prompt's end and gives the same answer; with --swa-full every position is there and only the last token
+// is evaluated again.
+TEST_F(SlidingRing, TheServerGoesBackThroughWindowCheckpoints) {
+    using nlohmann::json;
+    const std::string body =
+        R"({"model":"m","messages":[{"role":"user","content":"Hello there"}],"max_tokens":800,"ignore_eos":true,"temperature":0})";
+    for (bool full : {false, true}) {
+        SCOPED_TRACE(full ? "--swa-full" : "ring");
+        std::vector<std::string> args = {"--ctx", "2048"};
+        if (full) args.push_back("--swa-full");
+        test::Server s(*dir_ / "oss2.gguf", args);
+        ASSERT_GT(s.port(), 0) << s.log();
+        const json a = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", body).body);
+        const json b = json::parse(test::request(s.port(), "POST", "/v1/chat/completions", body).body);
+        ASSERT_EQ(a["usage"]["completion_tokens"].get<int>(), 800) << a.dump();  // past the 768-row ring's slack of 752
+        const int p = a["usage"]["prompt_tokens"].get<int>();
+        EXPECT_EQ(b["timings"]["prompt_reused"].get<int>(), full ? p - 1 : p - 4) << b.dump();
+        EXPECT_EQ(b["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
+        EXPECT_EQ(s.terminate(), 0) << s.log();
+    }
 }
 
 TEST_F(SlidingRing, ModelFactsCountTheRingAndItsCheckpointWindows) {
