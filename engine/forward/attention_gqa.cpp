@@ -82,8 +82,7 @@ void Runner::attention_gqa(uint32_t l, int n) {
         // Causal attention: token t sees positions 0..n_past+t; query head h reads kv head h / (nh/nkv).
         attention_heads(cache_->view(l, hd, hd, &kv_kt_), q_.data() + static_cast<size_t>(r0) * q_row, q_row, q_head, nh, nkv, ns,
                         1.0f / std::sqrt(static_cast<float>(hd)), att_.data() + static_cast<size_t>(r0) * Qd, Qd, hd, msa ? &blocks : nullptr,
-                        m_.layers[l].sliding ? static_cast<int>(g.window) : 0, w.sinks.present() ? w.sinks.f32() : nullptr,
-                        cache_->wrapped(l, n_past_ + ns) ? cache_->ring[l] : 0);
+                        m_.layers[l].sliding ? static_cast<int>(g.window) : 0, w.sinks.present() ? w.sinks.f32() : nullptr, cache_->ring[l]);
     }
     select_sequence(keep);
     if (rot_v)

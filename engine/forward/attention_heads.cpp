@@ -41,7 +41,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         return kv;
     };
     // Rows the batch's views span: every position up to its last row, or a wrapped ring's rows.
-    const int view_rows = ring ? ring : n_past_ + n;
+    const bool wrapped = ring && std::max(cache_->high, n_past_ + n) > ring;
+    const int view_rows = wrapped ? ring : n_past_ + n;
     if (typed_v_f32) {
         const int n_kv = view_rows;
         v_floats = static_cast<size_t>(n_kv) * base.dv;
@@ -109,8 +110,9 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     int step_rows = 0;
     for (const Segment& sg : segs_) step_rows += sg.n;
     // (DSA's picked positions are a mask over that view; MSA's gathered blocks are a view of their own.)
-    const bool lone_rows = (one_by_one_ || step_rows == 1) && !fops_.ik && !base.typed() && !tiled && !group_fn && (!sel || !sel->gather) &&
-                           window == 0;
+    const bool lone_rows = (one_by_one_ || step_rows == 1) && !fops_.ik && !base.typed() && !tiled && !group_fn && (!sel || !sel->gather);
+    // A sliding-window layer's cache in llama.cpp is its ring (or, not ringed, the context).
+    const int cache_rows = ring ? ring : opt_.n_ctx;
     const ops::AttendChunkFn chunk_fn = lone_rows ? kernels::attention_chunk_kernel(opt_.flavor) : nullptr;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
@@ -119,11 +121,14 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
-            ops::KvView kv = head_view(kvh, ring ? ring : n_past_ + t + 1);
+            const int pos = n_past_ + t;
+            // A lone row splits its keys over the threads once llama.cpp's view of the cache reaches 512 cells.
+            const int chunk = lone_rows ? ops::split_kv_chunk(wrapped ? ring : pos + 1, window ? cache_rows : opt_.n_ctx, opt_.n_threads) : 0;
+            ops::KvView kv = head_view(kvh, wrapped ? ring : pos + 1);
             if (sinks) kv.sinks = sinks + h, kv.n_sinks = group_fn ? group : 1;
-            if (ring) {
+            if (wrapped) {
                 // Row r holds the newest position p < end with p = r (mod ring); this token sees p in its window.
-                const int pos = n_past_ + t, last = n_past_ + n - 1;
+                const int last = n_past_ + n - 1;
                 visible.assign(static_cast<size_t>(ring), 0);
                 for (int r = 0; r < ring; ++r) {
                     const int p = last - ((last - r) % ring + ring) % ring;
@@ -131,7 +136,13 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                 }
                 kv.visible = visible.data();
                 visible_for = -1;
-            } else if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0) {
+            } else if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0 && chunk > 0) {
+                // Split, the view is llama.cpp's whole view with the window masked (the chunks are cut from it).
+                visible.assign(static_cast<size_t>(kv.n_kv), 1);
+                std::fill_n(visible.begin(), first, 0);
+                kv.visible = visible.data();
+                visible_for = -1;
+            } else if (first > 0) {
                 // Positions before a sliding window are masked. One-row kernels skip masked positions one by one,
                 // so their view simply starts at the window; tiles (and ik's 128-position blocks) keep their origin,
                 // as llama.cpp's do, so the view starts at the window's tile or block and masks the rest of it (a
@@ -166,7 +177,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                     kv.visible = visible.data();
                 }
             }
-            if (const int chunk = lone_rows ? ops::split_kv_chunk(kv.n_kv, opt_.n_ctx, opt_.n_threads) : 0; chunk > 0)
+            if (chunk > 0)
                 ops::attend_split_causal(opt_.flavor, q + t * q_tok_stride + h * q_head_stride, kv, chunk, opt_.n_threads, scale,
                                          out + t * out_tok_stride + h * out_head_stride, scratch, chunk_fn);
             else if (group_fn)

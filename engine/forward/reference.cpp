@@ -57,8 +57,8 @@ void dense(const Ctx& c, const Tensor& t, const float* x, float* out) {
 }
 
 // Attention of one query against this layer's cached positions 0..pos (those in `visible` when given). A lone
-// row over an fp16 view of the cache's positions (whole_view: not a window's, not MSA's gathered blocks; DSA's
-// picks are a mask over it) is split over the threads from 512 keys, as llama.cpp does (ops::split_kv_chunk).
+// row over an fp16 view of the cache's positions (whole_view: not MSA's gathered blocks; DSA's picks and a sliding
+// window are masks over it) is split over the threads from 512 keys, as llama.cpp does (ops::split_kv_chunk).
 void attend(const Ctx& c, const ops::KvView& kv, const float* q, float scale, float* out, bool whole_view = true) {
     ops::AttnScratch scratch;
     const bool tiled = ops::tiled_attention(c.fops.flavor, c.batch.n_tok, kv.dv);
@@ -150,7 +150,7 @@ void attention_gqa(const Ctx& c, uint32_t l, const Vec& xn, Vec& out) {
             }
         }
         if (w.sinks.present()) kv.sinks = w.sinks.f32() + h;
-        attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd], blocks.empty() && in_window.empty());
+        attend(c, kv, &qg[h * qh], 1.0f / std::sqrt(static_cast<float>(hd)), &att[h * hd], blocks.empty());
         for (int i = 0; rot_v && i < hd; i += rot_v) ops::hadamard(&att[h * hd + i], rot_v);
         if (hp.gqa.output_gate)
             for (int i = 0; i < hd; ++i) att[h * hd + i] *= ops::sigmoid(qg[h * qh + hd + i]);

@@ -216,8 +216,8 @@ private:
     void msa_select(uint32_t l, int row0, int n);  // MSA indexer of a segment's rows: fills key_sel_ per kv head
     // Flash attention of n query rows against the selected sequence's cache. sel: each row sees only the positions
     // it selects; window > 0: only its last `window` positions; sinks: one logit per query head; ring > 0: the
-    // layer's rows are a wrapped ring of that many (SequenceCache::wrapped), read in row order as llama.cpp reads
-    // its cells, each row's window masked.
+    // layer keeps a ring of that many rows, which once wrapped (SequenceCache::wrapped) are read in row order as
+    // llama.cpp reads its cells, each row's window masked.
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                          float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
                          const float* sinks = nullptr, int ring = 0);
