@@ -11,6 +11,7 @@
 #include "engine/forward/mtp_draft.h"
 #include "engine/forward/speculative.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
 #include "tests/greedy_decode.h"
 #include "tests/test_support.h"
 
@@ -242,6 +243,97 @@ TEST(MtpDraft, CatchingUpInBatchesMatchesRowByRow) {
     }
     EXPECT_LT(diff, 1e-3f * scale);
     EXPECT_EQ(da, db);
+}
+
+// A held block evaluates nothing; released, its next draft evaluates the rows it missed in one batch (the rows
+// evaluated are then the same as a block never held), and rows past the hold's backlog are skipped.
+TEST(MtpDraft, AHeldBlockCatchesUpInOneBatch) {
+    test::TempDir dir;
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, "glm4moe"));
+    const auto m = load_model(file, {.experts = {}, .mtp = true});
+    const int V = static_cast<int>(m->hp.n_vocab);
+    const RunnerOptions ro{.n_ctx = 160, .n_threads = 2, .n_batch = 8};
+    Runner r(*m, ro);
+    MtpDraft live(*m, ro), held(*m, ro);
+    auto to_live = live.hidden_sink(), to_held = held.hidden_sink();
+    r.set_hidden_sink([&](const HiddenRows& h) {
+        to_live(h);
+        to_held(h);
+    });
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back((5 + 29 * i) % V);
+    r.eval(prompt);
+    auto decode = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+            const int32_t t = argmax({r.logits(), static_cast<size_t>(V)});
+            r.eval(std::span<const int32_t>(&t, 1));
+        }
+        return argmax({r.logits(), static_cast<size_t>(V)});
+    };
+    held.hold(0, true);
+    EXPECT_TRUE(held.held(0));
+    int32_t pending = decode(24);
+    EXPECT_EQ(held.rows_evaluated(), live.rows_evaluated() - 24) << "held: no rows for the 24 decoded tokens";
+    EXPECT_TRUE(held.draft(0, pending, 2, r.n_past()).empty());
+    held.hold(0, false);
+    const std::vector<int32_t> a = live.draft(0, pending, 2, r.n_past()), b = held.draft(0, pending, 2, r.n_past());
+    ASSERT_EQ(a.size(), 2u);
+    EXPECT_EQ(a, b) << "the caught-up block drafts what the live one does";
+    EXPECT_EQ(held.rows_evaluated(), live.rows_evaluated());
+    // A hold longer than its backlog (64 rows): the 16 oldest rows are skipped, the rest take 8 passes of 8.
+    held.hold(0, true);
+    pending = decode(80);
+    held.hold(0, false);
+    const uint64_t passes = held.passes();
+    EXPECT_EQ(live.draft(0, pending, 2, r.n_past()).size(), 2u);
+    EXPECT_EQ(held.draft(0, pending, 2, r.n_past()).size(), 2u);
+    EXPECT_EQ(held.rows_evaluated(), live.rows_evaluated() - 16);
+    EXPECT_EQ(held.passes() - passes, 8u + 2u) << "the backlog in batches of n_batch, then the draft's two rows";
+}
+
+// With --draft mtp, a block whose drafts never pay (random weights: none is kept) is held most of the time, so
+// it costs a fraction of a layer per token; the tokens are the same as without drafts.
+TEST(MtpDrafter, ABlockWhoseDraftsNeverPayIsHeld) {
+    test::TempDir dir;
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, "glm4moe"));
+    const auto m = load_model(file, {.experts = {}, .mtp = true});
+    const int V = static_cast<int>(m->hp.n_vocab);
+    const RunnerOptions ro{.n_ctx = 512, .n_threads = 2, .n_batch = 32};
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back((3 + 31 * i) % V);
+    const int n = 300;
+    const Decoded plain = decode_plain(*m, ro, prompt, n);
+    Runner r(*m, ro);
+    MtpDraft mtp(*m, ro);
+    r.set_hidden_sink(mtp.hidden_sink());
+    Drafter drafter(DraftMode::Mtp, 4, step_cost_of(model_facts(file), false));
+    drafter.use_mtp(&mtp, 0);
+    Sampler s({.temperature = 0.f});
+    r.eval(prompt);
+    Decoded got;
+    std::vector<int32_t> history = prompt;
+    auto emit = [&](int32_t t, std::span<const float> row) {
+        got.tokens.push_back(t);
+        got.logits.emplace_back(row.begin(), row.end());
+        return static_cast<int>(got.tokens.size()) < n;
+    };
+    history.push_back(s.sample({r.logits(), static_cast<size_t>(V)}, history));
+    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(V)});
+    int held_steps = 0;
+    while (more) {
+        const std::vector<int32_t> drafts = drafter.propose(history, n - static_cast<int>(got.tokens.size()) - 1, r.n_past());
+        held_steps += mtp.held(0) ? 1 : 0;
+        more = !drafter.step(r, s, history, drafts, emit).stopped;
+    }
+    expect_same(plain, got, "mtp drafts, held while they do not pay");
+    EXPECT_GT(held_steps, n / 2);
+    // Outside the holds a pass per token; each hold's backlog (at most 64 rows) in passes of n_batch.
+    const uint64_t rows = mtp.rows_evaluated() - prompt.size(), passes = mtp.passes() - 1;  // the prompt took one pass
+    EXPECT_LT(rows, static_cast<uint64_t>(n)) << "rows of the block for " << n << " tokens";
+    EXPECT_LT(passes, static_cast<uint64_t>(n / 2)) << "passes of the block for " << n << " tokens";
+    std::printf("[ mtp ] %d of %d steps held; the block evaluated %llu rows in %llu passes for %d tokens; %llu drafts verified\n", held_steps, n,
+                static_cast<unsigned long long>(rows), static_cast<unsigned long long>(passes), n,
+                static_cast<unsigned long long>(drafter.stats().drafted));
 }
 
 // After steps whose drafts were kept, cut short and rejected, and a cut back to a shorter prefix that goes on with

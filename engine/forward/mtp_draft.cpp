@@ -58,6 +58,7 @@ void MtpDraft::eval_rows(int seq, int pos0, const float* hidden, const int32_t* 
     runner_.project(in.eh_proj, cat_.data(), n, in_.data());
     runner_.eval_embedded(in_.data(), n, want_logits);
     rows_ += static_cast<uint64_t>(n);
+    ++passes_;
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -66,39 +67,51 @@ void MtpDraft::take_rows(const HiddenRows& h) {
     follow_trunk(s, h.pos0);
     // A row drafted with another pending token than the one the trunk evaluated: again.
     if (s.past == h.pos0 && h.pos0 > 0 && s.last_next != h.tokens[0] && hidden_at(s, h.pos0 - 1)) s.past = h.pos0 - 1;
-    if (s.past < h.pos0 && !hidden_at(s, s.past)) {
-        // Positions the trunk took without hidden states (a prompt cache restored them): the block skips them.
-        runner_.select_sequence(h.seq);
-        runner_.adopt_prefix(h.pos0, {});
-        s.past = h.pos0;
-    }
-    // Rows [s.past, pos0 + n - 1): their next token is in this chunk. The first may be the previous chunk's last.
-    const int first = s.past, end = h.pos0 + h.n - 1;
-    if (end > first) {
-        std::vector<float> hidden(static_cast<size_t>(end - first) * E_);
-        for (int p = first; p < end; ++p) {
-            const float* src = p >= h.pos0 ? h.post + static_cast<size_t>(p - h.pos0) * E_ : hidden_at(s, p);
-            std::copy_n(src, E_, &hidden[static_cast<size_t>(p - first) * E_]);
-        }
-        const int chunk = std::max(1, runner_.n_batch());
-        for (int p = first; p < end; p += chunk) {
-            const int c = std::min(chunk, end - p);
-            eval_rows(h.seq, p, &hidden[static_cast<size_t>(p - first) * E_], h.tokens + (p + 1 - h.pos0), c, false);
-        }
-        s.past = end;
-        s.last_next = h.tokens[h.n - 1];
-    }
-    s.tail.assign(h.post, h.post + static_cast<size_t>(h.n) * E_);
-    s.tail_pos = h.pos0;
-    s.tail_n = h.n;
+    // The chunk's rows join the tail (held: the last kBacklogRows; else what the block has not evaluated yet).
+    const int keep_before = s.held ? kBacklogRows - h.n : (s.past < h.pos0 ? h.pos0 - s.past : 0);
+    if (s.tail_pos + s.tail_n != h.pos0) s.tail_n = 0, s.tail_pos = h.pos0;
+    const int drop = std::clamp(s.tail_n - std::max(keep_before, 0), 0, s.tail_n);
+    s.tail.erase(s.tail.begin(), s.tail.begin() + static_cast<ptrdiff_t>(drop) * E_);
+    s.tail_tokens.erase(s.tail_tokens.begin(), s.tail_tokens.begin() + drop);
+    s.tail.resize(static_cast<size_t>(s.tail_n - drop) * E_);
+    s.tail_tokens.resize(static_cast<size_t>(s.tail_n - drop));
+    s.tail_pos += drop;
+    s.tail_n -= drop;
+    s.tail.insert(s.tail.end(), h.post, h.post + static_cast<size_t>(h.n) * E_);
+    s.tail_tokens.insert(s.tail_tokens.end(), h.tokens, h.tokens + h.n);
+    s.tail_n += h.n;
+    // Rows [past, pos0 + n - 1): their next token is in the tail now.
+    if (!s.held) catch_up(h.seq, s, h.pos0 + h.n - 1);
 }
+
+void MtpDraft::catch_up(int seq, Sequence& s, int end) {
+    if (s.past < s.tail_pos && end > s.tail_pos) {
+        // Positions the trunk took without handing their hidden states over (a prompt cache restored them, or a
+        // hold outlasted its backlog): the block skips them.
+        runner_.select_sequence(seq);
+        runner_.adopt_prefix(s.tail_pos, {});
+        s.past = s.tail_pos;
+    }
+    if (end <= s.past) return;
+    const int first = s.past, chunk = std::max(1, runner_.n_batch());
+    for (int p = first; p < end; p += chunk) {
+        const int c = std::min(chunk, end - p);
+        eval_rows(seq, p, hidden_at(s, p), &s.tail_tokens[static_cast<size_t>(p + 1 - s.tail_pos)], c, false);
+    }
+    s.past = end;
+    s.last_next = s.tail_tokens[static_cast<size_t>(end - s.tail_pos)];
+}
+
+void MtpDraft::hold(int seq, bool on) { seqs_.at(static_cast<size_t>(seq)).held = on; }
 
 std::vector<int32_t> MtpDraft::draft(int seq, int32_t pending, int k, int trunk_past) {
     Sequence& s = seqs_.at(static_cast<size_t>(seq));
     follow_trunk(s, trunk_past);
     std::vector<int32_t> out;
     const float* h = hidden_at(s, trunk_past - 1);
-    if (k <= 0 || !h || s.past < trunk_past - 1) return out;
+    if (k <= 0 || !h || s.held) return out;
+    catch_up(seq, s, trunk_past - 1);  // rows a hold left behind
+    if (s.past < trunk_past - 1) return out;
     // The row at trunk_past - 1 (the trunk's last hidden state, the pending token) stays: the trunk evaluates
     // that token next. The chained rows after it are dropped again.
     eval_rows(seq, trunk_past - 1, h, &pending, 1, true);

@@ -29,10 +29,19 @@ public:
     // holds trunk_past positions of the sequence). Fewer (none) when the block has not seen the trunk's last
     // hidden state (the sequence was just truncated below it).
     std::vector<int32_t> draft(int seq, int32_t pending, int k, int trunk_past);
+    // Held, a sequence's block evaluates nothing: the trunk's last kBacklogRows rows are kept and evaluated in
+    // one batch by the next draft after the hold ends; older ones are skipped, as after a prompt-cache restore
+    // (their cache rows stay stale: the drafts' context, never an answer). What a planner does while the
+    // block's drafts do not pay: a token then costs no block layer.
+    static constexpr int kBacklogRows = 64;
+    void hold(int seq, bool on);
+    bool held(int seq) const { return seqs_.at(static_cast<size_t>(seq)).held; }
     // The logits of the last drafted token's row.
     const float* logits() const { return runner_.logits(); }
     // Block rows evaluated (catching up with the trunk, and drafting), for the cost model.
     uint64_t rows_evaluated() const { return rows_; }
+    // The block's passes (each reads its weights once, for one row or a batch).
+    uint64_t passes() const { return passes_; }
     double seconds() const { return seconds_; }
 
 private:
@@ -40,10 +49,14 @@ private:
         int past = 0;      // block positions filled: [0, past)
         int tail_pos = 0;  // the trunk's final hidden rows kept for positions [tail_pos, tail_pos + tail_n)
         int tail_n = 0;
-        std::vector<float> tail;  // [tail_n][n_embd] (output-normed)
-        int32_t last_next = -1;   // the next token the row at past - 1 was evaluated with
+        std::vector<float> tail;           // [tail_n][n_embd] (output-normed)
+        std::vector<int32_t> tail_tokens;  // [tail_n]: the token each of those rows evaluated
+        int32_t last_next = -1;            // the next token the row at past - 1 was evaluated with
+        bool held = false;
     };
     void take_rows(const HiddenRows& h);
+    // Evaluates the block's rows [past, end) from the tail (rows it no longer has are skipped).
+    void catch_up(int seq, Sequence& s, int end);
     // The trunk holds `trunk_pos` positions now (it may have been cut back): forget block rows past them.
     void follow_trunk(Sequence& s, int trunk_pos);
     // Evaluates block rows for positions pos0.. from trunk hidden rows and the tokens that follow each.
@@ -56,7 +69,7 @@ private:
     int E_;
     std::vector<Sequence> seqs_;
     std::vector<float> in_, cat_, last_pre_;
-    uint64_t rows_ = 0;
+    uint64_t rows_ = 0, passes_ = 0;
     double seconds_ = 0;
 };
 

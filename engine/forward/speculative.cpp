@@ -142,6 +142,10 @@ std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limi
     };
     if (mode_ == DraftMode::Lookup) return lookup_draft(history, limit);
     if (mode_ == DraftMode::Mtp && !mtp_) return {};
+    if (mode_ == DraftMode::Mtp && held_left_ > 0) {
+        if (--held_left_ > 0) return {};
+        mtp_->hold(seq_, false);  // the next draft catches the block up in one batch
+    }
     std::vector<int32_t> drafts = mode_ == DraftMode::Auto ? lookup_draft(history, limit) : std::vector<int32_t>{};
     const int offered = mode_ == DraftMode::Auto ? static_cast<int>(drafts.size()) : limit;
     const int depth = std::min(offered, std::max(planner_.depth(offered), min_));
@@ -151,6 +155,16 @@ std::vector<int32_t> Drafter::propose(std::span<const int32_t> history, int limi
     if (depth == 0 && !drafts.empty()) {
         shadow_ = drafts;
         shadow_at_ = history.size();
+    }
+    if (mode_ == DraftMode::Mtp) {
+        // Keeping the block's cache current costs a layer per token: not while its drafts keep not paying.
+        if (depth > 0) idle_ = 0, next_hold_ = kFirstHold;
+        else if (++idle_ >= kIdleSteps) {
+            idle_ = 0;
+            held_left_ = next_hold_;
+            next_hold_ = std::min(2 * next_hold_, kLongestHold);
+            mtp_->hold(seq_, true);
+        }
     }
     drafts.resize(std::min(drafts.size(), static_cast<size_t>(depth)));
     return drafts;

@@ -104,6 +104,8 @@ public:
     }
     // Drafts to verify after `history` (its last token is the one the next step evaluates; the positions before
     // it are in the runner's cache: trunk_past of them, history.size() - 1 when not given), at most `limit`.
+    // Mtp: after kIdleSteps steps whose drafts did not pay, the block is held (MtpDraft::hold) for kFirstHold
+    // steps, doubling up to kLongestHold while they still do not; a step that drafts resets that.
     std::vector<int32_t> propose(std::span<const int32_t> history, int limit, int trunk_past = -1);
     // A new context (the next request in a server slot): drafts passed up earlier are not judged against it.
     void forget_context() { shadow_.clear(); }
@@ -123,6 +125,10 @@ private:
     int seq_ = 0;
     std::vector<int32_t> shadow_;  // drafts the planner passed up, judged against the tokens that follow
     size_t shadow_at_ = 0;         // the history position of shadow_[0]
+    // Mtp: steps in a row the planner passed the block's drafts up; while held, the steps left before the block
+    // catches up and drafts again (its shadow drafts re-measure whether they pay), and the next hold's length.
+    int idle_ = 0, held_left_ = 0, next_hold_ = kFirstHold;
+    static constexpr int kIdleSteps = 16, kFirstHold = 32, kLongestHold = 1024;
 };
 
 // After a verification batch evaluated from `mark`: keeps its first `kept` rows in the selected sequence and
