@@ -41,29 +41,36 @@ inline void expect_same(const Decoded& want, const Decoded& got, const std::stri
             << what << ": logits of token " << i << " differ from decoding without drafts";
 }
 
-// Greedy decoding with drafts from `draft_for(history)` verified each step.
-template <class DraftFn>
-Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
-    Runner r(m, ro);
+// Greedy decoding on `r` after `prompt` (evaluated here), n tokens, each step taken by
+// step(sampler, history, room, emit) -> StepOutcome (room: drafts that still fit in n).
+template <class Step>
+Decoded decode_steps(Runner& r, const std::vector<int32_t>& prompt, int n, Step step) {
     Sampler s({.temperature = 0.f});
     r.eval(prompt);
     Decoded d;
     std::vector<int32_t> history = prompt;
-    auto emit = [&](int32_t t, std::span<const float> row) {
+    const EmitToken emit = [&](int32_t t, std::span<const float> row) {
         d.tokens.push_back(t);
         d.logits.emplace_back(row.begin(), row.end());
         return static_cast<int>(d.tokens.size()) < n;
     };
     history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
     bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
-    while (more) {
+    while (more) more = !step(s, history, n - static_cast<int>(d.tokens.size()) - 1, emit).stopped;
+    return d;
+}
+
+// Greedy decoding with drafts from `draft_for(history)` verified each step.
+template <class DraftFn>
+Decoded decode_drafted(const Model& m, const RunnerOptions& ro, const std::vector<int32_t>& prompt, int n, DraftFn draft_for, int* kept) {
+    Runner r(m, ro);
+    return decode_steps(r, prompt, n, [&](Sampler& s, std::vector<int32_t>& history, int room, const EmitToken& emit) {
         std::vector<int32_t> drafts = draft_for(history);
-        drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(n - static_cast<int>(d.tokens.size()) - 1)));
+        drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(room)));
         const StepOutcome o = speculative_step(r, s, history, drafts, emit);
         *kept += o.accepted;
-        more = !o.stopped;
-    }
-    return d;
+        return o;
+    });
 }
 
 }  // namespace moe::test

@@ -65,26 +65,15 @@ Drafted decode_mtp(const Model& m, const RunnerOptions& ro, const std::vector<in
     Runner r(m, ro);
     MtpDraft mtp(m, ro);
     r.set_hidden_sink(mtp.hidden_sink());
-    Sampler s({.temperature = 0.f});
-    r.eval(prompt);
     Drafted out;
-    std::vector<int32_t> history = prompt;
-    auto emit = [&](int32_t t, std::span<const float> row) {
-        out.d.tokens.push_back(t);
-        out.d.logits.emplace_back(row.begin(), row.end());
-        return static_cast<int>(out.d.tokens.size()) < n;
-    };
-    history.push_back(s.sample({r.logits(), static_cast<size_t>(r.n_vocab())}, history));
-    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(r.n_vocab())});
-    while (more) {
-        const int room = n - static_cast<int>(out.d.tokens.size()) - 1;
+    out.d = test::decode_steps(r, prompt, n, [&](Sampler& s, std::vector<int32_t>& history, int room, const EmitToken& emit) {
         std::vector<int32_t> drafts = mtp.draft(0, history.back(), std::min(depth, room), r.n_past());
         EXPECT_EQ(static_cast<int>(drafts.size()), std::max(0, std::min(depth, room)));
         const StepOutcome o = speculative_step(r, s, history, drafts, emit);
         out.drafted += static_cast<int>(drafts.size());
         out.kept += o.accepted;
-        more = !o.stopped;
-    }
+        return o;
+    });
     out.block_rows = mtp.rows_evaluated();
     return out;
 }
@@ -308,23 +297,12 @@ TEST(MtpDrafter, ABlockWhoseDraftsNeverPayIsHeld) {
     r.set_hidden_sink(mtp.hidden_sink());
     Drafter drafter(DraftMode::Mtp, 4, step_cost_of(model_facts(file), false));
     drafter.use_mtp(&mtp, 0);
-    Sampler s({.temperature = 0.f});
-    r.eval(prompt);
-    Decoded got;
-    std::vector<int32_t> history = prompt;
-    auto emit = [&](int32_t t, std::span<const float> row) {
-        got.tokens.push_back(t);
-        got.logits.emplace_back(row.begin(), row.end());
-        return static_cast<int>(got.tokens.size()) < n;
-    };
-    history.push_back(s.sample({r.logits(), static_cast<size_t>(V)}, history));
-    bool more = emit(history.back(), {r.logits(), static_cast<size_t>(V)});
     int held_steps = 0;
-    while (more) {
-        const std::vector<int32_t> drafts = drafter.propose(history, n - static_cast<int>(got.tokens.size()) - 1, r.n_past());
+    const Decoded got = test::decode_steps(r, prompt, n, [&](Sampler& s, std::vector<int32_t>& history, int room, const EmitToken& emit) {
+        const std::vector<int32_t> drafts = drafter.propose(history, room, r.n_past());
         held_steps += mtp.held(0) ? 1 : 0;
-        more = !drafter.step(r, s, history, drafts, emit).stopped;
-    }
+        return drafter.step(r, s, history, drafts, emit);
+    });
     expect_same(plain, got, "mtp drafts, held while they do not pay");
     EXPECT_GT(held_steps, n / 2);
     // Outside the holds a pass per token; each hold's backlog (at most 64 rows) in passes of n_batch.
