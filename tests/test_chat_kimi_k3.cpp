@@ -63,6 +63,28 @@ TEST(ChatKimiK3, EdgesRenderAsItsTemplateDoes) {
     EXPECT_EQ(detect_chat_family("{{- '<|open|>' + tag -}}...{{- '<|sep|>' -}}...{{- '<|close|>' + tag + '<|sep|>' -}}"), ChatFamily::KimiK3);
 }
 
+// A message's `name` (OpenAI's participant name) as Kimi-K3.jinja renders it: a name attribute on system, user and
+// assistant tags (escaped & then "), and the tool of a result that answers no call by id.
+TEST(ChatKimiK3, MessageNamesAreAttributesAsInItsTemplate) {
+    std::vector<ChatMessage> ms = {{"system", "S"}, {"user", "Hi"}, {"assistant", "ok", {}, {{"c9", "find", "{}"}}}, {"tool", "R"}};
+    ms[0].name = "ops";
+    ms[1].name = "a\"&b";
+    ms[2].name = "bot";
+    ms[3].name = "lookup";
+    ChatRenderOptions opt;
+    opt.add_generation_prompt = true;
+    opt.enable_thinking = false;
+    const std::string got = segments_text(render_chat(ChatFamily::KimiK3, ms, opt));
+    EXPECT_EQ(got,
+              "<|open|>message role=\"system\" name=\"ops\"<|sep|>S<|close|>message<|sep|><|end_of_msg|>"
+              "<|open|>message role=\"user\" name=\"a&quot;&amp;b\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+              "<|open|>message role=\"assistant\" name=\"bot\"<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|>"
+              "<|open|>tools<|sep|><|open|>call tool=\"find\" index=\"1\"<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+              "<|close|>message<|sep|><|end_of_msg|>"
+              "<|open|>message role=\"tool\" tool=\"lookup\" index=\"1\"<|sep|>R<|close|>message<|sep|><|end_of_msg|>"
+              "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>");
+}
+
 TEST(ChatKimiK3, ChannelsAnswerWithoutToolsAndCallsAsJsonBlocks) {
     // Thinking off: the answer comes straight after the prompt's response opening; its framing is not content.
     ChatOutputParser plain(ChatFamily::KimiK3,

@@ -153,6 +153,7 @@ ChatMessage read_openai_message(const ordered_json& m, const std::string& where,
     if (cm.role == "developer") cm.role = "system";
     cm.content = text_of(m.contains("content") ? m["content"] : ordered_json(nullptr), where + ".content");
     if (cm.role == "tool") cm.tool_call_id = string_field(m, "tool_call_id", where);
+    cm.name = string_field(m, "name", where);
     if (cm.role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array()) {
         for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
             const auto& tc = m["tool_calls"][k];

@@ -110,8 +110,11 @@ std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, 
     int tool_index = 0;                            // results since that turn
     for (size_t i = 0; i < ms.size(); ++i) {
         const ChatMessage& m = ms[i];
+        // A message's name is an attribute of its tag (escaped like every attribute).
+        Attrs attrs{{"role", m.role}};
+        if (!m.name.empty()) attrs.push_back({"name", m.name});
         if (m.role == "user" || m.role == "system") {
-            o.text(message({{"role", m.role}}, m.content));
+            o.text(message(attrs, m.content));
         } else if (m.role == "assistant") {
             calls = &m.tool_calls;
             tool_index = 0;
@@ -124,10 +127,10 @@ std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, 
             const auto [reasoning, answer] = split_thinking(m.content);
             std::string body = thinking ? open_tag("think") + (trim(reasoning).empty() ? "" : reasoning) + close_tag("think") : "";
             body += kResponseOpen + answer + kResponseClose + (m.tool_calls.empty() ? "" : calls_text(m.tool_calls));
-            o.text(message({{"role", "assistant"}}, body));
+            o.text(message(attrs, body));
         } else if (m.role == "tool" && (i == 0 || ms[i - 1].role != "tool")) {
             // A run of results: in the order of the calls they answer when every one names its call, else as sent,
-            // each named by its call or by its position among the calls.
+            // each named by its own `name`, else by its position among the calls.
             size_t end = i;
             while (end < ms.size() && ms[end].role == "tool") ++end;
             auto call_of = [&](const ChatMessage& r) -> const ToolCall* {
@@ -153,7 +156,7 @@ std::vector<ChatSegment> render(ChatFamily, const std::vector<ChatMessage>& ms, 
             } else {
                 for (size_t k = i; k < end; ++k) {
                     const size_t n = static_cast<size_t>(tool_index);  // this result's position among the calls
-                    result(ms[k], calls && n < calls->size() ? (*calls)[n].name : "unknown");
+                    result(ms[k], !ms[k].name.empty() ? ms[k].name : calls && n < calls->size() ? (*calls)[n].name : "unknown");
                 }
             }
         }

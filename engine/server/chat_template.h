@@ -31,6 +31,7 @@ struct ChatMessage {
     std::optional<std::vector<int32_t>> generated;  // assistant turns this server produced: its exact tokens
     std::vector<ToolCall> tool_calls;               // assistant turns that called tools
     std::string tool_call_id;                       // tool results: the call they answer
+    std::string name;                               // the message's `name` (a participant; a tool result's tool)
 };
 
 struct ChatSegment {
