@@ -117,7 +117,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
         std::vector<uint8_t> visible, gathered;
-        int visible_for = -1;
+        int visible_for = -1, window_mask_for = -1;  // whose selection / window `visible` holds
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
             const int h = group_fn ? static_cast<int>(i % per_token) * group : static_cast<int>(i % per_token), kvh = h / group;
@@ -127,21 +127,22 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             ops::KvView kv = head_view(kvh, wrapped ? ring : pos + 1);
             if (sinks) kv.sinks = sinks + h, kv.n_sinks = group_fn ? group : 1;
             if (wrapped) {
-                // Row r holds the newest position p < end with p = r (mod ring); this token sees p in its window.
-                const int last = n_past_ + n - 1;
-                visible.assign(static_cast<size_t>(ring), 0);
-                for (int r = 0; r < ring; ++r) {
-                    const int p = last - ((last - r) % ring + ring) % ring;
-                    visible[static_cast<size_t>(r)] = p >= 0 && p <= pos && pos - p < window;
+                // Position p is in row p % ring (the slack keeps a batch's rows off the window), so this token
+                // sees the rows of its window's positions. One mask per token, for all its heads.
+                if (window_mask_for != t) {
+                    visible.assign(static_cast<size_t>(ring), 0);
+                    for (int p = std::max(0, pos - window + 1); p <= pos; ++p) visible[static_cast<size_t>(p % ring)] = 1;
+                    window_mask_for = t;
                 }
                 kv.visible = visible.data();
-                visible_for = -1;
             } else if (const int first = window > 0 ? std::max(0, kv.n_kv - window) : 0; first > 0 && chunk > 0) {
                 // Split, the view is llama.cpp's whole view with the window masked (the chunks are cut from it).
-                visible.assign(static_cast<size_t>(kv.n_kv), 1);
-                std::fill_n(visible.begin(), first, 0);
+                if (window_mask_for != t) {
+                    visible.assign(static_cast<size_t>(kv.n_kv), 1);
+                    std::fill_n(visible.begin(), first, 0);
+                    window_mask_for = t;
+                }
                 kv.visible = visible.data();
-                visible_for = -1;
             } else if (first > 0) {
                 // Positions before a sliding window are masked. One-row kernels skip masked positions one by one,
                 // so their view simply starts at the window; tiles (and ik's 128-position blocks) keep their origin,
@@ -158,7 +159,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                     visible.assign(static_cast<size_t>(kv.n_kv), 1);
                     std::fill_n(visible.begin(), first - start, 0);
                     kv.visible = visible.data();
-                    visible_for = -1;
+                    visible_for = window_mask_for = -1;
                 }
             }
             if (sel) {
@@ -173,6 +174,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
                             std::fill(visible.begin() + std::min(kv.n_kv, items[s] * sel->span),
                                       visible.begin() + std::min(kv.n_kv, (items[s] + 1) * sel->span), 1);
                         visible_for = entry;
+                        window_mask_for = -1;
                     }
                     kv.visible = visible.data();
                 }
