@@ -41,7 +41,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         return kv;
     };
     // Rows the batch's views span: every position up to its last row, or a wrapped ring's rows.
-    const bool wrapped = ring && std::max(cache_->high, n_past_ + n) > ring;
+    const bool wrapped = cache_->wrapped(ring, n_past_ + n);
     const int view_rows = wrapped ? ring : n_past_ + n;
     if (typed_v_f32) {
         const int n_kv = view_rows;

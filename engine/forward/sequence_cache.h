@@ -50,8 +50,8 @@ struct SequenceCache {
     static SequenceCache make(const Model& m, int n_ctx, kernels::KvCacheTypes types = {}, int ring_batch = 0);
     bool has_ring() const { return ringed; }
     size_t row_of(size_t l, int pos) const { return static_cast<size_t>(ring[l] ? pos % ring[l] : pos); }
-    // Whether layer l's rows for positions below `end` are no longer position-ordered (a wrapped ring).
-    bool wrapped(size_t l, int end) const { return ring[l] && std::max(high, end) > ring[l]; }
+    // Whether a ring of `rows` rows, positions below `end` stored, is no longer position-ordered (has wrapped).
+    bool wrapped(int rows, int end) const { return rows && std::max(high, end) > rows; }
     // The shortest prefix a cut can keep with its window intact (0 without rings): rows stored above a cut
     // must not have overwritten the window below it.
     int reach() const;

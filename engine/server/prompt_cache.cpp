@@ -300,12 +300,17 @@ std::optional<std::vector<Runner::Checkpoint>> PromptCache::restore(const Match&
         },
         states, [&](size_t l) { return l < ring_.size() && ring_[l] ? window_lo : uint64_t{0}; });
     if (!why.empty()) return forget(why, true);
-    for (size_t l = 0; l < ring_.size(); ++l)
-        for (uint64_t p = window_lo; ring_[l] && p < keep; ++p) {
-            const size_t row = dst.row_of(l, static_cast<int>(p)), i = static_cast<size_t>(p - window_lo);
-            std::copy_n(window_rows[2 * l].data() + i * layout_.k_row[l], layout_.k_row[l], dst.k[l].data() + row * layout_.k_row[l]);
-            std::copy_n(window_rows[2 * l + 1].data() + i * layout_.v_row[l], layout_.v_row[l], dst.v[l].data() + row * layout_.v_row[l]);
-        }
+    if (dst.has_ring()) {  // the record's K and V blocks as a window snapshot (SequenceCache::save_window's layout)
+        std::vector<uint8_t> window;
+        for (size_t l = 0; l < ring_.size(); ++l)
+            for (uint64_t i = 0; ring_[l] && i < keep - window_lo; ++i) {
+                const uint8_t* kr = window_rows[2 * l].data() + i * layout_.k_row[l];
+                const uint8_t* vr = window_rows[2 * l + 1].data() + i * layout_.v_row[l];
+                window.insert(window.end(), kr, kr + layout_.k_row[l]);
+                window.insert(window.end(), vr, vr + layout_.v_row[l]);
+            }
+        dst.restore_window(static_cast<int>(keep), window);
+    }
     std::vector<Runner::Checkpoint> snapshots;
     for (auto& s : states) snapshots.push_back({s.pos, std::move(s.state), {}});
     ::futimens(fd, nullptr);  // recently used: survives the next eviction, in this run and after a restart
