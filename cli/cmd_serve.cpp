@@ -244,8 +244,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     const uint64_t load_us = std::max<uint64_t>(30'000'000, file.total_bytes() / 200 * 1);
     sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=loading %s", static_cast<unsigned long long>(load_us), model_path.c_str());
     LoadedEngine engine;
-    std::unique_ptr<RoutingTraceWriter> trace;  // before gen: outlives the runner that writes it
-    std::unique_ptr<PromptCache> prompt_cache;  // before gen: its writer reads the slots' rows until gen ends it
+    std::unique_ptr<RoutingTraceWriter> trace;      // before gen: outlives the runner that writes it
+    std::unique_ptr<RoutingWindow> recent_routing;  // the engine view's live bound (streaming only); forwards to trace
+    std::unique_ptr<PromptCache> prompt_cache;      // before gen: its writer reads the slots' rows until gen ends it
     std::unique_ptr<Generator> gen;
     try {
         draft_flags_to_engine(draft_mode, ef);
@@ -254,13 +255,20 @@ int cmd_serve(const std::vector<std::string>& args) {
         std::cerr << "moestream serve: " << engine.summary << "\n"
                   << "moestream serve: " << engine.kernels << "\n";
         trace = open_routing_trace(ef, engine.file, *engine.model);
+        RoutingRecorder* recorder = trace.get();
+        if (engine.streaming && engine.model->hp.moe.n_expert) {
+            recent_routing = std::make_unique<RoutingWindow>(routing_trace_header(ef, engine.file, *engine.model), RoutingWindow::kDefaultSteps,
+                                                             trace.get());
+            engine.model->experts->set_event_sink(recent_routing.get());
+            recorder = recent_routing.get();
+        }
         gen = std::make_unique<Generator>(*engine.model, tok,
                                           RunnerOptions{.n_ctx = n_ctx,
                                                         .n_threads = threads,
                                                         .flavor = engine.flavor,
                                                         .max_checkpoints = checkpoints,
                                                         .n_seq = parallel,
-                                                        .routing_trace = trace.get(),
+                                                        .routing_trace = recorder,
                                                         .cache_type_k = engine.kv_types.k,
                                                         .cache_type_v = engine.kv_types.v,
                                                         .swa_full = engine.swa_full},
@@ -290,7 +298,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (prompt_cache) view_config["prompt_cache"] = {{"dir", prompt_cache_dir}, {"limit_bytes", pc_opt.max_bytes}};
     view_config["draft"] = draft_mode_name(draft_mode);
     EngineMonitor monitor(gen.get(), view_config, {engine.model->hp.n_layer, engine.model->hp.moe.n_expert},
-                          ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile));
+                          ef.profile.empty() ? std::vector<std::pair<uint32_t, uint32_t>>{} : read_profile(ef.profile), recent_routing.get());
     service.set_monitor(&monitor);
     service.set_disk_health(engine.disk_health);
     service.set_ready(true);

@@ -85,9 +85,7 @@ kernels::KvCacheTypes parse_kv_cache_types(const std::string& k, const std::stri
     return {one("--cache-type-k", k), one("--cache-type-v", v)};
 }
 
-std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& m, int prefetch_layers) {
-    if (f.routing_trace.empty()) return nullptr;
-    if (!m.hp.moe.n_expert) throw CliError("--routing-trace: " + m.hp.arch + " has no routed experts to trace");
+RoutingTraceHeader routing_trace_header(const EngineFlags& f, const GgufModel& file, const Model& m, int prefetch_layers) {
     RoutingTraceHeader h;
     h.arch = m.hp.arch;
     h.n_layer = m.hp.n_layer;
@@ -110,8 +108,15 @@ std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, con
                                                                                           : layers[l].present()
                                                                                               ? StreamingExpertSource::gguf_load_bytes(layers[l], e)
                                                                                               : 0);
+    return h;
+}
+
+std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& m, int prefetch_layers) {
+    if (f.routing_trace.empty()) return nullptr;
+    if (!m.hp.moe.n_expert) throw CliError("--routing-trace: " + m.hp.arch + " has no routed experts to trace");
     try {
-        auto w = std::make_unique<RoutingTraceWriter>(f.routing_trace, std::move(h), parse_bytes("--routing-trace-max", f.routing_trace_max));
+        auto w = std::make_unique<RoutingTraceWriter>(f.routing_trace, routing_trace_header(f, file, m, prefetch_layers),
+                                                      parse_bytes("--routing-trace-max", f.routing_trace_max));
         m.experts->set_event_sink(w.get());
         return w;
     } catch (const RoutingTraceError& e) { throw CliError(std::string("--routing-trace: ") + e.what()); }

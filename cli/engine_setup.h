@@ -84,6 +84,9 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
 // or a path (CliError when it is not usable).
 ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& store = "off", std::string* note = nullptr);
 
+// What a trace of this engine's routing says about the model and how it streams (open_routing_trace's, and the
+// server's live window's).
+RoutingTraceHeader routing_trace_header(const EngineFlags& f, const GgufModel& file, const Model& model, int prefetch_layers = 1);
 // The routing trace --routing-trace names, for this engine (header: the model's identity, how experts are read
 // and cached), attached to its expert source; null when no trace was asked for. The runner's options take it
 // too (RunnerOptions::routing_trace). Throws CliError for an unusable file (another model's trace, locked).

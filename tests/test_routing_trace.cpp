@@ -16,6 +16,7 @@
 
 #include "engine/runtime/cache_sim.h"
 #include "engine/runtime/routing_trace.h"
+#include "engine/runtime/routing_window.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -249,6 +250,75 @@ TEST(CacheSim, BeladyIsOptimalAndBoundsEveryPolicy) {
     EXPECT_EQ(lru.hits, 1u);
     EXPECT_EQ(lru.bytes_read, 5u * 8192);
     EXPECT_EQ(simulate_belady(t, 2 * t.header.slot_bytes).hits, 3u);  // keep A throughout: A, B(via bypass C), A
+}
+
+// The server's window of recent steps: the last N of them, in the file's encoding (a trace file of the same
+// run holds the same steps), every step forwarded to the file as well.
+TEST(RoutingWindow, KeepsTheLastStepsAndForwardsEveryOne) {
+    test::TempDir dir;
+    const std::string path = dir / "w.trace";
+    RoutingTraceWriter file(path, header());
+    RoutingWindow window(header(), 4, &file);
+    EXPECT_EQ(window.recent().trace.steps.size(), 0u);
+    for (int i = 0; i < 10; ++i) {
+        window.begin_step(1);
+        const std::vector<int> ex = {i % 8, (i + 3) % 8};
+        const std::vector<float> wt = {0.25f, 0.75f};
+        window.route(1, 1, 2, ex.data(), wt.data());
+        std::vector<uint32_t> set = {static_cast<uint32_t>(std::min(ex[0], ex[1])), static_cast<uint32_t>(std::max(ex[0], ex[1]))};
+        const std::vector<uint8_t> hit = {static_cast<uint8_t>(i % 2), 0};
+        window.demand(1, set, hit);
+        window.release(1, set[1]);
+        window.release(1, set[0]);
+        window.end_step(1000 + static_cast<uint64_t>(i), 10);
+    }
+    EXPECT_EQ(window.steps_seen(), 10u);
+    const RoutingWindow::Recent recent = window.recent();
+    ASSERT_EQ(recent.trace.steps.size(), 4u);
+    EXPECT_EQ(recent.first_step, 6u);
+    const RoutingTrace all = read_routing_trace(path);
+    ASSERT_EQ(all.steps.size(), 10u);
+    for (size_t i = 0; i < 4; ++i) {
+        const TraceStep &a = recent.trace.steps[i], &b = all.steps[6 + i];
+        EXPECT_EQ(a.wall_ns, b.wall_ns);
+        ASSERT_EQ(a.events.size(), b.events.size());
+        for (size_t e = 0; e < a.events.size(); ++e) {
+            EXPECT_EQ(a.events[e].kind, b.events[e].kind);
+            EXPECT_EQ(a.events[e].experts, b.events[e].experts);
+            EXPECT_EQ(a.events[e].flags, b.events[e].flags);
+            EXPECT_EQ(a.events[e].weights, b.events[e].weights);
+        }
+    }
+    EXPECT_EQ(recent.trace.steps[3].wall_ns, 1009u);
+}
+
+// Counting from a step: the steps before it move the cache but are not counted; the live bound is the
+// recording against MIN over the later half, nothing below kMinSteps.
+TEST(CacheSim, LiveBoundCountsTheLaterHalf) {
+    std::mt19937 rng(3);
+    std::vector<int> keys(60);
+    for (auto& k : keys) k = static_cast<int>(rng() % 6u);
+    RoutingTrace t = lookups(keys, 8);
+    for (size_t i = 0; i < t.steps.size(); ++i) t.steps[i].events[0].flags[0] = i % 3 == 0;  // what "the engine" saw
+    t.header.cache_bytes = 2 * t.header.slot_bytes;
+    const CacheSimResult full = simulate_belady(t, t.header.cache_bytes);
+    for (size_t from : {size_t{0}, size_t{17}, size_t{30}}) {
+        const CacheSimResult part = simulate_belady(t, t.header.cache_bytes, from);
+        EXPECT_EQ(part.lookups, keys.size() - from);
+        EXPECT_EQ(part.tokens, keys.size() - from);
+        EXPECT_LE(part.hits, full.hits);
+        if (from == 0) { EXPECT_EQ(part.hits, full.hits); }
+        RoutingTrace tail = t;
+        tail.steps.erase(tail.steps.begin(), tail.steps.begin() + static_cast<std::ptrdiff_t>(from));
+        EXPECT_EQ(recorded_cache(t, from).hits, recorded_cache(tail).hits);
+        EXPECT_EQ(recorded_cache(t, from).lookups, keys.size() - from);
+    }
+    const LiveCacheBound b = live_cache_bound(t);
+    EXPECT_EQ(b.steps, 30u);
+    EXPECT_EQ(b.engine.hits, recorded_cache(t, 30).hits);
+    EXPECT_EQ(b.belady.hits, simulate_belady(t, t.header.cache_bytes, 30).hits);
+    t.steps.resize(LiveCacheBound::kMinSteps - 1);
+    EXPECT_EQ(live_cache_bound(t).steps, 0u);
 }
 
 TEST(CacheSim, WorkloadMeasuresAreExact) {

@@ -45,7 +45,7 @@ struct RunnerOptions {
     // Independent sequences (server slots), each with its own cache of n_ctx positions and checkpoints.
     int n_seq = 1;
     // Where each forward step's routing goes (--routing-trace); not owned, may be null.
-    RoutingTraceWriter* routing_trace = nullptr;
+    RoutingRecorder* routing_trace = nullptr;
     // The caches' types (--cache-type-k / --cache-type-v); the constructor refuses types the model cannot use.
     // (Two scalars, not a KvCacheTypes: designated initializers elsewhere leave them out without a warning.)
     GgmlType cache_type_k = GgmlType::F16, cache_type_v = GgmlType::F16;

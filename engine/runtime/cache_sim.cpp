@@ -239,7 +239,7 @@ CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy p
     return r;
 }
 
-CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes) {
+CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes, size_t count_from) {
     const RoutingTraceHeader& h = trace.header;
     CacheSimResult r;
     r.policy = "belady";
@@ -249,17 +249,18 @@ CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes)
     struct Access {
         int64_t key;
         uint32_t group;
-        bool decode;
+        bool decode, counted;
     };
     std::vector<Access> seq;
     uint32_t group = 0;
-    for (const TraceStep& step : trace.steps) {
-        const bool decode = step.n_tokens == 1, demanded = has_demand(step);
-        r.tokens += step.n_tokens;
-        if (decode) r.decode_tokens++;
+    for (size_t si = 0; si < trace.steps.size(); ++si) {
+        const TraceStep& step = trace.steps[si];
+        const bool decode = step.n_tokens == 1, demanded = has_demand(step), counted = si >= count_from;
+        if (counted) r.tokens += step.n_tokens;
+        if (counted && decode) r.decode_tokens++;
         for (const TraceLayerEvent& ev : step.events) {
             if (!(ev.kind == 'D' || (ev.kind == 'R' && !demanded))) continue;
-            for (uint32_t e : demand_set(ev, h.n_expert)) seq.push_back({static_cast<int64_t>(ev.layer) * h.n_expert + e, group, decode});
+            for (uint32_t e : demand_set(ev, h.n_expert)) seq.push_back({static_cast<int64_t>(ev.layer) * h.n_expert + e, group, decode, counted});
             ++group;
         }
     }
@@ -276,20 +277,22 @@ CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes)
     std::unordered_map<int64_t, std::pair<uint64_t, uint32_t>> resident;  // key -> (next use, last group)
     for (size_t i = 0; i < seq.size(); ++i) {
         const Access& a = seq[i];
-        r.lookups++;
-        if (a.decode) r.decode_lookups++;
+        // Uncounted accesses only move the cache.
+        const bool count = a.counted, count_decode = a.counted && a.decode;
+        r.lookups += count;
+        r.decode_lookups += count_decode;
         auto it = resident.find(a.key);
         if (it != resident.end()) {
-            r.hits++;
-            if (a.decode) r.decode_hits++;
+            r.hits += count;
+            r.decode_hits += count_decode;
             by_next.erase({it->second.first, a.key});
             it->second = {next_use[i], a.group};
             by_next.insert({next_use[i], a.key});
             continue;
         }
         const uint64_t bytes = h.load(static_cast<uint32_t>(a.key / h.n_expert), static_cast<uint32_t>(a.key % h.n_expert));
-        r.bytes_read += bytes;
-        if (a.decode) r.decode_bytes += bytes;
+        if (count) r.bytes_read += bytes;
+        if (count_decode) r.decode_bytes += bytes;
         if (r.slots == 0) continue;
         if (resident.size() >= r.slots) {
             // Farthest next use among experts not pinned by the current request.
@@ -311,13 +314,14 @@ CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes)
     return r;
 }
 
-CacheSimResult recorded_cache(const RoutingTrace& trace) {
+CacheSimResult recorded_cache(const RoutingTrace& trace, size_t count_from) {
     const RoutingTraceHeader& h = trace.header;
     CacheSimResult r;
     r.policy = h.policy.empty() ? "in RAM" : h.policy;
     r.budget_bytes = h.cache_bytes;
     r.slots = h.slot_bytes ? h.cache_bytes / h.slot_bytes : 0;
-    for (const TraceStep& step : trace.steps) {
+    for (size_t si = count_from; si < trace.steps.size(); ++si) {
+        const TraceStep& step = trace.steps[si];
         const bool decode = step.n_tokens == 1;
         r.tokens += step.n_tokens;
         if (decode) r.decode_tokens++;
@@ -346,6 +350,18 @@ CacheSimResult recorded_cache(const RoutingTrace& trace) {
         }
     }
     return r;
+}
+
+LiveCacheBound live_cache_bound(const RoutingTrace& recent) {
+    LiveCacheBound b;
+    const size_t n = recent.steps.size();
+    if (n < LiveCacheBound::kMinSteps || recent.header.cache_bytes == 0) return b;
+    const size_t warm = n / 2;
+    b.engine = recorded_cache(recent, warm);
+    b.belady = simulate_belady(recent, recent.header.cache_bytes, warm);
+    b.steps = n - warm;
+    b.tokens = b.engine.tokens;
+    return b;
 }
 
 RoutingWorkload measure_workload(const RoutingTrace& trace) {

@@ -31,11 +31,23 @@ struct CacheSimResult {
 // The engine's cache at `budget_bytes` (slots of the trace's slot size). prefetch: issue the trace's
 // predictions under the engine's rules (false: demand reads only).
 CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy policy, uint64_t budget_bytes, bool prefetch = true);
-// Belady's MIN over the demand lookups at the same slot count: the most hits any policy can get.
-CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes);
+// Belady's MIN over the demand lookups at the same slot count: the most hits any policy can get. Steps before
+// `count_from` run (they fill the cache) but are not counted.
+CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes, size_t count_from = 0);
 
-// What the engine itself saw while recording (the 'D' records' hit flags, the header's load sizes).
-CacheSimResult recorded_cache(const RoutingTrace& trace);
+// What the engine itself saw while recording (the 'D' records' hit flags, the header's load sizes), from step
+// `count_from` on.
+CacheSimResult recorded_cache(const RoutingTrace& trace, size_t count_from = 0);
+
+// A recording's recent steps replayed while it goes on (the server's engine view): the engine's recorded hits
+// beside MIN's at the recording's own budget, over the later half of the steps (the earlier half warms MIN's
+// cache, as the engine's was warm). Empty (steps 0) below kMinSteps.
+struct LiveCacheBound {
+    static constexpr size_t kMinSteps = 16;
+    uint64_t steps = 0, tokens = 0;  // counted
+    CacheSimResult engine, belady;
+};
+LiveCacheBound live_cache_bound(const RoutingTrace& recent);
 
 struct RoutingWorkload {
     uint64_t steps = 0, tokens = 0, decode_steps = 0;

@@ -236,6 +236,8 @@ uint64_t routing_model_hash(const std::vector<std::string>& files, const std::ve
     return XXH3_64bits_digest(st.get());
 }
 
+std::vector<uint8_t> encode_routing_trace_header(const RoutingTraceHeader& h) { return encode_header(h); }
+
 RoutingTrace parse_routing_trace(std::span<const uint8_t> bytes, const std::string& name, bool strict_tail) {
     Cursor c{bytes, name};
     RoutingTrace t;
@@ -327,21 +329,21 @@ void RoutingTraceWriter::write_header_file(int fd) const {
     write_all(fd, b.data(), b.size(), path_);
 }
 
-void RoutingTraceWriter::put_record(char kind, uint8_t k, uint32_t layer, uint32_t count) {
+void RoutingRecorder::put_record(char kind, uint8_t k, uint32_t layer, uint32_t count) {
     step_.push_back(static_cast<uint8_t>(kind));
     step_.push_back(k);
     put<uint16_t>(step_, static_cast<uint16_t>(layer));
     put<uint32_t>(step_, count);
 }
 
-void RoutingTraceWriter::begin_step(uint32_t n_tokens) {
+void RoutingRecorder::begin_step(uint32_t n_tokens) {
     step_.clear();
     release_record_ = SIZE_MAX;
     in_step_ = n_tokens > 0;
     if (in_step_) put_record('S', 0, 0, n_tokens);
 }
 
-void RoutingTraceWriter::route(uint32_t layer, int n_tokens, int k, const int* experts, const float* weights) {
+void RoutingRecorder::route(uint32_t layer, int n_tokens, int k, const int* experts, const float* weights) {
     if (!in_step_) return;
     release_record_ = SIZE_MAX;
     put_record('R', static_cast<uint8_t>(k), layer, static_cast<uint32_t>(n_tokens));
@@ -352,7 +354,7 @@ void RoutingTraceWriter::route(uint32_t layer, int n_tokens, int k, const int* e
     std::memcpy(step_.data() + at, weights, n * 4);
 }
 
-void RoutingTraceWriter::release(uint32_t layer, uint32_t expert) {
+void RoutingRecorder::release(uint32_t layer, uint32_t expert) {
     if (!in_step_) return;
     uint16_t open_layer = 0;
     if (release_record_ != SIZE_MAX) std::memcpy(&open_layer, step_.data() + release_record_ + 2, 2);
@@ -367,7 +369,7 @@ void RoutingTraceWriter::release(uint32_t layer, uint32_t expert) {
     put<uint16_t>(step_, static_cast<uint16_t>(expert));
 }
 
-void RoutingTraceWriter::demand(uint32_t layer, std::span<const uint32_t> experts, std::span<const uint8_t> hit) {
+void RoutingRecorder::demand(uint32_t layer, std::span<const uint32_t> experts, std::span<const uint8_t> hit) {
     if (!in_step_) return;
     release_record_ = SIZE_MAX;
     put_record('D', 0, layer, static_cast<uint32_t>(experts.size()));
@@ -375,7 +377,7 @@ void RoutingTraceWriter::demand(uint32_t layer, std::span<const uint32_t> expert
     step_.insert(step_.end(), hit.begin(), hit.end());
 }
 
-void RoutingTraceWriter::prefetch(uint32_t layer, std::span<const uint32_t> predicted, std::span<const uint8_t> issued) {
+void RoutingRecorder::prefetch(uint32_t layer, std::span<const uint32_t> predicted, std::span<const uint8_t> issued) {
     if (!in_step_) return;
     release_record_ = SIZE_MAX;
     put_record('P', 0, layer, static_cast<uint32_t>(predicted.size()));
@@ -383,16 +385,20 @@ void RoutingTraceWriter::prefetch(uint32_t layer, std::span<const uint32_t> pred
     step_.insert(step_.end(), issued.begin(), issued.end());
 }
 
-void RoutingTraceWriter::end_step(uint64_t wall_ns, uint64_t io_wait_ns) {
+void RoutingRecorder::end_step(uint64_t wall_ns, uint64_t io_wait_ns) {
     if (!in_step_) return;
     in_step_ = false;
     put_record('E', 0, 0, 0);
     put<uint64_t>(step_, wall_ns);
     put<uint64_t>(step_, io_wait_ns);
+    append_step(step_);
+}
+
+void RoutingTraceWriter::append_step(std::span<const uint8_t> step) {
     ::lseek(fd_, static_cast<off_t>(file_bytes_), SEEK_SET);
-    write_all(fd_, step_.data(), step_.size(), path_);
+    write_all(fd_, step.data(), step.size(), path_);
     step_offsets_.push_back(file_bytes_);
-    file_bytes_ += step_.size();
+    file_bytes_ += step.size();
     steps_written_++;
     if (file_bytes_ > max_bytes_) drop_oldest();
 }

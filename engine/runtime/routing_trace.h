@@ -81,9 +81,35 @@ RoutingTrace read_routing_trace(const std::string& path);
 // Several traces of one model, their steps in the order given; throws naming a file of another model.
 RoutingTrace read_routing_traces(const std::vector<std::string>& paths);
 
+// The header's bytes as a trace file begins with them (followed by steps, it parses as a trace).
+std::vector<uint8_t> encode_routing_trace_header(const RoutingTraceHeader& h);
+
+// Builds each forward step's records, in the file format's bytes, from the runner's calls (begin_step, route,
+// end_step) and the expert cache's (ExpertEventSink); what becomes of a whole step is the subclass's: a file
+// (RoutingTraceWriter) or the server's recent steps (RoutingWindow).
+class RoutingRecorder : public ExpertEventSink {
+public:
+    void begin_step(uint32_t n_tokens);
+    void route(uint32_t layer, int n_tokens, int k, const int* experts, const float* weights);
+    void demand(uint32_t layer, std::span<const uint32_t> experts, std::span<const uint8_t> hit) override;
+    void prefetch(uint32_t layer, std::span<const uint32_t> predicted, std::span<const uint8_t> issued) override;
+    void release(uint32_t layer, uint32_t expert) override;
+    // Closes the step and hands its bytes to append_step.
+    void end_step(uint64_t wall_ns, uint64_t io_wait_ns);
+    // One whole step's bytes ('S' .. 'E').
+    virtual void append_step(std::span<const uint8_t> step) = 0;
+
+private:
+    void put_record(char kind, uint8_t k, uint32_t layer, uint32_t count);
+
+    std::vector<uint8_t> step_;  // the step being built
+    bool in_step_ = false;
+    size_t release_record_ = SIZE_MAX;  // where the open 'X' record starts in step_ (releases of one layer)
+};
+
 // Appends steps to a trace file. Opening an existing trace of another model throws (naming what differs); of
 // the same model, continues it (recording settings in the header become this run's).
-class RoutingTraceWriter : public ExpertEventSink {
+class RoutingTraceWriter : public RoutingRecorder {
 public:
     static constexpr uint64_t kDefaultMaxBytes = 1ull << 30;
     RoutingTraceWriter(const std::string& path, RoutingTraceHeader header, uint64_t max_bytes = kDefaultMaxBytes);
@@ -91,13 +117,8 @@ public:
     RoutingTraceWriter(const RoutingTraceWriter&) = delete;
     RoutingTraceWriter& operator=(const RoutingTraceWriter&) = delete;
 
-    void begin_step(uint32_t n_tokens);
-    void route(uint32_t layer, int n_tokens, int k, const int* experts, const float* weights);
-    void demand(uint32_t layer, std::span<const uint32_t> experts, std::span<const uint8_t> hit) override;
-    void prefetch(uint32_t layer, std::span<const uint32_t> predicted, std::span<const uint8_t> issued) override;
-    void release(uint32_t layer, uint32_t expert) override;
     // Writes the step (one write); drops the oldest steps when the file passes its bound.
-    void end_step(uint64_t wall_ns, uint64_t io_wait_ns);
+    void append_step(std::span<const uint8_t> step) override;
 
     const std::string& path() const { return path_; }
     uint64_t steps_written() const { return steps_written_; }
@@ -105,7 +126,6 @@ public:
     uint64_t steps_dropped() const { return header_.steps_dropped; }
 
 private:
-    void put_record(char kind, uint8_t k, uint32_t layer, uint32_t count);
     void write_header_file(int fd) const;
     void drop_oldest();
     // Replaces the file with header_ + body (written beside it, renamed over it) and reopens it.
@@ -117,9 +137,6 @@ private:
     int fd_ = -1;
     uint64_t header_bytes_ = 0, file_bytes_ = 0, steps_written_ = 0;
     std::vector<uint64_t> step_offsets_;  // where each step in the file begins
-    std::vector<uint8_t> step_;           // the step being built
-    bool in_step_ = false;
-    size_t release_record_ = SIZE_MAX;  // where the open 'X' record starts in step_ (releases of one layer)
 };
 
 }  // namespace moe

@@ -1,5 +1,6 @@
 #include "engine/server/engine_monitor.h"
 
+#include "engine/runtime/cache_sim.h"
 #include "engine/server/prompt_cache.h"
 
 #include <fstream>
@@ -18,8 +19,8 @@ uint64_t process_rss_bytes() {
 }
 
 EngineMonitor::EngineMonitor(Generator* gen, json config, std::pair<uint32_t, uint32_t> heat_dims, std::vector<std::pair<uint32_t, uint32_t>> pinned,
-                             double period_s, size_t keep)
-    : gen_(gen), config_(std::move(config)), dims_(heat_dims), pinned_(std::move(pinned)), period_s_(period_s), keep_(keep) {
+                             const RoutingWindow* routing, double period_s, size_t keep)
+    : gen_(gen), config_(std::move(config)), dims_(heat_dims), pinned_(std::move(pinned)), period_s_(period_s), keep_(keep), routing_(routing) {
     last_t_ = Clock::now();
     last_x_ = gen_->expert_stats();
     thread_ = std::thread([this] { run(); });
@@ -60,6 +61,7 @@ json EngineMonitor::take_sample() {
                    {"slots_busy", gen_->slots_busy()},
                    {"queued", gen_->queued()}};
     if (const PromptCache* pc = gen_->prompt_cache()) sample["prompt_cache"] = prompt_cache_json(*pc, gen_->prompt_seconds_per_token());
+    if (routing_) sample["cache_bound"] = cache_bound(now);
     if (gen_->draft_mode() != DraftMode::Off)
         sample["drafts"] = {{"steps", s.draft_steps.load()}, {"drafted", s.draft_tokens.load()}, {"accepted", s.draft_accepted.load()}};
     last_t_ = now;
@@ -68,6 +70,32 @@ json EngineMonitor::take_sample() {
     last_busy_ = busy;
     last_x_ = x;
     return sample;
+}
+
+const json& EngineMonitor::cache_bound(Clock::time_point now) {
+    const uint64_t seen = routing_->steps_seen();
+    if (seen == bound_steps_seen_ || now - bound_t_ < kBoundEvery) return bound_;
+    const RoutingWindow::Recent recent = routing_->recent();
+    const LiveCacheBound b = live_cache_bound(recent.trace);
+    bound_steps_seen_ = seen;
+    bound_t_ = now;
+    if (b.steps == 0) return bound_;
+    const auto rate = [](uint64_t part, uint64_t of) { return of ? json(static_cast<double>(part) / static_cast<double>(of)) : json(nullptr); };
+    // The steps replayed and those counted, as indices since the server started (a trace file of the same run
+    // holds them).
+    const uint64_t first = recent.first_step + (recent.trace.steps.size() - b.steps);
+    bound_ = {{"window_first_step", recent.first_step},
+              {"first_step", first},
+              {"steps", b.steps},
+              {"tokens", b.tokens},
+              {"budget_bytes", recent.trace.header.cache_bytes},
+              {"hit_rate", rate(b.engine.hits, b.engine.lookups)},
+              {"belady_hit_rate", rate(b.belady.hits, b.belady.lookups)},
+              // What eviction earned (hits not brought in by a prefetch) as a share of MIN's, which never prefetches.
+              {"retained_of_belady", rate(b.engine.retained_hits(), b.belady.hits)},
+              {"bytes_per_token", b.engine.bytes_per_token()},
+              {"belady_bytes_per_token", b.belady.bytes_per_token()}};
+    return bound_;
 }
 
 void EngineMonitor::run() {

@@ -2,7 +2,9 @@
 // rate, prefetch accuracy, the share of the second spent blocked on I/O and computing, RSS and slots, kept for
 // the last five minutes; plus the expert heat map and the configuration (and the plan's decisions, when serve
 // was given its plan). /v1/engine/stats, its server-sent-event stream and the web page read it; /metrics
-// keeps the Prometheus view of the same counters.
+// keeps the Prometheus view of the same counters. When experts stream, each sample also carries the cache's
+// recent hit rate beside Belady's MIN at the same budget over the same steps (RoutingWindow, live_cache_bound),
+// recomputed every few seconds.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/runtime/routing_window.h"
 #include "engine/server/generation.h"
 
 namespace moe {
@@ -19,9 +22,10 @@ namespace moe {
 class EngineMonitor {
 public:
     // `config`: static facts shown beside the samples (threads, budget split, plan decisions...). `heat_dims`:
-    // (layers, experts) of the heat map; `pinned`: (layer, expert) pairs a routing profile keeps resident.
+    // (layers, experts) of the heat map; `pinned`: (layer, expert) pairs a routing profile keeps resident;
+    // `routing`: the streaming engine's recent steps (null in RAM).
     EngineMonitor(Generator* gen, nlohmann::json config, std::pair<uint32_t, uint32_t> heat_dims, std::vector<std::pair<uint32_t, uint32_t>> pinned,
-                  double period_s = 1.0, size_t keep = 300);
+                  const RoutingWindow* routing = nullptr, double period_s = 1.0, size_t keep = 300);
     ~EngineMonitor();
 
     // {"config", "samples": [...], "heat": {"layers", "experts", "counts", "pinned"}}.
@@ -37,6 +41,9 @@ public:
 private:
     void run();
     nlohmann::json take_sample();
+    // The latest cache_bound object, recomputed when new steps came and kBoundEvery has passed.
+    const nlohmann::json& cache_bound(std::chrono::steady_clock::time_point now);
+    static constexpr std::chrono::seconds kBoundEvery{5};
 
     Generator* gen_;
     nlohmann::json config_;
@@ -53,6 +60,10 @@ private:
     std::chrono::steady_clock::time_point last_t_;
     uint64_t last_tokens_ = 0, last_prompt_ = 0, last_busy_ = 0;
     ExpertSourceStats last_x_;
+    const RoutingWindow* routing_;
+    nlohmann::json bound_;  // null until enough steps
+    uint64_t bound_steps_seen_ = 0;
+    std::chrono::steady_clock::time_point bound_t_{};
     std::thread thread_;
 };
 

@@ -1,7 +1,7 @@
 // The web page at / in Debian's chromium, headless, driven by playwright-core (started by
 // tests/test_web_page.cpp against a live server). Usage: node web_page.mjs PORT API_KEY SCREENSHOT_DIR.
 // Checks: no console errors and no request leaving the server's origin; a chat message streams an answer;
-// the engine view's charts receive samples and draw; keyboard switches views; a wrong key shows the error.
+// the engine view's charts receive samples and draw, the cache's hit rate beside Belady's MIN (the server streams); keyboard switches views; a wrong key shows the error.
 import { chromium } from "playwright-core";
 
 const [port, apiKey, shots] = process.argv.slice(2);
@@ -65,6 +65,9 @@ try {
   check(drawn > 50, "the memory chart is drawn", drawn);
   const rows = await page.$$eval("#decisions tr", (trs) => trs.length);
   check(rows >= 6, "decisions table filled", rows);
+  // The server streams experts: within a few samples the cache row shows its hit rate against MIN's.
+  await waitFor(page, () => /against MIN's \d/.test(document.getElementById("decisions").textContent), 20000);
+  check(true, "the cache's hit rate is shown against the best possible");
   await page.screenshot({ path: `${shots}/web-engine.png`, fullPage: true });
   await page.click("#tab-chat");
   await page.screenshot({ path: `${shots}/web-chat.png` });
