@@ -185,6 +185,13 @@ Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOption
     } catch (const PlanError& e) { throw CliError(e.what()); }
 }
 
+// --trace: the engine's cache, or a llama target's placement of experts on its GPUs, judged on the user's routing.
+void judge_on_trace(Plan& p, const HostFacts& h, const ModelFacts& m, const PlanOptions& o) {
+    if (p.routing_trace_path.empty()) return;
+    if (!is_llama_target(p.target)) return apply_routing_trace(p, m, o.mem_bytes_per_s);
+    place_experts_by_trace(p, m, o, [&](const PlanOptions& other) { return plan_or_cli_error(h, m, other); });
+}
+
 Plan load_or_cli_error(const std::string& path) {
     try {
         return load_plan(path);
@@ -324,7 +331,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     Plan p = plan_or_cli_error(h, m, o);
     if (!trace.empty()) {
         p.routing_trace_path = fs::absolute(trace).string();
-        apply_routing_trace(p, m, o.mem_bytes_per_s);
+        judge_on_trace(p, h, m, o);
     }
     if (is_llama_target(target)) {
         p.reasons.push_back({"llama_server_binary", {server.path, server.reason}});
@@ -535,7 +542,7 @@ int cmd_regen(const std::vector<std::string>& args) {
     PlanOptions o = options_from(old);
     Plan p = plan_or_cli_error(h, m, o);
     p.routing_trace_path = old.routing_trace_path;
-    apply_routing_trace(p, m, 0);
+    judge_on_trace(p, h, m, o);
     p.asked_ram_budget = old.asked_ram_budget;
     p.asked_threads = old.asked_threads;
     p.asked_gpu_mem = old.asked_gpu_mem;

@@ -9,19 +9,35 @@
 #include "tune/perf_model.h"
 
 namespace moe::cli {
+namespace {
+
+// The trace, refused (CliError) when unreadable, of another model or empty.
+RoutingTrace read_trace_of(const std::string& trace_path, const std::string& model_path) {
+    RoutingTrace t;
+    try {
+        t = read_routing_trace(trace_path);
+    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
+    if (routing_model_hash(open_gguf_model(model_path)) != t.header.model_hash)
+        throw CliError(trace_path + ": a routing trace of another model than " + model_path + " (" + t.header.arch + ")");
+    if (t.steps.empty()) throw CliError(trace_path + ": the routing trace has no steps");
+    return t;
+}
+
+// Bytes read per generated token (per token of any step when the trace has no decode steps).
+double per_token(const CacheSimResult& r) { return r.decode_tokens ? r.decode_bytes_per_token() : r.bytes_per_token(); }
+
+std::string mib_text(double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f MiB", bytes / 1048576.0);
+    return b;
+}
+
+}  // namespace
 
 void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     if (p.routing_trace_path.empty()) return;
     if (p.target != "engine") throw CliError("--trace: only the engine target streams experts through a cache to simulate");
-    RoutingTrace t;
-    try {
-        t = read_routing_trace(p.routing_trace_path);
-    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
-    if (routing_model_hash(open_gguf_model(p.model_path)) != t.header.model_hash)
-        throw CliError(p.routing_trace_path + ": a routing trace of another model than " + p.model_path + " (" + t.header.arch + ")");
-    if (t.steps.empty()) throw CliError(p.routing_trace_path + ": the routing trace has no steps");
-
-    auto per_token = [](const CacheSimResult& r) { return r.decode_tokens ? r.decode_bytes_per_token() : r.bytes_per_token(); };
+    const RoutingTrace t = read_trace_of(p.routing_trace_path, p.model_path);
     const CacheSimResult planned = simulate_engine_cache(t, EvictionPolicy::LruFrequency, p.expert_cache_bytes);
     const double bytes = per_token(planned);
     const double expert_bytes = static_cast<double>(m.expert_bytes_per_token());
@@ -55,15 +71,58 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     }
 }
 
+void place_experts_by_trace(Plan& p, const ModelFacts& m, const PlanOptions& o, const std::function<Plan(const PlanOptions&)>& replan) {
+    if (p.routing_trace_path.empty()) return;
+    const RoutingTrace t = read_trace_of(p.routing_trace_path, p.model_path);
+    const std::string trace_path = p.routing_trace_path;
+    const uint64_t room = p.ram_budget_bytes > m.token_embd_bytes ? p.ram_budget_bytes - m.token_embd_bytes : 0;
+    // Page-cache reads per token with a plan's layers on its GPUs.
+    auto reads = [&](const Plan& q) {
+        std::vector<bool> on_gpu(t.header.n_layer, false);
+        for (const auto& g : q.gpus)
+            for (uint32_t l : g.layers)
+                if (l < on_gpu.size()) on_gpu[l] = true;
+        return per_token(simulate_engine_cache(without_layers(t, on_gpu), EvictionPolicy::Lru, room, false));
+    };
+    const std::string at = " (LRU without prefetch, the page cache's nearest policy, over " + std::to_string(t.steps.size()) + " steps of " +
+                           trace_path + ", in the " + human_bytes(static_cast<double>(room)) + " the RAM budget leaves beside the token embeddings)";
+    const double planned = reads(p);
+    if (!o.gpu_layers.empty() || planned == 0) {
+        p.reasons.push_back({"page_cache_reads",
+                             {mib_text(planned), "expert bytes llama.cpp would read from disk per token with this placement" + at +
+                                                     (planned == 0 ? ": every routed expert the trace uses and no GPU holds fits in RAM, so the "
+                                                                     "trace prefers no layer"
+                                                                   : "")}});
+        return;
+    }
+    // Every MoE layer on the CPU: the bytes the page cache fails each one for are its claim on a GPU.
+    const CacheSimResult all = simulate_engine_cache(without_layers(t, {}), EvictionPolicy::Lru, room, false);
+    PlanOptions by_trace = o;
+    by_trace.layer_heat.clear();
+    for (uint32_t l = 0; l < all.layer_bytes_read.size(); ++l)
+        if (all.layer_bytes_read[l]) by_trace.layer_heat.emplace_back(l, all.layer_bytes_read[l]);
+    by_trace.layer_heat_reason = "the layers whose experts the page cache would miss most on the routing trace " + trace_path +
+                                 " first: llama.cpp maps the file, so the experts no GPU holds are read through it";
+    Plan q = replan(by_trace);
+    q.routing_trace_path = trace_path;
+    const double traced = reads(q);
+    const std::string other = o.layer_heat.empty() ? "the head- and tail-biased layout" : "the profile's layout";
+    if (traced < planned) {
+        p = std::move(q);
+        p.reasons.push_back({"page_cache_reads",
+                             {mib_text(traced), "expert bytes llama.cpp would read from disk per token with this placement" + at + "; " + other +
+                                                    " would read " + mib_text(planned)}});
+    } else {
+        p.reasons.push_back({"page_cache_reads",
+                             {mib_text(planned), "expert bytes llama.cpp would read from disk per token with this placement" + at +
+                                                     "; putting the layers the page cache misses most on the GPUs "
+                                                     "would read " +
+                                                     mib_text(traced) + ", so " + other + " stays"}});
+    }
+}
+
 CheckRow routing_trace_row(const std::string& trace_path, const std::string& model_path, uint64_t ram_budget, uint64_t cache_bytes) {
-    RoutingTrace t;
-    try {
-        t = read_routing_trace(trace_path);
-    } catch (const RoutingTraceError& e) { throw CliError(e.what()); }
-    if (routing_model_hash(open_gguf_model(model_path)) != t.header.model_hash)
-        throw CliError(trace_path + ": a routing trace of another model than " + model_path + " (" + t.header.arch + ")");
-    if (t.steps.empty()) throw CliError(trace_path + ": the routing trace has no steps");
-    auto per_token = [](const CacheSimResult& r) { return r.decode_tokens ? r.decode_bytes_per_token() : r.bytes_per_token(); };
+    const RoutingTrace t = read_trace_of(trace_path, model_path);
     const CacheSimResult engine = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes);
     const CacheSimResult bound = simulate_belady(t, cache_bytes);
     char measured[512];

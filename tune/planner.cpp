@@ -327,11 +327,12 @@ Plan make_plan(const HostFacts& h, const ModelFacts& m, const PlanOptions& opt) 
         uint32_t on_gpu = 0;
         for (const auto& g : p.gpus) on_gpu += static_cast<uint32_t>(g.layers.size());
         why("gpu_layers", std::to_string(on_gpu),
-            !opt.gpu_layers.empty()  ? "pinned by --gpu-layers " + opt.gpu_layers
-            : opt.layer_heat.empty() ? "head- and tail-biased: the first GPU's experts from the first MoE layers, the last GPU's from the "
-                                       "last, each beside its layers' attention (users report this split best); a routing profile "
-                                       "(moestream profile, then plan --profile) beats this guess"
-                                     : "the most-routed layers of the profile " + opt.profile_path + " first");
+            !opt.gpu_layers.empty()          ? "pinned by --gpu-layers " + opt.gpu_layers
+            : !opt.layer_heat_reason.empty() ? opt.layer_heat_reason
+            : opt.layer_heat.empty()         ? "head- and tail-biased: the first GPU's experts from the first MoE layers, the last GPU's from the "
+                                               "last, each beside its layers' attention (users report this split best); a routing profile "
+                                               "(moestream profile, then plan --profile) beats this guess"
+                                             : "the most-routed layers of the profile " + opt.profile_path + " first");
         std::string split;
         for (const auto& g : p.gpus) split += (split.empty() ? "" : ",") + std::to_string(g.budget_bytes >> 20);
         why("tensor_split", split,

@@ -38,7 +38,8 @@ struct PlanOptions {
     std::string draft = "off";                              // engine: serve --draft (mtp keeps the NextN block in RAM)
     uint64_t draft_block_bytes = 0;                         // engine, --draft mtp: that block's bytes (draft_block_bytes)
     std::string profile_path;                               // routing profile (moestream profile)
-    std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // from the profile: (layer, routed count)
+    std::vector<std::pair<uint32_t, uint64_t>> layer_heat;  // from the profile: (layer, routed count), or a trace's
+    std::string layer_heat_reason;                          // where layer_heat came from, when not the profile
 };
 
 Plan make_plan(const HostFacts& host, const ModelFacts& model, const PlanOptions& opt);

@@ -64,6 +64,7 @@ public:
             }
             const uint64_t bytes = h_.load(layer, e);
             r.bytes_read += bytes;
+            r.layer_bytes_read[layer] += bytes;
             if (decode) r.decode_bytes += bytes;
             loading_ += bytes;
             const int si = allocate();
@@ -88,6 +89,7 @@ public:
             const uint64_t bytes = h_.load(layer, e);
             loading_ += bytes;
             r.bytes_read += bytes;
+            r.layer_bytes_read[layer] += bytes;
             if (decode) r.decode_bytes += bytes;
             r.prefetch_issued++;
         }
@@ -208,6 +210,7 @@ CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy p
     r.budget_bytes = budget_bytes;
     EngineCacheModel cache(h, policy, budget_bytes);
     r.slots = cache.slot_count();
+    r.layer_bytes_read.assign(h.n_layer, 0);
     for (const TraceStep& step : trace.steps) {
         const bool decode = step.n_tokens == 1, demanded = has_demand(step);
         r.tokens += step.n_tokens;
@@ -237,6 +240,22 @@ CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy p
     }
     r.prefetch_unused_bytes = cache.unused_prefetch_bytes();
     return r;
+}
+
+RoutingTrace without_layers(const RoutingTrace& trace, const std::vector<bool>& drop) {
+    RoutingTrace out;
+    out.header = trace.header;
+    out.steps.reserve(trace.steps.size());
+    for (const TraceStep& step : trace.steps) {
+        TraceStep s;
+        s.n_tokens = step.n_tokens;
+        s.wall_ns = step.wall_ns;
+        s.io_wait_ns = step.io_wait_ns;
+        for (const TraceLayerEvent& ev : step.events)
+            if (ev.layer >= drop.size() || !drop[ev.layer]) s.events.push_back(ev);
+        out.steps.push_back(std::move(s));
+    }
+    return out;
 }
 
 CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes, size_t count_from) {

@@ -19,6 +19,8 @@ struct CacheSimResult {
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_unused_bytes = 0;
     // The same over single-token (decode) steps only: what generation speed depends on.
     uint64_t decode_tokens = 0, decode_lookups = 0, decode_hits = 0, decode_bytes = 0;
+    // bytes_read per layer (simulate_engine_cache only): which layers the cache fails.
+    std::vector<uint64_t> layer_bytes_read;
 
     double hit_rate() const { return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0; }
     // Hits on experts kept from an earlier use, not brought in by a prefetch: what an eviction policy earns,
@@ -31,6 +33,10 @@ struct CacheSimResult {
 // The engine's cache at `budget_bytes` (slots of the trace's slot size). prefetch: issue the trace's
 // predictions under the engine's rules (false: demand reads only).
 CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy policy, uint64_t budget_bytes, bool prefetch = true);
+// The trace with the given layers' records removed (drop[layer]): the cache as it would run were those layers'
+// experts held elsewhere (a GPU).
+RoutingTrace without_layers(const RoutingTrace& trace, const std::vector<bool>& drop);
+
 // Belady's MIN over the demand lookups at the same slot count: the most hits any policy can get. Steps before
 // `count_from` run (they fill the cache) but are not counted.
 CacheSimResult simulate_belady(const RoutingTrace& trace, uint64_t budget_bytes, size_t count_from = 0);
