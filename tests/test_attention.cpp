@@ -105,6 +105,53 @@ TEST(Attention, MaskedPositionsAreSkipped) {
     }
 }
 
+// A sparse view (deepseek4's window rows and picked rows, KvView::positions) on the tiled path gives exactly what
+// the whole view with the other positions masked gives, which is what llama.cpp computes; the F16C forms give
+// the reference's bits (random positions spread over a few tiles or packed in one, head sizes with a tail of
+// eight, sinks).
+TEST(Attention, SparseViewTilesByPositions) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd;
+    for (int round = 0; round < 24; ++round) {
+        const int dk = round % 3 == 0 ? 72 : 64, view = 64 * (1 + round % 6);
+        Cache whole(dk, dk, view, rng);
+        std::vector<uint8_t> visible(static_cast<size_t>(view), 0);
+        std::vector<int> positions;
+        for (int p = 0; p < view; ++p)
+            if (rng() % (round % 2 ? 3u : 11u) == 0) {
+                visible[p] = 1;
+                positions.push_back(p);
+            }
+        if (positions.empty()) positions.push_back(view - 1), visible[view - 1] = 1;
+        Cache sparse = whole;
+        sparse.n_kv = static_cast<int>(positions.size());
+        for (size_t i = 0; i < positions.size(); ++i) {
+            std::copy_n(&whole.k[static_cast<size_t>(positions[i]) * dk], dk, &sparse.k[i * dk]);
+            std::copy_n(&whole.v[static_cast<size_t>(positions[i]) * dk], dk, &sparse.v[i * dk]);
+        }
+        std::vector<float> q(static_cast<size_t>(dk)), want(static_cast<size_t>(dk)), got(static_cast<size_t>(dk));
+        for (auto& x : q) x = nd(rng);
+        const float sink = round % 4 == 1 ? 3.f : 0.25f;
+        for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+            ops::AttnScratch s1, s2;
+            ops::KvView masked = whole.view(view, visible.data());
+            ops::KvView packed = sparse.view(sparse.n_kv);
+            packed.positions = positions.data();
+            if (round % 2) masked.sinks = packed.sinks = &sink;
+            ops::float_ops(f).attend_tiled(q.data(), masked, 0.125f, want.data(), s1);
+            ops::float_ops(f).attend_tiled(q.data(), packed, 0.125f, got.data(), s2);
+            for (int d = 0; d < dk; ++d) ASSERT_EQ(want[d], got[d]) << "round " << round << " d " << d;
+            if (!kernels::table_for(kernels::Isa::Avx2)) continue;  // no F16C here: the reference is what runs
+            for (ops::AttendFn fn : {kernels::attend_tiled_f16c(f), kernels::attend_tiled_avx512(f)}) {
+                if (!fn) continue;
+                std::fill(got.begin(), got.end(), 0.f);
+                fn(q.data(), packed, 0.125f, got.data(), s2);
+                for (int d = 0; d < dk; ++d) ASSERT_EQ(want[d], got[d]) << "simd round " << round << " d " << d;
+            }
+        }
+    }
+}
+
 // The SIMD variants give the reference's bits: both builds, both paths, head sizes with and without a tail of
 // eight, MLA's aliased values, sparse masks, and tiles cut by the end of the visible range.
 TEST(Attention, SimdEqualsReference) {

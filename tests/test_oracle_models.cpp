@@ -81,12 +81,11 @@ const Case kCases[] = {
     {"shared-kimi-k3-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
     // deepseek4 (hyper-connections with Sinkhorn, compressed attention: sliding window with sinks, overlapping
     // ratio-4 rows picked by the lightning indexer, ratio-128 rows, the output LoRA; hash-routed layers,
-    // sqrt-softplus, clamped SwiGLU). Prompts 0-2 agree to 1e-4 at every step in both files. The 312-token
-    // prompt: F32 agrees at its first step and drifts to 1.6e-3 while decoding (its views hold 768 keys, split
-    // per thread; the cause is not found yet); Q8_0 differs by 3e-2 already at its 312-row batch (not reproduced
-    // yet: docs/status.md), so that file is checked on the first three prompts.
-    {"shared-deepseek4-gpt2-1k-s64-F32", Flavor::Avx2, 2e-3},
-    {"shared-deepseek4-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4, 3},
+    // sqrt-softplus, clamped SwiGLU). Every prompt's steps give llama.cpp's bits in the Q8_0 file (its 312-row
+    // batch once the tiled attention took llama.cpp's view positions for its tiles), and in the F32 file except
+    // 11 of the 312-token prompt's 31 decoding steps, which differ by up to 1.2e-4 (the cause is not found).
+    {"shared-deepseek4-gpt2-1k-s64-F32", Flavor::Avx2, 2e-4},
+    {"shared-deepseek4-gpt2-1k-s64-Q8_0", Flavor::Avx2, 1e-4},
 };
 
 class OracleModel : public ::testing::TestWithParam<Case> {

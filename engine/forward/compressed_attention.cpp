@@ -199,6 +199,8 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
         for (int v : s.view_index) s.chunk_of.push_back(v / chunk);
     }
     if (s.head_scratch.size() < static_cast<size_t>(H)) s.head_scratch.resize(static_cast<size_t>(H));
+    // The tiled path's 64-position tiles are llama.cpp's view positions, not the rows' order here.
+    if (tiled) kv.positions = s.view_index.data();
     auto heads = [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {
             ops::KvView head = kv;

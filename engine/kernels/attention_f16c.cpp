@@ -402,6 +402,73 @@ void tile_rows_step(const float* kt, const float* v, int dk, int dv, float scale
 // tile's keys and values stream from L2 once per four rows (AVX2 had two: 4,096-token prompt +11%).
 inline constexpr int kRowBlock = 4;
 
+// One query row over a sparse view (ops::KvView::positions): the tiles are llama.cpp's view positions, each
+// holding the rows that sit in it (the others masked), so the bits are ops::float_ops' attend_tiled's. Scores
+// eight rows at a time (transposed loads, the same FMA chain per row), values by position order.
+template <Flavor F>
+void attend_tiled_positions(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+    constexpr int kTile = ggml::kFaTile;
+    const int dk = kv.dk, dv = kv.dv;
+    s.acc.assign(static_cast<size_t>(dv), 0.f);
+    float* acc = s.acc.data();
+    float M = kNegInf, S = 0.f;
+    alignas(32) float kq[kTile];
+    for (int j0 = 0; j0 < kv.n_kv;) {
+        const int base = kv.positions[j0] / kTile * kTile;
+        int j1 = j0;
+        while (j1 < kv.n_kv && kv.positions[j1] < base + kTile) ++j1;
+        std::fill_n(kq, kTile, kNegInf);
+        int j = j0;
+        for (; j + 8 <= j1; j += 8) {
+            __m256 sc = _mm256_setzero_ps();
+            int d = 0;
+            for (; d + 8 <= dk; d += 8) {
+                __m256 rows[8], cols[8];
+                for (int p = 0; p < 8; ++p) rows[p] = load_f16x8(kv.k + static_cast<size_t>(j + p) * kv.k_stride + d);
+                transpose8(rows, cols);
+                for (int c = 0; c < 8; ++c) sc = _mm256_fmadd_ps(cols[c], _mm256_set1_ps(q[d + c]), sc);
+            }
+            alignas(32) float part[8];
+            _mm256_store_ps(part, sc);
+            for (; d < dk; ++d)
+                for (int p = 0; p < 8; ++p) part[p] = std::fma(h2f(kv.k[static_cast<size_t>(j + p) * kv.k_stride + d]), q[d], part[p]);
+            for (int p = 0; p < 8; ++p) kq[kv.positions[j + p] - base] = part[p] * scale;
+        }
+        for (; j < j1; ++j) {
+            const uint16_t* kt = kv.k + static_cast<size_t>(j) * kv.k_stride;
+            float sc = 0.f;
+            for (int d = 0; d < dk; ++d) sc = std::fma(h2f(kt[d]), q[d], sc);
+            kq[kv.positions[j] - base] = sc * scale;
+        }
+        if (kv.visible)
+            for (j = j0; j < j1; ++j)
+                if (!kv.visible[j]) kq[kv.positions[j] - base] = kNegInf;
+        if (tiled_softmax_step8<F>(kq, M, S, acc, dv)) {
+            int d = 0;
+            for (; d + 8 <= dv; d += 8) {
+                __m256 a = _mm256_loadu_ps(&acc[d]);
+                for (j = j0; j < j1; ++j) {
+                    const float w = kq[kv.positions[j] - base];
+                    if (w != 0.f) a = _mm256_fmadd_ps(load_f16x8(kv.v + static_cast<size_t>(j) * kv.v_stride + d), _mm256_set1_ps(w), a);
+                }
+                _mm256_storeu_ps(&acc[d], a);
+            }
+            for (; d < dv; ++d) {
+                float a = acc[d];
+                for (j = j0; j < j1; ++j) {
+                    const float w = kq[kv.positions[j] - base];
+                    if (w != 0.f) a = std::fma(h2f(kv.v[static_cast<size_t>(j) * kv.v_stride + d]), w, a);
+                }
+                acc[d] = a;
+            }
+        }
+        j0 = j1;
+    }
+    const float sink_scale = ops::apply_sink(kv, 0, M, S);
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < dv; ++d) out[d] = acc[d] * sink_scale * inv;
+}
+
 // Several query rows (the heads that share a kv head) against one view, tile by tile, so that each tile of
 // keys and values is read from memory once for all of them; each row's arithmetic is the one-row path's.
 template <Flavor F, bool Wide>
@@ -517,6 +584,7 @@ void attend_tiled_group_impl(const float* q_rows, int64_t q_stride, int rows, co
 
 template <Flavor F, bool Wide>
 void attend_tiled_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
+    if (kv.positions) return attend_tiled_positions<F>(q, kv, scale, out, s);
     attend_tiled_group_impl<F, Wide>(q, 0, 1, kv, scale, out, 0, s);
 }
 

@@ -103,8 +103,46 @@ void attend_chunk_impl(const float* q, const KvView& kv, float scale, float& M, 
     }
 }
 
+// attend_tiled_impl over a sparse view (KvView::positions): each tile holding rows gets their scores at their
+// positions and -inf elsewhere; values are summed over its rows in position order.
+template <Flavor F>
+void attend_tiled_positions(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    constexpr int kTile = ggml::kFaTile;
+    s.acc.assign(static_cast<size_t>(kv.dv), 0.f);
+    float* acc = s.acc.data();
+    float kq[kTile];
+    float M = kNegInf, S = 0.f;
+    for (int j0 = 0; j0 < kv.n_kv;) {
+        const int base = kv.positions[j0] / kTile * kTile;
+        int j1 = j0;
+        while (j1 < kv.n_kv && kv.positions[j1] < base + kTile) ++j1;
+        std::fill_n(kq, kTile, kNegInf);
+        for (int j = j0; j < j1; ++j) {
+            if (kv.visible && !kv.visible[j]) continue;
+            const uint16_t* kt = kv.k + static_cast<size_t>(j) * kv.k_stride;
+            float sc = 0.f;
+            for (int d = 0; d < kv.dk; ++d) sc = std::fma(fp16_to_fp32_lut(kt[d]), q[d], sc);
+            kq[kv.positions[j] - base] = sc * scale;
+        }
+        if (ggml::tiled_softmax_step<F>(kq, M, S, acc, kv.dv))
+            for (int d = 0; d < kv.dv; ++d) {
+                float a = acc[d];
+                for (int j = j0; j < j1; ++j) {
+                    const float w = kq[kv.positions[j] - base];
+                    if (w != 0.f) a = std::fma(fp16_to_fp32_lut(kv.v[static_cast<size_t>(j) * kv.v_stride + d]), w, a);
+                }
+                acc[d] = a;
+            }
+        j0 = j1;
+    }
+    const float sink_scale = apply_sink(kv, 0, M, S);
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * sink_scale * inv;
+}
+
 template <Flavor F>
 void attend_tiled_impl(const float* q, const KvView& kv, float scale, float* out, AttnScratch& s) {
+    if (kv.positions) return attend_tiled_positions<F>(q, kv, scale, out, s);
     constexpr int kTile = ggml::kFaTile;
     s.acc.assign(static_cast<size_t>(kv.dv), 0.f);
     float* acc = s.acc.data();

@@ -146,6 +146,10 @@ struct KvView {
     // value (null: none). One-row calls use sinks[0]; group calls point at their kv head's query heads.
     const float* sinks = nullptr;
     int n_sinks = 1;
+    // The tiled path over a sparse view (deepseek4's window and picked rows): row j sits at position positions[j]
+    // of llama.cpp's view (ascending), the other positions masked, so its 64-position tiles are taken over
+    // positions; tiles with no row are skipped, as ggml skips a tile with nothing visible. Null: row j is position j.
+    const int* positions = nullptr;
     bool typed() const { return k_raw != nullptr; }
 };
 
