@@ -292,6 +292,59 @@ TEST(RoutingWindow, KeepsTheLastStepsAndForwardsEveryOne) {
     EXPECT_EQ(recent.trace.steps[3].wall_ns, 1009u);
 }
 
+// Bounded in bytes as well as steps: steps of random sizes (a prompt chunk is many tokens) go round a small
+// ring; what it keeps is always the latest steps without a gap, byte for byte those the file holds, and within
+// one step's worth of the ring's size. A step larger than the ring empties the window.
+TEST(RoutingWindow, ARingOfBytesKeepsTheLatestWholeSteps) {
+    test::TempDir dir;
+    const std::string path = dir / "w.trace";
+    RoutingTraceWriter file(path, header());
+    constexpr size_t kRing = 2000, kSteps = 40;
+    RoutingWindow window(header(), kSteps, &file, kRing);
+    EXPECT_EQ(window.capacity_bytes(), kRing);
+    std::mt19937 rng(11);
+    std::vector<size_t> step_bytes;  // each appended step's encoded size, as the file grew by it
+    size_t largest = 0;              // of the steps that fit the ring
+    for (int i = 0; i < 3000; ++i) {
+        const int n = i == 1500 ? 200 : 1 + static_cast<int>(rng() % 12u);  // step 1500 alone is past the ring
+        const uint64_t before = file.file_bytes();
+        window.begin_step(static_cast<uint32_t>(n));
+        std::vector<int> ex(static_cast<size_t>(n) * 2);
+        std::vector<float> wt(ex.size(), 0.5f);
+        for (auto& e : ex) e = static_cast<int>(rng() % 8u);
+        window.route(1, n, 2, ex.data(), wt.data());
+        window.end_step(static_cast<uint64_t>(i), 0);
+        step_bytes.push_back(file.file_bytes() - before);
+        if (i != 1500) largest = std::max(largest, step_bytes.back());
+        if (i % 9 != 0 && i != 1500 && i != 1501) continue;
+        const RoutingWindow::Recent recent = window.recent();
+        const size_t kept = recent.trace.steps.size();
+        ASSERT_EQ(recent.first_step + kept, static_cast<uint64_t>(i) + 1) << "step " << i;
+        if (i == 1500) {
+            EXPECT_EQ(kept, 0u);
+            continue;
+        }
+        ASSERT_GE(kept, 1u);
+        ASSERT_LE(kept, kSteps);
+        for (size_t s = 0; s < kept; ++s) EXPECT_EQ(recent.trace.steps[s].wall_ns, recent.first_step + s);
+        size_t kept_bytes = 0;
+        for (size_t s = recent.first_step; s <= static_cast<size_t>(i); ++s) kept_bytes += step_bytes[s];
+        EXPECT_LE(kept_bytes, kRing);
+        if (kept < kSteps && recent.first_step > 1501) {
+            // The step before them was dropped for room: with it the ring was full, less at most one step's
+            // worth left unused where a step wrapped to the start.
+            EXPECT_GT(kept_bytes + step_bytes[recent.first_step - 1] + largest, kRing) << "step " << i;
+        }
+    }
+    const RoutingTrace all = read_routing_trace(path);
+    const RoutingWindow::Recent recent = window.recent();
+    ASSERT_EQ(all.steps.size(), 3000u);
+    for (size_t s = 0; s < recent.trace.steps.size(); ++s) {
+        EXPECT_EQ(recent.trace.steps[s].events[0].experts, all.steps[recent.first_step + s].events[0].experts);
+        EXPECT_EQ(recent.trace.steps[s].events[0].weights, all.steps[recent.first_step + s].events[0].weights);
+    }
+}
+
 // Counting from a step: the steps before it move the cache but are not counted; the live bound is the
 // recording against MIN over the later half, nothing below kMinSteps.
 TEST(CacheSim, LiveBoundCountsTheLaterHalf) {

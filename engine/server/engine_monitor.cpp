@@ -3,6 +3,8 @@
 #include "engine/runtime/cache_sim.h"
 #include "engine/server/prompt_cache.h"
 
+#include <malloc.h>
+
 #include <fstream>
 
 namespace moe {
@@ -75,20 +77,31 @@ json EngineMonitor::take_sample() {
 const json& EngineMonitor::cache_bound(Clock::time_point now) {
     const uint64_t seen = routing_->steps_seen();
     if (seen == bound_steps_seen_ || now - bound_t_ < kBoundEvery) return bound_;
-    const RoutingWindow::Recent recent = routing_->recent();
-    const LiveCacheBound b = live_cache_bound(recent.trace);
+    LiveCacheBound b;
+    uint64_t window_first = 0, kept = 0, budget = 0;
+    {
+        const RoutingWindow::Recent recent = routing_->recent();
+        b = live_cache_bound(recent.trace);
+        window_first = recent.first_step;
+        kept = recent.trace.steps.size();
+        budget = recent.trace.header.cache_bytes;
+    }
+    // The replay's parsed steps (on a 75-layer model, hundreds of thousands of small vectors) were freed into
+    // this thread's malloc arena, where they would stay as resident memory a long-running server never uses
+    // again: hand them back, so its RSS is its caches, not the last replay.
+    malloc_trim(0);
     bound_steps_seen_ = seen;
     bound_t_ = now;
     if (b.steps == 0) return bound_;
     const auto rate = [](uint64_t part, uint64_t of) { return of ? json(static_cast<double>(part) / static_cast<double>(of)) : json(nullptr); };
     // The steps replayed and those counted, as indices since the server started (a trace file of the same run
     // holds them).
-    const uint64_t first = recent.first_step + (recent.trace.steps.size() - b.steps);
-    bound_ = {{"window_first_step", recent.first_step},
+    const uint64_t first = window_first + (kept - b.steps);
+    bound_ = {{"window_first_step", window_first},
               {"first_step", first},
               {"steps", b.steps},
               {"tokens", b.tokens},
-              {"budget_bytes", recent.trace.header.cache_bytes},
+              {"budget_bytes", budget},
               {"hit_rate", rate(b.engine.hits, b.engine.lookups)},
               {"belady_hit_rate", rate(b.belady.hits, b.belady.lookups)},
               // What eviction earned (hits not brought in by a prefetch) as a share of MIN's, which never prefetches.
