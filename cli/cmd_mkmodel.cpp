@@ -83,6 +83,7 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         "type", po::value(&s.type)->default_value("f32"),
         "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; q4_k_m (q4_K, q6_K attn_v/ffn_down/output); dynamic (q2_K expert gate/up, iq4_xs/q3_K expert down by layer, q4_K elsewhere, q6_K attn_v/output)")(
         "fused-gate-up", po::bool_switch(&s.fused_gate_up), "write the experts' gate and up as one ffn_gate_up_exps tensor")(
+        "fused-qkv", po::bool_switch(&s.fused_qkv), "write attention layers' q, k and v (and biases) as one attn_qkv tensor")(
         "mla-kv-b", po::bool_switch(&s.mla_kv_b), "MLA: one unsplit attn_kv_b per layer (older conversions) instead of attn_k_b / attn_v_b")(
         "chat-template-file", po::value(&template_file), "write this file as tokenizer.chat_template")(
         "tie-output", po::bool_switch(&s.tie_output), "no output.weight: the head reuses token_embd (as small Qwen3 files)")(

@@ -1,6 +1,7 @@
 #include "synth/blocks.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace moe::synth {
 
@@ -45,16 +46,43 @@ void msa_indexer(Writer& w, const SyntheticSpec& s, const std::string& p) {
     w.vec(p + "indexer.k_norm.weight", s.msa_dim);
 }
 
+namespace {
+
+// The last `n` tensors written (one type) as one tensor `name` of shape `ne`, their rows one after another:
+// a fused projection holding exactly the weights the separate ones held.
+void fuse_last(Writer& w, size_t n, const std::string& name, std::vector<uint64_t> ne) {
+    std::vector<GgufTensorData> parts(std::make_move_iterator(w.tensors.end() - static_cast<std::ptrdiff_t>(n)),
+                                      std::make_move_iterator(w.tensors.end()));
+    w.tensors.resize(w.tensors.size() - n);
+    GgufTensorData fused{name, std::move(ne), parts[0].type, {}};
+    for (const GgufTensorData& t : parts) {
+        if (t.type != fused.type)
+            throw std::runtime_error("cannot write " + name + ": the type plan gives " + t.name + " type " +
+                                     type_name(static_cast<uint32_t>(t.type)) + " but " + parts[0].name + " " +
+                                     type_name(static_cast<uint32_t>(fused.type)) + " (use one --type)");
+        fused.bytes.insert(fused.bytes.end(), t.bytes.begin(), t.bytes.end());
+    }
+    w.tensors.push_back(std::move(fused));
+}
+
+// Q, K and V [embd, q], [embd, kv], [embd, kv] (and their biases): separate, or fused as newer converters write them.
+void qkv_projections(Writer& w, const SyntheticSpec& s, const std::string& p, uint32_t q, uint32_t kv, bool biases) {
+    w.matrix(p + "attn_q.weight", {s.embd, q});
+    w.matrix(p + "attn_k.weight", {s.embd, kv});
+    w.matrix(p + "attn_v.weight", {s.embd, kv}, 1.f, true);
+    if (s.fused_qkv) fuse_last(w, 3, p + "attn_qkv.weight", {s.embd, q + 2ull * kv});
+    if (!biases) return;
+    w.vec(p + "attn_q.bias", q, 0.f, 0.1f);
+    w.vec(p + "attn_k.bias", kv, 0.f, 0.1f);
+    w.vec(p + "attn_v.bias", kv, 0.f, 0.1f);
+    if (s.fused_qkv) fuse_last(w, 3, p + "attn_qkv.bias", {q + 2ull * kv});
+}
+
+}  // namespace
+
 void gqa_block(Writer& w, const SyntheticSpec& s, const std::string& p, GqaExtras x) {
     const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
-    w.matrix(p + "attn_q.weight", {s.embd, Q});
-    w.matrix(p + "attn_k.weight", {s.embd, KV});
-    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
-    if (x.qkv_bias) {
-        w.vec(p + "attn_q.bias", Q, 0.f, 0.1f);
-        w.vec(p + "attn_k.bias", KV, 0.f, 0.1f);
-        w.vec(p + "attn_v.bias", KV, 0.f, 0.1f);
-    }
+    qkv_projections(w, s, p, Q, KV, x.qkv_bias);
     w.matrix(p + "attn_output.weight", {Q, s.embd});
     if (x.output_bias_and_sinks) {
         w.vec(p + "attn_output.bias", s.embd, 0.f, 0.1f);
@@ -92,9 +120,7 @@ void deltanet_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
 
 void gated_attention_block(Writer& w, const SyntheticSpec& s, const std::string& p) {
     const uint32_t Q = s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
-    w.matrix(p + "attn_q.weight", {s.embd, 2 * Q});
-    w.matrix(p + "attn_k.weight", {s.embd, KV});
-    w.matrix(p + "attn_v.weight", {s.embd, KV}, 1.f, true);
+    qkv_projections(w, s, p, 2 * Q, KV, false);
     w.matrix(p + "attn_output.weight", {Q, s.embd});
     w.vec(p + "attn_q_norm.weight", s.head_dim);
     w.vec(p + "attn_k_norm.weight", s.head_dim);

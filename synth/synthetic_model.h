@@ -70,6 +70,7 @@ struct SyntheticSpec {
     // whose quantizers need an importance matrix (IQ1_S ... IQ3_S); the model computes noise.
     bool random_blocks = false;
     bool fused_gate_up = false;   // routed experts' gate and up as one ffn_gate_up_exps tensor (newer converters)
+    bool fused_qkv = false;       // full-attention layers' q, k and v as one attn_qkv tensor (newer converters)
     bool mla_kv_b = false;        // MLA as older converters (and ik_llama.cpp files made from them) store it: one attn_kv_b
     bool printable_head = false;  // only printable ASCII tokens get an output row (the demo's readable noise)
     std::string chat_template;    // replaces the vocabulary's tokenizer.chat_template when set

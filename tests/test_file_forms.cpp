@@ -1,5 +1,5 @@
 // Forms of the same model that users' files come in: MLA's unsplit attn_kv_b (older conversions, and
-// ik_llama.cpp files made from them), split files whose first part holds only metadata (how large uploads are
+// ik_llama.cpp files made from them), attention's q, k and v fused into one attn_qkv (newer conversions), split files whose first part holds only metadata (how large uploads are
 // cut), and each must give the same logits as the form the engine reads natively.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include "engine/forward/runner.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_facts.h"
 #include "tests/test_support.h"
 
 namespace moe {
@@ -98,6 +99,50 @@ TEST(FileForms, UnsplitMlaKvBGivesTheSplitFormsLogits) {
     EXPECT_EQ(model->layers[0].mla.wk_b.type, GgmlType::Q8_0);
     EXPECT_EQ(model->layers[0].mla.wv_b.type, GgmlType::Q8_0);
     EXPECT_EQ(model->layers[0].mla.wk_b.ne0, K);
+}
+
+// Newer converters write an attention layer's q, k and v (and their biases) as one attn_qkv, which llama.cpp's
+// create_tensor_qkv takes before the separate tensors: the same weights so fused give the same logits, prompt
+// and decode, in every architecture whose attention layers are GQA (glm4moe's and gpt-oss's with biases,
+// qwen35moe's gated q), and the same resident bytes.
+TEST(FileForms, FusedQkvGivesTheSeparateFormsLogits) {
+    test::TempDir dir;
+    const std::vector<int32_t> prompt = {1, 2, 3, 40, 50, 60, 70, 80, 90, 100, 110, 120};
+    for (const char* arch : {"qwen3moe", "glm4moe", "qwen35moe", "gpt-oss", "minimax-m2"}) {
+        SCOPED_TRACE(arch);
+        std::vector<std::string> shape = {"--arch", arch, "--type", "q8_0", "--kv-heads", "2", "--head-dim", "32"};
+        if (std::string(arch) == "qwen35moe") shape.insert(shape.end(), {"--full-attention-interval", "2"});
+        const std::string separate = mkmodel(dir, std::string(arch) + "-separate", shape);
+        shape.push_back("--fused-qkv");
+        const std::string fused = mkmodel(dir, std::string(arch) + "-fused", shape);
+        const GgufModel before = open_gguf_model(separate), after = open_gguf_model(fused);
+        size_t n_fused = 0;
+        for (const auto& t : after.tensors) {
+            EXPECT_EQ(t.name.find("attn_q.weight"), std::string::npos) << t.name;
+            n_fused += t.name.ends_with("attn_qkv.weight") && !before.find_tensor(t.name);
+        }
+        EXPECT_GT(n_fused, 0u);
+        EXPECT_EQ(logits_of(fused, prompt), logits_of(separate, prompt));
+        EXPECT_EQ(model_facts(open_gguf_model(fused)).resident_bytes, model_facts(open_gguf_model(separate)).resident_bytes);
+    }
+    // A fused tensor whose rows are not q + 2 kv is named with what the metadata implies.
+    const std::string fused = mkmodel(dir, "short", {"--type", "q8_0", "--kv-heads", "2", "--head-dim", "32", "--fused-qkv"});
+    auto tensors = read_tensors(fused);
+    for (auto& t : tensors)
+        if (t.name == "blk.1.attn_qkv.weight") {
+            t.ne[1] -= 32;
+            t.bytes.resize(t.bytes.size() / (t.ne[1] + 32) * t.ne[1]);
+        }
+    write_gguf(dir / "short-edited.gguf", read_gguf_header(fused).kv, tensors);
+    try {
+        load_model(open_gguf_model(dir / "short-edited.gguf"));
+        ADD_FAILURE() << "a short attn_qkv loaded";
+    } catch (const ModelError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("blk.1.attn_qkv.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("[128, 224]"), std::string::npos) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
 }
 
 // A split model whose first file holds only the metadata (no tensors) loads and runs like the single file.

@@ -35,6 +35,11 @@ void load_gqa_heads(ArchLoader& ld, Hparams& hp, std::optional<uint32_t> default
 // (attn_*.bias) as the architecture has them.
 enum class QkvBiases { None, Optional, Required };
 void load_gqa_projections(ArchLoader& ld, const Hparams& hp, GqaWeights& w, const std::string& prefix, QkvBiases biases = QkvBiases::None);
+// Q [E, q], K and V [E, kv] (and their biases): the file's attn_q / attn_k / attn_v, or one fused attn_qkv
+// [E, q + 2 kv] whose row ranges are the three over the same bytes (llama.cpp's create_tensor_qkv takes the fused
+// tensor first; newer converters write it), its bias attn_qkv.bias alike.
+void load_qkv(ArchLoader& ld, const std::string& prefix, uint64_t E, uint64_t q, uint64_t kv, const std::string& qwhy, const std::string& kvwhy,
+              GqaWeights& w, QkvBiases biases = QkvBiases::None);
 // token_embd (sets n_vocab), output_norm, output (tied to token_embd when absent).
 void load_embeddings(ArchLoader& ld, Model& m);
 // RoPE on n_rot dims: base, linear or YaRN scaling (rope.scaling.*). Returns YaRN's attention mscale for

@@ -1,5 +1,7 @@
 #include "engine/model/arch/arch_loader.h"
 
+#include <algorithm>
+
 #include "engine/model/model_facts.h"
 
 namespace moe {
@@ -133,7 +135,37 @@ void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint
     if (shape.size() == 1 && dst.type != GgmlType::F32)
         fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
     resident_list_.push_back(t);
-    bindings_.emplace_back(&dst, name);
+    bindings_.push_back({&dst, name, 0});
+}
+
+void ArchLoader::resident_rows(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, uint64_t first, uint64_t rows,
+                               const std::string& part, const std::string& why, bool required) {
+    dst = Tensor{};
+    dst.name = part;
+    const GgufTensorInfo* t = info(name, required);
+    if (!t) return;
+    expect_shape(t, shape, why);
+    if (shape.size() > 2 || first + rows > shape.back())
+        fail("tensor '" + name + "': rows " + std::to_string(first) + "+" + std::to_string(rows) + " of " + shape_string(shape));
+    dst.type = kernel_type(t->type(), ik_made_ && shape.size() > 1);
+    size_t offset = 0;
+    if (shape.size() == 1) {
+        if (dst.type != GgmlType::F32) fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
+        dst.ne0 = static_cast<int64_t>(rows);
+        dst.row_bytes = rows * 4;
+        offset = first * 4;
+    } else {
+        // A row-interleaved type keeps its rows in groups: a part must begin and end on a group.
+        if (const uint32_t g = type_info(dst.type).interleave; first % g || rows % g)
+            fail("tensor '" + name + "' of type " + type_name(t->raw_type) + " interleaves rows in groups of " + std::to_string(g) +
+                 " but its part '" + part + "' is rows " + std::to_string(first) + "+" + std::to_string(rows));
+        dst.ne0 = static_cast<int64_t>(shape[0]);
+        dst.ne1 = static_cast<int64_t>(rows);
+        dst.row_bytes = *row_bytes(dst.type, shape[0]);
+        offset = first * dst.row_bytes;
+    }
+    if (std::find(resident_list_.begin(), resident_list_.end(), t) == resident_list_.end()) resident_list_.push_back(t);
+    bindings_.push_back({&dst, name, offset});
 }
 
 ExpertTensor ArchLoader::experts(const std::string& name, uint64_t n_in, uint64_t n_out, uint64_t n_expert, const std::string& why) {
@@ -185,7 +217,7 @@ void ArchLoader::finish(Model& m, bool read) {
     }
     if (!read) return;
     m.resident = std::make_unique<ResidentArena>(file_, resident_list_);
-    for (auto& [tensor, name] : bindings_) tensor->data = m.resident->data_of(name);
+    for (const Binding& b : bindings_) b.tensor->data = m.resident->data_of(b.name) + b.offset;
     std::vector<uint8_t> source;
     for (Derivation& d : derivations_) {
         source.resize(d.source->nbytes);

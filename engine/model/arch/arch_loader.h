@@ -45,6 +45,10 @@ public:
     // A tensor the forward pass reads from RAM: checks name, shape and type and records it for the arena.
     // Optional tensors that are absent leave `dst` empty (not present()).
     void resident(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, const std::string& why, bool required = true);
+    // Rows [first, first + rows) of a resident tensor of `shape` (a 2-D matrix's rows, or a vector's elements):
+    // a fused projection's part, as a tensor of its own named `part` over the same bytes.
+    void resident_rows(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, uint64_t first, uint64_t rows, const std::string& part,
+                       const std::string& why, bool required = true);
     bool has_tensor(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
     // A routed-expert tensor [n_in, n_out, n_expert]: located, never read here.
     ExpertTensor experts(const std::string& name, uint64_t n_in, uint64_t n_out, uint64_t n_expert, const std::string& why);
@@ -75,7 +79,12 @@ private:
     std::string arch_;
     std::set<std::string> claimed_;
     std::vector<const GgufTensorInfo*> resident_list_;
-    std::vector<std::pair<Tensor*, std::string>> bindings_;
+    struct Binding {
+        Tensor* tensor;
+        std::string name;  // the file tensor
+        size_t offset;     // bytes into it
+    };
+    std::vector<Binding> bindings_;
     struct Derivation {
         Tensor* dst;
         const GgufTensorInfo* source;

@@ -58,12 +58,30 @@ void load_gqa_projections(ArchLoader& ld, const Hparams& hp, GqaWeights& w, cons
     const uint64_t E = hp.n_embd, Q = uint64_t{g.n_head} * g.head_dim, KV = uint64_t{g.n_head_kv} * g.head_dim;
     const std::string qwhy = "head_count " + std::to_string(g.n_head) + " x key_length " + std::to_string(g.head_dim);
     const std::string kvwhy = "head_count_kv " + std::to_string(g.n_head_kv) + " x key_length " + std::to_string(g.head_dim);
+    load_qkv(ld, p, E, Q, KV, qwhy, kvwhy, w, biases);
+    ld.resident(w.wo, p + "attn_output.weight", {Q, E}, qwhy);
+}
+
+void load_qkv(ArchLoader& ld, const std::string& p, uint64_t E, uint64_t Q, uint64_t KV, const std::string& qwhy, const std::string& kvwhy,
+              GqaWeights& w, QkvBiases biases) {
+    const bool required = biases == QkvBiases::Required;
+    if (const std::string fused = p + "attn_qkv.weight"; ld.has_tensor(fused)) {
+        const std::vector<uint64_t> shape = {E, Q + 2 * KV};
+        const std::string why = qwhy + " + 2 x " + kvwhy;
+        ld.resident_rows(w.wq, fused, shape, 0, Q, fused + "[q]", why);
+        ld.resident_rows(w.wk, fused, shape, Q, KV, fused + "[k]", why);
+        ld.resident_rows(w.wv, fused, shape, Q + KV, KV, fused + "[v]", why);
+        if (biases == QkvBiases::None) return;
+        const std::string bias = p + "attn_qkv.bias";
+        ld.resident_rows(w.bq, bias, {Q + 2 * KV}, 0, Q, bias + "[q]", why, required);
+        ld.resident_rows(w.bk, bias, {Q + 2 * KV}, Q, KV, bias + "[k]", why, required);
+        ld.resident_rows(w.bv, bias, {Q + 2 * KV}, Q + KV, KV, bias + "[v]", why, required);
+        return;
+    }
     ld.resident(w.wq, p + "attn_q.weight", {E, Q}, qwhy);
     ld.resident(w.wk, p + "attn_k.weight", {E, KV}, kvwhy);
     ld.resident(w.wv, p + "attn_v.weight", {E, KV}, kvwhy);
-    ld.resident(w.wo, p + "attn_output.weight", {Q, E}, qwhy);
     if (biases == QkvBiases::None) return;
-    const bool required = biases == QkvBiases::Required;
     ld.resident(w.bq, p + "attn_q.bias", {Q}, qwhy, required);
     ld.resident(w.bk, p + "attn_k.bias", {KV}, kvwhy, required);
     ld.resident(w.bv, p + "attn_v.bias", {KV}, kvwhy, required);

@@ -98,9 +98,7 @@ void load_qwen35moe(ArchLoader& ld, Model& m) {
             if (w.conv1d.type != GgmlType::F32) ld.fail("tensor '" + p + "ssm_conv1d.weight' is not f32");
         } else {
             L.attn = AttentionKind::Gqa;
-            ld.resident(L.gqa.wq, p + "attn_q.weight", {E, 2 * Q}, qwhy);
-            ld.resident(L.gqa.wk, p + "attn_k.weight", {E, KV}, kvwhy);
-            ld.resident(L.gqa.wv, p + "attn_v.weight", {E, KV}, kvwhy);
+            load_qkv(ld, p, E, 2 * Q, KV, qwhy, kvwhy, L.gqa);
             ld.resident(L.gqa.wo, p + "attn_output.weight", {Q, E}, owhy);
             ld.resident(L.gqa.q_norm, p + "attn_q_norm.weight", {g.head_dim}, "key_length");
             ld.resident(L.gqa.k_norm, p + "attn_k_norm.weight", {g.head_dim}, "key_length");
