@@ -200,7 +200,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     ApiOptions api{.alias = name,
                    .model_file = model_path,
                    .api_key = api_key,
-                   .family = detect_chat_family(file.meta().get_string("tokenizer.chat_template").value_or("")),
+                   .family = chat_family_of(file.meta().get_string("tokenizer.chat_template").value_or(""),
+                                            file.meta().get_string("general.architecture").value_or("")),
                    .bos_text = tok->bos() >= 0 ? tok->token_text(tok->bos()) : "",
                    .max_tokens_default = max_tokens,
                    .split_reasoning = reasoning_format != "none"};

@@ -294,6 +294,42 @@ ChatOutputParser parse_in_pieces(ChatFamily f, const OutputParserOptions& opt, c
     return p;
 }
 
+// DeepSeek-V4 ships its format as a Python encoder, not a template: fixtures/chat_tools/render_dsv4.py runs it.
+// Results given out of call order go back in it; thinking at effort max puts the encoder's directive first and
+// keeps every turn's reasoning (tools declared); without tools, turns before the last user message lose theirs
+// and consecutive user messages join into one turn.
+TEST(ChatTools, DeepSeekV4AsItsOwnEncoderWritesIt) {
+    std::vector<ChatMessage> ms = tool_conversation();
+    std::swap(ms[3], ms[4]);
+    const auto v4 = [&](const std::vector<ChatMessage>& conv, bool thinking, const std::vector<ToolSpec>& ts, ReasoningEffort effort) {
+        return segments_text(render_chat(ChatFamily::DeepSeekV4, conv,
+                                         {.add_generation_prompt = true,
+                                          .enable_thinking = thinking,
+                                          .bos_text = "<｜begin▁of▁sentence｜>",
+                                          .tools = ts,
+                                          .reasoning_effort = effort}));
+    };
+    EXPECT_EQ(v4(ms, false, tools(), ReasoningEffort::Unset), fixture("deepseek-v4.txt"));
+    EXPECT_EQ(v4(ms, true, tools(), ReasoningEffort::Max), fixture("deepseek-v4-think.txt"));
+    const std::vector<ChatMessage> history = {{"system", "You are terse."},
+                                              {"user", "Hi"},
+                                              {"assistant", "<think>\nA greeting.\n</think>\n\nHello."},
+                                              {"user", "2+2?"},
+                                              {"user", "Quickly."}};
+    EXPECT_EQ(v4(history, true, {}, ReasoningEffort::Unset), fixture("deepseek-v4-history-think.txt"));
+    EXPECT_EQ(v4(history, false, {}, ReasoningEffort::Unset), fixture("deepseek-v4-history.txt"));
+    // This server's own turns go back as their tokens where the encoder shows all they were.
+    std::vector<ChatMessage> spliced = history;
+    spliced[2].generated = std::vector<int32_t>{5, 6, 7};
+    EXPECT_NE(v4(spliced, false, {}, ReasoningEffort::Unset).find("<｜Assistant｜></think><tokens:3><｜end▁of▁sentence｜>"), std::string::npos);
+    EXPECT_NE(v4(spliced, true, {}, ReasoningEffort::Unset).find("<｜Assistant｜></think>Hello.<｜end▁of▁sentence｜>"), std::string::npos);
+    // A file without a template is rendered so when it is deepseek4; a template with DSML tool_calls too.
+    EXPECT_EQ(chat_family_of("", "deepseek4"), ChatFamily::DeepSeekV4);
+    EXPECT_EQ(chat_family_of("", "deepseek2"), ChatFamily::ChatML);
+    EXPECT_EQ(detect_chat_family("{{'<｜User｜>'}}...{{'<｜DSML｜' + 'tool_calls>'}}"), ChatFamily::DeepSeekV4);
+    EXPECT_EQ(detect_chat_family("{{'<｜User｜>'}}...{{'<｜DSML｜function_calls>'}}</think>thinking"), ChatFamily::DeepSeekV31);
+}
+
 struct ParseCase {
     ChatFamily family;
     bool starts_in_reasoning;
@@ -339,6 +375,11 @@ TEST(ChatTools, EachFamilysCallsParseBackWholeAndStreamed) {
          "key=\"days\" type=\"number\"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"search\" index=\"2\"<|sep|><|open|>argument "
          "key=\"q\" type=\"string\"<|sep|>news \"today\"<|close|>argument<|sep|><|open|>argument key=\"opts\" type=\"object\"<|sep|>{\"n\": 3, \"lang\": "
          "\"fr\"}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"},
+        {ChatFamily::DeepSeekV4, true,
+         "Weather and news.</think>Let me check.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+         "string=\"true\">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name=\"days\" string=\"false\">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n"
+         "<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter name=\"q\" string=\"true\">news \"today\"</｜DSML｜parameter>\n<｜DSML｜parameter "
+         "name=\"opts\" string=\"false\">{\"n\": 3, \"lang\": \"fr\"}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"},
         {ChatFamily::MiniMax, true,
          "Weather and news.\n</think>\n\nLet me check.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
          "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"search\">\n<parameter name=\"q\">news \"today\"</parameter>\n"
@@ -406,8 +447,8 @@ TEST(ChatTools, ReasoningUnclosedAndTextThatOnlyLooksLikeAMarker) {
 }
 
 TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
-    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::KimiK2,
-                         ChatFamily::KimiK3, ChatFamily::Harmony, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
+    for (ChatFamily f : {ChatFamily::Qwen3, ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::DeepSeekV31, ChatFamily::DeepSeekV4,
+                         ChatFamily::KimiK2, ChatFamily::KimiK3, ChatFamily::Harmony, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
         // What each model writes after its forced opening for get_weather.
         const std::map<ChatFamily, std::string> rest = {
             {ChatFamily::Qwen3, "{\"city\": \"Oslo\"}}\n</tool_call>"},
@@ -415,6 +456,8 @@ TEST(ChatTools, ForcedCallPrefixParsesAsTheCallItOpens) {
             {ChatFamily::Glm4, "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
             {ChatFamily::Glm47, "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"},
             {ChatFamily::DeepSeekV31, "{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+            {ChatFamily::DeepSeekV4,
+             "<｜DSML｜parameter name=\"city\" string=\"true\">Oslo</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"},
             {ChatFamily::KimiK2, "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>"},
             {ChatFamily::KimiK3, "{\"city\": \"Oslo\"}<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"},
             {ChatFamily::Harmony, "{\"city\": \"Oslo\"}<|call|>"},
@@ -440,7 +483,8 @@ TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
         "extra": {"type": "object"}}, "required": ["city", "days"]}}})");
     const std::vector<ToolSpec> ts = {{"get_weather", "", decl, decl["function"]["parameters"]}};
     const std::string city = "Oslo </para and <b>\n  \"fjord\" \xC3\xB8";
-    for (ChatFamily f : {ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::MiniMax, ChatFamily::MiniMaxM3}) {
+    for (ChatFamily f :
+         {ChatFamily::Qwen35, ChatFamily::Glm4, ChatFamily::Glm47, ChatFamily::MiniMax, ChatFamily::MiniMaxM3, ChatFamily::DeepSeekV4}) {
         SCOPED_TRACE(family_name(f));
         ChatInput in;
         in.messages = {{"user", "Weather?"}};
@@ -483,9 +527,14 @@ TEST(ChatTools, ForcedTagCallsAreHeldToTheToolsSchema) {
         refused("f" + close("unit"), "k");                        // not among the enum's values
         refused(tags.key_open + "unit", end);                     // days is required
         GrammarMatcher optional(g);                               // unit and hourly may be left out
-        EXPECT_TRUE(optional.feed(tags.key_open + "city" + tags.key_close + "x" + close("city") + tags.key_open + "days" + tags.key_close + "-2" +
+        const std::string& string_key_close = tags.key_close_string.empty() ? tags.key_close : tags.key_close_string;
+        EXPECT_TRUE(optional.feed(tags.key_open + "city" + string_key_close + "x" + close("city") + tags.key_open + "days" + tags.key_close + "-2" +
                                   close("days") + end));
         EXPECT_TRUE(optional.can_end());
+        if (!tags.key_close_string.empty()) {  // DeepSeek-V4: a string parameter marked string="false" is refused, and the reverse
+            refused(tags.key_open + "city" + string_key_close, tags.key_open + "city" + tags.key_close);
+            refused(tags.key_open + "days" + tags.key_close, tags.key_open + "days" + string_key_close);
+        }
     }
     // tool_choice required: the name's head first, for any of the tools.
     ChatInput any;

@@ -131,7 +131,8 @@ TEST(JsonGrammar, VocabularyMaskEqualsCheckingEachToken) {
 }
 
 // Free text up to a closing tag (a tag-style call's string argument): any UTF-8 text, newlines and near misses of
-// the tag included; it ends only at the whole tag; malformed UTF-8 and a non-ASCII tag are refused.
+// the tag included; it ends only at the whole tag; malformed UTF-8 and a tag that is not whole UTF-8 characters
+// are refused.
 TEST(JsonGrammar, TextRunsUntilItsTerminator) {
     auto g = std::make_shared<JsonGrammar>();
     g->set_root(g->sequence({g->text_until("</p>"), g->literal("!")}));
@@ -150,7 +151,38 @@ TEST(JsonGrammar, TextRunsUntilItsTerminator) {
     EXPECT_FALSE(GrammarMatcher(g).feed("\xC3(")) << "a lead byte without its continuation";
     EXPECT_FALSE(GrammarMatcher(g).feed("\x80")) << "a continuation byte alone";
     EXPECT_THROW(JsonGrammar().text_until(""), GrammarError);
-    EXPECT_THROW(JsonGrammar().text_until("\xC3\xB8"), GrammarError);
+    EXPECT_THROW(JsonGrammar().text_until("\xC3"), GrammarError);      // a lead byte without its continuation
+    EXPECT_THROW(JsonGrammar().text_until("\xB8</p>"), GrammarError);  // a continuation byte first
+}
+
+// A tag with non-ASCII characters (DeepSeek-V4's </｜DSML｜parameter>): near misses that share its first bytes,
+// or only the first bytes of its wide character, stay text; the text around it must still be whole UTF-8.
+TEST(JsonGrammar, TextRunsUntilANonAsciiTerminator) {
+    const std::string tag =
+        "</\xEF\xBD\x9C"
+        "DSML\xEF\xBD\x9C"
+        "p>";  // </｜DSML｜p>
+    auto g = std::make_shared<JsonGrammar>();
+    g->set_root(g->sequence({g->text_until(tag), g->literal("!")}));
+    auto accepts_text = [&](const std::string& text) {
+        GrammarMatcher m(g);
+        return m.feed(text) && m.can_end();
+    };
+    EXPECT_TRUE(accepts_text(tag + "!"));
+    EXPECT_TRUE(
+        accepts_text("\xEF\xBD\x9C </\xEF\xBD\x9C"
+                     "DSM </\xEF\xBD\x9B x " +
+                     tag + "!"));  // the wide bar alone, a near miss, a neighbour
+    EXPECT_TRUE(
+        accepts_text("</</\xEF\xBD\x9C"
+                     "DSML" +
+                     tag + "!"));
+    EXPECT_FALSE(accepts_text("x" + tag + "x" + tag + "!")) << "the first whole tag ends the text";
+    EXPECT_FALSE(GrammarMatcher(g).feed("</\xEF\xBD(")) << "the tag's wide character cut by another byte";
+    EXPECT_FALSE(GrammarMatcher(g).feed("\xEF\xBD" + tag)) << "a character cut short by the tag";
+    GrammarMatcher open(g);
+    EXPECT_TRUE(open.feed("a </\xEF\xBD"));
+    EXPECT_FALSE(open.can_end());
 }
 
 }  // namespace

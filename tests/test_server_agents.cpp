@@ -5,7 +5,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "cli/commands.h"
+#include "engine/gguf/gguf.h"
 #include "engine/model/model_facts.h"
+#include "engine/weights/weights.h"
 #include "tests/budget.h"
 #include "synth/synthetic_model.h"
 #include "tests/serve_fixture.h"
@@ -242,6 +245,83 @@ TEST_F(ServeTest, AnthropicMessages) {
     auto unauth = test::request(s.port(), "POST", "/v1/messages", req.dump(), "x-api-key: wrong\r\n");
     EXPECT_EQ(unauth.status, 401);
     EXPECT_EQ(json::parse(unauth.body)["error"]["type"], "authentication_error");
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// DeepSeek-V4 files carry no chat template (the model ships its format as code): the server renders its own
+// encoder's format for the architecture and holds a forced call to the tool's schema in DSML, string parameters
+// (an enum here: a random model's free text would run to max_tokens) marked string="true", the others JSON with
+// string="false"; the answer's call comes back as a tool call (the markers are many byte tokens in the test
+// vocabulary, hence the token allowance).
+TEST(ServeTagCalls, DeepSeekV4WithoutATemplateCallsInDsml) {
+    test::TempDir dir;
+    const std::string made = dir.path.string() + "/ds4-made.gguf", path = dir.path.string() + "/ds4.gguf";
+    ASSERT_EQ(cli::dispatch({"mkmodel",
+                             "--vocab-builtin",
+                             "--arch",
+                             "deepseek4",
+                             "--layers",
+                             "3",
+                             "--compress-ratios",
+                             "0,4,8",
+                             "--head-dim",
+                             "32",
+                             "--rope-dims",
+                             "8",
+                             "--q-lora",
+                             "32",
+                             "--window",
+                             "5",
+                             "--indexer-heads",
+                             "2",
+                             "--indexer-dim",
+                             "64",
+                             "--indexer-top-k",
+                             "2",
+                             "--embd",
+                             "128",
+                             "--heads",
+                             "4",
+                             "--experts",
+                             "4",
+                             "--experts-used",
+                             "2",
+                             "--ffn",
+                             "64",
+                             "--seed",
+                             "5",
+                             "--out",
+                             made}),
+              0);
+    const GgufFile f = read_gguf_header(made);
+    std::vector<std::pair<std::string, GgufValue>> kv;
+    for (const auto& e : f.kv)
+        if (e.first != "tokenizer.chat_template") kv.push_back(e);
+    std::vector<GgufTensorData> tensors;
+    for (const auto& t : f.tensors) {
+        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        read_file_range(made, t.file_offset, t.nbytes, d.bytes.data());
+        tensors.push_back(std::move(d));
+    }
+    write_gguf(path, kv, tensors);
+    Server s(path, {});
+    ASSERT_GT(s.port(), 0) << s.log();
+    EXPECT_NE(s.log().find("(deepseek-v4 chat template)"), std::string::npos) << s.log();
+    const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        "properties":{"city":{"type":"string","enum":["Oslo","Bergen"]},"days":{"type":"integer"},"hourly":{"type":"boolean"}},"required":["city","days"]}}}])");
+    json req = {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
+                {"tools", tools},
+                {"temperature", 0},
+                {"max_tokens", 800},
+                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+    const json a = chat(s.port(), req);
+    ASSERT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
+    const json& call = a["choices"][0]["message"]["tool_calls"][0];
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Oslo" || args["city"] == "Bergen") << args;
+    EXPECT_TRUE(args["days"].is_number_integer()) << args;
+    EXPECT_TRUE(!args.contains("hourly") || args["hourly"].is_boolean()) << args;
     EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

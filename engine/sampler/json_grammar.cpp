@@ -27,8 +27,15 @@ int JsonGrammar::sequence(std::vector<int> parts) { return add({.kind = Kind::Se
 int JsonGrammar::any_of(std::vector<int> alternatives) { return add({.kind = Kind::Union, .children = std::move(alternatives)}); }
 int JsonGrammar::text_until(std::string terminator) {
     if (terminator.empty()) throw GrammarError("free text needs a terminator");
-    for (const char ch : terminator)  // (the matcher's UTF-8 check assumes it)
-        if (static_cast<uint8_t>(ch) >= 0x80) throw GrammarError("free text's terminator '" + terminator + "' is not ASCII");
+    // Whole UTF-8 characters (the matcher checks the text's UTF-8 across the terminator's bytes too).
+    for (size_t i = 0; i < terminator.size();) {
+        const auto c = static_cast<uint8_t>(terminator[i]);
+        const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        bool whole = len > 0 && i + len <= terminator.size();
+        for (size_t k = 1; whole && k < len; ++k) whole = (static_cast<uint8_t>(terminator[i + k]) & 0xC0) == 0x80;
+        if (!whole) throw GrammarError("free text's terminator '" + terminator + "' is not valid UTF-8");
+        i += len;
+    }
     return add({.kind = Kind::Text, .text = std::move(terminator)});
 }
 
@@ -243,13 +250,15 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
             if (++f.count == n.text.size()) return done();
             return keep();
         case K::Text: {
-            // count: how much of the terminator the text ends with (the longest such prefix, so a near miss
-            // such as "</para</parameter>" still closes); key_pos: UTF-8 continuation bytes owed.
+            // key_pos: UTF-8 continuation bytes owed, checked on every byte (the terminator is whole characters,
+            // so it can only begin where a character does); count: how much of the terminator the text ends with
+            // (the longest such prefix, so a near miss such as "</para</parameter>" still closes).
             if (f.key_pos > 0) {
                 if ((c & 0xC0) != 0x80) return;
                 --f.key_pos;
-                f.count = 0;
-                return keep();
+            } else if (c >= 0x80) {
+                if (c < 0xC2 || c > 0xF4) return;
+                f.key_pos = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
             }
             const std::string& t = n.text;
             std::string tail = t.substr(0, f.count);
@@ -257,10 +266,6 @@ void GrammarMatcher::consume(Stack s, uint8_t c, std::vector<Stack>& out) const 
             size_t k = std::min(tail.size(), t.size());
             while (k > 0 && tail.compare(tail.size() - k, k, t, 0, k) != 0) --k;
             if (k == t.size()) return done();
-            if (k == 0 && c >= 0x80) {  // a character's lead byte (terminators are ASCII)
-                if (c < 0xC2 || c > 0xF4) return;
-                f.key_pos = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
-            }
             f.count = static_cast<uint32_t>(k);
             return keep();
         }

@@ -1,6 +1,6 @@
 // Each chat family's format in one record: how a conversation renders, what opens and closes a tool call in
 // the model's output and how its calls parse, the syntax a forced call follows, the reasoning tags. Every
-// family lives in a file of its own (chat_qwen, chat_glm, chat_deepseek, chat_kimi, chat_kimi_k3, chat_harmony,
+// family lives in a file of its own (chat_qwen, chat_glm, chat_deepseek, chat_deepseek_v4, chat_kimi, chat_kimi_k3, chat_harmony,
 // chat_minimax); chat_template.cpp holds the table, and the public functions of chat_template.h and the
 // output parser read it. A new family is one file and one row.
 #pragma once
@@ -40,7 +40,7 @@ namespace glm {
 extern const ChatFamilyFormat kGlm4, kGlm47;
 }
 namespace deepseek {
-extern const ChatFamilyFormat kV3, kV31;
+extern const ChatFamilyFormat kV3, kV31, kV4;
 }
 namespace kimi {
 extern const ChatFamilyFormat kK2, kK3;

@@ -45,8 +45,9 @@ std::optional<std::vector<std::string>> string_choices(const ordered_json& prope
 }
 
 // A tag-style call's arguments and its end: the schema's properties in their declared order, the required ones
-// always, each value as its parameter takes it (text up to the closing tag for strings, else JSON held to the
-// property's schema, or any JSON value where that uses what constrained decoding does not support).
+// always, each value as its parameter takes it (one of its enum's strings, text up to the closing tag for other
+// strings, else JSON held to the property's schema, or any JSON value where that uses what constrained decoding
+// does not support).
 int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArguments& tags) {
     std::vector<int> parts;
     const ordered_json& schema = tool.parameters;
@@ -61,12 +62,12 @@ int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArgumen
                                          ? property["type"].get<std::string>()
                                          : "";
             int value;
-            if (parameter_is_string(&tool, key) || (tags.nested_values && (type == "object" || type == "array"))) {
-                value = g.text_until(close);
-            } else if (const auto choices = string_choices(property)) {  // written bare, as the templates write strings
+            if (const auto choices = string_choices(property)) {  // written bare, as the templates write strings
                 std::vector<int> alts;
                 for (const std::string& c : *choices) alts.push_back(g.literal(c + close));
                 value = g.any_of(std::move(alts));
+            } else if (parameter_is_string(&tool, key) || (tags.nested_values && (type == "object" || type == "array"))) {
+                value = g.text_until(close);
             } else {
                 int json_value;
                 try {
@@ -74,7 +75,9 @@ int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArgumen
                 } catch (const GrammarError&) { json_value = g.any_value(); }
                 value = g.sequence({json_value, g.literal(close)});
             }
-            const int argument = g.sequence({g.literal(tags.key_open + key + tags.key_close), value});
+            const bool text_value = parameter_is_string(&tool, key) || string_choices(property).has_value();
+            const std::string& key_close = text_value && !tags.key_close_string.empty() ? tags.key_close_string : tags.key_close;
+            const int argument = g.sequence({g.literal(tags.key_open + key + key_close), value});
             const bool needed = std::find(required.begin(), required.end(), key) != required.end();
             parts.push_back(needed ? argument : g.any_of({argument, g.literal("")}));
         }

@@ -15,6 +15,7 @@ const ChatFamilyFormat& chat_format(ChatFamily family) {
         case ChatFamily::Glm47: return glm::kGlm47;
         case ChatFamily::DeepSeek: return deepseek::kV3;
         case ChatFamily::DeepSeekV31: return deepseek::kV31;
+        case ChatFamily::DeepSeekV4: return deepseek::kV4;
         case ChatFamily::KimiK2: return kimi::kK2;
         case ChatFamily::KimiK3: return kimi::kK3;
         case ChatFamily::Harmony: return harmony::kHarmony;
@@ -38,6 +39,8 @@ const char* effort_name(ReasoningEffort e) {
 ChatFamily detect_chat_family(const std::string& t) {
     auto has = [&t](const char* s) { return t.find(s) != std::string::npos; };
     // DeepSeek-V3.1 and later close the think block after <｜Assistant｜> unless thinking is asked for.
+    // DeepSeek-V4's DSML calls open with <｜DSML｜tool_calls> (V3.2's with <｜DSML｜function_calls>).
+    if (has("｜DSML｜") && has("tool_calls>") && !has("function_calls>")) return ChatFamily::DeepSeekV4;
     if (has("<｜User｜>") || has("<｜Assistant｜>")) return has("</think>") && has("thinking") ? ChatFamily::DeepSeekV31 : ChatFamily::DeepSeek;
     if (has("<|im_middle|>")) return ChatFamily::KimiK2;
     if (has("<|open|>") && has("<|sep|>") && has("<|close|>")) return ChatFamily::KimiK3;
@@ -50,6 +53,11 @@ ChatFamily detect_chat_family(const std::string& t) {
     if (t.find("<|im_start|>") != std::string::npos)
         return t.find("<think>") != std::string::npos || t.find("enable_thinking") != std::string::npos ? ChatFamily::Qwen3 : ChatFamily::ChatML;
     return ChatFamily::ChatML;
+}
+
+ChatFamily chat_family_of(const std::string& chat_template, const std::string& arch) {
+    if (chat_template.empty() && arch == "deepseek4") return ChatFamily::DeepSeekV4;
+    return detect_chat_family(chat_template);
 }
 
 ThinkMarkers think_markers(ChatFamily family) { return chat_format(family).think; }

@@ -17,10 +17,14 @@
 
 namespace moe {
 
-enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, KimiK2, Harmony, MiniMax, MiniMaxM3, KimiK3 };
+enum class ChatFamily { ChatML, Qwen3, Qwen35, Glm4, Glm47, DeepSeek, DeepSeekV31, DeepSeekV4, KimiK2, Harmony, MiniMax, MiniMaxM3, KimiK3 };
+constexpr int kChatFamilyCount = static_cast<int>(ChatFamily::KimiK3) + 1;  // (keep KimiK3 last)
 const char* family_name(ChatFamily f);
 // Picks the family from the template text (markers each family's template contains); ChatML otherwise.
 ChatFamily detect_chat_family(const std::string& chat_template);
+// The family for a file: from its template, or where it has none, the architecture's own format when its
+// makers ship it as code instead of a template (DeepSeek-V4).
+ChatFamily chat_family_of(const std::string& chat_template, const std::string& arch);
 
 struct ChatMessage {
     ChatMessage() = default;
@@ -74,6 +78,9 @@ struct TagArguments {
     std::string key_open, key_close, value_close, end;
     bool close_names_key = false;
     bool nested_values = false;
+    // Where a string parameter's key closes differently (DeepSeek-V4's string="true" against "false"); empty:
+    // key_close for every parameter.
+    std::string key_close_string = {};
 };
 // A family's call format for forcing a call: `open` + call_head(name) + arguments + `tail`. Where the
 // arguments are JSON (json_arguments) or tags, a grammar holds the model to the tool's schema.

@@ -17,9 +17,13 @@ void render(moe::ChatFamily family, const moe::ApiRequest& r) {
     opt.tools = r.chat.tools;
     opt.enable_thinking = r.chat.thinking;
     const std::string text = moe::segments_text(moe::render_chat(family, r.chat.messages, opt));
-    // A user's words reach the model whole, whatever they contain (markers included).
-    for (const auto& m : r.chat.messages)
-        if (m.role == "user" && text.find(m.content) == std::string::npos) std::abort();
+    // A user's words reach the model whole, whatever they contain (markers included); Qwen3.5's template trims
+    // the whitespace around each message.
+    for (const auto& m : r.chat.messages) {
+        const size_t a = m.content.find_first_not_of(" \t\r\n"), b = m.content.find_last_not_of(" \t\r\n");
+        const std::string words = a == std::string::npos ? std::string() : m.content.substr(a, b - a + 1);
+        if (m.role == "user" && text.find(words) == std::string::npos) std::abort();
+    }
     if (r.chat.tool_choice == moe::ToolChoice::Named) (void)moe::forced_call_prefix(family, r.chat.forced_tool);
     auto compile = [](const nlohmann::json& schema) {
         try {
@@ -36,7 +40,7 @@ void render(moe::ChatFamily family, const moe::ApiRequest& r) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
     const int api = data[0] % 4;
-    const auto family = static_cast<moe::ChatFamily>(data[1] % 12);
+    const auto family = static_cast<moe::ChatFamily>(data[1] % moe::kChatFamilyCount);
     const std::string body(reinterpret_cast<const char*>(data + 2), size - 2);
     moe::RequestLimits limits;
     limits.n_ctx = 512;

@@ -34,7 +34,7 @@ Parsed parse(moe::ChatFamily family, const std::string& text, size_t piece) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
-    const auto family = static_cast<moe::ChatFamily>(data[0] % 12);
+    const auto family = static_cast<moe::ChatFamily>(data[0] % moe::kChatFamilyCount);
     const size_t piece = 1 + data[1] % 16;
     const std::string text(reinterpret_cast<const char*>(data + 2), size - 2);
     const Parsed whole = parse(family, text, text.size() + 1), pieces = parse(family, text, piece);
