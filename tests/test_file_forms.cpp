@@ -24,17 +24,7 @@ std::string mkmodel(const test::TempDir& dir, const std::string& name, std::vect
     return out;
 }
 
-// Every tensor of a file with its bytes.
-std::vector<GgufTensorData> read_tensors(const std::string& path) {
-    const GgufFile f = read_gguf_header(path);
-    std::vector<GgufTensorData> out;
-    for (const auto& t : f.tensors) {
-        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
-        read_file_range(path, t.file_offset, t.nbytes, d.bytes.data());
-        out.push_back(std::move(d));
-    }
-    return out;
-}
+using test::read_tensors;
 
 std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>& prompt) {
     GgufModel file = open_gguf_model(path);

@@ -8,7 +8,6 @@
 #include "cli/commands.h"
 #include "engine/gguf/gguf.h"
 #include "engine/model/model_facts.h"
-#include "engine/weights/weights.h"
 #include "tests/budget.h"
 #include "synth/synthetic_model.h"
 #include "tests/serve_fixture.h"
@@ -297,13 +296,7 @@ TEST(ServeTagCalls, DeepSeekV4WithoutATemplateCallsInDsml) {
     std::vector<std::pair<std::string, GgufValue>> kv;
     for (const auto& e : f.kv)
         if (e.first != "tokenizer.chat_template") kv.push_back(e);
-    std::vector<GgufTensorData> tensors;
-    for (const auto& t : f.tensors) {
-        GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
-        read_file_range(made, t.file_offset, t.nbytes, d.bytes.data());
-        tensors.push_back(std::move(d));
-    }
-    write_gguf(path, kv, tensors);
+    write_gguf(path, kv, test::read_tensors(made));
     Server s(path, {});
     ASSERT_GT(s.port(), 0) << s.log();
     EXPECT_NE(s.log().find("(deepseek-v4 chat template)"), std::string::npos) << s.log();

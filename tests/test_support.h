@@ -16,6 +16,7 @@
 
 #include "engine/forward/runner.h"
 #include "engine/gguf/gguf.h"
+#include "engine/weights/weights.h"
 
 namespace moe::test {
 
@@ -68,6 +69,18 @@ inline moe::GgufValue gguf_u16(uint16_t v) {
     g.type = moe::GgufValueType::UINT16;
     g.raw = {static_cast<uint8_t>(v & 0xff), static_cast<uint8_t>(v >> 8)};
     return g;
+}
+
+// Every tensor of a GGUF file with its bytes (to write an edited copy with write_gguf).
+inline std::vector<moe::GgufTensorData> read_tensors(const std::string& path) {
+    const moe::GgufFile f = moe::read_gguf_header(path);
+    std::vector<moe::GgufTensorData> out;
+    for (const auto& t : f.tensors) {
+        moe::GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
+        moe::read_file_range(path, t.file_offset, t.nbytes, d.bytes.data());
+        out.push_back(std::move(d));
+    }
+    return out;
 }
 
 // Every position's logits for `prompt` (one batch pass, chunks of 8), then `gen` greedy steps' logits.

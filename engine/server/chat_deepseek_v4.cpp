@@ -31,8 +31,8 @@ std::string tools_text(const std::vector<ToolSpec>& tools) {
     for (const ToolSpec& t : tools) schemas += (schemas.empty() ? "" : "\n") + python_json(t.declaration.value("function", ordered_json::object()));
     return "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by writing a \"" + kCalls +
            "\" block like the following:\n\n" + kCalls + "\n" + kInvoke + "$TOOL_NAME\">\n" + kParam +
-           "$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE" + kParamEnd + "\n...\n" + kInvokeEnd + "\n" + kInvoke + "$TOOL_NAME2\">\n...\n" +
-           kInvokeEnd + "\n" + kCallsEnd +
+           "$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE" + kParamEnd + "\n...\n" + kInvokeEnd + "\n" + kInvoke +
+           "$TOOL_NAME2\">\n...\n" + kInvokeEnd + "\n" + kCallsEnd +
            "\n\nString parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, booleans, arrays, objects), "
            "pass the value in JSON format and set `string=\"false\"`.\n\n"
            "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any "
@@ -50,8 +50,8 @@ std::string calls_text(const std::vector<ToolCall>& calls) {
         if (!args.is_object()) args = ordered_json{{"arguments", calls[k].arguments}};
         bool first = true;
         for (const auto& [key, v] : args.items()) {
-            s += (first ? "" : "\n") + kParam + key + "\" string=\"" + (v.is_string() ? "true\">" + v.get<std::string>() : "false\">" + python_json(v)) +
-                 kParamEnd;
+            s += (first ? "" : "\n") + kParam + key + "\" string=\"" +
+                 (v.is_string() ? "true\">" + v.get<std::string>() : "false\">" + python_json(v)) + kParamEnd;
             first = false;
         }
         s += "\n" + kInvokeEnd;
@@ -63,7 +63,7 @@ std::string calls_text(const std::vector<ToolCall>& calls) {
 // turns, system and assistant turns as they came.
 struct Turn {
     std::string role;
-    const ChatMessage* message = nullptr;  // system / assistant
+    const ChatMessage* message = nullptr;    // system / assistant
     std::vector<const ChatMessage*> blocks;  // user: text (role "user") and tool-result blocks, in order
 };
 
@@ -122,7 +122,9 @@ std::vector<ChatSegment> render_v4(ChatFamily, const std::vector<ChatMessage>& m
     for (size_t i = 0; i < turns.size(); ++i)
         if (turns[i].role == "user") last_user = i;
     // Whether an index is past (or at) the last user turn; with no user turn, every index is.
-    const auto at_or_after_last_user = [&](size_t i, bool strictly) { return last_user == turns.size() || (strictly ? i > last_user : i >= last_user); };
+    const auto at_or_after_last_user = [&](size_t i, bool strictly) {
+        return last_user == turns.size() || (strictly ? i > last_user : i >= last_user);
+    };
 
     o.text(options.bos_text);
     if (thinking && options.reasoning_effort == ReasoningEffort::Max) o.text(kEffortMax);
@@ -133,7 +135,8 @@ std::vector<ChatSegment> render_v4(ChatFamily, const std::vector<ChatMessage>& m
         } else if (t.role == "user") {
             std::string text = kUser;
             for (size_t b = 0; b < t.blocks.size(); ++b)
-                text += (b ? "\n\n" : "") + (t.blocks[b]->role == "tool" ? "<tool_result>" + t.blocks[b]->content + "</tool_result>" : t.blocks[b]->content);
+                text += (b ? "\n\n" : "") +
+                        (t.blocks[b]->role == "tool" ? "<tool_result>" + t.blocks[b]->content + "</tool_result>" : t.blocks[b]->content);
             o.text(text);
         } else {
             const ChatMessage& m = *t.message;
