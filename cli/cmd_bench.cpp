@@ -18,6 +18,8 @@
 #include "cli/engine_setup.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
+#include "engine/runtime/cache_sim.h"
+#include "engine/runtime/routing_window.h"
 #include "engine/forward/runner.h"
 #include "engine/forward/speculative.h"
 #include "engine/sampler/sampler.h"
@@ -145,11 +147,21 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (prefetch_layers < 0 || prefetch_layers > 4)
         throw CliError("--prefetch-layers " + std::to_string(prefetch_layers) + " is out of range (0..4)");
     const auto trace = open_routing_trace(ef, le.file, *le.model, prefetch_layers);
+    // The run's routing in memory too (forwarded to --routing-trace's file when given): the workload's skew and
+    // consecutive-token overlap go beside the result, since a cache's figures mean little without them.
+    std::unique_ptr<RoutingWindow> routing;
+    RoutingRecorder* recorder = trace.get();
+    if (le.model->hp.moe.n_expert) {
+        routing = std::make_unique<RoutingWindow>(routing_trace_header(ef, le.file, *le.model, prefetch_layers), RoutingWindow::kDefaultSteps,
+                                                  trace.get());
+        le.model->experts->set_event_sink(routing.get());
+        recorder = routing.get();
+    }
     Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx),
                               .n_threads = threads,
                               .flavor = le.flavor,
                               .prefetch_layers = prefetch_layers,
-                              .routing_trace = trace.get(),
+                              .routing_trace = recorder,
                               .cache_type_k = le.kv_types.k,
                               .cache_type_v = le.kv_types.v,
                               .swa_full = le.swa_full});
@@ -224,6 +236,15 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"active_bytes_per_token", facts.active_bytes_per_token()},
                 {"rss_bytes", rss}};
     if (drafter) out["draft"] = draft_json(*drafter);
+    if (routing) {
+        const RoutingWindow::Recent recent = routing->recent();
+        const RoutingWorkload w = measure_workload(recent.trace);
+        out["routing"] = {{"hot10_share", w.hot10_share},
+                          {"consecutive_overlap", w.consecutive_overlap},
+                          {"steps", w.steps},
+                          {"tokens", w.tokens},
+                          {"first_step", recent.first_step}};
+    }
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
     if (r0.eval_seconds > 0)
         out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds},
@@ -319,6 +340,11 @@ int cmd_bench(const std::vector<std::string>& args) {
         out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
         human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(), n_prompt, pp, n_gen, tg, bw / 1e9, threads,
         human_bytes(static_cast<double>(rss)).c_str());
+    if (out.contains("routing"))
+        std::printf(
+            "routing          the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% (%llu steps)\n",
+            100 * out["routing"]["hot10_share"].get<double>(), 100 * out["routing"]["consecutive_overlap"].get<double>(),
+            static_cast<unsigned long long>(out["routing"]["steps"].get<uint64_t>()));
     if (out.contains("draft")) {
         const json& d = out["draft"];
         std::printf("drafts           %s: %llu of %llu kept (%.0f%%) over %llu verification steps\n", d["mode"].get<std::string>().c_str(),

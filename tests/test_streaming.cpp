@@ -16,6 +16,7 @@
 #include "engine/model/loader.h"
 #include "cli/engine_setup.h"
 #include "tests/budget.h"
+#include "engine/runtime/cache_sim.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -243,10 +244,19 @@ TEST(StreamingCli, BenchReportsReadsAgainstFio) {
     const std::string model = make_model(dir, "q8_0");
     const std::string svg_path = dir / "run.svg";
     // A third of the experts cached, beside everything else bench holds (its fio, its slot runner).
+    const std::string trace_path = dir / "run.trace";
     auto [code, out] = run_quiet("bench -m " + model +
-                                 " --cache-fraction 0.33 --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " + svg_path);
+                                 " --cache-fraction 0.33 --tokens 16 --prompt-tokens 8 --fio-seconds 1 --json --parallel 1,2 --plot " + svg_path +
+                                 " --routing-trace " + trace_path);
     ASSERT_EQ(code, 0) << out;
     auto j = nlohmann::json::parse(out);
+    // The workload's routing beside the result: exactly what the run's own trace file says of it.
+    const RoutingWorkload w = measure_workload(read_routing_trace(trace_path));
+    EXPECT_EQ(j["routing"]["steps"].get<uint64_t>(), w.steps);
+    EXPECT_EQ(j["routing"]["steps"].get<uint64_t>(), 17u) << "the prompt's step and 16 decode steps";
+    EXPECT_EQ(j["routing"]["hot10_share"].get<double>(), w.hot10_share);
+    EXPECT_EQ(j["routing"]["consecutive_overlap"].get<double>(), w.consecutive_overlap);
+    EXPECT_GT(w.hot10_share, 0.0);
     EXPECT_GT(j["expert_bytes_read_per_token"].get<double>(), 0);
     EXPECT_GE(j["cache_hit_rate"].get<double>(), 0.0);
     EXPECT_LE(j["cache_hit_rate"].get<double>(), 1.0);
