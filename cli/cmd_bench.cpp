@@ -19,7 +19,6 @@
 #include "engine/kernels/kernels.h"
 #include "engine/model/model_facts.h"
 #include "engine/runtime/cache_sim.h"
-#include "engine/runtime/routing_window.h"
 #include "engine/forward/runner.h"
 #include "engine/forward/speculative.h"
 #include "engine/sampler/sampler.h"
@@ -149,14 +148,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     const auto trace = open_routing_trace(ef, le.file, *le.model, prefetch_layers);
     // The run's routing in memory too (forwarded to --routing-trace's file when given): the workload's skew and
     // consecutive-token overlap go beside the result, since a cache's figures mean little without them.
-    std::unique_ptr<RoutingWindow> routing;
-    RoutingRecorder* recorder = trace.get();
-    if (le.model->hp.moe.n_expert) {
-        routing = std::make_unique<RoutingWindow>(routing_trace_header(ef, le.file, *le.model, prefetch_layers), RoutingWindow::kDefaultSteps,
-                                                  trace.get());
-        le.model->experts->set_event_sink(routing.get());
-        recorder = routing.get();
-    }
+    const auto routing = open_routing_window(ef, le.file, *le.model, trace.get(), prefetch_layers);
+    RoutingRecorder* recorder = routing ? static_cast<RoutingRecorder*>(routing.get()) : trace.get();
     Runner runner(*le.model, {.n_ctx = static_cast<int>(n_ctx),
                               .n_threads = threads,
                               .flavor = le.flavor,

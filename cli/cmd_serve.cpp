@@ -257,12 +257,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                   << "moestream serve: " << engine.kernels << "\n";
         trace = open_routing_trace(ef, engine.file, *engine.model);
         RoutingRecorder* recorder = trace.get();
-        if (engine.streaming && engine.model->hp.moe.n_expert) {
-            recent_routing = std::make_unique<RoutingWindow>(routing_trace_header(ef, engine.file, *engine.model), RoutingWindow::kDefaultSteps,
-                                                             trace.get());
-            engine.model->experts->set_event_sink(recent_routing.get());
-            recorder = recent_routing.get();
-        }
+        if (engine.streaming && (recent_routing = open_routing_window(ef, engine.file, *engine.model, trace.get()))) recorder = recent_routing.get();
         gen = std::make_unique<Generator>(*engine.model, tok,
                                           RunnerOptions{.n_ctx = n_ctx,
                                                         .n_threads = threads,

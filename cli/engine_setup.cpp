@@ -122,6 +122,14 @@ std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, con
     } catch (const RoutingTraceError& e) { throw CliError(std::string("--routing-trace: ") + e.what()); }
 }
 
+std::unique_ptr<RoutingWindow> open_routing_window(const EngineFlags& f, const GgufModel& file, const Model& m, RoutingTraceWriter* trace,
+                                                   int prefetch_layers) {
+    if (!m.hp.moe.n_expert) return nullptr;
+    auto w = std::make_unique<RoutingWindow>(routing_trace_header(f, file, m, prefetch_layers), RoutingWindow::kDefaultSteps, trace);
+    m.experts->set_event_sink(w.get());
+    return w;
+}
+
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path) {
     std::vector<std::pair<uint32_t, uint32_t>> out;
     try {

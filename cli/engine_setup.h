@@ -14,6 +14,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/expert_cache.h"
 #include "engine/runtime/routing_trace.h"
+#include "engine/runtime/routing_window.h"
 
 namespace moe::cli {
 
@@ -91,6 +92,10 @@ RoutingTraceHeader routing_trace_header(const EngineFlags& f, const GgufModel& f
 // and cached), attached to its expert source; null when no trace was asked for. The runner's options take it
 // too (RunnerOptions::routing_trace). Throws CliError for an unusable file (another model's trace, locked).
 std::unique_ptr<RoutingTraceWriter> open_routing_trace(const EngineFlags& f, const GgufModel& file, const Model& model, int prefetch_layers = 1);
+// The run's recent steps in memory (RoutingWindow), recording in place of `trace` and forwarding each step to it
+// (may be null): attached to the expert source; the runner's options take it. Null for a model without experts.
+std::unique_ptr<RoutingWindow> open_routing_window(const EngineFlags& f, const GgufModel& file, const Model& model, RoutingTraceWriter* trace,
+                                                   int prefetch_layers = 1);
 
 // Reads `moestream profile` output: (layer, expert) hottest first.
 std::vector<std::pair<uint32_t, uint32_t>> read_profile(const std::string& path);

@@ -61,12 +61,14 @@ int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArgumen
             const std::string type = property.is_object() && property.contains("type") && property["type"].is_string()
                                          ? property["type"].get<std::string>()
                                          : "";
+            const auto choices = string_choices(property);
+            const bool is_string = parameter_is_string(&tool, key);
             int value;
-            if (const auto choices = string_choices(property)) {  // written bare, as the templates write strings
+            if (choices) {  // written bare, as the templates write strings
                 std::vector<int> alts;
                 for (const std::string& c : *choices) alts.push_back(g.literal(c + close));
                 value = g.any_of(std::move(alts));
-            } else if (parameter_is_string(&tool, key) || (tags.nested_values && (type == "object" || type == "array"))) {
+            } else if (is_string || (tags.nested_values && (type == "object" || type == "array"))) {
                 value = g.text_until(close);
             } else {
                 int json_value;
@@ -75,8 +77,7 @@ int tag_arguments_grammar(JsonGrammar& g, const ToolSpec& tool, const TagArgumen
                 } catch (const GrammarError&) { json_value = g.any_value(); }
                 value = g.sequence({json_value, g.literal(close)});
             }
-            const bool text_value = parameter_is_string(&tool, key) || string_choices(property).has_value();
-            const std::string& key_close = text_value && !tags.key_close_string.empty() ? tags.key_close_string : tags.key_close;
+            const std::string& key_close = (is_string || choices) && !tags.key_close_string.empty() ? tags.key_close_string : tags.key_close;
             const int argument = g.sequence({g.literal(tags.key_open + key + key_close), value});
             const bool needed = std::find(required.begin(), required.end(), key) != required.end();
             parts.push_back(needed ? argument : g.any_of({argument, g.literal("")}));

@@ -122,20 +122,9 @@ void ArchLoader::expect_shape(const GgufTensorInfo* t, const std::vector<uint64_
 }
 
 void ArchLoader::resident(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, const std::string& why, bool required) {
-    dst = Tensor{};
-    dst.name = name;
-    const GgufTensorInfo* t = info(name, required);
-    if (!t) return;
-    expect_shape(t, shape, why);
-    dst.type = kernel_type(t->type(), ik_made_ && shape.size() > 1);
-    dst.ne0 = static_cast<int64_t>(shape[0]);
-    dst.ne1 = 1;
-    for (size_t i = 1; i < shape.size(); ++i) dst.ne1 *= static_cast<int64_t>(shape[i]);
-    dst.row_bytes = *row_bytes(dst.type, shape[0]);  // checked computable above
-    if (shape.size() == 1 && dst.type != GgmlType::F32)
-        fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
-    resident_list_.push_back(t);
-    bindings_.push_back({&dst, name, 0});
+    uint64_t rows = shape.size() == 1 ? shape[0] : 1;
+    for (size_t i = 1; i < shape.size(); ++i) rows *= shape[i];
+    resident_rows(dst, name, std::move(shape), 0, rows, name, why, required);
 }
 
 void ArchLoader::resident_rows(Tensor& dst, const std::string& name, std::vector<uint64_t> shape, uint64_t first, uint64_t rows,
@@ -145,11 +134,13 @@ void ArchLoader::resident_rows(Tensor& dst, const std::string& name, std::vector
     const GgufTensorInfo* t = info(name, required);
     if (!t) return;
     expect_shape(t, shape, why);
-    if (shape.size() > 2 || first + rows > shape.back())
-        fail("tensor '" + name + "': rows " + std::to_string(first) + "+" + std::to_string(rows) + " of " + shape_string(shape));
     dst.type = kernel_type(t->type(), ik_made_ && shape.size() > 1);
+    uint64_t total = shape.size() == 1 ? shape[0] : 1;
+    for (size_t i = 1; i < shape.size(); ++i) total *= shape[i];
+    if (first + rows > total)
+        fail("tensor '" + name + "': rows " + std::to_string(first) + "+" + std::to_string(rows) + " of " + shape_string(shape));
     size_t offset = 0;
-    if (shape.size() == 1) {
+    if (shape.size() == 1) {  // a vector: its elements
         if (dst.type != GgmlType::F32) fail("tensor '" + name + "' is a vector stored as " + type_name(t->raw_type) + "; expected f32");
         dst.ne0 = static_cast<int64_t>(rows);
         dst.row_bytes = rows * 4;
@@ -161,9 +152,10 @@ void ArchLoader::resident_rows(Tensor& dst, const std::string& name, std::vector
                  " but its part '" + part + "' is rows " + std::to_string(first) + "+" + std::to_string(rows));
         dst.ne0 = static_cast<int64_t>(shape[0]);
         dst.ne1 = static_cast<int64_t>(rows);
-        dst.row_bytes = *row_bytes(dst.type, shape[0]);
+        dst.row_bytes = *row_bytes(dst.type, shape[0]);  // checked computable by info()
         offset = first * dst.row_bytes;
     }
+    // A fused tensor is read once, whatever parts of it are bound.
     if (std::find(resident_list_.begin(), resident_list_.end(), t) == resident_list_.end()) resident_list_.push_back(t);
     bindings_.push_back({&dst, name, offset});
 }
