@@ -18,6 +18,9 @@ std::string make(const test::TempDir& dir, const std::string& arch) {
     std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "3",      "--embd",    "128",   "--heads",
                                      "4",       "--kv-heads", "2",  "--head-dim",      "32",     "--experts", "16",    "--experts-used",
                                      "4",       "--ffn",      "96", "--vocab-builtin", "--seed", "5",         "--out", out};
+    // DSA: a shared indexer layer between full ones, and fewer keys than the positions, so each sequence's
+    // selection matters and must stay its own from the full layer to the shared one.
+    if (arch == "glm-dsa") args.insert(args.end(), {"--indexer-top-k", "4", "--indexer-types", "101"});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
 }
@@ -97,7 +100,8 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ParallelSequences,
-                         ::testing::Values("qwen3moe", "deepseek2", "qwen35moe", "qwen3moe:q8_0", "deepseek2:bf16", "qwen35moe:iq4_nl"),
+                         ::testing::Values("qwen3moe", "deepseek2", "glm-dsa", "qwen35moe", "kimi-k3", "deepseek4", "minimax-m3", "gpt-oss",
+                                           "qwen3moe:q8_0", "deepseek2:bf16", "qwen35moe:iq4_nl"),
                          [](const auto& info) {
                              std::string n = info.param;
                              for (char& ch : n)

@@ -48,7 +48,8 @@ void Runner::attention_mla(uint32_t l, int n) {
     matmul_heads(w.wk_b, H, lora, q_.data(), qk, static_cast<int64_t>(H) * qk, n, qabs_.data(), dk, static_cast<int64_t>(H) * dk);
 
     if (m_.has_indexer() && m_.layers[l].indexer_full) dsa_select(l, n, qa_.data(), ql);
-    const KeySelection dsa{key_sel_.data(), key_sel_count_.data(), static_cast<int>(hp.indexer.top_k), 1, 1};
+    const KeySelection dsa{key_sel_.data() + dsa_selection_offset() * hp.indexer.top_k, key_sel_count_.data() + dsa_selection_offset(),
+                           static_cast<int>(hp.indexer.top_k), 1, 1};
     attention_heads(cache_->view(l, dk, lora, &kv_kt_), qabs_.data(), static_cast<int64_t>(H) * dk, dk, H, 1, n, c.kq_scale, lat_.data(),
                     static_cast<int64_t>(H) * lora, lora, m_.has_indexer() ? &dsa : nullptr);
     matmul_heads(w.wv_b, H, vh, lat_.data(), lora, static_cast<int64_t>(H) * lora, n, att_.data(), vh, static_cast<int64_t>(H) * vh);
@@ -113,9 +114,10 @@ void Runner::dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride) {
             const int k = std::min(view, top_k);
             ops::top_k(score.data(), view, k, pick.data());
             int count = 0;
+            int* sel = &key_sel_[(dsa_selection_offset() + static_cast<size_t>(t)) * top_k];
             for (int i = 0; i < k; ++i)
-                if (pick[i] < visible) key_sel_[static_cast<size_t>(t) * top_k + count++] = pick[i];
-            key_sel_count_[t] = count;
+                if (pick[i] < visible) sel[count++] = pick[i];
+            key_sel_count_[dsa_selection_offset() + static_cast<size_t>(t)] = count;
         }
     });
 }

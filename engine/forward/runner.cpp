@@ -104,8 +104,11 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
             size(&Runner::ixq_, B * ix.n_head * ix.head_dim);
             size(&Runner::ixk_, B * ix.head_dim);
             size(&Runner::ixw_, B * ix.n_head);
-            size(&Runner::key_sel_, B * ix.top_k);
-            size(&Runner::key_sel_count_, B);
+            // One selection per sequence: the shared layers after a full one reuse it, and the sequences of a
+            // decode batch run a layer one after another.
+            const size_t seqs = static_cast<size_t>(std::max(opt.n_seq, 1));
+            size(&Runner::key_sel_, seqs * B * ix.top_k);
+            size(&Runner::key_sel_count_, seqs * B);
         }
     }
     if (any_csa) {

@@ -199,6 +199,8 @@ private:
     void attention_kda(uint32_t l, int n);
     void attention_compressed(uint32_t l, int n);
     void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills key_sel_ (one group)
+    // The selected sequence's DSA selection rows in key_sel_ (each sequence keeps its own for the shared layers).
+    size_t dsa_selection_offset() const { return static_cast<size_t>(active_) * static_cast<size_t>(opt_.n_batch > 0 ? opt_.n_batch : 512); }
     // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
     template <class Size>
