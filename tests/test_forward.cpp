@@ -400,12 +400,8 @@ TEST_P(FastVsReference, SameLogits) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, FastVsReference, ::testing::ValuesIn(kArchCases), [](const auto& info) {
-    std::string n = info.param.name + "_" + kernels::flavor_name(info.param.flavor);
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Archs, FastVsReference, ::testing::ValuesIn(kArchCases),
+                         [](const auto& info) { return test::test_name(info.param.name + "_" + kernels::flavor_name(info.param.flavor)); });
 
 // A recurrent model's prompt at once, in two parts and token by token: the state carries over every boundary.
 // Parts of two or more tokens give the same bits; single tokens differ where llama.cpp's summation order

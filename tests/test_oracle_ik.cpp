@@ -73,12 +73,7 @@ TEST(IkOracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
 
 void PrintTo(const IkCase& c, std::ostream* os) { *os << c.name; }
 
-INSTANTIATE_TEST_SUITE_P(OracleIk, IkOracleModel, ::testing::ValuesIn(kIkCases), [](const auto& info) {
-    std::string n = info.param.name;
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(OracleIk, IkOracleModel, ::testing::ValuesIn(kIkCases), [](const auto& info) { return test::test_name(info.param.name); });
 
 }  // namespace
 }  // namespace moe

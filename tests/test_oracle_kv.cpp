@@ -84,12 +84,7 @@ TEST_P(OracleKv, FastPathEqualsReference) {
 
 void PrintTo(const KvCase& c, std::ostream* os) { *os << c.file(); }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, OracleKv, ::testing::ValuesIn(kv_cases()), [](const auto& info) {
-    std::string n = info.param.file();
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Oracle, OracleKv, ::testing::ValuesIn(kv_cases()), [](const auto& info) { return test::test_name(info.param.file()); });
 
 }  // namespace
 }  // namespace moe

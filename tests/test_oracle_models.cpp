@@ -141,12 +141,7 @@ TEST_P(OracleModel, StreamedExpertsGiveTheSameGreedyTokens) {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name << " (" << kernels::flavor_name(c.flavor) << ")"; }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, OracleModel, ::testing::ValuesIn(kCases), [](const auto& info) {
-    std::string n = info.param.name;
-    for (char& ch : n)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Oracle, OracleModel, ::testing::ValuesIn(kCases), [](const auto& info) { return test::test_name(info.param.name); });
 
 }  // namespace
 }  // namespace moe

@@ -102,12 +102,7 @@ TEST_P(ParallelSequences, BatchedDecodeMatchesEachSequenceAlone) {
 INSTANTIATE_TEST_SUITE_P(Archs, ParallelSequences,
                          ::testing::Values("qwen3moe", "deepseek2", "glm-dsa", "qwen35moe", "kimi-k3", "deepseek4", "minimax-m3", "gpt-oss",
                                            "qwen3moe:q8_0", "deepseek2:bf16", "qwen35moe:iq4_nl"),
-                         [](const auto& info) {
-                             std::string n = info.param;
-                             for (char& ch : n)
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             return n;
-                         });
+                         [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace moe

@@ -512,7 +512,7 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
                                   true)
                   .first,
               0);
-    auto [rc, out] = test::run_moestream("run --model " + model + " -p 'plan from traffic' -n 40 --ram-budget 40M --routing-trace " + trace, true);
+    auto [rc, out] = test::run_moestream("run --model " + model + " -p 'plan from traffic' -n 40 --ram-budget 47M --routing-trace " + trace, true);
     ASSERT_EQ(rc, 0) << out;
     const std::string facts = dir / "host.json";
     ASSERT_EQ(test::run_moestream_cmd(std::string(MOESTREAM_BINARY) + " probe --root " + MOESTREAM_SOURCE_DIR +
@@ -520,7 +520,7 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
                   .first,
               0);
     auto [prc, pout] = test::run_moestream(
-        "plan --model " + model + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "p", true);
+        "plan --model " + model + " --host " + facts + " --ram-budget 47M --trace " + trace + " --out " + dir / "p", true);
     ASSERT_EQ(prc, 0) << pout;
     const YAML::Node plan = YAML::LoadFile(dir / "p/plan.yaml");
     const uint64_t cache = plan["decisions"]["expert_cache_bytes"].as<uint64_t>();
@@ -546,12 +546,12 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
                   .first,
               0);
     auto [bad, bad_out] = test::run_moestream(
-        "plan --model " + other + " --host " + facts + " --ram-budget 40M --trace " + trace + " --out " + dir / "q", true);
+        "plan --model " + other + " --host " + facts + " --ram-budget 47M --trace " + trace + " --out " + dir / "q", true);
     EXPECT_EQ(bad, 2) << bad_out;
     EXPECT_NE(bad_out.find("another model"), std::string::npos) << bad_out;
 
     // check --trace: the cache the budget leaves, replayed; the same figures cache-sim gives at that size.
-    for (const char* budget : {"40M", "35M"}) {
+    for (const char* budget : {"47M", "42M"}) {
         // (this host's own rows may FAIL: only the trace's row is read)
         const std::string cout =
             test::run_moestream("check --model " + model + " --ram-budget " + budget + " --trace " + trace + " --no-storage --json", false).second;
@@ -569,7 +569,7 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
         EXPECT_NE(measured.find("Belady's eviction without prefetch"), std::string::npos);
         if (row["status"] == "WARN") { EXPECT_EQ(row["fix"].get<std::string>().rfind("--ram-budget ", 0), 0u) << row; }
     }
-    auto [cbad, cbad_out] = test::run_moestream("check --model " + other + " --ram-budget 40M --trace " + trace + " --no-storage", true);
+    auto [cbad, cbad_out] = test::run_moestream("check --model " + other + " --ram-budget 47M --trace " + trace + " --no-storage", true);
     EXPECT_EQ(cbad, 2) << cbad_out;
     EXPECT_NE(cbad_out.find("another model"), std::string::npos) << cbad_out;
 }
@@ -585,7 +585,7 @@ TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
                                   true)
                   .first,
               0);
-    for (const std::string budget : {"40M", "46M"}) {
+    for (const std::string budget : {"47M", "53M"}) {
         for (const std::string policy : {"lru", "lru-freq"}) {
             const std::string trace = dir / ("t-" + budget + policy + ".trace");
             auto [rc, out] = test::run_moestream("run --model " + model +

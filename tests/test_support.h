@@ -1,5 +1,6 @@
 // Shared helpers for tests: where the llama.cpp oracle lives, and temporary directories.
 #pragma once
+#include <cctype>
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -21,6 +22,13 @@
 namespace moe::test {
 
 // MOESTREAM_ORACLE or ../shared/oracle relative to the source tree; empty when absent.
+// A gtest parameter name from any text: every character but letters and digits becomes '_'.
+inline std::string test_name(std::string n) {
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+}
+
 inline std::string oracle_dir() {
     const char* env = std::getenv("MOESTREAM_ORACLE");
     std::string dir = env ? env : std::string(MOESTREAM_SOURCE_DIR) + "/../shared/oracle";

@@ -38,6 +38,8 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     seq_checkpoints_.resize(static_cast<size_t>(opt_.n_seq));
     select_sequence(0);
     scratch_plan(m_, opt_, [this](auto member, size_t n) { (this->*member).resize(n); });
+    attention_units_.resize(kAttentionKindCount);
+    for (AttentionKind kind : attention_kinds_of(m_)) attention_units_[static_cast<size_t>(kind)] = attention_kind_info(kind).make(m_, opt_);
     const MoeConfig& mc = hp.moe;
     selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
 }
@@ -53,75 +55,8 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
     }
     size(&Runner::xn_, B * E);
     size(&Runner::tmp_, B * E);
-    bool any_gqa = false, any_mla = false, any_dn = false, any_kda = false, mla_gate = false, any_csa = false;
-    for (const Layer& L : m.layers) {
-        any_csa = any_csa || L.attn == AttentionKind::Compressed;
-        any_gqa = any_gqa || L.attn == AttentionKind::Gqa;
-        any_mla = any_mla || L.attn == AttentionKind::Mla;
-        any_dn = any_dn || L.attn == AttentionKind::GatedDeltaNet;
-        any_kda = any_kda || L.attn == AttentionKind::KimiDelta;
-        mla_gate = mla_gate || L.mla.gate.present();
-    }
-    if (any_dn || any_kda) {
-        const DeltaNetConfig& c = hp.ssm;
-        const size_t C = c.conv_dim(), V = size_t{c.state} * c.n_v_heads;
-        size(&Runner::dn_qkv_, B * C);
-        size(&Runner::dn_conv_, B * C);
-        size(&Runner::dn_z_, B * V);
-        size(&Runner::dn_out_, B * V);
-        size(&Runner::dn_g_, B * (any_kda ? V : c.n_v_heads));  // KDA: a decay per channel
-        size(&Runner::dn_beta_, B * c.n_v_heads);
-    }
-    if (mla_gate) size(&Runner::mla_gate_, B * hp.mla.n_head * hp.mla.v_head);
     if (hp.moe.n_latent) size(&Runner::expert_in_, B * hp.moe.n_latent);
     if (hp.res_block) size(&Runner::res_banked_, B * E * ((hp.n_layer + hp.res_block - 1) / hp.res_block));  // res_banks()
-    size_t q = 0, att = 0;  // shared by GQA and MLA layers: the larger of the two
-    if (any_gqa) {
-        const GqaConfig& g = hp.gqa;
-        const size_t qd = size_t{g.n_head} * g.head_dim, kvd = size_t{g.n_head_kv} * g.head_dim;
-        q = B * qd * (g.output_gate ? 2 : 1);
-        att = B * qd;
-        size(&Runner::k_, B * kvd);
-        size(&Runner::v_, B * kvd);
-        if (const MsaConfig& msa = hp.msa; msa.top_k) {
-            size(&Runner::ixq_, B * g.n_head_kv * msa.head_dim);
-            size(&Runner::ixk_, B * msa.head_dim);
-            size(&Runner::key_sel_, B * g.n_head_kv * msa.top_k);
-            size(&Runner::key_sel_count_, B * g.n_head_kv);
-        }
-    }
-    if (any_mla) {
-        const MlaConfig& c = hp.mla;
-        const size_t H = c.n_head, qk = c.qk_nope + c.qk_rope, dk = c.kv_lora_rank + c.qk_rope;
-        q = std::max(q, B * H * qk);
-        att = std::max(att, B * H * c.v_head);
-        size(&Runner::qa_, B * std::max<uint32_t>(c.q_lora_rank, 1));
-        size(&Runner::kva_, B * dk);
-        size(&Runner::qabs_, B * H * dk);
-        size(&Runner::lat_, B * H * c.kv_lora_rank);
-        if (m.has_indexer()) {
-            const IndexerConfig& ix = hp.indexer;
-            size(&Runner::ixq_, B * ix.n_head * ix.head_dim);
-            size(&Runner::ixk_, B * ix.head_dim);
-            size(&Runner::ixw_, B * ix.n_head);
-            // One selection per sequence: the shared layers after a full one reuse it, and the sequences of a
-            // decode batch run a layer one after another.
-            const size_t seqs = static_cast<size_t>(std::max(opt.n_seq, 1));
-            size(&Runner::key_sel_, seqs * B * ix.top_k);
-            size(&Runner::key_sel_count_, seqs * B);
-        }
-    }
-    if (any_csa) {
-        const CompressedAttnConfig& c = hp.csa;
-        const size_t hd = size_t{c.n_head} * c.head_dim;
-        q = std::max(q, B * hd);
-        att = std::max(att, B * hd);
-        size(&Runner::qa_, B * c.q_lora_rank);
-        size(&Runner::kva_, B * c.head_dim);
-        size(&Runner::csa_comp_, B * 4 * c.head_dim);
-        size(&Runner::csa_ix_, B * (4 * c.ix_dim + c.ix_heads * c.ix_dim + c.ix_heads));
-        size(&Runner::csa_lora_, B * c.out_groups * c.out_rank);
-    }
     if (const HyperConfig& hc = hp.hyper; hc.n) {
         size(&Runner::hc_, B * hc.n * E);
         size(&Runner::hc_norm_, B * hc.n * E);
@@ -129,8 +64,6 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
         size(&Runner::hc_in_, B * E);
         size(&Runner::hc_mix_, B);
     }
-    if (q) size(&Runner::q_, q);
-    if (att) size(&Runner::att_, att);
     const MoeConfig& mc = hp.moe;
     const size_t ff = std::max({hp.n_ff_dense, mc.n_ff_shexp, 1u});
     size(&Runner::ffn_g_, B * ff);
@@ -155,10 +88,34 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
     });
     const Hparams& hp = layout.hp;
     const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512);
-    const uint64_t widest = std::max<uint64_t>({hp.n_embd, hp.moe.n_ff_exp, hp.n_ff_dense, hp.moe.n_ff_shexp});
-    total += B * widest * 2;                                                  // quantized activations (act_), at most ~1.1 bytes a value
+    const uint64_t threads = static_cast<uint64_t>(std::max(opt.n_threads, 1));
     total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;  // one logits row per sequence
-    total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;        // routing counters
+    // Grown on first use, counted here at their largest, in f32 (the widest activation type; quantized ones take
+    // about a quarter). act_: one matmul's rows, or a group's (up to deepseek4's seven projections of one
+    // input), or a per-head matmul's heads.
+    const MoeConfig& mc = hp.moe;
+    const uint64_t width = mc.n_latent ? mc.n_latent : hp.n_embd;  // the experts' input
+    const uint64_t widest = std::max<uint64_t>({hp.n_embd, mc.n_ff_exp, hp.n_ff_dense, mc.n_ff_shexp, hp.gqa.n_head * hp.gqa.head_dim,
+                                                hp.mla.n_head * hp.mla.v_head, hp.mla.q_lora_rank, hp.ssm.state * hp.ssm.n_v_heads,
+                                                hp.csa.q_lora_rank, uint64_t{hp.csa.out_groups} * hp.csa.out_rank});
+    const uint64_t heads_width = std::max<uint64_t>(
+        {uint64_t{hp.mla.n_head} * std::max(hp.mla.qk_nope, hp.mla.kv_lora_rank), uint64_t{hp.csa.n_head} * hp.csa.head_dim});
+    total += B * std::max(8 * widest, heads_width) * 4;
+    if (mc.n_expert) {
+        total += B * 2 * width * 4;                                                   // in_act_: each token's expert inputs
+        total += 4 * uint64_t{mc.n_expert_used} * (2 * mc.n_ff_exp + width) * 4 * 2;  // par_scratch_, par_act_ (decode)
+        total += threads * B * (2 * uint64_t{mc.n_ff_exp} + width + std::max<uint64_t>(mc.n_ff_exp, width)) * 4;  // prompt, per thread
+    }
+    // kv_f32_: a batch's f32 copy of one layer's keys (in tiles of 64 rows) and values, n_ctx positions.
+    const uint64_t rows = static_cast<uint64_t>(opt.n_ctx) + 64;
+    uint64_t kv_f32 = 0;
+    for (const Layer& L : layout.layers) {
+        if (L.attn == AttentionKind::Gqa) kv_f32 = std::max(kv_f32, uint64_t{hp.gqa.n_head_kv} * 2 * hp.gqa.head_dim);
+        if (L.attn == AttentionKind::Mla) kv_f32 = std::max(kv_f32, uint64_t{hp.mla.kv_lora_rank} * 2 + hp.mla.qk_rope);
+    }
+    total += rows * kv_f32 * 4;
+    total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;  // routing counters
+    for (AttentionKind kind : attention_kinds_of(layout)) total += attention_kind_info(kind).scratch_bytes(layout, opt);
     return total;
 }
 
@@ -419,17 +376,13 @@ void Runner::eval_batch(std::span<const int> seqs, std::span<const int32_t> toke
 }
 
 void Runner::attention_kind(uint32_t l, int n) {
-    const AttentionKind kind = m_.layers[l].attn;
-    if (kind == AttentionKind::Mla) attention_mla(l, n);
-    else if (kind == AttentionKind::GatedDeltaNet) attention_deltanet(l, n);
-    else if (kind == AttentionKind::KimiDelta) attention_kda(l, n);
-    else if (kind == AttentionKind::Compressed) attention_compressed(l, n);
-    else attention_gqa(l, n);
+    LayerContext cx(*this);
+    attention_units_[static_cast<size_t>(m_.layers[l].attn)]->forward(cx, l, n);
 }
 
 void Runner::attention_by_sequence(uint32_t l, int n) {
-    if (segs_.size() == 1 || m_.layers[l].attn == AttentionKind::Gqa) {
-        // One sequence, or GQA, which projects all rows together and splits by sequence itself.
+    if (segs_.size() == 1 || attention_units_[static_cast<size_t>(m_.layers[l].attn)]->splits_segments()) {
+        // One sequence, or a kind that splits the rows by sequence itself.
         select_sequence(segs_[0].seq);
         return attention_kind(l, n);
     }

@@ -1,15 +1,16 @@
 // The fast forward pass, one for every architecture: batched prompt processing, threaded matmuls with the SIMD
 // kernels, tokens grouped by expert so each expert's weights are fetched once per batch. Each layer runs its
-// attention kind (attention_gqa.cpp, attention_mla.cpp; their heads' flash attention in attention_heads.cpp)
-// and its feed-forward kind (feed_forward.cpp). The numerics are the reference's (reference.h): same formulas,
+// attention kind (a unit of its own, attention_unit.h: attention_gqa.cpp, attention_mla.cpp, ...; their heads'
+// flash attention in attention_heads.cpp) and its feed-forward kind (feed_forward.cpp). The numerics are the reference's (reference.h): same formulas,
 // same summation orders, the same bits.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "engine/forward/compressed_attention.h"
+#include "engine/forward/attention_unit.h"
 #include "engine/forward/hyper_connection.h"
 #include "engine/forward/sequence_cache.h"
 #include "engine/kernels/float_ops.h"
@@ -70,6 +71,8 @@ void matmul_rows(const kernels::MatmulDots& dots, const uint8_t* w, size_t row_b
                  size_t act_bytes, int n_tok, float* out, int64_t out_stride);
 
 class Runner {
+    friend class LayerContext;  // what a layer kind may use of the runner
+
 public:
     Runner(const Model& model, RunnerOptions opt);
 
@@ -174,48 +177,20 @@ private:
     }
     // Several dense matmuls of the same input as one parallel loop over all their rows (q/k/v; MLA's q_a and
     // kv_a; the indexer's projections): one thread-pool round instead of one per matmul.
-    struct MatmulOut {
-        const Tensor* w;
-        float* out;
-        int64_t out_stride;
-    };
     void matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok);
     // Per-head matmuls of a 3-D weight (MLA's k_b and v_b): head h multiplies `rows` rows starting at h*rows
     // with the activations of head h (x + h*x_head), for every token.
     void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok, float* out,
                       int64_t out_head, int64_t out_stride);
 
-    // Rows of a chunk that belong to one sequence (a decode batch has one per sequence; a prompt chunk one).
-    struct Segment {
-        int row0, n, seq;
-    };
-    // Runs layer l's attention kind for each segment against its own sequence's cache.
+    // Runs layer l's attention kind (attention_unit.h: reads xn_, the normed input of n rows, writes tmp_, n rows
+    // of n_embd) for each segment against its own sequence's cache.
     void attention_by_sequence(uint32_t l, int n);
     void attention_kind(uint32_t l, int n);
-    // Attention kinds: read xn_ (normed input, n rows), write tmp_ (n rows of n_embd).
-    void attention_gqa(uint32_t l, int n);
-    void attention_mla(uint32_t l, int n);
-    void attention_deltanet(uint32_t l, int n);
-    void attention_kda(uint32_t l, int n);
-    void attention_compressed(uint32_t l, int n);
-    void dsa_select(uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: fills key_sel_ (one group)
-    // The selected sequence's DSA selection rows in key_sel_ (each sequence keeps its own for the shared layers).
-    size_t dsa_selection_offset() const { return static_cast<size_t>(active_) * static_cast<size_t>(opt_.n_batch > 0 ? opt_.n_batch : 512); }
     // Every scratch buffer sized at construction: size(&Runner::buffer, elements) for each (the constructor
     // resizes them, working_bytes() adds them up, so the two cannot disagree).
     template <class Size>
     static void scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size);
-    // Which positions each query row may attend to, where not all: entry (token t, group g) lists
-    // counts[t * groups + g] items at items + (t * groups + g) * stride, item i covering positions [i * span,
-    // (i + 1) * span). DSA: one group, positions (span 1); MSA: a group per kv head, blocks. `gather`: attend
-    // over the items' positions copied out in the listed order (llama.cpp's MSA decode) rather than masking.
-    struct KeySelection {
-        const int* items;
-        const int* counts;
-        int stride, groups, span;
-        bool gather = false;
-    };
-    void msa_select(uint32_t l, int row0, int n);  // MSA indexer of a segment's rows: fills key_sel_ per kv head
     // Flash attention of n query rows against the selected sequence's cache. sel: each row sees only the positions
     // it selects; window > 0: only its last `window` positions; sinks: one logit per query head; ring > 0: the
     // layer keeps a ring of that many rows, which once wrapped (SequenceCache::wrapped) are read in row order as
@@ -285,18 +260,9 @@ private:
     SequenceCache* cache_ = nullptr;  // the selected sequence's
 
     // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
-    std::vector<float> x_, xn_, tmp_;            // [n][n_embd]
-    std::vector<float> q_, k_, v_, att_;         // attention projections and outputs
-    std::vector<float> qa_, kva_, qabs_, lat_;   // MLA: q-LoRA latent, kv_a output, absorbed q, latent output
-    std::vector<float> ixq_, ixk_, ixw_, ixkf_;  // DSA / MSA indexer: queries, new keys, head weights, cached keys in f32
-    std::vector<int> key_sel_;                   // [n][groups][top_k] positions (DSA) or blocks (MSA) each query may attend to
-    std::vector<int> key_sel_count_;             // [n][groups] how many of them
-    std::vector<float> dn_qkv_, dn_conv_, dn_z_, dn_g_, dn_beta_, dn_out_;  // DeltaNet / KDA: projections, conv output, gates, heads
-    std::vector<float> mla_gate_;                                           // MLA's output gate (kimi-k3)
-    // deepseek4: compressor rows (kv | score), the indexer's (kv | score | queries | head weights), the output
-    // LoRA's middle, and the per-token step's scratch
-    std::vector<float> csa_comp_, csa_ix_, csa_lora_;
-    CompressedAttnScratch csa_scratch_;
+    std::vector<float> x_, xn_, tmp_;  // [n][n_embd]
+    // One unit per attention kind the model's layers use, indexed by AttentionKind.
+    std::vector<std::unique_ptr<AttentionUnit>> attention_units_;
     // deepseek4's hyper-connections: the n copies of the stream [n][copies][n_embd], their RMS-normed flattening
     // (then the expansion's scratch), the mixer outputs, each row's mix, and each sub-block's input (x_ is
     // reused for its output)

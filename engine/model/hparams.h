@@ -17,6 +17,7 @@ enum class AttentionKind {
     KimiDelta,      // Kimi Delta Attention (kimi-k3): the delta rule with a decay per key channel, q/k/v convs of their own
     Compressed,     // DeepSeek-V4: one K=V head over a sliding window plus compressed rows (every ratio tokens), sinks
 };
+constexpr size_t kAttentionKindCount = 5;
 
 // Softmax and Sigmoid turn every router logit into a probability before the top-k; SoftmaxWeight (gpt-oss)
 // picks the top-k logits and softmaxes only those into the weights.

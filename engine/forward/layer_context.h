@@ -1,0 +1,86 @@
+// What the runner lends a layer kind for one step (llama.cpp's llm_graph_context with its build_attn and matmul
+// helpers): the chunk's normed input rows and the output rows, the sequence segments and the selected
+// sequence's cache, the threads and kernels, the batched matmuls and the flash attention every kind shares. A
+// kind (attention_unit.h) keeps its own weights' view, scratch and state; the runner keeps the layer loop.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+
+#include "engine/forward/sequence_cache.h"
+#include "engine/kernels/float_ops.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model/model.h"
+#include "engine/runtime/thread_pool.h"
+
+namespace moe {
+
+class Runner;
+struct RunnerOptions;
+
+// Rows of a chunk that belong to one sequence (a decode batch has one per sequence; a prompt chunk one).
+struct Segment {
+    int row0, n, seq;
+};
+
+// One output of a group of dense matmuls over the same input (matmul_group).
+struct MatmulOut {
+    const Tensor* w;
+    float* out;
+    int64_t out_stride;
+};
+
+// Which positions each query row may attend to, where not all: entry (token t, group g) lists counts[t * groups
+// + g] items at items + (t * groups + g) * stride, item i covering positions [i * span, (i + 1) * span). DSA: one
+// group, positions (span 1); MSA: a group per kv head, blocks. `gather`: attend over the items' positions copied
+// out in the listed order (llama.cpp's MSA decode) rather than masking.
+struct KeySelection {
+    const int* items;
+    const int* counts;
+    int stride, groups, span;
+    bool gather = false;
+};
+
+class LayerContext {
+public:
+    explicit LayerContext(Runner& r) : r_(r) {}
+
+    const Model& model() const;
+    const Hparams& hp() const { return model().hp; }
+    const RunnerOptions& options() const;
+    ThreadPool& pool();
+    const ops::FloatOps& fops() const;
+    const kernels::KernelTable& kernels() const;     // the weights' dots (ik's table for ik files)
+    const kernels::KernelTable& kv_kernels() const;  // typed caches' dots
+
+    // The chunk: n normed input rows of n_embd (xn) and the rows the kind writes (out), n_embd each.
+    float* xn();
+    float* out();
+    // The chunk's sequences; the selected one's cache and positions before the rows being computed.
+    std::span<const Segment> segments() const;
+    void select_sequence(int seq);
+    int sequence() const;
+    int n_past() const;
+    SequenceCache& cache();
+    // The row count whose kernels a batch of n rows uses (1 while the runner evaluates rows one by one).
+    int kernel_rows(int n) const;
+
+    // Dense matmuls in llama.cpp's order for n_tok rows: one, a group over the same input (one thread-pool
+    // round), and the per-head matmuls of a 3-D weight (head h: `rows` rows from h*rows, activations x + h*x_head).
+    void matmul(const Tensor& w, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride);
+    void matmul_group(std::initializer_list<MatmulOut> outs, const float* x, int64_t x_stride, int n_tok);
+    void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok, float* out,
+                      int64_t out_head, int64_t out_stride);
+    // Flash attention of n query rows against the selected sequence's cache view (Runner::attention_heads).
+    void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
+                         float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
+                         const float* sinks = nullptr, int ring = 0);
+    // The one-row and tiled attention kernels the runner chose (DeepSeek-V4's per-token step calls them itself).
+    ops::AttendFn attend_one_row() const;
+    ops::AttendFn attend_tiled() const;
+
+private:
+    Runner& r_;
+};
+
+}  // namespace moe

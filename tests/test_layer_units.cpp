@@ -1,0 +1,85 @@
+// Attention kinds as units (attention_unit.h): every kind is registered with its scratch count, fast step and
+// reference step, and what a runner allocates (the units' scratch, the caches, the runner's own rows) stays
+// within what Runner::working_bytes and the caches count, which is what --ram-budget relies on.
+#include <malloc.h>
+
+#include "cli/commands.h"
+#include "engine/forward/attention_unit.h"
+#include "engine/forward/runner.h"
+#include "engine/model/loader.h"
+#include "tests/test_support.h"
+
+namespace moe {
+namespace {
+
+TEST(AttentionUnits, EveryKindIsRegisteredOnce) {
+    for (size_t k = 0; k < kAttentionKindCount; ++k) {
+        const AttentionKind kind = static_cast<AttentionKind>(k);
+        const AttentionKindInfo& info = attention_kind_info(kind);
+        EXPECT_EQ(info.kind, kind);
+        EXPECT_NE(std::string(info.name), "");
+        EXPECT_NE(info.scratch_bytes, nullptr);
+        EXPECT_NE(info.make, nullptr);
+        EXPECT_NE(info.reference, nullptr);
+        for (size_t j = 0; j < k; ++j) EXPECT_STRNE(attention_kind_info(static_cast<AttentionKind>(j)).name, info.name);
+    }
+    EXPECT_THROW(attention_kind_info(static_cast<AttentionKind>(kAttentionKindCount)), std::logic_error);
+}
+
+uint64_t heap_in_use() {
+    const struct mallinfo2 mi = mallinfo2();  // every arena, and the blocks malloc mapped on their own
+    return mi.uordblks + mi.hblkhd;
+}
+
+class RunnerMemory : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
+    test::TempDir dir;
+    const std::string arch = GetParam(), path = dir / (arch + ".gguf");
+    std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "4",      "--embd",    "128",   "--heads",
+                                     "4",       "--kv-heads", "2",  "--head-dim",      "32",     "--experts", "8",     "--experts-used",
+                                     "2",       "--ffn",      "96", "--vocab-builtin", "--seed", "3",         "--out", path};
+    if (arch == "glm-dsa") args.insert(args.end(), {"--indexer-top-k", "4", "--indexer-types", "1010"});
+    ASSERT_EQ(cli::dispatch(args), 0);
+    const GgufModel file = open_gguf_model(path);
+    auto model = load_model(file);
+    const RunnerOptions opt{.n_ctx = 2048, .n_threads = 2, .n_batch = 64, .n_seq = 2};
+    malloc_trim(0);
+
+    // Each kind's unit allocates what its registration counts (no vector left out of its list).
+    uint64_t units = 0;
+    for (AttentionKind kind : attention_kinds_of(*model)) {
+        const AttentionKindInfo& info = attention_kind_info(kind);
+        const uint64_t counted = info.scratch_bytes(*model, opt), before = heap_in_use();
+        const auto unit = info.make(*model, opt);
+        const uint64_t allocated = heap_in_use() - before;
+        EXPECT_LE(allocated, counted + 4096) << info.name;
+        EXPECT_GE(allocated, counted / 2) << info.name;
+        units += counted;
+    }
+    ASSERT_GT(units, 0u);
+
+    // The whole runner, after prompts, checkpoints and a decode batch: nothing beyond what it counts (small
+    // objects aside: the thread pool, the vectors' own headers).
+    const uint64_t before = heap_in_use();
+    Runner r(*model, opt);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 1500; ++i) prompt.push_back((i * 37 + 5) % 200);
+    uint64_t caches = 0;
+    for (int s = 0; s < 2; ++s) {
+        r.select_sequence(s);
+        r.eval(prompt);
+        caches += r.sequence_cache().bytes();
+        r.checkpoint();
+    }
+    r.eval_batch(std::vector<int>{0, 1}, std::vector<int32_t>{7, 9});
+    const uint64_t used = heap_in_use() - before;
+    const uint64_t counted = Runner::working_bytes(*model, opt) + caches + 2 * r.checkpoint_bytes();
+    EXPECT_LE(used, counted + counted / 50 + (64u << 10)) << "counted " << counted << " bytes, of which the attention units' " << units;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, RunnerMemory, ::testing::Values("qwen3moe", "glm-dsa", "qwen35moe", "kimi-k3", "deepseek4", "minimax-m3", "gpt-oss"),
+                         [](const auto& info) { return test::test_name(info.param); });
+
+}  // namespace
+}  // namespace moe
