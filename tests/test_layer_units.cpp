@@ -1,10 +1,10 @@
-// Attention kinds as units (attention_unit.h): every kind is registered with its scratch count, fast step and
-// reference step, and what a runner allocates (the units' scratch, the caches, the runner's own rows) stays
+// Layer kinds as units (layer_unit.h): every attention and feed-forward kind is registered with its scratch
+// count, fast step and reference step, and what a runner allocates (the units' scratch, the caches, the runner's own rows) stays
 // within what Runner::working_bytes and the caches count, which is what --ram-budget relies on.
 #include <malloc.h>
 
 #include "cli/commands.h"
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/runner.h"
 #include "engine/model/loader.h"
 #include "tests/test_support.h"
@@ -12,7 +12,7 @@
 namespace moe {
 namespace {
 
-TEST(AttentionUnits, EveryKindIsRegisteredOnce) {
+TEST(LayerUnits, EveryKindIsRegisteredOnce) {
     for (size_t k = 0; k < kAttentionKindCount; ++k) {
         const AttentionKind kind = static_cast<AttentionKind>(k);
         const AttentionKindInfo& info = attention_kind_info(kind);
@@ -24,6 +24,16 @@ TEST(AttentionUnits, EveryKindIsRegisteredOnce) {
         for (size_t j = 0; j < k; ++j) EXPECT_STRNE(attention_kind_info(static_cast<AttentionKind>(j)).name, info.name);
     }
     EXPECT_THROW(attention_kind_info(static_cast<AttentionKind>(kAttentionKindCount)), std::logic_error);
+    for (size_t k = 0; k < kFeedForwardKindCount; ++k) {
+        const FeedForwardKind kind = static_cast<FeedForwardKind>(k);
+        const FeedForwardKindInfo& info = feed_forward_kind_info(kind);
+        EXPECT_EQ(info.kind, kind);
+        EXPECT_NE(info.scratch_bytes, nullptr);
+        EXPECT_NE(info.make, nullptr);
+        EXPECT_NE(info.reference, nullptr);
+        for (size_t j = 0; j < k; ++j) EXPECT_STRNE(feed_forward_kind_info(static_cast<FeedForwardKind>(j)).name, info.name);
+    }
+    EXPECT_THROW(feed_forward_kind_info(static_cast<FeedForwardKind>(kFeedForwardKindCount)), std::logic_error);
 }
 
 uint64_t heap_in_use() {
@@ -46,17 +56,19 @@ TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
     const RunnerOptions opt{.n_ctx = 2048, .n_threads = 2, .n_batch = 64, .n_seq = 2};
     malloc_trim(0);
 
-    // Each kind's unit allocates what its registration counts (no vector left out of its list).
+    // Each kind's unit allocates what its registration counts (no vector left out of its list; the feed-forward
+    // kinds' counts also bound what they grow on first use).
     uint64_t units = 0;
-    for (AttentionKind kind : attention_kinds_of(*model)) {
-        const AttentionKindInfo& info = attention_kind_info(kind);
+    auto check_unit = [&](const auto& info, double least) {
         const uint64_t counted = info.scratch_bytes(*model, opt), before = heap_in_use();
         const auto unit = info.make(*model, opt);
         const uint64_t allocated = heap_in_use() - before;
         EXPECT_LE(allocated, counted + 4096) << info.name;
-        EXPECT_GE(allocated, counted / 2) << info.name;
+        EXPECT_GE(allocated, static_cast<uint64_t>(static_cast<double>(counted) * least)) << info.name;
         units += counted;
-    }
+    };
+    for (AttentionKind kind : attention_kinds_of(*model)) check_unit(attention_kind_info(kind), 0.5);
+    for (FeedForwardKind kind : feed_forward_kinds_of(*model)) check_unit(feed_forward_kind_info(kind), 0.2);
     ASSERT_GT(units, 0u);
 
     // The whole runner, after prompts, checkpoints and a decode batch: nothing beyond what it counts (small
@@ -75,7 +87,7 @@ TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
     r.eval_batch(std::vector<int>{0, 1}, std::vector<int32_t>{7, 9});
     const uint64_t used = heap_in_use() - before;
     const uint64_t counted = Runner::working_bytes(*model, opt) + caches + 2 * r.checkpoint_bytes();
-    EXPECT_LE(used, counted + counted / 50 + (64u << 10)) << "counted " << counted << " bytes, of which the attention units' " << units;
+    EXPECT_LE(used, counted + counted / 50 + (64u << 10)) << "counted " << counted << " bytes, of which the layer units' " << units;
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, RunnerMemory, ::testing::Values("qwen3moe", "glm-dsa", "qwen35moe", "kimi-k3", "deepseek4", "minimax-m3", "gpt-oss"),

@@ -1,7 +1,7 @@
 // DeepSeek-V4's compressed attention in the fast forward: the projections batched over the chunk's rows, then
 // the per-token step (compressed_attention.h, shared with the reference) in order, since each token's window,
 // compressor and compressed rows are the next token's context, then the output LoRA batched again.
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/compressed_attention.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/runner.h"

@@ -7,7 +7,7 @@
 //   o_j <- rms_norm(o_j) * w_norm * silu(z_j);  out = W_out o
 // A prompt runs the recurrence token by token like decode (llama.cpp's CPU path does the same): the work is
 // parallel over channels (conv) and v heads (state), sequential over tokens.
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/runner.h"
 

@@ -8,7 +8,7 @@
 // output by it again (undoing it).
 #include <cmath>
 
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/msa.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/runner.h"

@@ -8,7 +8,7 @@
 //   M_h <- M_h diag(exp(g_h)) + k (beta_h (v_h - M_h^T k))^T;  o_h = M_h^T q / sqrt(S)
 //   o_h <- rms_norm(o_h) * w_norm * sigmoid(W_g x)_h;  out = W_out o
 // Like the gated DeltaNet, a prompt runs the recurrence token by token (parallel over channels and heads).
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/runner.h"
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/runner.h"
 

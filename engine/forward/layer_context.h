@@ -1,11 +1,13 @@
 // What the runner lends a layer kind for one step (llama.cpp's llm_graph_context with its build_attn and matmul
 // helpers): the chunk's normed input rows and the output rows, the sequence segments and the selected
 // sequence's cache, the threads and kernels, the batched matmuls and the flash attention every kind shares. A
-// kind (attention_unit.h) keeps its own weights' view, scratch and state; the runner keeps the layer loop.
+// kind (layer_unit.h) keeps its own weights' view, scratch and state; the runner keeps the layer loop.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "engine/forward/sequence_cache.h"
 #include "engine/kernels/float_ops.h"
@@ -17,6 +19,7 @@ namespace moe {
 
 class Runner;
 struct RunnerOptions;
+struct RunnerStats;
 
 // Rows of a chunk that belong to one sequence (a decode batch has one per sequence; a prompt chunk one).
 struct Segment {
@@ -75,6 +78,26 @@ public:
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                          float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
                          const float* sinks = nullptr, int ring = 0);
+    // An expert's matmul (llama.cpp's MUL_MAT_ID: its kernel chosen by the expert's row count) of raw weights.
+    void matmul_expert(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n_tok,
+                       float* out, int64_t out_stride);
+    // Rows [0, rows) over the threads, every range on a multiple of `group` (row-interleaved types).
+    void parallel_rows(int64_t rows, int group, const std::function<void(int64_t, int64_t)>& fn);
+    // The runner's activation buffer, at least `bytes` long (valid until the next matmul).
+    uint8_t* activations(size_t bytes);
+
+    // What feed-forward kinds share with the runner: the residual stream the output is added to, the chunk's
+    // token ids by row (hash-routed layers), the counters, and the look-ahead prefetch of the next MoE layers'
+    // likely experts (it reads the stream and their norms and routers) with the score of its last guess.
+    float* stream();
+    const int32_t* row_tokens() const;
+    RunnerStats& stats();
+    // A routing choice of layer l: counted for routing profiles and traced (not during the hidden-state pass,
+    // which repeats a layer).
+    void count_routing(uint32_t l, int n, int used, const int* sel, const float* weights);
+    void prefetch_ahead(uint32_t l, int n);
+    void score_prefetch(uint32_t l, const std::vector<uint32_t>& needed);
+
     // The one-row and tiled attention kernels the runner chose (DeepSeek-V4's per-token step calls them itself).
     ops::AttendFn attend_one_row() const;
     ops::AttendFn attend_tiled() const;

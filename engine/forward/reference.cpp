@@ -7,7 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/hyper_connection.h"
 #include "engine/forward/reference_ops.h"
 #include "engine/forward/residual_mix.h"
@@ -53,64 +53,6 @@ void attend(const Context& c, const ops::KvView& kv, const float* q, float scale
 namespace {
 
 using ref::Vec;
-
-// Gated FFN: down(act(gate . x, up . x)), act the model's (silu(g) * u, or swiglu_oai; limit: SwigluClamped's).
-void gated_ffn(const ref::Context& c, const Tensor& gate, const Tensor& up, const Tensor& down, const Vec& xn, Vec& out, float limit = 0.f) {
-    const int F = static_cast<int>(gate.ne1);
-    Vec g(F), u(F);
-    dense(c, up, xn.data(), u.data());
-    dense(c, gate, xn.data(), g.data());
-    ffn_activation(c.m.hp, c.fops, g.data(), u.data(), F, limit);
-    dense(c, down, g.data(), out.data());
-}
-
-// MoE: route, run the chosen experts, sum their outputs weighted in routing order, add the shared expert. A
-// latent MoE's experts read routed_down . x, and their sum goes through RMSNorm and routed_up.
-void moe_ffn(const ref::Context& c, uint32_t l, const Vec& xn, Vec& out, RefBatch router_batch) {
-    const Hparams& hp = c.m.hp;
-    const MoeWeights& w = c.m.layers[l].experts;
-    const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
-    Vec probs(X), weight(U);
-    std::vector<int> sel(U);
-    matvec(c, w.router.data, w.router.type, w.router.row_bytes, X, E, xn.data(), probs.data(), router_batch.n_tok, router_batch.index);
-    route_token(hp.moe, w, c.fops, probs.data(), sel.data(), weight.data(), c.token);
-    const int F = static_cast<int>(w.gate.n_out), D = hp.moe.n_latent ? static_cast<int>(hp.moe.n_latent) : E;
-    Vec g(F), u(F), y(D), in = xn, routed(D);
-    if (w.routed_down.present()) {
-        in.resize(D);
-        dense(c, w.routed_down, xn.data(), in.data());
-    }
-    for (int s = 0; s < U; ++s) {
-        ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
-        const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
-        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, 0, false, tokens);
-        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, D, in.data(), u.data(), 0, 0, false, tokens);
-        expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F, c.m.layers[l].swiglu_limit);
-        matvec(c, ev.down, w.down.type, w.down.row_bytes, D, F, g.data(), y.data(), 0, 0, false, tokens);
-        expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), D);
-        c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
-        // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).
-        for (int i = 0; i < D; ++i)
-            routed[i] = s == 0 ? y[i] * weight[s] : c.fops.ik ? std::fma(y[i], weight[s], routed[i]) : routed[i] + y[i] * weight[s];
-    }
-    if (w.routed_up.present()) {
-        if (w.routed_norm.present()) c.fops.norm(routed.data(), w.routed_norm.f32(), routed.data(), D, hp.rms_eps);
-        dense(c, w.routed_up, routed.data(), out.data());
-    } else {
-        std::copy_n(routed.begin(), E, out.begin());
-    }
-    if (w.gate_sh.present()) {
-        Vec sh(E);
-        gated_ffn(c, w.gate_sh, w.up_sh, w.down_sh, xn, sh, c.m.layers[l].swiglu_limit_sh);
-        if (w.gate_inp_sh.present()) {  // qwen35moe: scaled by sigmoid(gate_inp_sh . x)
-            float gate = 0.f;
-            dense(c, w.gate_inp_sh, xn.data(), &gate);
-            const float s = ops::sigmoid(gate);
-            for (int i = 0; i < E; ++i) sh[i] *= s;
-        }
-        for (int i = 0; i < E; ++i) out[i] += sh[i];
-    }
-}
 
 }  // namespace
 
@@ -178,8 +120,7 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
         ref::Context fc = c;
         if (last && !hp.output_rows_after_norm)
             fc.batch = {batch.n_out, batch.out_index, batch.n_out, batch.out_index, batch.n_threads, batch.expert_tokens};
-        if (L.moe) moe_ffn(fc, l, xn, out, fc.batch);
-        else gated_ffn(fc, L.dense.gate, L.dense.up, L.dense.down, xn, out);
+        feed_forward_kind_info(L.ffn()).reference(fc, l, xn, out);
         if (hcc.n) hyper_expand(hcc, mix, out.data(), hc.data(), E, hc_norm.data());
         else
             for (int i = 0; i < E; ++i) x[i] += out[i];

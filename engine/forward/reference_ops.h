@@ -1,4 +1,4 @@
-// What a layer kind's plain reference step (attention_unit.h) gets from the reference forward (reference.h):
+// What a layer kind's plain reference step (layer_unit.h) gets from the reference forward (reference.h):
 // the model, the sequence's state, the token's place in the batch the fast path would put it in, the scalar
 // kernels, and the matmul and attention of one token in llama.cpp's orders.
 #pragma once

@@ -11,6 +11,7 @@
 #include "engine/kernels/attention.h"
 #include "engine/kernels/ik/ik_ref.h"
 #include "engine/forward/residual_mix.h"
+#include "engine/forward/routing.h"
 
 namespace moe {
 
@@ -40,6 +41,8 @@ Runner::Runner(const Model& model, RunnerOptions opt)
     scratch_plan(m_, opt_, [this](auto member, size_t n) { (this->*member).resize(n); });
     attention_units_.resize(kAttentionKindCount);
     for (AttentionKind kind : attention_kinds_of(m_)) attention_units_[static_cast<size_t>(kind)] = attention_kind_info(kind).make(m_, opt_);
+    ffn_units_.resize(kFeedForwardKindCount);
+    for (FeedForwardKind kind : feed_forward_kinds_of(m_)) ffn_units_[static_cast<size_t>(kind)] = feed_forward_kind_info(kind).make(m_, opt_);
     const MoeConfig& mc = hp.moe;
     selections_.assign(size_t{hp.n_layer} * std::max(mc.n_expert, 1u), 0);
 }
@@ -55,7 +58,6 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
     }
     size(&Runner::xn_, B * E);
     size(&Runner::tmp_, B * E);
-    if (hp.moe.n_latent) size(&Runner::expert_in_, B * hp.moe.n_latent);
     if (hp.res_block) size(&Runner::res_banked_, B * E * ((hp.n_layer + hp.res_block - 1) / hp.res_block));  // res_banks()
     if (const HyperConfig& hc = hp.hyper; hc.n) {
         size(&Runner::hc_, B * hc.n * E);
@@ -63,20 +65,6 @@ void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size)
         size(&Runner::hc_mixes_, B * hc.n_mix());
         size(&Runner::hc_in_, B * E);
         size(&Runner::hc_mix_, B);
-    }
-    const MoeConfig& mc = hp.moe;
-    const size_t ff = std::max({hp.n_ff_dense, mc.n_ff_shexp, 1u});
-    size(&Runner::ffn_g_, B * ff);
-    size(&Runner::ffn_u_, B * ff);
-    size(&Runner::sh_out_, B * E);
-    if (mc.n_expert) {
-        size(&Runner::probs_, B * mc.n_expert);
-        size(&Runner::sel_, B * mc.n_expert_used);
-        size(&Runner::sel_w_, B * mc.n_expert_used);
-        size(&Runner::expert_out_, B * mc.n_expert_used * E);
-        size(&Runner::gg_, B * mc.n_ff_exp);
-        size(&Runner::gu_, B * mc.n_ff_exp);
-        size(&Runner::gy_, B * E);
     }
 }
 
@@ -88,24 +76,17 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
     });
     const Hparams& hp = layout.hp;
     const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512);
-    const uint64_t threads = static_cast<uint64_t>(std::max(opt.n_threads, 1));
     total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;  // one logits row per sequence
     // Grown on first use, counted here at their largest, in f32 (the widest activation type; quantized ones take
     // about a quarter). act_: one matmul's rows, or a group's (up to deepseek4's seven projections of one
     // input), or a per-head matmul's heads.
     const MoeConfig& mc = hp.moe;
-    const uint64_t width = mc.n_latent ? mc.n_latent : hp.n_embd;  // the experts' input
     const uint64_t widest = std::max<uint64_t>({hp.n_embd, mc.n_ff_exp, hp.n_ff_dense, mc.n_ff_shexp, hp.gqa.n_head * hp.gqa.head_dim,
                                                 hp.mla.n_head * hp.mla.v_head, hp.mla.q_lora_rank, hp.ssm.state * hp.ssm.n_v_heads,
                                                 hp.csa.q_lora_rank, uint64_t{hp.csa.out_groups} * hp.csa.out_rank});
     const uint64_t heads_width = std::max<uint64_t>(
         {uint64_t{hp.mla.n_head} * std::max(hp.mla.qk_nope, hp.mla.kv_lora_rank), uint64_t{hp.csa.n_head} * hp.csa.head_dim});
     total += B * std::max(8 * widest, heads_width) * 4;
-    if (mc.n_expert) {
-        total += B * 2 * width * 4;                                                   // in_act_: each token's expert inputs
-        total += 4 * uint64_t{mc.n_expert_used} * (2 * mc.n_ff_exp + width) * 4 * 2;  // par_scratch_, par_act_ (decode)
-        total += threads * B * (2 * uint64_t{mc.n_ff_exp} + width + std::max<uint64_t>(mc.n_ff_exp, width)) * 4;  // prompt, per thread
-    }
     // kv_f32_: a batch's f32 copy of one layer's keys (in tiles of 64 rows) and values, n_ctx positions.
     const uint64_t rows = static_cast<uint64_t>(opt.n_ctx) + 64;
     uint64_t kv_f32 = 0;
@@ -116,6 +97,7 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
     total += rows * kv_f32 * 4;
     total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;  // routing counters
     for (AttentionKind kind : attention_kinds_of(layout)) total += attention_kind_info(kind).scratch_bytes(layout, opt);
+    for (FeedForwardKind kind : feed_forward_kinds_of(layout)) total += feed_forward_kind_info(kind).scratch_bytes(layout, opt);
     return total;
 }
 
@@ -470,8 +452,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
             std::fill_n(x_.begin(), static_cast<size_t>(n_ffn) * E, 0.f);
         }
         const auto ffn_start = Clock::now();
-        if (L.moe) ffn_moe(l, n_ffn);
-        else ffn_dense(l, n_ffn);
+        feed_forward(l, n_ffn);
         stats_.feed_forward_seconds += seconds_since(ffn_start);
         if (hyper) hyper_post(x_.data(), n_ffn);
     }
@@ -499,6 +480,49 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     stats_.eval_seconds += seconds_since(chunk_start);
 }
 
+// Speculative prefetch of layer l's experts: its router applied to the current residual stream (which changes
+// slowly between layers), the union of every token's selection.
+void Runner::predict_and_prefetch(uint32_t l, int n, bool track) {
+    const Hparams& hp = m_.hp;
+    const Layer& L = m_.layers[l];
+    if (!L.moe) return;
+    const int E = static_cast<int>(hp.n_embd), X = static_cast<int>(hp.moe.n_expert), U = static_cast<int>(hp.moe.n_expert_used);
+    // The last layer's feed-forward runs only for the rows whose logits are wanted (eval_chunk): the last ones.
+    const int first = l + 1 == hp.n_layer && !hp.output_rows_after_norm ? n - std::min(n, last_layer_rows_) : 0;
+    n -= first;
+    if (n == 0) return;
+    std::vector<float> norm(static_cast<size_t>(n) * E), logits(static_cast<size_t>(n) * X), w(static_cast<size_t>(U));
+    // With residual attention the router reads a mixture of the banked inputs, not the stream alone (which a
+    // banking layer restarts): the guess mixes with what is banked so far.
+    const size_t banks = res_banks();
+    std::vector<float> mixed(hp.res_block ? E : 0), scratch(mixed.size());
+    for (int t = 0; t < n; ++t) {
+        // (hyper-connections: x_ collects the feed-forward's output; its input is in hc_in_)
+        const float* row = hp.hyper.n ? &hc_in_[(first + t) * E] : &x_[(first + t) * E];
+        if (hp.res_block) {
+            residual_mix(fops_, &res_banked_[(first + t) * banks * E], n_banked_, E, row, L.ffn_res_score.f32(), E, hp.rms_eps, mixed.data(),
+                         scratch.data());
+            row = mixed.data();
+        }
+        fops_.norm(row, L.ffn_norm.f32(), &norm[t * E], E, hp.rms_eps);
+    }
+    matmul(L.experts.router, norm.data(), E, n, logits.data(), X);
+    std::vector<char> chosen(static_cast<size_t>(X), 0);
+    std::vector<int> top(static_cast<size_t>(U));
+    for (int t = 0; t < n; ++t) {
+        route_token(hp.moe, L.experts, fops_, &logits[t * X], top.data(), w.data(), row_tokens_[first + t]);
+        for (int e : top) chosen[e] = 1;
+    }
+    std::vector<uint32_t> guess;
+    for (int e = 0; e < X; ++e)
+        if (chosen[e]) guess.push_back(static_cast<uint32_t>(e));
+    m_.experts->prefetch(l, guess);
+    if (track) {
+        predicted_ = std::move(guess);
+        predicted_layer_ = static_cast<int>(l);
+    }
+}
+
 void Runner::hidden_all_rows(uint32_t l, int n) {
     const Layer& L = m_.layers[l];
     const size_t E = m_.hp.n_embd, all = static_cast<size_t>(n) * E;
@@ -508,8 +532,7 @@ void Runner::hidden_all_rows(uint32_t l, int n) {
         bool& on;
         ~Pass() { on = false; }
     } pass{hidden_pass_ = true};
-    if (L.moe) ffn_moe(l, n);
-    else ffn_dense(l, n);
+    feed_forward(l, n);
     std::copy_n(x_.begin(), all, hid_pre_.begin());
     std::copy_n(hid_save_.begin(), all, x_.begin());
 }

@@ -1,8 +1,8 @@
 // The fast forward pass, one for every architecture: batched prompt processing, threaded matmuls with the SIMD
 // kernels, tokens grouped by expert so each expert's weights are fetched once per batch. Each layer runs its
-// attention kind (a unit of its own, attention_unit.h: attention_gqa.cpp, attention_mla.cpp, ...; their heads'
-// flash attention in attention_heads.cpp) and its feed-forward kind (feed_forward.cpp). The numerics are the reference's (reference.h): same formulas,
-// same summation orders, the same bits.
+// attention kind and its feed-forward kind, each a unit of its own (layer_unit.h: attention_gqa.cpp, ...,
+// ffn_moe.cpp; the heads' flash attention in attention_heads.cpp). The numerics are the reference's
+// (reference.h): same formulas, same summation orders, the same bits.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/forward/attention_unit.h"
+#include "engine/forward/layer_unit.h"
 #include "engine/forward/hyper_connection.h"
 #include "engine/forward/sequence_cache.h"
 #include "engine/kernels/float_ops.h"
@@ -183,7 +183,7 @@ private:
     void matmul_heads(const Tensor& w, int heads, int64_t rows, const float* x, int64_t x_head, int64_t x_stride, int n_tok, float* out,
                       int64_t out_head, int64_t out_stride);
 
-    // Runs layer l's attention kind (attention_unit.h: reads xn_, the normed input of n rows, writes tmp_, n rows
+    // Runs layer l's attention kind (layer_unit.h: reads xn_, the normed input of n rows, writes tmp_, n rows
     // of n_embd) for each segment against its own sequence's cache.
     void attention_by_sequence(uint32_t l, int n);
     void attention_kind(uint32_t l, int n);
@@ -199,23 +199,13 @@ private:
                          float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
                          const float* sinks = nullptr, int ring = 0);
 
-    // Feed-forward kinds: read xn_ (n rows), add their output to x_.
-    void ffn_dense(uint32_t l, int n);
-    void ffn_moe(uint32_t l, int n);
-    void shared_expert(uint32_t l, int n, float* out);
+    // Layer l's feed-forward kind (layer_unit.h): reads xn_ (n rows), adds its output to x_.
+    void feed_forward(uint32_t l, int n) {
+        LayerContext cx(*this);
+        ffn_units_[static_cast<size_t>(m_.layers[l].ffn())]->forward(cx, l, n);
+    }
     // track: the prediction is the one whose accuracy the stats count (the nearest layer's).
     void predict_and_prefetch(uint32_t layer, int n, bool track);
-    void decode_experts_in_parallel(uint32_t layer, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
-    struct ExpertInputs {  // the layer's token inputs quantized for the experts' gate and up (up == gate when their types agree)
-        uint8_t* gate = nullptr;
-        uint8_t* up = nullptr;
-        size_t ab_gate = 0, ab_up = 0;
-        int64_t width = 0;  // the experts' input and output width: n_embd, or the latent MoE's
-    };
-    // The experts' inputs: xn_, or (latent MoE) routed_down . xn_ in expert_in_.
-    ExpertInputs prepare_expert_inputs(const MoeWeights& L, int n_tok);
-    int64_t expert_width() const { return m_.hp.moe.n_latent ? m_.hp.moe.n_latent : m_.hp.n_embd; }
-    const float* expert_rows(const MoeWeights& L) const { return L.routed_down.present() ? expert_in_.data() : xn_.data(); }
     // Residual attention (Hparams::res_block): the stream x_ mixed with the chunk's banked layer inputs, normed
     // by `norm` into xn_; bank_input copies x_ in as the next banked input.
     void mixed_norm(const Tensor& score, const Tensor& norm, int n);
@@ -228,16 +218,11 @@ private:
     void bank_input(int n);
     // Banked inputs each token has room for (res_banked_ is [n_batch][banks][n_embd]): one per res_block layers.
     size_t res_banks() const { return m_.hp.res_block ? (m_.hp.n_layer + m_.hp.res_block - 1) / m_.hp.res_block : 0; }
-    void expert_gate_up(const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
-    void prompt_experts_in_parallel(uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     // Rows [0, rows) over the pool, every range starting and ending on a multiple of `group` (ik's _R4 rows).
     void parallel_rows(int64_t rows, int group, const std::function<void(int64_t, int64_t)>& fn) {
         if (group <= 1) return pool_.parallel_for(rows, fn);
         pool_.parallel_for(rows / group, [&](int64_t a, int64_t b) { fn(a * group, b * group); });
     }
-    void matvec_serial(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x, float* out, uint8_t* act) const;
-    // The same on activations already prepared for `type` (kernels::prepare_activations).
-    void matvec_prepared(const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act, float* out) const;
 
     const Model& m_;
     RunnerOptions opt_;
@@ -261,27 +246,18 @@ private:
 
     // Activations for one chunk of up to n_batch tokens (row-major, one row per token).
     std::vector<float> x_, xn_, tmp_;  // [n][n_embd]
-    // One unit per attention kind the model's layers use, indexed by AttentionKind.
+    // One unit per attention kind and per feed-forward kind the model's layers use, indexed by kind.
     std::vector<std::unique_ptr<AttentionUnit>> attention_units_;
+    std::vector<std::unique_ptr<FeedForwardUnit>> ffn_units_;
     // deepseek4's hyper-connections: the n copies of the stream [n][copies][n_embd], their RMS-normed flattening
     // (then the expansion's scratch), the mixer outputs, each row's mix, and each sub-block's input (x_ is
     // reused for its output)
     std::vector<float> hc_, hc_norm_, hc_mixes_, hc_in_;
     std::vector<HyperMix> hc_mix_;
     std::vector<int32_t> row_tokens_;  // the chunk's token ids by row (deepseek4's hash-routed layers)
-    std::vector<float> expert_in_;     // latent MoE: the experts' input rows
     std::vector<float> res_banked_;    // [n][banks][n_embd] residual attention's banked inputs
     int n_banked_ = 0;
-    std::vector<float> ffn_g_, ffn_u_, sh_out_;  // dense / shared-expert hidden and output
-    std::vector<float> probs_;                   // [n][n_expert]
-    std::vector<int> sel_;                       // [n][n_expert_used] chosen experts, llama.cpp's order
-    std::vector<float> sel_w_;                   // [n][n_expert_used] their weights
-    std::vector<float> expert_out_;              // [n][n_expert_used][n_embd]
-    std::vector<float> gg_, gu_, gy_;            // per-expert hidden / outputs
-    std::vector<uint8_t> act_;                   // prepared activations
-    std::vector<float> par_scratch_;             // decode_experts_in_parallel: per (expert, token) gate|up|out
-    std::vector<uint8_t> par_act_;               // ... and its activation bytes
-    std::vector<uint8_t> in_act_;                // each token's expert input quantized once per layer (gate, up types)
+    std::vector<uint8_t> act_;  // prepared activations
     std::function<void(const HiddenRows&)> on_hidden_;
     bool hidden_pass_ = false;                          // hidden_all_rows is running: its routing goes to no trace or profile
     std::vector<float> hid_save_, hid_pre_, hid_post_;  // on_hidden_: the stream before the all-rows pass, final rows

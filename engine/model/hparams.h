@@ -19,6 +19,12 @@ enum class AttentionKind {
 };
 constexpr size_t kAttentionKindCount = 5;
 
+enum class FeedForwardKind {
+    Dense,  // a gated FFN (dense leading layers)
+    Moe,    // routed experts (streamed or in RAM), optional shared expert, latent MoE
+};
+constexpr size_t kFeedForwardKindCount = 2;
+
 // Softmax and Sigmoid turn every router logit into a probability before the top-k; SoftmaxWeight (gpt-oss)
 // picks the top-k logits and softmaxes only those into the weights.
 // SqrtSoftplus (deepseek4): sqrt(softplus(logit)).

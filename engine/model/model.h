@@ -139,6 +139,8 @@ struct Layer {
     float swiglu_limit = 0.f, swiglu_limit_sh = 0.f;  // FfnActivation::SwigluClamped: routed and shared limits
     DenseFfnWeights dense;
     MoeWeights experts;
+
+    FeedForwardKind ffn() const { return moe ? FeedForwardKind::Moe : FeedForwardKind::Dense; }
 };
 
 // A NextN/MTP block's own tensors: its layer's input is eh_proj . [enorm(embedding of the next token);
