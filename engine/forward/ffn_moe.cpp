@@ -307,12 +307,13 @@ void MoeFeedForward::forward(LayerContext& cx, uint32_t l, int n) {
     // Weighted sum in selection order, as llama.cpp adds the experts' views one after another (latent MoE: then
     // RMSNorm and routed_up); then the shared expert; then the residual.
     float* routed = gy_.data();
+    const bool ik = cx.fops().ik;
     for (int t = 0; t < n; ++t) {
         for (int i = 0; i < D; ++i) {
             float acc = expert_out_[(static_cast<size_t>(t) * U) * D + i] * sel_w_[t * U];
             for (int s = 1; s < U; ++s) {
                 const float y = expert_out_[(static_cast<size_t>(t) * U + s) * D + i];
-                acc = cx.fops().ik ? std::fma(y, sel_w_[t * U + s], acc) : acc + y * sel_w_[t * U + s];  // ik: fused (iqk_mul_multi_add)
+                acc = ik ? std::fma(y, sel_w_[t * U + s], acc) : acc + y * sel_w_[t * U + s];  // ik: fused (iqk_mul_multi_add)
             }
             routed[t * D + i] = acc;
         }

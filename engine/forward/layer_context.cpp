@@ -7,14 +7,10 @@
 
 namespace moe {
 
-const Model& LayerContext::model() const { return r_.m_; }
-const RunnerOptions& LayerContext::options() const { return r_.opt_; }
-ThreadPool& LayerContext::pool() { return r_.pool_; }
-const ops::FloatOps& LayerContext::fops() const { return r_.fops_; }
-const kernels::KernelTable& LayerContext::kernels() const { return r_.kt_; }
-const kernels::KernelTable& LayerContext::kv_kernels() const { return r_.kv_kt_; }
-float* LayerContext::xn() { return r_.xn_.data(); }
-float* LayerContext::out() { return r_.tmp_.data(); }
+LayerContext::LayerContext(Runner& r)
+    : r_(r), m_(r.m_), opt_(r.opt_), pool_(r.pool_), fops_(r.fops_), kt_(r.kt_), kv_kt_(r.kv_kt_), xn_(r.xn_.data()), out_(r.tmp_.data()),
+      stream_(r.x_.data()) {}
+
 std::span<const Segment> LayerContext::segments() const { return r_.segs_; }
 void LayerContext::select_sequence(int seq) { r_.select_sequence(seq); }
 int LayerContext::sequence() const { return r_.active_; }
@@ -50,7 +46,6 @@ uint8_t* LayerContext::activations(size_t bytes) {
     if (r_.act_.size() < bytes) r_.act_.resize(bytes);
     return r_.act_.data();
 }
-float* LayerContext::stream() { return r_.x_.data(); }
 const int32_t* LayerContext::row_tokens() const { return r_.row_tokens_.data(); }
 RunnerStats& LayerContext::stats() { return r_.stats_; }
 void LayerContext::count_routing(uint32_t l, int n, int used, const int* sel, const float* weights) {

@@ -46,19 +46,20 @@ struct KeySelection {
 
 class LayerContext {
 public:
-    explicit LayerContext(Runner& r) : r_(r) {}
+    explicit LayerContext(Runner& r);
 
-    const Model& model() const;
-    const Hparams& hp() const { return model().hp; }
-    const RunnerOptions& options() const;
-    ThreadPool& pool();
-    const ops::FloatOps& fops() const;
-    const kernels::KernelTable& kernels() const;     // the weights' dots (ik's table for ik files)
-    const kernels::KernelTable& kv_kernels() const;  // typed caches' dots
+    // (Read inside the kinds' inner loops: plain fields, no call.)
+    const Model& model() const { return m_; }
+    const Hparams& hp() const { return m_.hp; }
+    const RunnerOptions& options() const { return opt_; }
+    ThreadPool& pool() { return pool_; }
+    const ops::FloatOps& fops() const { return fops_; }
+    const kernels::KernelTable& kernels() const { return kt_; }        // the weights' dots (ik's table for ik files)
+    const kernels::KernelTable& kv_kernels() const { return kv_kt_; }  // typed caches' dots
 
     // The chunk: n normed input rows of n_embd (xn) and the rows the kind writes (out), n_embd each.
-    float* xn();
-    float* out();
+    float* xn() { return xn_; }
+    float* out() { return out_; }
     // The chunk's sequences; the selected one's cache and positions before the rows being computed.
     std::span<const Segment> segments() const;
     void select_sequence(int seq);
@@ -89,7 +90,7 @@ public:
     // What feed-forward kinds share with the runner: the residual stream the output is added to, the chunk's
     // token ids by row (hash-routed layers), the counters, and the look-ahead prefetch of the next MoE layers'
     // likely experts (it reads the stream and their norms and routers) with the score of its last guess.
-    float* stream();
+    float* stream() { return stream_; }
     const int32_t* row_tokens() const;
     RunnerStats& stats();
     // A routing choice of layer l: counted for routing profiles and traced (not during the hidden-state pass,
@@ -104,6 +105,15 @@ public:
 
 private:
     Runner& r_;
+    const Model& m_;
+    const RunnerOptions& opt_;
+    ThreadPool& pool_;
+    const ops::FloatOps& fops_;
+    const kernels::KernelTable& kt_;
+    const kernels::KernelTable& kv_kt_;
+    float* xn_;
+    float* out_;
+    float* stream_;
 };
 
 }  // namespace moe
