@@ -1,4 +1,5 @@
 // `moestream probe` and `moestream check`: host facts, and the readiness table built on them.
+#include <algorithm>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -272,10 +273,12 @@ int cmd_check(const std::vector<std::string>& args) {
     if (n_ctx < 1 || n_ctx > (1u << 24)) throw CliError("--ctx " + std::to_string(n_ctx) + " is out of range");
     if (!budget.empty()) in.ram_budget = parse_bytes("--ram-budget", budget);
     if (!model.empty()) in.model = read_model_facts(model);  // header only; GgufError -> one line, exit 2
-    if (in.model && in.model->supported) in.working_bytes = engine_working_bytes_or_base(model, n_ctx, 1);
     if (root != "/" && sf.storage.empty()) sf.no_storage = true;
     FsRoot fs(root);
     in.host = probe_host({.root = root, .try_ring = true});
+    // As plan counts it: a thread per physical core.
+    if (in.model && in.model->supported)
+        in.working_bytes = engine_working_bytes_or_base(model, n_ctx, 1, std::max(1, in.host.cpu.physical_cores.value.value_or(2)));
     in.host.storage = measure(sf, model, as_json, false);
     in.mem_bytes_per_s = measure_memory_read_bandwidth(std::max(1, in.host.cpu.physical_cores.value.value_or(1)), 256u << 20);
     in.tuned_running = tuned_running(fs, in.tuned_profile);

@@ -168,6 +168,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (vm.count("prompt") == vm.count("tokens")) throw CliError("give exactly one of -p TEXT and --tokens IDS");
     if (n_predict < 0 || n_predict > 1'000'000) throw CliError("-n " + std::to_string(n_predict) + " is out of range");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
+    ef.threads = threads;
     if (top_n < 1 || top_n > 1000) throw CliError("--top " + std::to_string(top_n) + " is out of range (1..1000)");
     const DraftMode draft_mode = parse_draft_flags(draft, draft_max, draft_min);
     const std::vector<int32_t> reference = draft_reference.empty() ? std::vector<int32_t>{} : parse_token_list(draft_reference);

@@ -1,4 +1,5 @@
 // `moestream plan`, `apply`, `install`, `launch`, `regen`: from facts and a model to files on the host.
+#include <algorithm>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -171,7 +172,12 @@ PlanOptions options_from(const Plan& p) {
 Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& given) {
     PlanOptions o = given;
     // What the engine will keep out of the budget for itself (load_engine), from the file's layout.
-    if (o.target == "engine") o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel);
+    // Counted for every physical core (the planner gives the engine at most that many threads), or --threads.
+    if (o.target == "engine") {
+        int threads = std::max(1, h.cpu.physical_cores.value.value_or(static_cast<int>(h.cpu.first_thread_per_core.size())));
+        if (o.threads) threads = std::clamp(*o.threads, 1, threads);
+        o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel, threads);
+    }
     if (o.draft == "mtp") {
         try {
             const GgufModel file = open_gguf_model(o.model_path);

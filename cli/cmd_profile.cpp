@@ -86,6 +86,8 @@ int cmd_profile(const std::vector<std::string>& args) {
         return 0;
     }
     po::notify(vm);
+    if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
+    ef.threads = threads;
     if (!traces.empty() && vm.count("prompts")) throw CliError("give either --trace or --model with --prompts");
     if (traces.empty() && (model_path.empty() || prompts_path.empty())) throw CliError("give --model and --prompts, or --trace");
     if (!traces.empty()) {

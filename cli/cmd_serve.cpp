@@ -151,6 +151,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (port < 0 || port > 65535) throw CliError("--port " + std::to_string(port) + " is not a port");
     if (parallel < 1 || parallel > 256) throw CliError("--parallel " + std::to_string(parallel) + " is out of range (1..256)");
     if (threads < 1 || threads > 1024) throw CliError("--threads " + std::to_string(threads) + " is out of range");
+    ef.threads = threads;
     if (max_queue < 0 || max_queue > 100000) throw CliError("--max-queue " + std::to_string(max_queue) + " is out of range");
     if (checkpoints < 0 || checkpoints > 1024) throw CliError("--ctx-checkpoints " + std::to_string(checkpoints) + " is out of range (0..1024)");
     PromptCacheOptions pc_opt{.dir = prompt_cache_dir,

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "tests/http_client.h"
+#include "tests/budget.h"
 #include "tests/test_support.h"
 
 namespace moe::test {
@@ -23,9 +24,9 @@ public:
     Server(const std::string& model, std::vector<std::string> extra, std::vector<std::string> wrapper = {}) {
         port_file_ = dir_ / "port";
         std::vector<std::string> args = std::move(wrapper);
-        for (std::string a :
-             {std::string(MOESTREAM_BINARY), std::string("serve"), std::string("--model"), model, std::string("--port"), std::string("0"),
-              std::string("--port-file"), port_file_, std::string("--threads"), std::string("1"), std::string("--alias"), std::string("m")})
+        for (std::string a : {std::string(MOESTREAM_BINARY), std::string("serve"), std::string("--model"), model, std::string("--port"),
+                              std::string("0"), std::string("--port-file"), port_file_, std::string("--threads"), std::to_string(kServeThreads),
+                              std::string("--alias"), std::string("m")})
             args.push_back(std::move(a));
         args.insert(args.end(), extra.begin(), extra.end());
         pid_ = ::fork();

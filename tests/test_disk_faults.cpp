@@ -144,7 +144,8 @@ TEST(DiskFaults, LiveServerThroughFailingAndVanishingDisk) {
     const std::string &src = disk.src, &mnt = disk.mnt;
     const std::vector<std::string> prompts = {"hello there", "a slow disk", "the store is bad", "the disk is gone away now"};
     auto body = [](const std::string& prompt) { return R"({"model":"m","prompt":")" + prompt + R"(","max_tokens":8,"temperature":0})"; };
-    const std::vector<std::string> flags = {"--ram-budget", test::budget_plus_working(src + "/m.gguf", 3u << 20, 256), "--ctx", "256"};
+    const std::vector<std::string> flags = {"--ram-budget", test::budget_plus_working(src + "/m.gguf", 3u << 20, 256, 1, test::kServeThreads),
+                                            "--ctx", "256"};
 
     // What each prompt gives on a healthy disk.
     std::vector<std::string> want;
@@ -245,7 +246,8 @@ TEST(DiskFaults, ABadExpertFailsOnlyTheRequestThatNeedsIt) {
     ASSERT_TRUE(ffs.mounted()) << "faultfs did not mount at " << mnt;
     const ModelFacts f = model_facts(file);
     const uint32_t n_ctx = 160;
-    const std::string budget = test::budget_plus_working(model, f.resident_bytes + 3 * f.kv_bytes(n_ctx) + f.expert_bytes / 2, n_ctx, 3);
+    const std::string budget = test::budget_plus_working(model, f.resident_bytes + 3 * f.kv_bytes(n_ctx) + f.expert_bytes / 2, n_ctx, 3,
+                                                         test::kServeThreads);
     test::Server s(mnt + "/m.gguf", {"--ram-budget", budget, "--ctx", std::to_string(n_ctx), "--parallel", "3", "--read-size", "64K"});
     ASSERT_NE(s.port(), 0) << s.log();
     ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();

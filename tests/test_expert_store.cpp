@@ -270,8 +270,8 @@ TEST(ExpertStore, ServeCountsStoreLoadsInMetrics) {
     const std::string body = R"({"model":"m","prompt":"hello there","max_tokens":8,"temperature":0})";
     std::string texts[2];
     for (int with_store = 0; with_store < 2; ++with_store) {
-        test::Server s(
-            model, {"--ram-budget", test::budget_plus_working(model, 3u << 20, 256), "--ctx", "256", "--expert-store", with_store ? "auto" : "off"});
+        test::Server s(model, {"--ram-budget", test::budget_plus_working(model, 3u << 20, 256, 1, test::kServeThreads), "--ctx", "256",
+                               "--expert-store", with_store ? "auto" : "off"});
         ASSERT_NE(s.port(), 0);
         auto r = test::request(s.port(), "POST", "/v1/completions", body);
         ASSERT_EQ(r.status, 200) << r.body;

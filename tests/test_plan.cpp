@@ -9,6 +9,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include <yaml-cpp/yaml.h>
+#include "engine/model/loader.h"
+#include "engine/forward/runner.h"
 #include "launch/apply.h"
 #include "launch/launch_script.h"
 #include "engine/model/model_facts.h"
@@ -607,6 +610,28 @@ std::string small_model_and_laptop(const test::TempDir& dir, const std::string& 
     facts = out;
     std::ofstream(dir / host_file) << facts;
     return model;
+}
+
+// The engine's working memory in a plan is counted for the threads the plan gives it: in-RAM experts keep rows
+// per thread, so the laptop's 4 physical cores count more than --threads 2, by what the runner says.
+TEST(PlanCli, WorkingMemoryIsCountedForThePlannedThreads) {
+    test::TempDir dir;
+    std::string facts;
+    const std::string model = small_model_and_laptop(dir, "laptop.yaml", facts);
+    auto working = [&](const std::string& extra, const std::string& out) {
+        auto [rc, text] = test::run_moestream("plan --model " + model + " --host " + (dir / "laptop.yaml") + " --ram-budget 1G --out " + (dir / out) +
+                                              extra);
+        EXPECT_EQ(rc, 0) << text;
+        return YAML::LoadFile(dir / (out + "/plan.yaml"))["reasons"]["working_memory"]["value"].as<uint64_t>();
+    };
+    const uint64_t four = working("", "p4"), two = working(" --threads 2", "p2");
+    const auto layout = load_model_layout(open_gguf_model(model));
+    RunnerOptions ro;
+    ro.n_threads = 4;
+    const uint64_t at4 = Runner::working_bytes(*layout, ro);
+    ro.n_threads = 2;
+    EXPECT_GT(four, two);
+    EXPECT_EQ(four - two, at4 - Runner::working_bytes(*layout, ro));
 }
 
 TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {

@@ -334,7 +334,8 @@ double metric_value(const std::string& metrics, const std::string& name) {
 // exactly (a shared decode step is split among its slots), and /metrics has a histogram entry per request.
 TEST_F(ServeTest, RequestsReportTheirExpertReads) {
     const ModelFacts f = model_facts(open_gguf_model(model_));
-    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + 2 * f.kv_bytes(1024) + f.expert_bytes / 3, 1024, 2);
+    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + 2 * f.kv_bytes(1024) + f.expert_bytes / 3, 1024, 2,
+                                                         test::kServeThreads);
     Server s(model_, {"--ram-budget", budget, "--ctx", "1024", "--parallel", "2"});
     ASSERT_GT(s.port(), 0) << s.log();
     ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();

@@ -232,7 +232,8 @@ TEST_F(ServeTest, SoakMixedLoadOnAStreamedModelStaysFlat) {
     const char* env = std::getenv("MOESTREAM_SOAK_SECONDS");
     const int seconds = env ? std::max(5, std::atoi(env)) : 20;
     const ModelFacts f = model_facts(open_gguf_model(model_));
-    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + 2 * f.kv_bytes(1024) + f.expert_bytes / 2, 1024, 2);
+    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + 2 * f.kv_bytes(1024) + f.expert_bytes / 2, 1024, 2,
+                                                         test::kServeThreads);
     Server s(model_, {"--ram-budget", budget, "--ctx", "1024", "--parallel", "2", "--max-queue", "64"});
     ASSERT_GT(s.port(), 0) << s.log();
     ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();

@@ -45,7 +45,8 @@ TEST_F(ServeTest, EngineViewHasTheLiveBoundOfTheRunsOwnSteps) {
     test::TempDir dir;
     const std::string trace = dir / "serve.trace";
     const ModelFacts f = model_facts(open_gguf_model(model_));
-    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + f.kv_bytes(1024) + f.expert_bytes / 3, 1024);
+    const std::string budget = test::budget_plus_working(model_, f.resident_bytes + f.kv_bytes(1024) + f.expert_bytes / 3, 1024, 1,
+                                                         test::kServeThreads);
     Server s(model_, {"--api-key", "sk-web", "--ram-budget", budget, "--ctx", "1024", "--routing-trace", trace});
     ASSERT_GT(s.port(), 0) << s.log();
     ASSERT_NE(s.log().find("experts streamed"), std::string::npos) << s.log();
@@ -101,7 +102,8 @@ TEST_F(ServeTest, WebPageInHeadlessChromium) {
     }
     // Streaming, so the engine view has every row to show (the cache's bound needs a few steps: one request).
     const ModelFacts facts = model_facts(open_gguf_model(model_));
-    const std::string budget = test::budget_plus_working(model_, facts.resident_bytes + facts.kv_bytes(1024) + facts.expert_bytes / 3, 1024);
+    const std::string budget = test::budget_plus_working(model_, facts.resident_bytes + facts.kv_bytes(1024) + facts.expert_bytes / 3, 1024, 1,
+                                                         test::kServeThreads);
     Server s(model_, {"--api-key", "sk-web", "--ram-budget", budget, "--ctx", "1024"});
     ASSERT_GT(s.port(), 0) << s.log();
     ASSERT_EQ(test::request(s.port(), "POST", "/v1/chat/completions",
