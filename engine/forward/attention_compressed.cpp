@@ -16,7 +16,7 @@ public:
     template <class Size>
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
         const CompressedAttnConfig& c = m.hp.csa;
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+        const size_t B = batch_rows(opt);
         const size_t hd = size_t{c.n_head} * c.head_dim;
         size(&CompressedAttention::q_, B * hd);
         size(&CompressedAttention::att_, B * hd);

@@ -24,7 +24,7 @@ public:
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
         const Hparams& hp = m.hp;
         const GqaConfig& g = hp.gqa;
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+        const size_t B = batch_rows(opt);
         const size_t qd = size_t{g.n_head} * g.head_dim, kvd = size_t{g.n_head_kv} * g.head_dim;
         size(&GqaAttention::q_, B * qd * (g.output_gate ? 2 : 1));
         size(&GqaAttention::att_, B * qd);

@@ -21,7 +21,7 @@ public:
     template <class Size>
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
         const DeltaNetConfig& c = m.hp.ssm;
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+        const size_t B = batch_rows(opt);
         const size_t C = c.conv_dim(), V = size_t{c.state} * c.n_v_heads;
         size(&KdaAttention::qkv_, B * C);
         size(&KdaAttention::conv_, B * C);

@@ -24,7 +24,7 @@ public:
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
         const Hparams& hp = m.hp;
         const MlaConfig& c = hp.mla;
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+        const size_t B = batch_rows(opt);
         const size_t H = c.n_head, qk = c.qk_nope + c.qk_rope, dk = c.kv_lora_rank + c.qk_rope;
         size(&MlaAttention::q_, B * H * qk);
         size(&MlaAttention::att_, B * H * c.v_head);
@@ -52,10 +52,7 @@ public:
 private:
     void dsa_select(LayerContext& cx, uint32_t l, int n, const float* qr, int64_t qr_stride);  // DSA indexer: the sequence's key_sel_ rows
     // The selected sequence's first row of DSA selections in key_sel_ / key_sel_count_.
-    size_t selection_offset(const LayerContext& cx) const {
-        const int B = cx.options().n_batch > 0 ? cx.options().n_batch : 512;
-        return static_cast<size_t>(cx.sequence()) * static_cast<size_t>(B);
-    }
+    size_t selection_offset(const LayerContext& cx) const { return static_cast<size_t>(cx.sequence()) * batch_rows(cx.options()); }
 
     std::vector<float> q_, att_;                 // per head [nope | rope] queries; the heads' outputs
     std::vector<float> qa_, kva_, qabs_, lat_;   // q-LoRA latent, kv_a output, absorbed queries, latent outputs

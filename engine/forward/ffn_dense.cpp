@@ -36,7 +36,7 @@ public:
     explicit DenseFeedForward(const Model&) {}
     template <class Size>
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+        const size_t B = batch_rows(opt);
         size_t F = m.hp.n_ff_dense;
         for (const Layer& L : m.layers)
             if (!L.moe) F = std::max(F, static_cast<size_t>(L.dense.gate.ne1));

@@ -20,7 +20,7 @@ public:
     static void scratch(const Model& m, const RunnerOptions& opt, Size&& size) {
         const Hparams& hp = m.hp;
         const MoeConfig& mc = hp.moe;
-        const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512), E = hp.n_embd;
+        const size_t B = batch_rows(opt), E = hp.n_embd;
         size(&MoeFeedForward::probs_, B * mc.n_expert);
         size(&MoeFeedForward::sel_, B * mc.n_expert_used);
         size(&MoeFeedForward::sel_w_, B * mc.n_expert_used);
@@ -113,7 +113,7 @@ MoeFeedForward::ExpertInputs MoeFeedForward::prepare_expert_inputs(LayerContext&
 }
 
 // The prepared inputs of the tokens `who` (token = who / U) one after another.
-static void gather_inputs(const uint8_t* prepared, size_t ab, const std::vector<int>& who, int U, uint8_t* out) {
+void gather_inputs(const uint8_t* prepared, size_t ab, const std::vector<int>& who, int U, uint8_t* out) {
     for (size_t j = 0; j < who.size(); ++j) std::memcpy(out + j * ab, prepared + static_cast<size_t>(who[j] / U) * ab, ab);
 }
 
@@ -384,7 +384,7 @@ void reference_step(const ref::Context& c, uint32_t l, const Vec& xn, Vec& out) 
 // token) rows and the in-RAM prompt path's per-thread rows of one expert's tokens (f32 bounds).
 uint64_t scratch_bytes(const Model& m, const RunnerOptions& opt) {
     const MoeConfig& mc = m.hp.moe;
-    const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512), threads = static_cast<uint64_t>(std::max(opt.n_threads, 1));
+    const uint64_t B = uint64_t{batch_rows(opt)}, threads = static_cast<uint64_t>(std::max(opt.n_threads, 1));
     const uint64_t width = mc.n_latent ? mc.n_latent : m.hp.n_embd, F = mc.n_ff_exp;
     return unit_scratch_bytes<MoeFeedForward>(m, opt) + B * 2 * width * 4 + 4 * uint64_t{mc.n_expert_used} * (2 * F + width) * 4 * 2 +
            threads * B * (2 * F + width + std::max(F, width)) * 4;

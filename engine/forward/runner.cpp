@@ -50,7 +50,7 @@ Runner::Runner(const Model& model, RunnerOptions opt)
 template <class Size>
 void Runner::scratch_plan(const Model& m, const RunnerOptions& opt, Size&& size) {
     const Hparams& hp = m.hp;
-    const size_t B = static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512), E = hp.n_embd;
+    const size_t B = batch_rows(opt), E = hp.n_embd;
     size(&Runner::x_, B * E);
     if (opt.n_seq > 1) {
         size(&Runner::seg_in_, B * E);
@@ -75,7 +75,7 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
         total += n * sizeof(typename Vec::value_type);
     });
     const Hparams& hp = layout.hp;
-    const uint64_t B = static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512);
+    const uint64_t B = uint64_t{batch_rows(opt)};
     total += static_cast<uint64_t>(std::max(opt.n_seq, 1)) * hp.n_vocab * 4;  // one logits row per sequence
     // Grown on first use, counted here at their largest, in f32 (the widest activation type; quantized ones take
     // about a quarter). act_: one matmul's rows, or a group's (up to deepseek4's seven projections of one
@@ -315,7 +315,7 @@ void Runner::set_hidden_sink(std::function<void(const HiddenRows&)> sink) {
 }
 
 uint64_t Runner::hidden_sink_bytes(const Model& layout, const RunnerOptions& opt) {
-    return 3ull * static_cast<uint64_t>(opt.n_batch > 0 ? opt.n_batch : 512) * layout.hp.n_embd * sizeof(float);
+    return 3ull * uint64_t{batch_rows(opt)} * layout.hp.n_embd * sizeof(float);
 }
 
 void Runner::eval_embedded(const float* rows, int n, bool want_logits) {

@@ -56,6 +56,9 @@ struct RunnerOptions {
     bool swa_full = false;
 };
 
+// Rows of one eval chunk (the runner's scratch is sized for this many): n_batch, or llama.cpp's 512 when unset.
+inline size_t batch_rows(const RunnerOptions& opt) { return static_cast<size_t>(opt.n_batch > 0 ? opt.n_batch : 512); }
+
 struct RunnerStats {
     uint64_t tokens_evaluated = 0;
     uint64_t expert_activations = 0;                                     // (token, expert) pairs computed
