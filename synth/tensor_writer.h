@@ -58,7 +58,7 @@ public:
         // ik_llama.cpp never interleaves token_embd (it is looked up by row), nor a matrix whose rows do not fill
         // the groups: those keep the non-interleaved form (its IQ1_S_R4 mixes use Q2_K for them).
         if (type_info(t).interleave > 1 && (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave))
-            t = t == GgmlType::IQ4_KS_R4 ? GgmlType::IQ4_KS : GgmlType::Q2_K;
+            t = t == GgmlType::IQ1_S_R4 ? GgmlType::Q2_K : interleaved_base(t);
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
         add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row, edit);
     }

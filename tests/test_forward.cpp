@@ -59,7 +59,7 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q4_k_m", Flavor::Avx2, qwen3("q4_k_m")},
     {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
     // ik_llama.cpp's types (random well-formed blocks: mkmodel has no encoder for them), computed with ik's graph:
-    // a table type, an offset-kernel one, a trellis one, Q6_0 and an interleaved one.
+    // a table type, an offset-kernel one, a trellis one, Q6_0 and the interleaved forms (fours and eights).
     {"qwen3moe-iq4_ks", Flavor::Avx2,
      [] {
          auto o = qwen3("iq4_ks");
@@ -93,6 +93,30 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-iq4_ks_r4", Flavor::Avx2,
      [] {
          auto o = qwen3("iq4_ks_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq2_k_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq2_k_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq4_k_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq4_k_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq5_ks_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq5_ks_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-q8_0_r8", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q8_0_r8");
          o.insert(o.end(), {"--random-blocks"});
          return o;
      }()},

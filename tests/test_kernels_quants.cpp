@@ -369,7 +369,7 @@ TEST(Kernels, ReferenceDotEqualsDequantizedFloatSum) {
 namespace moe {
 namespace {
 
-// ik's row-interleaved types (a row exists only in its group of four): the reference rows kernel against the float
+// ik's row-interleaved types (a row exists only in its group of four or eight): the reference rows kernel against the float
 // sum of the dequantized rows; every SIMD rows and tile kernel against the reference, bit for bit, for row
 // ranges starting mid-tensor and token counts on and off the tiles.
 TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
@@ -378,7 +378,7 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
     for (GgmlType t : block_types()) {
         if (type_info(t).interleave == 1) continue;
         const int id = kernels::type_slot(t);
-        const size_t n = 512, rows = 12, rb = *row_bytes(t, n);
+        const size_t group = type_info(t).interleave, n = 512, rows = 3 * group, rb = *row_bytes(t, n);
         const auto w = kernels::random_weight_rows(t, n, rows, rng());
         std::vector<float> wd(n * rows);
         ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
@@ -406,10 +406,11 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         ++compared;  // the reference holds on every CPU; the SIMD tables below exist only where this CPU runs them
         for (const test::SimdCase& c : test::simd_cases()) {
             std::vector<float> got(rows * n_tok, -1.f);
-            for (int k = 0; k < n_tok; ++k)  // rows 4..11 on their own: a range starting at the second group
-                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + 4 * rb, rb, 8, act.data() + k * ab, &got[k * rows + 4]);
+            for (int k = 0; k < n_tok; ++k)  // the last two groups on their own: a range starting at the second group
+                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + group * rb, rb, static_cast<int64_t>(2 * group), act.data() + k * ab,
+                                      &got[k * rows + group]);
             for (int k = 0; k < n_tok; ++k)
-                for (size_t r = 4; r < rows; ++r)
+                for (size_t r = group; r < rows; ++r)
                     EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
             if (c.table->tile[id])
                 for (int tok : {n_tok, 3}) {

@@ -88,7 +88,7 @@ constexpr std::array kTypes = {
     Entry{158, {"iq1_kt", 256, 56, 4, true, ik}},
     Entry{202, {"q4_0_r8", 32, 18, 0, false, ik}},
     Entry{206, {"q5_0_r4", 32, 22, 0, false, ik}},
-    Entry{208, {"q8_0_r8", 32, 34, 0, false, ik}},
+    Entry{208, {"q8_0_r8", 32, 34, 0, true, ik}},
     Entry{210, {"q2_k_r4", 256, 84, 0, false, ik}},
     Entry{211, {"q3_k_r4", 256, 110, 0, false, ik}},
     Entry{212, {"q4_k_r4", 256, 144, 0, false, ik}},
@@ -106,12 +106,12 @@ constexpr std::array kTypes = {
     Entry{230, {"bf16_r16", 1, 2, 0, false, ik}},
     Entry{233, {"q6_0_r4", 32, 26, 0, false, ik}},
     Entry{335, {"iq2_bn_r4", 64, 16, 4, false, ik}},
-    Entry{337, {"iq2_k_r4", 256, 76, 0, false, ik}},
-    Entry{338, {"iq3_k_r4", 256, 110, 0, false, ik}},
-    Entry{339, {"iq4_k_r4", 256, 144, 0, false, ik}},
-    Entry{340, {"iq5_k_r4", 256, 176, 0, false, ik}},
+    Entry{337, {"iq2_k_r4", 256, 76, 0, true, ik}},
+    Entry{338, {"iq3_k_r4", 256, 110, 0, true, ik}},
+    Entry{339, {"iq4_k_r4", 256, 144, 0, true, ik}},
+    Entry{340, {"iq5_k_r4", 256, 176, 0, true, ik}},
     Entry{344, {"iq4_ks_r4", 256, 136, 4, true, ik}},
-    Entry{352, {"iq5_ks_r4", 256, 168, 4, false, ik}},
+    Entry{352, {"iq5_ks_r4", 256, 168, 4, true, ik}},
     Entry{353, {"mxfp4_r8", 32, 17, 0, false, ik}},
     Entry{397, {"q8_k_r16", 256, 258, 0, false, ik}},
     Entry{398, {"q8_KV_r8", 32, 32, 4, false, ik}},
@@ -181,5 +181,18 @@ std::optional<uint64_t> row_bytes_raw(uint32_t raw_type, uint64_t n) {
 }
 
 std::optional<uint64_t> row_bytes(GgmlType t, uint64_t n) { return row_bytes_raw(static_cast<uint32_t>(t), n); }
+
+GgmlType interleaved_base(GgmlType t) {
+    switch (t) {
+        case GgmlType::IQ2_K_R4: return GgmlType::IQ2_K;
+        case GgmlType::IQ3_K_R4: return GgmlType::IQ3_K;
+        case GgmlType::IQ4_K_R4: return GgmlType::IQ4_K;
+        case GgmlType::IQ5_K_R4: return GgmlType::IQ5_K;
+        case GgmlType::IQ4_KS_R4: return GgmlType::IQ4_KS;
+        case GgmlType::IQ5_KS_R4: return GgmlType::IQ5_KS;
+        case GgmlType::Q8_0_R8: return GgmlType::Q8_0;
+        default: throw std::invalid_argument("no base type known for " + std::string(type_info(t).name));
+    }
+}
 
 }  // namespace moe

@@ -59,8 +59,14 @@ enum class GgmlType : uint32_t {
     IQ3_KS = 156,
     IQ2_KL = 157,
     IQ1_KT = 158,
+    Q8_0_R8 = 208,
     IQ1_S_R4 = 219,
+    IQ2_K_R4 = 337,
+    IQ3_K_R4 = 338,
+    IQ4_K_R4 = 339,
+    IQ5_K_R4 = 340,
     IQ4_KS_R4 = 344,
+    IQ5_KS_R4 = 352,
     // Activation-only formats of ik_llama.cpp's kernels (never in files): its Q8_K (296 bytes, not llama.cpp's),
     // Q8_K32, Q8_K128 and Q8_2_X4. Ids outside every project's range.
     IK_Q8_K = 0x10000,
@@ -94,6 +100,9 @@ std::string type_name(uint32_t raw_type);  // "q4_K", or "type#N" for unknown id
 std::optional<GgmlType> parse_type_name(std::string_view name);
 // The weight types the engine computes, in id order ("f32 f16 q4_0 ..."), for error messages.
 std::string computable_type_list();
+// The type whose rows a computed interleaved form groups (IQ4_K for IQ4_K_R4, Q8_0 for Q8_0_R8, ...); throws
+// std::invalid_argument for any other type.
+GgmlType interleaved_base(GgmlType interleaved);
 
 // Bytes of one row of n elements; nullopt if n is not a multiple of the block size or overflows.
 std::optional<uint64_t> row_bytes(GgmlType t, uint64_t n);

@@ -31,10 +31,11 @@ using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 // Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
 constexpr int kTypeSlots = 96;
-inline constexpr GgmlType kIkKernelTypes[] = {GgmlType::Q6_0,   GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,   GgmlType::IQ5_K,
-                                              GgmlType::IQ6_K,  GgmlType::IQ4_KS,   GgmlType::IQ2_KS,    GgmlType::IQ4_KSS, GgmlType::IQ5_KS,
-                                              GgmlType::IQ2_KT, GgmlType::IQ3_KT,   GgmlType::IQ4_KT,    GgmlType::IQ3_KS,  GgmlType::IQ2_KL,
-                                              GgmlType::IQ1_KT, GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0};
+inline constexpr GgmlType kIkKernelTypes[] = {GgmlType::Q6_0,     GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,     GgmlType::IQ5_K,
+                                              GgmlType::IQ6_K,    GgmlType::IQ4_KS,   GgmlType::IQ2_KS,    GgmlType::IQ4_KSS,   GgmlType::IQ5_KS,
+                                              GgmlType::IQ2_KT,   GgmlType::IQ3_KT,   GgmlType::IQ4_KT,    GgmlType::IQ3_KS,    GgmlType::IQ2_KL,
+                                              GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0,   GgmlType::IQ2_K_R4,
+                                              GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4,  GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -42,6 +43,20 @@ constexpr int type_slot(GgmlType t) {
     for (size_t i = 0; i < std::size(kIkKernelTypes); ++i)
         if (kIkKernelTypes[i] == t) return 64 + static_cast<int>(i);
     return -1;
+}
+// The rows a computable type stores together (type_info's interleave, known at compile time for the hot path).
+constexpr int interleaved_rows(GgmlType t) {
+    switch (t) {
+        case GgmlType::IQ1_S_R4:
+        case GgmlType::IQ4_KS_R4:
+        case GgmlType::IQ5_KS_R4:
+        case GgmlType::IQ2_K_R4:
+        case GgmlType::IQ3_K_R4:
+        case GgmlType::IQ4_K_R4:
+        case GgmlType::IQ5_K_R4: return 4;
+        case GgmlType::Q8_0_R8: return 8;
+        default: return 1;
+    }
 }
 // Slots [0, kUsedSlots) name a type; slot_type is type_slot's inverse there.
 constexpr int kUsedSlots = 64 + static_cast<int>(std::size(kIkKernelTypes));
@@ -100,7 +115,7 @@ struct MatmulDots {
     DotRowsFn grouped_rows = nullptr;  // `grouped` over consecutive weight rows, where provided
     DotTileFn single_tile = nullptr;   // `single` over rows x tokens, where provided
     DotTileFn grouped_tile = nullptr;  // `grouped` over rows x tokens, where provided
-    // Rows stored together (ik's _R4 forms: 4): row ranges start and end on multiples of it, and only the rows
+    // Rows stored together (ik's _R4 forms: 4, _R8: 8): row ranges start and end on multiples of it, and only the rows
     // and tile kernels exist (single and grouped are null).
     int row_group = 1;
     DotFn at(int row) const { return row < n_grouped ? grouped : single; }
@@ -113,7 +128,7 @@ struct MatmulDots {
 //    a dense one also only where each of its n_threads threads gets at least 32 rows.
 inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense, int n_threads = 1) {
     const int i = type_slot(type);
-    if (type == GgmlType::IQ1_S_R4 || type == GgmlType::IQ4_KS_R4) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, 4};
+    if (const int group = interleaved_rows(type); group > 1) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, group};
     if (t.dot_converted[i] && n_tok >= t.converted_min_tokens[i] && rows % 8 == 0 && (!dense || rows / n_threads >= 32))
         return {t.dot_converted[i], t.dot[i], n_tok, nullptr, nullptr, nullptr, t.tile_converted[i]};
     if (t.dot_repacked[i] && rows % 8 == 0)

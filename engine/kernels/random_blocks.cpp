@@ -106,6 +106,15 @@ std::vector<uint8_t> random_weight_rows(GgmlType t, size_t n, size_t rows, uint6
     out.resize(*row_bytes(t, n) * rows);
     for (auto& b : out) b = static_cast<uint8_t>(byte(rng));
     const size_t group = *row_bytes(t, n) * info.interleave;
+    if (const int scales = ik::interleaved_block_scales(t); scales > 0) {  // each block's rows' f16 d
+        const size_t block = info.block_bytes * info.interleave;
+        for (size_t off = 0; off < out.size(); off += block)
+            for (int k = 0; k < scales; ++k) {
+                const uint16_t h = fp32_to_fp16(magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f));
+                std::memcpy(out.data() + off + 2 * k, &h, 2);
+            }
+        return out;
+    }
     for (size_t g = 0; g < rows / info.interleave; ++g)
         for (uint32_t k = 0; k < info.interleave; ++k) {
             const float f = magnitude(rng) * (byte(rng) % 2 ? 1.f : -1.f);

@@ -109,6 +109,51 @@ struct BlockIQ4_KS_R4 {
     uint8_t qs[512];
 };  // 4 rows x 256 weights, 544 bytes; f32 row scales
 
+// The IQk_K types' four rows interleaved: each row's f16 d, its table-half bits (extra[k]: the first 16 of each
+// 32, extra[4 + k]: the second), the scale codes of 16 weights as nibbles (and 2-bit high parts) n = 8 * ib + k
+// (+ 4 for the second 16), then the rows' quants in ik's permutation (ik_r4_layout.h).
+struct BlockIQ2_K_R4 {
+    uint16_t d[4];
+    uint8_t extra[8];
+    uint8_t scales[32];
+    uint8_t qs[256];
+};  // 304
+struct BlockIQ3_K_R4 {
+    uint16_t d[4];
+    uint8_t extra[8];
+    uint8_t scales_h[8];  // the scales' signs
+    uint8_t scales_l[32];
+    uint8_t qs[256];
+    uint8_t qh[128];
+};  // 440
+struct BlockIQ4_K_R4 {
+    uint16_t d[4];
+    uint8_t extra[8];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qs[512];
+};  // 576
+struct BlockIQ5_K_R4 {
+    uint16_t d[4];
+    uint8_t extra[8];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qs[512];
+    uint8_t qh[128];
+};  // 704
+struct BlockIQ5_KS_R4 {
+    uint8_t scales[32];
+    uint8_t qs[512];
+    uint8_t qh[128];
+};  // 4 rows x 256 weights, 672 bytes; f32 row scales
+// Eight rows of 32 weights: the rows' f16 d, then their values in groups of four bytes.
+struct BlockQ8_0_R8 {
+    uint16_t d[8];
+    int8_t qs[256];
+};  // 272
+
+static_assert(sizeof(BlockIQ2_K_R4) == 304 && sizeof(BlockIQ3_K_R4) == 440 && sizeof(BlockIQ4_K_R4) == 576 && sizeof(BlockIQ5_K_R4) == 704);
+static_assert(sizeof(BlockIQ5_KS_R4) == 672 && sizeof(BlockQ8_0_R8) == 272);
 static_assert(sizeof(BlockIQ2_K) == 76 && sizeof(BlockIQ3_K) == 110 && sizeof(BlockIQ4_K) == 144 && sizeof(BlockIQ5_K) == 176);
 static_assert(sizeof(BlockIQ6_K) == 212 && sizeof(BlockIQ2_KS) == 70 && sizeof(BlockIQ3_KS) == 102 && sizeof(BlockIQ2_KL) == 86);
 static_assert(sizeof(BlockIQ4_KS) == 136 && sizeof(BlockIQ4_KSS) == 128 && sizeof(BlockIQ5_KS) == 168 && sizeof(BlockIQ1_KT) == 56);

@@ -80,7 +80,21 @@ inline constexpr int row_scale_bytes(GgmlType t) {
         case GgmlType::IQ2_KT:
         case GgmlType::IQ3_KT:
         case GgmlType::IQ4_KT:
-        case GgmlType::IQ4_KS_R4: return 4;
+        case GgmlType::IQ4_KS_R4:
+        case GgmlType::IQ5_KS_R4: return 4;
+        default: return 0;
+    }
+}
+
+// f16 row scales at the start of each interleaved block (one per row of the group), for the forms that keep them
+// there instead of in front of the group.
+inline constexpr int interleaved_block_scales(GgmlType t) {
+    switch (t) {
+        case GgmlType::IQ2_K_R4:
+        case GgmlType::IQ3_K_R4:
+        case GgmlType::IQ4_K_R4:
+        case GgmlType::IQ5_K_R4: return 4;
+        case GgmlType::Q8_0_R8: return 8;
         default: return 0;
     }
 }

@@ -1,4 +1,4 @@
-// AVX2 kernels for ik_llama.cpp's row-interleaved IQ1_S_R4 and IQ4_KS_R4, four rows at a time in ik's lanes (lane r:
+// AVX2 kernels for ik_llama.cpp's row-interleaved IQ1_S_R4, IQ4_KS_R4 and IQ5_KS_R4 (the others in ik_k_r4_simd.h), four rows at a time in ik's lanes (lane r:
 // the first 16 of each 32 of row r, lane 4 + r: the second 16), with the bits of ik_ref_r4.cpp. Included by the
 // AVX2 and AVX-512 translation units.
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_k_r4_simd.h"
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
@@ -33,24 +34,26 @@ inline void store4(__m256 acc, __m128 d, float* out) {
 }
 
 // NY tokens per pass over a group of four rows: each block decoded once, every token's accumulator updated in
-// the one-token order (ik's kernels use that order for every token count, so the bits are the same).
-template <int NY>
-void iq4_ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                      int64_t out_stride) {
+// the one-token order (ik's kernels use that order for every token count, so the bits are the same). IQ5_KS_R4
+// (Five) adds the fifth bits and shifts its odd scales' values by 2 instead of 4.
+template <int NY, bool Five>
+void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     const ik::BlockQ8K32* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
-    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues)));
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Five ? ik::kIq5nlValues : ik::kIq4kValues)));
+    const __m256i values_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues + 16)));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    constexpr size_t kBlock = Five ? sizeof(ik::BlockIQ5_KS_R4) : sizeof(ik::BlockIQ4_KS_R4);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
-        const auto* blocks = reinterpret_cast<const ik::BlockIQ4_KS_R4*>(group + 16);
         __m256 acc[NY];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
-            const ik::BlockIQ4_KS_R4& b = blocks[ibl];
+            const ik::BlockIQ4_KS_R4& b = *reinterpret_cast<const ik::BlockIQ4_KS_R4*>(group + 16 + ibl * kBlock);  // (IQ5: then qh)
+            const uint8_t* qh = reinterpret_cast<const uint8_t*>(&b) + sizeof(ik::BlockIQ4_KS_R4);
             const __m256i sc = load32(b.scales);
             const __m256i ls8 = _mm256_sub_epi8(_mm256_and_si256(sc, _mm256_set1_epi8(static_cast<char>(0xFE))), _mm256_set1_epi8(127));
-            const __m256i sh8 = _mm256_slli_epi16(_mm256_and_si256(sc, _mm256_set1_epi8(1)), 2);
+            const __m256i sh8 = _mm256_slli_epi16(_mm256_and_si256(sc, _mm256_set1_epi8(1)), Five ? 1 : 2);
             alignas(32) int8_t ls[32], sh[32];
             _mm256_store_si256(reinterpret_cast<__m256i*>(ls), ls8);
             _mm256_store_si256(reinterpret_cast<__m256i*>(sh), sh8);
@@ -72,10 +75,17 @@ void iq4_ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
             for (auto& v : isum) v = _mm256_setzero_si256();
             for (int ib = 0; ib < 8; ++ib) {
                 const __m256i bits1 = load32(b.qs + 64 * ib), bits2 = load32(b.qs + 64 * ib + 32);
-                const __m256i qx[4] = {_mm256_shuffle_epi8(values, _mm256_and_si256(bits1, m4)),
-                                       _mm256_shuffle_epi8(values, _mm256_and_si256(bits2, m4)),
-                                       _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4)),
-                                       _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4))};
+                const __m256i q4[4] = {_mm256_and_si256(bits1, m4), _mm256_and_si256(bits2, m4), _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4)};
+                __m256i qx[4];
+                for (int f = 0; f < 4; ++f) qx[f] = _mm256_shuffle_epi8(values, q4[f]);
+                if constexpr (Five) {
+                    const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * ib)));
+                    constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};
+                    for (int f = 0; f < 4; ++f)
+                        qx[f] = _mm256_blendv_epi8(qx[f], _mm256_shuffle_epi8(values_hi, q4[f]),
+                                                   _mm256_cmpeq_epi8(bit_of_bytes(hb, kLo[f], kHi[f]), _mm256_set1_epi8(1)));
+                }
                 const __m256i ux[4] = {_mm256_sign_epi8(qx[0], qx[0]), _mm256_sign_epi8(qx[1], qx[1]), _mm256_sign_epi8(qx[2], qx[2]),
                                        _mm256_sign_epi8(qx[3], qx[3])};
                 // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
@@ -159,7 +169,22 @@ void tokens_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
 
 template <int NY>
 struct Iq4KsR4 {
-    static constexpr auto run = iq4_ks_r4_tokens<NY>;
+    static constexpr auto run = ks_r4_tokens<NY, false>;
+};
+template <int NY>
+struct Iq5KsR4 {
+    static constexpr auto run = ks_r4_tokens<NY, true>;
+};
+template <GgmlType T>
+struct KR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = k_r4_tokens<T, NY>;
+    };
+};
+template <int NY>
+struct Q80R8 {
+    static constexpr auto run = q8_0_r8_tokens<NY>;
 };
 template <int NY>
 struct Iq1SR4 {
@@ -173,6 +198,18 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;
     t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile<ikr::Iq1SR4>;
+    t.dot_rows[type_slot(GgmlType::IQ5_KS_R4)] = ikr::rows_one<ikr::Iq5KsR4>;
+    t.tile[type_slot(GgmlType::IQ5_KS_R4)] = ikr::tokens_tile<ikr::Iq5KsR4>;
+    t.dot_rows[type_slot(GgmlType::IQ2_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ2_K_R4>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ2_K_R4>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ3_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ3_K_R4>::Of>;
+    t.tile[type_slot(GgmlType::IQ3_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ3_K_R4>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ4_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ4_K_R4>::Of>;
+    t.tile[type_slot(GgmlType::IQ4_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ4_K_R4>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ5_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ5_K_R4>::Of>;
+    t.tile[type_slot(GgmlType::IQ5_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ5_K_R4>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q8_0_R8)] = ikr::rows_one<ikr::Q80R8>;
+    t.tile[type_slot(GgmlType::Q8_0_R8)] = ikr::tokens_tile<ikr::Q80R8>;
 }
 
 }  // namespace

@@ -47,13 +47,30 @@ float dot_trellis_ref_of(int64_t n, const void* w, const void* a) {
 void dequantize_trellis(GgmlType t, const void* src, float* out, int64_t n);
 void dequantize_q6_0(const void* src, float* out, int64_t n);
 
-// The row-interleaved IQ1_S_R4 / IQ4_KS_R4 (ik_ref_r4.cpp): rows [0, rows), a multiple of 4, from a group start.
+// The row-interleaved forms (ik_ref_r4.cpp): rows [0, rows), a multiple of the group, from a group start.
 void dot_rows_iq1_s_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
-void dot_rows_iq4_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
-// dequantize_row_*_r4: `rows` rows (a multiple of 4) of n weights each into out[row * n + j].
+template <GgmlType T>  // IQ4_KS_R4, IQ5_KS_R4 (Q8_K32 activations)
+void dot_rows_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+template <GgmlType T>  // IQ2_K_R4 ... IQ5_K_R4 (Q8_K)
+void dot_rows_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// dequantize_row_*_r4: `rows` rows (a multiple of the group) of n weights each into out[row * n + j].
 void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int64_t rows);
-// Rows stored together by a computable type (4 for the _R4 forms, else 1).
-inline int row_group(GgmlType t) { return t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ4_KS_R4 ? 4 : 1; }
+// Rows stored together by a type (its interleave: 4 for the _R4 forms, 8 for Q8_0_R8, else 1).
+inline int row_group(GgmlType t) { return kernels::interleaved_rows(t); }
+// Bytes of one interleaved block (the group's rows' blocks of 256 weights, or of 32 for Q8_0_R8).
+size_t interleaved_block_bytes(GgmlType t);
+// One sub-block (32 weights) of row k in an interleaved IQk_K_R4 / *_KS_R4 block: each weight's table value (the
+// table half applied), the scale of each 16 and its table-half bit.
+struct R4SubBlock {
+    int8_t value[32];
+    int scale[2];
+    int extra[2];
+};
+void decode_r4_sub_block(GgmlType t, const uint8_t* block, int k, int ib, R4SubBlock& out);
+// ik's repack_<type>: one group of the base type's rows (interleave rows of n weights, each with its row scale
+// where the type has one) into the interleaved form, as ik's quantize_<type>_r4 writes it.
+void repack_rows(GgmlType interleaved, const uint8_t* base_rows, int64_t n, uint8_t* out);
 
 // Weights to floats as ik's dequantize_row_<type> (the token embedding's get_rows).
 void dequantize_table(GgmlType t, const void* src, float* out, int64_t n);

@@ -1,12 +1,14 @@
-// Scalar reference kernels for ik_llama.cpp's row-interleaved IQ1_S_R4 and IQ4_KS_R4, read in their own layout
-// (four rows' scales, then blocks interleaving the four rows), in the arithmetic of ik's AVX2 kernels
-// (mul_mat_iq1_s_r4_q8_1, mul_mat_iq4_ks_r4_q8_k): per row two float accumulators (the first and second 16 of
-// each 32), the row scale applied last. A row exists only inside its group, so the kernels take whole groups.
+// Scalar reference kernels for ik_llama.cpp's row-interleaved forms, read in their own layout (ik_r4_layout.h),
+// in the arithmetic of ik's AVX2 kernels (iqk_gemm_1bit.cpp, iqk_gemm_iqk_quants.cpp, iqk_gemm_legacy_quants.cpp):
+// per row two float accumulators, one for the first and one for the second 16 weights of each 32 (Q8_0_R8: one),
+// which integer sums go into which being part of the result. A row exists only inside its group, so the kernels
+// take whole groups.
 #include <cmath>
 #include <cstring>
 
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_r4_layout.h"
 #include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/iq_tables.h"
 
@@ -20,13 +22,89 @@ int iq1s_r4_unsigned(const BlockIQ1_S_R4& b, int k, int w) {
     return static_cast<int8_t>(iq::kIq1sGrid[idx] >> (8 * (w % 8))) + 1;
 }
 
-// IQ4_KS_R4 nibble of weight w (0..31) of sub-block ib, row k.
-int iq4ks_r4_nibble(const BlockIQ4_KS_R4& b, int ib, int k, int w) {
-    const int byte = 64 * ib + 4 * k + (w & 3) + 16 * ((w >> 4) & 1) + 32 * ((w >> 2) & 1);
-    return (w >> 3) & 1 ? b.qs[byte] >> 4 : b.qs[byte] & 0xF;
+int field(const uint8_t* bytes, r4::BitPos p, int mask) { return (bytes[p.byte] >> p.shift) & mask; }
+
+float f16_at(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return fp16_to_fp32(h);
+}
+float f32_at(const uint8_t* p) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
 }
 
+// The offset ik's AVX2 kernel adds to make an IQk_K_R4 type's values unsigned (removed again through the
+// activations' sums of 16, split between the row's two accumulators by sub-block, not by half).
+int unsigned_offset(GgmlType t) { return t == GgmlType::IQ2_K_R4 ? 32 : t == GgmlType::IQ3_K_R4 ? 64 : 0; }
+
 }  // namespace
+
+size_t interleaved_block_bytes(GgmlType t) {
+    const TypeInfo info = type_info(t);
+    return info.block_bytes * info.interleave;
+}
+
+void decode_r4_sub_block(GgmlType t, const uint8_t* block, int k, int ib, R4SubBlock& out) {
+    using namespace r4;
+    switch (t) {
+        case GgmlType::IQ2_K_R4: {
+            const auto& b = *reinterpret_cast<const BlockIQ2_K_R4*>(block);
+            for (int h = 0; h < 2; ++h) {
+                out.scale[h] = field(b.scales, scale_nibble(scale_code(ib, k, h)), 0xF) - 8;
+                out.extra[h] = (b.extra[k + 4 * h] >> ib) & 1;
+            }
+            for (int e = 0; e < 32; ++e) out.value[e] = kIq2nlValues[field(b.qs, two_bits(ib, k, e), 3) + 4 * out.extra[e / 16]];
+            return;
+        }
+        case GgmlType::IQ3_K_R4: {
+            const auto& b = *reinterpret_cast<const BlockIQ3_K_R4*>(block);
+            for (int h = 0; h < 2; ++h) {
+                const int n = scale_code(ib, k, h);
+                const int m = 2 * field(b.scales_l, scale_nibble(n), 0xF) + 1;
+                out.scale[h] = field(b.scales_h, scale_sign(n), 1) ? -m : m;
+                out.extra[h] = (b.extra[k + 4 * h] >> ib) & 1;
+            }
+            for (int e = 0; e < 32; ++e) {
+                const int idx = field(b.qs, two_bits(ib, k, e), 3) | field(b.qh, third_bit(ib, k, e), 1) << 2;
+                out.value[e] = kIq3nlValues[idx + 8 * out.extra[e / 16]];
+            }
+            return;
+        }
+        case GgmlType::IQ4_K_R4:
+        case GgmlType::IQ5_K_R4: {
+            // IQ5_K_R4 is IQ4_K_R4's layout plus the fifth bits after the quants
+            const auto& b = *reinterpret_cast<const BlockIQ4_K_R4*>(block);
+            const uint8_t* qh = block + sizeof(BlockIQ4_K_R4);
+            for (int h = 0; h < 2; ++h) {
+                const int n = scale_code(ib, k, h);
+                out.scale[h] = (field(b.scales_l, scale_nibble(n), 0xF) | field(b.scales_h, scale_high(n), 3) << 4) - 32;
+                out.extra[h] = (b.extra[k + 4 * h] >> ib) & 1;
+            }
+            for (int e = 0; e < 32; ++e) {
+                const int q = field(b.qs, nibble(ib, k, e), 0xF);
+                out.value[e] = t == GgmlType::IQ4_K_R4 ? kIq4kValues[q + 16 * out.extra[e / 16]]
+                                                       : kIq5nlValues[(q | field(qh, fifth_bit(ib, k, e), 1) << 4) + 32 * out.extra[e / 16]];
+            }
+            return;
+        }
+        case GgmlType::IQ4_KS_R4:
+        case GgmlType::IQ5_KS_R4: {
+            const uint8_t* scales = block;  // then the quants (and IQ5_KS_R4's fifth bits)
+            const int sc = scales[4 * ib + k];
+            out.scale[0] = out.scale[1] = (sc & 254) - 127;
+            out.extra[0] = out.extra[1] = sc & 1;
+            for (int e = 0; e < 32; ++e) {
+                const int q = field(block + 32, nibble(ib, k, e), 0xF);
+                out.value[e] = t == GgmlType::IQ4_KS_R4 ? kIq4kValues[q + 16 * (sc & 1)]
+                                                        : kIq5nlValues[(q | field(block + 32 + 512, fifth_bit(ib, k, e), 1) << 4) + 32 * (sc & 1)];
+            }
+            return;
+        }
+        default: break;
+    }
+}
 
 // Rows [0, rows) (a multiple of 4) of an IQ1_S_R4 tensor from a group start, against Q8_K128 activations.
 void dot_rows_iq1_s_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
@@ -52,61 +130,122 @@ void dot_rows_iq1_s_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_
                     hi = std::fma(d8[j], delta, hi);
                 }
             }
-            uint16_t dh;
-            std::memcpy(&dh, group + 2 * k, 2);
-            out[4 * g + k] = fp16_to_fp32(dh) * (lo + hi);
+            out[4 * g + k] = f16_at(group + 2 * k) * (lo + hi);
         }
     }
 }
 
-// Rows of an IQ4_KS_R4 tensor against Q8_K32 activations: per 256 first the four odd-scale shifts of each half
-// (4 * scale times the activations' float sums of 32; the kernel uses only the first half of the table), then the
-// half's integer sum times y.d; the row scale last.
-void dot_rows_iq4_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+// IQ4_KS_R4 / IQ5_KS_R4 against Q8_K32 activations (mul_mat_iq4_ks_r4_q8_k, mul_mat_iq5_ks_r4_q8_k): the kernel
+// multiplies the first table half; per 256 first the odd scales' shift (4 or 2 times the scale, times the
+// activations' float sums of 32) for sub-blocks j and j + 4 into the two accumulators, then each half's
+// integer sum times y.d; the row scale last.
+template <GgmlType T>
+void dot_rows_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     const auto* y = static_cast<const BlockQ8K32*>(a);
+    const int shift = T == GgmlType::IQ4_KS_R4 ? 4 : 2;
+    const size_t bb = interleaved_block_bytes(T);
+    R4SubBlock sb[8];
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
-        const auto* blocks = reinterpret_cast<const BlockIQ4_KS_R4*>(group + 16);
         for (int k = 0; k < 4; ++k) {
             float lo = 0.f, hi = 0.f;
             for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
-                const BlockIQ4_KS_R4& b = blocks[ibl];
-                for (int ib = 0; ib < 4; ++ib) {
+                for (int ib = 0; ib < 8; ++ib) decode_r4_sub_block(T, group + 16 + ibl * bb, k, ib, sb[ib]);
+                for (int ib = 0; ib < 4; ++ib)
                     for (int h = 0; h < 2; ++h) {
-                        const int s = b.scales[4 * (ib + 4 * h) + k], ls = (s & 254) - 127;
-                        const float P = static_cast<float>(ls) * static_cast<float>(4 * (s & 1));
+                        const R4SubBlock& s = sb[ib + 4 * h];
+                        const float P = static_cast<float>(s.scale[0]) * static_cast<float>(shift * s.extra[0]);
                         (h ? hi : lo) = std::fma(P, y[ibl].bsums[ib + 4 * h], h ? hi : lo);
                     }
-                }
                 int32_t i_lo = 0, i_hi = 0;
                 for (int ib = 0; ib < 8; ++ib) {
-                    const int ls = (b.scales[4 * ib + k] & 254) - 127;
                     int a_lo = 0, a_hi = 0;
-                    for (int e = 0; e < 32; ++e) (e < 16 ? a_lo : a_hi) += kIq4kValues[iq4ks_r4_nibble(b, ib, k, e)] * y[ibl].qs[32 * ib + e];
-                    i_lo += ls * a_lo;
-                    i_hi += ls * a_hi;
+                    for (int e = 0; e < 32; ++e) (e < 16 ? a_lo : a_hi) += (sb[ib].value[e] - shift * sb[ib].extra[0]) * y[ibl].qs[32 * ib + e];
+                    i_lo += sb[ib].scale[0] * a_lo;
+                    i_hi += sb[ib].scale[0] * a_hi;
                 }
                 lo = std::fma(y[ibl].d, static_cast<float>(i_lo), lo);
                 hi = std::fma(y[ibl].d, static_cast<float>(i_hi), hi);
             }
-            float d;
-            std::memcpy(&d, group + 4 * k, 4);
-            out[4 * g + k] = d * (lo + hi);
+            out[4 * g + k] = f32_at(group + 4 * k) * (lo + hi);
         }
     }
 }
 
-// dequantize_row_*_r4 over whole groups: four rows of n each, one after another.
+// IQ2_K_R4 ... IQ5_K_R4 against Q8_K (mul_mat_iq{2,3,4,5}_k_r4_q8_k): per 256, the two halves' integer sums with
+// their scales; IQ2/IQ3 multiply unsigned values (value + offset) and take offset * scale * (sums of 16) back
+// with sub-blocks 0..3 in the first accumulator and 4..7 in the second. Then fma(d * y.d, sum, acc) per half.
+template <GgmlType T>
+void dot_rows_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const BlockQ8K*>(a);
+    const int M = unsigned_offset(T);
+    const size_t bb = interleaved_block_bytes(T);
+    R4SubBlock sb[8];
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        for (int k = 0; k < 4; ++k) {
+            float lo = 0.f, hi = 0.f;
+            for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+                const uint8_t* block = group + ibl * bb;
+                const BlockQ8K& yb = y[ibl];
+                int32_t L = 0, H = 0;
+                for (int ib = 0; ib < 8; ++ib) {
+                    decode_r4_sub_block(T, block, k, ib, sb[ib]);
+                    const int mins = sb[ib].scale[0] * yb.bsums[2 * ib] + sb[ib].scale[1] * yb.bsums[2 * ib + 1];
+                    (ib < 4 ? L : H) += -M * mins;
+                }
+                for (int ib = 0; ib < 8; ++ib) {
+                    int a_lo = 0, a_hi = 0;
+                    for (int e = 0; e < 32; ++e) (e < 16 ? a_lo : a_hi) += (sb[ib].value[e] + M) * yb.qs[32 * ib + e];
+                    L += sb[ib].scale[0] * a_lo;
+                    H += sb[ib].scale[1] * a_hi;
+                }
+                const float f = f16_at(block + 2 * k) * yb.d;
+                lo = std::fma(f, static_cast<float>(L), lo);
+                hi = std::fma(f, static_cast<float>(H), hi);
+            }
+            out[4 * g + k] = lo + hi;
+        }
+    }
+}
+
+// Q8_0_R8 against Q8_2_X4 (mul_mat_q8_0_r8_q8_2): one accumulator per row, fma(d * y.d, block sum, acc).
+void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    for (int64_t g = 0; g < rows / 8; ++g) {
+        const auto* blocks = reinterpret_cast<const BlockQ8_0_R8*>(w + 8 * g * row_bytes);
+        for (int k = 0; k < 8; ++k) {
+            float acc = 0.f;
+            for (int64_t b = 0; b < n / 32; ++b) {
+                const int8_t* qy;
+                float dy;
+                activation_block(GgmlType::Q8_0_R8, a, n, b, qy, dy);
+                int32_t s = 0;
+                for (int t = 0; t < 32; ++t) s += blocks[b].qs[r4::q8_0_r8_index(k, t)] * qy[t];
+                acc = std::fma(fp16_to_fp32(blocks[b].d[k]) * dy, static_cast<float>(s), acc);
+            }
+            out[8 * g + k] = acc;
+        }
+    }
+}
+
+template void dot_rows_ks_r4_ref<GgmlType::IQ4_KS_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_ks_r4_ref<GgmlType::IQ5_KS_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_k_r4_ref<GgmlType::IQ2_K_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_k_r4_ref<GgmlType::IQ3_K_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_k_r4_ref<GgmlType::IQ4_K_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_k_r4_ref<GgmlType::IQ5_K_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+
+// dequantize_row_*_r4 over whole groups: the group's rows one after another, w = (d * scale) * value.
 void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int64_t rows) {
     const size_t row_bytes = *moe::row_bytes(t, static_cast<uint64_t>(n));
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const auto* group = static_cast<const uint8_t*>(src) + 4 * g * row_bytes;
-        for (int k = 0; k < 4; ++k) {
-            float* y = out + (4 * g + k) * n;
+    const int rg = row_group(t);
+    const size_t bb = interleaved_block_bytes(t);
+    for (int64_t g = 0; g < rows / rg; ++g) {
+        const auto* group = static_cast<const uint8_t*>(src) + rg * g * row_bytes;
+        for (int k = 0; k < rg; ++k) {
+            float* y = out + (rg * g + k) * n;
             if (t == GgmlType::IQ1_S_R4) {
-                uint16_t dh;
-                std::memcpy(&dh, group + 2 * k, 2);
-                const float d = fp16_to_fp32(dh);
+                const float d = f16_at(group + 2 * k);
                 const auto* blocks = reinterpret_cast<const BlockIQ1_S_R4*>(group + 8);
                 for (int64_t b = 0; b < n / 32; ++b) {
                     const int qh = blocks[b].qh[k];
@@ -114,17 +253,24 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
                     const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
                     for (int e = 0; e < 32; ++e) y[32 * b + e] = dl * (static_cast<float>(iq1s_r4_unsigned(blocks[b], k, e) - 1) + shift);
                 }
+            } else if (t == GgmlType::Q8_0_R8) {
+                const auto* blocks = reinterpret_cast<const BlockQ8_0_R8*>(group);
+                for (int64_t b = 0; b < n / 32; ++b)
+                    for (int e = 0; e < 32; ++e)
+                        y[32 * b + e] = fp16_to_fp32(blocks[b].d[k]) * static_cast<float>(blocks[b].qs[r4::q8_0_r8_index(k, e)]);
             } else {
-                float d;
-                std::memcpy(&d, group + 4 * k, 4);
-                const auto* blocks = reinterpret_cast<const BlockIQ4_KS_R4*>(group + 16);
-                for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
+                const bool row_scales = type_info(t).row_meta > 0;  // the *_KS_R4 forms: four f32 in front of the group
+                const uint8_t* blocks = group + (row_scales ? 16 : 0);
+                R4SubBlock sb;
+                for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+                    const uint8_t* block = blocks + ibl * bb;
+                    const float d = row_scales ? f32_at(group + 4 * k) : f16_at(block + 2 * k);
                     for (int ib = 0; ib < 8; ++ib) {
-                        const int s = blocks[ibl].scales[4 * ib + k];
-                        const float dl = d * static_cast<float>((s & 254) - 127);
+                        decode_r4_sub_block(t, block, k, ib, sb);
                         for (int e = 0; e < 32; ++e)
-                            y[QK_K * ibl + 32 * ib + e] = dl * static_cast<float>(kIq4kValues[iq4ks_r4_nibble(blocks[ibl], ib, k, e) + 16 * (s & 1)]);
+                            y[QK_K * ibl + 32 * ib + e] = (d * static_cast<float>(sb.scale[e / 16])) * static_cast<float>(sb.value[e]);
                     }
+                }
             }
         }
     }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Dumps of ik_llama.cpp's matmuls for the engine's bit-for-bit test of ik's row-interleaved forms
+# (tests/test_ik_interleaved.cpp): random weights per type quantized by ik's quantizer, for 1 to 40 tokens, row
+# lengths with and without a partial group of Q8_2_X4 blocks, small matrices (ik's tile path) and two threads.
+#
+#   IK_DIR=/path/to/ik_llama.cpp IK_BUILD=build bench/ik-dumps.sh OUT_DIR
+#   MOESTREAM_IK_PEER_DUMPS=OUT_DIR build/tests/moestream_tests --gtest_filter='IkInterleaved.*'
+#
+# IK_DIR is a checkout of github.com/ikawrakow/ik_llama.cpp built outside this repository, AVX2 only
+# (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON): the engine follows that build's arithmetic.
+# IK_BUILD is its build folder holding ggml/src/libggml.so (or src/libggml.so for a ggml-only build).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?give an output directory}
+ik=${IK_DIR:?set IK_DIR to an ik_llama.cpp checkout}
+ikb=$ik/${IK_BUILD:-build}
+lib=$(dirname "$(find "$ikb" -name 'libggml.so' | head -1)")
+mkdir -p "$out"
+bin=$(mktemp -d)/ik_dump
+# A build without ik's flash attention (-DGGML_IQK_FLASH_ATTENTION=OFF) leaves two symbols to define.
+printf '#include <stddef.h>\nsize_t iqk_fa_work_buffer_size(void) { return 0; }\nint iqk_flash_attn_noalibi(void) { return 0; }\n' > "$bin.stubs.c"
+gcc -O2 -I"$ik/ggml/include" "$here/bench/ik_dump.c" "$bin.stubs.c" -L"$lib" -lggml -lm -Wl,-rpath,"$lib" -o "$bin"
+# ik's ids: Q8_0_R8 208, IQ1_S_R4 219, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344, IQ5_KS_R4 352
+for t in 208 219 337 338 339 340 344 352; do
+  for ny in 1 3 8 13 40; do "$bin" "$t" 512 32 "$ny" "$out/t${t}_ny${ny}.bin" 1; done
+  for ny in 1 17 33; do
+    "$bin" "$t" 768 16 "$ny" "$out/t${t}_small_ny${ny}.bin" 2
+    "$bin" "$t" 256 64 "$ny" "$out/t${t}_th2_ny${ny}.bin" 2
+  done
+done
+for ny in 1 5 33; do "$bin" 208 608 16 "$ny" "$out/t208_n608_ny${ny}.bin" 1; done
+echo "dumps in $out"

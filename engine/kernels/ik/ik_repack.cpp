@@ -1,0 +1,125 @@
+// ik_llama.cpp's repack_<type> (iqk_quantize.cpp): a group of a base type's rows into its row-interleaved form, as
+// ik's quantize_<type>_r4 writes it (quantize the rows as the base type, then repack). The engine reads the
+// interleaved forms in their own layout; this direction is for the tests, which check the decoders against the
+// base types' and run interleaved files made from base-type ones.
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/kernels/blocks.h"
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_r4_layout.h"
+#include "engine/kernels/ik/ik_ref.h"
+
+namespace moe::ik {
+namespace {
+
+void put(uint8_t* bytes, r4::BitPos p, int value) { bytes[p.byte] = static_cast<uint8_t>(bytes[p.byte] | value << p.shift); }
+
+// The base block's 4-bit (IQ4_K / IQ4_KS / IQ5_K / IQ5_KS) quant of weight t in sub-block ib, and the fifth bit.
+int base_nibble(const uint8_t* qs, int ib, int t, bool five) {
+    if (!five) return t < 16 ? qs[16 * ib + t] & 0xF : qs[16 * ib + t - 16] >> 4;
+    return ib % 2 ? qs[32 * (ib / 2) + t] >> 4 : qs[32 * (ib / 2) + t] & 0xF;
+}
+int base_fifth(const uint8_t* qh, int ib, int t) { return (qh[t] >> (2 * (ib / 2) + ib % 2)) & 1; }
+
+// IQ4_K / IQ5_K's 6-bit scale code of half h of sub-block ib.
+int k6_scale(const uint8_t* scales_h, const uint8_t* scales_l, int ib, int h) {
+    const int sh = scales_h[ib / 2] >> (4 * (ib % 2));
+    return (h ? scales_l[ib] >> 4 : scales_l[ib] & 0xF) | ((sh >> (2 * h)) & 3) << 4;
+}
+
+}  // namespace
+
+void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) {
+    using namespace r4;
+    const int rg = row_group(t);
+    const size_t rb = *row_bytes(t, static_cast<uint64_t>(n));
+    std::memset(out, 0, rb * rg);
+    if (t == GgmlType::Q8_0_R8) {
+        for (int64_t b = 0; b < n / 32; ++b) {
+            auto& o = reinterpret_cast<BlockQ8_0_R8*>(out)[b];
+            for (int k = 0; k < 8; ++k) {
+                const auto& x = reinterpret_cast<const BlockQ8_0*>(base_rows + k * rb)[b];
+                o.d[k] = x.d;
+                for (int e = 0; e < 32; ++e) o.qs[q8_0_r8_index(k, e)] = x.qs[e];
+            }
+        }
+        return;
+    }
+    const bool row_scales = t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4;
+    const size_t base_block = type_info(t).block_bytes, bb = interleaved_block_bytes(t);
+    uint8_t* blocks = out + (row_scales ? 16 : 0);
+    for (int k = 0; k < 4; ++k) {
+        const uint8_t* row = base_rows + k * rb;
+        if (row_scales) std::memcpy(out + 4 * k, row, 4), row += 4;
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+            const uint8_t* x = row + ibl * base_block;
+            uint8_t* o = blocks + ibl * bb;
+            switch (t) {
+                case GgmlType::IQ2_K_R4: {
+                    const auto& b = *reinterpret_cast<const BlockIQ2_K*>(x);
+                    auto& r = *reinterpret_cast<BlockIQ2_K_R4*>(o);
+                    r.d[k] = b.d;
+                    for (int ib = 0; ib < 8; ++ib)
+                        for (int h = 0; h < 2; ++h) {
+                            r.extra[k + 4 * h] = static_cast<uint8_t>(r.extra[k + 4 * h] | ((b.extra >> (2 * ib + h)) & 1) << ib);
+                            put(r.scales, scale_nibble(scale_code(ib, k, h)), (b.scales[ib] >> (4 * h)) & 0xF);
+                            for (int e = 16 * h; e < 16 * h + 16; ++e) put(r.qs, two_bits(ib, k, e), (b.qs[32 * (ib / 4) + e] >> (2 * (ib % 4))) & 3);
+                        }
+                    break;
+                }
+                case GgmlType::IQ3_K_R4: {
+                    const auto& b = *reinterpret_cast<const BlockIQ3_K*>(x);
+                    auto& r = *reinterpret_cast<BlockIQ3_K_R4*>(o);
+                    r.d[k] = b.d;
+                    for (int ib = 0; ib < 8; ++ib)
+                        for (int h = 0; h < 2; ++h) {
+                            const int n_code = scale_code(ib, k, h);
+                            r.extra[k + 4 * h] = static_cast<uint8_t>(r.extra[k + 4 * h] | ((b.extra >> (2 * ib + h)) & 1) << ib);
+                            put(r.scales_l, scale_nibble(n_code), (b.scales_l[ib] >> (4 * h)) & 0xF);
+                            put(r.scales_h, scale_sign(n_code), (b.scales_h >> (2 * ib + h)) & 1);
+                            for (int e = 16 * h; e < 16 * h + 16; ++e) {
+                                put(r.qs, two_bits(ib, k, e), (b.qs[32 * (ib / 4) + e] >> (2 * (ib % 4))) & 3);
+                                put(r.qh, third_bit(ib, k, e), (b.qh[e] >> ib) & 1);
+                            }
+                        }
+                    break;
+                }
+                case GgmlType::IQ4_K_R4:
+                case GgmlType::IQ5_K_R4: {
+                    const bool five = t == GgmlType::IQ5_K_R4;
+                    const auto& b = *reinterpret_cast<const BlockIQ4_K*>(x);  // IQ5_K: the same fields, then qh
+                    const uint8_t* qh = x + sizeof(BlockIQ4_K);
+                    auto& r = *reinterpret_cast<BlockIQ4_K_R4*>(o);
+                    uint8_t* r_qh = o + sizeof(BlockIQ4_K_R4);
+                    r.d[k] = b.d;
+                    for (int ib = 0; ib < 8; ++ib) {
+                        for (int h = 0; h < 2; ++h) {
+                            const int n_code = scale_code(ib, k, h), s = k6_scale(b.scales_h, b.scales_l, ib, h);
+                            r.extra[k + 4 * h] = static_cast<uint8_t>(r.extra[k + 4 * h] | ((b.extra >> (2 * ib + h)) & 1) << ib);
+                            put(r.scales_l, scale_nibble(n_code), s & 0xF);
+                            put(r.scales_h, scale_high(n_code), s >> 4);
+                        }
+                        for (int e = 0; e < 32; ++e) {
+                            put(r.qs, nibble(ib, k, e), base_nibble(b.qs, ib, e, five));
+                            if (five) put(r_qh, fifth_bit(ib, k, e), base_fifth(qh, ib, e));
+                        }
+                    }
+                    break;
+                }
+                default: {  // IQ4_KS_R4, IQ5_KS_R4: scale bytes, quants, fifth bits
+                    const bool five = t == GgmlType::IQ5_KS_R4;
+                    for (int ib = 0; ib < 8; ++ib) {
+                        o[4 * ib + k] = x[ib];
+                        for (int e = 0; e < 32; ++e) {
+                            put(o + 32, nibble(ib, k, e), base_nibble(x + 8, ib, e, five));
+                            if (five) put(o + 32 + 512, fifth_bit(ib, k, e), base_fifth(x + 8 + 128, ib, e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace moe::ik
