@@ -20,32 +20,59 @@ inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
     return _mm256_and_si256(_mm256_srlv_epi32(bytes, sh), _mm256_set1_epi8(1));
 }
 
-// Each weight's table value for the four fields f of sub-block ib (field f: weights 4f + i of the first 16 in
-// lane k, 16 + 4f + i of the second 16 in lane 4 + k; see ik_r4_layout.h), and the lanes' scales.
-template <GgmlType T>
-struct KR4Decoder {
-    static constexpr int kQuantBytes = T == GgmlType::IQ4_K_R4 || T == GgmlType::IQ5_K_R4 ? 512 : 256;
+// Eight bytes b0..b7 as int16 [b0, b0, b1, b1, ..., b7, b7]: lane j's byte in both halves of its dword.
+inline __m256i paired_bytes(const uint8_t* p) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
+}
 
-    static void sub_block(const uint8_t* block, int ib, __m256i qx[4], int32_t scales[8]) {
-        const uint8_t* extra = block + 8;
-        // the table-half bit of each lane, as a byte 0/1 repeated over the lane's four bytes
-        const __m256i xbit = _mm256_mullo_epi32(
-            _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(extra))), _mm256_set1_epi32(ib)),
-                             _mm256_set1_epi32(1)),
-            _mm256_set1_epi32(0x01010101));
-        if constexpr (T == GgmlType::IQ2_K_R4 || T == GgmlType::IQ3_K_R4) {
+// One block of four rows, decoded per sub-block ib: each weight's kernel value for the four fields f (field f:
+// weights 4f + i of the first 16 in lane k, 16 + 4f + i of the second 16 in lane 4 + k; ik_r4_layout.h) and the
+// lanes' scales as int16 pairs. IQ2_K_R4 / IQ3_K_R4 give ik's unsigned values (table value + M); IQ4_K_R4 /
+// IQ5_K_R4 the signed ones.
+template <GgmlType T>
+struct KR4Block {
+    static constexpr bool kUnsigned = T == GgmlType::IQ2_K_R4 || T == GgmlType::IQ3_K_R4;
+    const uint8_t* block;
+    __m256i xbits;  // lane j's extra byte, repeated over its four bytes
+
+    explicit KR4Block(const uint8_t* b) : block(b) {
+        const __m256i e = _mm256_broadcastsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8)));
+        xbits = _mm256_shuffle_epi8(e,
+                                    _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
+    }
+    // 0 or 1 per byte: the table-half bit of sub-block ib
+    __m256i xbit(int ib) const { return _mm256_and_si256(_mm256_srli_epi16(xbits, ib), _mm256_set1_epi8(1)); }
+
+    __m256i scales(int ib) const {
+        const int nib_shift = 4 * (ib / 4);
+        if constexpr (kUnsigned) {
             const uint8_t* scales_l = T == GgmlType::IQ2_K_R4 ? block + 16 : block + 24;
-            const uint8_t* qs = scales_l + 32;
+            const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(scales_l + 8 * (ib % 4)), nib_shift), _mm256_set1_epi16(0xF));
+            if constexpr (T == GgmlType::IQ2_K_R4) return _mm256_sub_epi16(nib, _mm256_set1_epi16(8));
+            const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 16), ib), _mm256_set1_epi16(1));
+            const __m256i m = _mm256_add_epi16(_mm256_slli_epi16(nib, 1), _mm256_set1_epi16(1));
+            return _mm256_sign_epi16(m, _mm256_sub_epi16(_mm256_set1_epi16(1), _mm256_slli_epi16(sign, 1)));
+        } else {
+            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 32 + 8 * (ib % 4)), nib_shift), _mm256_set1_epi16(0xF));
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 16 + 8 * (ib % 2)), 2 * (ib / 2)), _mm256_set1_epi16(3));
+            return _mm256_sub_epi16(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi16(32));
+        }
+    }
+
+    void values(int ib, __m256i qx[4]) const {
+        if constexpr (kUnsigned) {
+            const uint8_t* qs = block + (T == GgmlType::IQ2_K_R4 ? 48 : 56);
             const __m256i bits = load32(qs + 32 * ib);
             const __m256i m3 = _mm256_set1_epi8(3);
-            if constexpr (T == GgmlType::IQ2_K_R4) {
-                const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(-31, -13, 1, 17, -26, -8, 6, 22, 0, 0, 0, 0, 0, 0, 0, 0));
-                const __m256i add = _mm256_slli_epi16(xbit, 2);  // + 4: the second half of the table
+            if constexpr (T == GgmlType::IQ2_K_R4) {  // iq2nl_values + 32, the second half via index + 4
+                const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 19, 33, 49, 6, 24, 38, 54, 0, 0, 0, 0, 0, 0, 0, 0));
+                const __m256i add = _mm256_slli_epi16(xbit(ib), 2);
                 for (int f = 0; f < 4; ++f)
                     qx[f] = _mm256_shuffle_epi8(table, _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * f), m3), add));
-            } else {
-                const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq3nlValues)));
-                const __m256i add = _mm256_slli_epi16(xbit, 3);  // + 8
+            } else {  // iq3nl_values + 64, the second half via index + 8
+                const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 24, 41, 54, 65, 77, 92, 111, 5, 28, 45, 58, 69, 81, 96, 115));
+                const __m256i add = _mm256_slli_epi16(xbit(ib), 3);
                 const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 256 + 16 * ib)));
                 for (int f = 0; f < 4; ++f) {
                     const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * f), m3),
@@ -53,25 +80,7 @@ struct KR4Decoder {
                     qx[f] = _mm256_shuffle_epi8(table, _mm256_add_epi8(idx, add));
                 }
             }
-            // scale codes 8 ib + j: nibble j of the eight at scales_l[8 (ib % 4)], low or high by ib / 4
-            const __m256i nib = _mm256_and_si256(
-                _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_l + 8 * (ib % 4)))), 4 * (ib / 4)),
-                _mm256_set1_epi32(0xF));
-            __m256i s;
-            if constexpr (T == GgmlType::IQ2_K_R4) {
-                s = _mm256_sub_epi32(nib, _mm256_set1_epi32(8));
-            } else {  // 2m + 1, negative where scales_h[j] bit ib is set
-                const __m256i sign = _mm256_and_si256(
-                    _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 16))), _mm256_set1_epi32(ib)),
-                    _mm256_set1_epi32(1));
-                const __m256i m = _mm256_add_epi32(_mm256_slli_epi32(nib, 1), _mm256_set1_epi32(1));
-                s = _mm256_sub_epi32(_mm256_xor_si256(m, _mm256_sub_epi32(_mm256_setzero_si256(), sign)),
-                                     _mm256_sub_epi32(_mm256_setzero_si256(), sign));
-            }
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(scales), s);
-        } else {  // IQ4_K_R4, IQ5_K_R4
-            const uint8_t* scales_h = block + 16;
-            const uint8_t* scales_l = block + 32;
+        } else {
             const uint8_t* qs = block + 64;
             const __m256i m4 = _mm256_set1_epi8(0x0F);
             const __m256i b1 = load32(qs + 64 * ib), b2 = load32(qs + 64 * ib + 32);
@@ -79,12 +88,12 @@ struct KR4Decoder {
                                    _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4)};
             if constexpr (T == GgmlType::IQ4_K_R4) {
                 const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues)));
-                const __m256i add = _mm256_slli_epi16(xbit, 2);  // the second half is the first + 4
+                const __m256i add = _mm256_slli_epi16(xbit(ib), 2);  // the second half is the first + 4
                 for (int f = 0; f < 4; ++f) qx[f] = _mm256_add_epi8(_mm256_shuffle_epi8(table, q4[f]), add);
             } else {
                 const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues)));
                 const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues + 16)));
-                const __m256i add = _mm256_slli_epi16(xbit, 1);  // + 2
+                const __m256i add = _mm256_slli_epi16(xbit(ib), 1);  // + 2
                 const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 512 + 16 * ib)));
                 constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};  // fifth-bit positions of field f's weights
                 for (int f = 0; f < 4; ++f) {
@@ -92,29 +101,18 @@ struct KR4Decoder {
                     qx[f] = _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(lo, q4[f]), _mm256_shuffle_epi8(hi, q4[f]), fifth), add);
                 }
             }
-            const __m256i low = _mm256_and_si256(
-                _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_l + 8 * (ib % 4)))), 4 * (ib / 4)),
-                _mm256_set1_epi32(0xF));
-            const __m256i high = _mm256_and_si256(
-                _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_h + 8 * (ib % 2)))), 2 * (ib / 2)),
-                _mm256_set1_epi32(3));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(scales),
-                                _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32)));
         }
     }
 };
 
-inline __m256i paired_int16(const int32_t s[8]) {  // each lane's scale in both of its int16 halves
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-}
-
-// NY tokens per pass over a group of four rows, each sub-block decoded once. The IQ2/IQ3 kernels multiply unsigned
-// values and take the offset back through the sums of 16 by sub-block: here the signed values, and the difference
-// between the two splits moved from one accumulator to the other (same integers per accumulator).
+// NY tokens per pass over a group of four rows, each sub-block decoded once. Per 256 weights and token the two
+// halves' integer sums (IQ2/IQ3: of unsigned values, their offset taken back through the sums of 16 with
+// sub-blocks 0..3 in the first accumulator and 4..7 in the second, as ik's kernel does), then
+// fma(d * y.d, sum, acc); the row is the two accumulators' sum.
 template <GgmlType T, int NY>
 void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    constexpr int M = T == GgmlType::IQ2_K_R4 ? 32 : T == GgmlType::IQ3_K_R4 ? 64 : 0;
+    using Block = KR4Block<T>;
+    constexpr int kShift = T == GgmlType::IQ2_K_R4 ? 5 : 6;  // log2 of the offset (32, 64)
     constexpr size_t kBlock = T == GgmlType::IQ2_K_R4   ? sizeof(ik::BlockIQ2_K_R4)
                               : T == GgmlType::IQ3_K_R4 ? sizeof(ik::BlockIQ3_K_R4)
                               : T == GgmlType::IQ4_K_R4 ? sizeof(ik::BlockIQ4_K_R4)
@@ -126,41 +124,61 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
         __m256 acc[NY];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const uint8_t* block = group + ibl * kBlock;
-            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block)));
+            const Block blk(group + ibl * kBlock);
+            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.block)));
             const __m256 dd = _mm256_set_m128(d4, d4);
             __m256i isum[NY];
             for (auto& v : isum) v = _mm256_setzero_si256();
-            alignas(32) int32_t sc[8][8];
+            __m256i iscales[8];
+            for (int ib = 0; ib < 8; ++ib) iscales[ib] = blk.scales(ib);
             for (int ib = 0; ib < 8; ++ib) {
                 __m256i qx[4];
-                KR4Decoder<T>::sub_block(block, ib, qx, sc[ib]);
-                const __m256i iscales = paired_int16(sc[ib]);
-                __m256i ux[4];
-                for (int f = 0; f < 4; ++f) ux[f] = _mm256_sign_epi8(qx[f], qx[f]);
+                blk.values(ib, qx);
+                if constexpr (Block::kUnsigned) {
+                    for (int t = 0; t < NY; ++t) {
+                        const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+                        __m256i p[4];
+                        for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(qx[f], _mm256_shuffle_epi32(yv, 0x55 * f));
+                        if constexpr (T == GgmlType::IQ2_K_R4) {  // values <= 54: two pairs' sums still fit int16
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(iscales[ib], _mm256_add_epi16(p[0], p[1])),
+                                                                                 _mm256_madd_epi16(iscales[ib], _mm256_add_epi16(p[2], p[3]))));
+                        } else {
+                            for (int f = 0; f < 4; ++f) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales[ib], p[f]));
+                        }
+                    }
+                } else {
+                    __m256i ux[4];
+                    for (int f = 0; f < 4; ++f) ux[f] = _mm256_sign_epi8(qx[f], qx[f]);
+                    for (int t = 0; t < NY; ++t) {
+                        const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+                        for (int f = 0; f < 4; ++f)
+                            isum[t] = _mm256_add_epi32(
+                                isum[t], _mm256_madd_epi16(iscales[ib],
+                                                           _mm256_maddubs_epi16(ux[f], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55 * f), qx[f]))));
+                    }
+                }
+            }
+            if constexpr (Block::kUnsigned) {
+                // The offset's share: lane j of sub-blocks (2i, 2i + 1) as one int16 pair against the sums of 16 they
+                // meet (bs(4i + h), bs(4i + 2 + h), h = j >= 4); lane k then takes its lanes k and 4 + k over
+                // sub-blocks 0..3, lane 4 + k those over 4..7.
+                __m256i pairs[4];
+                for (int i = 0; i < 4; ++i) pairs[i] = _mm256_blend_epi16(iscales[2 * i], iscales[2 * i + 1], 0xAA);
+                const __m256i pick0 = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6,
+                                                       7);
+                const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(8));
                 for (int t = 0; t < NY; ++t) {
-                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-                    const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
-                                           _mm256_shuffle_epi32(yv, 0xff)};
-                    for (int f = 0; f < 4; ++f)
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, _mm256_maddubs_epi16(ux[f], _mm256_sign_epi8(ys[f], qx[f]))));
+                    const __m256i b03 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][ibl].bsums)));
+                    const __m256i b47 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][ibl].bsums + 8)));
+                    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_shuffle_epi8(b03, pick0)),
+                                                        _mm256_madd_epi16(pairs[1], _mm256_shuffle_epi8(b03, pick1)));
+                    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(pairs[2], _mm256_shuffle_epi8(b47, pick0)),
+                                                        _mm256_madd_epi16(pairs[3], _mm256_shuffle_epi8(b47, pick1)));
+                    const __m256i m = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+                    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(m, kShift));
                 }
             }
             for (int t = 0; t < NY; ++t) {
-                if constexpr (M != 0) {
-                    // lane k: + M (sum over sub-blocks 4..7 of its first-half scale x sums of 16, minus over 0..3 of
-                    // its second-half scale x sums of 16); lane 4 + k: the negative
-                    const int16_t* bs = y[t][ibl].bsums;
-                    alignas(16) int32_t c[4];
-                    for (int k = 0; k < 4; ++k) {
-                        int v = 0;
-                        for (int ib = 4; ib < 8; ++ib) v += sc[ib][k] * bs[2 * ib];
-                        for (int ib = 0; ib < 4; ++ib) v -= sc[ib][k + 4] * bs[2 * ib + 1];
-                        c[k] = M * v;
-                    }
-                    const __m128i c4 = _mm_load_si128(reinterpret_cast<const __m128i*>(c));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_set_m128i(_mm_sub_epi32(_mm_setzero_si128(), c4), c4));
-                }
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
             }
         }
