@@ -134,9 +134,19 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
             for (int ib = 0; ib < 8; ++ib) {
                 __m256i qx[4];
                 blk.values(ib, qx);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                const __m256i scale32 = _mm256_srai_epi32(_mm256_slli_epi32(iscales[ib], 16), 16);  // the lane's scale as int32
+#endif
                 if constexpr (Block::kUnsigned) {
                     for (int t = 0; t < NY; ++t) {
                         const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                        // the same exact lane sums, four products per VPDPBUSD, then the lane's scale
+                        __m256i dp = _mm256_setzero_si256();
+                        for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, qx[f], _mm256_shuffle_epi32(yv, 0x55 * f));
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, scale32));
+                        continue;
+#endif
                         __m256i p[4];
                         for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(qx[f], _mm256_shuffle_epi32(yv, 0x55 * f));
                         if constexpr (T == GgmlType::IQ2_K_R4) {  // values <= 54: two pairs' sums still fit int16
@@ -151,6 +161,12 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
                     for (int f = 0; f < 4; ++f) ux[f] = _mm256_sign_epi8(qx[f], qx[f]);
                     for (int t = 0; t < NY; ++t) {
                         const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                        __m256i dp = _mm256_setzero_si256();
+                        for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, ux[f], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55 * f), qx[f]));
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, scale32));
+                        continue;
+#endif
                         for (int f = 0; f < 4; ++f)
                             isum[t] = _mm256_add_epi32(
                                 isum[t], _mm256_madd_epi16(iscales[ib],
@@ -216,8 +232,12 @@ void q8_0_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
                 for (int l = 0; l < 8; ++l) {
                     int v;
                     std::memcpy(&v, qy + 4 * l, 4);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    s = _mm256_dpbusd_epi32(s, u[l], _mm256_sign_epi8(_mm256_set1_epi32(v), q[l]));
+#else
                     s = _mm256_add_epi32(
                         s, _mm256_madd_epi16(_mm256_maddubs_epi16(u[l], _mm256_sign_epi8(_mm256_set1_epi32(v), q[l])), _mm256_set1_epi16(1)));
+#endif
                 }
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(s), acc[t]);
             }

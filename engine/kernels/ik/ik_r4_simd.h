@@ -95,10 +95,17 @@ void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
                     const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
                     const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
                                            _mm256_shuffle_epi32(yv, 0xff)};
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    // the same exact lane sums, four products per VPDPBUSD, then the lane's scale
+                    __m256i dp = _mm256_setzero_si256();
+                    for (int k = 0; k < 4; ++k) dp = _mm256_dpbusd_epi32(dp, ux[k], _mm256_sign_epi8(ys[k], qx[k]));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, _mm256_srai_epi32(_mm256_slli_epi32(iscales, 16), 16)));
+#else
                     for (int k = 0; k < 4; ++k) {
                         const __m256i p = _mm256_maddubs_epi16(ux[k], _mm256_sign_epi8(ys[k], qx[k]));
                         isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
                     }
+#endif
                 }
             }
             for (int t = 0; t < NY; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][ibl].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
