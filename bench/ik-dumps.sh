@@ -20,10 +20,11 @@ bin=$(mktemp -d)/ik_dump
 # A build without ik's flash attention (-DGGML_IQK_FLASH_ATTENTION=OFF) leaves two symbols to define.
 printf '#include <stddef.h>\nsize_t iqk_fa_work_buffer_size(void) { return 0; }\nint iqk_flash_attn_noalibi(void) { return 0; }\n' > "$bin.stubs.c"
 gcc -O2 -I"$ik/ggml/include" "$here/bench/ik_dump.c" "$bin.stubs.c" -L"$lib" -lggml -lm -Wl,-rpath,"$lib" -o "$bin"
-# ik's ids: Q8_0_R8 208, IQ1_S_R4 219, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344, IQ5_KS_R4 352
-for t in 208 219 337 338 339 340 344 352; do
+# ik's ids: Q8_0_R8 208, Q4_K_R4 212, Q6_K_R4 214, IQ1_S_R4 219, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344,
+# IQ5_KS_R4 352
+for t in 208 212 214 219 337 338 339 340 344 352; do
   for ny in 1 3 8 13 40; do "$bin" "$t" 512 32 "$ny" "$out/t${t}_ny${ny}.bin" 1; done
-  for ny in 1 17 33; do
+  for ny in 1 2 17 33; do
     "$bin" "$t" 768 16 "$ny" "$out/t${t}_small_ny${ny}.bin" 2
     "$bin" "$t" 256 64 "$ny" "$out/t${t}_th2_ny${ny}.bin" 2
   done

@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
     ggml_build_forward_expand(g, Y);
     ggml_graph_compute_with_ctx(ctx, g, threads);
     FILE* f = fopen(argv[5], "wb");
-    uint32_t hdr[4] = { (uint32_t)type, (uint32_t)n, (uint32_t)rows, (uint32_t)ntok };
-    fwrite("IKPEER01", 1, 8, f);
-    fwrite(hdr, 4, 4, f);
+    uint32_t hdr[5] = { (uint32_t)type, (uint32_t)n, (uint32_t)rows, (uint32_t)ntok, (uint32_t)threads };
+    fwrite("IKPEER02", 1, 8, f);
+    fwrite(hdr, 4, 5, f);
     fwrite(W->data, 1, rs * rows, f);
     fwrite(a, sizeof(float), n * ntok, f);
     fwrite(Y->data, sizeof(float), rows * ntok, f);

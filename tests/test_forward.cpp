@@ -120,6 +120,18 @@ const ArchCase kArchCases[] = {
          o.insert(o.end(), {"--random-blocks"});
          return o;
      }()},
+    {"qwen3moe-q4_k_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q4_k_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-q6_k_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q6_k_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
     {"qwen3moe-iq2_xs", Flavor::Avx2,
      [] {
@@ -361,16 +373,23 @@ TEST_P(FastVsReference, SameLogits) {
         for (uint32_t v = 0; v < V; ++v) w = std::max(w, static_cast<double>(std::fabs(ref[v] - fast[v])));
         return w;
     };
-    {  // prompt processing: batches of 4 cross chunk edges (4, 4, 2), every token's logits
+    {  // prompt processing: batches of 4 cross chunk edges (4, 4, 2), every token's logits, each expert's matmul
+        // knowing how many of its batch's tokens it takes (ik's Q4_K_R4 / Q6_K_R4 round one otherwise than several)
         Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4, .flavor = c.flavor});
-        fast.eval(toks, true);
         RefState st = make_ref_state(*m, 64, c.flavor);
         std::vector<float> ref(V);
         double worst = 0;
-        for (size_t i = 0; i < toks.size(); ++i) {
-            const int n = i < 8 ? 4 : 2, index = static_cast<int>(i % 4);
-            forward_ref(*m, st, toks[i], ref.data(), {.n_tok = n, .index = index, .n_out = n, .out_index = index, .n_threads = 2});
-            worst = std::max(worst, worst_of(ref, fast.logits(static_cast<int>(i))));
+        for (size_t first = 0; first < toks.size(); first += 4) {
+            const int n = static_cast<int>(std::min<size_t>(4, toks.size() - first));
+            const std::vector<uint64_t> before = fast.expert_selections();  // (the runner counts from its start)
+            fast.eval(std::span<const int32_t>(toks.data() + first, static_cast<size_t>(n)), true);
+            std::vector<uint64_t> chunk = fast.expert_selections();
+            for (size_t e = 0; e < chunk.size(); ++e) chunk[e] -= before[e];
+            for (int index = 0; index < n; ++index) {
+                forward_ref(*m, st, toks[first + static_cast<size_t>(index)], ref.data(),
+                            {.n_tok = n, .index = index, .n_out = n, .out_index = index, .n_threads = 2, .expert_tokens = chunk.data()});
+                worst = std::max(worst, worst_of(ref, fast.logits(index)));
+            }
         }
         EXPECT_EQ(worst, 0.0) << c.name << " batched";
     }

@@ -27,8 +27,8 @@ namespace moe {
 namespace {
 namespace fs = std::filesystem;
 
-constexpr GgmlType kInterleaved[] = {GgmlType::IQ2_K_R4,  GgmlType::IQ3_K_R4,  GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4,
-                                     GgmlType::IQ4_KS_R4, GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8};
+constexpr GgmlType kInterleaved[] = {GgmlType::IQ2_K_R4,  GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ4_KS_R4,
+                                     GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,  GgmlType::Q4_K_R4,  GgmlType::Q6_K_R4};
 
 // Rows of the base type, repacked as ik's quantize_<type>_r4 does, decode to the base rows' weights: every weight
 // of every row, so each field's place in the interleaved block (and the table half, scale and sign bits) is checked
@@ -132,12 +132,12 @@ TEST(IkInterleaved, KernelsGiveIkBuildsBits) {
         if (e.path().extension() != ".bin") continue;
         std::ifstream f(e.path(), std::ios::binary);
         char magic[8];
-        uint32_t hdr[4];
+        uint32_t hdr[5];  // type, row length, rows, tokens, ik's threads
         f.read(magic, 8);
         f.read(reinterpret_cast<char*>(hdr), sizeof hdr);
-        ASSERT_TRUE(f && std::memcmp(magic, "IKPEER01", 8) == 0) << e.path();
+        ASSERT_TRUE(f && std::memcmp(magic, "IKPEER02", 8) == 0) << e.path();
         const auto t = static_cast<GgmlType>(hdr[0]);
-        const int64_t n = hdr[1], rows = hdr[2];
+        const int64_t n = hdr[1], rows = hdr[2];  // (hdr[4]: ik's threads)
         const int ntok = static_cast<int>(hdr[3]);
         const auto info = type_info(hdr[0]);
         ASSERT_TRUE(info && info->computable) << e.path() << ": type " << hdr[0];
@@ -151,14 +151,23 @@ TEST(IkInterleaved, KernelsGiveIkBuildsBits) {
         const size_t ab = kernels::activation_bytes(t, n);
         std::vector<uint8_t> act(ab * ntok);
         for (int k = 0; k < ntok; ++k) kernels::prepare_activations(t, x.data() + k * n, act.data() + k * ab, n);
-        const int id = kernels::type_slot(t);
         std::vector<const kernels::KernelTable*> tables = {&kernels::reference_table()};
         for (const test::SimdCase& c : test::simd_cases()) tables.push_back(c.table);
         for (const kernels::KernelTable* table : tables) {
+            // as a dense matmul on ik's thread count picks its kernels (Q4_K_R4 / Q6_K_R4: lone columns otherwise)
+            const kernels::MatmulDots dots = kernels::matmul_dots(*table, t, rows, n, ntok, true, static_cast<int>(hdr[4]));
             std::vector<float> got(rows * ntok);
-            if (table->tile[id]) table->tile[id](n, w.data(), rb, rows, act.data(), ab, ntok, got.data(), rows);
-            else
-                for (int k = 0; k < ntok; ++k) table->dot_rows[id](n, w.data(), rb, rows, act.data() + k * ab, got.data() + k * rows);
+            for (int k = 0; k < ntok; ++k) dots.rows_at(k)(n, w.data(), rb, rows, act.data() + k * ab, got.data() + k * rows);
+            // and through the tiles, where the table has them for every column
+            const bool tiles = (dots.n_grouped == 0 || dots.grouped_tile) && (dots.n_grouped == ntok || dots.single_tile);
+            if (tiles) {
+                std::vector<float> tiled(rows * ntok);
+                if (dots.n_grouped > 0) dots.grouped_tile(n, w.data(), rb, rows, act.data(), ab, dots.n_grouped, tiled.data(), rows);
+                if (dots.n_grouped < ntok)
+                    dots.single_tile(n, w.data(), rb, rows, act.data() + dots.n_grouped * ab, ab, ntok - dots.n_grouped,
+                                     tiled.data() + dots.n_grouped * rows, rows);
+                EXPECT_EQ(tiled, got) << e.path().filename() << " tiles " << kernels::isa_name(table->isa);
+            }
             int wrong = 0;
             for (size_t i = 0; i < got.size(); ++i) wrong += std::memcmp(&got[i], &ik_out[i], 4) != 0;
             EXPECT_EQ(wrong, 0) << e.path().filename() << " (" << info->name << ", " << ntok << " tokens) " << kernels::isa_name(table->isa)

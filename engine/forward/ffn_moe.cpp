@@ -51,11 +51,13 @@ private:
     void expert_gate_up(LayerContext& cx, const ExpertView& ev, const MoeWeights& L, const ExpertInputs& in, const std::vector<int>& who);
     void decode_experts_in_parallel(LayerContext& cx, uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
     void prompt_experts_in_parallel(LayerContext& cx, uint32_t l, const std::vector<uint32_t>& needed, const std::vector<std::vector<int>>& users);
+    // One token of an expert's n_tok in this step: the kernels of a matmul of n_tok columns (ik's Q4_K_R4 /
+    // Q6_K_R4 round a lone column otherwise than a batch's).
     void matvec_serial(const LayerContext& cx, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
-                       float* out, uint8_t* act) const;
+                       float* out, uint8_t* act, int n_tok) const;
     // The same on activations already prepared for `type` (kernels::prepare_activations).
     void matvec_prepared(const LayerContext& cx, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* act,
-                         float* out) const;
+                         float* out, int n_tok) const;
 
     std::vector<float> probs_;                 // [n][n_expert] router output
     std::vector<int> sel_;                     // [n][n_expert_used] chosen experts, llama.cpp's order
@@ -71,19 +73,19 @@ private:
 
 // out[r] = W[r,:] . x on the calling thread (inside a parallel loop), activations prepared into `act`.
 void MoeFeedForward::matvec_serial(const LayerContext& cx, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols,
-                                   const float* x, float* out, uint8_t* act) const {
+                                   const float* x, float* out, uint8_t* act, int n_tok) const {
     kernels::prepare_activations(type, x, act, cols);
-    matvec_prepared(cx, w, type, row_bytes, rows, cols, act, out);
+    matvec_prepared(cx, w, type, row_bytes, rows, cols, act, out, n_tok);
 }
 
 void MoeFeedForward::matvec_prepared(const LayerContext& cx, const uint8_t* w, GgmlType type, size_t row_bytes, int64_t rows, int64_t cols,
-                                     const uint8_t* act, float* out) const {
-    const kernels::MatmulDots dots = kernels::matmul_dots(cx.kernels(), type, rows, cols, 1, false);
-    if (dots.single_rows) {
-        dots.single_rows(cols, w, row_bytes, rows, act, out);
+                                     const uint8_t* act, float* out, int n_tok) const {
+    const kernels::MatmulDots dots = kernels::matmul_dots(cx.kernels(), type, rows, cols, cx.kernel_rows(n_tok), false);
+    if (const kernels::DotRowsFn rows_fn = dots.rows_at(0)) {
+        rows_fn(cols, w, row_bytes, rows, act, out);
         return;
     }
-    const kernels::DotFn dot = dots.single;
+    const kernels::DotFn dot = dots.at(0);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act);
 }
 
@@ -170,10 +172,11 @@ void MoeFeedForward::decode_experts_in_parallel(LayerContext& cx, uint32_t l, co
                 float* y = u + F;
                 uint8_t* act = &par_act_[slot * act_bytes];
                 const int t = who[j] / U;
-                matvec_prepared(cx, ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g);
-                matvec_prepared(cx, ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u);
+                const int c = static_cast<int>(who.size());
+                matvec_prepared(cx, ev.gate, L.gate.type, L.gate.row_bytes, F, E, in.gate + t * in.ab_gate, g, c);
+                matvec_prepared(cx, ev.up, L.up.type, L.up.row_bytes, F, E, in.up + t * in.ab_up, u, c);
                 expert_activation(cx.hp(), L, cx.fops(), e, g, u, F, limit);
-                matvec_serial(cx, ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act);
+                matvec_serial(cx, ev.down, L.down.type, L.down.row_bytes, E, F, g, y, act, c);
                 expert_down_bias(L, e, y, E);
                 std::copy_n(y, E, &expert_out_[static_cast<size_t>(who[j]) * E]);
             }

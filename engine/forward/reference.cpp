@@ -30,7 +30,7 @@ void matvec(const Context& c, const uint8_t* w, GgmlType type, size_t row_bytes,
                                                           : n_tok > 0 ? 1
                                                                       : std::max(expert_tokens, 1),
                                                           dense, c.batch.n_threads);
-    if (dots.row_group > 1) return dots.single_rows(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4: rows in fours
+    if (dots.row_group > 1) return dots.rows_at(index)(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4/_R8: rows in groups
     auto dot = dots.at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
 }

@@ -60,6 +60,8 @@ enum class GgmlType : uint32_t {
     IQ2_KL = 157,
     IQ1_KT = 158,
     Q8_0_R8 = 208,
+    Q4_K_R4 = 212,
+    Q6_K_R4 = 214,
     IQ1_S_R4 = 219,
     IQ2_K_R4 = 337,
     IQ3_K_R4 = 338,

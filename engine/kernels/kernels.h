@@ -31,11 +31,11 @@ using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 // Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
 constexpr int kTypeSlots = 96;
-inline constexpr GgmlType kIkKernelTypes[] = {GgmlType::Q6_0,     GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,     GgmlType::IQ5_K,
-                                              GgmlType::IQ6_K,    GgmlType::IQ4_KS,   GgmlType::IQ2_KS,    GgmlType::IQ4_KSS,   GgmlType::IQ5_KS,
-                                              GgmlType::IQ2_KT,   GgmlType::IQ3_KT,   GgmlType::IQ4_KT,    GgmlType::IQ3_KS,    GgmlType::IQ2_KL,
-                                              GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0,   GgmlType::IQ2_K_R4,
-                                              GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4,  GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8};
+inline constexpr GgmlType kIkKernelTypes[] = {
+    GgmlType::Q6_0,     GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,     GgmlType::IQ5_K,   GgmlType::IQ6_K,    GgmlType::IQ4_KS,
+    GgmlType::IQ2_KS,   GgmlType::IQ4_KSS,  GgmlType::IQ5_KS,    GgmlType::IQ2_KT,    GgmlType::IQ3_KT,  GgmlType::IQ4_KT,   GgmlType::IQ3_KS,
+    GgmlType::IQ2_KL,   GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4,  GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0, GgmlType::IQ2_K_R4, GgmlType::IQ3_K_R4,
+    GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4, GgmlType::Q6_K_R4};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -53,7 +53,9 @@ constexpr int interleaved_rows(GgmlType t) {
         case GgmlType::IQ2_K_R4:
         case GgmlType::IQ3_K_R4:
         case GgmlType::IQ4_K_R4:
-        case GgmlType::IQ5_K_R4: return 4;
+        case GgmlType::IQ5_K_R4:
+        case GgmlType::Q4_K_R4:
+        case GgmlType::Q6_K_R4: return 4;
         case GgmlType::Q8_0_R8: return 8;
         default: return 1;
     }
@@ -67,7 +69,10 @@ struct KernelTable {
     Isa isa;
     Flavor flavor;  // the llama.cpp build whose float orders the float-weight kernels follow
     DotFn dot[kTypeSlots] = {};
-    DotRowsFn dot_rows[kTypeSlots] = {};                // same results as calling dot per row; null where not provided
+    DotRowsFn dot_rows[kTypeSlots] = {};  // same results as calling dot per row; null where not provided
+    // ik's interleaved forms whose kernels round a batch's columns otherwise than a lone one (Q4_K_R4, Q6_K_R4): the
+    // batch's order (dot_rows and tile keep the lone column's)
+    DotRowsFn dot_rows_batch[kTypeSlots] = {};
     DotFn dot_batch[kTypeSlots] = {};                   // llama.cpp's order for two or more tokens where it differs from dot
     DotFn dot_repacked[kTypeSlots] = {};                // llama.cpp's order for weights it repacks (row count a multiple of 8)
     DotFn dot_repacked_gemm[kTypeSlots] = {};           // the same weights, activation rows in groups of four (its GEMM)
@@ -128,7 +133,14 @@ struct MatmulDots {
 //    a dense one also only where each of its n_threads threads gets at least 32 rows.
 inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows, int64_t cols, int n_tok, bool dense, int n_threads = 1) {
     const int i = type_slot(type);
-    if (const int group = interleaved_rows(type); group > 1) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, group};
+    if (const int group = interleaved_rows(type); group > 1) {
+        if (!t.dot_rows_batch[i] || n_tok < 2) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, group};
+        // ik's matmul gives every column of a batch the batch's order except where a call covers one column: past
+        // 32 tokens of a small dense matrix (fewer than 32 rows per thread) it goes in tiles of 32 tokens, and a
+        // last tile of one token takes the lone column's.
+        const bool lone_last = dense && rows / n_threads < 32 && n_tok > 32 && n_tok % 32 == 1;
+        return {nullptr, nullptr, lone_last ? n_tok - 1 : n_tok, t.dot_rows[i], t.dot_rows_batch[i], t.tile[i], t.tile_batch[i], group};
+    }
     if (t.dot_converted[i] && n_tok >= t.converted_min_tokens[i] && rows % 8 == 0 && (!dense || rows / n_threads >= 32))
         return {t.dot_converted[i], t.dot[i], n_tok, nullptr, nullptr, nullptr, t.tile_converted[i]};
     if (t.dot_repacked[i] && rows % 8 == 0)

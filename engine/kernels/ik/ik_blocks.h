@@ -152,6 +152,22 @@ struct BlockQ8_0_R8 {
     int8_t qs[256];
 };  // 272
 
+// The K-quants' four rows: Q4_K_R4's d of each row then its dmin, the scale and min codes of 32 weights
+// n = 4 ib + k (low nibbles in scales_l, high 2 bits each in scales_h); Q6_K_R4's int8 scales of 16 weights at
+// 8 ib + k (+ 4 for the second 16), the quants' 2 high bits, then their low nibbles.
+struct BlockQ4_K_R4 {
+    uint16_t d[8];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qs[512];
+};  // 576
+struct BlockQ6_K_R4 {
+    uint16_t d[4];
+    int8_t scales[64];
+    uint8_t qh[256];
+    uint8_t ql[512];
+};  // 840
+static_assert(sizeof(BlockQ4_K_R4) == 576 && sizeof(BlockQ6_K_R4) == 840);
 static_assert(sizeof(BlockIQ2_K_R4) == 304 && sizeof(BlockIQ3_K_R4) == 440 && sizeof(BlockIQ4_K_R4) == 576 && sizeof(BlockIQ5_K_R4) == 704);
 static_assert(sizeof(BlockIQ5_KS_R4) == 672 && sizeof(BlockQ8_0_R8) == 272);
 static_assert(sizeof(BlockIQ2_K) == 76 && sizeof(BlockIQ3_K) == 110 && sizeof(BlockIQ4_K) == 144 && sizeof(BlockIQ5_K) == 176);

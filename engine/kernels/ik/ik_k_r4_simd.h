@@ -20,6 +20,30 @@ inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
     return _mm256_and_si256(_mm256_srlv_epi32(bytes, sh), _mm256_set1_epi8(1));
 }
 
+// The offset's share per block: sub-blocks (2i, 2i + 1)'s lane scales (int16 pairs) against the sums of 16 they
+// meet; lane k of the result sums lanes k and 4 + k over sub-blocks 0..3, lane 4 + k over 4..7.
+inline __m256i offset_sums(const __m256i iscales[8], const int16_t* bsums) {
+    const __m256i pick0 = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7);
+    const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(8));
+    const __m256i b03 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)));
+    const __m256i b47 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8)));
+    __m256i pairs[4];
+    for (int i = 0; i < 4; ++i) pairs[i] = _mm256_blend_epi16(iscales[2 * i], iscales[2 * i + 1], 0xAA);
+    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_shuffle_epi8(b03, pick0)),
+                                        _mm256_madd_epi16(pairs[1], _mm256_shuffle_epi8(b03, pick1)));
+    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(pairs[2], _mm256_shuffle_epi8(b47, pick0)),
+                                        _mm256_madd_epi16(pairs[3], _mm256_shuffle_epi8(b47, pick1)));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// The four fields' 4-bit quants of sub-block ib (ik_r4_layout.h's nibble order).
+inline void nibble_fields(const uint8_t* qs, int ib, __m256i q4[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i b1 = load32(qs + 64 * ib), b2 = load32(qs + 64 * ib + 32);
+    q4[0] = _mm256_and_si256(b1, m4), q4[1] = _mm256_and_si256(b2, m4);
+    q4[2] = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), q4[3] = _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4);
+}
+
 // Eight bytes b0..b7 as int16 [b0, b0, b1, b1, ..., b7, b7]: lane j's byte in both halves of its dword.
 inline __m256i paired_bytes(const uint8_t* p) {
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
@@ -178,24 +202,144 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
                 // The offset's share: lane j of sub-blocks (2i, 2i + 1) as one int16 pair against the sums of 16 they
                 // meet (bs(4i + h), bs(4i + 2 + h), h = j >= 4); lane k then takes its lanes k and 4 + k over
                 // sub-blocks 0..3, lane 4 + k those over 4..7.
-                __m256i pairs[4];
-                for (int i = 0; i < 4; ++i) pairs[i] = _mm256_blend_epi16(iscales[2 * i], iscales[2 * i + 1], 0xAA);
-                const __m256i pick0 = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6,
-                                                       7);
-                const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(8));
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i b03 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][ibl].bsums)));
-                    const __m256i b47 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][ibl].bsums + 8)));
-                    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_shuffle_epi8(b03, pick0)),
-                                                        _mm256_madd_epi16(pairs[1], _mm256_shuffle_epi8(b03, pick1)));
-                    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(pairs[2], _mm256_shuffle_epi8(b47, pick0)),
-                                                        _mm256_madd_epi16(pairs[3], _mm256_shuffle_epi8(b47, pick1)));
-                    const __m256i m = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
-                    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(m, kShift));
-                }
+                for (int t = 0; t < NY; ++t) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset_sums(iscales, y[t][ibl].bsums), kShift));
             }
             for (int t = 0; t < NY; ++t) {
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            }
+        }
+        for (int t = 0; t < NY; ++t)
+            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+    }
+}
+
+// Q4_K_R4 against Q8_K32, NY tokens per pass (ik_ref_r4.cpp's order; Lone: a lone column's mins).
+template <bool Lone, int NY>
+void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
+    const ik::BlockQ8K32* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const auto* blocks = reinterpret_cast<const ik::BlockQ4_K_R4*>(w + 4 * g * row_bytes);
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+            const ik::BlockQ4_K_R4& b = blocks[ibl];
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));  // d0..3, dmin0..3
+            const __m128 d4 = _mm256_castps256_ps128(d8), dmin4 = _mm256_extractf128_ps(d8, 1);
+            const __m256 dd = _mm256_set_m128(d4, d4);
+            const __m256 md = _mm256_mul_ps(_mm256_set1_ps(-1.f), _mm256_set_m128(dmin4, dmin4));
+            // codes 4 ib + k: the scale's and the min's 6 bits, byte 4 ib + k of each
+            const __m256i l = load32(b.scales_l);
+            const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h));
+            const __m256i h = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h16, 4), h16), m4);
+            alignas(32) uint8_t sc[32], mn[32];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sc),
+                               _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4)));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(mn), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
+                                                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4)));
+            __m256 mins[4];  // lanes k: sub-block j's min of row k; lanes 4 + k: sub-block j + 4's
+            for (int j = 0; j < 4; ++j) {
+                int lo4, hi4;
+                std::memcpy(&lo4, mn + 4 * j, 4), std::memcpy(&hi4, mn + 4 * j + 16, 4);
+                mins[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(lo4, hi4, 0, 0)));
+            }
+            for (int t = 0; t < NY; ++t) {
+                const __m256 bs8 = _mm256_loadu_ps(y[t][ibl].bsums);
+                auto bsv = [&](int j) { return _mm256_permutevar8x32_ps(bs8, _mm256_setr_epi32(j, j, j, j, j + 4, j + 4, j + 4, j + 4)); };
+                if constexpr (Lone) {
+                    __m256 sum = _mm256_mul_ps(mins[0], bsv(0));
+                    for (int j = 1; j < 4; ++j) sum = _mm256_fmadd_ps(mins[j], bsv(j), sum);
+                    acc[t] = _mm256_fmadd_ps(md, sum, acc[t]);
+                } else {
+                    for (int j = 0; j < 4; ++j) acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(md, mins[j]), bsv(j), acc[t]);
+                }
+            }
+            __m256i isum[NY];
+            for (auto& v : isum) v = _mm256_setzero_si256();
+            for (int ib = 0; ib < 8; ++ib) {
+                __m256i q4[4];
+                nibble_fields(b.qs, ib, q4);
+                int s4;
+                std::memcpy(&s4, sc + 4 * ib, 4);
+                const __m128i sv = _mm_cvtsi32_si128(s4);
+                const __m256i iscales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_unpacklo_epi8(sv, sv)));  // both halves: row k's
+                for (int t = 0; t < NY; ++t) {
+                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    __m256i dp = _mm256_setzero_si256();  // the same exact lane sums, then the lane's scale
+                    for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, q4[f], _mm256_shuffle_epi32(yv, 0x55 * f));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, _mm256_srai_epi32(_mm256_slli_epi32(iscales, 16), 16)));
+#else
+                    __m256i p = _mm256_setzero_si256();  // values <= 15: the four fields' pair sums fit int16
+                    for (int f = 0; f < 4; ++f) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q4[f], _mm256_shuffle_epi32(yv, 0x55 * f)));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
+#endif
+                }
+            }
+            for (int t = 0; t < NY; ++t)
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+        for (int t = 0; t < NY; ++t)
+            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+    }
+}
+
+// Q6_K_R4 against Q8_K, NY tokens per pass (ik_ref_r4.cpp's order; Lone: y.d folded into d first).
+template <bool Lone, int NY>
+void q6_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
+    const ik::BlockQ8K* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    constexpr int kShift[4] = {0, 4, 2, 6};  // the high bits of field f's weights
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const auto* blocks = reinterpret_cast<const ik::BlockQ6_K_R4*>(w + 4 * g * row_bytes);
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+            const ik::BlockQ6_K_R4& b = blocks[ibl];
+            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.d)));
+            const __m256 dd = _mm256_set_m128(d4, d4);
+            __m256i iscales[8];
+            __m256 fscales[8];
+            for (int ib = 0; ib < 8; ++ib) {
+                const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales + 8 * ib));
+                iscales[ib] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
+                fscales[ib] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+            }
+            __m256 D[NY];
+            for (int t = 0; t < NY; ++t) {
+                const __m256 yd = _mm256_set1_ps(y[t][ibl].d);
+                D[t] = Lone ? _mm256_mul_ps(dd, yd) : dd;
+                const __m256 mn = _mm256_mul_ps(D[t], _mm256_set1_ps(-32.f));
+                const __m256 cm = Lone ? mn : _mm256_mul_ps(mn, yd);
+                acc[t] = _mm256_fmadd_ps(cm, _mm256_cvtepi32_ps(offset_sums(iscales, y[t][ibl].bsums)), acc[t]);
+            }
+            for (int ib = 0; ib < 8; ++ib) {
+                __m256i u[4];
+                nibble_fields(b.ql, ib, u);
+                const __m256i hb = load32(b.qh + 32 * ib);
+                for (int f = 0; f < 4; ++f)
+                    u[f] = _mm256_or_si256(u[f], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, kShift[f]), m3), 4));
+                for (int t = 0; t < NY; ++t) {
+                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    __m256i S = _mm256_setzero_si256();  // the same exact lane sums
+                    for (int f = 0; f < 4; ++f) S = _mm256_dpbusd_epi32(S, u[f], _mm256_shuffle_epi32(yv, 0x55 * f));
+#else
+                    // values <= 63: two fields' pair sums fit int16
+                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_shuffle_epi32(yv, 0x00)),
+                                                         _mm256_maddubs_epi16(u[1], _mm256_shuffle_epi32(yv, 0x55)));
+                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_shuffle_epi32(yv, 0xaa)),
+                                                         _mm256_maddubs_epi16(u[3], _mm256_shuffle_epi32(yv, 0xff)));
+                    const __m256i S = _mm256_add_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi16(1)), _mm256_madd_epi16(p23, _mm256_set1_epi16(1)));
+#endif
+                    __m256 c = _mm256_mul_ps(D[t], fscales[ib]);
+                    if constexpr (!Lone) c = _mm256_mul_ps(c, _mm256_set1_ps(y[t][ibl].d));
+                    acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(S), acc[t]);
+                }
             }
         }
         for (int t = 0; t < NY; ++t)

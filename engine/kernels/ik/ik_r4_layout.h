@@ -33,6 +33,15 @@ inline constexpr int scale_code(int ib, int k, int h) { return 8 * ib + k + 4 * 
 inline constexpr BitPos scale_nibble(int n) { return {n % 32, 4 * (n / 32)}; }
 inline constexpr BitPos scale_high(int n) { return {n % 16, 2 * (n / 16)}; }
 inline constexpr BitPos scale_sign(int n) { return {n % 8, n / 8}; }
+// Q6_K_R4's two high bits: 32 bytes per sub-block; byte 16h + 4k + i holds weights 16h + i, + 8, + 4, + 12 at
+// bits 0, 2, 4, 6.
+inline constexpr BitPos six_high(int ib, int k, int t) {
+    constexpr int kShift[4] = {0, 4, 2, 6};
+    return {32 * ib + 16 * (t / 16) + 4 * k + t % 4, kShift[(t % 16) / 4]};
+}
+// Q4_K_R4's scale and min code of sub-block ib, row k: low nibbles in scales_l[n], 2 high bits each in
+// scales_h[n % 16] from bit 4 (n / 16) (the scale's in bits 0-1, the min's in 2-3).
+inline constexpr int q4_k_code(int ib, int k) { return 4 * ib + k; }
 // Q8_0_R8: weight t of row k (0..7) in a 32-weight block of eight rows.
 inline constexpr int q8_0_r8_index(int k, int t) { return 128 * (t / 16) + 32 * ((t % 16) / 4) + 4 * k + t % 4; }
 

@@ -189,6 +189,20 @@ struct KR4 {
         static constexpr auto run = k_r4_tokens<T, NY>;
     };
 };
+template <bool Lone>
+struct Q4KR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = q4_k_r4_tokens<Lone, NY>;
+    };
+};
+template <bool Lone>
+struct Q6KR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = q6_k_r4_tokens<Lone, NY>;
+    };
+};
 template <int NY>
 struct Q80R8 {
     static constexpr auto run = q8_0_r8_tokens<NY>;
@@ -217,6 +231,15 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::IQ5_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ5_K_R4>::Of>;
     t.dot_rows[type_slot(GgmlType::Q8_0_R8)] = ikr::rows_one<ikr::Q80R8>;
     t.tile[type_slot(GgmlType::Q8_0_R8)] = ikr::tokens_tile<ikr::Q80R8>;
+    // Q4_K_R4 / Q6_K_R4: a lone activation column's order (rows, and tiles of tokens each given it) and a batch's
+    t.dot_rows[type_slot(GgmlType::Q4_K_R4)] = ikr::rows_one<ikr::Q4KR4<true>::Of>;
+    t.tile[type_slot(GgmlType::Q4_K_R4)] = ikr::tokens_tile<ikr::Q4KR4<true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q4_K_R4)] = ikr::rows_one<ikr::Q4KR4<false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q4_K_R4)] = ikr::tokens_tile<ikr::Q4KR4<false>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<true>::Of>;
+    t.tile[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<false>::Of>;
 }
 
 }  // namespace

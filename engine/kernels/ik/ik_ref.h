@@ -54,6 +54,11 @@ void dot_rows_ks_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t r
 template <GgmlType T>  // IQ2_K_R4 ... IQ5_K_R4 (Q8_K)
 void dot_rows_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// Q4_K_R4 (Q8_K32) and Q6_K_R4 (Q8_K): ik rounds a lone activation column (Lone) otherwise than a batch's.
+template <bool Lone>
+void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+template <bool Lone>
+void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 // dequantize_row_*_r4: `rows` rows (a multiple of the group) of n weights each into out[row * n + j].
 void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int64_t rows);
 // Rows stored together by a type (its interleave: 4 for the _R4 forms, 8 for Q8_0_R8, else 1).

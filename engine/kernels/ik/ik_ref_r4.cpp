@@ -39,6 +39,19 @@ float f32_at(const uint8_t* p) {
 // activations' sums of 16, split between the row's two accumulators by sub-block, not by half).
 int unsigned_offset(GgmlType t) { return t == GgmlType::IQ2_K_R4 ? 32 : t == GgmlType::IQ3_K_R4 ? 64 : 0; }
 
+// Q4_K_R4 row k, sub-block ib: its 6-bit scale and min codes and its 32 quants (0..15).
+void q4_k_r4_sub_block(const BlockQ4_K_R4& b, int k, int ib, int& sc, int& m, int q[32]) {
+    const int n = r4::q4_k_code(ib, k), h = (b.scales_h[n % 16] >> (4 * (n / 16))) & 0xF;
+    sc = (b.scales_l[n] & 0xF) | (h & 3) << 4;
+    m = (b.scales_l[n] >> 4) | (h >> 2) << 4;
+    for (int e = 0; e < 32; ++e) q[e] = field(b.qs, r4::nibble(ib, k, e), 0xF);
+}
+// Q6_K_R4 row k, sub-block ib: the scales of its two 16s and its 32 quants (0..63, 32 the zero).
+void q6_k_r4_sub_block(const BlockQ6_K_R4& b, int k, int ib, int s[2], int q[32]) {
+    s[0] = b.scales[8 * ib + k], s[1] = b.scales[8 * ib + k + 4];
+    for (int e = 0; e < 32; ++e) q[e] = field(b.ql, r4::nibble(ib, k, e), 0xF) | field(b.qh, r4::six_high(ib, k, e), 3) << 4;
+}
+
 }  // namespace
 
 size_t interleaved_block_bytes(GgmlType t) {
@@ -228,6 +241,94 @@ void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     }
 }
 
+// Q4_K_R4 against Q8_K32 (mul_mat_q4_k_r4_q8_k). Per 256 first the mins in float through the activations' float
+// sums of 32 (sub-blocks 0..3 into the first accumulator, 4..7 into the second), then each half's integer sum
+// times d * y.d. A lone activation column (Lone) sums the mins before scaling by -dmin; a batch scales each.
+template <bool Lone>
+void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const BlockQ8K32*>(a);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const auto* blocks = reinterpret_cast<const BlockQ4_K_R4*>(w + 4 * g * row_bytes);
+        for (int k = 0; k < 4; ++k) {
+            float lo = 0.f, hi = 0.f;
+            for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+                const BlockQ4_K_R4& b = blocks[ibl];
+                const float* bs = y[ibl].bsums;
+                int sc[8], m[8], q[8][32];
+                for (int ib = 0; ib < 8; ++ib) q4_k_r4_sub_block(b, k, ib, sc[ib], m[ib], q[ib]);
+                const float md = -1.f * fp16_to_fp32(b.d[4 + k]);
+                if (Lone) {
+                    float s_lo = static_cast<float>(m[0]) * bs[0], s_hi = static_cast<float>(m[4]) * bs[4];
+                    for (int j = 1; j < 4; ++j) {
+                        s_lo = std::fma(static_cast<float>(m[j]), bs[j], s_lo);
+                        s_hi = std::fma(static_cast<float>(m[j + 4]), bs[j + 4], s_hi);
+                    }
+                    lo = std::fma(md, s_lo, lo);
+                    hi = std::fma(md, s_hi, hi);
+                } else {
+                    for (int j = 0; j < 4; ++j) {
+                        lo = std::fma(md * static_cast<float>(m[j]), bs[j], lo);
+                        hi = std::fma(md * static_cast<float>(m[j + 4]), bs[j + 4], hi);
+                    }
+                }
+                int32_t L = 0, H = 0;
+                for (int ib = 0; ib < 8; ++ib) {
+                    int a_lo = 0, a_hi = 0;
+                    for (int e = 0; e < 32; ++e) (e < 16 ? a_lo : a_hi) += q[ib][e] * y[ibl].qs[32 * ib + e];
+                    L += sc[ib] * a_lo;
+                    H += sc[ib] * a_hi;
+                }
+                const float f = fp16_to_fp32(b.d[k]) * y[ibl].d;
+                lo = std::fma(f, static_cast<float>(L), lo);
+                hi = std::fma(f, static_cast<float>(H), hi);
+            }
+            out[4 * g + k] = lo + hi;
+        }
+    }
+}
+
+// Q6_K_R4 against Q8_K (mul_mat_q6_k_r4_q8_k): per 256 the -32 offset through the sums of 16 (sub-blocks 0..3
+// into the first accumulator, 4..7 into the second), then per 16 weights the unscaled unsigned sum times its
+// float scale. A lone column folds y.d into d first (d * y.d, then the scale); a batch multiplies d by the scale,
+// then by y.d.
+template <bool Lone>
+void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const BlockQ8K*>(a);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const auto* blocks = reinterpret_cast<const BlockQ6_K_R4*>(w + 4 * g * row_bytes);
+        for (int k = 0; k < 4; ++k) {
+            float lo = 0.f, hi = 0.f;
+            for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+                const BlockQ6_K_R4& b = blocks[ibl];
+                const BlockQ8K& yb = y[ibl];
+                int s[8][2], q[8][32];
+                for (int ib = 0; ib < 8; ++ib) q6_k_r4_sub_block(b, k, ib, s[ib], q[ib]);
+                const float D = Lone ? fp16_to_fp32(b.d[k]) * yb.d : fp16_to_fp32(b.d[k]);
+                const float mn = D * -32.f;
+                int32_t ML = 0, MH = 0;
+                for (int ib = 0; ib < 8; ++ib) (ib < 4 ? ML : MH) += s[ib][0] * yb.bsums[2 * ib] + s[ib][1] * yb.bsums[2 * ib + 1];
+                const float cm = Lone ? mn : mn * yb.d;
+                lo = std::fma(cm, static_cast<float>(ML), lo);
+                hi = std::fma(cm, static_cast<float>(MH), hi);
+                for (int ib = 0; ib < 8; ++ib) {
+                    int sa = 0, sb = 0;
+                    for (int e = 0; e < 32; ++e) (e < 16 ? sa : sb) += q[ib][e] * yb.qs[32 * ib + e];
+                    float ca = D * static_cast<float>(s[ib][0]), cb = D * static_cast<float>(s[ib][1]);
+                    if (!Lone) ca = ca * yb.d, cb = cb * yb.d;
+                    lo = std::fma(ca, static_cast<float>(sa), lo);
+                    hi = std::fma(cb, static_cast<float>(sb), hi);
+                }
+            }
+            out[4 * g + k] = lo + hi;
+        }
+    }
+}
+
+template void dot_rows_q4_k_r4_ref<true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q4_k_r4_ref<false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q6_k_r4_ref<true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q6_k_r4_ref<false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+
 template void dot_rows_ks_r4_ref<GgmlType::IQ4_KS_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
 template void dot_rows_ks_r4_ref<GgmlType::IQ5_KS_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
 template void dot_rows_k_r4_ref<GgmlType::IQ2_K_R4>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
@@ -252,6 +353,27 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
                     const float shift = qh & 0x8000 ? -iq::kIq1sDelta : iq::kIq1sDelta;
                     const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
                     for (int e = 0; e < 32; ++e) y[32 * b + e] = dl * (static_cast<float>(iq1s_r4_unsigned(blocks[b], k, e) - 1) + shift);
+                }
+            } else if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q6_K_R4) {
+                for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+                    const uint8_t* block = group + ibl * bb;
+                    for (int ib = 0; ib < 8; ++ib) {
+                        float* yb = y + QK_K * ibl + 32 * ib;
+                        int q[32];
+                        if (t == GgmlType::Q4_K_R4) {
+                            const auto& b = *reinterpret_cast<const BlockQ4_K_R4*>(block);
+                            int sc, m;
+                            q4_k_r4_sub_block(b, k, ib, sc, m, q);
+                            const float dl = fp16_to_fp32(b.d[k]) * static_cast<float>(sc), ml = fp16_to_fp32(b.d[4 + k]) * static_cast<float>(m);
+                            for (int e = 0; e < 32; ++e) yb[e] = dl * static_cast<float>(q[e]) - ml;
+                        } else {
+                            const auto& b = *reinterpret_cast<const BlockQ6_K_R4*>(block);
+                            int s[2];
+                            q6_k_r4_sub_block(b, k, ib, s, q);
+                            for (int e = 0; e < 32; ++e)
+                                yb[e] = (fp16_to_fp32(b.d[k]) * static_cast<float>(s[e / 16])) * static_cast<float>(q[e] - 32);
+                        }
+                    }
                 }
             } else if (t == GgmlType::Q8_0_R8) {
                 const auto* blocks = reinterpret_cast<const BlockQ8_0_R8*>(group);

@@ -46,6 +46,42 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
         }
         return;
     }
+    if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q6_K_R4) {
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t* x = base_rows + k * rb + ibl * type_info(t).block_bytes;
+                if (t == GgmlType::Q4_K_R4) {
+                    const auto& b = *reinterpret_cast<const BlockQ4_K*>(x);
+                    auto& r = reinterpret_cast<BlockQ4_K_R4*>(out)[ibl];
+                    r.d[k] = b.d, r.d[4 + k] = b.dmin;
+                    for (int ib = 0; ib < 8; ++ib) {
+                        const uint8_t* q = b.scales;  // get_scale_min_k4
+                        const int sc = ib < 4 ? q[ib] & 63 : (q[ib + 4] & 0xF) | (q[ib - 4] >> 6) << 4;
+                        const int m = ib < 4 ? q[ib + 4] & 63 : (q[ib + 4] >> 4) | (q[ib] >> 6) << 4;
+                        const int code = q4_k_code(ib, k);
+                        r.scales_l[code] = static_cast<uint8_t>((sc & 0xF) | (m & 0xF) << 4);
+                        r.scales_h[code % 16] = static_cast<uint8_t>(r.scales_h[code % 16] | ((sc >> 4) | (m >> 4) << 2) << (4 * (code / 16)));
+                        for (int e = 0; e < 32; ++e) put(r.qs, nibble(ib, k, e), (b.qs[32 * (ib / 2) + e] >> (4 * (ib % 2))) & 0xF);
+                    }
+                } else {
+                    const auto& b = *reinterpret_cast<const BlockQ6_K*>(x);
+                    auto& r = reinterpret_cast<BlockQ6_K_R4*>(out)[ibl];
+                    r.d[k] = b.d;
+                    for (int ib = 0; ib < 8; ++ib) {
+                        r.scales[8 * ib + k] = b.scales[2 * ib], r.scales[8 * ib + k + 4] = b.scales[2 * ib + 1];
+                        const uint8_t* ql = b.ql + 64 * (ib / 4);
+                        const uint8_t* qh = b.qh + 32 * (ib / 4);
+                        const int quarter = ib % 4;
+                        for (int e = 0; e < 32; ++e) {
+                            const int lo = (ql[e + 32 * (quarter % 2)] >> (4 * (quarter / 2))) & 0xF;
+                            put(r.ql, nibble(ib, k, e), lo);
+                            put(r.qh, six_high(ib, k, e), (qh[e] >> (2 * quarter)) & 3);
+                        }
+                    }
+                }
+            }
+        return;
+    }
     const bool row_scales = t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4;
     const size_t base_block = type_info(t).block_bytes, bb = interleaved_block_bytes(t);
     uint8_t* blocks = out + (row_scales ? 16 : 0);
