@@ -278,7 +278,12 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         });
         return;
     }
-    parallel_rows(static_cast<int64_t>(heads) * rows, rows % dots.row_group == 0 ? dots.row_group : 1, [&](int64_t i0, int64_t i1) {
+    // An interleaved form's group must not straddle two heads (a file's 3D tensors are checked per matrix at
+    // load; deepseek4's output LoRA is cut into groups here).
+    if (rows % dots.row_group != 0)
+        throw std::invalid_argument(type_name(static_cast<uint32_t>(w.type)) + " stores rows in groups of " + std::to_string(dots.row_group) +
+                                    " but each of this matrix's " + std::to_string(heads) + " heads has " + std::to_string(rows) + " rows");
+    parallel_rows(static_cast<int64_t>(heads) * rows, dots.row_group, [&](int64_t i0, int64_t i1) {
         while (i0 < i1) {  // this thread's rows, head by head
             const int64_t h = i0 / rows, r = i0 % rows, end = std::min(i1, (h + 1) * rows) - h * rows;
             matmul_rows(dots, w.row(h * rows), w.row_bytes, cols, r, end, act_.data() + static_cast<size_t>(h) * n_tok * ab, ab, n_tok,
