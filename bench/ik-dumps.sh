@@ -6,6 +6,10 @@
 #   IK_DIR=/path/to/ik_llama.cpp IK_BUILD=build bench/ik-dumps.sh OUT_DIR
 #   MOESTREAM_IK_PEER_DUMPS=OUT_DIR build/tests/moestream_tests --gtest_filter='IkInterleaved.*'
 #
+# With SMALL=1 it writes the few-KB set checked in as tests/fixtures/ik_peer (each form once or twice, one
+# block of 256 (Q8_0_R8: 288, a partial group of Q8_2_X4 blocks), two row groups, one and two tokens), which
+# the test always compares.
+#
 # IK_DIR is a checkout of github.com/ikawrakow/ik_llama.cpp built outside this repository, AVX2 only
 # (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON): the engine follows that build's arithmetic.
 # IK_BUILD is its build folder holding ggml/src/libggml.so (or src/libggml.so for a ggml-only build).
@@ -20,6 +24,12 @@ bin=$(mktemp -d)/ik_dump
 # A build without ik's flash attention (-DGGML_IQK_FLASH_ATTENTION=OFF) leaves two symbols to define.
 printf '#include <stddef.h>\nsize_t iqk_fa_work_buffer_size(void) { return 0; }\nint iqk_flash_attn_noalibi(void) { return 0; }\n' > "$bin.stubs.c"
 gcc -O2 -I"$ik/ggml/include" "$here/bench/ik_dump.c" "$bin.stubs.c" -L"$lib" -lggml -lm -Wl,-rpath,"$lib" -o "$bin"
+if [ -n "${SMALL:-}" ]; then
+  for t in 219 337 338 339 340 344 352; do "$bin" "$t" 256 8 2 "$out/t${t}.bin" 1; done
+  for t in 212 214; do for ny in 1 2; do "$bin" "$t" 256 8 "$ny" "$out/t${t}_ny${ny}.bin" 1; done; done
+  "$bin" 208 288 16 2 "$out/t208.bin" 1
+  exit 0
+fi
 # ik's ids: Q8_0_R8 208, Q4_K_R4 212, Q6_K_R4 214, IQ1_S_R4 219, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344,
 # IQ5_KS_R4 352
 for t in 208 212 214 219 337 338 339 340 344 352; do

@@ -158,3 +158,31 @@ TEST(FileForms, MetadataOnlyFirstSplit) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// deepseek4's grouped output LoRA multiplies each group's output_lora_rank rows on its own: a file whose
+// attn_output_a is an interleaved form with the rank not a multiple of its rows per group would have groups cut
+// in two, so it is refused at load, naming the tensor and both numbers.
+TEST(FileForms, InterleavedOutputLoraMustKeepItsRowGroupsWhole) {
+    test::TempDir dir;
+    const std::string path = mkmodel(dir, "ds4-r8",
+                                     {"--arch",          "deepseek4", "--compress-ratios", "0,4", "--head-dim",      "64", "--rope-dims",   "16",
+                                      "--q-lora",        "64",        "--window",          "5",   "--indexer-heads", "4",  "--indexer-dim", "64",
+                                      "--indexer-top-k", "3",         "--out-groups",      "4",   "--out-rank",      "18", "--type",        "q8_0_r8",
+                                      "--random-blocks"});
+    try {
+        load_model(open_gguf_model(path));
+        ADD_FAILURE() << "a Q8_0_R8 output LoRA of rank 18 loaded";
+    } catch (const ModelError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("attn_output_a.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("groups of 8"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("output_lora_rank 18"), std::string::npos) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+}
+
+}  // namespace
+}  // namespace moe

@@ -30,7 +30,10 @@ void matvec(const Context& c, const uint8_t* w, GgmlType type, size_t row_bytes,
                                                           : n_tok > 0 ? 1
                                                                       : std::max(expert_tokens, 1),
                                                           dense, c.batch.n_threads);
-    if (dots.row_group > 1) return dots.rows_at(index)(cols, w, row_bytes, rows, act.data(), out);  // ik's _R4/_R8: rows in groups
+    if (dots.row_group > 1) {  // ik's _R4/_R8: rows in groups
+        if (rows % dots.row_group != 0) throw std::invalid_argument("an interleaved form's row group cut by a matrix view");
+        return dots.rows_at(index)(cols, w, row_bytes, rows, act.data(), out);
+    }
     auto dot = dots.at(index);
     for (int64_t r = 0; r < rows; ++r) out[r] = dot(cols, w + r * row_bytes, act.data());
 }

@@ -271,6 +271,11 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
             kernels::prepare_activations(w.type, x + h * x_head + t * x_stride, act_.data() + (static_cast<size_t>(h) * n_tok + t) * ab, cols);
     // Each head is a MUL_MAT over a strided view of the activations (permuted heads).
     const kernels::MatmulDots dots = kernels::matmul_dots(kt_, w.type, rows, cols, kernel_rows(n_tok), w.type != GgmlType::F32, opt_.n_threads);
+    // An interleaved form's group must not straddle two heads (the loaders refuse such files; kept
+    // here so no kernel ever meets a cut group).
+    if (rows % dots.row_group != 0)
+        throw std::invalid_argument(type_name(static_cast<uint32_t>(w.type)) + " stores rows in groups of " + std::to_string(dots.row_group) +
+                                    " but each of this matrix's " + std::to_string(heads) + " heads has " + std::to_string(rows) + " rows");
     if (n_tok == 1 && dots.single_rows) {  // decode: each head's rows in one kernel call
         pool_.parallel_for(heads, [&](int64_t h0, int64_t h1) {
             for (int64_t h = h0; h < h1; ++h)
@@ -278,11 +283,6 @@ void Runner::matmul_heads(const Tensor& w, int heads, int64_t rows, const float*
         });
         return;
     }
-    // An interleaved form's group must not straddle two heads (a file's 3D tensors are checked per matrix at
-    // load; deepseek4's output LoRA is cut into groups here).
-    if (rows % dots.row_group != 0)
-        throw std::invalid_argument(type_name(static_cast<uint32_t>(w.type)) + " stores rows in groups of " + std::to_string(dots.row_group) +
-                                    " but each of this matrix's " + std::to_string(heads) + " heads has " + std::to_string(rows) + " rows");
     parallel_rows(static_cast<int64_t>(heads) * rows, dots.row_group, [&](int64_t i0, int64_t i1) {
         while (i0 < i1) {  // this thread's rows, head by head
             const int64_t h = i0 / rows, r = i0 % rows, end = std::min(i1, (h + 1) * rows) - h * rows;

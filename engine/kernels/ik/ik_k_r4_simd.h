@@ -1,6 +1,7 @@
-// AVX2 kernels for ik_llama.cpp's row-interleaved IQ2_K_R4 ... IQ5_K_R4 and Q8_0_R8, a group of rows at a time in
-// ik's lanes (lane k: row k's first 16 of each 32 weights, lane 4 + k: its second 16; Q8_0_R8: lane k = row k),
-// with the bits of ik_ref_r4.cpp. Included by ik_r4_simd.h.
+// AVX2 kernels for ik_llama.cpp's row-interleaved IQ2_K_R4 ... IQ5_K_R4, Q4_K_R4, Q6_K_R4 and Q8_0_R8 (and, in the
+// AVX-512 translation unit, Q8_0_R8 sixteen rows per 512-bit register), a group of rows at a time in ik's lanes
+// (lane k: row k's first 16 of each 32 weights, lane 4 + k: its second 16; Q8_0_R8: lane k = row k), with the
+// bits of ik_ref_r4.cpp. Included by ik_r4_simd.h.
 #pragma once
 #include <immintrin.h>
 
@@ -397,7 +398,9 @@ void q8_0_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // Two groups (sixteen rows) in a 512-bit register: the values made unsigned (q + 128) for VPDPBUSD, 128 times the
-// block's activation sum taken back; the same exact integers and float steps per row as eight at a time.
+// block's activation sum taken back; the same exact integers and float steps per row as eight at a time. That
+// needs the stored sum to be the sum of the stored values: quantize_q8_2_x4's values never reach its clamp (|x / d|
+// <= 127.5 with d = bf16(amax / 127)), so they are.
 template <int NY>
 void q8_0_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     const int64_t nb = n / 32, grouped = 4 * (n / 128);

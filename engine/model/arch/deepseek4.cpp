@@ -91,6 +91,10 @@ void load_compressed_attention(ArchLoader& ld, const Hparams& hp, Layer& L, cons
     const uint64_t G = c.out_groups, R = c.out_rank;
     const std::string owhy = hwhy + ", output_group_count " + n(G) + ", output_lora_rank " + n(R);
     ld.resident(w.wo_a, p + "attn_output_a.weight", {H * D / G, G * R}, owhy);
+    // the grouped output LoRA multiplies each group's R rows on its own: an interleaved form's groups must not span two
+    if (const uint32_t group = type_info(w.wo_a.type).interleave; R % group != 0)
+        ld.fail("tensor '" + p + "attn_output_a.weight' is " + std::string(type_info(w.wo_a.type).name) + ", which stores rows in groups of " +
+                std::to_string(group) + ", but output_lora_rank " + n(R) + " is not a multiple of it");
     ld.resident(w.wo_b, p + "attn_output_b.weight", {G * R, E}, owhy);
     const uint32_t ratio = L.compress_ratio;
     if (ratio == 0) return;
