@@ -21,6 +21,9 @@ inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
     return _mm256_and_si256(_mm256_srlv_epi32(bytes, sh), _mm256_set1_epi8(1));
 }
 
+// Four rows' results: each row's two accumulators (lanes k and 4 + k) added.
+inline void store_row_sums(__m256 acc, float* out) { _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))); }
+
 // The offset's share per block: sub-blocks (2i, 2i + 1)'s lane scales (int16 pairs) against the sums of 16 they
 // meet; lane k of the result sums lanes k and 4 + k over sub-blocks 0..3, lane 4 + k over 4..7.
 inline __m256i offset_sums(const __m256i iscales[8], const int16_t* bsums) {
@@ -209,8 +212,7 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
             }
         }
-        for (int t = 0; t < NY; ++t)
-            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
     }
 }
 
@@ -282,8 +284,7 @@ void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
             for (int t = 0; t < NY; ++t)
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
         }
-        for (int t = 0; t < NY; ++t)
-            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
     }
 }
 
@@ -343,8 +344,7 @@ void q6_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
                 }
             }
         }
-        for (int t = 0; t < NY; ++t)
-            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
     }
 }
 
