@@ -30,6 +30,20 @@ namespace fs = std::filesystem;
 constexpr GgmlType kInterleaved[] = {GgmlType::IQ2_K_R4,  GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ4_KS_R4,
                                      GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,  GgmlType::Q4_K_R4,  GgmlType::Q6_K_R4};
 
+// The dispatch's compile-time row groups (kernels::interleaved_rows, read on every matmul) are the type table's:
+// a computable form left out of one would have its groups cut.
+TEST(IkInterleaved, DispatchKnowsEveryComputableFormsGroup) {
+    int interleaved = 0;
+    for (int slot = 0; slot < kernels::kUsedSlots; ++slot) {
+        const GgmlType t = kernels::slot_type(slot);
+        const auto info = type_info(static_cast<uint32_t>(t));
+        if (!info || !info->computable) continue;
+        EXPECT_EQ(kernels::interleaved_rows(t), static_cast<int>(info->interleave)) << info->name;
+        interleaved += info->interleave > 1;
+    }
+    EXPECT_EQ(interleaved, 10);  // IQ1_S_R4, IQ4_KS_R4 and the eight forms of kInterleaved but IQ4_KS_R4
+}
+
 // Rows of the base type, repacked as ik's quantize_<type>_r4 does, decode to the base rows' weights: every weight
 // of every row. The repack and the decoders share ik_r4_layout.h, so this checks each base field's extraction (the
 // table half, scale and sign bits) and that the two directions agree; the dumps below tie the layout to ik's.
