@@ -77,7 +77,7 @@ else
 fi
 sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true
 echo "model: $model; experts $((experts >> 20)) MiB; cache $((cache >> 20)) MiB (15%); budget $((budget >> 20)) MiB"
-for policy in lru lru-freq; do
+for policy in lru lru-freq lru-freq-guard; do
   echo "== policy $policy"
   "$bin" bench --model "$model" --cache-fraction 0.15 --policy "$policy" --tokens 64 --prompt-tokens 32 --io-depth 32 --read-size 1M
 done

@@ -151,7 +151,7 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     std::vector<Row> rows;
     for (uint64_t b : budgets) {
         Row row{b, simulate_belady(trace, b), {}};
-        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency})
+        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency, EvictionPolicy::LruFrequencyGuard})
             row.policies.push_back(simulate_engine_cache(trace, p, b, !no_prefetch));
         rows.push_back(std::move(row));
     }
@@ -164,11 +164,12 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     const Row* pick = nullptr;
     const CacheSimResult* pick_policy = nullptr;
     for (const auto& row : rows) {
-        const auto best = std::max_element(row.policies.begin(), row.policies.end(),
-                                           [&](const auto& a, const auto& b) { return score(a) < score(b); });
+        const CacheSimResult* best = &row.policies.front();
+        for (const auto& r : row.policies)
+            if (score(r) >= score(*best)) best = &r;  // on a tie the later policy: the default (lru+freq+guard) is last
         if (score(*best) >= 0.9 * best_score) {
             pick = &row;
-            pick_policy = &*best;
+            pick_policy = best;
             break;
         }
     }
@@ -176,8 +177,7 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     for (const auto& row : rows)
         if (row.budget == h.cache_bytes)
             for (const auto& r : row.policies)
-                if ((h.policy == "lru" && r.policy == std::string("lru")) || (h.policy == "lru-freq" && r.policy == std::string("lru+frequency")))
-                    same_as_recorded = &r;
+                if (EvictionPolicy p; parse_policy_flag(h.policy, p) && r.policy == policy_name(p)) same_as_recorded = &r;
 
     if (!plot_path.empty()) {
         std::vector<HitRateCurve> curves;

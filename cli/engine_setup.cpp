@@ -26,7 +26,8 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
                        "RAM for the whole engine (resident + KV + expert cache); below the model's size experts stream from disk")(
         "io-depth", po::value(&f.io_depth)->default_value(32), "expert reads kept in flight")(
         "read-size", po::value(&f.read_size)->default_value("1M"), "largest single expert read (multiple of 4K)")(
-        "policy", po::value(&f.policy)->default_value("lru-freq"), "expert cache eviction: lru | lru-freq")(
+        "policy", po::value(&f.policy)->default_value(policy_flag(kDefaultEvictionPolicy)),
+        "expert cache eviction: lru | lru-freq | lru-freq-guard (lru-freq that keeps its set when a step asks for more experts than it holds)")(
         "no-uring", po::bool_switch(&f.no_uring), "read experts with pread instead of io_uring")(
         "io-sqpoll", po::bool_switch(&f.io_sqpoll), "io_uring SQPOLL: a kernel thread submits expert reads (measured: docs/streaming.md)")(
         "profile", po::value(&f.profile), "routing profile (moestream profile): keep its hottest experts resident")(
@@ -238,9 +239,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
             so.cache_bytes = cache;
             so.read_size = parse_bytes("--read-size", f.read_size);
             if (so.read_size % 4096) throw CliError("--read-size " + f.read_size + " is not a multiple of 4K");
-            if (f.policy == "lru") so.policy = EvictionPolicy::Lru;
-            else if (f.policy == "lru-freq") so.policy = EvictionPolicy::LruFrequency;
-            else throw CliError("--policy " + f.policy + " is not lru or lru-freq");
+            if (!parse_policy_flag(f.policy, so.policy)) throw CliError("--policy " + f.policy + " is not lru, lru-freq or lru-freq-guard");
             if (f.io_depth < 1 || f.io_depth > 4096) throw CliError("--io-depth " + std::to_string(f.io_depth) + " is out of range");
             so.io.queue_depth = f.io_depth;
             so.io.use_uring = !f.no_uring;

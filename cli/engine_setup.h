@@ -12,6 +12,7 @@
 #include "engine/kernels/kv_cache_types.h"
 #include "engine/model/loader.h"
 #include "engine/model/model.h"
+#include "engine/runtime/cache_policy.h"
 #include "engine/runtime/expert_cache.h"
 #include "engine/runtime/routing_trace.h"
 #include "engine/runtime/routing_window.h"
@@ -22,7 +23,7 @@ struct EngineFlags {
     std::string ram_budget;  // "" = everything in RAM
     int io_depth = 32;
     std::string read_size = "1M";
-    std::string policy = "lru-freq";
+    std::string policy = policy_flag(kDefaultEvictionPolicy);
     bool no_uring = false;
     bool io_sqpoll = false;
     std::string profile;                                     // routing profile: its hottest experts stay resident

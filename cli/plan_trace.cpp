@@ -38,7 +38,7 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     if (p.routing_trace_path.empty()) return;
     if (p.target != "engine") throw CliError("--trace: only the engine target streams experts through a cache to simulate");
     const RoutingTrace t = read_trace_of(p.routing_trace_path, p.model_path);
-    const CacheSimResult planned = simulate_engine_cache(t, EvictionPolicy::LruFrequency, p.expert_cache_bytes);
+    const CacheSimResult planned = simulate_engine_cache(t, kDefaultEvictionPolicy, p.expert_cache_bytes);
     const double bytes = per_token(planned);
     const double expert_bytes = static_cast<double>(m.expert_bytes_per_token());
     const double uniform = m.expert_bytes ? std::min(1.0, static_cast<double>(p.expert_cache_bytes) / static_cast<double>(m.expert_bytes)) : 1.0;
@@ -60,7 +60,7 @@ void apply_routing_trace(Plan& p, const ModelFacts& m, double mem_bytes_per_s) {
     for (double f : {0.25, 0.5, 0.75}) {
         const uint64_t smaller = static_cast<uint64_t>(static_cast<double>(p.expert_cache_bytes) * f);
         if (smaller < t.header.slot_bytes * t.header.n_expert_used) continue;
-        const CacheSimResult r = simulate_engine_cache(t, EvictionPolicy::LruFrequency, smaller);
+        const CacheSimResult r = simulate_engine_cache(t, kDefaultEvictionPolicy, smaller);
         if (per_token(r) <= bytes * 1.05 + 1) {
             p.notes.push_back("routing trace: a cache of " + human_bytes(static_cast<double>(smaller)) + " reads within 5% of the planned " +
                               human_bytes(static_cast<double>(p.expert_cache_bytes)) + "'s bytes per token on this traffic; the other " +
@@ -123,7 +123,7 @@ void place_experts_by_trace(Plan& p, const ModelFacts& m, const PlanOptions& o, 
 
 CheckRow routing_trace_row(const std::string& trace_path, const std::string& model_path, uint64_t ram_budget, uint64_t cache_bytes) {
     const RoutingTrace t = read_trace_of(trace_path, model_path);
-    const CacheSimResult engine = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes);
+    const CacheSimResult engine = simulate_engine_cache(t, kDefaultEvictionPolicy, cache_bytes);
     const CacheSimResult bound = simulate_belady(t, cache_bytes);
     char measured[512];
     std::snprintf(measured, sizeof measured,
@@ -139,7 +139,7 @@ CheckRow routing_trace_row(const std::string& trace_path, const std::string& mod
                measured,
                "a budget past the steep part of the traffic's curve",
                ""};
-    const CacheSimResult twice = simulate_engine_cache(t, EvictionPolicy::LruFrequency, cache_bytes * 2);
+    const CacheSimResult twice = simulate_engine_cache(t, kDefaultEvictionPolicy, cache_bytes * 2);
     if (per_token(engine) > 0 && per_token(twice) <= 0.75 * per_token(engine)) {
         char fix[256];
         std::snprintf(fix, sizeof fix,

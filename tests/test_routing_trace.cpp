@@ -206,6 +206,14 @@ RoutingTrace lookups(const std::vector<int>& keys, uint32_t n_expert) {
     return t;
 }
 
+// A cache-sim --json budget row's figures for the engine's default policy.
+nlohmann::json default_policy(const nlohmann::json& budget_row) {
+    for (const auto& p : budget_row["policies"])
+        if (p["policy"] == policy_name(kDefaultEvictionPolicy)) return p;
+    ADD_FAILURE() << "no " << policy_name(kDefaultEvictionPolicy) << " in " << budget_row;
+    return nlohmann::json::object({{"hit_rate", -1.0}});
+}
+
 // The most hits any replacement can get (with bypass), by exhaustive search: the definition of optimal.
 uint64_t brute_force_best(const std::vector<int>& keys, size_t capacity) {
     std::function<uint64_t(size_t, std::set<int>)> go = [&](size_t i, std::set<int> cache) -> uint64_t {
@@ -238,7 +246,7 @@ TEST(CacheSim, BeladyIsOptimalAndBoundsEveryPolicy) {
         const RoutingTrace t = lookups(keys, 8);
         const CacheSimResult min = simulate_belady(t, capacity * t.header.slot_bytes);
         EXPECT_EQ(min.hits, brute_force_best(keys, capacity)) << "round " << round;
-        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency}) {
+        for (EvictionPolicy p : {EvictionPolicy::Lru, EvictionPolicy::LruFrequency, EvictionPolicy::LruFrequencyGuard}) {
             const CacheSimResult r = simulate_engine_cache(t, p, capacity * t.header.slot_bytes);
             EXPECT_LE(r.retained_hits(), min.hits) << policy_name(p) << " round " << round;
             EXPECT_EQ(r.lookups, keys.size());
@@ -250,6 +258,53 @@ TEST(CacheSim, BeladyIsOptimalAndBoundsEveryPolicy) {
     EXPECT_EQ(lru.hits, 1u);
     EXPECT_EQ(lru.bytes_read, 5u * 8192);
     EXPECT_EQ(simulate_belady(t, 2 * t.header.slot_bytes).hits, 3u);  // keep A throughout: A, B(via bypass C), A
+}
+
+// Decode steps that route every token of a layer alike and ask for more experts than the cache holds: LRU evicts
+// each expert just before its next use and never hits; the guard's LRU-end insertion keeps most of the set (as
+// Belady's MIN does), and where the step fits it decides exactly as lru+frequency.
+TEST(CacheSim, GuardKeepsItsSetWhenAStepOverflowsTheCache) {
+    const uint32_t layers = 6, experts = 16, used = 4;
+    RoutingTrace t;
+    t.header = header(layers, experts, used);
+    std::mt19937 rng(11);
+    for (int step = 0; step < 200; ++step) {
+        TraceStep s;
+        s.n_tokens = 1;
+        for (uint32_t l = 1; l < layers; ++l) {
+            TraceLayerEvent d;
+            d.kind = 'D';
+            d.layer = l;
+            // Experts 0..3 of each layer, one of them swapped for a random other in one step of four.
+            for (uint16_t e = 0; e < used; ++e) d.experts.push_back(e);
+            if (step % 4 == 3) d.experts[rng() % used] = static_cast<uint16_t>(used + rng() % (experts - used));
+            std::sort(d.experts.begin(), d.experts.end());
+            d.flags.assign(d.experts.size(), 0);
+            s.events.push_back(d);
+        }
+        t.steps.push_back(s);
+    }
+    const uint64_t step_demand = (layers - 1) * used;  // 20 lookups per step
+    for (uint64_t slots : {step_demand - 6, step_demand - 1}) {
+        const uint64_t budget = slots * t.header.slot_bytes;
+        const CacheSimResult lru = simulate_engine_cache(t, EvictionPolicy::Lru, budget);
+        const CacheSimResult freq = simulate_engine_cache(t, EvictionPolicy::LruFrequency, budget);
+        const CacheSimResult guard = simulate_engine_cache(t, EvictionPolicy::LruFrequencyGuard, budget);
+        const CacheSimResult min = simulate_belady(t, budget);
+        std::cerr << "[  NOTE    ] " << slots << " slots for " << step_demand << " lookups per step: hits lru " << lru.hits << ", lru+frequency "
+                  << freq.hits << ", guard " << guard.hits << ", MIN " << min.hits << " of " << min.lookups << "\n";
+        EXPECT_LT(lru.hit_rate(), 0.1) << slots;
+        EXPECT_GT(guard.hits, freq.hits + min.hits / 10) << slots;
+        EXPECT_GT(guard.retained_hits(), 0.7 * static_cast<double>(min.hits)) << slots << " slots: " << guard.hits << " of MIN's " << min.hits;
+        EXPECT_LE(guard.retained_hits(), min.hits);
+    }
+    for (uint64_t slots : {step_demand, step_demand + 8}) {
+        const uint64_t budget = slots * t.header.slot_bytes;
+        const CacheSimResult freq = simulate_engine_cache(t, EvictionPolicy::LruFrequency, budget);
+        const CacheSimResult guard = simulate_engine_cache(t, EvictionPolicy::LruFrequencyGuard, budget);
+        EXPECT_EQ(guard.hits, freq.hits) << slots;
+        EXPECT_EQ(guard.bytes_read, freq.bytes_read) << slots;
+    }
 }
 
 // The server's window of recent steps: the last N of them, in the file's encoding (a trace file of the same
@@ -436,7 +491,7 @@ TEST(CacheSim, CommandReportsPlotsAndRefuses) {
     EXPECT_EQ(j["budgets"][0]["budget_bytes"], 16384);
     EXPECT_EQ(j["total_expert_bytes"], 2 * 8 * 4096);
     for (const auto& b : j["budgets"]) {
-        ASSERT_EQ(b["policies"].size(), 2u);
+        ASSERT_EQ(b["policies"].size(), 3u);
         for (const auto& p : b["policies"]) {
             EXPECT_LE(p["hits"].get<uint64_t>() - p["prefetch_used"].get<uint64_t>(), b["belady"]["hits"].get<uint64_t>());
             EXPECT_GT(p["predicted_tokens_per_s"].get<double>(), 0);
@@ -453,7 +508,7 @@ TEST(CacheSim, CommandReportsPlotsAndRefuses) {
     const std::string plot{std::istreambuf_iterator<char>(svg), {}};
     size_t curves = 0;
     for (size_t at = plot.find("class=\"curve\""); at != std::string::npos; at = plot.find("class=\"curve\"", at + 1)) ++curves;
-    EXPECT_EQ(curves, 3u) << plot;
+    EXPECT_EQ(curves, 4u) << plot;  // three policies and the bound
     auto [bad, bad_out] = test::run_moestream("cache-sim --trace " + trace + " --budgets 0%", true);
     EXPECT_EQ(bad, 2);
     EXPECT_NE(bad_out.find("--budgets: 0%"), std::string::npos) << bad_out;
@@ -532,7 +587,7 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
     bool found = false;
     for (const auto& b : j["budgets"])
         if (b["budget_bytes"] == cache) {
-            EXPECT_NEAR(b["policies"][1]["hit_rate"].get<double>(), planned_hit, 1e-4);
+            EXPECT_NEAR(default_policy(b)["hit_rate"].get<double>(), planned_hit, 1e-4);
             found = true;
         }
     EXPECT_TRUE(found);
@@ -565,7 +620,7 @@ TEST(CacheSim, PlanJudgesItsCacheOnTheTrace) {
         const double hit = std::stod(measured.substr(measured.find("hit rate ") + 9)) / 100;
         const auto sim = nlohmann::json::parse(
             test::run_moestream("cache-sim --trace " + trace + " --json --budgets " + std::to_string(at), false).second);
-        EXPECT_NEAR(sim["budgets"][0]["policies"][1]["hit_rate"].get<double>(), hit, 0.0005) << measured;
+        EXPECT_NEAR(default_policy(sim["budgets"][0])["hit_rate"].get<double>(), hit, 0.0005) << measured;
         EXPECT_NE(measured.find("Belady's eviction without prefetch"), std::string::npos);
         if (row["status"] == "WARN") { EXPECT_EQ(row["fix"].get<std::string>().rfind("--ram-budget ", 0), 0u) << row; }
     }
@@ -585,30 +640,32 @@ TEST(CacheSim, ReproducesTheEnginesRecordedRun) {
                                   true)
                   .first,
               0);
-    for (const std::string budget : {"47M", "53M"}) {
-        for (const std::string policy : {"lru", "lru-freq"}) {
-            const std::string trace = dir / ("t-" + budget + policy + ".trace");
-            auto [rc, out] = test::run_moestream("run --model " + model +
-                                                     " -p 'the routing trace and the cache simulator agree' -n 80 "
-                                                     "--ram-budget " +
-                                                     budget + " --policy " + policy + " --routing-trace " + trace,
-                                                 true);
-            ASSERT_EQ(rc, 0) << out;
-            auto [sim_rc, sim] = test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false);
-            ASSERT_EQ(sim_rc, 0) << sim;
-            const auto j = nlohmann::json::parse(sim);
-            ASSERT_TRUE(j.contains("simulated_at_recorded")) << sim;
-            const auto& rec = j["recorded"];
-            const auto& got = j["simulated_at_recorded"];
-            const double rec_hit = rec["hit_rate"], got_hit = got["hit_rate"];
-            const double rec_bytes = rec["bytes_per_token"], got_bytes = got["bytes_per_token"];
-            EXPECT_GT(rec["lookups"].get<uint64_t>(), 500u);
-            EXPECT_GT(rec_bytes, 0);
-            EXPECT_NEAR(got_hit, rec_hit, 0.01 * rec_hit) << budget << " " << policy;
-            EXPECT_NEAR(got_bytes, rec_bytes, 0.01 * rec_bytes) << budget << " " << policy;
-            std::cerr << "[  NOTE    ] " << budget << " " << policy << ": engine hit " << rec_hit << ", " << rec_bytes << " B/token; simulated "
-                      << got_hit << ", " << got_bytes << " B/token\n";
-        }
+    // 44M: 17 slots for 20 lookups per decode step, where the guard's insertion rule acts.
+    const std::vector<std::pair<std::string, std::string>> runs = {{"47M", "lru"},      {"47M", "lru-freq"},      {"47M", "lru-freq-guard"},
+                                                                   {"53M", "lru"},      {"53M", "lru-freq"},      {"53M", "lru-freq-guard"},
+                                                                   {"44M", "lru-freq"}, {"44M", "lru-freq-guard"}};
+    for (const auto& [budget, policy] : runs) {
+        const std::string trace = dir / ("t-" + budget + policy + ".trace");
+        auto [rc, out] = test::run_moestream("run --model " + model +
+                                                 " -p 'the routing trace and the cache simulator agree' -n 80 "
+                                                 "--ram-budget " +
+                                                 budget + " --policy " + policy + " --routing-trace " + trace,
+                                             true);
+        ASSERT_EQ(rc, 0) << out;
+        auto [sim_rc, sim] = test::run_moestream("cache-sim --trace " + trace + " --json --budgets 50%", false);
+        ASSERT_EQ(sim_rc, 0) << sim;
+        const auto j = nlohmann::json::parse(sim);
+        ASSERT_TRUE(j.contains("simulated_at_recorded")) << sim;
+        const auto& rec = j["recorded"];
+        const auto& got = j["simulated_at_recorded"];
+        const double rec_hit = rec["hit_rate"], got_hit = got["hit_rate"];
+        const double rec_bytes = rec["bytes_per_token"], got_bytes = got["bytes_per_token"];
+        EXPECT_GT(rec["lookups"].get<uint64_t>(), 500u);
+        EXPECT_GT(rec_bytes, 0);
+        EXPECT_NEAR(got_hit, rec_hit, 0.01 * rec_hit) << budget << " " << policy;
+        EXPECT_NEAR(got_bytes, rec_bytes, 0.01 * rec_bytes) << budget << " " << policy;
+        std::cerr << "[  NOTE    ] " << budget << " " << policy << ": engine hit " << rec_hit << ", " << rec_bytes << " B/token; simulated "
+                  << got_hit << ", " << got_bytes << " B/token\n";
     }
 }
 

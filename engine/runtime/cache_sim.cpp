@@ -45,6 +45,7 @@ public:
             if (s.protect && s.layer == layer && std::find(experts.begin(), experts.end(), s.expert) == experts.end()) s.protect = false;
         if (++requests_ % kFrequencyDecayEvery == 0)
             for (auto& f : freq_) f >>= 1;
+        insertion_.on_request(layer, experts.size());
         loading_ = 0;
         for (uint32_t e : experts) {
             const int64_t key = key_of(layer, e);
@@ -55,7 +56,7 @@ public:
             if (it != map_.end()) {
                 Slot& s = slots_[it->second];
                 if (s.prefetched) r.prefetch_used++;
-                s.prefetched = s.protect = false;
+                s.prefetched = s.protect = s.to_tail = false;
                 s.pins++;
                 lru_remove(it->second);
                 r.hits++;
@@ -108,7 +109,10 @@ public:
             auto it = map_.find(key);
             if (it == map_.end()) continue;
             Slot& s = slots_[it->second];
-            if (s.pins > 0 && --s.pins == 0) lru_push_front(it->second);
+            if (s.pins > 0 && --s.pins == 0) {
+                if (s.to_tail) lru_push_back(it->second);
+                else lru_push_front(it->second);
+            }
             start_deferred();
         }
         deferred_.clear();  // none left in practice; a trace cut mid-layer must not carry them on
@@ -128,6 +132,7 @@ private:
         uint32_t layer = 0, expert = 0;
         int pins = 0;
         bool prefetched = false, protect = false, in_list = false;
+        bool to_tail = false;  // a miss the insertion rule puts at the LRU end on release
         int prev = -1, next = -1;
     };
     int64_t key_of(uint32_t l, uint32_t e) const { return static_cast<int64_t>(l) * h_.n_expert + e; }
@@ -148,6 +153,15 @@ private:
         if (head_ >= 0) slots_[head_].prev = s;
         head_ = s;
         if (tail_ < 0) tail_ = s;
+        x.in_list = true;
+    }
+    void lru_push_back(int s) {
+        lru_remove(s);
+        Slot& x = slots_[s];
+        x.prev = tail_;
+        if (tail_ >= 0) slots_[tail_].next = s;
+        tail_ = s;
+        if (head_ < 0) head_ = s;
         x.in_list = true;
     }
     int victim() const {
@@ -185,6 +199,7 @@ private:
         s.expert = e;
         s.pins = demand ? 1 : 0;
         s.prefetched = s.protect = !demand;
+        s.to_tail = demand && insertion_.miss_to_tail(policy_, slots_.size());
         map_[s.key] = si;
         if (!demand) lru_push_front(si);  // in the list once loaded; protected until its layer runs
     }
@@ -198,6 +213,7 @@ private:
     std::vector<uint32_t> freq_;
     uint64_t requests_ = 0, loading_ = 0;
     int head_ = -1, tail_ = -1;
+    InsertionRule insertion_;
     uint64_t unused_evicted_ = 0;  // prefetched bytes evicted before any request
 };
 

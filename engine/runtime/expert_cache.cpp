@@ -106,6 +106,7 @@ StreamingExpertSource::StreamingExpertSource(const std::vector<std::string>& fil
         start_load(s, l, e, true);
         pinned_keys.push_back(static_cast<uint32_t>(s));
     }
+    usable_slots_ = n_slots - pinned_keys.size();
     while (reader_->in_flight() > 0 || reader_->queued() > 0)
         for (const auto& c : reader_->reap(true)) complete(c);
 }
@@ -143,6 +144,17 @@ void StreamingExpertSource::lru_remove(int s) {
     else lru_tail_ = x.prev;
     x.prev = x.next = -1;
     x.in_list = false;
+}
+
+void StreamingExpertSource::lru_push_back(int s) {
+    Slot& x = slots_[s];
+    lru_remove(s);
+    x.prev = lru_tail_;
+    x.next = -1;
+    if (lru_tail_ >= 0) slots_[lru_tail_].next = s;
+    lru_tail_ = s;
+    if (lru_head_ < 0) lru_head_ = s;
+    x.in_list = true;
 }
 
 void StreamingExpertSource::lru_push_front(int s) {
@@ -319,6 +331,10 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
         if (s.protect && s.layer == layer && std::find(experts.begin(), experts.end(), s.expert) == experts.end()) s.protect = false;
     if (++requests_ % kFrequencyDecayEvery == 0)
         for (auto& f : freq_) f >>= 1;
+    // Pinned experts have slots of their own: the step's demand on the others is what can overflow.
+    insertion_.on_request(layer, static_cast<size_t>(std::count_if(experts.begin(), experts.end(), [&](uint32_t e) {
+                              return e >= n_expert_ || !permanent_key_[static_cast<size_t>(key_of(layer, e))];
+                          })));
     flags_.assign(experts.size(), 0);
     for (size_t i = 0; i < experts.size(); ++i) {
         const uint32_t e = experts[i];
@@ -331,7 +347,7 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
             Slot& s = slots_[it->second];
             if (s.prefetched) flags_[i] |= 2;
             if (s.prefetched) stats_.prefetch_used++;
-            s.prefetched = s.protect = false;
+            s.prefetched = s.protect = s.to_tail = false;
             s.pins++;
             s.demanded = true;
             lru_remove(it->second);
@@ -356,6 +372,7 @@ void StreamingExpertSource::claim(int si, uint32_t layer, uint32_t expert, bool 
     s.demanded = demand;
     s.prefetched = s.protect = !demand;  // a prefetch is protected until its layer runs
     s.permanent = permanent_key_[static_cast<size_t>(key_of(layer, expert))];
+    s.to_tail = demand && !s.permanent && insertion_.miss_to_tail(opt_.policy, usable_slots_);
     start_load(si, layer, expert, demand);
     // A prefetch takes its LRU place when issued, not when its read completes: the cache's order then does
     // not depend on I/O timing, so a routing trace replays to the same decisions (cache_sim.cpp). While
@@ -427,7 +444,8 @@ void StreamingExpertSource::release(uint32_t layer, uint32_t expert) {
     Slot& s = slots_[it->second];
     if (s.pins > 0 && --s.pins == 0) {
         s.demanded = false;
-        if (!s.permanent) lru_push_front(it->second);
+        if (s.to_tail) lru_push_back(it->second);
+        else if (!s.permanent) lru_push_front(it->second);
     }
     start_deferred();
 }

@@ -26,7 +26,7 @@ namespace moe {
 struct StreamingOptions {
     uint64_t cache_bytes = 0;      // RAM for expert slots
     uint64_t read_size = 1 << 20;  // largest single read (multiple of 4096)
-    EvictionPolicy policy = EvictionPolicy::LruFrequency;
+    EvictionPolicy policy = kDefaultEvictionPolicy;
     BlockReaderOptions io;                              // queue depth, io_uring, O_DIRECT, fault injection
     std::vector<std::pair<uint32_t, uint32_t>> pinned;  // (layer, expert) kept resident, hottest first
     // Expert-contiguous store (moestream repack), already checked against the GGUF: one read per expert.
@@ -93,6 +93,7 @@ private:
         int pins = 0;          // demanded and not yet released
         bool valid = false, loading = false, demanded = false, prefetched = false, protect = false, permanent = false;
         bool from_store = false;  // bytes laid out as a store record, not as three GGUF windows
+        bool to_tail = false;     // a miss the insertion rule puts at the LRU end on release
         uint64_t load_bytes = 0;  // bytes this load reads
         int attempts = 0;         // retries of this expert's load after a read error (one before failing)
         std::string error;
@@ -126,6 +127,7 @@ private:
     void complete(const ReadCompletion& c);
     void lru_remove(int s);
     void lru_push_front(int s);
+    void lru_push_back(int s);
     void start_deferred();
 
     std::vector<LayerTensors> layers_;
@@ -141,6 +143,8 @@ private:
     std::unordered_map<int64_t, int> map_;
     int lru_head_ = -1, lru_tail_ = -1;
     std::vector<uint32_t> freq_;  // uses per (layer, expert), halved every `decay_every_` requests
+    InsertionRule insertion_;
+    size_t usable_slots_ = 0;  // slots not held by pinned (profile) experts
     uint64_t requests_ = 0;
     std::vector<Chunk> chunks_;  // chunk table, indexed by the read's tag
     std::vector<uint32_t> free_chunks_;

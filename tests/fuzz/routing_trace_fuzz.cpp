@@ -73,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint64_t budget = t.header.slot_bytes * slots;
         moe::simulate_engine_cache(t, moe::EvictionPolicy::Lru, budget);
         moe::simulate_engine_cache(t, moe::EvictionPolicy::LruFrequency, budget, false);
+        moe::simulate_engine_cache(t, moe::EvictionPolicy::LruFrequencyGuard, budget);
         moe::simulate_belady(t, budget);
     }
     moe::recorded_cache(t);
