@@ -4,11 +4,13 @@
 # disk. Prints `moestream bench` for each eviction policy; the engine's read GB/s is reported as a ratio of
 # fio's on the same file, same read size and depth, in the same run.
 #
-#   bench/streaming.sh [--shape qwen3|glm5|dsv4] [--router-skew S] [build dir] [work dir]
+#   bench/streaming.sh [--shape qwen3|glm5|dsv4] [--router-skew S] [--router-locality G] [build dir] [work dir]
 #   (root; cgroup v1 memory controller writable)
 #
 # --router-skew S: the model's routers skewed as mkmodel --router-skew writes them (Zipf exponent S of expert
 # popularity per layer; docs/streaming.md), a model file of its own; 0 (the default): the random router's own.
+# --router-locality G: consecutive tokens routed alike as mkmodel --router-locality writes it (qwen3 and glm5
+# shapes; docs/streaming.md gives the overlap each G reaches); 0 (the default): off.
 #
 # Shapes:
 #   qwen3  qwen3moe, 24 layers x 64 experts (8 used), d=2048, expert ffn 1024: 5.1 GiB of experts
@@ -22,15 +24,18 @@
 set -euo pipefail
 shape=qwen3
 skew=0
+locality=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --shape) shape=$2; shift 2 ;;
     --router-skew) skew=$2; shift 2 ;;
+    --router-locality) locality=$2; shift 2 ;;
     *) break ;;
   esac
 done
 suffix=""
 [ "$skew" = "0" ] || suffix="-skew$skew"
+[ "$locality" = "0" ] || suffix="$suffix-loc$locality"
 build=${1:-build}
 work=${2:-/var/tmp/moestream-bench}
 bin=$(realpath "$build/moestream")
@@ -39,20 +44,20 @@ case "$shape" in
   qwen3)
     model=$work/stream-q4k$suffix.gguf
     make_model=("$bin" mkmodel --layers 24 --embd 2048 --heads 16 --kv-heads 4 --head-dim 128 --experts 64 --experts-used 8
-                --ffn 1024 --vocab-builtin --type q4_k --seed 5 --router-skew "$skew" --out "$model") ;;
+                --ffn 1024 --vocab-builtin --type q4_k --seed 5 --router-skew "$skew" --router-locality "$locality" --out "$model") ;;
   glm5)
     model=$work/stream-glm5-q4k$suffix.gguf
     make_model=("$bin" mkmodel --arch glm-dsa --layers 16 --dense-layers 2 --dense-ffn 4096 --embd 2048 --heads 16
                 --q-lora 512 --kv-lora 512 --qk-nope 128 --qk-rope 64 --v-head 128 --experts 128 --experts-used 8 --ffn 512
                 --shared-experts 1 --probs-bias --norm-weights --weights-scale 2.5 --indexer-heads 16 --indexer-dim 128
-                --indexer-top-k 256 --nextn 1 --vocab-builtin --type q4_k --seed 5 --router-skew "$skew" --out "$model") ;;
+                --indexer-top-k 256 --nextn 1 --vocab-builtin --type q4_k --seed 5 --router-skew "$skew" --router-locality "$locality" --out "$model") ;;
   dsv4)
     model=$work/stream-dsv4-q4k$suffix.gguf
     make_model=("$bin" mkmodel --arch deepseek4 --layers 12 --embd 2048 --heads 16 --head-dim 256 --rope-dims 64 --q-lora 768
                 --window 128 --compress-ratios 0,0,4,128,4,128,4,128,4,128,4,128 --hash-layers 3 --indexer-heads 16
                 --indexer-dim 128 --indexer-top-k 128 --experts 128 --experts-used 6 --ffn 512 --shared-experts 1
                 --out-groups 4 --out-rank 512 --yarn-factor 4 --yarn-orig-ctx 4096 --rope-base 10000 --vocab-builtin
-                --type q4_k --seed 5 --router-skew "$skew" --out "$model") ;;
+                --type q4_k --seed 5 --router-skew "$skew" --router-locality "$locality" --out "$model") ;;
   *) echo "--shape $shape is not qwen3, glm5 or dsv4" >&2; exit 2 ;;
 esac
 if [ ! -f "$model" ]; then

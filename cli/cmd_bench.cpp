@@ -236,6 +236,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         const RoutingWorkload w = measure_workload(recent.trace);
         out["routing"] = {{"hot10_share", w.hot10_share},
                           {"consecutive_overlap", w.consecutive_overlap},
+                          {"distant_overlap", w.distant_overlap},
                           {"steps", w.steps},
                           {"tokens", w.tokens},
                           {"first_step", recent.first_step}};
@@ -337,8 +338,10 @@ int cmd_bench(const std::vector<std::string>& args) {
         human_bytes(static_cast<double>(rss)).c_str());
     if (out.contains("routing"))
         std::printf(
-            "routing          the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% (%llu steps)\n",
+            "routing          the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%%, tokens %zu "
+            "apart %.1f%% (%llu steps)\n",
             100 * out["routing"]["hot10_share"].get<double>(), 100 * out["routing"]["consecutive_overlap"].get<double>(),
+            RoutingWorkload::kDistantTokens, 100 * out["routing"]["distant_overlap"].get<double>(),
             static_cast<unsigned long long>(out["routing"]["steps"].get<uint64_t>()));
     if (out.contains("draft")) {
         const json& d = out["draft"];

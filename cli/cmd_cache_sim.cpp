@@ -194,23 +194,25 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
     }
 
     if (as_json) {
-        json out = {
-            {"traces", traces},
-            {"arch", h.arch},
-            {"layers", h.n_layer},
-            {"experts", h.n_expert},
-            {"experts_used", h.n_expert_used},
-            {"steps", w.steps},
-            {"tokens", w.tokens},
-            {"steps_dropped", h.steps_dropped},
-            {"slot_bytes", h.slot_bytes},
-            {"total_expert_bytes", w.total_expert_bytes},
-            {"prefetch", !no_prefetch},
-            {"workload",
-             {{"hot10_share", w.hot10_share}, {"consecutive_overlap", w.consecutive_overlap}, {"compute_ns_per_token", w.compute_ns_per_token}}},
-            {"disk_bytes_per_s", disk},
-            {"disk_source", disk > 0 ? disk_source : ""},
-            {"budgets", json::array()}};
+        json out = {{"traces", traces},
+                    {"arch", h.arch},
+                    {"layers", h.n_layer},
+                    {"experts", h.n_expert},
+                    {"experts_used", h.n_expert_used},
+                    {"steps", w.steps},
+                    {"tokens", w.tokens},
+                    {"steps_dropped", h.steps_dropped},
+                    {"slot_bytes", h.slot_bytes},
+                    {"total_expert_bytes", w.total_expert_bytes},
+                    {"prefetch", !no_prefetch},
+                    {"workload",
+                     {{"hot10_share", w.hot10_share},
+                      {"consecutive_overlap", w.consecutive_overlap},
+                      {"distant_overlap", w.distant_overlap},
+                      {"compute_ns_per_token", w.compute_ns_per_token}}},
+                    {"disk_bytes_per_s", disk},
+                    {"disk_source", disk > 0 ? disk_source : ""},
+                    {"budgets", json::array()}};
         if (h.cache_bytes) {
             out["recorded"] = result_json(recorded, 0, predict(recorded));
             if (same_as_recorded) out["simulated_at_recorded"] = result_json(*same_as_recorded, 0, predict(*same_as_recorded));
@@ -233,9 +235,9 @@ int cmd_cache_sim(const std::vector<std::string>& args) {
                 static_cast<unsigned long long>(w.steps), static_cast<unsigned long long>(w.tokens),
                 h.steps_dropped ? (", " + std::to_string(h.steps_dropped) + " oldest steps dropped").c_str() : "");
     std::printf(
-        "workload: the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% of experts; "
-        "compute %.2f ms per token\n",
-        100 * w.hot10_share, 100 * w.consecutive_overlap, w.compute_ns_per_token / 1e6);
+        "workload: the hottest 10%% of each layer's experts take %.1f%% of routings; consecutive tokens share %.1f%% of experts, "
+        "tokens %zu apart %.1f%%; compute %.2f ms per token\n",
+        100 * w.hot10_share, 100 * w.consecutive_overlap, RoutingWorkload::kDistantTokens, 100 * w.distant_overlap, w.compute_ns_per_token / 1e6);
     if (disk > 0) std::printf("disk: %.2f GB/s from %s\n", disk / 1e9, disk_source.c_str());
     else std::printf("disk: unknown (--disk-gbps or --host): no speed prediction\n");
     std::printf(

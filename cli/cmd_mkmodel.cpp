@@ -69,6 +69,9 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         "probs-bias", po::bool_switch(&s.probs_bias), "add an exp_probs_b selection bias")(
         "router-skew", po::value(&s.router_skew)->default_value(0.f),
         "Zipf exponent of expert popularity per layer (real routers are skewed; 0: the random router's, near uniform)")(
+        "router-locality", po::value(&s.router_locality)->default_value(0.f),
+        "consecutive tokens route alike: the gain of a first-layer head that averages the last ~10 tokens "
+        "(qwen3moe, glm4moe, deepseek2, glm-dsa; 0: off; cache-sim and bench print the overlap reached)")(
         "norm-weights", po::bool_switch(&s.norm_weights), "renormalise the chosen experts' weights")(
         "weights-scale", po::value(&s.weights_scale)->default_value(0.f), "multiply the experts' weights (0: off)")(
         "nextn", po::value(&s.nextn)->default_value(0), "NextN/MTP blocks after the trunk (not run)")(

@@ -12,6 +12,7 @@
 #include "engine/kernels/kernels.h"
 #include "synth/blocks.h"
 #include "synth/deepseek4.h"
+#include "synth/router_locality.h"
 
 namespace moe::synth {
 
@@ -261,6 +262,8 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
 
     // Tensors
     Writer w(s, plan);
+    check_router_locality(s);
+    w.edit_for = [&s](const std::string& name) { return locality_edit(s, name); };
     w.matrix("token_embd.weight", {s.embd, n_vocab}, std::sqrt(static_cast<float>(s.embd) / 3.f));
     w.vec("output_norm.weight", s.embd);
     // With the built-in byte vocabulary the demo's output head has rows only for printable ASCII, newline and

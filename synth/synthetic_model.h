@@ -55,6 +55,8 @@ struct SyntheticSpec {
     // > 0: expert popularity per layer follows a Zipf law of this exponent (the hot experts differ per layer),
     // as real routers are skewed; 0: the random router's own, close to uniform.
     float router_skew = 0.f;
+    // > 0: consecutive tokens route alike, more so the larger (synth/router_locality.h); 0: off.
+    float router_locality = 0.f;
     bool norm_weights = false;
     float weights_scale = 0.f;
     uint32_t nextn = 0;  // NextN/MTP blocks appended after the trunk

@@ -69,6 +69,8 @@ public:
     }
 
     std::vector<GgufTensorData> tensors;
+    // Consulted for every tensor by name: an edit applied after the tensor's own (--router-locality's).
+    std::function<RowEdit(const std::string&)> edit_for;
 
 private:
     void add(const std::string& name, std::vector<uint64_t> ne, GgmlType type, float scale, float offset,
@@ -93,6 +95,7 @@ private:
             tensors.push_back(std::move(t));
             return;
         }
+        const RowEdit extra = edit_for ? edit_for(name) : RowEdit{};
         for (uint64_t r = 0; r < rows; ++r) {
             if (random_blocks) {
                 const auto blocks = kernels::random_weight_row(type, ne[0], rng_());
@@ -102,6 +105,7 @@ private:
             for (auto& x : row) x = offset + scale * uni(rng_);
             if (zero_row && zero_row(r)) std::fill(row.begin(), row.end(), 0.f);
             if (edit) edit(r, row);
+            if (extra) extra(r, row);
             kernels::quantize_row(type, row.data(), t.bytes.data() + r * *rb, static_cast<int64_t>(ne[0]));
         }
         tensors.push_back(std::move(t));

@@ -451,12 +451,89 @@ TEST(CacheSim, WorkloadMeasuresAreExact) {
     const RoutingWorkload w = measure_workload(t);
     EXPECT_DOUBLE_EQ(w.hot10_share, 3.0 / 8);          // the hottest 10% (1 expert: 0) takes 3 of 8 routings
     EXPECT_DOUBLE_EQ(w.consecutive_overlap, 2.0 / 6);  // {0} of {0,2}, {0} of {0,1}, none of {3,4}
+    EXPECT_DOUBLE_EQ(w.distant_overlap, 0);            // no token has one 16 before it
     EXPECT_DOUBLE_EQ(w.compute_ns_per_token, 2000);
     EXPECT_EQ(w.total_expert_bytes, 10u * 8192);
     // Without 'D' records the lookups come from the routes: 8 routings, 6 distinct per-step sets of 2.
     const CacheSimResult r = simulate_engine_cache(t, EvictionPolicy::Lru, 4 * 8192);
     EXPECT_EQ(r.lookups, 8u);
     EXPECT_EQ(r.hits, 3u);  // 0 at tokens 2 and 3, 1 at token 3
+    // One prompt step of 20 tokens: token i routes {i % 5, 5 + i % 3}. Neither 1 nor 16 is a multiple of 5 or 3,
+    // so neither neighbours nor tokens 16 apart share an expert; with every second expert made 5, each pair
+    // shares one of two.
+    TraceStep prompt;
+    prompt.n_tokens = 20;
+    TraceLayerEvent r20;
+    r20.kind = 'R';
+    r20.layer = 1;
+    r20.k = 2;
+    for (uint16_t i = 0; i < 20; ++i) {
+        r20.experts.insert(r20.experts.end(), {static_cast<uint16_t>(i % 5), static_cast<uint16_t>(5 + i % 3)});
+        r20.weights.insert(r20.weights.end(), {0.5f, 0.5f});
+    }
+    prompt.events.push_back(r20);
+    RoutingTrace p;
+    p.header = t.header;
+    p.steps = {prompt};
+    EXPECT_DOUBLE_EQ(measure_workload(p).distant_overlap, 0);
+    EXPECT_DOUBLE_EQ(measure_workload(p).consecutive_overlap, 0);
+    for (auto& e : p.steps[0].events[0].experts)
+        if (e >= 5) e = 5;  // now every token shares its second expert with every other
+    EXPECT_DOUBLE_EQ(measure_workload(p).distant_overlap, 0.5);
+    EXPECT_DOUBLE_EQ(measure_workload(p).consecutive_overlap, 0.5);
+}
+
+// --router-locality: neighbouring tokens route alike and distant ones no more than before (the locality is
+// local, not a fixed hot set); 0 writes the very file the option's absence writes; architectures it has no
+// construction for are refused in one line.
+TEST(CacheSim, RouterLocalityRoutesNeighboursAlike) {
+    test::TempDir dir;
+    auto workload = [&](const std::string& arch_flags, const std::string& gain) {
+        const std::string model = dir / ("m" + gain + ".gguf"), trace = dir / ("t" + gain + ".trace");
+        std::filesystem::remove(trace);
+        EXPECT_EQ(
+            test::run_moestream("mkmodel " + arch_flags + " --experts 32 --experts-used 4 --ffn 64 --vocab-builtin --seed 3 --router-locality " +
+                                    gain + " --out " + model,
+                                true)
+                .first,
+            0);
+        auto [rc, out] = test::run_moestream(
+            "bench --model " + model + " --no-fio --tokens 2 --prompt-tokens 160 --parallel '' --routing-trace " + trace, true);
+        EXPECT_EQ(rc, 0) << out;
+        return measure_workload(read_routing_trace(trace));
+    };
+    for (const std::string arch : {"--layers 3 --embd 256 --heads 4 --kv-heads 2 --head-dim 64",
+                                   "--arch glm-dsa --layers 3 --embd 256 --heads 4 --q-lora 128 --kv-lora 128 --qk-nope 32 --qk-rope 64 "
+                                   "--v-head 32 --indexer-heads 2 --indexer-dim 64 --indexer-top-k 256"}) {
+        const RoutingWorkload off = workload(arch, "0"), on = workload(arch, "32");
+        std::cerr << "[  NOTE    ] " << arch.substr(0, 14) << ": consecutive overlap " << off.consecutive_overlap << " -> " << on.consecutive_overlap
+                  << ", 16 apart " << off.distant_overlap << " -> " << on.distant_overlap << "\n";
+        EXPECT_GT(on.consecutive_overlap, off.consecutive_overlap + 0.15) << arch;
+        EXPECT_LT(on.distant_overlap, off.distant_overlap + 0.1) << arch;
+        EXPECT_GT(on.consecutive_overlap, on.distant_overlap + 0.15) << arch;
+    }
+    const std::string plain = dir / "plain.gguf", zero = dir / "zero.gguf";
+    ASSERT_EQ(test::run_moestream("mkmodel --layers 2 --embd 64 --heads 2 --experts 8 --experts-used 2 --ffn 32 --vocab-builtin --out " + plain, true)
+                  .first,
+              0);
+    ASSERT_EQ(
+        test::run_moestream(
+            "mkmodel --layers 2 --embd 64 --heads 2 --experts 8 --experts-used 2 --ffn 32 --vocab-builtin --router-locality 0 --out " + zero, true)
+            .first,
+        0);
+    auto bytes = [](const std::string& path) {
+        std::ifstream f(path, std::ios::binary);
+        return std::string{std::istreambuf_iterator<char>(f), {}};
+    };
+    EXPECT_EQ(bytes(plain), bytes(zero));
+    auto [bad, bad_out] = test::run_moestream(
+        "mkmodel --arch qwen35moe --layers 4 --embd 64 --heads 2 --experts 8 --experts-used 2 --ffn 32 --vocab-builtin "
+        "--router-locality 4 --out " +
+            dir / "x.gguf",
+        true);
+    EXPECT_EQ(bad, 2) << bad_out;
+    EXPECT_NE(bad_out.find("--router-locality is written for qwen3moe, glm4moe, deepseek2 and glm-dsa, not qwen35moe"), std::string::npos) << bad_out;
+    EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
 }
 
 // profile --trace counts the traces' routings: the profile a server's own traffic gives.

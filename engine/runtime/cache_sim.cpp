@@ -1,6 +1,7 @@
 #include "engine/runtime/cache_sim.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -403,8 +404,15 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
     const RoutingTraceHeader& h = trace.header;
     RoutingWorkload w;
     std::vector<uint64_t> counts(static_cast<size_t>(h.n_layer) * h.n_expert, 0);
-    std::vector<std::vector<uint16_t>> previous(h.n_layer);  // each layer's last token's experts
-    uint64_t shared = 0, compared = 0, decode_ns = 0, decode_tokens = 0, all_ns = 0;
+    constexpr size_t D = RoutingWorkload::kDistantTokens;
+    // Each layer's last D + 1 tokens' experts, newest last.
+    std::vector<std::deque<std::vector<uint16_t>>> previous(h.n_layer);
+    uint64_t shared = 0, compared = 0, far_shared = 0, far_compared = 0, decode_ns = 0, decode_tokens = 0, all_ns = 0;
+    auto overlap = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+        uint64_t n = 0;
+        for (uint16_t e : a) n += std::count(b.begin(), b.end(), e) ? 1 : 0;
+        return n;
+    };
     for (const TraceStep& step : trace.steps) {
         w.steps++;
         w.tokens += step.n_tokens;
@@ -424,10 +432,15 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
                 for (uint16_t e : cur) counts[static_cast<size_t>(ev.layer) * h.n_expert + e]++;
                 auto& prev = previous[ev.layer];
                 if (!prev.empty()) {
-                    for (uint16_t e : cur) shared += std::count(prev.begin(), prev.end(), e) ? 1 : 0;
+                    shared += overlap(cur, prev.back());
                     compared += cur.size();
                 }
-                prev = std::move(cur);
+                if (prev.size() >= D) {
+                    far_shared += overlap(cur, prev[prev.size() - D]);
+                    far_compared += cur.size();
+                }
+                prev.push_back(std::move(cur));
+                if (prev.size() > D) prev.pop_front();
             }
         }
     }
@@ -445,6 +458,7 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
     }
     w.hot10_share = total ? static_cast<double>(hot_sum) / static_cast<double>(total) : 0;
     w.consecutive_overlap = compared ? static_cast<double>(shared) / static_cast<double>(compared) : 0;
+    w.distant_overlap = far_compared ? static_cast<double>(far_shared) / static_cast<double>(far_compared) : 0;
     w.compute_ns_per_token = decode_tokens ? static_cast<double>(decode_ns) / static_cast<double>(decode_tokens)
                              : w.tokens    ? static_cast<double>(all_ns) / static_cast<double>(w.tokens)
                                            : 0;

@@ -57,8 +57,10 @@ LiveCacheBound live_cache_bound(const RoutingTrace& recent);
 
 struct RoutingWorkload {
     uint64_t steps = 0, tokens = 0, decode_steps = 0;
-    double hot10_share = 0;           // share of routings that go to each layer's hottest 10% of experts
-    double consecutive_overlap = 0;   // share of a token's experts its predecessor also chose (same layer)
+    double hot10_share = 0;          // share of routings that go to each layer's hottest 10% of experts
+    double consecutive_overlap = 0;  // share of a token's experts its predecessor also chose (same layer)
+    double distant_overlap = 0;      // ... that the token kDistantTokens before it chose: what is left of locality
+    static constexpr size_t kDistantTokens = 16;
     double compute_ns_per_token = 0;  // decode steps' wall time minus time blocked on reads, per token
     uint64_t total_expert_bytes = 0;  // every routed expert once (what "100%" of a budget means)
 };
