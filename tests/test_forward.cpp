@@ -132,6 +132,36 @@ const ArchCase kArchCases[] = {
          o.insert(o.end(), {"--random-blocks"});
          return o;
      }()},
+    {"qwen3moe-q4_0_r8", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q4_0_r8");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-q5_0_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q5_0_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-q6_0_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q6_0_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq4_nl_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq4_nl_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
+    {"qwen3moe-iq4_xs_r8", Flavor::Avx2,
+     [] {
+         auto o = qwen3("iq4_xs_r8");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
     {"qwen3moe-iq2_xs", Flavor::Avx2,
      [] {

@@ -86,8 +86,8 @@ constexpr std::array kTypes = {
     Entry{156, {"iq3_ks", 256, 102, 2, true, ik}},
     Entry{157, {"iq2_kl", 256, 86, 2, true, ik}},
     Entry{158, {"iq1_kt", 256, 56, 4, true, ik}},
-    Entry{202, {"q4_0_r8", 32, 18, 0, false, ik}},
-    Entry{206, {"q5_0_r4", 32, 22, 0, false, ik}},
+    Entry{202, {"q4_0_r8", 32, 18, 0, true, ik}},
+    Entry{206, {"q5_0_r4", 32, 22, 0, true, ik}},
     Entry{208, {"q8_0_r8", 32, 34, 0, true, ik}},
     Entry{210, {"q2_k_r4", 256, 84, 0, false, ik}},
     Entry{211, {"q3_k_r4", 256, 110, 0, false, ik}},
@@ -98,13 +98,13 @@ constexpr std::array kTypes = {
     Entry{217, {"iq2_xs_r4", 256, 74, 0, false, ik}},
     Entry{218, {"iq3_xxs_r4", 256, 98, 0, false, ik}},
     Entry{219, {"iq1_s_r4", 32, 6, 2, true, ik}},
-    Entry{220, {"iq4_nl_r4", 32, 18, 0, false, ik}},
+    Entry{220, {"iq4_nl_r4", 32, 18, 0, true, ik}},
     Entry{221, {"iq3_s_r4", 256, 110, 0, false, ik}},
     Entry{222, {"iq2_s_r4", 256, 82, 0, false, ik}},
-    Entry{223, {"iq4_xs_r8", 256, 136, 0, false, ik}},
+    Entry{223, {"iq4_xs_r8", 256, 136, 0, true, ik}},
     Entry{229, {"iq1_m_r4", 32, 7, 2, false, ik}},
     Entry{230, {"bf16_r16", 1, 2, 0, false, ik}},
-    Entry{233, {"q6_0_r4", 32, 26, 0, false, ik}},
+    Entry{233, {"q6_0_r4", 32, 26, 0, true, ik}},
     Entry{335, {"iq2_bn_r4", 64, 16, 4, false, ik}},
     Entry{337, {"iq2_k_r4", 256, 76, 0, true, ik}},
     Entry{338, {"iq3_k_r4", 256, 110, 0, true, ik}},
@@ -193,6 +193,11 @@ GgmlType interleaved_base(GgmlType t) {
         case GgmlType::Q8_0_R8: return GgmlType::Q8_0;
         case GgmlType::Q4_K_R4: return GgmlType::Q4_K;
         case GgmlType::Q6_K_R4: return GgmlType::Q6_K;
+        case GgmlType::Q4_0_R8: return GgmlType::Q4_0;
+        case GgmlType::Q5_0_R4: return GgmlType::Q5_0;
+        case GgmlType::Q6_0_R4: return GgmlType::Q6_0;
+        case GgmlType::IQ4_NL_R4: return GgmlType::IQ4_NL;
+        case GgmlType::IQ4_XS_R8: return GgmlType::IQ4_XS;
         default: throw std::invalid_argument("no base type known for " + std::string(type_info(t).name));
     }
 }

@@ -168,6 +168,35 @@ struct BlockQ6_K_R4 {
     uint8_t ql[512];
 };  // 840
 static_assert(sizeof(BlockQ4_K_R4) == 576 && sizeof(BlockQ6_K_R4) == 840);
+
+// The 32-weight legacy forms (repack_q4_0 / q5_0 / q6_0 / iq4_nl) and IQ4_XS_R8: the rows' f16 d first, then
+// their bits in the positions of ik_r4_layout.h. No per-row metadata.
+struct BlockQ4_0_R8 {
+    uint16_t d[8];
+    uint8_t qs[128];
+};  // 8 rows x 32 weights
+struct BlockQ5_0_R4 {
+    uint16_t d[4];
+    uint8_t qh[16];
+    uint8_t qs[64];
+};  // 4 rows x 32 weights
+struct BlockQ6_0_R4 {
+    uint16_t d[4];
+    uint8_t qh[32];
+    uint8_t qs[64];
+};  // 4 rows x 32 weights
+struct BlockIQ4_NL_R4 {
+    uint16_t d[4];
+    uint8_t qs[64];
+};  // 4 rows x 32 weights
+struct BlockIQ4_XS_R8 {
+    uint16_t d[8];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qs[1024];
+};  // 8 rows x 256 weights
+static_assert(sizeof(BlockQ4_0_R8) == 144 && sizeof(BlockQ5_0_R4) == 88 && sizeof(BlockQ6_0_R4) == 104 && sizeof(BlockIQ4_NL_R4) == 72 &&
+              sizeof(BlockIQ4_XS_R8) == 1088);
 static_assert(sizeof(BlockIQ2_K_R4) == 304 && sizeof(BlockIQ3_K_R4) == 440 && sizeof(BlockIQ4_K_R4) == 576 && sizeof(BlockIQ5_K_R4) == 704);
 static_assert(sizeof(BlockIQ5_KS_R4) == 672 && sizeof(BlockQ8_0_R8) == 272);
 static_assert(sizeof(BlockIQ2_K) == 76 && sizeof(BlockIQ3_K) == 110 && sizeof(BlockIQ4_K) == 144 && sizeof(BlockIQ5_K) == 176);

@@ -94,9 +94,14 @@ inline constexpr int interleaved_block_scales(GgmlType t) {
         case GgmlType::IQ3_K_R4:
         case GgmlType::IQ4_K_R4:
         case GgmlType::IQ5_K_R4:
-        case GgmlType::Q6_K_R4: return 4;
+        case GgmlType::Q6_K_R4:
+        case GgmlType::Q5_0_R4:
+        case GgmlType::Q6_0_R4:
+        case GgmlType::IQ4_NL_R4: return 4;
         case GgmlType::Q8_0_R8:
-        case GgmlType::Q4_K_R4: return 8;  // its rows' d, then their dmin
+        case GgmlType::Q4_0_R8:
+        case GgmlType::IQ4_XS_R8:
+        case GgmlType::Q4_K_R4: return 8;  // (Q4_K_R4: its rows' d, then their dmin)
         default: return 0;
     }
 }

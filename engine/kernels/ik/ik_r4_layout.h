@@ -44,5 +44,18 @@ inline constexpr BitPos six_high(int ib, int k, int t) {
 inline constexpr int q4_k_code(int ib, int k) { return 4 * ib + k; }
 // Q8_0_R8: weight t of row k (0..7) in a 32-weight block of eight rows.
 inline constexpr int q8_0_r8_index(int k, int t) { return 128 * (t / 16) + 32 * ((t % 16) / 4) + 4 * k + t % 4; }
+// Q4_0_R8 (eight rows of 32): Q4_0's bytes in groups of four per row; byte 32l + 4k + i holds weights 4l + i (low
+// nibble) and 16 + 4l + i (high).
+inline constexpr BitPos q4_0_r8_nibble(int k, int t) { return {32 * ((t % 16) / 4) + 4 * k + t % 4, 4 * (t / 16)}; }
+// The 4-row 32-weight forms (IQ4_NL_R4, Q5_0_R4 / Q6_0_R4's low bits) keep nibble(0, k, t)'s order. Q5_0_R4's
+// fifth bit: byte 4k + i, bit 2 (g % 4) + g / 4 for weights 4g + i.
+inline constexpr BitPos q5_0_r4_high(int k, int t) { return {4 * k + t % 4, 2 * ((t / 4) % 4) + t / 16}; }
+// Q6_0_R4's two high bits: byte 16h + 4k + i (h: the second 16), bits 2f for weight 16h + 4f + i.
+inline constexpr BitPos q6_0_r4_high(int k, int t) { return {16 * (t / 16) + 4 * k + t % 4, 2 * ((t % 16) / 4)}; }
+// IQ4_XS_R8 (eight rows of 256): sub-block ib's weights 8l + i (low nibble) and 8l + 4 + i (high) at byte
+// 128 ib + 32 l + 4 k + i; the 6-bit scale n = 8 ib + k: low nibble in scales_l[n % 32] at 4 (n / 32), high 2
+// bits in scales_h[n % 16] at 2 (n / 16).
+inline constexpr BitPos iq4_xs_r8_nibble(int ib, int k, int t) { return {128 * ib + 32 * (t / 8) + 4 * k + t % 4, 4 * ((t % 8) / 4)}; }
+inline constexpr int iq4_xs_r8_code(int ib, int k) { return 8 * ib + k; }
 
 }  // namespace moe::ik::r4

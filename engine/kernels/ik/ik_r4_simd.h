@@ -9,6 +9,7 @@
 
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
+#include "engine/kernels/ik/ik_legacy_r4_simd.h"
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
@@ -207,6 +208,29 @@ template <int NY>
 struct Q80R8 {
     static constexpr auto run = q8_0_r8_tokens<NY>;
 };
+template <bool Lone>
+struct Q40R8 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = q4_0_r8_tokens<Lone, NY>;
+    };
+};
+template <GgmlType T>
+struct LegacyR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = legacy_r4_tokens<T, NY>;
+    };
+};
+template <GgmlType T>
+void add_legacy_r4(KernelTable& t) {
+    t.dot_rows[type_slot(T)] = rows_one<LegacyR4<T>::template Of>;
+    t.tile[type_slot(T)] = tokens_tile<LegacyR4<T>::template Of>;
+}
+template <int NY>
+struct Iq4XsR8 {
+    static constexpr auto run = iq4_xs_r8_tokens<NY>;
+};
 template <int NY>
 struct Iq1SR4 {
     static constexpr auto run = iq1_s_r4_tokens<NY>;
@@ -240,6 +264,15 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<true>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<false>::Of>;
     t.tile_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<false>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q4_0_R8)] = ikr::rows_one<ikr::Q40R8<true>::Of>;
+    t.tile[type_slot(GgmlType::Q4_0_R8)] = ikr::tokens_tile<ikr::Q40R8<true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q4_0_R8)] = ikr::rows_one<ikr::Q40R8<false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q4_0_R8)] = ikr::tokens_tile<ikr::Q40R8<false>::Of>;
+    ikr::add_legacy_r4<GgmlType::Q5_0_R4>(t);
+    ikr::add_legacy_r4<GgmlType::Q6_0_R4>(t);
+    ikr::add_legacy_r4<GgmlType::IQ4_NL_R4>(t);
+    t.dot_rows[type_slot(GgmlType::IQ4_XS_R8)] = ikr::rows_one<ikr::Iq4XsR8>;
+    t.tile[type_slot(GgmlType::IQ4_XS_R8)] = ikr::tokens_tile<ikr::Iq4XsR8>;
 }
 
 }  // namespace

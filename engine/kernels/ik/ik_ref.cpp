@@ -229,7 +229,9 @@ GgmlType activation_type(GgmlType t) {
     if (t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4 || t == GgmlType::Q4_K_R4) return GgmlType::IK_Q8_K32;
     if (t == GgmlType::IQ2_K_R4 || t == GgmlType::IQ3_K_R4 || t == GgmlType::IQ4_K_R4 || t == GgmlType::IQ5_K_R4 || t == GgmlType::Q6_K_R4)
         return GgmlType::IK_Q8_K;
-    if (t == GgmlType::Q8_0_R8) return GgmlType::IK_Q8_2_X4;
+    if (t == GgmlType::Q8_0_R8 || t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4)
+        return GgmlType::IK_Q8_2_X4;
+    if (t == GgmlType::IQ4_XS_R8) return GgmlType::IK_Q8_K32;
     return t;
 }
 
@@ -264,6 +266,12 @@ void add_reference_kernels(kernels::KernelTable& k) {
     k.dot_rows_batch[kernels::type_slot(GgmlType::Q4_K_R4)] = dot_rows_q4_k_r4_ref<false>;
     k.dot_rows[kernels::type_slot(GgmlType::Q6_K_R4)] = dot_rows_q6_k_r4_ref<true>;
     k.dot_rows_batch[kernels::type_slot(GgmlType::Q6_K_R4)] = dot_rows_q6_k_r4_ref<false>;
+    k.dot_rows[kernels::type_slot(GgmlType::Q4_0_R8)] = dot_rows_q4_0_r8_ref<true>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::Q4_0_R8)] = dot_rows_q4_0_r8_ref<false>;
+    k.dot_rows[kernels::type_slot(GgmlType::Q5_0_R4)] = dot_rows_legacy_r4_ref<GgmlType::Q5_0_R4>;
+    k.dot_rows[kernels::type_slot(GgmlType::Q6_0_R4)] = dot_rows_legacy_r4_ref<GgmlType::Q6_0_R4>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ4_NL_R4)] = dot_rows_legacy_r4_ref<GgmlType::IQ4_NL_R4>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ4_XS_R8)] = dot_rows_iq4_xs_r8_ref;
     set_dot<dot_q6_0_ref>(k, GgmlType::Q6_0);
     set_dot<dot_trellis_ref_of<GgmlType::IQ1_KT>>(k, GgmlType::IQ1_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ2_KT>>(k, GgmlType::IQ2_KT);

@@ -37,6 +37,14 @@ float dot_converted_ref_of(int64_t n, const void* w, const void* a) {
 
 // The formats ik multiplies with Q8_2_X4 activations (ik_ref_x4.cpp).
 void quantize_q8_2_x4(const float* x, void* out, int64_t n);
+// One 32-value block of a Q8_2_X4 row: its scale, the sum of its values and the values, wherever the row keeps
+// them (the first 4 * (n / 128) blocks in groups of four, the rest as 36-byte blocks).
+struct Q8_2View {
+    float d;
+    int16_t s;
+    const int8_t* qs;
+};
+Q8_2View q8_2_block(const void* row, int64_t n, int64_t b);
 float dot_ik_q8_0_ref(int64_t n, const void* w, const void* a);
 float dot_q6_0_ref(int64_t n, const void* w, const void* a);
 float dot_trellis_ref(GgmlType t, int64_t n, const void* w, const void* a);
@@ -59,6 +67,18 @@ template <bool Lone>
 void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 template <bool Lone>
 void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// The legacy forms (ik_ref_r4_legacy.cpp): Q4_0_R8 (a lone column's order and a batch's), Q5_0_R4, Q6_0_R4 and
+// IQ4_NL_R4 against Q8_2_X4; IQ4_XS_R8 against Q8_K32.
+template <bool Lone>
+void dot_rows_q4_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+template <GgmlType T>
+void dot_rows_legacy_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dot_rows_iq4_xs_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// Row k's block of a 32-weight legacy form: its unsigned indices (0..15, 0..31, 0..63) and its d.
+void legacy_r4_indices(GgmlType t, const uint8_t* block, int k, int q[32], float& d);
+// IQ4_XS_R8 row k, sub-block ib of a block: its 6-bit scale (32 the zero) and its 32 table indices.
+void iq4_xs_r8_sub_block(const uint8_t* block, int k, int ib, int& ls, int q[32]);
+void dequantize_legacy_r4_row(GgmlType t, const uint8_t* group, int k, int64_t n, float* y);
 // dequantize_row_*_r4: `rows` rows (a multiple of the group) of n weights each into out[row * n + j].
 void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int64_t rows);
 // Rows stored together by a type (its interleave: 4 for the _R4 forms, 8 for Q8_0_R8, else 1).

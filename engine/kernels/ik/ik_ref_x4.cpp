@@ -16,28 +16,6 @@
 namespace moe::ik {
 namespace {
 
-// One 32-value block of a Q8_2_X4 row: its scale and values, wherever the row keeps them (the first
-// 4 * (n / 128) blocks in groups of four, the rest as 36-byte blocks).
-struct Q8_2View {
-    float d;
-    int16_t s;
-    const int8_t* qs;
-};
-Q8_2View q8_2_block(const void* row, int64_t n, int64_t b) {
-    const auto* p = static_cast<const uint8_t*>(row);
-    const int64_t grouped = 4 * (n / 128);
-    if (b < grouped) {
-        const auto& g = reinterpret_cast<const BlockQ8_2x4*>(p)[b / 4];
-        return {bf16_to_fp32(g.d[b % 4]), g.s[b % 4], g.qs + 32 * (b % 4)};
-    }
-    const uint8_t* blk = p + 36 * b;
-    uint16_t d;
-    int16_t s;
-    std::memcpy(&d, blk, 2);
-    std::memcpy(&s, blk + 2, 2);
-    return {bf16_to_fp32(d), s, reinterpret_cast<const int8_t*>(blk + 4)};
-}
-
 int32_t dot_range(const int8_t* w, const int8_t* y, int from, int to) {
     int32_t s = 0;
     for (int e = from; e < to; ++e) s += w[e] * y[e];
@@ -64,6 +42,21 @@ Block32 block32(GgmlType t, const void* row, int64_t b) {
 }
 
 }  // namespace
+
+Q8_2View q8_2_block(const void* row, int64_t n, int64_t b) {
+    const auto* p = static_cast<const uint8_t*>(row);
+    const int64_t grouped = 4 * (n / 128);
+    if (b < grouped) {
+        const auto& g = reinterpret_cast<const BlockQ8_2x4*>(p)[b / 4];
+        return {bf16_to_fp32(g.d[b % 4]), g.s[b % 4], g.qs + 32 * (b % 4)};
+    }
+    const uint8_t* blk = p + 36 * b;
+    uint16_t d;
+    int16_t s;
+    std::memcpy(&d, blk, 2);
+    std::memcpy(&s, blk + 2, 2);
+    return {bf16_to_fp32(d), s, reinterpret_cast<const int8_t*>(blk + 4)};
+}
 
 // quantize_row_q8_2_x4 (AVX2): per 32, d = bf16(amax / 127) rounded to nearest even, values x * (1 / d) with that
 // rounded d, rounded half to even; s = the values' integer sum.

@@ -35,6 +35,56 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
     const int rg = row_group(t);
     const size_t rb = *row_bytes(t, static_cast<uint64_t>(n));
     std::memset(out, 0, rb * rg);
+    if (t == GgmlType::IQ4_XS_R8) {
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+            auto& o = reinterpret_cast<BlockIQ4_XS_R8*>(out)[ibl];
+            for (int k = 0; k < 8; ++k) {
+                const auto& x = reinterpret_cast<const BlockIQ4_XS*>(base_rows + k * rb)[ibl];
+                o.d[k] = x.d;
+                for (int ib = 0; ib < 8; ++ib) {
+                    const int ls = ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | ((x.scales_h >> (2 * ib)) & 3) << 4;
+                    const int code = iq4_xs_r8_code(ib, k);
+                    o.scales_l[code % 32] = static_cast<uint8_t>(o.scales_l[code % 32] | (ls & 0xF) << (4 * (code / 32)));
+                    o.scales_h[code % 16] = static_cast<uint8_t>(o.scales_h[code % 16] | (ls >> 4) << (2 * (code / 16)));
+                    for (int e = 0; e < 32; ++e) put(o.qs, iq4_xs_r8_nibble(ib, k, e), (x.qs[16 * ib + e % 16] >> (4 * (e / 16))) & 0xF);
+                }
+            }
+        }
+        return;
+    }
+    if (t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4) {
+        const size_t base_block = type_info(t).block_bytes, block = base_block * rg;
+        for (int64_t b = 0; b < n / 32; ++b)
+            for (int k = 0; k < rg; ++k) {
+                const uint8_t* x = base_rows + k * rb + b * base_block;
+                uint8_t* o = out + b * block;
+                std::memcpy(o + 2 * k, x, 2);  // d
+                int L[32];
+                for (int j = 0; j < 16; ++j) {
+                    const uint8_t* qs = x + (t == GgmlType::Q5_0_R4 ? 6 : t == GgmlType::Q6_0_R4 ? 10 : 2);
+                    L[j] = qs[j] & 0xF, L[j + 16] = qs[j] >> 4;
+                    if (t == GgmlType::Q5_0_R4) {
+                        uint32_t qh;
+                        std::memcpy(&qh, x + 2, 4);
+                        L[j] |= ((qh >> j) & 1) << 4, L[j + 16] |= ((qh >> (j + 16)) & 1) << 4;
+                    } else if (t == GgmlType::Q6_0_R4) {
+                        const int h = x[2 + j % 8] >> (4 * (j / 8));
+                        L[j] |= (h & 3) << 4, L[j + 16] |= ((h >> 2) & 3) << 4;
+                    }
+                }
+                for (int e = 0; e < 32; ++e) {
+                    if (t == GgmlType::Q4_0_R8) {
+                        put(o + 16, q4_0_r8_nibble(k, e), L[e]);
+                        continue;
+                    }
+                    uint8_t* qs = o + (t == GgmlType::Q5_0_R4 ? 24 : t == GgmlType::Q6_0_R4 ? 40 : 8);
+                    put(qs, nibble(0, k, e), L[e] & 0xF);
+                    if (t == GgmlType::Q5_0_R4) put(o + 8, q5_0_r4_high(k, e), L[e] >> 4);
+                    if (t == GgmlType::Q6_0_R4) put(o + 8, q6_0_r4_high(k, e), L[e] >> 4);
+                }
+            }
+        return;
+    }
     if (t == GgmlType::Q8_0_R8) {
         for (int64_t b = 0; b < n / 32; ++b) {
             auto& o = reinterpret_cast<BlockQ8_0_R8*>(out)[b];
