@@ -15,6 +15,7 @@
 #include "engine/gguf/ggml_types.h"
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/kernels.h"
 
 namespace moe::ik {
 
@@ -89,21 +90,11 @@ inline constexpr int row_scale_bytes(GgmlType t) {
 // f16 row scales at the start of each interleaved block (one per row of the group), for the forms that keep them
 // there instead of in front of the group.
 inline constexpr int interleaved_block_scales(GgmlType t) {
-    switch (t) {
-        case GgmlType::IQ2_K_R4:
-        case GgmlType::IQ3_K_R4:
-        case GgmlType::IQ4_K_R4:
-        case GgmlType::IQ5_K_R4:
-        case GgmlType::Q6_K_R4:
-        case GgmlType::Q5_0_R4:
-        case GgmlType::Q6_0_R4:
-        case GgmlType::IQ4_NL_R4: return 4;
-        case GgmlType::Q8_0_R8:
-        case GgmlType::Q4_0_R8:
-        case GgmlType::IQ4_XS_R8:
-        case GgmlType::Q4_K_R4: return 8;  // (Q4_K_R4: its rows' d, then their dmin)
-        default: return 0;
-    }
+    // every computed interleaved form but those with their row scales in front of the group
+    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4) return 0;
+    if (t == GgmlType::Q4_K_R4) return 8;  // its rows' d, then their dmin
+    const int group = kernels::interleaved_rows(t);
+    return group > 1 ? group : 0;
 }
 
 // Types whose blocks start with an f16 d (IQ2_K ... IQ6_K, Q6_0).

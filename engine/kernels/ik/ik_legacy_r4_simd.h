@@ -17,16 +17,10 @@ namespace moe::kernels {
 namespace {
 namespace ikr {
 
-// Lane sums of u (unsigned bytes) times y (signed bytes), four products per int32 lane.
-inline __m256i dot_u8_i8(__m256i acc, __m256i u, __m256i y) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(acc, u, y);
-#else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
-#endif
-}
-// Signed weights v against y: |v| times y with v's sign.
-inline __m256i dot_i8_i8(__m256i acc, __m256i v, __m256i y) { return dot_u8_i8(acc, _mm256_sign_epi8(v, v), _mm256_sign_epi8(y, v)); }
+// Lane sums of u (unsigned bytes) times y (signed bytes), four products per int32 lane; signed v with its sign
+// moved onto y (simd_common.h).
+inline __m256i dot_u8_i8(__m256i acc, __m256i u, __m256i y) { return _mm256_add_epi32(acc, dot_us8(u, y)); }
+inline __m256i dot_i8_i8(__m256i acc, __m256i v, __m256i y) { return _mm256_add_epi32(acc, dot_ss8(v, y)); }
 
 inline __m256i iq4nl_table() { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues))); }
 
