@@ -298,6 +298,13 @@ TEST(CacheSim, GuardKeepsItsSetWhenAStepOverflowsTheCache) {
         EXPECT_GT(guard.retained_hits(), 0.7 * static_cast<double>(min.hits)) << slots << " slots: " << guard.hits << " of MIN's " << min.hits;
         EXPECT_LE(guard.retained_hits(), min.hits);
     }
+    // Prompt-sized steps (more than kDecodeTokens tokens) never engage it, overflowing or not: a prompt's experts
+    // are not the set decode goes on to reuse.
+    RoutingTrace prompts = t;
+    for (auto& st : prompts.steps) st.n_tokens = InsertionRule::kDecodeTokens + 1;
+    const uint64_t small = (step_demand - 6) * t.header.slot_bytes;
+    EXPECT_EQ(simulate_engine_cache(prompts, EvictionPolicy::LruFrequencyGuard, small).hits,
+              simulate_engine_cache(prompts, EvictionPolicy::LruFrequency, small).hits);
     for (uint64_t slots : {step_demand, step_demand + 8}) {
         const uint64_t budget = slots * t.header.slot_bytes;
         const CacheSimResult freq = simulate_engine_cache(t, EvictionPolicy::LruFrequency, budget);

@@ -413,6 +413,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     const auto chunk_start = Clock::now();
     const uint64_t wait_start = opt_.routing_trace ? m_.experts->stats().wait_ns : 0;
     if (opt_.routing_trace) opt_.routing_trace->begin_step(static_cast<uint32_t>(n));
+    m_.experts->begin_step(static_cast<uint32_t>(n));
     n_banked_ = 0;
     if (tokens) row_tokens_.assign(tokens, tokens + n);
     else row_tokens_.assign(static_cast<size_t>(n), 0);

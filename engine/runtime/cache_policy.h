@@ -1,7 +1,6 @@
 // The expert cache's eviction rule, shared by the engine (expert_cache.cpp) and the simulator (cache_sim.cpp)
 // so that a replayed trace is judged by the rule the engine runs, not by a copy of it.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -59,37 +58,45 @@ inline bool prefetch_admits(EvictionPolicy policy, uint32_t candidate_uses, uint
     return policy == EvictionPolicy::Lru || candidate_uses > victim_uses;
 }
 
-// Where an expert loaded on a miss goes in the LRU list once computed. A step (one forward pass through the
-// MoE layers) that asks for more experts than the cache has slots makes LRU evict each expert shortly before
-// its next use: decode steps route alike, so the lookups go round a loop longer than the cache and almost
-// none hit (cache-sim on a greedy 12-layer trace at 10% of the experts: 0-5% hits where Belady's MIN gets
-// 75%). Under LruFrequencyGuard a miss then goes in at the LRU end instead (LRU insertion, Qureshi et al.,
-// "Adaptive Insertion Policies for High Performance Caching", ISCA 2007): it is the next to go unless the
-// router asks for it again first, so the experts already held stay and serve hits; one miss in
-// kBimodalEvery still goes to the front so the kept set follows the routing as it drifts. Steps that fit
-// keep plain LRU insertion. The engine and the simulator feed it the same calls in the same order.
+// Where an expert loaded on a miss goes in the LRU list once computed. A decode step (one forward pass through
+// the MoE layers) that asks for more experts than the cache has slots makes LRU evict each expert shortly before
+// its next use: decode steps route alike, so the lookups go round a loop longer than the cache and almost none
+// hit (cache-sim on a greedy 12-layer trace at 10% of the experts: 0-5% hits where Belady's MIN gets 75%).
+// Under LruFrequencyGuard a miss then goes in at the LRU end instead (LRU insertion, Qureshi et al., "Adaptive
+// Insertion Policies for High Performance Caching", ISCA 2007): it is the next to go unless the router asks for
+// it again first, so the experts already held stay and serve hits; one miss in kBimodalEvery still goes to the
+// front so the kept set follows the routing as it drifts. The rule acts when the last two steps were decode
+// steps (at most kDecodeTokens tokens: slots, drafts) that both overflowed; a prompt chunk asks for many experts
+// once, and the decode steps after a prompt must not keep the prompt's set. Steps that fit keep plain LRU
+// insertion. The engine and the simulator feed it the same calls in the same order.
 class InsertionRule {
 public:
     static constexpr uint64_t kBimodalEvery = 32;
+    static constexpr uint32_t kDecodeTokens = 64;
 
-    // Each layer request with its number of experts, in order; a layer at or below the previous one starts a
-    // step.
-    void on_request(uint32_t layer, size_t experts) {
-        if (layer <= last_layer_) steps_[1] = steps_[0], steps_[0] = step_, step_ = 0;
-        last_layer_ = layer;
-        step_ += experts;
+    // Each forward step as it starts, with its token count (the routing trace's steps).
+    void begin_step(uint32_t n_tokens) {
+        last_[1] = last_[0];
+        last_[0] = current_;
+        current_ = {n_tokens, 0};
     }
-    // For each miss as its slot is claimed: whether the slot goes to the LRU end when released. Both of the
-    // last two steps must have overflowed: a prompt chunk's step asks for many experts once, and guarding the
-    // decode step after it would keep the prompt's experts instead of the ones decode goes on to reuse.
+    // Each layer request with its number of experts (pinned ones left out).
+    void on_request(size_t experts) { current_.lookups += experts; }
+    // For each miss as its slot is claimed: whether the slot goes to the LRU end when released.
     bool miss_to_tail(EvictionPolicy policy, size_t usable_slots) {
-        if (policy != EvictionPolicy::LruFrequencyGuard || std::min(steps_[0], steps_[1]) <= usable_slots) return false;
+        if (policy != EvictionPolicy::LruFrequencyGuard) return false;
+        for (const Step& s : last_)
+            if (s.tokens == 0 || s.tokens > kDecodeTokens || s.lookups <= usable_slots) return false;
         return ++misses_ % kBimodalEvery != 0;
     }
 
 private:
-    uint32_t last_layer_ = UINT32_MAX;
-    uint64_t step_ = 0, steps_[2] = {0, 0}, misses_ = 0;  // this step's lookups so far, the last two steps'
+    struct Step {
+        uint32_t tokens = 0;
+        uint64_t lookups = 0;
+    };
+    Step current_, last_[2];
+    uint64_t misses_ = 0;
 };
 
 }  // namespace moe

@@ -39,6 +39,7 @@ public:
         for (size_t i = slots_.size(); i-- > 0;) free_.push_back(static_cast<int>(i));
     }
     size_t slot_count() const { return slots_.size(); }
+    void begin_step(uint32_t n_tokens) { insertion_.begin_step(n_tokens); }
 
     // request(): hits, misses; every chosen expert pinned until release_layer().
     void request(uint32_t layer, const std::vector<uint32_t>& experts, bool decode, CacheSimResult& r) {
@@ -46,7 +47,7 @@ public:
             if (s.protect && s.layer == layer && std::find(experts.begin(), experts.end(), s.expert) == experts.end()) s.protect = false;
         if (++requests_ % kFrequencyDecayEvery == 0)
             for (auto& f : freq_) f >>= 1;
-        insertion_.on_request(layer, experts.size());
+        insertion_.on_request(experts.size());
         loading_ = 0;
         for (uint32_t e : experts) {
             const int64_t key = key_of(layer, e);
@@ -232,6 +233,7 @@ CacheSimResult simulate_engine_cache(const RoutingTrace& trace, EvictionPolicy p
         const bool decode = step.n_tokens == 1, demanded = has_demand(step);
         r.tokens += step.n_tokens;
         if (decode) r.decode_tokens++;
+        cache.begin_step(step.n_tokens);
         // A layer's request, then the predictions made right after it, then its releases in the order the
         // engine computed the experts ('X'; request order when the trace has none): the order the runner calls
         // the cache in.
@@ -405,7 +407,8 @@ RoutingWorkload measure_workload(const RoutingTrace& trace) {
     RoutingWorkload w;
     std::vector<uint64_t> counts(static_cast<size_t>(h.n_layer) * h.n_expert, 0);
     constexpr size_t D = RoutingWorkload::kDistantTokens;
-    // Each layer's last D + 1 tokens' experts, newest last.
+    // Each layer's last D tokens' experts, newest last. (A trace of parallel slots interleaves its sequences'
+    // rows, so there "consecutive" compares neighbouring slots.)
     std::vector<std::deque<std::vector<uint16_t>>> previous(h.n_layer);
     uint64_t shared = 0, compared = 0, far_shared = 0, far_compared = 0, decode_ns = 0, decode_tokens = 0, all_ns = 0;
     auto overlap = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {

@@ -332,9 +332,8 @@ void StreamingExpertSource::request(uint32_t layer, std::span<const uint32_t> ex
     if (++requests_ % kFrequencyDecayEvery == 0)
         for (auto& f : freq_) f >>= 1;
     // Pinned experts have slots of their own: the step's demand on the others is what can overflow.
-    insertion_.on_request(layer, static_cast<size_t>(std::count_if(experts.begin(), experts.end(), [&](uint32_t e) {
-                              return e >= n_expert_ || !permanent_key_[static_cast<size_t>(key_of(layer, e))];
-                          })));
+    insertion_.on_request(static_cast<size_t>(std::count_if(
+        experts.begin(), experts.end(), [&](uint32_t e) { return e >= n_expert_ || !permanent_key_[static_cast<size_t>(key_of(layer, e))]; })));
     flags_.assign(experts.size(), 0);
     for (size_t i = 0; i < experts.size(); ++i) {
         const uint32_t e = experts[i];

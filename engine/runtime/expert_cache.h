@@ -52,6 +52,7 @@ public:
     void prefetch(uint32_t layer, std::span<const uint32_t> experts) override;
     bool streams() const override { return true; }
     void abandon() override;
+    void begin_step(uint32_t n_tokens) override { insertion_.begin_step(n_tokens); }
     uint64_t bytes_in_ram() const override { return arena_bytes_; }
     ExpertSourceStats stats() const override { return stats_; }
     void trace_reads(std::vector<ReadRecord>* sink) override { reader_->trace(sink); }

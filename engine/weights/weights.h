@@ -124,6 +124,8 @@ public:
     virtual bool streams() const { return false; }
     // Drops every outstanding request and pin (after an error mid-layer).
     virtual void abandon() {}
+    // A forward step of n_tokens tokens starts (the cache's insertion rule tells decode from prompt steps).
+    virtual void begin_step(uint32_t /*n_tokens*/) {}
     virtual uint64_t bytes_in_ram() const = 0;
     virtual ExpertSourceStats stats() const = 0;
     // Records every disk read from now on into `sink` (nullptr stops); sources that do not read ignore it.
