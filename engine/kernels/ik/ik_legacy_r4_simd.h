@@ -25,113 +25,251 @@ inline __m256i dot_i8_i8(__m256i acc, __m256i v, __m256i y) { return _mm256_add_
 inline __m256i iq4nl_table() { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues))); }
 
 // Q4_0_R8: per block the eight rows' exact sums of index x value; Lone: acc1 += d y.d S, acc2 += d m, then
-// acc1 - 8 acc2; a batch takes -8 (the four blocks' d m summed) per group first, and per tail block after its sum.
+// acc1 - 8 acc2; a batch takes -8 (the four blocks' d m summed) per group of four first, and per tail block after
+// its sum. V is the register: eight rows (one group, __m256) or, in the AVX-512 translation unit, sixteen (two
+// groups, __m512) with each lane's float steps unchanged.
+struct Q40R8x8 {
+    using F = __m256;
+    struct Bits {
+        __m256i lo[4], hi[4];  // weights 4l + i and 16 + 4l + i of each row's dword
+    };
+    static F zero() { return _mm256_setzero_ps(); }
+    static F set1(float x) { return _mm256_set1_ps(x); }
+    static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+    static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+    static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+    static F scales(const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8*, int64_t b) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g0[b].d)));
+    }
+    static void load(const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8*, int64_t b, Bits& q) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int l = 0; l < 4; ++l) {
+            const __m256i bits = load32(g0[b].qs + 32 * l);
+            q.lo[l] = _mm256_and_si256(bits, m4), q.hi[l] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        }
+    }
+    static F sums(const Bits& q, const int8_t* qy) {
+        __m256i s = _mm256_setzero_si256();
+        for (int l = 0; l < 4; ++l) {
+            int lo, hi;
+            std::memcpy(&lo, qy + 4 * l, 4);
+            std::memcpy(&hi, qy + 16 + 4 * l, 4);
+            s = _mm256_add_epi32(s, dot_us8(q.lo[l], _mm256_set1_epi32(lo)));
+            s = _mm256_add_epi32(s, dot_us8(q.hi[l], _mm256_set1_epi32(hi)));
+        }
+        return _mm256_cvtepi32_ps(s);
+    }
+};
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+struct Q40R8x16 {  // two groups: rows 0..7 from g0, 8..15 from g1
+    using F = __m512;
+    struct Bits {
+        __m512i lo[4], hi[4];
+    };
+    static F zero() { return _mm512_setzero_ps(); }
+    static F set1(float x) { return _mm512_set1_ps(x); }
+    static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+    static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+    static F scales(const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8* g1, int64_t b) {
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g0[b].d))),
+                                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(g1[b].d)), 1));
+    }
+    static void load(const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8* g1, int64_t b, Bits& q) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int l = 0; l < 4; ++l) {
+            const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(load32(g0[b].qs + 32 * l)), load32(g1[b].qs + 32 * l), 1);
+            q.lo[l] = _mm512_and_si512(bits, m4), q.hi[l] = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+        }
+    }
+    static F sums(const Bits& q, const int8_t* qy) {
+        __m512i s = _mm512_setzero_si512();
+        for (int l = 0; l < 4; ++l) {
+            int lo, hi;
+            std::memcpy(&lo, qy + 4 * l, 4);
+            std::memcpy(&hi, qy + 16 + 4 * l, 4);
+            s = _mm512_dpbusd_epi32(s, q.lo[l], _mm512_set1_epi32(lo));
+            s = _mm512_dpbusd_epi32(s, q.hi[l], _mm512_set1_epi32(hi));
+        }
+        return _mm512_cvtepi32_ps(s);
+    }
+};
+#endif
+
+// A block's weights unpacked once for all NY tokens; each token's accumulator takes the one-token steps.
+template <class V, bool Lone, int NY>
+void q4_0_r8_rows(int64_t n, const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8* g1, const uint8_t* act, size_t act_bytes, float* out,
+                  int64_t out_stride) {
+    using F = typename V::F;
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    F acc[NY], acc2[NY];
+    for (int t = 0; t < NY; ++t) acc[t] = acc2[t] = V::zero();
+    typename V::Bits q;
+    // block b for every token: its sums, y.d and m = y.d * (its activation sum)
+    auto block = [&](int64_t b, F S[NY], float dy[NY], float m[NY]) {
+        V::load(g0, g1, b, q);
+        for (int t = 0; t < NY; ++t) {
+            int ysum;
+            const int8_t* qy = x4_block(act + t * act_bytes, b, grouped, dy[t], ysum);
+            m[t] = dy[t] * static_cast<float>(ysum);
+            S[t] = V::sums(q, qy);
+        }
+    };
+    F S[4][NY];
+    float dy[4][NY], m[4][NY];
+    if (Lone) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const F d = V::scales(g0, g1, b);
+            block(b, S[0], dy[0], m[0]);
+            for (int t = 0; t < NY; ++t) {
+                acc[t] = V::fma(V::mul(d, V::set1(dy[0][t])), S[0][t], acc[t]);
+                acc2[t] = V::fma(d, V::set1(m[0][t]), acc2[t]);
+            }
+        }
+        for (int t = 0; t < NY; ++t) V::store(out + t * out_stride, V::fma(acc2[t], V::set1(-8.f), acc[t]));
+        return;
+    }
+    for (int64_t b0 = 0; b0 < grouped; b0 += 4) {
+        F d[4];
+        for (int j = 0; j < 4; ++j) d[j] = V::scales(g0, g1, b0 + j), block(b0 + j, S[j], dy[j], m[j]);
+        for (int t = 0; t < NY; ++t) {
+            F sumf = V::mul(d[0], V::set1(m[0][t]));
+            for (int j = 1; j < 4; ++j) sumf = V::fma(d[j], V::set1(m[j][t]), sumf);
+            acc[t] = V::fma(sumf, V::set1(-8.f), acc[t]);
+            for (int j = 0; j < 4; ++j) acc[t] = V::fma(V::mul(d[j], V::set1(dy[j][t])), S[j][t], acc[t]);
+        }
+    }
+    for (int64_t b = grouped; b < nb; ++b) {
+        const F d = V::scales(g0, g1, b);
+        block(b, S[0], dy[0], m[0]);
+        for (int t = 0; t < NY; ++t) {
+            acc[t] = V::fma(V::mul(d, V::set1(dy[0][t])), S[0][t], acc[t]);
+            acc[t] = V::fma(V::mul(d, V::set1(-8.f)), V::set1(m[0][t]), acc[t]);
+        }
+    }
+    for (int t = 0; t < NY; ++t) V::store(out + t * out_stride, acc[t]);
+}
+
 template <bool Lone, int NY>
 void q4_0_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
-    const int64_t nb = n / 32, grouped = 4 * (n / 128);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int64_t g = 0; g < rows / 8; ++g) {
-        const auto* blocks = reinterpret_cast<const ik::BlockQ4_0_R8*>(w + 8 * g * row_bytes);
-        __m256 acc[NY], acc2[NY];
-        for (int t = 0; t < NY; ++t) acc[t] = acc2[t] = _mm256_setzero_ps();
-        auto block = [&](int64_t b, int t, __m256& d8, __m256& S, float& dy, float& m) {
-            d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].d)));
-            int ysum;
-            const int8_t* qy = x4_block(act + t * act_bytes, b, grouped, dy, ysum);
-            m = dy * static_cast<float>(ysum);
-            __m256i s = _mm256_setzero_si256();
-            for (int l = 0; l < 4; ++l) {
-                const __m256i bits = load32(blocks[b].qs + 32 * l);
-                int lo, hi;
-                std::memcpy(&lo, qy + 4 * l, 4);
-                std::memcpy(&hi, qy + 16 + 4 * l, 4);
-                s = dot_u8_i8(s, _mm256_and_si256(bits, m4), _mm256_set1_epi32(lo));
-                s = dot_u8_i8(s, _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_set1_epi32(hi));
-            }
-            S = _mm256_cvtepi32_ps(s);
-        };
-        for (int t = 0; t < NY; ++t) {
-            __m256 d8, S;
-            float dy, m;
-            if (Lone) {
-                for (int64_t b = 0; b < nb; ++b) {
-                    block(b, t, d8, S, dy, m);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), S, acc[t]);
-                    acc2[t] = _mm256_fmadd_ps(d8, _mm256_set1_ps(m), acc2[t]);
-                }
-                acc[t] = _mm256_fmadd_ps(acc2[t], _mm256_set1_ps(-8.f), acc[t]);
-                continue;
-            }
-            for (int64_t b0 = 0; b0 < grouped; b0 += 4) {
-                __m256 dd[4], Ss[4], sumf = _mm256_setzero_ps();
-                for (int j = 0; j < 4; ++j) {
-                    block(b0 + j, t, d8, Ss[j], dy, m);
-                    dd[j] = _mm256_mul_ps(d8, _mm256_set1_ps(dy));
-                    sumf = j == 0 ? _mm256_mul_ps(d8, _mm256_set1_ps(m)) : _mm256_fmadd_ps(d8, _mm256_set1_ps(m), sumf);
-                }
-                acc[t] = _mm256_fmadd_ps(sumf, _mm256_set1_ps(-8.f), acc[t]);
-                for (int j = 0; j < 4; ++j) acc[t] = _mm256_fmadd_ps(dd[j], Ss[j], acc[t]);
-            }
-            for (int64_t b = grouped; b < nb; ++b) {
-                block(b, t, d8, S, dy, m);
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), S, acc[t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(-8.f)), _mm256_set1_ps(m), acc[t]);
-            }
-        }
-        for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
-    }
+    int64_t g = 0;
+    auto group = [&](int64_t at) { return reinterpret_cast<const ik::BlockQ4_0_R8*>(w + 8 * at * row_bytes); };
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 8; g += 2) q4_0_r8_rows<Q40R8x16, Lone, NY>(n, group(g), group(g + 1), act, act_bytes, out + 8 * g, out_stride);
+#endif
+    for (; g < rows / 8; ++g) q4_0_r8_rows<Q40R8x8, Lone, NY>(n, group(g), nullptr, act, act_bytes, out + 8 * g, out_stride);
 }
 
 // Q5_0_R4 / Q6_0_R4 / IQ4_NL_R4: per block the four fields' values (ik_r4_layout.h: field f holds weights 4f + i
 // in lane k, 16 + 4f + i in lane 4 + k), the lanes' exact sums, fma(d y.d, sum) and, for the unsigned indices,
 // fma(d, -8 m or -16 m) in each lane.
+template <GgmlType T>
+struct LegacyR4Block {
+    static constexpr size_t kBytes = T == GgmlType::Q5_0_R4   ? sizeof(ik::BlockQ5_0_R4)
+                                     : T == GgmlType::Q6_0_R4 ? sizeof(ik::BlockQ6_0_R4)
+                                                              : sizeof(ik::BlockIQ4_NL_R4);
+    static constexpr float kOffset = T == GgmlType::Q5_0_R4 ? -8.f : -16.f;
+    // The block's four fields (unsigned indices, or IQ4_NL_R4's signed values) and the rows' d in both lanes.
+    static void decode(const uint8_t* blk, __m256i q[4], __m256& d8) {
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk)));
+        d8 = _mm256_set_m128(d4, d4);
+        nibble_fields(blk + kBytes - 64, 0, q);  // the quants' low nibbles come last
+        if constexpr (T == GgmlType::Q5_0_R4) {
+            const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8)));
+            for (int f = 0; f < 4; ++f) q[f] = _mm256_or_si256(q[f], _mm256_slli_epi16(bit_of_bytes(hb, 2 * f, 2 * f + 1), 4));
+        } else if constexpr (T == GgmlType::Q6_0_R4) {
+            const __m256i hb = load32(blk + 8);
+            for (int f = 0; f < 4; ++f)
+                q[f] = _mm256_or_si256(q[f], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * f), _mm256_set1_epi8(3)), 4));
+        } else {
+            for (int f = 0; f < 4; ++f) q[f] = _mm256_shuffle_epi8(iq4nl_table(), q[f]);
+        }
+    }
+    // Activation block b's values as the four fields meet them (dword f of each 128-bit half), y.d and sum.
+    static void activations(const uint8_t* row, int64_t b, int64_t grouped, __m256i ys[4], float& dy, int& ysum) {
+        const __m256i yv = load32(x4_block(row, b, grouped, dy, ysum));
+        ys[0] = _mm256_shuffle_epi32(yv, 0x00), ys[1] = _mm256_shuffle_epi32(yv, 0x55);
+        ys[2] = _mm256_shuffle_epi32(yv, 0xaa), ys[3] = _mm256_shuffle_epi32(yv, 0xff);
+    }
+};
+
+template <GgmlType T, int NY>
+void legacy_r4_group(int64_t n, const uint8_t* group, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using B = LegacyR4Block<T>;
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    __m256 acc[NY];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i q[4], ys[4];
+        __m256 d8;
+        B::decode(group + b * B::kBytes, q, d8);
+        for (int t = 0; t < NY; ++t) {
+            float dy;
+            int ysum;
+            B::activations(act + t * act_bytes, b, grouped, ys, dy, ysum);
+            __m256i s = _mm256_setzero_si256();
+            for (int f = 0; f < 4; ++f) s = T == GgmlType::IQ4_NL_R4 ? dot_i8_i8(s, q[f], ys[f]) : dot_u8_i8(s, q[f], ys[f]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(s), acc[t]);
+            if constexpr (T != GgmlType::IQ4_NL_R4)
+                acc[t] = _mm256_fmadd_ps(d8, _mm256_set1_ps(B::kOffset * (dy * static_cast<float>(ysum))), acc[t]);
+        }
+    }
+    for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Two groups in a 512-bit register (lanes 0..7 the first group's, 8..15 the second's), each lane's steps as above.
+template <GgmlType T, int NY>
+void legacy_r4_group2(int64_t n, const uint8_t* g0, const uint8_t* g1, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using B = LegacyR4Block<T>;
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    __m512 acc[NY];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i q0[4], q1[4], ys[4];
+        __m256 d0, d1;
+        B::decode(g0 + b * B::kBytes, q0, d0);
+        B::decode(g1 + b * B::kBytes, q1, d1);
+        __m512i q[4];
+        __mmask64 neg[4];
+        for (int f = 0; f < 4; ++f) {
+            q[f] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[f]), q1[f], 1);
+            neg[f] = _mm512_movepi8_mask(q[f]);
+            if (T == GgmlType::IQ4_NL_R4) q[f] = _mm512_abs_epi8(q[f]);
+        }
+        const __m512 d16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(d0)), _mm256_castps_pd(d1), 1));
+        for (int t = 0; t < NY; ++t) {
+            float dy;
+            int ysum;
+            B::activations(act + t * act_bytes, b, grouped, ys, dy, ysum);
+            __m512i s = _mm512_setzero_si512();
+            for (int f = 0; f < 4; ++f) {
+                __m512i y = _mm512_broadcast_i64x4(ys[f]);
+                if (T == GgmlType::IQ4_NL_R4) y = _mm512_mask_sub_epi8(y, neg[f], _mm512_setzero_si512(), y);  // |v| x (y with v's sign)
+                s = _mm512_dpbusd_epi32(s, q[f], y);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d16, _mm512_set1_ps(dy)), _mm512_cvtepi32_ps(s), acc[t]);
+            if constexpr (T != GgmlType::IQ4_NL_R4)
+                acc[t] = _mm512_fmadd_ps(d16, _mm512_set1_ps(B::kOffset * (dy * static_cast<float>(ysum))), acc[t]);
+        }
+    }
+    for (int t = 0; t < NY; ++t) {
+        store_row_sums(_mm512_castps512_ps256(acc[t]), out + t * out_stride);
+        store_row_sums(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1)), out + t * out_stride + 4);
+    }
+}
+#endif
+
 template <GgmlType T, int NY>
 void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
-    constexpr size_t kBlock = T == GgmlType::Q5_0_R4   ? sizeof(ik::BlockQ5_0_R4)
-                              : T == GgmlType::Q6_0_R4 ? sizeof(ik::BlockQ6_0_R4)
-                                                       : sizeof(ik::BlockIQ4_NL_R4);
-    constexpr size_t kQs = kBlock - 64;  // the quants' low nibbles come last
-    constexpr float kOffset = T == GgmlType::Q5_0_R4 ? -8.f : -16.f;
-    const int64_t nb = n / 32, grouped = 4 * (n / 128);
-    const __m256i table = iq4nl_table();
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const uint8_t* group = w + 4 * g * row_bytes;
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* blk = group + b * kBlock;
-            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk)));
-            const __m256 d8 = _mm256_set_m128(d4, d4);
-            __m256i q[4];
-            nibble_fields(blk + kQs, 0, q);
-            if constexpr (T == GgmlType::Q5_0_R4) {
-                const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8)));
-                for (int f = 0; f < 4; ++f) q[f] = _mm256_or_si256(q[f], _mm256_slli_epi16(bit_of_bytes(hb, 2 * f, 2 * f + 1), 4));
-            } else if constexpr (T == GgmlType::Q6_0_R4) {
-                const __m256i hb = load32(blk + 8);
-                for (int f = 0; f < 4; ++f)
-                    q[f] = _mm256_or_si256(q[f], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * f), _mm256_set1_epi8(3)), 4));
-            } else {
-                for (auto& v : q) v = _mm256_shuffle_epi8(table, v);
-            }
-            for (int t = 0; t < NY; ++t) {
-                float dy;
-                int ysum;
-                const int8_t* qy = x4_block(act + t * act_bytes, b, grouped, dy, ysum);
-                const __m256i yv = load32(qy);
-                const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
-                                       _mm256_shuffle_epi32(yv, 0xff)};
-                __m256i s = _mm256_setzero_si256();
-                for (int f = 0; f < 4; ++f) s = T == GgmlType::IQ4_NL_R4 ? dot_i8_i8(s, q[f], ys[f]) : dot_u8_i8(s, q[f], ys[f]);
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(s), acc[t]);
-                if constexpr (T != GgmlType::IQ4_NL_R4)
-                    acc[t] = _mm256_fmadd_ps(d8, _mm256_set1_ps(kOffset * (dy * static_cast<float>(ysum))), acc[t]);
-            }
-        }
-        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
-    }
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 4; g += 2)
+        legacy_r4_group2<T, NY>(n, w + 4 * g * row_bytes, w + 4 * (g + 1) * row_bytes, act, act_bytes, out + 4 * g, out_stride);
+#endif
+    for (; g < rows / 4; ++g) legacy_r4_group<T, NY>(n, w + 4 * g * row_bytes, act, act_bytes, out + 4 * g, out_stride);
 }
 
 // IQ4_XS_R8 against Q8_K32: eight rows in the lanes; per sub-block the rows' exact dots times (scale - 32), summed
