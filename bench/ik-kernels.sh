@@ -21,8 +21,8 @@ g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I"$ik/ggml/include" -I"$here" "$here/ben
     "$build/engine/libmoestream_engine.a" -Wl,-rpath,"$(dirname "$lib")" -fopenmp -lpthread -lm -o "$out"
 # ik's ids: Q8_0 8, Q6_0 133, IQ2_K..IQ6_K 137-141, IQ4_KS 144, IQ2_KS 145, IQ4_KSS 146, IQ5_KS 152, IQ2_KT 153,
 # IQ3_KT 154, IQ4_KT 155, IQ3_KS 156, IQ2_KL 157, IQ1_KT 158, Q4_0_R8 202, Q5_0_R4 206, Q8_0_R8 208, Q4_K_R4 212,
-# Q6_K_R4 214, IQ1_S_R4 219, IQ4_NL_R4 220, IQ4_XS_R8 223, Q6_0_R4 233, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344,
+# Q5_K_R4 213, Q6_K_R4 214, IQ1_S_R4 219, IQ4_NL_R4 220, IQ4_XS_R8 223, Q6_0_R4 233, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344,
 # IQ5_KS_R4 352
-for t in ${IK_TYPES:-137 138 139 140 141 145 156 144 152 146 157 133 8 158 153 154 155 202 206 208 212 214 219 220 223 233 337 338 339 340 344 352}; do
+for t in ${IK_TYPES:-137 138 139 140 141 145 156 144 152 146 157 133 8 158 153 154 155 202 206 208 212 213 214 219 220 223 233 337 338 339 340 344 352}; do
   for ny in 1 8 64; do "$out" "$t" "$ny" 2>/dev/null | grep -v cluster_points || true; done
 done

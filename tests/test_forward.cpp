@@ -156,6 +156,12 @@ const ArchCase kArchCases[] = {
          o.insert(o.end(), {"--random-blocks"});
          return o;
      }()},
+    {"qwen3moe-q5_k_r4", Flavor::Avx2,
+     [] {
+         auto o = qwen3("q5_k_r4");
+         o.insert(o.end(), {"--random-blocks"});
+         return o;
+     }()},
     {"qwen3moe-iq4_xs_r8", Flavor::Avx2,
      [] {
          auto o = qwen3("iq4_xs_r8");

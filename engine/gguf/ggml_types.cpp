@@ -92,7 +92,7 @@ constexpr std::array kTypes = {
     Entry{210, {"q2_k_r4", 256, 84, 0, false, ik}},
     Entry{211, {"q3_k_r4", 256, 110, 0, false, ik}},
     Entry{212, {"q4_k_r4", 256, 144, 0, true, ik}},
-    Entry{213, {"q5_k_r4", 256, 176, 0, false, ik}},
+    Entry{213, {"q5_k_r4", 256, 176, 0, true, ik}},
     Entry{214, {"q6_k_r4", 256, 210, 0, true, ik}},
     Entry{216, {"iq2_xxs_r4", 256, 66, 0, false, ik}},
     Entry{217, {"iq2_xs_r4", 256, 74, 0, false, ik}},
@@ -192,6 +192,7 @@ GgmlType interleaved_base(GgmlType t) {
         case GgmlType::IQ5_KS_R4: return GgmlType::IQ5_KS;
         case GgmlType::Q8_0_R8: return GgmlType::Q8_0;
         case GgmlType::Q4_K_R4: return GgmlType::Q4_K;
+        case GgmlType::Q5_K_R4: return GgmlType::Q5_K;
         case GgmlType::Q6_K_R4: return GgmlType::Q6_K;
         case GgmlType::Q4_0_R8: return GgmlType::Q4_0;
         case GgmlType::Q5_0_R4: return GgmlType::Q5_0;

@@ -63,6 +63,7 @@ enum class GgmlType : uint32_t {
     Q5_0_R4 = 206,
     Q8_0_R8 = 208,
     Q4_K_R4 = 212,
+    Q5_K_R4 = 213,
     Q6_K_R4 = 214,
     IQ1_S_R4 = 219,
     IQ4_NL_R4 = 220,

@@ -167,7 +167,15 @@ struct BlockQ6_K_R4 {
     uint8_t qh[256];
     uint8_t ql[512];
 };  // 840
-static_assert(sizeof(BlockQ4_K_R4) == 576 && sizeof(BlockQ6_K_R4) == 840);
+// Q5_K_R4: Q4_K_R4's header, the fifth bits (ik_r4_layout.h), then Q4_K_R4's nibbles.
+struct BlockQ5_K_R4 {
+    uint16_t d[8];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qh[128];
+    uint8_t qs[512];
+};  // 704
+static_assert(sizeof(BlockQ4_K_R4) == 576 && sizeof(BlockQ6_K_R4) == 840 && sizeof(BlockQ5_K_R4) == 704);
 
 // The 32-weight legacy forms (repack_q4_0 / q5_0 / q6_0 / iq4_nl) and IQ4_XS_R8: the rows' f16 d first, then
 // their bits in the positions of ik_r4_layout.h. No per-row metadata.

@@ -216,19 +216,22 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
     }
 }
 
-// Q4_K_R4 against Q8_K32, NY tokens per pass (ik_ref_r4.cpp's order; Lone: a lone column's mins).
-template <bool Lone, int NY>
+// Q4_K_R4 (and Q5_K_R4: Five, its fifth bits OR-ed into the nibbles) against Q8_K32, NY tokens per pass
+// (ik_ref_r4.cpp's order; Lone: a lone column's mins).
+template <bool Lone, int NY, bool Five = false>
 void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
+    constexpr size_t kBlock = Five ? sizeof(ik::BlockQ5_K_R4) : sizeof(ik::BlockQ4_K_R4);
     const ik::BlockQ8K32* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     for (int64_t g = 0; g < rows / 4; ++g) {
-        const auto* blocks = reinterpret_cast<const ik::BlockQ4_K_R4*>(w + 4 * g * row_bytes);
+        const uint8_t* group = w + 4 * g * row_bytes;
         __m256 acc[NY];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const ik::BlockQ4_K_R4& b = blocks[ibl];
+            const ik::BlockQ4_K_R4& b = *reinterpret_cast<const ik::BlockQ4_K_R4*>(group + ibl * kBlock);  // (the shared header)
+            const uint8_t* qs = Five ? reinterpret_cast<const ik::BlockQ5_K_R4*>(&b)->qs : b.qs;
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));  // d0..3, dmin0..3
             const __m128 d4 = _mm256_castps256_ps128(d8), dmin4 = _mm256_extractf128_ps(d8, 1);
             const __m256 dd = _mm256_set_m128(d4, d4);
@@ -263,7 +266,13 @@ void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
             for (auto& v : isum) v = _mm256_setzero_si256();
             for (int ib = 0; ib < 8; ++ib) {
                 __m256i q4[4];
-                nibble_fields(b.qs, ib, q4);
+                nibble_fields(qs, ib, q4);
+                if constexpr (Five) {  // bits {0, 4}, {2, 6}, {1, 5}, {3, 7} for the four fields' two halves
+                    const __m256i hb = _mm256_broadcastsi128_si256(
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const ik::BlockQ5_K_R4*>(&b)->qh + 16 * ib)));
+                    constexpr int kLo[4] = {0, 2, 1, 3};
+                    for (int f = 0; f < 4; ++f) q4[f] = _mm256_or_si256(q4[f], _mm256_slli_epi16(bit_of_bytes(hb, kLo[f], kLo[f] + 4), 4));
+                }
                 int s4;
                 std::memcpy(&s4, sc + 4 * ib, 4);
                 const __m128i sv = _mm_cvtsi32_si128(s4);
@@ -275,7 +284,7 @@ void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
                     for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, q4[f], _mm256_shuffle_epi32(yv, 0x55 * f));
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, _mm256_srai_epi32(_mm256_slli_epi32(iscales, 16), 16)));
 #else
-                    __m256i p = _mm256_setzero_si256();  // values <= 15: the four fields' pair sums fit int16
+                    __m256i p = _mm256_setzero_si256();  // values <= 31: the four fields' pair sums fit int16 (<= 31,496)
                     for (int f = 0; f < 4; ++f) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q4[f], _mm256_shuffle_epi32(yv, 0x55 * f)));
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
 #endif

@@ -42,6 +42,12 @@ inline constexpr BitPos six_high(int ib, int k, int t) {
 // Q4_K_R4's scale and min code of sub-block ib, row k: low nibbles in scales_l[n], 2 high bits each in
 // scales_h[n % 16] from bit 4 (n / 16) (the scale's in bits 0-1, the min's in 2-3).
 inline constexpr int q4_k_code(int ib, int k) { return 4 * ib + k; }
+// Q5_K_R4's fifth bits (after Q4_K_R4's header, before its nibbles): byte 16 ib + 4 k + i, bit b for weight
+// {0, 8, 4, 12, 16, 24, 20, 28}[b] + i.
+inline constexpr BitPos q5_k_r4_fifth(int ib, int k, int t) {
+    const int g = t / 4;
+    return {16 * ib + 4 * k + t % 4, (g & 4) | (g & 1) << 1 | (g >> 1 & 1)};
+}
 // Q8_0_R8: weight t of row k (0..7) in a 32-weight block of eight rows.
 inline constexpr int q8_0_r8_index(int k, int t) { return 128 * (t / 16) + 32 * ((t % 16) / 4) + 4 * k + t % 4; }
 // Q4_0_R8 (eight rows of 32): Q4_0's bytes in groups of four per row; byte 32l + 4k + i holds weights 4l + i (low

@@ -198,6 +198,13 @@ struct Q4KR4 {
     };
 };
 template <bool Lone>
+struct Q5KR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = q4_k_r4_tokens<Lone, NY, true>;
+    };
+};
+template <bool Lone>
 struct Q6KR4 {
     template <int NY>
     struct Of {
@@ -260,6 +267,10 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::Q4_K_R4)] = ikr::tokens_tile<ikr::Q4KR4<true>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::Q4_K_R4)] = ikr::rows_one<ikr::Q4KR4<false>::Of>;
     t.tile_batch[type_slot(GgmlType::Q4_K_R4)] = ikr::tokens_tile<ikr::Q4KR4<false>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q5_K_R4)] = ikr::rows_one<ikr::Q5KR4<true>::Of>;
+    t.tile[type_slot(GgmlType::Q5_K_R4)] = ikr::tokens_tile<ikr::Q5KR4<true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q5_K_R4)] = ikr::rows_one<ikr::Q5KR4<false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q5_K_R4)] = ikr::tokens_tile<ikr::Q5KR4<false>::Of>;
     t.dot_rows[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<true>::Of>;
     t.tile[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<true>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<false>::Of>;

@@ -63,7 +63,8 @@ template <GgmlType T>  // IQ2_K_R4 ... IQ5_K_R4 (Q8_K)
 void dot_rows_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 // Q4_K_R4 (Q8_K32) and Q6_K_R4 (Q8_K): ik rounds a lone activation column (Lone) otherwise than a batch's.
-template <bool Lone>
+// Q5_K_R4 (Five) is Q4_K_R4's layout and arithmetic with a fifth bit per weight.
+template <bool Lone, bool Five = false>
 void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 template <bool Lone>
 void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);

@@ -39,12 +39,17 @@ float f32_at(const uint8_t* p) {
 // activations' sums of 16, split between the row's two accumulators by sub-block, not by half).
 int unsigned_offset(GgmlType t) { return t == GgmlType::IQ2_K_R4 ? 32 : t == GgmlType::IQ3_K_R4 ? 64 : 0; }
 
-// Q4_K_R4 row k, sub-block ib: its 6-bit scale and min codes and its 32 quants (0..15).
-void q4_k_r4_sub_block(const BlockQ4_K_R4& b, int k, int ib, int& sc, int& m, int q[32]) {
+// Q4_K_R4 / Q5_K_R4 (Five) row k, sub-block ib of a block: its 6-bit scale and min codes and its 32 quants
+// (0..15, 0..31).
+void q4_k_r4_sub_block(const uint8_t* block, bool five, int k, int ib, int& sc, int& m, int q[32]) {
+    const auto& b = *reinterpret_cast<const BlockQ4_K_R4*>(block);  // (the header both share)
     const int n = r4::q4_k_code(ib, k), h = (b.scales_h[n % 16] >> (4 * (n / 16))) & 0xF;
     sc = (b.scales_l[n] & 0xF) | (h & 3) << 4;
     m = (b.scales_l[n] >> 4) | (h >> 2) << 4;
-    for (int e = 0; e < 32; ++e) q[e] = field(b.qs, r4::nibble(ib, k, e), 0xF);
+    const uint8_t* qs = five ? reinterpret_cast<const BlockQ5_K_R4*>(block)->qs : b.qs;
+    for (int e = 0; e < 32; ++e) q[e] = field(qs, r4::nibble(ib, k, e), 0xF);
+    if (five)
+        for (int e = 0; e < 32; ++e) q[e] |= field(reinterpret_cast<const BlockQ5_K_R4*>(block)->qh, r4::q5_k_r4_fifth(ib, k, e), 1) << 4;
 }
 // Q6_K_R4 row k, sub-block ib: the scales of its two 16s and its 32 quants (0..63, 32 the zero).
 void q6_k_r4_sub_block(const BlockQ6_K_R4& b, int k, int ib, int s[2], int q[32]) {
@@ -244,18 +249,19 @@ void dot_rows_q8_0_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
 // Q4_K_R4 against Q8_K32 (mul_mat_q4_k_r4_q8_k). Per 256 first the mins in float through the activations' float
 // sums of 32 (sub-blocks 0..3 into the first accumulator, 4..7 into the second), then each half's integer sum
 // times d * y.d. A lone activation column (Lone) sums the mins before scaling by -dmin; a batch scales each.
-template <bool Lone>
+template <bool Lone, bool Five>
 void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     const auto* y = static_cast<const BlockQ8K32*>(a);
+    constexpr size_t kBlock = Five ? sizeof(BlockQ5_K_R4) : sizeof(BlockQ4_K_R4);
     for (int64_t g = 0; g < rows / 4; ++g) {
-        const auto* blocks = reinterpret_cast<const BlockQ4_K_R4*>(w + 4 * g * row_bytes);
+        const uint8_t* group = w + 4 * g * row_bytes;
         for (int k = 0; k < 4; ++k) {
             float lo = 0.f, hi = 0.f;
             for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
-                const BlockQ4_K_R4& b = blocks[ibl];
+                const BlockQ4_K_R4& b = *reinterpret_cast<const BlockQ4_K_R4*>(group + ibl * kBlock);
                 const float* bs = y[ibl].bsums;
                 int sc[8], m[8], q[8][32];
-                for (int ib = 0; ib < 8; ++ib) q4_k_r4_sub_block(b, k, ib, sc[ib], m[ib], q[ib]);
+                for (int ib = 0; ib < 8; ++ib) q4_k_r4_sub_block(group + ibl * kBlock, Five, k, ib, sc[ib], m[ib], q[ib]);
                 const float md = -1.f * fp16_to_fp32(b.d[4 + k]);
                 if (Lone) {
                     float s_lo = static_cast<float>(m[0]) * bs[0], s_hi = static_cast<float>(m[4]) * bs[4];
@@ -324,8 +330,10 @@ void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     }
 }
 
-template void dot_rows_q4_k_r4_ref<true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
-template void dot_rows_q4_k_r4_ref<false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q4_k_r4_ref<true, false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q4_k_r4_ref<false, false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q4_k_r4_ref<true, true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
+template void dot_rows_q4_k_r4_ref<false, true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
 template void dot_rows_q6_k_r4_ref<true>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
 template void dot_rows_q6_k_r4_ref<false>(int64_t, const uint8_t*, size_t, int64_t, const void*, float*);
 
@@ -356,16 +364,16 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
                     const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
                     for (int e = 0; e < 32; ++e) y[32 * b + e] = dl * (static_cast<float>(iq1s_r4_unsigned(blocks[b], k, e) - 1) + shift);
                 }
-            } else if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q6_K_R4) {
+            } else if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4 || t == GgmlType::Q6_K_R4) {
                 for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
                     const uint8_t* block = group + ibl * bb;
                     for (int ib = 0; ib < 8; ++ib) {
                         float* yb = y + QK_K * ibl + 32 * ib;
                         int q[32];
-                        if (t == GgmlType::Q4_K_R4) {
+                        if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4) {
                             const auto& b = *reinterpret_cast<const BlockQ4_K_R4*>(block);
                             int sc, m;
-                            q4_k_r4_sub_block(b, k, ib, sc, m, q);
+                            q4_k_r4_sub_block(block, t == GgmlType::Q5_K_R4, k, ib, sc, m, q);
                             const float dl = fp16_to_fp32(b.d[k]) * static_cast<float>(sc), ml = fp16_to_fp32(b.d[4 + k]) * static_cast<float>(m);
                             for (int e = 0; e < 32; ++e) yb[e] = dl * static_cast<float>(q[e]) - ml;
                         } else {
