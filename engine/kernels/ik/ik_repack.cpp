@@ -96,34 +96,17 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
         }
         return;
     }
-    if (t == GgmlType::Q5_K_R4) {
-        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
-            for (int k = 0; k < 4; ++k) {
-                const auto& b = *reinterpret_cast<const BlockQ5_K*>(base_rows + k * rb + ibl * type_info(t).block_bytes);
-                auto& r = reinterpret_cast<BlockQ5_K_R4*>(out)[ibl];
-                r.d[k] = b.d, r.d[4 + k] = b.dmin;
-                for (int ib = 0; ib < 8; ++ib) {
-                    const uint8_t* q = b.scales;  // get_scale_min_k4
-                    const int sc = ib < 4 ? q[ib] & 63 : (q[ib + 4] & 0xF) | (q[ib - 4] >> 6) << 4;
-                    const int m = ib < 4 ? q[ib + 4] & 63 : (q[ib + 4] >> 4) | (q[ib] >> 6) << 4;
-                    const int code = q4_k_code(ib, k);
-                    r.scales_l[code] = static_cast<uint8_t>((sc & 0xF) | (m & 0xF) << 4);
-                    r.scales_h[code % 16] = static_cast<uint8_t>(r.scales_h[code % 16] | ((sc >> 4) | (m >> 4) << 2) << (4 * (code / 16)));
-                    for (int e = 0; e < 32; ++e) {
-                        put(r.qs, nibble(ib, k, e), (b.qs[32 * (ib / 2) + e] >> (4 * (ib % 2))) & 0xF);
-                        put(r.qh, q5_k_r4_fifth(ib, k, e), (b.qh[e] >> ib) & 1);
-                    }
-                }
-            }
-        return;
-    }
-    if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q6_K_R4) {
+    if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4 || t == GgmlType::Q6_K_R4) {
         for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
             for (int k = 0; k < 4; ++k) {
                 const uint8_t* x = base_rows + k * rb + ibl * type_info(t).block_bytes;
-                if (t == GgmlType::Q4_K_R4) {
+                if (t != GgmlType::Q6_K_R4) {  // Q5_K / Q5_K_R4 share Q4_K / Q4_K_R4's d, dmin and scales
+                    const bool five = t == GgmlType::Q5_K_R4;
                     const auto& b = *reinterpret_cast<const BlockQ4_K*>(x);
-                    auto& r = reinterpret_cast<BlockQ4_K_R4*>(out)[ibl];
+                    const uint8_t* qs = five ? reinterpret_cast<const BlockQ5_K*>(x)->qs : b.qs;
+                    uint8_t* block = out + ibl * interleaved_block_bytes(t);
+                    auto& r = *reinterpret_cast<BlockQ4_K_R4*>(block);
+                    uint8_t* rqs = five ? reinterpret_cast<BlockQ5_K_R4*>(block)->qs : r.qs;
                     r.d[k] = b.d, r.d[4 + k] = b.dmin;
                     for (int ib = 0; ib < 8; ++ib) {
                         const uint8_t* q = b.scales;  // get_scale_min_k4
@@ -132,7 +115,12 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
                         const int code = q4_k_code(ib, k);
                         r.scales_l[code] = static_cast<uint8_t>((sc & 0xF) | (m & 0xF) << 4);
                         r.scales_h[code % 16] = static_cast<uint8_t>(r.scales_h[code % 16] | ((sc >> 4) | (m >> 4) << 2) << (4 * (code / 16)));
-                        for (int e = 0; e < 32; ++e) put(r.qs, nibble(ib, k, e), (b.qs[32 * (ib / 2) + e] >> (4 * (ib % 2))) & 0xF);
+                        for (int e = 0; e < 32; ++e) {
+                            put(rqs, nibble(ib, k, e), (qs[32 * (ib / 2) + e] >> (4 * (ib % 2))) & 0xF);
+                            if (five)
+                                put(reinterpret_cast<BlockQ5_K_R4*>(block)->qh, q5_k_r4_fifth(ib, k, e),
+                                    (reinterpret_cast<const BlockQ5_K*>(x)->qh[e] >> ib) & 1);
+                        }
                     }
                 } else {
                     const auto& b = *reinterpret_cast<const BlockQ6_K*>(x);
