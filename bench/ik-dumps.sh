@@ -3,7 +3,7 @@
 # (tests/test_ik_interleaved.cpp): random weights per type quantized by ik's quantizer, for 1 to 40 tokens, row
 # lengths with and without a partial group of Q8_2_X4 blocks, small matrices (ik's tile path) and two threads.
 #
-#   IK_DIR=/path/to/ik_llama.cpp IK_BUILD=build bench/ik-dumps.sh OUT_DIR
+#   IK_DIR=/path/to/ik_llama.cpp IK_BUILD=build [IK_TYPES="210 211"] bench/ik-dumps.sh OUT_DIR
 #   MOESTREAM_IK_PEER_DUMPS=OUT_DIR build/tests/moestream_tests --gtest_filter='IkInterleaved.*'
 #
 # With SMALL=1 it writes the few-KB set checked in as tests/fixtures/ik_peer (each form once or twice, one
@@ -26,7 +26,7 @@ printf '#include <stddef.h>\nsize_t iqk_fa_work_buffer_size(void) { return 0; }\
 gcc -O2 -I"$ik/ggml/include" "$here/bench/ik_dump.c" "$bin.stubs.c" -L"$lib" -lggml -lm -Wl,-rpath,"$lib" -o "$bin"
 if [ -n "${SMALL:-}" ]; then
   for t in 219 337 338 339 340 344 352; do "$bin" "$t" 256 8 2 "$out/t${t}.bin" 1; done
-  for t in 212 213 214; do for ny in 1 2; do "$bin" "$t" 256 8 "$ny" "$out/t${t}_ny${ny}.bin" 1; done; done
+  for t in 210 211 212 213 214; do for ny in 1 2; do "$bin" "$t" 256 8 "$ny" "$out/t${t}_ny${ny}.bin" 1; done; done
   "$bin" 208 288 16 2 "$out/t208.bin" 1
   # the legacy forms: a partial Q8_2_X4 group (288 = 2 groups + 1 block), Q4_0_R8 alone and in a batch
   for t in 206 220 233; do "$bin" "$t" 288 8 2 "$out/t${t}.bin" 1; done
@@ -34,9 +34,9 @@ if [ -n "${SMALL:-}" ]; then
   "$bin" 223 256 16 2 "$out/t223.bin" 1
   exit 0
 fi
-# ik's ids: Q4_0_R8 202, Q5_0_R4 206, Q8_0_R8 208, Q4_K_R4 212, Q5_K_R4 213, Q6_K_R4 214, IQ1_S_R4 219, IQ4_NL_R4 220,
+# ik's ids: Q4_0_R8 202, Q5_0_R4 206, Q8_0_R8 208, Q2_K_R4 210, Q3_K_R4 211, Q4_K_R4 212, Q5_K_R4 213, Q6_K_R4 214, IQ1_S_R4 219, IQ4_NL_R4 220,
 # IQ4_XS_R8 223, Q6_0_R4 233, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344, IQ5_KS_R4 352
-for t in 202 206 208 212 213 214 219 220 223 233 337 338 339 340 344 352; do
+for t in ${IK_TYPES:-202 206 208 210 211 212 213 214 219 220 223 233 337 338 339 340 344 352}; do
   for ny in 1 3 8 13 40; do "$bin" "$t" 512 32 "$ny" "$out/t${t}_ny${ny}.bin" 1; done
   for ny in 1 2 17 33; do
     "$bin" "$t" 768 16 "$ny" "$out/t${t}_small_ny${ny}.bin" 2

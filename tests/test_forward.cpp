@@ -42,6 +42,12 @@ void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name << " (" << ker
 std::vector<std::string> qwen3(const std::string& type) {
     return {"--arch", "qwen3moe", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--tie-output", "--type", type};
 }
+// A type mkmodel has no encoder for (ik_llama.cpp's, the lattice i-quants): random well-formed blocks.
+std::vector<std::string> qwen3_random(const std::string& type) {
+    auto o = qwen3(type);
+    o.push_back("--random-blocks");
+    return o;
+}
 
 // Every weight type on qwen3moe; every attention and feed-forward kind on the others, in both llama.cpp builds.
 const ArchCase kArchCases[] = {
@@ -60,139 +66,31 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q4_1", Flavor::Avx2, qwen3("q4_1")},
     // ik_llama.cpp's types (random well-formed blocks: mkmodel has no encoder for them), computed with ik's graph:
     // a table type, an offset-kernel one, a trellis one, Q6_0 and the interleaved forms (fours and eights).
-    {"qwen3moe-iq4_ks", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq4_ks");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq5_ks", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq5_ks");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq3_k", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq3_k");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq2_kt", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq2_kt");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q6_0", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q6_0");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq4_ks_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq4_ks_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq2_k_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq2_k_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq4_k_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq4_k_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq5_ks_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq5_ks_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q8_0_r8", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q8_0_r8");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q4_k_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q4_k_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q6_k_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q6_k_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q4_0_r8", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q4_0_r8");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q5_0_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q5_0_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q6_0_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q6_0_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq4_nl_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq4_nl_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-q5_k_r4", Flavor::Avx2,
-     [] {
-         auto o = qwen3("q5_k_r4");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
-    {"qwen3moe-iq4_xs_r8", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq4_xs_r8");
-         o.insert(o.end(), {"--random-blocks"});
-         return o;
-     }()},
+    {"qwen3moe-iq4_ks", Flavor::Avx2, qwen3_random("iq4_ks")},
+    {"qwen3moe-iq5_ks", Flavor::Avx2, qwen3_random("iq5_ks")},
+    {"qwen3moe-iq3_k", Flavor::Avx2, qwen3_random("iq3_k")},
+    {"qwen3moe-iq2_kt", Flavor::Avx2, qwen3_random("iq2_kt")},
+    {"qwen3moe-q6_0", Flavor::Avx2, qwen3_random("q6_0")},
+    {"qwen3moe-iq4_ks_r4", Flavor::Avx2, qwen3_random("iq4_ks_r4")},
+    {"qwen3moe-iq2_k_r4", Flavor::Avx2, qwen3_random("iq2_k_r4")},
+    {"qwen3moe-iq4_k_r4", Flavor::Avx2, qwen3_random("iq4_k_r4")},
+    {"qwen3moe-iq5_ks_r4", Flavor::Avx2, qwen3_random("iq5_ks_r4")},
+    {"qwen3moe-q8_0_r8", Flavor::Avx2, qwen3_random("q8_0_r8")},
+    {"qwen3moe-q4_k_r4", Flavor::Avx2, qwen3_random("q4_k_r4")},
+    {"qwen3moe-q6_k_r4", Flavor::Avx2, qwen3_random("q6_k_r4")},
+    {"qwen3moe-q4_0_r8", Flavor::Avx2, qwen3_random("q4_0_r8")},
+    {"qwen3moe-q5_0_r4", Flavor::Avx2, qwen3_random("q5_0_r4")},
+    {"qwen3moe-q6_0_r4", Flavor::Avx2, qwen3_random("q6_0_r4")},
+    {"qwen3moe-iq4_nl_r4", Flavor::Avx2, qwen3_random("iq4_nl_r4")},
+    {"qwen3moe-q5_k_r4", Flavor::Avx2, qwen3_random("q5_k_r4")},
+    {"qwen3moe-q2_k_r4", Flavor::Avx2, qwen3_random("q2_k_r4")},
+    {"qwen3moe-q3_k_r4", Flavor::Avx2, qwen3_random("q3_k_r4")},
+    {"qwen3moe-iq4_xs_r8", Flavor::Avx2, qwen3_random("iq4_xs_r8")},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
-    {"qwen3moe-iq2_xs", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq2_xs");
-         o.push_back("--random-blocks");
-         return o;
-     }()},
-    {"qwen3moe-iq2_s", Flavor::Avx512,
-     [] {
-         auto o = qwen3("iq2_s");
-         o.push_back("--random-blocks");
-         return o;
-     }()},
-    {"qwen3moe-iq1_s", Flavor::Avx512,
-     [] {
-         auto o = qwen3("iq1_s");
-         o.push_back("--random-blocks");
-         return o;
-     }()},
-    {"qwen3moe-iq1_m", Flavor::Avx2,
-     [] {
-         auto o = qwen3("iq1_m");
-         o.push_back("--random-blocks");
-         return o;
-     }()},
+    {"qwen3moe-iq2_xs", Flavor::Avx2, qwen3_random("iq2_xs")},
+    {"qwen3moe-iq2_s", Flavor::Avx512, qwen3_random("iq2_s")},
+    {"qwen3moe-iq1_s", Flavor::Avx512, qwen3_random("iq1_s")},
+    {"qwen3moe-iq1_m", Flavor::Avx2, qwen3_random("iq1_m")},
     {"qwen3moe-q5_0", Flavor::Avx512, qwen3("q5_0")},
     {"qwen3moe-q5_1", Flavor::Avx2, qwen3("q5_1")},
     {"qwen3moe-q2_k", Flavor::Avx512, qwen3("q2_k")},  // AVX-512 builds repack Q2_K

@@ -89,8 +89,8 @@ constexpr std::array kTypes = {
     Entry{202, {"q4_0_r8", 32, 18, 0, true, ik}},
     Entry{206, {"q5_0_r4", 32, 22, 0, true, ik}},
     Entry{208, {"q8_0_r8", 32, 34, 0, true, ik}},
-    Entry{210, {"q2_k_r4", 256, 84, 0, false, ik}},
-    Entry{211, {"q3_k_r4", 256, 110, 0, false, ik}},
+    Entry{210, {"q2_k_r4", 256, 84, 0, true, ik}},
+    Entry{211, {"q3_k_r4", 256, 110, 0, true, ik}},
     Entry{212, {"q4_k_r4", 256, 144, 0, true, ik}},
     Entry{213, {"q5_k_r4", 256, 176, 0, true, ik}},
     Entry{214, {"q6_k_r4", 256, 210, 0, true, ik}},
@@ -191,6 +191,8 @@ GgmlType interleaved_base(GgmlType t) {
         case GgmlType::IQ4_KS_R4: return GgmlType::IQ4_KS;
         case GgmlType::IQ5_KS_R4: return GgmlType::IQ5_KS;
         case GgmlType::Q8_0_R8: return GgmlType::Q8_0;
+        case GgmlType::Q2_K_R4: return GgmlType::Q2_K;
+        case GgmlType::Q3_K_R4: return GgmlType::Q3_K;
         case GgmlType::Q4_K_R4: return GgmlType::Q4_K;
         case GgmlType::Q5_K_R4: return GgmlType::Q5_K;
         case GgmlType::Q6_K_R4: return GgmlType::Q6_K;

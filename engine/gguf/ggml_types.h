@@ -62,6 +62,8 @@ enum class GgmlType : uint32_t {
     Q4_0_R8 = 202,
     Q5_0_R4 = 206,
     Q8_0_R8 = 208,
+    Q2_K_R4 = 210,
+    Q3_K_R4 = 211,
     Q4_K_R4 = 212,
     Q5_K_R4 = 213,
     Q6_K_R4 = 214,

@@ -36,7 +36,7 @@ inline constexpr GgmlType kIkKernelTypes[] = {
     GgmlType::IQ2_KS,   GgmlType::IQ4_KSS,  GgmlType::IQ5_KS,    GgmlType::IQ2_KT,    GgmlType::IQ3_KT,  GgmlType::IQ4_KT,   GgmlType::IQ3_KS,
     GgmlType::IQ2_KL,   GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4,  GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0, GgmlType::IQ2_K_R4, GgmlType::IQ3_K_R4,
     GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4, GgmlType::Q6_K_R4,  GgmlType::Q4_0_R8,
-    GgmlType::Q5_0_R4,  GgmlType::Q6_0_R4,  GgmlType::IQ4_NL_R4, GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4};
+    GgmlType::Q5_0_R4,  GgmlType::Q6_0_R4,  GgmlType::IQ4_NL_R4, GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4, GgmlType::Q2_K_R4,  GgmlType::Q3_K_R4};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -57,6 +57,8 @@ constexpr int interleaved_rows(GgmlType t) {
         case GgmlType::IQ5_K_R4:
         case GgmlType::Q4_K_R4:
         case GgmlType::Q5_K_R4:
+        case GgmlType::Q2_K_R4:
+        case GgmlType::Q3_K_R4:
         case GgmlType::Q6_K_R4:
         case GgmlType::Q5_0_R4:
         case GgmlType::Q6_0_R4:

@@ -175,7 +175,23 @@ struct BlockQ5_K_R4 {
     uint8_t qh[128];
     uint8_t qs[512];
 };  // 704
+// Q3_K_R4: the rows' d, the scale codes n = 8 ib + k + 4 h (Q3_K's 6 bits, 32 the zero: low nibble, high 2 bits
+// as IQ4_K_R4's), the quants' third bits (IQ3_K_R4's order), then their low 2 bits (IQ2_K_R4's).
+struct BlockQ3_K_R4 {
+    uint16_t d[4];
+    uint8_t scales_h[16];
+    uint8_t scales_l[32];
+    uint8_t qh[128];
+    uint8_t qs[256];
+};  // 440
+// Q2_K_R4: the rows' d then their dmin, Q2_K's scale | min << 4 bytes of each 16 at 8 ib + 4 h + k, the quants.
+struct BlockQ2_K_R4 {
+    uint16_t d[8];
+    uint8_t scales[64];
+    uint8_t qs[256];
+};  // 336
 static_assert(sizeof(BlockQ4_K_R4) == 576 && sizeof(BlockQ6_K_R4) == 840 && sizeof(BlockQ5_K_R4) == 704);
+static_assert(sizeof(BlockQ3_K_R4) == 440 && sizeof(BlockQ2_K_R4) == 336);
 
 // The 32-weight legacy forms (repack_q4_0 / q5_0 / q6_0 / iq4_nl) and IQ4_XS_R8: the rows' f16 d first, then
 // their bits in the positions of ik_r4_layout.h. No per-row metadata.

@@ -1,4 +1,5 @@
-// AVX2 kernels for ik_llama.cpp's row-interleaved IQ1_S_R4, IQ4_KS_R4 and IQ5_KS_R4 (the others in ik_k_r4_simd.h), four rows at a time in ik's lanes (lane r:
+// AVX2 kernels for ik_llama.cpp's row-interleaved IQ1_S_R4, IQ4_KS_R4 and IQ5_KS_R4 (the others in ik_k_r4_simd.h,
+// ik_low_k_r4_simd.h, ik_legacy_r4_simd.h), four rows at a time in ik's lanes (lane r:
 // the first 16 of each 32 of row r, lane 4 + r: the second 16), with the bits of ik_ref_r4.cpp. Included by the
 // AVX2 and AVX-512 translation units.
 #pragma once
@@ -10,6 +11,7 @@
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
 #include "engine/kernels/ik/ik_legacy_r4_simd.h"
+#include "engine/kernels/ik/ik_low_k_r4_simd.h"
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
@@ -211,6 +213,13 @@ struct Q6KR4 {
         static constexpr auto run = q6_k_r4_tokens<Lone, NY>;
     };
 };
+template <bool Three, bool Lone>
+struct LowKR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = low_k_r4_tokens<Three, Lone, NY>;
+    };
+};
 template <int NY>
 struct Q80R8 {
     static constexpr auto run = q8_0_r8_tokens<NY>;
@@ -271,6 +280,14 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::Q5_K_R4)] = ikr::tokens_tile<ikr::Q5KR4<true>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::Q5_K_R4)] = ikr::rows_one<ikr::Q5KR4<false>::Of>;
     t.tile_batch[type_slot(GgmlType::Q5_K_R4)] = ikr::tokens_tile<ikr::Q5KR4<false>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q2_K_R4)] = ikr::rows_one<ikr::LowKR4<false, true>::Of>;
+    t.tile[type_slot(GgmlType::Q2_K_R4)] = ikr::tokens_tile<ikr::LowKR4<false, true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q2_K_R4)] = ikr::rows_one<ikr::LowKR4<false, false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q2_K_R4)] = ikr::tokens_tile<ikr::LowKR4<false, false>::Of>;
+    t.dot_rows[type_slot(GgmlType::Q3_K_R4)] = ikr::rows_one<ikr::LowKR4<true, true>::Of>;
+    t.tile[type_slot(GgmlType::Q3_K_R4)] = ikr::tokens_tile<ikr::LowKR4<true, true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::Q3_K_R4)] = ikr::rows_one<ikr::LowKR4<true, false>::Of>;
+    t.tile_batch[type_slot(GgmlType::Q3_K_R4)] = ikr::tokens_tile<ikr::LowKR4<true, false>::Of>;
     t.dot_rows[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<true>::Of>;
     t.tile[type_slot(GgmlType::Q6_K_R4)] = ikr::tokens_tile<ikr::Q6KR4<true>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::Q6_K_R4)] = ikr::rows_one<ikr::Q6KR4<false>::Of>;

@@ -227,7 +227,8 @@ GgmlType activation_type(GgmlType t) {
     if (is_trellis_type(t) || t == GgmlType::Q6_0 || t == GgmlType::IK_Q8_0) return GgmlType::IK_Q8_2_X4;
     if (t == GgmlType::IQ1_S_R4) return GgmlType::IK_Q8_K128;
     if (t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4 || t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4) return GgmlType::IK_Q8_K32;
-    if (t == GgmlType::IQ2_K_R4 || t == GgmlType::IQ3_K_R4 || t == GgmlType::IQ4_K_R4 || t == GgmlType::IQ5_K_R4 || t == GgmlType::Q6_K_R4)
+    if (t == GgmlType::IQ2_K_R4 || t == GgmlType::IQ3_K_R4 || t == GgmlType::IQ4_K_R4 || t == GgmlType::IQ5_K_R4 || t == GgmlType::Q6_K_R4 ||
+        t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4)
         return GgmlType::IK_Q8_K;
     if (t == GgmlType::Q8_0_R8 || t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4)
         return GgmlType::IK_Q8_2_X4;
@@ -266,6 +267,10 @@ void add_reference_kernels(kernels::KernelTable& k) {
     k.dot_rows_batch[kernels::type_slot(GgmlType::Q4_K_R4)] = dot_rows_q4_k_r4_ref<false>;
     k.dot_rows[kernels::type_slot(GgmlType::Q5_K_R4)] = dot_rows_q4_k_r4_ref<true, true>;
     k.dot_rows_batch[kernels::type_slot(GgmlType::Q5_K_R4)] = dot_rows_q4_k_r4_ref<false, true>;
+    k.dot_rows[kernels::type_slot(GgmlType::Q2_K_R4)] = dot_rows_low_k_r4_ref<GgmlType::Q2_K_R4, true>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::Q2_K_R4)] = dot_rows_low_k_r4_ref<GgmlType::Q2_K_R4, false>;
+    k.dot_rows[kernels::type_slot(GgmlType::Q3_K_R4)] = dot_rows_low_k_r4_ref<GgmlType::Q3_K_R4, true>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::Q3_K_R4)] = dot_rows_low_k_r4_ref<GgmlType::Q3_K_R4, false>;
     k.dot_rows[kernels::type_slot(GgmlType::Q6_K_R4)] = dot_rows_q6_k_r4_ref<true>;
     k.dot_rows_batch[kernels::type_slot(GgmlType::Q6_K_R4)] = dot_rows_q6_k_r4_ref<false>;
     k.dot_rows[kernels::type_slot(GgmlType::Q4_0_R8)] = dot_rows_q4_0_r8_ref<true>;

@@ -68,6 +68,10 @@ template <bool Lone, bool Five = false>
 void dot_rows_q4_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 template <bool Lone>
 void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+// Q2_K_R4 and Q3_K_R4 against Q8_K (ik_ref_r4_low_k.cpp), a lone column's order and a batch's.
+template <GgmlType T, bool Lone>
+void dot_rows_low_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dequantize_low_k_r4_row(GgmlType t, const uint8_t* group, int k, int64_t n, float* y);
 // The legacy forms (ik_ref_r4_legacy.cpp): Q4_0_R8 (a lone column's order and a batch's), Q5_0_R4, Q6_0_R4 and
 // IQ4_NL_R4 against Q8_2_X4; IQ4_XS_R8 against Q8_K32.
 template <bool Lone>

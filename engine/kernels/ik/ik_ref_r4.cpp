@@ -355,6 +355,8 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
             float* y = out + (rg * g + k) * n;
             if (t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4 || t == GgmlType::IQ4_XS_R8) {
                 dequantize_legacy_r4_row(t, group, k, n, y);
+            } else if (t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4) {
+                dequantize_low_k_r4_row(t, group, k, n, y);
             } else if (t == GgmlType::IQ1_S_R4) {
                 const float d = f16_at(group + 2 * k);
                 const auto* blocks = reinterpret_cast<const BlockIQ1_S_R4*>(group + 8);

@@ -96,6 +96,37 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
         }
         return;
     }
+    if (t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4) {
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t* x = base_rows + k * rb + ibl * type_info(t).block_bytes;
+                uint8_t* block = out + ibl * interleaved_block_bytes(t);
+                if (t == GgmlType::Q2_K_R4) {
+                    const auto& b = *reinterpret_cast<const BlockQ2_K*>(x);
+                    auto& r = *reinterpret_cast<BlockQ2_K_R4*>(block);
+                    r.d[k] = b.d, r.d[4 + k] = b.dmin;
+                    for (int j = 0; j < 16; ++j) r.scales[4 * j + k] = b.scales[j];  // 16-weight block j = 2 ib + h
+                    for (int ib = 0; ib < 8; ++ib)
+                        for (int e = 0; e < 32; ++e) put(r.qs, two_bits(ib, k, e), (b.qs[32 * (ib / 4) + e] >> (2 * (ib % 4))) & 3);
+                    continue;
+                }
+                const auto& b = *reinterpret_cast<const BlockQ3_K*>(x);
+                auto& r = *reinterpret_cast<BlockQ3_K_R4*>(block);
+                r.d[k] = b.d;
+                for (int j = 0; j < 16; ++j) {  // Q3_K's 6-bit scale of 16-weight block j = 2 ib + h
+                    const int lo = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+                    const int s = lo | ((b.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4, code = scale_code(j / 2, k, j % 2);
+                    put(r.scales_l, scale_nibble(code), s & 0xF);
+                    put(r.scales_h, scale_high(code), s >> 4);
+                }
+                for (int ib = 0; ib < 8; ++ib)
+                    for (int e = 0; e < 32; ++e) {
+                        put(r.qs, two_bits(ib, k, e), (b.qs[32 * (ib / 4) + e] >> (2 * (ib % 4))) & 3);
+                        put(r.qh, third_bit(ib, k, e), (b.hmask[e] >> ib) & 1);
+                    }
+            }
+        return;
+    }
     if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4 || t == GgmlType::Q6_K_R4) {
         for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
             for (int k = 0; k < 4; ++k) {
