@@ -6,53 +6,17 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_r4_lanes.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
 namespace {
 namespace ikr {
-
-// Per byte 0 or 1: bit `shift_lo` of each byte in the low 128-bit half, `shift_hi` in the high half.
-inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
-    const __m256i sh = _mm256_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
-    return _mm256_and_si256(_mm256_srlv_epi32(bytes, sh), _mm256_set1_epi8(1));
-}
-
-// Four rows' results: each row's two accumulators (lanes k and 4 + k) added.
-inline void store_row_sums(__m256 acc, float* out) { _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))); }
-
-// The offset's share per block: sub-blocks (2i, 2i + 1)'s lane scales (int16 pairs) against the sums of 16 they
-// meet; lane k of the result sums lanes k and 4 + k over sub-blocks 0..3, lane 4 + k over 4..7.
-inline __m256i offset_sums(const __m256i iscales[8], const int16_t* bsums) {
-    const __m256i pick0 = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7);
-    const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(8));
-    const __m256i b03 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)));
-    const __m256i b47 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8)));
-    __m256i pairs[4];
-    for (int i = 0; i < 4; ++i) pairs[i] = _mm256_blend_epi16(iscales[2 * i], iscales[2 * i + 1], 0xAA);
-    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_shuffle_epi8(b03, pick0)),
-                                        _mm256_madd_epi16(pairs[1], _mm256_shuffle_epi8(b03, pick1)));
-    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(pairs[2], _mm256_shuffle_epi8(b47, pick0)),
-                                        _mm256_madd_epi16(pairs[3], _mm256_shuffle_epi8(b47, pick1)));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
-// The four fields' 4-bit quants of sub-block ib (ik_r4_layout.h's nibble order).
-inline void nibble_fields(const uint8_t* qs, int ib, __m256i q4[4]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i b1 = load32(qs + 64 * ib), b2 = load32(qs + 64 * ib + 32);
-    q4[0] = _mm256_and_si256(b1, m4), q4[1] = _mm256_and_si256(b2, m4);
-    q4[2] = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), q4[3] = _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4);
-}
-
-// Eight bytes b0..b7 as int16 [b0, b0, b1, b1, ..., b7, b7]: lane j's byte in both halves of its dword.
-inline __m256i paired_bytes(const uint8_t* p) {
-    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
-}
 
 // One block of four rows, decoded per sub-block ib: each weight's kernel value for the four fields f (field f:
 // weights 4f + i of the first 16 in lane k, 16 + 4f + i of the second 16 in lane 4 + k; ik_r4_layout.h) and the
@@ -216,145 +180,151 @@ void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
     }
 }
 
-// Q4_K_R4 (and Q5_K_R4: Five, its fifth bits OR-ed into the nibbles) against Q8_K32, NY tokens per pass
-// (ik_ref_r4.cpp's order; Lone: a lone column's mins).
-template <bool Lone, int NY, bool Five = false>
-void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                    int64_t out_stride) {
-    constexpr size_t kBlock = Five ? sizeof(ik::BlockQ5_K_R4) : sizeof(ik::BlockQ4_K_R4);
+// The four fields' 4-bit quants of sub-block ib of a nibble array at offset `at` of the blocks
+// (ik_r4_layout.h's nibble order).
+template <class V>
+void nibble_fields_v(const uint8_t* b0, const uint8_t* b1, size_t at, int ib, typename V::I q4[4]) {
+    const size_t o = at + 64 * static_cast<size_t>(ib);
+    const typename V::I x1 = V::bytes32(b0 + o, b1 + o), x2 = V::bytes32(b0 + o + 32, b1 + o + 32), m4 = V::set8(0x0F);
+    q4[0] = V::and_(x1, m4), q4[1] = V::and_(x2, m4), q4[2] = V::and_(V::srli16(x1, 4), m4), q4[3] = V::and_(V::srli16(x2, 4), m4);
+}
+
+// Q4_K_R4 (and Q5_K_R4: Five, its fifth bits OR-ed into the nibbles) against Q8_K32 for V::kGroups groups from
+// group g, NY tokens per pass (ik_ref_r4.cpp's order; Lone: a lone column's mins).
+template <class V, bool Lone, bool Five, int NY>
+void q4_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using Block = std::conditional_t<Five, ik::BlockQ5_K_R4, ik::BlockQ4_K_R4>;
     const ik::BlockQ8K32* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const uint8_t* group = w + 4 * g * row_bytes;
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const ik::BlockQ4_K_R4& b = *reinterpret_cast<const ik::BlockQ4_K_R4*>(group + ibl * kBlock);  // (the shared header)
-            const uint8_t* qs = Five ? reinterpret_cast<const ik::BlockQ5_K_R4*>(&b)->qs : b.qs;
-            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));  // d0..3, dmin0..3
-            const __m128 d4 = _mm256_castps256_ps128(d8), dmin4 = _mm256_extractf128_ps(d8, 1);
-            const __m256 dd = _mm256_set_m128(d4, d4);
-            const __m256 md = _mm256_mul_ps(_mm256_set1_ps(-1.f), _mm256_set_m128(dmin4, dmin4));
-            // codes 4 ib + k: the scale's and the min's 6 bits, byte 4 ib + k of each
+    const uint8_t* group[2] = {w + 4 * g * row_bytes, w + 4 * (g + V::kGroups - 1) * row_bytes};
+    F acc[NY];
+    for (auto& a : acc) a = V::set1(0.f);
+    for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+        const uint8_t* b0 = group[0] + ibl * sizeof(Block);
+        const uint8_t* b1 = group[1] + ibl * sizeof(Block);
+        const F dd = V::rows_f16(b0, b1), md = V::mul(V::set1(-1.f), V::rows_f16(b0 + 8, b1 + 8));
+        // codes 4 ib + k of each group: the scale's and the min's 6 bits, byte 4 ib + k of each
+        alignas(32) uint8_t sc[2][32], mn[2][32];
+        for (int q = 0; q < V::kGroups; ++q) {
+            const auto& b = *reinterpret_cast<const ik::BlockQ4_K_R4*>(q ? b1 : b0);  // (the header both share)
             const __m256i l = load32(b.scales_l);
             const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h));
             const __m256i h = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h16, 4), h16), m4);
-            alignas(32) uint8_t sc[32], mn[32];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sc),
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sc[q]),
                                _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4)));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(mn), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
-                                                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4)));
-            __m256 mins[4];  // lanes k: sub-block j's min of row k; lanes 4 + k: sub-block j + 4's
-            for (int j = 0; j < 4; ++j) {
-                int lo4, hi4;
-                std::memcpy(&lo4, mn + 4 * j, 4), std::memcpy(&hi4, mn + 4 * j + 16, 4);
-                mins[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(lo4, hi4, 0, 0)));
-            }
-            for (int t = 0; t < NY; ++t) {
-                const __m256 bs8 = _mm256_loadu_ps(y[t][ibl].bsums);
-                auto bsv = [&](int j) { return _mm256_permutevar8x32_ps(bs8, _mm256_setr_epi32(j, j, j, j, j + 4, j + 4, j + 4, j + 4)); };
-                if constexpr (Lone) {
-                    __m256 sum = _mm256_mul_ps(mins[0], bsv(0));
-                    for (int j = 1; j < 4; ++j) sum = _mm256_fmadd_ps(mins[j], bsv(j), sum);
-                    acc[t] = _mm256_fmadd_ps(md, sum, acc[t]);
-                } else {
-                    for (int j = 0; j < 4; ++j) acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(md, mins[j]), bsv(j), acc[t]);
-                }
-            }
-            __m256i isum[NY];
-            for (auto& v : isum) v = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ++ib) {
-                __m256i q4[4];
-                nibble_fields(qs, ib, q4);
-                if constexpr (Five) {  // bits {0, 4}, {2, 6}, {1, 5}, {3, 7} for the four fields' two halves
-                    const __m256i hb = _mm256_broadcastsi128_si256(
-                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const ik::BlockQ5_K_R4*>(&b)->qh + 16 * ib)));
-                    constexpr int kLo[4] = {0, 2, 1, 3};
-                    for (int f = 0; f < 4; ++f) q4[f] = _mm256_or_si256(q4[f], _mm256_slli_epi16(bit_of_bytes(hb, kLo[f], kLo[f] + 4), 4));
-                }
-                int s4;
-                std::memcpy(&s4, sc + 4 * ib, 4);
-                const __m128i sv = _mm_cvtsi32_si128(s4);
-                const __m256i iscales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_unpacklo_epi8(sv, sv)));  // both halves: row k's
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                    __m256i dp = _mm256_setzero_si256();  // the same exact lane sums, then the lane's scale
-                    for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, q4[f], _mm256_shuffle_epi32(yv, 0x55 * f));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, _mm256_srai_epi32(_mm256_slli_epi32(iscales, 16), 16)));
-#else
-                    __m256i p = _mm256_setzero_si256();  // values <= 31: the four fields' pair sums fit int16 (<= 31,496)
-                    for (int f = 0; f < 4; ++f) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q4[f], _mm256_shuffle_epi32(yv, 0x55 * f)));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
-#endif
-                }
-            }
-            for (int t = 0; t < NY; ++t)
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            _mm256_store_si256(
+                reinterpret_cast<__m256i*>(mn[q]),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4)));
         }
-        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
+        const int q1 = V::kGroups - 1;
+        F mins[4];  // lanes k: sub-block j's min of row k; lanes 4 + k: sub-block j + 4's
+        for (int j = 0; j < 4; ++j) mins[j] = V::bytes_ps(mn[0] + 4 * j, mn[0] + 4 * j + 16, mn[q1] + 4 * j, mn[q1] + 4 * j + 16);
+        for (int t = 0; t < NY; ++t) {
+            const float* bs = y[t][ibl].bsums;
+            if constexpr (Lone) {
+                F sum = V::mul(mins[0], V::halves_ps(bs[0], bs[4]));
+                for (int j = 1; j < 4; ++j) sum = V::fma(mins[j], V::halves_ps(bs[j], bs[j + 4]), sum);
+                acc[t] = V::fma(md, sum, acc[t]);
+            } else {
+                for (int j = 0; j < 4; ++j) acc[t] = V::fma(V::mul(md, mins[j]), V::halves_ps(bs[j], bs[j + 4]), acc[t]);
+            }
+        }
+        I isum[NY];
+        for (auto& v : isum) v = V::zero();
+        for (int ib = 0; ib < 8; ++ib) {
+            I q4[4];
+            nibble_fields_v<V>(b0, b1, offsetof(Block, qs), ib, q4);
+            if constexpr (Five) {  // bits {0, 4}, {2, 6}, {1, 5}, {3, 7} for the four fields' two halves
+                const size_t o = offsetof(ik::BlockQ5_K_R4, qh) + 16 * static_cast<size_t>(ib);
+                const I hb = V::bytes16(b0 + o, b1 + o);
+                constexpr int kLo[4] = {0, 2, 1, 3};
+                for (int f = 0; f < 4; ++f) q4[f] = V::or_(q4[f], V::slli16(V::bit_of(hb, kLo[f], kLo[f] + 4), 4));
+            }
+            const I iscales = V::pairs4(sc[0] + 4 * ib, sc[q1] + 4 * ib);  // both halves: row k's
+            for (int t = 0; t < NY; ++t)
+                isum[t] = V::add32(isum[t], V::template scaled_dot4<31>(q4, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+        }
+        for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::mul(dd, V::set1(y[t][ibl].d)), V::cvt(isum[t]), acc[t]);
     }
+    for (int t = 0; t < NY; ++t) V::store(acc[t], out + t * out_stride + 4 * g);
 }
 
-// Q6_K_R4 against Q8_K, NY tokens per pass (ik_ref_r4.cpp's order; Lone: y.d folded into d first).
+// Q6_K_R4 against Q8_K for V::kGroups groups from group g, NY tokens per pass (ik_ref_r4.cpp's order; Lone: y.d
+// folded into d first).
+template <class V, bool Lone, int NY>
+void q6_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using Block = ik::BlockQ6_K_R4;
+    const ik::BlockQ8K* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes);
+    constexpr int kShift[4] = {0, 4, 2, 6};  // the high bits of field f's weights
+    const uint8_t* group[2] = {w + 4 * g * row_bytes, w + 4 * (g + V::kGroups - 1) * row_bytes};
+    F acc[NY];
+    for (auto& a : acc) a = V::set1(0.f);
+    for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+        const uint8_t* b0 = group[0] + ibl * sizeof(Block);
+        const uint8_t* b1 = group[1] + ibl * sizeof(Block);
+        const F dd = V::rows_f16(b0, b1);
+        I iscales[8];
+        F fscales[8];
+        for (int ib = 0; ib < 8; ++ib) {
+            const size_t o = offsetof(Block, scales) + 8 * static_cast<size_t>(ib);
+            iscales[ib] = V::pairs_s8(b0 + o, b1 + o);
+            fscales[ib] = V::cvt(V::low16(iscales[ib]));
+        }
+        F D[NY];
+        for (int t = 0; t < NY; ++t) {
+            const F yd = V::set1(y[t][ibl].d);
+            D[t] = Lone ? V::mul(dd, yd) : dd;
+            const F mn = V::mul(D[t], V::set1(-32.f));
+            const F cm = Lone ? mn : V::mul(mn, yd);
+            acc[t] = V::fma(cm, V::cvt(V::offsets(iscales, y[t][ibl].bsums)), acc[t]);
+        }
+        for (int ib = 0; ib < 8; ++ib) {
+            I u[4];
+            nibble_fields_v<V>(b0, b1, offsetof(Block, ql), ib, u);
+            const size_t o = offsetof(Block, qh) + 32 * static_cast<size_t>(ib);
+            const I hb = V::bytes32(b0 + o, b1 + o);
+            for (int f = 0; f < 4; ++f) u[f] = V::or_(u[f], V::slli16(V::and_(V::srli16(hb, kShift[f]), V::set8(3)), 4));
+            for (int t = 0; t < NY; ++t) {
+                const I S = V::template dot4<63>(u, V::activations(y[t][ibl].qs + 32 * ib));
+                F c = V::mul(D[t], fscales[ib]);
+                if constexpr (!Lone) c = V::mul(c, V::set1(y[t][ibl].d));
+                acc[t] = V::fma(c, V::cvt(S), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < NY; ++t) V::store(acc[t], out + t * out_stride + 4 * g);
+}
+
+template <bool Lone, bool Five, int NY>
+struct Q4KGroups {
+    template <class V>
+    struct Of {
+        static constexpr auto run = q4_k_r4_groups<V, Lone, Five, NY>;
+    };
+};
+template <bool Lone, int NY>
+struct Q6KGroups {
+    template <class V>
+    struct Of {
+        static constexpr auto run = q6_k_r4_groups<V, Lone, NY>;
+    };
+};
+
+template <bool Lone, int NY, bool Five = false>
+void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
+    each_group_pair<Q4KGroups<Lone, Five, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+}
 template <bool Lone, int NY>
 void q6_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
-    const ik::BlockQ8K* y[NY];
-    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes);
-    const __m256i m3 = _mm256_set1_epi8(3);
-    constexpr int kShift[4] = {0, 4, 2, 6};  // the high bits of field f's weights
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const auto* blocks = reinterpret_cast<const ik::BlockQ6_K_R4*>(w + 4 * g * row_bytes);
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const ik::BlockQ6_K_R4& b = blocks[ibl];
-            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.d)));
-            const __m256 dd = _mm256_set_m128(d4, d4);
-            __m256i iscales[8];
-            __m256 fscales[8];
-            for (int ib = 0; ib < 8; ++ib) {
-                const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales + 8 * ib));
-                iscales[ib] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
-                fscales[ib] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-            }
-            __m256 D[NY];
-            for (int t = 0; t < NY; ++t) {
-                const __m256 yd = _mm256_set1_ps(y[t][ibl].d);
-                D[t] = Lone ? _mm256_mul_ps(dd, yd) : dd;
-                const __m256 mn = _mm256_mul_ps(D[t], _mm256_set1_ps(-32.f));
-                const __m256 cm = Lone ? mn : _mm256_mul_ps(mn, yd);
-                acc[t] = _mm256_fmadd_ps(cm, _mm256_cvtepi32_ps(offset_sums(iscales, y[t][ibl].bsums)), acc[t]);
-            }
-            for (int ib = 0; ib < 8; ++ib) {
-                __m256i u[4];
-                nibble_fields(b.ql, ib, u);
-                const __m256i hb = load32(b.qh + 32 * ib);
-                for (int f = 0; f < 4; ++f)
-                    u[f] = _mm256_or_si256(u[f], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, kShift[f]), m3), 4));
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                    __m256i S = _mm256_setzero_si256();  // the same exact lane sums
-                    for (int f = 0; f < 4; ++f) S = _mm256_dpbusd_epi32(S, u[f], _mm256_shuffle_epi32(yv, 0x55 * f));
-#else
-                    // values <= 63: two fields' pair sums fit int16
-                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], _mm256_shuffle_epi32(yv, 0x00)),
-                                                         _mm256_maddubs_epi16(u[1], _mm256_shuffle_epi32(yv, 0x55)));
-                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u[2], _mm256_shuffle_epi32(yv, 0xaa)),
-                                                         _mm256_maddubs_epi16(u[3], _mm256_shuffle_epi32(yv, 0xff)));
-                    const __m256i S = _mm256_add_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi16(1)), _mm256_madd_epi16(p23, _mm256_set1_epi16(1)));
-#endif
-                    __m256 c = _mm256_mul_ps(D[t], fscales[ib]);
-                    if constexpr (!Lone) c = _mm256_mul_ps(c, _mm256_set1_ps(y[t][ibl].d));
-                    acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(S), acc[t]);
-                }
-            }
-        }
-        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
-    }
+    each_group_pair<Q6KGroups<Lone, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
 }
 
 // Block b of a Q8_2_X4 row: its scale, its values and their sum (groups of four blocks, then single ones).

@@ -1,0 +1,208 @@
+// The lanes of ik_llama.cpp's four-row interleaved forms (lane k: row k's first 16 of each 32 weights, lane 4 + k:
+// its second 16) and the helpers their AVX2 kernels share; Lanes4 / Lanes8 let one kernel body run one group per
+// __m256 or, in the AVX-512 translation unit, two groups per __m512 with each lane's steps unchanged. Included by
+// the ik_*_r4_simd.h headers.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/simd_common.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikr {
+
+// Per byte 0 or 1: bit `shift_lo` of each byte in the low 128-bit half, `shift_hi` in the high half.
+inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
+    const __m256i sh = _mm256_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
+    return _mm256_and_si256(_mm256_srlv_epi32(bytes, sh), _mm256_set1_epi8(1));
+}
+
+// Four rows' results: each row's two accumulators (lanes k and 4 + k) added.
+inline void store_row_sums(__m256 acc, float* out) { _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))); }
+
+// The offset's share per block: sub-blocks (2i, 2i + 1)'s lane scales (int16 pairs) against the sums of 16 they
+// meet; lane k of the result sums lanes k and 4 + k over sub-blocks 0..3, lane 4 + k over 4..7.
+inline __m256i offset_sums(const __m256i iscales[8], const int16_t* bsums) {
+    const __m256i pick0 = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7);
+    const __m256i pick1 = _mm256_add_epi8(pick0, _mm256_set1_epi8(8));
+    const __m256i b03 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)));
+    const __m256i b47 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8)));
+    __m256i pairs[4];
+    for (int i = 0; i < 4; ++i) pairs[i] = _mm256_blend_epi16(iscales[2 * i], iscales[2 * i + 1], 0xAA);
+    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_shuffle_epi8(b03, pick0)),
+                                        _mm256_madd_epi16(pairs[1], _mm256_shuffle_epi8(b03, pick1)));
+    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(pairs[2], _mm256_shuffle_epi8(b47, pick0)),
+                                        _mm256_madd_epi16(pairs[3], _mm256_shuffle_epi8(b47, pick1)));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// The four fields' 4-bit quants of sub-block ib (ik_r4_layout.h's nibble order).
+inline void nibble_fields(const uint8_t* qs, int ib, __m256i q4[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i b1 = load32(qs + 64 * ib), b2 = load32(qs + 64 * ib + 32);
+    q4[0] = _mm256_and_si256(b1, m4), q4[1] = _mm256_and_si256(b2, m4);
+    q4[2] = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), q4[3] = _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4);
+}
+
+// Eight bytes b0..b7 as int16 [b0, b0, b1, b1, ..., b7, b7]: lane j's byte in both halves of its dword.
+inline __m256i paired_bytes(const uint8_t* p) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
+}
+
+// The registers of one group of four rows (__m256: lane k holds row k's first 16 weights of each 32, lane 4 + k
+// its second 16) or, in the AVX-512 translation unit, of two groups (__m512: the second group in the upper half),
+// each lane's integer and float steps the same. p0 / p1: the same field of the first and second group's block.
+struct Lanes4 {
+    using I = __m256i;
+    using F = __m256;
+    static constexpr int kGroups = 1;
+    static I bytes32(const uint8_t* p0, const uint8_t*) { return load32(p0); }
+    static I bytes16(const uint8_t* p0, const uint8_t*) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))); }
+    static I pairs(const uint8_t* p0, const uint8_t*) { return paired_bytes(p0); }
+    static F rows_f16(const uint8_t* p0, const uint8_t*) {  // the group's four f16 in both halves
+        const __m128 d = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)));
+        return _mm256_set_m128(d, d);
+    }
+    static I pairs_s8(const uint8_t* p0, const uint8_t*) {  // signed bytes as int16 pairs
+        const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0));
+        return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
+    }
+    static I pairs4(const uint8_t* p0, const uint8_t*) {  // bytes b0..b3 as [b0, b0, .., b3, b3] in both halves
+        int v;
+        std::memcpy(&v, p0, 4);
+        const __m128i x = _mm_cvtsi32_si128(v);
+        return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_unpacklo_epi8(x, x)));
+    }
+    // lanes 0..3 from the four bytes at lo, lanes 4..7 from those at hi, as floats
+    static F bytes_ps(const uint8_t* lo0, const uint8_t* hi0, const uint8_t*, const uint8_t*) {
+        int lo, hi;
+        std::memcpy(&lo, lo0, 4), std::memcpy(&hi, hi0, 4);
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(lo, hi, 0, 0)));
+    }
+    static F halves_ps(float lo, float hi) { return _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo)); }
+    static I activations(const int8_t* y) { return load32(y); }
+    static I bit_of(I bytes, int shift_lo, int shift_hi) { return bit_of_bytes(bytes, shift_lo, shift_hi); }
+    static I offsets(const I s[8], const int16_t* bsums) { return offset_sums(s, bsums); }
+    static void store(F acc, float* out) { store_row_sums(acc, out); }
+    static I zero() { return _mm256_setzero_si256(); }
+    static I add32(I a, I b) { return _mm256_add_epi32(a, b); }
+    static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+    static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+    static I srli16(I a, int n) { return _mm256_srli_epi16(a, n); }
+    static I slli16(I a, int n) { return _mm256_slli_epi16(a, n); }
+    static I sub16(I a, I b) { return _mm256_sub_epi16(a, b); }
+    static I set8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+    static I set16(int v) { return _mm256_set1_epi16(static_cast<int16_t>(v)); }
+    static I low16(I a) { return _mm256_srai_epi32(_mm256_slli_epi32(a, 16), 16); }  // each int32's low int16, sign-extended
+    static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+    static F set1(float x) { return _mm256_set1_ps(x); }
+    static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+    static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+    // Lane j's exact sum of four 4-byte fields: q[f] (unsigned, at most kMax) times the activations' dword f of
+    // its half; scaled_dot4 times the lane's int16 scale (scales: int16 pairs), also exact.
+    template <int kMax>
+    static I dot4(const I q[4], I y) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        I s = _mm256_setzero_si256();
+        for (int f = 0; f < 4; ++f) s = _mm256_dpbusd_epi32(s, q[f], _mm256_shuffle_epi32(y, 0x55 * f));
+        return s;
+#else
+        return scaled_dot4<kMax>(q, y, _mm256_set1_epi16(1));
+#endif
+    }
+    template <int kMax>
+    static I scaled_dot4(const I q[4], I y, I scales) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        return _mm256_mullo_epi32(dot4<kMax>(q, y), low16(scales));
+#else
+        I p[4];
+        for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(q[f], _mm256_shuffle_epi32(y, 0x55 * f));
+        if constexpr (4 * 2 * 127 * kMax <= 32767)  // the four fields' pair sums fit int16
+            return _mm256_madd_epi16(scales, _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])));
+        else
+            return _mm256_add_epi32(_mm256_madd_epi16(scales, _mm256_add_epi16(p[0], p[1])), _mm256_madd_epi16(scales, _mm256_add_epi16(p[2], p[3])));
+#endif
+    }
+};
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+struct Lanes8 {
+    using I = __m512i;
+    using F = __m512;
+    static constexpr int kGroups = 2;
+    static I join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+    static I bytes32(const uint8_t* p0, const uint8_t* p1) { return join(load32(p0), load32(p1)); }
+    static I bytes16(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::bytes16(p0, p0), Lanes4::bytes16(p1, p1)); }
+    static I pairs(const uint8_t* p0, const uint8_t* p1) { return join(paired_bytes(p0), paired_bytes(p1)); }
+    static F rows_f16(const uint8_t* p0, const uint8_t* p1) { return join_ps(Lanes4::rows_f16(p0, p0), Lanes4::rows_f16(p1, p1)); }
+    static I pairs_s8(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::pairs_s8(p0, p0), Lanes4::pairs_s8(p1, p1)); }
+    static I pairs4(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::pairs4(p0, p0), Lanes4::pairs4(p1, p1)); }
+    static F join_ps(__m256 a, __m256 b) {
+        return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+    }
+    static F bytes_ps(const uint8_t* lo0, const uint8_t* hi0, const uint8_t* lo1, const uint8_t* hi1) {
+        return join_ps(Lanes4::bytes_ps(lo0, hi0, lo0, hi0), Lanes4::bytes_ps(lo1, hi1, lo1, hi1));
+    }
+    static F halves_ps(float lo, float hi) {
+        const __m256 h = Lanes4::halves_ps(lo, hi);
+        return join_ps(h, h);
+    }
+    static I activations(const int8_t* y) { return _mm512_broadcast_i64x4(load32(y)); }
+    static I bit_of(I bytes, int shift_lo, int shift_hi) {
+        const __m512i sh = _mm512_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi, shift_lo, shift_lo,
+                                             shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
+        return _mm512_and_si512(_mm512_srlv_epi32(bytes, sh), _mm512_set1_epi8(1));
+    }
+    static I offsets(const I s[8], const int16_t* bsums) {
+        __m256i lo[8], hi[8];
+        for (int i = 0; i < 8; ++i) lo[i] = _mm512_castsi512_si256(s[i]), hi[i] = _mm512_extracti64x4_epi64(s[i], 1);
+        return join(offset_sums(lo, bsums), offset_sums(hi, bsums));
+    }
+    static void store(F acc, float* out) {  // the second group's rows follow the first's
+        store_row_sums(_mm512_castps512_ps256(acc), out);
+        store_row_sums(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)), out + 4);
+    }
+    static I zero() { return _mm512_setzero_si512(); }
+    static I add32(I a, I b) { return _mm512_add_epi32(a, b); }
+    static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+    static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+    static I srli16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
+    static I slli16(I a, int n) { return _mm512_slli_epi16(a, static_cast<unsigned>(n)); }
+    static I sub16(I a, I b) { return _mm512_sub_epi16(a, b); }
+    static I set8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+    static I set16(int v) { return _mm512_set1_epi16(static_cast<int16_t>(v)); }
+    static I low16(I a) { return _mm512_srai_epi32(_mm512_slli_epi32(a, 16), 16); }
+    static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+    static F set1(float x) { return _mm512_set1_ps(x); }
+    static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+    template <int>
+    static I dot4(const I q[4], I y) {
+        I s = _mm512_setzero_si512();
+        for (int f = 0; f < 4; ++f) s = _mm512_dpbusd_epi32(s, q[f], _mm512_shuffle_epi32(y, static_cast<_MM_PERM_ENUM>(0x55 * f)));
+        return s;
+    }
+    template <int kMax>
+    static I scaled_dot4(const I q[4], I y, I scales) {
+        return _mm512_mullo_epi32(dot4<kMax>(q, y), low16(scales));
+    }
+};
+#endif
+
+// Every group of the rows: two at a time on AVX-512, the odd last one (and every one on AVX2) four rows at a time.
+template <template <class> class K>
+void each_group_pair(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 4; g += 2) K<Lanes8>::run(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+#endif
+    for (; g < rows / 4; ++g) K<Lanes4>::run(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+}
+
+}  // namespace ikr
+}  // namespace
+}  // namespace moe::kernels
