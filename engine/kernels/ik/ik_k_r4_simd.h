@@ -18,168 +18,6 @@ namespace moe::kernels {
 namespace {
 namespace ikr {
 
-// One block of four rows, decoded per sub-block ib: each weight's kernel value for the four fields f (field f:
-// weights 4f + i of the first 16 in lane k, 16 + 4f + i of the second 16 in lane 4 + k; ik_r4_layout.h) and the
-// lanes' scales as int16 pairs. IQ2_K_R4 / IQ3_K_R4 give ik's unsigned values (table value + M); IQ4_K_R4 /
-// IQ5_K_R4 the signed ones.
-template <GgmlType T>
-struct KR4Block {
-    static constexpr bool kUnsigned = T == GgmlType::IQ2_K_R4 || T == GgmlType::IQ3_K_R4;
-    const uint8_t* block;
-    __m256i xbits;  // lane j's extra byte, repeated over its four bytes
-
-    explicit KR4Block(const uint8_t* b) : block(b) {
-        const __m256i e = _mm256_broadcastsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8)));
-        xbits = _mm256_shuffle_epi8(e,
-                                    _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
-    }
-    // 0 or 1 per byte: the table-half bit of sub-block ib
-    __m256i xbit(int ib) const { return _mm256_and_si256(_mm256_srli_epi16(xbits, ib), _mm256_set1_epi8(1)); }
-
-    __m256i scales(int ib) const {
-        const int nib_shift = 4 * (ib / 4);
-        if constexpr (kUnsigned) {
-            const uint8_t* scales_l = T == GgmlType::IQ2_K_R4 ? block + 16 : block + 24;
-            const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(scales_l + 8 * (ib % 4)), nib_shift), _mm256_set1_epi16(0xF));
-            if constexpr (T == GgmlType::IQ2_K_R4) return _mm256_sub_epi16(nib, _mm256_set1_epi16(8));
-            const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 16), ib), _mm256_set1_epi16(1));
-            const __m256i m = _mm256_add_epi16(_mm256_slli_epi16(nib, 1), _mm256_set1_epi16(1));
-            return _mm256_sign_epi16(m, _mm256_sub_epi16(_mm256_set1_epi16(1), _mm256_slli_epi16(sign, 1)));
-        } else {
-            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 32 + 8 * (ib % 4)), nib_shift), _mm256_set1_epi16(0xF));
-            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(paired_bytes(block + 16 + 8 * (ib % 2)), 2 * (ib / 2)), _mm256_set1_epi16(3));
-            return _mm256_sub_epi16(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi16(32));
-        }
-    }
-
-    void values(int ib, __m256i qx[4]) const {
-        if constexpr (kUnsigned) {
-            const uint8_t* qs = block + (T == GgmlType::IQ2_K_R4 ? 48 : 56);
-            const __m256i bits = load32(qs + 32 * ib);
-            const __m256i m3 = _mm256_set1_epi8(3);
-            if constexpr (T == GgmlType::IQ2_K_R4) {  // iq2nl_values + 32, the second half via index + 4
-                const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 19, 33, 49, 6, 24, 38, 54, 0, 0, 0, 0, 0, 0, 0, 0));
-                const __m256i add = _mm256_slli_epi16(xbit(ib), 2);
-                for (int f = 0; f < 4; ++f)
-                    qx[f] = _mm256_shuffle_epi8(table, _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * f), m3), add));
-            } else {  // iq3nl_values + 64, the second half via index + 8
-                const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 24, 41, 54, 65, 77, 92, 111, 5, 28, 45, 58, 69, 81, 96, 115));
-                const __m256i add = _mm256_slli_epi16(xbit(ib), 3);
-                const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 256 + 16 * ib)));
-                for (int f = 0; f < 4; ++f) {
-                    const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * f), m3),
-                                                        _mm256_slli_epi16(bit_of_bytes(hb, f, f + 4), 2));
-                    qx[f] = _mm256_shuffle_epi8(table, _mm256_add_epi8(idx, add));
-                }
-            }
-        } else {
-            const uint8_t* qs = block + 64;
-            const __m256i m4 = _mm256_set1_epi8(0x0F);
-            const __m256i b1 = load32(qs + 64 * ib), b2 = load32(qs + 64 * ib + 32);
-            const __m256i q4[4] = {_mm256_and_si256(b1, m4), _mm256_and_si256(b2, m4), _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4)};
-            if constexpr (T == GgmlType::IQ4_K_R4) {
-                const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq4kValues)));
-                const __m256i add = _mm256_slli_epi16(xbit(ib), 2);  // the second half is the first + 4
-                for (int f = 0; f < 4; ++f) qx[f] = _mm256_add_epi8(_mm256_shuffle_epi8(table, q4[f]), add);
-            } else {
-                const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues)));
-                const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues + 16)));
-                const __m256i add = _mm256_slli_epi16(xbit(ib), 1);  // + 2
-                const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 512 + 16 * ib)));
-                constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};  // fifth-bit positions of field f's weights
-                for (int f = 0; f < 4; ++f) {
-                    const __m256i fifth = _mm256_cmpeq_epi8(bit_of_bytes(hb, kLo[f], kHi[f]), _mm256_set1_epi8(1));
-                    qx[f] = _mm256_add_epi8(_mm256_blendv_epi8(_mm256_shuffle_epi8(lo, q4[f]), _mm256_shuffle_epi8(hi, q4[f]), fifth), add);
-                }
-            }
-        }
-    }
-};
-
-// NY tokens per pass over a group of four rows, each sub-block decoded once. Per 256 weights and token the two
-// halves' integer sums (IQ2/IQ3: of unsigned values, their offset taken back through the sums of 16 with
-// sub-blocks 0..3 in the first accumulator and 4..7 in the second, as ik's kernel does), then
-// fma(d * y.d, sum, acc); the row is the two accumulators' sum.
-template <GgmlType T, int NY>
-void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    using Block = KR4Block<T>;
-    constexpr int kShift = T == GgmlType::IQ2_K_R4 ? 5 : 6;  // log2 of the offset (32, 64)
-    constexpr size_t kBlock = T == GgmlType::IQ2_K_R4   ? sizeof(ik::BlockIQ2_K_R4)
-                              : T == GgmlType::IQ3_K_R4 ? sizeof(ik::BlockIQ3_K_R4)
-                              : T == GgmlType::IQ4_K_R4 ? sizeof(ik::BlockIQ4_K_R4)
-                                                        : sizeof(ik::BlockIQ5_K_R4);
-    const ik::BlockQ8K* y[NY];
-    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes);
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const uint8_t* group = w + 4 * g * row_bytes;
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const Block blk(group + ibl * kBlock);
-            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.block)));
-            const __m256 dd = _mm256_set_m128(d4, d4);
-            __m256i isum[NY];
-            for (auto& v : isum) v = _mm256_setzero_si256();
-            __m256i iscales[8];
-            for (int ib = 0; ib < 8; ++ib) iscales[ib] = blk.scales(ib);
-            for (int ib = 0; ib < 8; ++ib) {
-                __m256i qx[4];
-                blk.values(ib, qx);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                const __m256i scale32 = _mm256_srai_epi32(_mm256_slli_epi32(iscales[ib], 16), 16);  // the lane's scale as int32
-#endif
-                if constexpr (Block::kUnsigned) {
-                    for (int t = 0; t < NY; ++t) {
-                        const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                        // the same exact lane sums, four products per VPDPBUSD, then the lane's scale
-                        __m256i dp = _mm256_setzero_si256();
-                        for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, qx[f], _mm256_shuffle_epi32(yv, 0x55 * f));
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, scale32));
-                        continue;
-#endif
-                        __m256i p[4];
-                        for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(qx[f], _mm256_shuffle_epi32(yv, 0x55 * f));
-                        if constexpr (T == GgmlType::IQ2_K_R4) {  // values <= 54: two pairs' sums still fit int16
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(iscales[ib], _mm256_add_epi16(p[0], p[1])),
-                                                                                 _mm256_madd_epi16(iscales[ib], _mm256_add_epi16(p[2], p[3]))));
-                        } else {
-                            for (int f = 0; f < 4; ++f) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales[ib], p[f]));
-                        }
-                    }
-                } else {
-                    __m256i ux[4];
-                    for (int f = 0; f < 4; ++f) ux[f] = _mm256_sign_epi8(qx[f], qx[f]);
-                    for (int t = 0; t < NY; ++t) {
-                        const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                        __m256i dp = _mm256_setzero_si256();
-                        for (int f = 0; f < 4; ++f) dp = _mm256_dpbusd_epi32(dp, ux[f], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55 * f), qx[f]));
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, scale32));
-                        continue;
-#endif
-                        for (int f = 0; f < 4; ++f)
-                            isum[t] = _mm256_add_epi32(
-                                isum[t], _mm256_madd_epi16(iscales[ib],
-                                                           _mm256_maddubs_epi16(ux[f], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55 * f), qx[f]))));
-                    }
-                }
-            }
-            if constexpr (Block::kUnsigned) {
-                // The offset's share: lane j of sub-blocks (2i, 2i + 1) as one int16 pair against the sums of 16 they
-                // meet (bs(4i + h), bs(4i + 2 + h), h = j >= 4); lane k then takes its lanes k and 4 + k over
-                // sub-blocks 0..3, lane 4 + k those over 4..7.
-                for (int t = 0; t < NY; ++t) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(offset_sums(iscales, y[t][ibl].bsums), kShift));
-            }
-            for (int t = 0; t < NY; ++t) {
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-            }
-        }
-        for (int t = 0; t < NY; ++t) store_row_sums(acc[t], out + t * out_stride + 4 * g);
-    }
-}
-
 // The four fields' 4-bit quants of sub-block ib of a nibble array at offset `at` of the blocks
 // (ik_r4_layout.h's nibble order).
 template <class V>
@@ -187,6 +25,128 @@ void nibble_fields_v(const uint8_t* b0, const uint8_t* b1, size_t at, int ib, ty
     const size_t o = at + 64 * static_cast<size_t>(ib);
     const typename V::I x1 = V::bytes32(b0 + o, b1 + o), x2 = V::bytes32(b0 + o + 32, b1 + o + 32), m4 = V::set8(0x0F);
     q4[0] = V::and_(x1, m4), q4[1] = V::and_(x2, m4), q4[2] = V::and_(V::srli16(x1, 4), m4), q4[3] = V::and_(V::srli16(x2, 4), m4);
+}
+
+// One block of four rows (two blocks: two groups, V::kGroups), decoded per sub-block ib: each weight's kernel
+// value for the four fields f (field f: weights 4f + i of the first 16 in lane k, 16 + 4f + i of the second 16 in
+// lane 4 + k; ik_r4_layout.h) and the lanes' scales as int16 pairs. IQ2_K_R4 / IQ3_K_R4 give ik's unsigned values
+// (table value + M); IQ4_K_R4 / IQ5_K_R4 the signed ones.
+template <class V, GgmlType T>
+struct KR4Block {
+    using I = typename V::I;
+    static constexpr bool kUnsigned = T == GgmlType::IQ2_K_R4 || T == GgmlType::IQ3_K_R4;
+    const uint8_t* b0;
+    const uint8_t* b1;
+    I xbits;  // lane j's extra byte, repeated over its four bytes
+
+    KR4Block(const uint8_t* p0, const uint8_t* p1) : b0(p0), b1(p1), xbits(V::lane_bytes(p0 + 8, p1 + 8)) {}
+    // 0 or 1 per byte: the table-half bit of sub-block ib
+    I xbit(int ib) const { return V::and_(V::srli16(xbits, ib), V::set8(1)); }
+    I pairs(size_t at) const { return V::pairs(b0 + at, b1 + at); }
+    I bytes32(size_t at) const { return V::bytes32(b0 + at, b1 + at); }
+    I bytes16(size_t at) const { return V::bytes16(b0 + at, b1 + at); }
+
+    I scales(int ib) const {
+        const int nib_shift = 4 * (ib / 4);
+        if constexpr (kUnsigned) {
+            const size_t scales_l = T == GgmlType::IQ2_K_R4 ? 16 : 24;
+            const I nib = V::and_(V::srli16(pairs(scales_l + 8 * (ib % 4)), nib_shift), V::set16(0xF));
+            if constexpr (T == GgmlType::IQ2_K_R4) return V::sub16(nib, V::set16(8));
+            const I sign = V::and_(V::srli16(pairs(16), ib), V::set16(1));
+            const I m = V::or_(V::slli16(nib, 1), V::set16(1));
+            return V::mul16(m, V::sub16(V::set16(1), V::slli16(sign, 1)));  // (2 nib + 1), negated where the sign bit is set
+        } else {
+            const I low = V::and_(V::srli16(pairs(32 + 8 * (ib % 4)), nib_shift), V::set16(0xF));
+            const I high = V::and_(V::srli16(pairs(16 + 8 * (ib % 2)), 2 * (ib / 2)), V::set16(3));
+            return V::sub16(V::or_(low, V::slli16(high, 4)), V::set16(32));
+        }
+    }
+
+    void values(int ib, I qx[4]) const {
+        if constexpr (kUnsigned) {
+            const size_t qs = T == GgmlType::IQ2_K_R4 ? 48 : 56;
+            const I bits = bytes32(qs + 32 * ib), m3 = V::set8(3);
+            if constexpr (T == GgmlType::IQ2_K_R4) {  // iq2nl_values + 32, the second half via index + 4
+                static constexpr int8_t kTable[16] = {1, 19, 33, 49, 6, 24, 38, 54, 0, 0, 0, 0, 0, 0, 0, 0};
+                const I table = V::table16(kTable), add = V::slli16(xbit(ib), 2);
+                for (int f = 0; f < 4; ++f) qx[f] = V::lookup(table, V::add8(V::and_(V::srli16(bits, 2 * f), m3), add));
+            } else {  // iq3nl_values + 64, the second half via index + 8
+                static constexpr int8_t kTable[16] = {1, 24, 41, 54, 65, 77, 92, 111, 5, 28, 45, 58, 69, 81, 96, 115};
+                const I table = V::table16(kTable), add = V::slli16(xbit(ib), 3);
+                const I hb = bytes16(qs + 256 + 16 * ib);
+                for (int f = 0; f < 4; ++f) {
+                    const I idx = V::or_(V::and_(V::srli16(bits, 2 * f), m3), V::slli16(V::bit_of(hb, f, f + 4), 2));
+                    qx[f] = V::lookup(table, V::add8(idx, add));
+                }
+            }
+        } else {
+            constexpr size_t kQs = 64;
+            I q4[4];
+            nibble_fields_v<V>(b0, b1, kQs, ib, q4);
+            if constexpr (T == GgmlType::IQ4_K_R4) {
+                const I table = V::table16(ik::kIq4kValues), add = V::slli16(xbit(ib), 2);  // the second half is the first + 4
+                for (int f = 0; f < 4; ++f) qx[f] = V::add8(V::lookup(table, q4[f]), add);
+            } else {
+                const I lo = V::table16(ik::kIq5nlValues), hi = V::table16(ik::kIq5nlValues + 16);
+                const I add = V::slli16(xbit(ib), 1);  // + 2
+                const I hb = bytes16(kQs + 512 + 16 * ib);
+                constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};  // fifth-bit positions of field f's weights
+                for (int f = 0; f < 4; ++f)
+                    qx[f] = V::add8(V::select(V::bit_of(hb, kLo[f], kHi[f]), V::lookup(lo, q4[f]), V::lookup(hi, q4[f])), add);
+            }
+        }
+    }
+};
+
+// NY tokens per pass over V::kGroups groups of four rows from group g, each sub-block decoded once. Per 256
+// weights and token the two halves' integer sums (IQ2/IQ3: of unsigned values, their offset taken back through
+// the sums of 16 with sub-blocks 0..3 in the first accumulator and 4..7 in the second, as ik's kernel does), then
+// fma(d * y.d, sum, acc); the row is the two accumulators' sum.
+template <class V, GgmlType T, int NY>
+void k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using Block = KR4Block<V, T>;
+    constexpr int kShift = T == GgmlType::IQ2_K_R4 ? 5 : 6;   // log2 of the offset (32, 64)
+    constexpr int kMax = T == GgmlType::IQ2_K_R4 ? 54 : 115;  // the largest unsigned value
+    constexpr size_t kBlock = T == GgmlType::IQ2_K_R4   ? sizeof(ik::BlockIQ2_K_R4)
+                              : T == GgmlType::IQ3_K_R4 ? sizeof(ik::BlockIQ3_K_R4)
+                              : T == GgmlType::IQ4_K_R4 ? sizeof(ik::BlockIQ4_K_R4)
+                                                        : sizeof(ik::BlockIQ5_K_R4);
+    const ik::BlockQ8K* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes);
+    const uint8_t* group[2] = {w + 4 * g * row_bytes, w + 4 * (g + V::kGroups - 1) * row_bytes};
+    F acc[NY];
+    for (auto& a : acc) a = V::set1(0.f);
+    for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+        const Block blk(group[0] + ibl * kBlock, group[1] + ibl * kBlock);
+        const F dd = V::rows_f16(blk.b0, blk.b1);
+        I isum[NY];
+        for (auto& v : isum) v = V::zero();
+        I iscales[8];
+        for (int ib = 0; ib < 8; ++ib) iscales[ib] = blk.scales(ib);
+        for (int ib = 0; ib < 8; ++ib) {
+            I qx[4];
+            blk.values(ib, qx);
+            if constexpr (Block::kUnsigned) {
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::template scaled_dot4<kMax>(qx, V::activations(y[t][ibl].qs + 32 * ib), iscales[ib]));
+            } else {
+                I ux[4];
+                for (int f = 0; f < 4; ++f) ux[f] = V::abs8(qx[f]);
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::signed_scaled_dot4(ux, qx, V::activations(y[t][ibl].qs + 32 * ib), iscales[ib]));
+            }
+        }
+        if constexpr (Block::kUnsigned) {
+            // The offset's share: lane j of sub-blocks (2i, 2i + 1) as one int16 pair against the sums of 16 they
+            // meet (bs(4i + h), bs(4i + 2 + h), h = j >= 4); lane k then takes its lanes k and 4 + k over
+            // sub-blocks 0..3, lane 4 + k those over 4..7.
+            for (int t = 0; t < NY; ++t) isum[t] = V::sub32(isum[t], V::slli32(V::offsets(iscales, y[t][ibl].bsums), kShift));
+        }
+        for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::mul(dd, V::set1(y[t][ibl].d)), V::cvt(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NY; ++t) V::store(acc[t], out + t * out_stride + 4 * g);
 }
 
 // Q4_K_R4 (and Q5_K_R4: Five, its fifth bits OR-ed into the nibbles) against Q8_K32 for V::kGroups groups from
@@ -301,6 +261,13 @@ void q6_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
     for (int t = 0; t < NY; ++t) V::store(acc[t], out + t * out_stride + 4 * g);
 }
 
+template <GgmlType T, int NY>
+struct KR4Groups {
+    template <class V>
+    struct Of {
+        static constexpr auto run = k_r4_groups<V, T, NY>;
+    };
+};
 template <bool Lone, bool Five, int NY>
 struct Q4KGroups {
     template <class V>
@@ -316,6 +283,10 @@ struct Q6KGroups {
     };
 };
 
+template <GgmlType T, int NY>
+void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    each_group_pair<KR4Groups<T, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+}
 template <bool Lone, int NY, bool Five = false>
 void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {

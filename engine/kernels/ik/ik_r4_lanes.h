@@ -90,6 +90,20 @@ struct Lanes4 {
     static void store(F acc, float* out) { store_row_sums(acc, out); }
     static I zero() { return _mm256_setzero_si256(); }
     static I add32(I a, I b) { return _mm256_add_epi32(a, b); }
+    static I sub32(I a, I b) { return _mm256_sub_epi32(a, b); }
+    static I slli32(I a, int n) { return _mm256_slli_epi32(a, n); }
+    static I add8(I a, I b) { return _mm256_add_epi8(a, b); }
+    static I mul16(I a, I b) { return _mm256_mullo_epi16(a, b); }
+    static I table16(const int8_t* t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))); }
+    static I lookup(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
+    static I select(I bit01, I if0, I if1) { return _mm256_blendv_epi8(if0, if1, _mm256_cmpeq_epi8(bit01, _mm256_set1_epi8(1))); }
+    static I abs8(I a) { return _mm256_sign_epi8(a, a); }
+    // each lane's extra byte of 8 (lane j: byte j) repeated over its four bytes
+    static I lane_bytes(const uint8_t* p0, const uint8_t*) {
+        const __m256i e = _mm256_broadcastsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)));
+        return _mm256_shuffle_epi8(e,
+                                   _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
+    }
     static I and_(I a, I b) { return _mm256_and_si256(a, b); }
     static I or_(I a, I b) { return _mm256_or_si256(a, b); }
     static I srli16(I a, int n) { return _mm256_srli_epi16(a, n); }
@@ -116,15 +130,34 @@ struct Lanes4 {
     }
     template <int kMax>
     static I scaled_dot4(const I q[4], I y, I scales) {
+        I yf[4];
+        for (int f = 0; f < 4; ++f) yf[f] = _mm256_shuffle_epi32(y, 0x55 * f);
+        return scaled_sum4<kMax>(q, yf, scales);
+    }
+    // Signed values v (|v| <= 127, u = |v|): v's sign moved onto the activations.
+    static I signed_scaled_dot4(const I u[4], const I v[4], I y, I scales) {
+        I yf[4];
+        for (int f = 0; f < 4; ++f) yf[f] = _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0x55 * f), v[f]);
+        return scaled_sum4<127>(u, yf, scales);
+    }
+    template <int kMax>
+    static I scaled_sum4(const I q[4], const I yf[4], I scales) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        return _mm256_mullo_epi32(dot4<kMax>(q, y), low16(scales));
+        I s = _mm256_setzero_si256();
+        for (int f = 0; f < 4; ++f) s = _mm256_dpbusd_epi32(s, q[f], yf[f]);
+        return _mm256_mullo_epi32(s, low16(scales));
 #else
         I p[4];
-        for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(q[f], _mm256_shuffle_epi32(y, 0x55 * f));
-        if constexpr (4 * 2 * 127 * kMax <= 32767)  // the four fields' pair sums fit int16
+        for (int f = 0; f < 4; ++f) p[f] = _mm256_maddubs_epi16(q[f], yf[f]);
+        if constexpr (4 * 2 * 127 * kMax <= 32767) {  // the four fields' pair sums fit int16
             return _mm256_madd_epi16(scales, _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])));
-        else
+        } else if constexpr (2 * 2 * 127 * kMax <= 32767) {  // two fields' do
             return _mm256_add_epi32(_mm256_madd_epi16(scales, _mm256_add_epi16(p[0], p[1])), _mm256_madd_epi16(scales, _mm256_add_epi16(p[2], p[3])));
+        } else {
+            I s = _mm256_setzero_si256();
+            for (int f = 0; f < 4; ++f) s = _mm256_add_epi32(s, _mm256_madd_epi16(scales, p[f]));
+            return s;
+        }
 #endif
     }
 };
@@ -167,6 +200,15 @@ struct Lanes8 {
     }
     static I zero() { return _mm512_setzero_si512(); }
     static I add32(I a, I b) { return _mm512_add_epi32(a, b); }
+    static I sub32(I a, I b) { return _mm512_sub_epi32(a, b); }
+    static I slli32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
+    static I add8(I a, I b) { return _mm512_add_epi8(a, b); }
+    static I mul16(I a, I b) { return _mm512_mullo_epi16(a, b); }
+    static I table16(const int8_t* t) { return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))); }
+    static I lookup(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
+    static I select(I bit01, I if0, I if1) { return _mm512_mask_blend_epi8(_mm512_test_epi8_mask(bit01, bit01), if0, if1); }
+    static I abs8(I a) { return _mm512_abs_epi8(a); }
+    static I lane_bytes(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::lane_bytes(p0, p0), Lanes4::lane_bytes(p1, p1)); }
     static I and_(I a, I b) { return _mm512_and_si512(a, b); }
     static I or_(I a, I b) { return _mm512_or_si512(a, b); }
     static I srli16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
@@ -188,6 +230,15 @@ struct Lanes8 {
     template <int kMax>
     static I scaled_dot4(const I q[4], I y, I scales) {
         return _mm512_mullo_epi32(dot4<kMax>(q, y), low16(scales));
+    }
+    static I signed_scaled_dot4(const I u[4], const I v[4], I y, I scales) {
+        I s = _mm512_setzero_si512();
+        for (int f = 0; f < 4; ++f) {
+            const I yf = _mm512_shuffle_epi32(y, static_cast<_MM_PERM_ENUM>(0x55 * f));
+            // y where v >= 0, -y where v < 0 (where v = 0, u = 0: the product is 0 either way)
+            s = _mm512_dpbusd_epi32(s, u[f], _mm512_mask_sub_epi8(yf, _mm512_movepi8_mask(v[f]), _mm512_setzero_si512(), yf));
+        }
+        return _mm512_mullo_epi32(s, low16(scales));
     }
 };
 #endif
