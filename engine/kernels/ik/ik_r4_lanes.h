@@ -84,6 +84,21 @@ struct Lanes4 {
         return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32(lo, hi, 0, 0)));
     }
     static F halves_ps(float lo, float hi) { return _mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo)); }
+    static F bytes_ps_s8(const uint8_t* lo0, const uint8_t* hi0, const uint8_t*, const uint8_t*) {  // bytes_ps of signed bytes
+        int lo, hi;
+        std::memcpy(&lo, lo0, 4), std::memcpy(&hi, hi0, 4);
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_setr_epi32(lo, hi, 0, 0)));
+    }
+    static I pairs4_s8(const uint8_t* p0, const uint8_t*) {  // pairs4 of signed bytes
+        int v;
+        std::memcpy(&v, p0, 4);
+        const __m128i x = _mm_cvtsi32_si128(v);
+        return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpacklo_epi8(x, x)));
+    }
+    // Four rows' results times their scales d[0..3]: each row's two accumulators added, then scaled.
+    static void store_scaled(F acc, const float* d0, const float*, float* out) {
+        _mm_storeu_ps(out, _mm_mul_ps(_mm_loadu_ps(d0), _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))));
+    }
     static I activations(const int8_t* y) { return load32(y); }
     static I bit_of(I bytes, int shift_lo, int shift_hi) { return bit_of_bytes(bytes, shift_lo, shift_hi); }
     static I offsets(const I s[8], const int16_t* bsums) { return offset_sums(s, bsums); }
@@ -182,6 +197,14 @@ struct Lanes8 {
     static F halves_ps(float lo, float hi) {
         const __m256 h = Lanes4::halves_ps(lo, hi);
         return join_ps(h, h);
+    }
+    static F bytes_ps_s8(const uint8_t* lo0, const uint8_t* hi0, const uint8_t* lo1, const uint8_t* hi1) {
+        return join_ps(Lanes4::bytes_ps_s8(lo0, hi0, lo0, hi0), Lanes4::bytes_ps_s8(lo1, hi1, lo1, hi1));
+    }
+    static I pairs4_s8(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::pairs4_s8(p0, p0), Lanes4::pairs4_s8(p1, p1)); }
+    static void store_scaled(F acc, const float* d0, const float* d1, float* out) {
+        Lanes4::store_scaled(_mm512_castps512_ps256(acc), d0, d0, out);
+        Lanes4::store_scaled(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)), d1, d1, out + 4);
     }
     static I activations(const int8_t* y) { return _mm512_broadcast_i64x4(load32(y)); }
     static I bit_of(I bytes, int shift_lo, int shift_hi) {

@@ -36,86 +36,73 @@ inline void store4(__m256 acc, __m128 d, float* out) {
     _mm_storeu_ps(out, _mm_mul_ps(d, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))));
 }
 
-// NY tokens per pass over a group of four rows: each block decoded once, every token's accumulator updated in
-// the one-token order (ik's kernels use that order for every token count, so the bits are the same). IQ5_KS_R4
-// (Five) adds the fifth bits and shifts its odd scales' values by 2 instead of 4.
-template <int NY, bool Five>
-void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+// NY tokens per pass over V::kGroups groups of four rows from group g: each block decoded once, every token's
+// accumulator updated in the one-token order (ik's kernels use that order for every token count, so the bits are
+// the same). IQ5_KS_R4 (Five) adds the fifth bits and shifts its odd scales' values by 2 instead of 4.
+template <class V, bool Five, int NY>
+void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    using I = typename V::I;
+    using F = typename V::F;
     const ik::BlockQ8K32* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
-    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Five ? ik::kIq5nlValues : ik::kIq4kValues)));
-    const __m256i values_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ik::kIq5nlValues + 16)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const I values = V::table16(Five ? ik::kIq5nlValues : ik::kIq4kValues), values_hi = V::table16(ik::kIq5nlValues + 16);
     constexpr size_t kBlock = Five ? sizeof(ik::BlockIQ5_KS_R4) : sizeof(ik::BlockIQ4_KS_R4);
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const uint8_t* group = w + 4 * g * row_bytes;
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
-            const ik::BlockIQ4_KS_R4& b = *reinterpret_cast<const ik::BlockIQ4_KS_R4*>(group + 16 + ibl * kBlock);  // (IQ5: then qh)
-            const uint8_t* qh = reinterpret_cast<const uint8_t*>(&b) + sizeof(ik::BlockIQ4_KS_R4);
-            const __m256i sc = load32(b.scales);
-            const __m256i ls8 = _mm256_sub_epi8(_mm256_and_si256(sc, _mm256_set1_epi8(static_cast<char>(0xFE))), _mm256_set1_epi8(127));
-            const __m256i sh8 = _mm256_slli_epi16(_mm256_and_si256(sc, _mm256_set1_epi8(1)), Five ? 1 : 2);
-            alignas(32) int8_t ls[32], sh[32];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(ls), ls8);
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sh), sh8);
-            // the odd scales' shifts: lanes r (sub-blocks 0..3) and 4 + r (4..7), one FMA per sub-block pair
-            __m256 P[4];
-            for (int ib = 0; ib < 4; ++ib) {
-                const __m256i l = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(ls + 16 + 4 * ib), u32_at(ls + 4 * ib)));
-                const __m256i s = _mm256_cvtepi8_epi32(_mm_set_epi32(0, 0, u32_at(sh + 16 + 4 * ib), u32_at(sh + 4 * ib)));
-                P[ib] = _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_cvtepi32_ps(s));
-            }
-            for (int t = 0; t < NY; ++t) {
-                const __m256 m8 = _mm256_loadu_ps(y[t][ibl].bsums);
-                for (int ib = 0; ib < 4; ++ib) {
-                    const __m256 mb = _mm256_permutevar8x32_ps(m8, _mm256_setr_epi32(ib, ib, ib, ib, ib + 4, ib + 4, ib + 4, ib + 4));
-                    acc[t] = _mm256_fmadd_ps(P[ib], mb, acc[t]);
-                }
-            }
-            __m256i isum[NY];
-            for (auto& v : isum) v = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ++ib) {
-                const __m256i bits1 = load32(b.qs + 64 * ib), bits2 = load32(b.qs + 64 * ib + 32);
-                const __m256i q4[4] = {_mm256_and_si256(bits1, m4), _mm256_and_si256(bits2, m4), _mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4)};
-                __m256i qx[4];
-                for (int f = 0; f < 4; ++f) qx[f] = _mm256_shuffle_epi8(values, q4[f]);
-                if constexpr (Five) {
-                    const __m256i hb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * ib)));
-                    constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};
-                    for (int f = 0; f < 4; ++f)
-                        qx[f] = _mm256_blendv_epi8(qx[f], _mm256_shuffle_epi8(values_hi, q4[f]),
-                                                   _mm256_cmpeq_epi8(bit_of_bytes(hb, kLo[f], kHi[f]), _mm256_set1_epi8(1)));
-                }
-                const __m256i ux[4] = {_mm256_sign_epi8(qx[0], qx[0]), _mm256_sign_epi8(qx[1], qx[1]), _mm256_sign_epi8(qx[2], qx[2]),
-                                       _mm256_sign_epi8(qx[3], qx[3])};
-                // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
-                const __m128i l4 = _mm_cvtsi32_si128(u32_at(ls + 4 * ib));
-                const __m256i iscales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpacklo_epi8(l4, l4)));
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i yv = load32(y[t][ibl].qs + 32 * ib);
-                    const __m256i ys[4] = {_mm256_shuffle_epi32(yv, 0x00), _mm256_shuffle_epi32(yv, 0x55), _mm256_shuffle_epi32(yv, 0xaa),
-                                           _mm256_shuffle_epi32(yv, 0xff)};
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                    // the same exact lane sums, four products per VPDPBUSD, then the lane's scale
-                    __m256i dp = _mm256_setzero_si256();
-                    for (int k = 0; k < 4; ++k) dp = _mm256_dpbusd_epi32(dp, ux[k], _mm256_sign_epi8(ys[k], qx[k]));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dp, _mm256_srai_epi32(_mm256_slli_epi32(iscales, 16), 16)));
-#else
-                    for (int k = 0; k < 4; ++k) {
-                        const __m256i p = _mm256_maddubs_epi16(ux[k], _mm256_sign_epi8(ys[k], qx[k]));
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(iscales, p));
-                    }
-#endif
-                }
-            }
-            for (int t = 0; t < NY; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][ibl].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    constexpr size_t kQs = offsetof(ik::BlockIQ4_KS_R4, qs), kQh = sizeof(ik::BlockIQ4_KS_R4);  // (IQ5: the fifth bits after)
+    const uint8_t* group[2] = {w + 4 * g * row_bytes, w + 4 * (g + V::kGroups - 1) * row_bytes};
+    const int q1 = V::kGroups - 1;
+    F acc[NY];
+    for (auto& a : acc) a = V::set1(0.f);
+    for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
+        const uint8_t* b0 = group[0] + 16 + ibl * kBlock;
+        const uint8_t* b1 = group[1] + 16 + ibl * kBlock;
+        alignas(32) int8_t ls[2][32], sh[2][32];  // per group: each code's scale (even part - 127) and odd shift
+        for (int q = 0; q < V::kGroups; ++q) {
+            const __m256i sc = load32(q ? b1 : b0);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(ls[q]),
+                               _mm256_sub_epi8(_mm256_and_si256(sc, _mm256_set1_epi8(static_cast<char>(0xFE))), _mm256_set1_epi8(127)));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sh[q]), _mm256_slli_epi16(_mm256_and_si256(sc, _mm256_set1_epi8(1)), Five ? 1 : 2));
         }
-        const __m128 d = _mm_loadu_ps(reinterpret_cast<const float*>(group));
-        for (int t = 0; t < NY; ++t) store4(acc[t], d, out + t * out_stride + 4 * g);
+        // the odd scales' shifts: lanes r (sub-blocks 0..3) and 4 + r (4..7), one FMA per sub-block pair
+        F P[4];
+        for (int ib = 0; ib < 4; ++ib) {
+            const auto at = [&](const int8_t(*a)[32], int q, int o) { return reinterpret_cast<const uint8_t*>(a[q] + o); };
+            P[ib] = V::mul(V::bytes_ps_s8(at(ls, 0, 4 * ib), at(ls, 0, 16 + 4 * ib), at(ls, q1, 4 * ib), at(ls, q1, 16 + 4 * ib)),
+                           V::bytes_ps_s8(at(sh, 0, 4 * ib), at(sh, 0, 16 + 4 * ib), at(sh, q1, 4 * ib), at(sh, q1, 16 + 4 * ib)));
+        }
+        for (int t = 0; t < NY; ++t)
+            for (int ib = 0; ib < 4; ++ib) acc[t] = V::fma(P[ib], V::halves_ps(y[t][ibl].bsums[ib], y[t][ibl].bsums[ib + 4]), acc[t]);
+        I isum[NY];
+        for (auto& v : isum) v = V::zero();
+        for (int ib = 0; ib < 8; ++ib) {
+            I q4[4], qx[4], ux[4];
+            nibble_fields_v<V>(b0, b1, kQs, ib, q4);
+            for (int f = 0; f < 4; ++f) qx[f] = V::lookup(values, q4[f]);
+            if constexpr (Five) {
+                const I hb = V::bytes16(b0 + kQh + 16 * ib, b1 + kQh + 16 * ib);
+                constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};
+                for (int f = 0; f < 4; ++f) qx[f] = V::select(V::bit_of(hb, kLo[f], kHi[f]), qx[f], V::lookup(values_hi, q4[f]));
+            }
+            for (int f = 0; f < 4; ++f) ux[f] = V::abs8(qx[f]);
+            // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
+            const I iscales = V::pairs4_s8(reinterpret_cast<const uint8_t*>(ls[0] + 4 * ib), reinterpret_cast<const uint8_t*>(ls[q1] + 4 * ib));
+            for (int t = 0; t < NY; ++t) isum[t] = V::add32(isum[t], V::signed_scaled_dot4(ux, qx, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+        }
+        for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::set1(y[t][ibl].d), V::cvt(isum[t]), acc[t]);
     }
+    // the rows' f32 scales in front of each group
+    for (int t = 0; t < NY; ++t)
+        V::store_scaled(acc[t], reinterpret_cast<const float*>(group[0]), reinterpret_cast<const float*>(group[1]), out + t * out_stride + 4 * g);
+}
+template <bool Five, int NY>
+struct KsR4Groups {
+    template <class V>
+    struct Of {
+        static constexpr auto run = ks_r4_groups<V, Five, NY>;
+    };
+};
+template <int NY, bool Five>
+void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    each_group_pair<KsR4Groups<Five, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
 }
 
 template <int NY>
