@@ -6,11 +6,13 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
+#include "engine/kernels/ik/ik_r4_lanes.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
@@ -272,53 +274,65 @@ void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
     for (; g < rows / 4; ++g) legacy_r4_group<T, NY>(n, w + 4 * g * row_bytes, act, act_bytes, out + 4 * g, out_stride);
 }
 
-// IQ4_XS_R8 against Q8_K32: eight rows in the lanes; per sub-block the rows' exact dots times (scale - 32), summed
-// over the 256, then fma(d y.d, sum, acc).
+// IQ4_XS_R8 against Q8_K32: eight rows in the lanes (lane k = row k; V = Lanes8: two groups, sixteen rows); per
+// sub-block the rows' exact dots times (scale - 32), summed over the 256, then fma(d y.d, sum, acc).
+template <class V, int NY>
+void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
+                      int64_t out_stride) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using Block = ik::BlockIQ4_XS_R8;
+    const I table = V::table16(ik::kIq4kValues), m4 = V::set8(0x0F);
+    const ik::BlockQ8K32* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
+    const uint8_t* group[2] = {w + 8 * g * row_bytes, w + 8 * (g + V::kGroups - 1) * row_bytes};
+    F acc[NY];
+    for (auto& a : acc) a = V::set1(0.f);
+    for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+        const uint8_t* b0 = group[0] + ibl * sizeof(Block);
+        const uint8_t* b1 = group[1] + ibl * sizeof(Block);
+        const F d8 = V::f16x8(b0 + offsetof(Block, d), b1 + offsetof(Block, d));
+        I isum[NY];
+        for (auto& v : isum) v = V::zero();
+        for (int ib = 0; ib < 8; ++ib) {
+            // lane k's scale, code 8 ib + k: the low nibble of scales_l[8 (ib % 4) + k] at 4 (ib / 4), the high
+            // bits of scales_h[8 (ib % 2) + k] at 2 (ib / 2)
+            const size_t l = offsetof(Block, scales_l) + 8 * (ib % 4), h = offsetof(Block, scales_h) + 8 * (ib % 2);
+            const I lo = V::and_(V::srli32(V::u8x8_epi32(b0 + l, b1 + l), 4 * (ib / 4)), V::set32(0x0F));
+            const I hi = V::and_(V::srli32(V::u8x8_epi32(b0 + h, b1 + h), 2 * (ib / 2)), V::set32(3));
+            const I scales = V::sub32(V::or_(lo, V::slli32(hi, 4)), V::set32(32));
+            I v[8], u[8];
+            for (int f = 0; f < 4; ++f) {
+                const size_t o = offsetof(Block, qs) + 128 * static_cast<size_t>(ib) + 32 * static_cast<size_t>(f);
+                const I bits = V::bytes32(b0 + o, b1 + o);
+                v[2 * f] = V::lookup(table, V::and_(bits, m4));
+                v[2 * f + 1] = V::lookup(table, V::and_(V::srli16(bits, 4), m4));
+            }
+            for (int h8 = 0; h8 < 8; ++h8) u[h8] = V::abs8(v[h8]);
+            for (int t = 0; t < NY; ++t) {
+                const int8_t* qy = y[t][ibl].qs + 32 * ib;
+                I s = V::zero();
+                for (int h8 = 0; h8 < 8; ++h8) {  // field h8: weights 8 (h8 / 2) + 4 (h8 % 2) + i
+                    int yv;
+                    std::memcpy(&yv, qy + 4 * h8, 4);
+                    s = V::signed_dot_acc(s, u[h8], v[h8], V::set32(yv));
+                }
+                isum[t] = V::add32(isum[t], V::mul32(s, scales));
+            }
+        }
+        for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::mul(d8, V::set1(y[t][ibl].d)), V::cvt(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NY; ++t) V::store_lanes(acc[t], out + t * out_stride + 8 * g);
+}
+
 template <int NY>
 void iq4_xs_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
-    const __m256i table = iq4nl_table(), m4 = _mm256_set1_epi8(0x0F);
-    const ik::BlockQ8K32* y[NY];
-    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
-    for (int64_t g = 0; g < rows / 8; ++g) {
-        const auto* blocks = reinterpret_cast<const ik::BlockIQ4_XS_R8*>(w + 8 * g * row_bytes);
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const ik::BlockIQ4_XS_R8& b = blocks[ibl];
-            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-            __m256i isum[NY];
-            for (auto& v : isum) v = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ++ib) {
-                // lane k's scale, code 8 ib + k: the low nibble of scales_l[8 (ib % 4) + k] at 4 (ib / 4), the high
-                // bits of scales_h[8 (ib % 2) + k] at 2 (ib / 2)
-                const __m128i lo = _mm_and_si128(
-                    _mm_srli_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales_l + 8 * (ib % 4))), 4 * (ib / 4)), _mm_set1_epi8(0x0F));
-                const __m128i hi = _mm_and_si128(
-                    _mm_srli_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales_h + 8 * (ib % 2))), 2 * (ib / 2)), _mm_set1_epi8(3));
-                const __m256i scales = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_or_si128(lo, _mm_slli_epi16(hi, 4))), _mm256_set1_epi32(32));
-                __m256i v[8];
-                for (int l = 0; l < 4; ++l) {
-                    const __m256i bits = load32(b.qs + 128 * ib + 32 * l);
-                    v[2 * l] = _mm256_shuffle_epi8(table, _mm256_and_si256(bits, m4));
-                    v[2 * l + 1] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4));
-                }
-                for (int t = 0; t < NY; ++t) {
-                    const int8_t* qy = y[t][ibl].qs + 32 * ib;
-                    __m256i s = _mm256_setzero_si256();
-                    for (int h = 0; h < 8; ++h) {  // field h: weights 8 (h / 2) + 4 (h % 2) + i
-                        int yv;
-                        std::memcpy(&yv, qy + 4 * h, 4);
-                        s = dot_i8_i8(s, v[h], _mm256_set1_epi32(yv));
-                    }
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s, scales));
-                }
-            }
-            for (int t = 0; t < NY; ++t)
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(y[t][ibl].d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-        }
-        for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
-    }
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 8; g += 2) iq4_xs_r8_groups<Lanes8, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+#endif
+    for (; g < rows / 8; ++g) iq4_xs_r8_groups<Lanes4, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
 }
 
 }  // namespace ikr

@@ -106,6 +106,21 @@ struct Lanes4 {
     static I zero() { return _mm256_setzero_si256(); }
     static I add32(I a, I b) { return _mm256_add_epi32(a, b); }
     static I sub32(I a, I b) { return _mm256_sub_epi32(a, b); }
+    static I mul32(I a, I b) { return _mm256_mullo_epi32(a, b); }
+    static I set32(int v) { return _mm256_set1_epi32(v); }
+    static I srli32(I a, int n) { return _mm256_srli_epi32(a, n); }
+    // The eight-row forms (lane k = row k): a group's eight f16, eight bytes as int32 lanes, the store.
+    static F f16x8(const uint8_t* p0, const uint8_t*) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))); }
+    static I u8x8_epi32(const uint8_t* p0, const uint8_t*) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0))); }
+    static void store_lanes(F acc, float* out) { _mm256_storeu_ps(out, acc); }
+    // acc + each lane's exact sum of u (|v|) times y with v's sign moved onto y
+    static I signed_dot_acc(I acc, I u, I v, I y) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        return _mm256_dpbusd_epi32(acc, u, _mm256_sign_epi8(y, v));
+#else
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(y, v)), _mm256_set1_epi16(1)));
+#endif
+    }
     static I slli32(I a, int n) { return _mm256_slli_epi32(a, n); }
     static I add8(I a, I b) { return _mm256_add_epi8(a, b); }
     static I mul16(I a, I b) { return _mm256_mullo_epi16(a, b); }
@@ -224,6 +239,15 @@ struct Lanes8 {
     static I zero() { return _mm512_setzero_si512(); }
     static I add32(I a, I b) { return _mm512_add_epi32(a, b); }
     static I sub32(I a, I b) { return _mm512_sub_epi32(a, b); }
+    static I mul32(I a, I b) { return _mm512_mullo_epi32(a, b); }
+    static I set32(int v) { return _mm512_set1_epi32(v); }
+    static I srli32(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
+    static F f16x8(const uint8_t* p0, const uint8_t* p1) { return join_ps(Lanes4::f16x8(p0, p0), Lanes4::f16x8(p1, p1)); }
+    static I u8x8_epi32(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::u8x8_epi32(p0, p0), Lanes4::u8x8_epi32(p1, p1)); }
+    static void store_lanes(F acc, float* out) { _mm512_storeu_ps(out, acc); }
+    static I signed_dot_acc(I acc, I u, I v, I y) {
+        return _mm512_dpbusd_epi32(acc, u, _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(v), _mm512_setzero_si512(), y));
+    }
     static I slli32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
     static I add8(I a, I b) { return _mm512_add_epi8(a, b); }
     static I mul16(I a, I b) { return _mm512_mullo_epi16(a, b); }
