@@ -175,4 +175,11 @@ void latent_moe_extras(Writer& w, const SyntheticSpec& s, const std::string& p) 
     w.matrix(p + "ffn_routed_up.weight", {s.latent, s.embd}, 1.f, true);
 }
 
+void nextn_head(Writer& w, const SyntheticSpec& s, const std::string& p) {
+    w.matrix(p + "nextn.eh_proj.weight", {2ull * s.embd, s.embd});
+    w.vec(p + "nextn.enorm.weight", s.embd);
+    w.vec(p + "nextn.hnorm.weight", s.embd);
+    w.vec(p + "nextn.shared_head_norm.weight", s.embd);
+}
+
 }  // namespace moe::synth

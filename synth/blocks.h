@@ -46,5 +46,7 @@ void kda_block(Writer& w, const SyntheticSpec& s, const std::string& p);
 
 // kimi-k3's latent MoE extras: routed_down before the experts, routed_norm and routed_up after.
 void latent_moe_extras(Writer& w, const SyntheticSpec& s, const std::string& p);
+// A NextN/MTP block's own input and head tensors (nextn.eh_proj, enorm, hnorm, shared_head_norm).
+void nextn_head(Writer& w, const SyntheticSpec& s, const std::string& p);
 
 }  // namespace moe::synth

@@ -15,6 +15,7 @@ namespace {
 constexpr uint32_t kStreams = 4;  // hyper-connection copies (llama.cpp's graph requires 4)
 
 uint32_t ratio_of(const SyntheticSpec& s, uint32_t l) {
+    if (l >= s.layers) return 0;  // the NextN/MTP block: a sliding-window layer (llama.cpp asserts it)
     if (!s.compress_ratios.empty()) return s.compress_ratios[l];
     return l == 0 ? 0 : l % 2 ? 4 : 128;
 }
@@ -55,7 +56,8 @@ void check_deepseek4_spec(SyntheticSpec& s) {
     if (s.rope_dims % 2 || s.rope_dims > s.head_dim) throw SpecError("--rope-dims must be even and at most --head-dim");
     if (s.heads % s.out_groups) throw SpecError("--out-groups must divide --heads");
     if (s.hash_layers > s.layers) throw SpecError("--hash-layers exceeds --layers");
-    if (s.nextn || s.dense_layers) throw SpecError("deepseek4: --nextn and --dense-layers are not supported");
+    if (s.dense_layers) throw SpecError("deepseek4: --dense-layers is not supported");
+    if (s.nextn > 1) throw SpecError("deepseek4: --nextn is 0 or 1 (DeepSeek-V4 has one MTP block)");
     if (!s.compress_ratios.empty() && s.compress_ratios.size() != s.layers) throw SpecError("--compress-ratios needs one ratio per layer");
     bool indexer = false;
     for (uint32_t l = 0; l < s.layers; ++l) {
@@ -80,8 +82,9 @@ void deepseek4_keys(const SyntheticSpec& s, const std::function<void(const std::
     key("attention.sliding_window", u32(s.window));
     key("attention.output_group_count", u32(s.out_groups));
     key("attention.output_lora_rank", u32(s.out_rank));
-    std::vector<int32_t> ratios(s.layers);
-    for (uint32_t l = 0; l < s.layers; ++l) ratios[l] = static_cast<int32_t>(ratio_of(s, l));
+    const uint32_t blocks = s.layers + s.nextn;
+    std::vector<int32_t> ratios(blocks);
+    for (uint32_t l = 0; l < blocks; ++l) ratios[l] = static_cast<int32_t>(ratio_of(s, l));
     key("attention.compress_ratios", GgufValue::i32_array_of(ratios));
     key("attention.compress_rope_freq_base", GgufValue::f32(s.rope_base * 16.f));
     key("attention.indexer.head_count", u32(s.ix_heads));
@@ -92,8 +95,9 @@ void deepseek4_keys(const SyntheticSpec& s, const std::function<void(const std::
     key("expert_weights_norm", GgufValue::boolean(true));
     key("expert_weights_scale", GgufValue::f32(s.weights_scale ? s.weights_scale : 1.5f));
     key("expert_gating_func", u32(4));
-    key("swiglu_clamp_exp", GgufValue::f32_array_of(std::vector<float>(s.layers, s.swiglu_limit)));
-    key("swiglu_clamp_shexp", GgufValue::f32_array_of(std::vector<float>(s.layers, s.swiglu_limit)));
+    key("swiglu_clamp_exp", GgufValue::f32_array_of(std::vector<float>(blocks, s.swiglu_limit)));
+    key("swiglu_clamp_shexp", GgufValue::f32_array_of(std::vector<float>(blocks, s.swiglu_limit)));
+    if (s.nextn) key("nextn_predict_layers", u32(s.nextn));
     key("hyper_connection.count", u32(kStreams));
     key("hyper_connection.sinkhorn_iterations", u32(20));
     key("hyper_connection.epsilon", GgufValue::f32(1e-6f));
@@ -103,7 +107,7 @@ void deepseek4_keys(const SyntheticSpec& s, const std::function<void(const std::
 void deepseek4_tensors(Writer& w, const SyntheticSpec& s, uint32_t n_vocab) {
     const uint32_t mixes = 2 * kStreams + kStreams * kStreams, D = s.head_dim, H = s.heads;
     hyper_mixer(w, s, "output_hc", kStreams, 1);
-    for (uint32_t l = 0; l < s.layers; ++l) {
+    for (uint32_t l = 0; l < s.layers + s.nextn; ++l) {  // the trunk, then the MTP block (as llama.cpp's converter writes it)
         const std::string p = "blk." + std::to_string(l) + ".";
         const uint32_t ratio = ratio_of(s, l);
         hyper_mixer(w, s, p + "hc_attn", mixes, 3);
@@ -128,6 +132,7 @@ void deepseek4_tensors(Writer& w, const SyntheticSpec& s, uint32_t n_vocab) {
         biased.probs_bias = l >= s.hash_layers;  // hash layers select by token id, with no selection bias
         moe_block(w, biased, p);
         if (l < s.hash_layers) hash_table(w, s, p, n_vocab, l);
+        if (l >= s.layers) nextn_head(w, s, p);
     }
 }
 

@@ -297,12 +297,7 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (k3 && s.latent && l >= s.dense_layers) latent_moe_extras(w, s, p);
         if (mm3 && l >= s.dense_layers) msa_indexer(w, s, p);
         if (hybrid && s.shared) w.vec(p + "ffn_gate_inp_shexp.weight", s.embd, 0.f, 0.3f);
-        if (l >= s.layers) {  // a NextN/MTP block's own tensors
-            w.matrix(p + "nextn.eh_proj.weight", {2ull * s.embd, s.embd});
-            w.vec(p + "nextn.enorm.weight", s.embd);
-            w.vec(p + "nextn.hnorm.weight", s.embd);
-            w.vec(p + "nextn.shared_head_norm.weight", s.embd);
-        }
+        if (l >= s.layers) nextn_head(w, s, p);  // a NextN/MTP block's own tensors
     }
     write_gguf(out, kv, w.tensors);
     uint64_t bytes = 0;

@@ -49,6 +49,9 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
                                      "--out",
                                      out};
     if (arch == "qwen35moe") args.insert(args.end(), {"--full-attention-interval", "2"});  // layers 0 and 2 DeltaNet
+    else if (arch == "deepseek4")  // a window layer, a ratio-4 (indexed) and a ratio-8 one; the block a window layer
+        args.insert(args.end(), {"--compress-ratios", "0,4,8", "--head-dim", "32", "--rope-dims", "8", "--q-lora", "32", "--window", "5",
+                                 "--indexer-heads", "2", "--indexer-dim", "64", "--indexer-top-k", "2", "--hash-layers", "1"});
     else args.insert(args.end(), {"--dense-layers", "1"});
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
@@ -57,7 +60,7 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
 struct Drafted {
     Decoded d;
     int drafted = 0, kept = 0;
-    uint64_t block_rows = 0;
+    uint64_t block_rows = 0, redone = 0;
 };
 
 // Greedy decoding verifying `depth` MTP drafts every step (forced: no planner).
@@ -75,12 +78,13 @@ Drafted decode_mtp(const Model& m, const RunnerOptions& ro, const std::vector<in
         return o;
     });
     out.block_rows = mtp.rows_evaluated();
+    out.redone = mtp.rows_redone();
     return out;
 }
 
 TEST(MtpLoad, TheBlockLoadsOnlyWhenAskedAsAOneLayerModel) {
     test::TempDir dir;
-    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe"}) {
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe", "deepseek4"}) {
         const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
         const auto plain = load_model(file);
         EXPECT_FALSE(plain->mtp) << arch;
@@ -133,7 +137,7 @@ TEST(MtpLoad, ABlockShapedAgainstTheTrunkIsRefusedByName) {
 // their bits all the same, and the drafts (right or wrong) never change a token or a logit.
 TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
     test::TempDir dir;
-    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe"}) {
+    for (const std::string arch : {"glm4moe", "deepseek2", "glm-dsa", "qwen35moe", "deepseek4"}) {
         const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
         const auto m = load_model(file, {.experts = {}, .mtp = true});
         const int V = static_cast<int>(m->hp.n_vocab);
@@ -150,6 +154,7 @@ TEST(MtpGreedy, DraftsOfTheBlockNeverChangeTheTokens) {
             EXPECT_GT(got.drafted, 0) << what;
             // Every trunk position gets one block row, plus the chained rows of each step's deeper drafts.
             EXPECT_GE(got.block_rows, prompt.size() + static_cast<size_t>(n) - 2) << what;
+            EXPECT_EQ(got.redone, 0u) << what << ": every cut of the block's cache lands on a snapshot or needs none";
         }
     }
 }
@@ -203,35 +208,38 @@ TEST(MtpGreedy, SharedFilesWithABlockGiveTheSameTokensWithItsDrafts) {
 // The block's rows for a prompt evaluated in one go (batched catch-up) and token by token (one row a step)
 // give the same first draft, its logits within the batch-versus-row rounding.
 TEST(MtpDraft, CatchingUpInBatchesMatchesRowByRow) {
-    test::TempDir dir;
-    const GgufModel file = open_gguf_model(make_mtp_model(dir, "glm4moe"));
-    const auto m = load_model(file, {.experts = {}, .mtp = true});
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 20; ++i) prompt.push_back((3 + 11 * i) % static_cast<int>(m->hp.n_vocab));
-    const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_batch = 8};
-    auto first_draft = [&](bool one_by_one, std::vector<float>& logits) {
-        Runner r(*m, ro);
-        MtpDraft mtp(*m, ro);
-        r.set_hidden_sink(mtp.hidden_sink());
-        if (one_by_one)
-            for (int32_t t : prompt) r.eval(std::span<const int32_t>(&t, 1));
-        else r.eval(prompt);
-        const int32_t pending = 5;
-        const std::vector<int32_t> d = mtp.draft(0, pending, 1, r.n_past());
-        logits.assign(mtp.logits(), mtp.logits() + m->hp.n_vocab);
-        EXPECT_EQ(mtp.rows_evaluated(), prompt.size()) << "one block row per trunk position";
-        return d;
-    };
-    std::vector<float> a, b;
-    const auto da = first_draft(false, a), db = first_draft(true, b);
-    ASSERT_EQ(da.size(), 1u);
-    float scale = 0, diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        scale = std::max(scale, std::fabs(a[i]));
-        diff = std::max(diff, std::fabs(a[i] - b[i]));
+    for (const std::string arch : {"glm4moe", "deepseek4"}) {
+        SCOPED_TRACE(arch);
+        test::TempDir dir;
+        const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
+        const auto m = load_model(file, {.experts = {}, .mtp = true});
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 20; ++i) prompt.push_back((3 + 11 * i) % static_cast<int>(m->hp.n_vocab));
+        const RunnerOptions ro{.n_ctx = 64, .n_threads = 2, .n_batch = 8};
+        auto first_draft = [&](bool one_by_one, std::vector<float>& logits) {
+            Runner r(*m, ro);
+            MtpDraft mtp(*m, ro);
+            r.set_hidden_sink(mtp.hidden_sink());
+            if (one_by_one)
+                for (int32_t t : prompt) r.eval(std::span<const int32_t>(&t, 1));
+            else r.eval(prompt);
+            const int32_t pending = 5;
+            const std::vector<int32_t> d = mtp.draft(0, pending, 1, r.n_past());
+            logits.assign(mtp.logits(), mtp.logits() + m->hp.n_vocab);
+            EXPECT_EQ(mtp.rows_evaluated(), prompt.size()) << "one block row per trunk position";
+            return d;
+        };
+        std::vector<float> a, b;
+        const auto da = first_draft(false, a), db = first_draft(true, b);
+        ASSERT_EQ(da.size(), 1u);
+        float scale = 0, diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            scale = std::max(scale, std::fabs(a[i]));
+            diff = std::max(diff, std::fabs(a[i] - b[i]));
+        }
+        EXPECT_LT(diff, 1e-3f * scale);
+        EXPECT_EQ(da, db);
     }
-    EXPECT_LT(diff, 1e-3f * scale);
-    EXPECT_EQ(da, db);
 }
 
 // A held block evaluates nothing; released, its next draft evaluates the rows it missed in one batch (the rows
@@ -317,9 +325,11 @@ TEST(MtpDrafter, ABlockWhoseDraftsNeverPayIsHeld) {
 // After steps whose drafts were kept, cut short and rejected, and a cut back to a shorter prefix that goes on with
 // other tokens, the block's rows are those of the final context: its
 // next draft's logits are what a block that saw that context token by token gives (within rounding).
-TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
+// deepseek4's block keeps its window as state: its cuts go through snapshots and the trunk's rows it holds.
+void block_rows_follow_the_trunk(const std::string& arch) {
+    SCOPED_TRACE(arch);
     test::TempDir dir;
-    const GgufModel file = open_gguf_model(make_mtp_model(dir, "deepseek2"));
+    const GgufModel file = open_gguf_model(make_mtp_model(dir, arch));
     const auto m = load_model(file, {.experts = {}, .mtp = true});
     const int V = static_cast<int>(m->hp.n_vocab);
     std::vector<int32_t> prompt;
@@ -379,6 +389,11 @@ TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
         diff = std::max(diff, std::fabs(fresh[static_cast<size_t>(i)] - live[static_cast<size_t>(i)]));
     }
     EXPECT_LT(diff, 1e-3f * scale) << "after " << step << " steps, " << kept << " drafts kept";
+}
+
+TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
+    block_rows_follow_the_trunk("deepseek2");
+    block_rows_follow_the_trunk("deepseek4");
 }
 
 TEST(MtpCli, FilesWithoutABlockOrWhoseBlockIsNotRunAreRefusedInOneLine) {

@@ -328,11 +328,11 @@ void Runner::eval_embedded(const float* rows, int n, bool want_logits) {
     if (n_past_ + n > opt_.n_ctx) throw std::length_error("the context holds " + std::to_string(opt_.n_ctx) + " positions");
     logits_rows_ = want_logits ? 1 : 0;
     logits_.resize(static_cast<size_t>(logits_rows_) * m_.hp.n_vocab);
-    const size_t E = m_.hp.n_embd;
+    const size_t W = static_cast<size_t>(hidden_width(m_));
     for (int off = 0; off < n; off += opt_.n_batch) {
         const int c = std::min(opt_.n_batch, n - off);
         segs_ = {{0, c, active_}};
-        eval_chunk(nullptr, c, false, want_logits && off + c == n ? -1 : -2, Rows::Batch, rows + static_cast<size_t>(off) * E);
+        eval_chunk(nullptr, c, false, want_logits && off + c == n ? -1 : -2, Rows::Batch, rows + static_cast<size_t>(off) * W);
     }
 }
 
@@ -398,7 +398,9 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     } reset{one_by_one_};
     const Hparams& hp = m_.hp;
     const int E = static_cast<int>(hp.n_embd);
-    if (embedded) std::copy_n(embedded, static_cast<size_t>(n) * E, x_.begin());
+    const bool hyper = hp.hyper.n > 0;
+    if (embedded && hyper) std::copy_n(embedded, static_cast<size_t>(n) * hp.hyper.n * E, hc_.begin());  // every stream given
+    else if (embedded) std::copy_n(embedded, static_cast<size_t>(n) * E, x_.begin());
     else
         for (int t = 0; t < n; ++t) kernels::dequantize_row(m_.tok_embd.type, m_.tok_embd.row(tokens[t]), &x_[t * E], E);
     last_layer_rows_ = want_all_logits ? n : (out_base == -2 ? 0 : 1);
@@ -419,8 +421,7 @@ void Runner::eval_chunk(const int32_t* tokens, int n, bool want_all_logits, int 
     else row_tokens_.assign(static_cast<size_t>(n), 0);
     bool hidden_computed = false;
     const uint32_t bank_every = hp.res_block;
-    const bool hyper = hp.hyper.n > 0;
-    if (hyper)  // every copy of the stream starts as the embedding
+    if (hyper && !embedded)  // every copy of the stream starts as the embedding
         for (int t = 0; t < n; ++t)
             for (uint32_t h = 0; h < hp.hyper.n; ++h) std::copy_n(&x_[t * E], E, &hc_[(t * hp.hyper.n + h) * E]);
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
@@ -545,6 +546,12 @@ void Runner::hidden_all_rows(uint32_t l, int n) {
 
 void Runner::report_hidden(const int32_t* tokens, int n, bool computed) {
     const size_t E = m_.hp.n_embd;
+    if (const size_t HE = E * m_.hp.hyper.n; HE) {  // every row ran every layer (output_rows_after_norm): the streams
+        for (const Segment& sg : segs_)
+            on_hidden_({sg.seq, past_[static_cast<size_t>(sg.seq)] - sg.n, sg.n, tokens ? tokens + sg.row0 : nullptr, &hc_[sg.row0 * HE],
+                        &hc_[sg.row0 * HE]});
+        return;
+    }
     if (!computed) std::copy_n(x_.begin(), static_cast<size_t>(n) * E, hid_pre_.begin());
     for (int t = 0; t < n; ++t) fops_.norm(&hid_pre_[t * E], m_.output_norm.f32(), &hid_post_[t * E], static_cast<int>(E), m_.hp.rms_eps);
     for (const Segment& sg : segs_)

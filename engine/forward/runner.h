@@ -23,7 +23,9 @@
 namespace moe {
 
 // An eval's final hidden states (set_hidden_sink): one chunk's rows of one sequence, positions
-// [pos0, pos0 + n) holding `tokens` (null for Runner::eval_embedded), before and after the output norm.
+// [pos0, pos0 + n) holding `tokens` (null for Runner::eval_embedded), before and after the output norm. With
+// hyper-connections (deepseek4) both are the rows' streams before the output head (Runner::hidden_width wide),
+// what llama.cpp hands its MTP block.
 struct HiddenRows {
     int seq, pos0, n;
     const int32_t* tokens;
@@ -107,8 +109,9 @@ public:
     // which keep llama.cpp's row count and so their bits). hidden_sink_bytes: the buffers it adds.
     void set_hidden_sink(std::function<void(const HiddenRows&)> sink);
     static uint64_t hidden_sink_bytes(const Model& layout, const RunnerOptions& opt);
-    // The same with the first layer's input rows given (n rows of n_embd) instead of token embeddings; logits
-    // of the last row only, when want_logits (a NextN/MTP model's input is computed, see mtp_draft.h).
+    // The same with the first layer's input rows given (n rows of hidden_width(): n_embd, or with
+    // hyper-connections every stream's) instead of token embeddings; logits of the last row only, when
+    // want_logits (a NextN/MTP model's input is computed, see mtp_draft.h).
     void eval_embedded(const float* rows, int n, bool want_logits);
     // A dense matmul of n_tok rows of w.ne0 (x) into n_tok rows of w.ne1 (out), in llama.cpp's order.
     void project(const Tensor& w, const float* x, int n_tok, float* out) { matmul(w, x, w.ne0, n_tok, out, w.ne1); }
@@ -118,8 +121,10 @@ public:
     int n_past() const { return n_past_; }
     int n_ctx() const { return opt_.n_ctx; }
     int n_batch() const { return opt_.n_batch; }
-    // The last row's final hidden state before the output norm, after an eval that kept the last row's logits.
-    const float* last_hidden() const { return x_.data(); }
+    // The last row's final hidden state before the output norm, after an eval that kept the last row's logits:
+    // hidden_width() floats (with hyper-connections the streams before the output head, as set_hidden_sink's rows).
+    const float* last_hidden() const { return m_.hp.hyper.n ? hc_.data() : x_.data(); }
+    static int hidden_width(const Model& m) { return static_cast<int>(m.hp.n_embd * std::max(1u, m.hp.hyper.n)); }
     int n_vocab() const { return static_cast<int>(m_.hp.n_vocab); }
     const Model& model() const { return m_; }
     // Forgets cache positions >= n (prefix reuse keeps what is below) and returns the positions kept. That is n,

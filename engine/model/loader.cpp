@@ -15,7 +15,7 @@ constexpr ArchEntry kArchs[] = {
     {"qwen3moe", arch::load_qwen3moe},         {"glm4moe", arch::load_glm4moe, true},   {"qwen35moe", arch::load_qwen35moe, true},
     {"deepseek2", arch::load_deepseek2, true}, {"glm-dsa", arch::load_deepseek2, true}, {"gpt-oss", arch::load_gpt_oss},
     {"minimax-m2", arch::load_minimax_m2},     {"minimax-m3", arch::load_minimax_m3},   {"kimi-k3", arch::load_kimi_k3},
-    {"deepseek4", arch::load_deepseek4},
+    {"deepseek4", arch::load_deepseek4, true},
 };
 
 }  // namespace
@@ -57,6 +57,9 @@ std::unique_ptr<Model> split_off_nextn(Model& m) {
     d->tok_embd = d->nextn.embed.present() ? d->nextn.embed : m.tok_embd;
     d->output_norm = d->nextn.head_norm;
     d->output = d->nextn.head.present() ? d->nextn.head : m.output;
+    // deepseek4: the block's streams go through the file's output hyper-connection head, as llama.cpp's MTP graph
+    // does (in its converter's MTP file that head is the block's own)
+    d->output_hc = m.output_hc;
     d->ik_numerics = m.ik_numerics;
     return d;
 }

@@ -132,7 +132,7 @@ std::vector<float> clamp_limits(ArchLoader& ld, const std::string& key, uint32_t
 
 void load_deepseek4(ArchLoader& ld, Model& m) {
     Hparams& hp = m.hp;
-    load_layer_count(ld, hp);
+    load_layer_count(ld, hp, /*runs_nextn=*/true);
     load_embeddings(ld, m);
     load_compressed_attention_config(ld, hp);
     // Every row runs every layer: llama.cpp keeps only the output rows just before the hyper-connection head.
@@ -151,14 +151,19 @@ void load_deepseek4(ArchLoader& ld, Model& m) {
     const uint64_t E = hp.n_embd;
     const uint32_t hc = hp.hyper.n, mixes = hp.hyper.n_mix();
     load_hyper(ld, m.output_hc, "output_hc", E, hc, hc, 1);
-    m.layers.resize(hp.n_layer);
-    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    const uint32_t loaded = blocks_to_load(ld, hp);  // the trunk, then the MTP block when drafts use it
+    m.layers.resize(loaded);
+    for (uint32_t l = 0; l < loaded; ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         L.compress_ratio = (*ratios)[l];
         if (L.compress_ratio == 1 || L.compress_ratio > 1 << 16)
             ld.fail("metadata " + ld.key_name("attention.compress_ratios") + "[" + n(l) + "] = " + n(L.compress_ratio) +
                     " is not a compression ratio (0, or 2..65536)");
+        // llama.cpp's MTP graph runs the block as a sliding-window layer: no compressor, no indexer
+        if (l >= hp.n_layer && L.compress_ratio != 0)
+            ld.fail("metadata " + ld.key_name("attention.compress_ratios") + "[" + n(l) + "] = " + n(L.compress_ratio) + " for the NextN/MTP block " +
+                    p + ", which runs as a sliding-window layer (ratio 0)");
         load_hyper(ld, L.hc_attn, p + "hc_attn", E, hc, mixes, 3);
         load_hyper(ld, L.hc_ffn, p + "hc_ffn", E, hc, mixes, 3);
         ld.resident(L.attn_norm, p + "attn_norm.weight", {E}, "embedding_length " + n(E));
@@ -172,6 +177,7 @@ void load_deepseek4(ArchLoader& ld, Model& m) {
                         "expert_used_count " + n(hp.moe.n_expert_used) + ", vocabulary " + n(hp.n_vocab));
             if (L.experts.tid2eid.type != GgmlType::I32) ld.fail("tensor '" + p + "ffn_gate_tid2eid.weight' is not i32");
         }
+        if (l >= hp.n_layer) load_nextn_head(ld, m, l);
     }
 }
 
