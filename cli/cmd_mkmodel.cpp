@@ -75,6 +75,8 @@ int cmd_mkmodel(const std::vector<std::string>& args) {
         "norm-weights", po::bool_switch(&s.norm_weights), "renormalise the chosen experts' weights")(
         "weights-scale", po::value(&s.weights_scale)->default_value(0.f), "multiply the experts' weights (0: off)")(
         "nextn", po::value(&s.nextn)->default_value(0), "NextN/MTP blocks after the trunk (the first drafts tokens with --draft mtp)")(
+        "nextn-file", po::value(&s.nextn_file),
+        "deepseek4: write the NextN block to this file of its own, as llama.cpp's converter does (mtp-<name>.gguf)")(
         "yarn-factor", po::value(&s.yarn_factor)->default_value(0.f), "YaRN context extension factor (> 1 writes rope.scaling.*)")(
         "yarn-orig-ctx", po::value(&s.yarn_orig_ctx)->default_value(4096), "YaRN original context length")(
         "yarn-log-mul", po::value(&s.yarn_log_mul)->default_value(0.f), "deepseek2 rope.scaling.yarn_log_multiplier (0.1 x mscale_all_dim)")(

@@ -42,6 +42,8 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         "cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
         "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")(
         "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)")(
+        "mtp-file", po::value(&f.mtp_file),
+        "--draft mtp: the NextN/MTP block's own file where the model's holds none (default: mtp-<model file name> beside it)")(
         "swa-full", po::bool_switch(&f.swa_full),
         "sliding-window layers (gpt-oss) keep every position instead of a ring of window + batch rows, as llama.cpp's --swa-full: "
         "prefix reuse at any point without window checkpoints, for that much more memory");
@@ -197,6 +199,20 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     LoadedEngine le;
     le.file = open_gguf_model(path);
     ModelFacts facts = model_facts(le.file);
+    // The NextN block in a file of its own, named or found beside the model (read only where the model holds
+    // none); its block counts as the model's for the budget.
+    std::optional<GgufModel> block_file;
+    if (f.load_mtp && !facts.n_layer_nextn) {
+        const std::filesystem::path model(path), beside = model.parent_path() / ("mtp-" + model.filename().string());
+        const std::string block_path = !f.mtp_file.empty() ? f.mtp_file : std::filesystem::exists(beside) ? beside.string() : "";
+        if (!block_path.empty()) {
+            block_file = open_gguf_model(block_path);
+            const ModelFacts block = model_facts(*block_file);
+            facts.n_layer_nextn = block.n_layer_nextn, facts.nextn_bytes = block.nextn_bytes;
+        }
+    } else if (!f.mtp_file.empty()) {
+        throw CliError("--mtp-file " + f.mtp_file + (f.load_mtp ? ": " + path + " holds its own NextN/MTP block" : " is read with --draft mtp only"));
+    }
     le.swa_full = f.swa_full;
     if (f.swa_full) facts = facts.keeping_every_position();
     if (!f.numerics.empty()) {
@@ -254,6 +270,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     }
     LoadOptions lo;
     lo.mtp = f.load_mtp;
+    if (block_file) lo.mtp_file = &*block_file;
     std::string store_note;
     if (streaming) lo.experts = streaming_experts(*streaming, f.expert_store, &store_note);
     le.model = load_model(le.file, lo);

@@ -35,6 +35,9 @@ struct EngineFlags {
     bool swa_full = false;                                   // --swa-full: sliding-window layers keep every position
     // --draft mtp: load the NextN/MTP block (Model::mtp) where the engine runs the file's; require it.
     bool load_mtp = false, require_mtp = false;
+    // --mtp-file: the NextN block in a file of its own (llama.cpp's deepseek4 converter writes mtp-<name>.gguf;
+    // "" = that name beside the model, when present).
+    std::string mtp_file;
     // The runner's threads (the command's --threads): in-RAM experts' per-thread rows count in the budget.
     int threads = 2;
 };

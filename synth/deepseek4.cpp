@@ -58,6 +58,7 @@ void check_deepseek4_spec(SyntheticSpec& s) {
     if (s.hash_layers > s.layers) throw SpecError("--hash-layers exceeds --layers");
     if (s.dense_layers) throw SpecError("deepseek4: --dense-layers is not supported");
     if (s.nextn > 1) throw SpecError("deepseek4: --nextn is 0 or 1 (DeepSeek-V4 has one MTP block)");
+    if (!s.nextn_file.empty() && !s.nextn) throw SpecError("--nextn-file needs --nextn 1");
     if (!s.compress_ratios.empty() && s.compress_ratios.size() != s.layers) throw SpecError("--compress-ratios needs one ratio per layer");
     bool indexer = false;
     for (uint32_t l = 0; l < s.layers; ++l) {
@@ -134,6 +135,29 @@ void deepseek4_tensors(Writer& w, const SyntheticSpec& s, uint32_t n_vocab) {
         if (l < s.hash_layers) hash_table(w, s, p, n_vocab, l);
         if (l >= s.layers) nextn_head(w, s, p);
     }
+}
+
+void write_deepseek4_split(const SyntheticSpec& s, TypePlan plan, MetadataList kv, std::vector<GgufTensorData> tensors, const std::string& out) {
+    const std::string block = "blk." + std::to_string(s.layers) + ".";
+    std::vector<GgufTensorData> trunk, side;
+    for (auto& t : tensors) {
+        if (t.name.starts_with(block)) side.push_back(std::move(t));
+        else {
+            if (t.name == "token_embd.weight" || t.name == "output_norm.weight" || t.name == "output.weight") side.push_back(t);
+            trunk.push_back(std::move(t));
+        }
+    }
+    // the block's own output head mixer (mtp.0.hc_head_*), in the root names the graph reads
+    SyntheticSpec other = s;
+    other.seed = s.seed * 31 + 7;
+    Writer head(other, plan);
+    hyper_mixer(head, other, "output_hc", kStreams, 1);
+    for (auto& t : head.tensors) side.push_back(std::move(t));
+    write_gguf(s.nextn_file, kv, side);
+    for (auto& [k, v] : kv)
+        if (k.ends_with(".block_count")) v = GgufValue::u32(s.layers);
+    std::erase_if(kv, [](const auto& e) { return e.first.ends_with(".nextn_predict_layers"); });
+    write_gguf(out, kv, trunk);
 }
 
 }  // namespace moe::synth

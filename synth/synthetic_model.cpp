@@ -299,9 +299,10 @@ uint64_t write_synthetic_model(const SyntheticSpec& s_in, const MetadataList& vo
         if (hybrid && s.shared) w.vec(p + "ffn_gate_inp_shexp.weight", s.embd, 0.f, 0.3f);
         if (l >= s.layers) nextn_head(w, s, p);  // a NextN/MTP block's own tensors
     }
-    write_gguf(out, kv, w.tensors);
     uint64_t bytes = 0;
     for (const auto& t : w.tensors) bytes += t.bytes.size();
+    if (dsv4 && !s.nextn_file.empty()) write_deepseek4_split(s, plan, std::move(kv), std::move(w.tensors), out);
+    else write_gguf(out, kv, w.tensors);
     return bytes;
 }
 

@@ -60,6 +60,9 @@ struct SyntheticSpec {
     bool norm_weights = false;
     float weights_scale = 0.f;
     uint32_t nextn = 0;  // NextN/MTP blocks appended after the trunk
+    // deepseek4 with nextn: the block goes to this file of its own, as llama.cpp's converter writes it
+    // (mtp-<name>.gguf: the block, its own output hyper-connection head, copies of the embeddings and head)
+    std::string nextn_file;
     // RoPE
     float rope_base = 1e6f;
     float yarn_factor = 0.f;  // > 1: rope.scaling.type yarn with this factor

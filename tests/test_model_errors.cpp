@@ -267,6 +267,8 @@ TEST(ModelErrors, DeepSeekV4KeysAndTensors) {
     EXPECT_EQ(load_error(dir, path, {}), "(accepted)");
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.compress_ratios", GgufValue::i32_array_of({0, 1, 128}))),
                     {"deepseek4.attention.compress_ratios[1]", "1"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.attention.compress_ratios", GgufValue::i32_array_of({0, 4}))),
+                    {"deepseek4.attention.compress_ratios", "at least 3"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.head_count_kv", GgufValue::u32(2))),
                     {"deepseek4.attention.head_count_kv", "2"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.hyper_connection.count", GgufValue::u32(2))), {"deepseek4.hyper_connection.count", "2"});

@@ -396,6 +396,102 @@ TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
     block_rows_follow_the_trunk("deepseek4");
 }
 
+// llama.cpp's deepseek4 converter leaves the MTP block out of the model file (keeping the per-layer lists whole)
+// and writes it to mtp-<name>.gguf with its own output hyper-connection head and copies of the embeddings and
+// head: the model loads without it, the block loads from that file (its head its own, the embeddings the
+// trunk's), drafts from it change no token, and a file of another model is refused naming both values.
+TEST(MtpLoad, ABlockInAFileOfItsOwnAsLlamaCppsConverterWritesIt) {
+    test::TempDir dir;
+    const std::string trunk_path = dir / "v4.gguf", block_path = dir / "mtp-v4.gguf";
+    auto mk = [&](const std::string& embd, const std::string& out, const std::string& side) {
+        return cli::dispatch({"mkmodel",
+                              "--vocab-builtin",
+                              "--arch",
+                              "deepseek4",
+                              "--layers",
+                              "3",
+                              "--embd",
+                              embd,
+                              "--heads",
+                              "4",
+                              "--experts",
+                              "8",
+                              "--experts-used",
+                              "2",
+                              "--ffn",
+                              "64",
+                              "--nextn",
+                              "1",
+                              "--nextn-file",
+                              side,
+                              "--seed",
+                              "11",
+                              "--shared-experts",
+                              "1",
+                              "--compress-ratios",
+                              "0,4,8",
+                              "--head-dim",
+                              "32",
+                              "--rope-dims",
+                              "8",
+                              "--q-lora",
+                              "32",
+                              "--window",
+                              "5",
+                              "--indexer-heads",
+                              "2",
+                              "--indexer-dim",
+                              "64",
+                              "--indexer-top-k",
+                              "2",
+                              "--out",
+                              out});
+    };
+    ASSERT_EQ(mk("128", trunk_path, block_path), 0);
+    const GgufModel trunk_file = open_gguf_model(trunk_path), block_file = open_gguf_model(block_path);
+    EXPECT_EQ(trunk_file.meta().get_int("deepseek4.block_count"), 3);
+    EXPECT_FALSE(trunk_file.meta().find("deepseek4.nextn_predict_layers"));
+    EXPECT_EQ(trunk_file.meta().find("deepseek4.attention.compress_ratios")->count, 4u) << "the list keeps the block's entry";
+    EXPECT_FALSE(load_model(trunk_file, {.experts = {}, .mtp = true})->mtp) << "no block in the model file, none named";
+    const auto m = load_model(trunk_file, {.experts = {}, .mtp = true, .mtp_file = &block_file});
+    ASSERT_TRUE(m->mtp);
+    const Model& b = *m->mtp;
+    EXPECT_EQ(m->layers.size(), 3u);
+    EXPECT_EQ(b.layers.size(), 1u);
+    EXPECT_EQ(b.layers[0].compress_ratio, 0u);
+    EXPECT_EQ(b.tok_embd.data, m->tok_embd.data) << "the trunk's embeddings, not the file's copy";
+    EXPECT_EQ(b.output.data, m->output.data);
+    ASSERT_TRUE(b.output_hc.fn.present());
+    EXPECT_NE(b.output_hc.fn.data, m->output_hc.fn.data) << "the block's own output head mixer";
+    EXPECT_GT(b.experts->bytes_in_ram(), 0u);
+
+    const int V = static_cast<int>(m->hp.n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 21; ++i) prompt.push_back((5 + 41 * i) % V);
+    const RunnerOptions ro{.n_ctx = 96, .n_threads = 2, .n_batch = 8};
+    const Decoded plain = decode_plain(*m, ro, prompt, 12);
+    const Drafted got = decode_mtp(*m, ro, prompt, 12, 3);
+    expect_same(plain, got.d, "drafts from the block's own file");
+    EXPECT_GT(got.drafted, 0);
+    EXPECT_EQ(got.redone, 0u);
+
+    const std::string other = dir / "v4-64.gguf", other_block = dir / "mtp-v4-64.gguf";
+    ASSERT_EQ(mk("64", other, other_block), 0);
+    const GgufModel wrong = open_gguf_model(other_block);
+    try {
+        load_model(trunk_file, {.experts = {}, .mtp = true, .mtp_file = &wrong});
+        ADD_FAILURE() << "another model's block loaded";
+    } catch (const ModelError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("embedding_length 64"), std::string::npos) << what;
+        EXPECT_NE(what.find("128"), std::string::npos) << what;
+    }
+    // found beside the model by llama.cpp's name, by the CLI
+    auto [rc, out] = test::run_moestream("run -m " + trunk_path + " -p hello -n 8 --draft mtp --json", false);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(out)["draft"]["mode"], "mtp") << out;
+}
+
 TEST(MtpCli, FilesWithoutABlockOrWhoseBlockIsNotRunAreRefusedInOneLine) {
     test::TempDir dir;
     const std::string none = dir / "none.gguf";

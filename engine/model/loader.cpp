@@ -42,9 +42,10 @@ const std::vector<std::string>& nextn_draft_architectures() {
 namespace {
 // The NextN block a description loaded after the trunk's layers, as a one-layer model of its own. Its tensors
 // are bound already (finish), so the layer moves as plain data.
-std::unique_ptr<Model> split_off_nextn(Model& m) {
+std::unique_ptr<Model> split_off_nextn(Model& m, const Model& trunk) {
     auto d = std::make_unique<Model>();
     d->hp = m.hp;
+    d->hp.n_vocab = trunk.hp.n_vocab;
     d->hp.n_layer = 1;
     d->hp.n_layer_nextn = 0;
     d->hp.n_layer_dense_lead = 0;
@@ -54,20 +55,26 @@ std::unique_ptr<Model> split_off_nextn(Model& m) {
     else d->hp.indexer = {};  // a glm-dsa NextN block without indexer tensors attends to every position
     d->nextn = m.nextn;
     m.nextn = {};
-    d->tok_embd = d->nextn.embed.present() ? d->nextn.embed : m.tok_embd;
+    d->tok_embd = d->nextn.embed.present() ? d->nextn.embed : trunk.tok_embd;
     d->output_norm = d->nextn.head_norm;
-    d->output = d->nextn.head.present() ? d->nextn.head : m.output;
+    d->output = d->nextn.head.present() ? d->nextn.head : trunk.output;
     // deepseek4: the block's streams go through the file's output hyper-connection head, as llama.cpp's MTP graph
     // does (in its converter's MTP file that head is the block's own)
     d->output_hc = m.output_hc;
     d->ik_numerics = m.ik_numerics;
+    if (&m != &trunk) {  // a file of its own: its block's bytes move with it
+        d->resident = std::move(m.resident);
+        d->derived = std::move(m.derived);
+    }
     return d;
 }
 
-std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool without_kernels = false, bool mtp = false) {
+std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool without_kernels = false, bool mtp = false,
+                                const Model* trunk_of_block = nullptr) {
     ArchLoader ld(file);
     if (without_kernels) ld.accept_types_without_kernels();
     if (mtp) ld.want_nextn();
+    if (trunk_of_block) ld.want_nextn_only();
     const ArchEntry* entry = nullptr;
     for (const auto& a : kArchs)
         if (ld.arch() == a.name) entry = &a;
@@ -82,9 +89,27 @@ std::unique_ptr<Model> describe(const GgufModel& file, bool read_resident, bool 
     entry->load(ld, *m);
     ld.finish(*m, read_resident);
     if (!m->output.present() && read_resident) m->output = m->tok_embd;  // tied embeddings
-    if (m->hp.n_nextn_loaded) m->mtp = split_off_nextn(*m);
+    if (m->hp.n_nextn_loaded) m->mtp = split_off_nextn(*m, trunk_of_block ? *trunk_of_block : *m);
     m->hp.n_nextn_loaded = 0;
     return m;
+}
+
+// The NextN block of a file of its own (LoadOptions::mtp_file) for `trunk`.
+std::unique_ptr<Model> describe_block_file(const GgufModel& file, const Model& trunk) {
+    const std::string name = file.files.front().path;
+    auto differ = [&](const std::string& what, const std::string& got, const std::string& want) {
+        if (got != want) throw ModelError(name + ": " + what + " " + got + " differs from the model's " + want + " (not its NextN/MTP block)");
+    };
+    differ("architecture", ArchLoader(file).arch(), trunk.hp.arch);
+    if (trunk.hp.arch != "deepseek4")
+        throw ModelError(name + ": a NextN/MTP block in a file of its own is read for deepseek4 (llama.cpp's converter keeps " + trunk.hp.arch +
+                         "'s in the model file)");
+    auto side = describe(file, true, false, true, &trunk);
+    differ("vocabulary", std::to_string(side->hp.n_vocab), std::to_string(trunk.hp.n_vocab));
+    differ("embedding_length", std::to_string(side->hp.n_embd), std::to_string(trunk.hp.n_embd));
+    differ("trunk layers (block_count - nextn_predict_layers)", std::to_string(side->hp.n_layer), std::to_string(trunk.hp.n_layer));
+    if (!side->mtp) throw ModelError(name + ": holds no NextN/MTP block this engine runs (nextn_predict_layers, blk.N.nextn.eh_proj)");
+    return std::move(side->mtp);
 }
 }  // namespace
 
@@ -101,7 +126,9 @@ std::unique_ptr<Model> load_model(const GgufModel& file, const LoadOptions& opt)
     auto m = describe(file, true, false, opt.mtp);
     const std::vector<ExpertLayer> layers = expert_layers(*m);
     m->experts = opt.experts ? opt.experts(file, layers, m->hp) : std::make_unique<InRamExpertSource>(file, layers);
-    if (m->mtp) m->mtp->experts = std::make_unique<InRamExpertSource>(file, expert_layers(*m->mtp));
+    const GgufModel* block_file = &file;
+    if (opt.mtp && !m->mtp && opt.mtp_file) m->mtp = describe_block_file(*opt.mtp_file, *m), block_file = opt.mtp_file;
+    if (m->mtp) m->mtp->experts = std::make_unique<InRamExpertSource>(*block_file, expert_layers(*m->mtp));
     return m;
 }
 

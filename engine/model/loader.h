@@ -22,6 +22,10 @@ struct LoadOptions {
     // Also load the first NextN/MTP block as Model::mtp (speculative drafts), where the architecture runs it;
     // its routed experts are read into RAM whatever `experts` does with the trunk's (a draft must be cheap).
     bool mtp = false;
+    // With mtp: where the trunk's file holds no block, the file that holds it (llama.cpp's converter writes
+    // deepseek4's as a separate mtp-<name>.gguf: the block's layer, its output head mixer, copies of the
+    // trunk's embeddings and head). It must describe the same model (architecture, widths, layers, vocabulary).
+    const GgufModel* mtp_file = nullptr;
 };
 
 // Throws ModelError naming the key or tensor and both values when the file contradicts itself, or naming the

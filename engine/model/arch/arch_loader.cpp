@@ -81,12 +81,13 @@ std::optional<std::vector<bool>> ArchLoader::bool_array(const std::string& key, 
     return out;
 }
 
-std::optional<std::vector<uint32_t>> ArchLoader::u32_array(const std::string& key, size_t n) const {
+std::optional<std::vector<uint32_t>> ArchLoader::u32_array(const std::string& key, size_t n, bool at_least) const {
     const std::string k = key_name(key);
     const GgufValue* v = meta_.find(k);
     if (!v) return std::nullopt;
     const std::vector<int32_t> ints = v->is_array() ? v->i32_array() : std::vector<int32_t>{};
-    if (ints.size() != n || v->count != n) fail("metadata " + k + " is not an array of " + std::to_string(n) + " integers");
+    if (at_least ? ints.size() < n || v->count < n : ints.size() != n || v->count != n)
+        fail("metadata " + k + " is not an array of " + (at_least ? "at least " : "") + std::to_string(n) + " integers");
     std::vector<uint32_t> out(n);
     for (size_t i = 0; i < n; ++i) {
         if (ints[i] < 0 || ints[i] > (1 << 30))

@@ -28,6 +28,13 @@ public:
     // Load the first NextN/MTP block too, where the architecture runs it (LoadOptions::mtp).
     void want_nextn() { want_nextn_ = true; }
     bool nextn_wanted() const { return want_nextn_; }
+    // A file holding only the NextN/MTP block beside root copies of the trunk's embeddings and head (llama.cpp's
+    // deepseek4 converter writes it as mtp-<name>.gguf): the block alone is described, the trunk's copies
+    // left on disk (the trunk's own serve).
+    void want_nextn_only() { want_nextn_ = nextn_only_ = true; }
+    bool nextn_only() const { return nextn_only_; }
+    // Accepts a tensor the description leaves on disk.
+    void skip_tensor(const std::string& name) { claimed_.insert(name); }
 
     // "<arch>.<key>" as a positive integer (<= 2^30); required keys throw when missing.
     uint32_t u32(const std::string& key, std::optional<uint32_t> fallback = std::nullopt) const;
@@ -40,7 +47,8 @@ public:
     // A bool (or integer) array with exactly n entries; nullopt when the key is absent.
     std::optional<std::vector<bool>> bool_array(const std::string& key, size_t n) const;
     // An integer array with exactly n entries (each 0..2^30); nullopt when the key is absent.
-    std::optional<std::vector<uint32_t>> u32_array(const std::string& key, size_t n) const;
+    // (at_least: an array of n or more entries, the first n returned.)
+    std::optional<std::vector<uint32_t>> u32_array(const std::string& key, size_t n, bool at_least = false) const;
 
     // A tensor the forward pass reads from RAM: checks name, shape and type and records it for the arena.
     // Optional tensors that are absent leave `dst` empty (not present()).
@@ -73,7 +81,7 @@ private:
 
     const GgufModel& file_;
     bool ik_made_ = false;
-    bool want_nextn_ = false;
+    bool want_nextn_ = false, nextn_only_ = false;
     bool any_known_type_ = false;
     const GgufFile& meta_;
     std::string arch_;

@@ -18,6 +18,7 @@ void load_layer_count(ArchLoader& ld, Hparams& hp, bool runs_nextn) {
     // (llama.cpp also loads them only for its MTP drafts).
     const uint32_t loaded = runs_nextn && ld.nextn_wanted() && hp.n_layer_nextn ? 1 : 0;
     ld.skip_blocks(hp.n_layer + loaded, hp.n_layer_nextn - loaded);
+    if (ld.nextn_only()) ld.skip_blocks(0, hp.n_layer);  // (such a file holds none of the trunk's blocks)
     hp.n_nextn_loaded = loaded;
     hp.n_ctx_train = ld.u32("context_length", 4096);
     hp.n_embd = ld.u32("embedding_length");
@@ -99,6 +100,10 @@ void load_embeddings(ArchLoader& ld, Model& m) {
                 " rows");
     const uint64_t E = hp.n_embd;
     const std::string why = "embedding_length " + std::to_string(E);
+    if (ld.nextn_only()) {  // the block drafts with the trunk's own embeddings and head
+        for (const char* name : {"token_embd.weight", "output_norm.weight", "output.weight"}) ld.skip_tensor(name);
+        return;
+    }
     ld.resident(m.tok_embd, "token_embd.weight", {E, hp.n_vocab}, why);
     ld.resident(m.output_norm, "output_norm.weight", {E}, why);
     ld.resident(m.output, "output.weight", {E, hp.n_vocab}, why, false);

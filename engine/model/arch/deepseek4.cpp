@@ -121,8 +121,9 @@ std::vector<float> clamp_limits(ArchLoader& ld, const std::string& key, uint32_t
     std::vector<float> out(blocks, 0.f);
     const GgufValue* v = ld.file().meta().find(ld.key_name(key));
     if (!v) return out;
-    const std::vector<float> a = v->is_array() ? v->f32_array() : std::vector<float>(blocks, ld.f32(key, 0.f));
-    if (a.size() != blocks) ld.fail("metadata " + ld.key_name(key) + " has " + n(a.size()) + " entries, not block_count " + n(blocks));
+    std::vector<float> a = v->is_array() ? v->f32_array() : std::vector<float>(blocks, ld.f32(key, 0.f));
+    if (a.size() < blocks) ld.fail("metadata " + ld.key_name(key) + " has " + n(a.size()) + " entries, fewer than block_count " + n(blocks));
+    a.resize(blocks);  // (a list that also holds a left-out MTP block's entry, as compress_ratios)
     for (uint32_t l = 0; l < blocks; ++l)
         if (!(a[l] >= 0.f)) ld.fail("metadata " + ld.key_name(key) + "[" + n(l) + "] = " + std::to_string(a[l]) + " is not a limit >= 0");
     return a;
@@ -138,7 +139,9 @@ void load_deepseek4(ArchLoader& ld, Model& m) {
     // Every row runs every layer: llama.cpp keeps only the output rows just before the hyper-connection head.
     hp.output_rows_after_norm = true;
     const uint32_t blocks = hp.n_layer + hp.n_layer_nextn;
-    const std::optional<std::vector<uint32_t>> ratios = ld.u32_array("attention.compress_ratios", blocks);
+    // llama.cpp's converter copies the checkpoint's list, which has the MTP block's entry also where the file
+    // leaves the block out (it goes to mtp-<name>.gguf): at least one per block, as llama.cpp reads it
+    const std::optional<std::vector<uint32_t>> ratios = ld.u32_array("attention.compress_ratios", blocks, /*at_least=*/true);
     if (!ratios) ld.fail("metadata " + ld.key_name("attention.compress_ratios") + " is missing");
 
     load_moe_config(ld, hp, Gating::SqrtSoftplus);
@@ -153,7 +156,7 @@ void load_deepseek4(ArchLoader& ld, Model& m) {
     load_hyper(ld, m.output_hc, "output_hc", E, hc, hc, 1);
     const uint32_t loaded = blocks_to_load(ld, hp);  // the trunk, then the MTP block when drafts use it
     m.layers.resize(loaded);
-    for (uint32_t l = 0; l < loaded; ++l) {
+    for (uint32_t l = ld.nextn_only() ? hp.n_layer : 0; l < loaded; ++l) {
         const std::string p = blk(l);
         Layer& L = m.layers[l];
         L.compress_ratio = (*ratios)[l];
