@@ -12,22 +12,35 @@
 # lookup acceptance is partial and MTP acceptance near zero here (see the table): mtp's rows measure what
 # rejected drafts cost, perfect-k what right ones gain.
 #
-#   bench/speculative.sh [build dir] [work dir]      (N: tokens per run, default 96; STREAM_BUDGET, default 15%)
+#   bench/speculative.sh [build dir] [work dir]      (N: tokens per run, default 96; STREAM_BUDGET, default 15%;
+#                                                     ARCH=deepseek4: a DeepSeek-V4-like model, its block in mtp-<name>.gguf)
 set -euo pipefail
 build=${1:-build}
 work=${2:-/var/tmp/moestream-bench}
 bin=$(realpath "$build/moestream")
 n=${N:-96}
 mkdir -p "$work"
-model=$work/speculative-glm.gguf
-if [ ! -f "$model" ]; then  # GLM-4.5-like: a dense first layer, a shared expert, and a NextN block after the trunk
-  "$bin" mkmodel --arch glm4moe --layers 8 --embd 1024 --heads 16 --kv-heads 4 --head-dim 64 --experts 64 --experts-used 6 --ffn 768 \
-    --dense-layers 1 --shared-experts 1 --nextn 1 --vocab-builtin --type q4_k --seed 22 --out "$model" >/dev/null
+if [ "${ARCH:-glm4moe}" = deepseek4 ]; then
+  # DeepSeek-V4-like: hyper-connections, window / ratio-4 (indexed) / ratio-128 layers, a hash-routed first layer,
+  # the MTP block in a file of its own beside the model, as llama.cpp's converter writes it
+  model=$work/speculative-ds4.gguf
+  [ -f "$model" ] || "$bin" mkmodel --arch deepseek4 --layers 8 --embd 1024 --heads 8 --head-dim 128 --rope-dims 64 --q-lora 256 \
+    --window 64 --compress-ratios 0,4,128,4,128,4,128,4 --indexer-heads 4 --indexer-dim 64 --indexer-top-k 16 --hash-layers 1 \
+    --experts 64 --experts-used 6 --ffn 768 --shared-experts 1 --nextn 1 --nextn-file "$work/mtp-speculative-ds4.gguf" \
+    --vocab-builtin --type q4_k --seed 22 --out "$model" >/dev/null
+else
+  model=$work/speculative-glm.gguf
+  if [ ! -f "$model" ]; then  # GLM-4.5-like: a dense first layer, a shared expert, and a NextN block after the trunk
+    "$bin" mkmodel --arch glm4moe --layers 8 --embd 1024 --heads 16 --kv-heads 4 --head-dim 64 --experts 64 --experts-used 6 --ffn 768 \
+      --dense-layers 1 --shared-experts 1 --nextn 1 --vocab-builtin --type q4_k --seed 22 --out "$model" >/dev/null
+  fi
 fi
 # 15% of the routed experts' bytes as the expert cache: the budget is the rest of the engine plus that.
 read -r resident experts cache_per_token nextn < <("$bin" check --model "$model" --no-fio --no-storage --json |
   python3 -c 'import json,sys; m=json.load(sys.stdin)["model"]; print(m["resident_bytes"], m["expert_bytes"], m["cache_bytes_per_token"], m["nextn_bytes"])')
 budget=${STREAM_BUDGET:-$((resident + experts * 15 / 100 + 512 * cache_per_token + 96 * 1024 * 1024))}
+# (deepseek4: the block's bytes are its own file's, which the model's facts do not count)
+[ "${ARCH:-glm4moe}" = deepseek4 ] && nextn=$(stat -c %s "$work/mtp-speculative-ds4.gguf")
 # mtp also holds the NextN block in RAM with a runner of its own: the same expert cache needs that much more.
 budget_mtp=$((budget + nextn + 96 * 1024 * 1024))
 prompt='def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n# the same two functions again:\ndef area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n'
@@ -36,7 +49,7 @@ run() {  # run LABEL ARGS...: one JSON line of results
   "$bin" run -m "$model" -p "$prompt" -n "$n" --ctx 512 --json --threads 2 "$@" 2>/dev/null |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"label": sys.argv[1], "tokens": d["tokens"], "tok_s": d["timings"]["gen_tokens_per_s"], "draft": d["draft"], "io": d["generation_experts"]}))' "$label"
 }
-out=$work/speculative.jsonl
+out=$work/speculative-${ARCH:-glm4moe}.jsonl
 : > "$out"
 reps=${REPS:-3}
 for where in ram stream; do
