@@ -37,10 +37,8 @@ else
 fi
 # 15% of the routed experts' bytes as the expert cache: the budget is the rest of the engine plus that.
 read -r resident experts cache_per_token nextn < <("$bin" check --model "$model" --no-fio --no-storage --json |
-  python3 -c 'import json,sys; m=json.load(sys.stdin)["model"]; print(m["resident_bytes"], m["expert_bytes"], m["cache_bytes_per_token"], m["nextn_bytes"])')
+  python3 -c 'import json,sys; m=json.load(sys.stdin)["model"]; print(m["resident_bytes"], m["expert_bytes"], m["cache_bytes_per_token"], m["nextn_bytes"] + m["nextn_file_bytes"])')
 budget=${STREAM_BUDGET:-$((resident + experts * 15 / 100 + 512 * cache_per_token + 96 * 1024 * 1024))}
-# (deepseek4: the block's bytes are its own file's, which the model's facts do not count)
-[ "${ARCH:-glm4moe}" = deepseek4 ] && nextn=$(stat -c %s "$work/mtp-speculative-ds4.gguf")
 # mtp also holds the NextN block in RAM with a runner of its own: the same expert cache needs that much more.
 budget_mtp=$((budget + nextn + 96 * 1024 * 1024))
 prompt='def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n# the same two functions again:\ndef area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n'

@@ -312,6 +312,8 @@ int cmd_check(const std::vector<std::string>& args) {
                             {"expert_bytes", m.expert_bytes},
                             {"shared_expert_bytes", m.shared_expert_bytes},
                             {"nextn_bytes", m.nextn_bytes},
+                            {"nextn_file", m.nextn_file},
+                            {"nextn_file_bytes", m.nextn_file_bytes},
                             {"expert_bytes_per_token", m.expert_bytes_per_token()},
                             {"active_bytes_per_token", m.active_bytes_per_token()},
                             {"cache_bytes_per_token", m.cache_bytes_per_token},

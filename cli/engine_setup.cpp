@@ -180,13 +180,14 @@ uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq, 
 }
 
 uint64_t draft_block_bytes(const GgufModel& file, const ModelFacts& facts, uint32_t n_ctx, int n_seq, kernels::KvCacheTypes kv_types) {
-    if (!facts.n_layer_nextn || !std::ranges::count(nextn_draft_architectures(), facts.arch)) return 0;
+    if ((!facts.n_layer_nextn && facts.nextn_file.empty()) || !std::ranges::count(nextn_draft_architectures(), facts.arch)) return 0;
     RunnerOptions ro;
     ro.n_ctx = static_cast<int>(n_ctx);
     ro.n_seq = n_seq;
     const auto layout = load_model_layout(file);
     const uint64_t kv = facts.kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(n_seq);
-    return facts.nextn_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) + Runner::hidden_sink_bytes(*layout, ro);
+    return facts.nextn_bytes + facts.nextn_file_bytes + kv / std::max(1u, facts.n_layer) + Runner::working_bytes(*layout, ro) +
+           Runner::hidden_sink_bytes(*layout, ro);
 }
 
 uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq, int n_threads) {
@@ -203,12 +204,11 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
     // none); its block counts as the model's for the budget.
     std::optional<GgufModel> block_file;
     if (f.load_mtp && !facts.n_layer_nextn) {
-        const std::filesystem::path model(path), beside = model.parent_path() / ("mtp-" + model.filename().string());
-        const std::string block_path = !f.mtp_file.empty() ? f.mtp_file : std::filesystem::exists(beside) ? beside.string() : "";
+        find_nextn_file(path, facts);
+        const std::string block_path = !f.mtp_file.empty() ? f.mtp_file : facts.nextn_file;
         if (!block_path.empty()) {
             block_file = open_gguf_model(block_path);
-            const ModelFacts block = model_facts(*block_file);
-            facts.n_layer_nextn = block.n_layer_nextn, facts.nextn_bytes = block.nextn_bytes;
+            facts.nextn_file = block_path, facts.nextn_file_bytes = model_facts(*block_file).nextn_bytes;
         }
     } else if (!f.mtp_file.empty()) {
         throw CliError("--mtp-file " + f.mtp_file + (f.load_mtp ? ": " + path + " holds its own NextN/MTP block" : " is read with --draft mtp only"));

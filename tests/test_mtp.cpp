@@ -453,6 +453,11 @@ TEST(MtpLoad, ABlockInAFileOfItsOwnAsLlamaCppsConverterWritesIt) {
     EXPECT_FALSE(trunk_file.meta().find("deepseek4.nextn_predict_layers"));
     EXPECT_EQ(trunk_file.meta().find("deepseek4.attention.compress_ratios")->count, 4u) << "the list keeps the block's entry";
     EXPECT_FALSE(load_model(trunk_file, {.experts = {}, .mtp = true})->mtp) << "no block in the model file, none named";
+    const ModelFacts facts = read_model_facts(trunk_path);  // check and plan find and count it
+    EXPECT_EQ(facts.n_layer_nextn, 0u);
+    EXPECT_EQ(facts.nextn_file, block_path);
+    EXPECT_EQ(facts.nextn_file_bytes, model_facts(block_file).nextn_bytes);
+    EXPECT_GT(facts.nextn_file_bytes, 0u);
     const auto m = load_model(trunk_file, {.experts = {}, .mtp = true, .mtp_file = &block_file});
     ASSERT_TRUE(m->mtp);
     const Model& b = *m->mtp;

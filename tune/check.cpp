@@ -134,7 +134,9 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
                        (m.n_layer_nextn ? " (" + std::to_string(m.n_layer_nextn) + " NextN block of " + human_bytes(m.nextn_bytes) +
                                               " loaded only for --draft mtp" +
                                               (std::ranges::count(nextn_draft_architectures(), m.arch) ? ")" : ": not run for this architecture)")
-                                        : "") +
+                        : !m.nextn_file.empty()
+                            ? " (its NextN block of " + human_bytes(m.nextn_file_bytes) + " in " + m.nextn_file + ", loaded only for --draft mtp)"
+                            : "") +
                        (m.ik_tensor.empty() ? "" : "; ik_llama.cpp's types (" + m.ik_tensor + "), computed as its AVX2 build computes them")
                  : m.unsupported_reason,
              "a supported architecture and weight types",

@@ -1,5 +1,7 @@
 #include "engine/model/model_facts.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <regex>
 
@@ -267,6 +269,23 @@ ModelFacts model_facts(const GgufModel& model) {
     return f;
 }
 
-ModelFacts read_model_facts(const std::string& path) { return model_facts(open_gguf_model(path)); }
+ModelFacts read_model_facts(const std::string& path) {
+    ModelFacts f = model_facts(open_gguf_model(path));
+    find_nextn_file(path, f);
+    return f;
+}
+
+void find_nextn_file(const std::string& path, ModelFacts& f) {
+    if (f.arch != "deepseek4" || f.n_layer_nextn) return;
+    const std::filesystem::path model(path), beside = model.parent_path() / ("mtp-" + model.filename().string());
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(beside, ec)) return;
+    try {
+        const ModelFacts block = model_facts(open_gguf_model(beside.string()));
+        if (block.arch != f.arch || !block.n_layer_nextn) return;
+        f.nextn_file = beside.string();
+        f.nextn_file_bytes = block.nextn_bytes;
+    } catch (const std::exception&) {}
+}
 
 }  // namespace moe

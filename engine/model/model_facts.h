@@ -40,9 +40,13 @@ struct ModelFacts {
     uint32_t n_ff = 0;      // dense layers' hidden width (feed_forward_length)
     uint32_t n_ff_exp = 0;  // one routed expert's hidden width (expert_feed_forward_length)
     uint32_t n_vocab = 0;
-    uint64_t resident_bytes = 0;                 // read into RAM: everything but routed experts and NextN blocks
-    uint64_t expert_bytes = 0;                   // routed-expert tensors of the trunk
-    uint64_t nextn_bytes = 0;                    // NextN/MTP blocks (not loaded)
+    uint64_t resident_bytes = 0;  // read into RAM: everything but routed experts and NextN blocks
+    uint64_t expert_bytes = 0;    // routed-expert tensors of the trunk
+    uint64_t nextn_bytes = 0;     // NextN/MTP blocks (not loaded)
+    // read_model_facts / find_nextn_file: a deepseek4 model whose block llama.cpp's converter wrote to
+    // mtp-<file name> beside it: that file and its block's bytes (the model's own figures leave it out).
+    std::string nextn_file;
+    uint64_t nextn_file_bytes = 0;
     uint64_t shared_expert_bytes = 0;            // shared experts (resident; every token runs them)
     std::vector<uint64_t> layer_expert_bytes;    // per trunk layer, all its experts (0 for dense layers)
     std::vector<uint64_t> layer_resident_bytes;  // per trunk layer, everything else of blk.N (attention, dense FFN, shared experts, norms)
@@ -96,8 +100,12 @@ struct ModelFacts {
     static constexpr uint32_t kDefaultCheckpoints = 8;
 };
 
-// Reads facts from a model's header (and its split siblings). Throws GgufError on a bad file.
+// Reads facts from a model's header (and its split siblings), and find_nextn_file's. Throws GgufError on a bad
+// file.
 ModelFacts read_model_facts(const std::string& path);
+// Sets nextn_file / nextn_file_bytes where a deepseek4 model at `path` holds no block and mtp-<file name> beside
+// it holds one of the same architecture (a file that cannot be read is left out: --draft mtp then says why).
+void find_nextn_file(const std::string& path, ModelFacts& f);
 ModelFacts model_facts(const GgufModel& model);
 
 }  // namespace moe
