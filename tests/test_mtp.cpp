@@ -22,8 +22,10 @@ using test::decode_plain;
 using test::Decoded;
 using test::expect_same;
 
-std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
-    const std::string out = dir / (arch + ".gguf");
+// `extra`: more mkmodel options; `embd`: the width; the file is dir/<name>.gguf (name: the architecture).
+std::string make_mtp_model(const test::TempDir& dir, const std::string& arch, const std::vector<std::string>& extra = {},
+                           const std::string& embd = "128", std::string name = "") {
+    const std::string out = dir / ((name.empty() ? arch : name) + ".gguf");
     std::vector<std::string> args = {"mkmodel",
                                      "--vocab-builtin",
                                      "--arch",
@@ -31,7 +33,7 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
                                      "--layers",
                                      "3",
                                      "--embd",
-                                     "128",
+                                     embd,
                                      "--heads",
                                      "4",
                                      "--experts",
@@ -53,6 +55,7 @@ std::string make_mtp_model(const test::TempDir& dir, const std::string& arch) {
         args.insert(args.end(), {"--compress-ratios", "0,4,8", "--head-dim", "32", "--rope-dims", "8", "--q-lora", "32", "--window", "5",
                                  "--indexer-heads", "2", "--indexer-dim", "64", "--indexer-top-k", "2", "--hash-layers", "1"});
     else args.insert(args.end(), {"--dense-layers", "1"});
+    args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(cli::dispatch(args), 0);
     return out;
 }
@@ -403,51 +406,10 @@ TEST(MtpDraft, BlockRowsFollowTheTrunkThroughKeptAndRejectedDrafts) {
 TEST(MtpLoad, ABlockInAFileOfItsOwnAsLlamaCppsConverterWritesIt) {
     test::TempDir dir;
     const std::string trunk_path = dir / "v4.gguf", block_path = dir / "mtp-v4.gguf";
-    auto mk = [&](const std::string& embd, const std::string& out, const std::string& side) {
-        return cli::dispatch({"mkmodel",
-                              "--vocab-builtin",
-                              "--arch",
-                              "deepseek4",
-                              "--layers",
-                              "3",
-                              "--embd",
-                              embd,
-                              "--heads",
-                              "4",
-                              "--experts",
-                              "8",
-                              "--experts-used",
-                              "2",
-                              "--ffn",
-                              "64",
-                              "--nextn",
-                              "1",
-                              "--nextn-file",
-                              side,
-                              "--seed",
-                              "11",
-                              "--shared-experts",
-                              "1",
-                              "--compress-ratios",
-                              "0,4,8",
-                              "--head-dim",
-                              "32",
-                              "--rope-dims",
-                              "8",
-                              "--q-lora",
-                              "32",
-                              "--window",
-                              "5",
-                              "--indexer-heads",
-                              "2",
-                              "--indexer-dim",
-                              "64",
-                              "--indexer-top-k",
-                              "2",
-                              "--out",
-                              out});
+    auto mk = [&](const std::string& embd, const std::string& name, const std::string& side) {
+        return make_mtp_model(dir, "deepseek4", {"--nextn-file", side}, embd, name);
     };
-    ASSERT_EQ(mk("128", trunk_path, block_path), 0);
+    ASSERT_EQ(mk("128", "v4", block_path), trunk_path);
     const GgufModel trunk_file = open_gguf_model(trunk_path), block_file = open_gguf_model(block_path);
     EXPECT_EQ(trunk_file.meta().get_int("deepseek4.block_count"), 3);
     EXPECT_FALSE(trunk_file.meta().find("deepseek4.nextn_predict_layers"));
@@ -481,7 +443,7 @@ TEST(MtpLoad, ABlockInAFileOfItsOwnAsLlamaCppsConverterWritesIt) {
     EXPECT_EQ(got.redone, 0u);
 
     const std::string other = dir / "v4-64.gguf", other_block = dir / "mtp-v4-64.gguf";
-    ASSERT_EQ(mk("64", other, other_block), 0);
+    ASSERT_EQ(mk("64", "v4-64", other_block), other);
     const GgufModel wrong = open_gguf_model(other_block);
     try {
         load_model(trunk_file, {.experts = {}, .mtp = true, .mtp_file = &wrong});
