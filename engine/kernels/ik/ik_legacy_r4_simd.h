@@ -221,45 +221,58 @@ void legacy_r4_group(int64_t n, const uint8_t* group, const uint8_t* act, size_t
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-// Two groups in a 512-bit register (lanes 0..7 the first group's, 8..15 the second's), each lane's steps as above.
-template <GgmlType T, int NY>
-void legacy_r4_group2(int64_t n, const uint8_t* g0, const uint8_t* g1, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+// Two groups in a 512-bit register (lanes 0..7 the first group's, 8..15 the second's), each lane's steps as above;
+// P such registers (2P groups) per pass, so each token's activation block is unpacked once for all of them.
+template <GgmlType T, int NY, int P>
+void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
+                       int64_t out_stride) {
     using B = LegacyR4Block<T>;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
-    __m512 acc[NY];
-    for (auto& a : acc) a = _mm512_setzero_ps();
+    __m512 acc[P][NY];
+    for (auto& r : acc)
+        for (auto& a : r) a = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        __m256i q0[4], q1[4], ys[4];
-        __m256 d0, d1;
-        B::decode(g0 + b * B::kBytes, q0, d0);
-        B::decode(g1 + b * B::kBytes, q1, d1);
-        __m512i q[4];
-        __mmask64 neg[4];
-        for (int f = 0; f < 4; ++f) {
-            q[f] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[f]), q1[f], 1);
-            neg[f] = _mm512_movepi8_mask(q[f]);
-            if (T == GgmlType::IQ4_NL_R4) q[f] = _mm512_abs_epi8(q[f]);
+        __m512i q[P][4];
+        __mmask64 neg[P][4];
+        __m512 d16[P];
+        for (int p = 0; p < P; ++p) {
+            __m256i q0[4], q1[4];
+            __m256 d0, d1;
+            B::decode(w + 4 * (g + 2 * p) * row_bytes + b * B::kBytes, q0, d0);
+            B::decode(w + 4 * (g + 2 * p + 1) * row_bytes + b * B::kBytes, q1, d1);
+            for (int f = 0; f < 4; ++f) {
+                q[p][f] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[f]), q1[f], 1);
+                neg[p][f] = _mm512_movepi8_mask(q[p][f]);
+                if (T == GgmlType::IQ4_NL_R4) q[p][f] = _mm512_abs_epi8(q[p][f]);
+            }
+            d16[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(d0)), _mm256_castps_pd(d1), 1));
         }
-        const __m512 d16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(d0)), _mm256_castps_pd(d1), 1));
         for (int t = 0; t < NY; ++t) {
+            __m256i ys[4];
             float dy;
             int ysum;
             B::activations(act + t * act_bytes, b, grouped, ys, dy, ysum);
-            __m512i s = _mm512_setzero_si512();
-            for (int f = 0; f < 4; ++f) {
-                __m512i y = _mm512_broadcast_i64x4(ys[f]);
-                if (T == GgmlType::IQ4_NL_R4) y = _mm512_mask_sub_epi8(y, neg[f], _mm512_setzero_si512(), y);  // |v| x (y with v's sign)
-                s = _mm512_dpbusd_epi32(s, q[f], y);
+            __m512i y[4];
+            for (int f = 0; f < 4; ++f) y[f] = _mm512_broadcast_i64x4(ys[f]);
+            const __m512 vdy = _mm512_set1_ps(dy), off = _mm512_set1_ps(B::kOffset * (dy * static_cast<float>(ysum)));
+            for (int p = 0; p < P; ++p) {
+                __m512i s = _mm512_setzero_si512();
+                for (int f = 0; f < 4; ++f) {
+                    // |v| x (y with v's sign) for IQ4_NL_R4's signed values
+                    const __m512i yf = T == GgmlType::IQ4_NL_R4 ? _mm512_mask_sub_epi8(y[f], neg[p][f], _mm512_setzero_si512(), y[f]) : y[f];
+                    s = _mm512_dpbusd_epi32(s, q[p][f], yf);
+                }
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(d16[p], vdy), _mm512_cvtepi32_ps(s), acc[p][t]);
+                if constexpr (T != GgmlType::IQ4_NL_R4) acc[p][t] = _mm512_fmadd_ps(d16[p], off, acc[p][t]);
             }
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d16, _mm512_set1_ps(dy)), _mm512_cvtepi32_ps(s), acc[t]);
-            if constexpr (T != GgmlType::IQ4_NL_R4)
-                acc[t] = _mm512_fmadd_ps(d16, _mm512_set1_ps(B::kOffset * (dy * static_cast<float>(ysum))), acc[t]);
         }
     }
-    for (int t = 0; t < NY; ++t) {
-        store_row_sums(_mm512_castps512_ps256(acc[t]), out + t * out_stride);
-        store_row_sums(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1)), out + t * out_stride + 4);
-    }
+    for (int p = 0; p < P; ++p)
+        for (int t = 0; t < NY; ++t) {
+            float* o = out + t * out_stride + 4 * (g + 2 * p);
+            store_row_sums(_mm512_castps512_ps256(acc[p][t]), o);
+            store_row_sums(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1)), o + 4);
+        }
 }
 #endif
 
@@ -268,8 +281,8 @@ void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
                       int64_t out_stride) {
     int64_t g = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    for (; g + 2 <= rows / 4; g += 2)
-        legacy_r4_group2<T, NY>(n, w + 4 * g * row_bytes, w + 4 * (g + 1) * row_bytes, act, act_bytes, out + 4 * g, out_stride);
+    for (; g + 4 <= rows / 4; g += 4) legacy_r4_groups2<T, NY, 2>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    for (; g + 2 <= rows / 4; g += 2) legacy_r4_groups2<T, NY, 1>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
 #endif
     for (; g < rows / 4; ++g) legacy_r4_group<T, NY>(n, w + 4 * g * row_bytes, act, act_bytes, out + 4 * g, out_stride);
 }
