@@ -262,40 +262,18 @@ void q6_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
 }
 
 template <GgmlType T, int NY>
-struct KR4Groups {
-    template <class V>
-    struct Of {
-        static constexpr auto run = k_r4_groups<V, T, NY>;
-    };
-};
-template <bool Lone, bool Five, int NY>
-struct Q4KGroups {
-    template <class V>
-    struct Of {
-        static constexpr auto run = q4_k_r4_groups<V, Lone, Five, NY>;
-    };
-};
-template <bool Lone, int NY>
-struct Q6KGroups {
-    template <class V>
-    struct Of {
-        static constexpr auto run = q6_k_r4_groups<V, Lone, NY>;
-    };
-};
-
-template <GgmlType T, int NY>
 void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    each_group_pair<KR4Groups<T, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+    each_group_pair<4>(rows, [&]<class V>(int64_t g) { k_r4_groups<V, T, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 template <bool Lone, int NY, bool Five = false>
 void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
-    each_group_pair<Q4KGroups<Lone, Five, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+    each_group_pair<4>(rows, [&]<class V>(int64_t g) { q4_k_r4_groups<V, Lone, Five, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 template <bool Lone, int NY>
 void q6_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
-    each_group_pair<Q6KGroups<Lone, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+    each_group_pair<4>(rows, [&]<class V>(int64_t g) { q6_k_r4_groups<V, Lone, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 
 // Block b of a Q8_2_X4 row: its scale, its values and their sum (groups of four blocks, then single ones).

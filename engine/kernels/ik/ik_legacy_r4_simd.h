@@ -341,11 +341,7 @@ void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
 template <int NY>
 void iq4_xs_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
-    int64_t g = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    for (; g + 2 <= rows / 8; g += 2) iq4_xs_r8_groups<Lanes8, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
-#endif
-    for (; g < rows / 8; ++g) iq4_xs_r8_groups<Lanes4, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    each_group_pair<8>(rows, [&]<class V>(int64_t g) { iq4_xs_r8_groups<V, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 
 }  // namespace ikr

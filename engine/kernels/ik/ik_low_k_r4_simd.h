@@ -84,16 +84,9 @@ void low_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, c
 }
 
 template <bool Three, bool Lone, int NY>
-struct LowKGroups {
-    template <class V>
-    struct Of {
-        static constexpr auto run = low_k_r4_groups<V, Three, Lone, NY>;
-    };
-};
-template <bool Three, bool Lone, int NY>
 void low_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                      int64_t out_stride) {
-    each_group_pair<LowKGroups<Three, Lone, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+    each_group_pair<4>(rows, [&]<class V>(int64_t g) { low_k_r4_groups<V, Three, Lone, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 
 }  // namespace ikr

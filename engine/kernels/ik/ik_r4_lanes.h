@@ -290,15 +290,15 @@ struct Lanes8 {
 };
 #endif
 
-// Every group of the rows: two at a time on AVX-512, the odd last one (and every one on AVX2) four rows at a time.
-template <template <class> class K>
-void each_group_pair(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                     int64_t out_stride) {
+// Every group of `group` rows: two at a time on AVX-512 (Lanes8), the odd last one (and every one on AVX2) alone
+// (Lanes4); run.template operator()<V>(g) computes the groups from g.
+template <int Group, class Run>
+void each_group_pair(int64_t rows, const Run& run) {
     int64_t g = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    for (; g + 2 <= rows / 4; g += 2) K<Lanes8>::run(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    for (; g + 2 <= rows / Group; g += 2) run.template operator()<Lanes8>(g);
 #endif
-    for (; g < rows / 4; ++g) K<Lanes4>::run(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    for (; g < rows / Group; ++g) run.template operator()<Lanes4>(g);
 }
 
 }  // namespace ikr

@@ -93,16 +93,9 @@ void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, cons
     for (int t = 0; t < NY; ++t)
         V::store_scaled(acc[t], reinterpret_cast<const float*>(group[0]), reinterpret_cast<const float*>(group[1]), out + t * out_stride + 4 * g);
 }
-template <bool Five, int NY>
-struct KsR4Groups {
-    template <class V>
-    struct Of {
-        static constexpr auto run = ks_r4_groups<V, Five, NY>;
-    };
-};
 template <int NY, bool Five>
 void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    each_group_pair<KsR4Groups<Five, NY>::template Of>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+    each_group_pair<4>(rows, [&]<class V>(int64_t g) { ks_r4_groups<V, Five, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
 }
 
 template <int NY>
