@@ -8,6 +8,7 @@
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/ik/ik_converted_simd.h"
+#include "engine/kernels/ik/ik_table_avx512.h"
 #include "engine/kernels/ik/ik_table_simd.h"
 #include "engine/kernels/ik/ik_r4_simd.h"
 #include "engine/kernels/ik/ik_x4_simd.h"
@@ -168,6 +169,7 @@ void fill_avx512_table(KernelTable& t) {
     add_row_lane_tiles(t);
     add_q2k_row_lane_tiles(t);
     add_ik_table_kernels(t);
+    add_ik_table_kernels_avx512(t);
     add_ik_converted_tiles(t);
     add_ik_x4_kernels(t);
     add_ik_r4_kernels(t);

@@ -1,0 +1,336 @@
+// AVX-512 forms of ik_table_simd.h's one-token dot and small-batch tile: two 32-weight groups per 512-bit register
+// (group 2p in bytes 0..31, 2p + 1 in 32..63), decoded there directly, PMADDUBSW then VPDPWSSD with the pairs'
+// scales, and the two halves' int32 lanes added before the float steps. Every int32 lane then holds the integers
+// the 256-bit kernel's lane holds (elements 4j..4j+3 of each group times their scale; integer sums are exact), so
+// the float steps, and the bits, are the AVX2 kernel's. Included by the AVX-512 translation unit only.
+#pragma once
+#include <immintrin.h>
+
+#include <array>
+#include <cstdint>
+
+#include "engine/kernels/ik/ik_table_simd.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikt {
+
+inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+inline __m512i both_halves(__m256i v) { return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1); }
+inline __m512i broadcast32(const uint8_t* p) { return _mm512_broadcast_i64x4(load32(p)); }
+// A 16-byte table in every 128-bit lane.
+inline __m512i table512(__m256i t) { return both_halves(t); }
+// Per-16-bit-lane shift counts: `a` for the first 256 bits, `b` for the second (both < 16).
+template <int A, int B>
+inline __m512i half_shifts() {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(A)), _mm256_set1_epi16(B), 1);
+}
+// 32 bytes as nibbles: lane 0 = bytes 0..15 & 15, lane 1 = their high nibbles, lanes 2 and 3 the same of bytes
+// 16..31 (two groups laid out as nibbles32 lays out one).
+inline __m512i nibble_pair(__m256i b32) {
+    const __m512i b = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(b32));
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0, 0x0004000400040004ll, 0x0004000400040004ll);
+    return _mm512_and_si512(_mm512_srlv_epi16(b, shift), _mm512_set1_epi8(0x0F));
+}
+// Bit `first` of each byte in the first 256 bits, bit `second` in the second, as a byte mask.
+inline __mmask64 bits_mask(__m512i bytes, int first, int second) {
+    return _mm512_test_epi8_mask(bytes, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << first))),
+                                                           _mm256_set1_epi8(static_cast<char>(1 << second)), 1));
+}
+// Bit g of each byte for group 2p's half (g = 2p) and g + 1 for group 2p + 1's.
+inline __mmask64 bit_pair_mask(__m512i bytes, int g) { return bits_mask(bytes, g, g + 1); }
+// Per group of the block a 0/1 bit, spread so that pair p's 512-bit blend mask of 64-bit lanes is byte p.
+inline uint32_t group_lane_masks(uint32_t bits8) { return _pdep_u32(bits8, 0x11111111u) * 0xFu; }
+
+// The four scale-pair registers of a block: pair p's int16 lanes 8i..8i+7 hold scale 4p + i.
+inline void pair_scales(__m256i s16, __m512i sc[4]) {
+    alignas(64) static constexpr auto kIdx = [] {
+        std::array<std::array<int16_t, 32>, 4> idx{};
+        for (int p = 0; p < 4; ++p)
+            for (int i = 0; i < 32; ++i) idx[p][i] = static_cast<int16_t>(4 * p + i / 8);
+        return idx;
+    }();
+    const __m512i s = _mm512_castsi256_si512(s16);
+    for (int p = 0; p < 4; ++p) sc[p] = _mm512_permutexvar_epi16(_mm512_load_si512(kIdx[p].data()), s);
+}
+
+template <GgmlType T>
+struct Dec512;
+
+// 128 bytes of nibbles (group g's low and high nibbles in bytes 16g..16g+15) as four group pairs laid out as
+// nibble_pair lays them out: a whole block split at once, then the pairs' 128-bit lanes picked from both halves.
+inline void block_nibble_pairs(const uint8_t* qs, __m512i out[4]) {
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    const __m512i even = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), odd = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int h = 0; h < 2; ++h) {
+        const __m512i b = load64(qs + 64 * h);
+        const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
+        out[2 * h] = _mm512_permutex2var_epi64(lo, even, hi);
+        out[2 * h + 1] = _mm512_permutex2var_epi64(lo, odd, hi);
+    }
+}
+
+template <>
+struct Dec512<GgmlType::IQ4_KS> : Dec<GgmlType::IQ4_KS> {
+    using Dec::Dec;
+    __m512i t0 = table512(tab[0]), t1 = table512(tab[1]);
+    uint32_t lanes = 0;
+    __m512i idx[4];
+    void block(const uint8_t* blk) {
+        Dec::block(blk);
+        const uint32_t odd = static_cast<uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales)), 7))) & 0xFF;
+        lanes = group_lane_masks(odd);
+        block_nibble_pairs(x->qs, idx);
+    }
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx[p]); }
+};
+
+template <>
+struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
+    using Dec::Dec;
+    __m512i t0 = table512(tab[0]), t1 = table512(tab[1]);
+    uint32_t lanes = 0;
+    __m512i qh;
+    void block(const uint8_t* blk) {
+        Dec::block(blk);
+        lanes = group_lane_masks((x->extra >> 8) & 0xFF);
+        qh = broadcast32(x->qh);
+    }
+    // groups 2p and 2p + 1: bits 2 (g % 4) of qs[32 (g / 4) + j] and bit g of qh[j]
+    __m512i values2(int p) const {
+        const __m512i qs = broadcast32(x->qs + 32 * (p / 2));
+        const __m512i shift = p % 2 ? half_shifts<4, 6>() : half_shifts<0, 2>();
+        __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(qs, shift), _mm512_set1_epi8(3));
+        idx = _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4));
+        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx);
+    }
+};
+
+// Two bits per weight: bits 2 (g % 4) of qs[32 (g / 4) + j], for groups 2p (first half) and 2p + 1.
+inline __m512i crumb_pair(const uint8_t* qs, int p) {
+    const __m512i b = broadcast32(qs + 32 * (p / 2));
+    return _mm512_and_si512(_mm512_srlv_epi16(b, p % 2 ? half_shifts<4, 6>() : half_shifts<0, 2>()), _mm512_set1_epi8(3));
+}
+// Four bits per weight: (qs[32 p + j] >> 4 h) & 15, h = 0 for group 2p, 1 for 2p + 1.
+inline __m512i nibble_half_pair(const uint8_t* qs, int p) {
+    return _mm512_and_si512(_mm512_srlv_epi16(broadcast32(qs + 32 * p), half_shifts<0, 4>()), _mm512_set1_epi8(0x0F));
+}
+// A 32-entry table's lookup: the low 16 entries in t0, the high in t1, the fifth index bit in `high`.
+inline __m512i lookup32(__mmask64 high, __m512i t0, __m512i t1, __m512i nib) {
+    return _mm512_mask_blend_epi8(high, _mm512_shuffle_epi8(t0, nib), _mm512_shuffle_epi8(t1, nib));
+}
+
+template <>
+struct Dec512<GgmlType::IQ4_K> : Dec<GgmlType::IQ4_K> {
+    using Dec::Dec;
+    const __m512i t0 = table512(tab[0]), t1 = table512(tab[3]);  // every 128-bit lane of the first / second table
+    uint32_t lanes = 0;
+    __m512i idx[4];
+    void block(const uint8_t* blk) {
+        Dec::block(blk);
+        lanes = _pdep_u32(x->extra, 0x55555555u) * 3u;  // one bit per 16 weights, two 64-bit lanes each
+        block_nibble_pairs(x->qs, idx);
+    }
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx[p]); }
+};
+
+template <GgmlType T>
+struct FiveBit512 : Dec<T> {
+    using Dec<T>::Dec;
+    const __m512i t0 = table512(this->tab[0]), t1 = table512(this->tab[1]);
+    __m512i qh;
+    void block(const uint8_t* blk) {
+        Dec<T>::block(blk);
+        qh = broadcast32(this->x->qh);
+    }
+    __m512i values2(int p) const { return lookup32(bit_pair_mask(qh, 2 * p), t0, t1, nibble_half_pair(this->x->qs, p)); }
+};
+template <>
+struct Dec512<GgmlType::IQ5_KS> : FiveBit512<GgmlType::IQ5_KS> {
+    using FiveBit512::FiveBit512;
+};
+template <>
+struct Dec512<GgmlType::IQ5_K> : FiveBit512<GgmlType::IQ5_K> {
+    using FiveBit512::FiveBit512;
+};
+
+// Six bits: a nibble as IQ5's, the two high bits (bits 4 (p % 2) + 2 h, + 1 of qh[32 (p / 2) + j]) picking one of
+// the table's four 16s.
+template <>
+struct Dec512<GgmlType::IQ6_K> : Dec<GgmlType::IQ6_K> {
+    using Dec::Dec;
+    const __m512i t[4] = {table512(tab[0]), table512(tab[1]), table512(tab[2]), table512(tab[3])};
+    __m512i values2(int p) const {
+        const __m512i nib = nibble_half_pair(x->qs, p), qh = broadcast32(x->qh + 32 * (p / 2));
+        const int b = 4 * (p % 2);
+        const __mmask64 lo_bit = bits_mask(qh, b, b + 2), hi_bit = bits_mask(qh, b + 1, b + 3);
+        return _mm512_mask_blend_epi8(hi_bit, lookup32(lo_bit, t[0], t[1], nib), lookup32(lo_bit, t[2], t[3], nib));
+    }
+};
+
+template <GgmlType T>
+struct Crumb512 : Dec<T> {
+    using Dec<T>::Dec;
+    const __m512i t = table512(this->tab);
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(t, crumb_pair(this->x->qs, p)); }
+};
+template <>
+struct Dec512<GgmlType::IQ2_K> : Crumb512<GgmlType::IQ2_K> {
+    using Crumb512::Crumb512;
+};
+template <>
+struct Dec512<GgmlType::IQ2_KS> : Crumb512<GgmlType::IQ2_KS> {
+    using Crumb512::Crumb512;
+};
+
+template <>
+struct Dec512<GgmlType::IQ3_K> : Dec<GgmlType::IQ3_K> {
+    using Dec::Dec;
+    const __m512i t = table512(tab);
+    __m512i qh;
+    void block(const uint8_t* blk) {
+        Dec::block(blk);
+        qh = broadcast32(x->qh);
+    }
+    __m512i values2(int p) const {
+        const __m512i idx = crumb_pair(x->qs, p);
+        return _mm512_shuffle_epi8(t, _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4)));
+    }
+};
+
+// IQ4_KSS: each uint16's low bit is a scale bit; the value nibbles are (w & ~1) ^ ((w & ~1) >> 1).
+template <>
+struct Dec512<GgmlType::IQ4_KSS> : Dec<GgmlType::IQ4_KSS> {
+    using Dec::Dec;
+    const __m512i t = table512(tab);
+    // the scale bytes: bit 0 of each uint16, group g's eight in mask bits 8g..8g+7
+    void block(const uint8_t* blk) {
+        q = blk;
+        const __m512i one = _mm512_set1_epi16(1);
+        const uint64_t bits = static_cast<uint64_t>(_mm512_test_epi16_mask(load64(q), one)) |
+                              static_cast<uint64_t>(_mm512_test_epi16_mask(load64(q + 64), one)) << 32;
+        scale_bytes(_mm_cvtsi64_si128(static_cast<long long>(bits)), 4, s16, m16);
+    }
+    __m512i values2(int p) const {
+        __m256i w = _mm256_and_si256(load32(q + 32 * p), _mm256_set1_epi16(static_cast<short>(0xfffe)));
+        w = _mm256_xor_si256(w, _mm256_srli_epi16(w, 1));
+        return _mm512_shuffle_epi8(t, nibble_pair(w));
+    }
+};
+
+// IQ2_KL: a 5-bit index per two weights (low nibbles of qs[16 p + j] for group 2p, high for 2p + 1; the fifth
+// bit from qh[j] bit g) into the two-value table; the pairs' values interleaved.
+template <>
+struct Dec512<GgmlType::IQ2_KL> : Dec<GgmlType::IQ2_KL> {
+    using Dec::Dec;
+    const __m512i f0 = _mm512_broadcast_i32x4(first[0]), f1 = _mm512_broadcast_i32x4(first[1]);
+    const __m512i s0 = _mm512_broadcast_i32x4(second[0]), s1 = _mm512_broadcast_i32x4(second[1]);
+    __m512i values2(int p) const {
+        const __m512i q = _mm512_broadcast_i32x4(load16(x->qs + 16 * p)), h = _mm512_broadcast_i32x4(load16(x->qh));
+        const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), _mm512_set1_epi8(0x0F));
+        const __mmask64 high = bit_pair_mask(h, 2 * p);
+        const __m512i a = lookup32(high, f0, f1, nib), b = lookup32(high, s0, s1, nib);
+        return _mm512_mask_blend_epi64(0xCC, _mm512_unpacklo_epi8(a, b), _mm512_unpackhi_epi8(a, b));
+    }
+};
+
+// A block's eight int32 lanes against one token's values, from its four group pairs.
+template <class D>
+inline __m256i block_lanes512(const D& dec, const __m512i sc[4], const int8_t* qs) {
+    __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains
+    for (int p = 0; p < 4; ++p) {
+        const __m512i v = dec.values2(p), q = load64(qs + 64 * p);
+        __m512i prod;
+        if constexpr (D::kUnsigned) prod = _mm512_maddubs_epi16(v, q);
+        else prod = _mm512_maddubs_epi16(_mm512_abs_epi8(v), _mm512_mask_sub_epi8(q, _mm512_movepi8_mask(v), _mm512_setzero_si512(), q));
+        sum[p % 2] = _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
+    }
+    const __m512i all = _mm512_add_epi32(sum[0], sum[1]);
+    return _mm256_add_epi32(_mm512_castsi512_si256(all), _mm512_extracti64x4_epi64(all, 1));
+}
+
+template <GgmlType T>
+float dot512(int64_t n, const void* w, const void* a) {
+    using D = Dec512<T>;
+    const auto* row = static_cast<const uint8_t*>(w);
+    D dec(row);
+    row += D::kMeta;
+    const auto* y = static_cast<const ik::BlockQ8K*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        dec.block(row + i * D::kBlock);
+        const __m256 f = _mm256_set1_ps(dec.d() * y[i].d);
+        if constexpr (D::kMins) acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y[i].bsums))), acc);
+        __m512i sc[4];
+        pair_scales(dec.s16, sc);
+        acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(block_lanes512(dec, sc, y[i].qs)), acc);
+    }
+    return hsum_float_8(acc);
+}
+
+// Rows x tokens: a row's block decoded once (signed kernels: magnitudes and sign masks too) for up to eight tokens.
+template <GgmlType T>
+void tile512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+             int64_t out_stride) {
+    using D = Dec512<T>;
+    constexpr int kTok = 8;
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+            const int nt = std::min(kTok, n_tok - t0);
+            D dec(row);
+            __m256 acc[kTok];
+            for (auto& v : acc) v = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                dec.block(row + D::kMeta + i * D::kBlock);
+                __m512i v[4], sc[4];
+                __mmask64 neg[4] = {};
+                pair_scales(dec.s16, sc);
+                for (int p = 0; p < 4; ++p) {
+                    v[p] = dec.values2(p);
+                    if constexpr (!D::kUnsigned) neg[p] = _mm512_movepi8_mask(v[p]), v[p] = _mm512_abs_epi8(v[p]);
+                }
+                for (int k = 0; k < nt; ++k) {
+                    const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
+                    const __m256 f = _mm256_set1_ps(dec.d() * y.d);
+                    if constexpr (D::kMins) acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y.bsums))), acc[k]);
+                    __m512i sum = _mm512_setzero_si512();
+                    for (int p = 0; p < 4; ++p) {
+                        __m512i q = load64(y.qs + 64 * p);
+                        if constexpr (!D::kUnsigned) q = _mm512_mask_sub_epi8(q, neg[p], _mm512_setzero_si512(), q);
+                        sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v[p], q), sc[p]);
+                    }
+                    const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+                    acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lanes), acc[k]);
+                }
+            }
+            for (int k = 0; k < nt; ++k) out[(t0 + k) * out_stride + r] = hsum_float_8(acc[k]);
+        }
+    }
+}
+
+template <GgmlType T>
+void install512(KernelTable& t) {
+    set_dot<dot512<T>>(t, T);
+    t.tile[type_slot(T)] = tile512<T>;
+}
+
+}  // namespace ikt
+
+// Replaces the 256-bit kernels add_ik_table_kernels installed, type by type.
+inline void add_ik_table_kernels_avx512(KernelTable& t) {
+    ikt::install512<GgmlType::IQ2_K>(t);
+    ikt::install512<GgmlType::IQ3_K>(t);
+    ikt::install512<GgmlType::IQ4_K>(t);
+    ikt::install512<GgmlType::IQ5_K>(t);
+    ikt::install512<GgmlType::IQ6_K>(t);
+    ikt::install512<GgmlType::IQ2_KS>(t);
+    ikt::install512<GgmlType::IQ3_KS>(t);
+    ikt::install512<GgmlType::IQ4_KS>(t);
+    ikt::install512<GgmlType::IQ5_KS>(t);
+    ikt::install512<GgmlType::IQ4_KSS>(t);
+    ikt::install512<GgmlType::IQ2_KL>(t);
+}
+
+}  // namespace
+}  // namespace moe::kernels
