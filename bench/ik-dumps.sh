@@ -32,11 +32,15 @@ if [ -n "${SMALL:-}" ]; then
   for t in 206 220 233; do "$bin" "$t" 288 8 2 "$out/t${t}.bin" 1; done
   for ny in 1 2; do "$bin" 202 288 16 "$ny" "$out/t202_ny${ny}.bin" 1; done
   "$bin" 223 256 16 2 "$out/t223.bin" 1
+  # the interleaved i-quants; IQ2_XS_R4 / IQ2_S_R4 also as one chunk of 16 tokens (ik's 16-column kernel)
+  for t in 216 217 218 221 222 229; do "$bin" "$t" 256 8 2 "$out/t${t}.bin" 1; done
+  for t in 217 222; do "$bin" "$t" 256 4 16 "$out/t${t}_ny16.bin" 1; done
   exit 0
 fi
 # ik's ids: Q4_0_R8 202, Q5_0_R4 206, Q8_0_R8 208, Q2_K_R4 210, Q3_K_R4 211, Q4_K_R4 212, Q5_K_R4 213, Q6_K_R4 214, IQ1_S_R4 219, IQ4_NL_R4 220,
-# IQ4_XS_R8 223, Q6_0_R4 233, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344, IQ5_KS_R4 352
-for t in ${IK_TYPES:-202 206 208 210 211 212 213 214 219 220 223 233 337 338 339 340 344 352}; do
+# IQ4_XS_R8 223, Q6_0_R4 233, IQ2_K_R4 .. IQ5_K_R4 337-340, IQ4_KS_R4 344, IQ5_KS_R4 352, IQ2_XXS_R4 216, IQ2_XS_R4 217,
+# IQ3_XXS_R4 218, IQ3_S_R4 221, IQ2_S_R4 222, IQ1_M_R4 229
+for t in ${IK_TYPES:-202 206 208 210 211 212 213 214 216 217 218 219 220 221 222 223 229 233 337 338 339 340 344 352}; do
   for ny in 1 3 8 13 40; do "$bin" "$t" 512 32 "$ny" "$out/t${t}_ny${ny}.bin" 1; done
   for ny in 1 2 17 33; do
     "$bin" "$t" 768 16 "$ny" "$out/t${t}_small_ny${ny}.bin" 2

@@ -4,6 +4,7 @@
 // Built by bench/ik-kernels.sh against an ik_llama.cpp build (not a dependency of the project).
 //
 //   ik_kernels TYPE_ID [activation rows=1] [row length=4096] [rows=128]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -58,9 +59,12 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         iqk_mul_mat(rows, ny, n, type, w.data(), static_cast<long>(rb), tr.vec_dot_type, a.data(), static_cast<long>(ab), r_ik.data(), rows, 0, 1);
         const auto t1 = Clock::now();
-        if (ny > 1 && dots.grouped_tile) dots.grouped_tile(n, w.data(), rb, rows, ma.data(), mab, ny, r_me.data(), rows);
-        else if (ny > 1 && dots.single_tile && dots.n_grouped == 0) dots.single_tile(n, w.data(), rb, rows, ma.data(), mab, ny, r_me.data(), rows);
-        else if (dots.single_rows)
+        const int grouped = std::min(dots.n_grouped, ny);  // the columns the batch order takes, then the others
+        if (ny > 1 && (grouped == 0 || dots.grouped_tile) && (grouped == ny || dots.single_tile)) {
+            if (grouped > 0) dots.grouped_tile(n, w.data(), rb, rows, ma.data(), mab, grouped, r_me.data(), rows);
+            if (grouped < ny)
+                dots.single_tile(n, w.data(), rb, rows, ma.data() + grouped * mab, mab, ny - grouped, r_me.data() + grouped * rows, rows);
+        } else if (dots.single_rows)
             for (int t = 0; t < ny; ++t) dots.single_rows(n, w.data(), rb, rows, ma.data() + t * mab, r_me.data() + static_cast<size_t>(t) * rows);
         else
             for (int t = 0; t < ny; ++t)

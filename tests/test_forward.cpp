@@ -85,6 +85,12 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-q5_k_r4", Flavor::Avx2, qwen3_random("q5_k_r4")},
     {"qwen3moe-q2_k_r4", Flavor::Avx2, qwen3_random("q2_k_r4")},
     {"qwen3moe-q3_k_r4", Flavor::Avx2, qwen3_random("q3_k_r4")},
+    {"qwen3moe-iq2_xxs_r4", Flavor::Avx2, qwen3_random("iq2_xxs_r4")},
+    {"qwen3moe-iq2_xs_r4", Flavor::Avx2, qwen3_random("iq2_xs_r4")},
+    {"qwen3moe-iq3_xxs_r4", Flavor::Avx2, qwen3_random("iq3_xxs_r4")},
+    {"qwen3moe-iq2_s_r4", Flavor::Avx2, qwen3_random("iq2_s_r4")},
+    {"qwen3moe-iq3_s_r4", Flavor::Avx2, qwen3_random("iq3_s_r4")},
+    {"qwen3moe-iq1_m_r4", Flavor::Avx2, qwen3_random("iq1_m_r4")},
     {"qwen3moe-iq4_xs_r8", Flavor::Avx2, qwen3_random("iq4_xs_r8")},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
     {"qwen3moe-iq2_xs", Flavor::Avx2, qwen3_random("iq2_xs")},

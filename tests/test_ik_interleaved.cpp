@@ -1,5 +1,6 @@
 // ik_llama.cpp's row-interleaved forms (IQ2_K_R4 ... IQ5_K_R4, IQ4_KS_R4, IQ5_KS_R4, Q8_0_R8, Q4_K_R4, Q6_K_R4,
-// Q4_0_R8, Q5_0_R4, Q6_0_R4, IQ4_NL_R4, IQ4_XS_R8, Q5_K_R4, Q2_K_R4, Q3_K_R4):
+// Q4_0_R8, Q5_0_R4, Q6_0_R4, IQ4_NL_R4, IQ4_XS_R8, Q5_K_R4, Q2_K_R4, Q3_K_R4, IQ2_XXS_R4, IQ2_XS_R4, IQ3_XXS_R4, IQ2_S_R4,
+// IQ3_S_R4, IQ1_M_R4):
 // the kernels against dumps of ik's own matmuls (its quantizer's bytes: the layout as ik writes it), the repack's
 // field extraction against the base types' decoders, and whole repacked oracle files.
 #include <gtest/gtest.h>
@@ -28,10 +29,11 @@ namespace moe {
 namespace {
 namespace fs = std::filesystem;
 
-constexpr GgmlType kInterleaved[] = {GgmlType::IQ2_K_R4,  GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4,  GgmlType::IQ5_K_R4,  GgmlType::IQ4_KS_R4,
-                                     GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,  GgmlType::Q4_K_R4,   GgmlType::Q6_K_R4,   GgmlType::Q4_0_R8,
-                                     GgmlType::Q5_0_R4,   GgmlType::Q6_0_R4,  GgmlType::IQ4_NL_R4, GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4,
-                                     GgmlType::Q2_K_R4,   GgmlType::Q3_K_R4};
+constexpr GgmlType kInterleaved[] = {GgmlType::IQ2_K_R4,  GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4,   GgmlType::IQ5_K_R4,  GgmlType::IQ4_KS_R4,
+                                     GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,  GgmlType::Q4_K_R4,    GgmlType::Q6_K_R4,   GgmlType::Q4_0_R8,
+                                     GgmlType::Q5_0_R4,   GgmlType::Q6_0_R4,  GgmlType::IQ4_NL_R4,  GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4,
+                                     GgmlType::Q2_K_R4,   GgmlType::Q3_K_R4,  GgmlType::IQ2_XXS_R4, GgmlType::IQ2_XS_R4, GgmlType::IQ3_XXS_R4,
+                                     GgmlType::IQ2_S_R4,  GgmlType::IQ3_S_R4};
 
 // The dispatch's compile-time row groups (kernels::interleaved_rows, read on every matmul) are the type table's:
 // a computable form left out of one would have its groups cut.
@@ -44,7 +46,7 @@ TEST(IkInterleaved, DispatchKnowsEveryComputableFormsGroup) {
         EXPECT_EQ(kernels::interleaved_rows(t), static_cast<int>(info->interleave)) << info->name;
         interleaved += info->interleave > 1;
     }
-    EXPECT_EQ(interleaved, 18);  // IQ1_S_R4 and the seventeen forms of kInterleaved
+    EXPECT_EQ(interleaved, 24);  // IQ1_S_R4, IQ1_M_R4 (ik's own 1-bit forms) and the twenty-two of kInterleaved
 }
 
 // Rows of the base type, repacked as ik's quantize_<type>_r4 does, decode to the base rows' weights: every weight
@@ -201,7 +203,7 @@ int compare_with_ik_dumps(const fs::path& dir) {
 // and small-matrix paths) where MOESTREAM_IK_PEER_DUMPS names one. This is what ties the layout to ik's own bytes.
 TEST(IkInterleaved, KernelsGiveIkBuildsBits) {
     const int fixtures = compare_with_ik_dumps(fs::path(MOESTREAM_SOURCE_DIR) / "tests/fixtures/ik_peer");
-    EXPECT_GE(fixtures, 24);
+    EXPECT_GE(fixtures, 32);
     const char* dir = std::getenv("MOESTREAM_IK_PEER_DUMPS");
     const int more = dir && fs::is_directory(dir) ? compare_with_ik_dumps(dir) : 0;
     std::printf("[ ik peer  ] %d checked-in dumps and %d from MOESTREAM_IK_PEER_DUMPS%s compared bit for bit\n", fixtures, more,

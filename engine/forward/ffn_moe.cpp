@@ -353,11 +353,14 @@ void reference_step(const ref::Context& c, uint32_t l, const Vec& xn, Vec& out) 
     }
     for (int s = 0; s < U; ++s) {
         ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
-        const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[static_cast<size_t>(l) * X + sel[s]]) : 1;
-        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, 0, false, tokens);
-        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, D, in.data(), u.data(), 0, 0, false, tokens);
+        const size_t at = static_cast<size_t>(l) * X + static_cast<size_t>(sel[s]);
+        const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[at]) : 1;
+        // this token's place among the expert's (a stale count, past the batch's, keeps the last place)
+        const int rank = at < c.st.expert_rank.size() ? std::min(static_cast<int>(c.st.expert_rank[at]++), tokens - 1) : 0;
+        matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, rank, false, tokens);
+        matvec(c, ev.up, w.up.type, w.up.row_bytes, F, D, in.data(), u.data(), 0, rank, false, tokens);
         expert_activation(hp, w, c.fops, static_cast<uint32_t>(sel[s]), g.data(), u.data(), F, c.m.layers[l].swiglu_limit);
-        matvec(c, ev.down, w.down.type, w.down.row_bytes, D, F, g.data(), y.data(), 0, 0, false, tokens);
+        matvec(c, ev.down, w.down.type, w.down.row_bytes, D, F, g.data(), y.data(), 0, rank, false, tokens);
         expert_down_bias(w, static_cast<uint32_t>(sel[s]), y.data(), D);
         c.m.experts->release(l, static_cast<uint32_t>(sel[s]));
         // ik sums with one fused multiply-add per further expert (iqk_mul_multi_add as GCC contracts it).

@@ -14,6 +14,10 @@ struct RefState {
     kernels::Flavor flavor = kernels::default_flavor();
     int n_past = 0;
     SequenceCache cache;
+    // [layer * n_expert + e]: the current batch's tokens routed to expert e before this one (counted from the batch's
+    // index 0, its tokens run in index order): ik computes an expert's tokens in whole chunks of 16 by another
+    // kernel for some types (kernels::KernelTable::batch_chunk), which takes a token's place among them.
+    std::vector<uint32_t> expert_rank;
 };
 
 // llama.cpp's summation order for a matmul depends on how many activation rows it multiplies at once and on

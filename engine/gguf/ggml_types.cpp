@@ -94,15 +94,15 @@ constexpr std::array kTypes = {
     Entry{212, {"q4_k_r4", 256, 144, 0, true, ik}},
     Entry{213, {"q5_k_r4", 256, 176, 0, true, ik}},
     Entry{214, {"q6_k_r4", 256, 210, 0, true, ik}},
-    Entry{216, {"iq2_xxs_r4", 256, 66, 0, false, ik}},
-    Entry{217, {"iq2_xs_r4", 256, 74, 0, false, ik}},
-    Entry{218, {"iq3_xxs_r4", 256, 98, 0, false, ik}},
+    Entry{216, {"iq2_xxs_r4", 256, 66, 0, true, ik}},
+    Entry{217, {"iq2_xs_r4", 256, 74, 0, true, ik}},
+    Entry{218, {"iq3_xxs_r4", 256, 98, 0, true, ik}},
     Entry{219, {"iq1_s_r4", 32, 6, 2, true, ik}},
     Entry{220, {"iq4_nl_r4", 32, 18, 0, true, ik}},
-    Entry{221, {"iq3_s_r4", 256, 110, 0, false, ik}},
-    Entry{222, {"iq2_s_r4", 256, 82, 0, false, ik}},
+    Entry{221, {"iq3_s_r4", 256, 110, 0, true, ik}},
+    Entry{222, {"iq2_s_r4", 256, 82, 0, true, ik}},
     Entry{223, {"iq4_xs_r8", 256, 136, 0, true, ik}},
-    Entry{229, {"iq1_m_r4", 32, 7, 2, false, ik}},
+    Entry{229, {"iq1_m_r4", 32, 7, 2, true, ik}},
     Entry{230, {"bf16_r16", 1, 2, 0, false, ik}},
     Entry{233, {"q6_0_r4", 32, 26, 0, true, ik}},
     Entry{335, {"iq2_bn_r4", 64, 16, 4, false, ik}},
@@ -201,6 +201,11 @@ GgmlType interleaved_base(GgmlType t) {
         case GgmlType::Q6_0_R4: return GgmlType::Q6_0;
         case GgmlType::IQ4_NL_R4: return GgmlType::IQ4_NL;
         case GgmlType::IQ4_XS_R8: return GgmlType::IQ4_XS;
+        case GgmlType::IQ2_XXS_R4: return GgmlType::IQ2_XXS;
+        case GgmlType::IQ2_XS_R4: return GgmlType::IQ2_XS;
+        case GgmlType::IQ3_XXS_R4: return GgmlType::IQ3_XXS;
+        case GgmlType::IQ2_S_R4: return GgmlType::IQ2_S;
+        case GgmlType::IQ3_S_R4: return GgmlType::IQ3_S;
         default: throw std::invalid_argument("no base type known for " + std::string(type_info(t).name));
     }
 }

@@ -32,11 +32,12 @@ using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 // Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
 constexpr int kTypeSlots = 112;
 inline constexpr GgmlType kIkKernelTypes[] = {
-    GgmlType::Q6_0,     GgmlType::IQ2_K,    GgmlType::IQ3_K,     GgmlType::IQ4_K,     GgmlType::IQ5_K,   GgmlType::IQ6_K,    GgmlType::IQ4_KS,
-    GgmlType::IQ2_KS,   GgmlType::IQ4_KSS,  GgmlType::IQ5_KS,    GgmlType::IQ2_KT,    GgmlType::IQ3_KT,  GgmlType::IQ4_KT,   GgmlType::IQ3_KS,
-    GgmlType::IQ2_KL,   GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4,  GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0, GgmlType::IQ2_K_R4, GgmlType::IQ3_K_R4,
-    GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ5_KS_R4, GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4, GgmlType::Q6_K_R4,  GgmlType::Q4_0_R8,
-    GgmlType::Q5_0_R4,  GgmlType::Q6_0_R4,  GgmlType::IQ4_NL_R4, GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4, GgmlType::Q2_K_R4,  GgmlType::Q3_K_R4};
+    GgmlType::Q6_0,       GgmlType::IQ2_K,     GgmlType::IQ3_K,      GgmlType::IQ4_K,     GgmlType::IQ5_K,    GgmlType::IQ6_K,    GgmlType::IQ4_KS,
+    GgmlType::IQ2_KS,     GgmlType::IQ4_KSS,   GgmlType::IQ5_KS,     GgmlType::IQ2_KT,    GgmlType::IQ3_KT,   GgmlType::IQ4_KT,   GgmlType::IQ3_KS,
+    GgmlType::IQ2_KL,     GgmlType::IQ1_KT,    GgmlType::IQ1_S_R4,   GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0,  GgmlType::IQ2_K_R4, GgmlType::IQ3_K_R4,
+    GgmlType::IQ4_K_R4,   GgmlType::IQ5_K_R4,  GgmlType::IQ5_KS_R4,  GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4,  GgmlType::Q6_K_R4,  GgmlType::Q4_0_R8,
+    GgmlType::Q5_0_R4,    GgmlType::Q6_0_R4,   GgmlType::IQ4_NL_R4,  GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4,  GgmlType::Q2_K_R4,  GgmlType::Q3_K_R4,
+    GgmlType::IQ2_XXS_R4, GgmlType::IQ2_XS_R4, GgmlType::IQ3_XXS_R4, GgmlType::IQ2_S_R4,  GgmlType::IQ3_S_R4, GgmlType::IQ1_M_R4};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -49,6 +50,12 @@ constexpr int type_slot(GgmlType t) {
 constexpr int interleaved_rows(GgmlType t) {
     switch (t) {
         case GgmlType::IQ1_S_R4:
+        case GgmlType::IQ2_XXS_R4:
+        case GgmlType::IQ2_XS_R4:
+        case GgmlType::IQ3_XXS_R4:
+        case GgmlType::IQ2_S_R4:
+        case GgmlType::IQ3_S_R4:
+        case GgmlType::IQ1_M_R4:
         case GgmlType::IQ4_KS_R4:
         case GgmlType::IQ5_KS_R4:
         case GgmlType::IQ2_K_R4:
@@ -96,6 +103,9 @@ struct KernelTable {
     DotFn dot_converted[kTypeSlots] = {};
     DotTileFn tile_converted[kTypeSlots] = {};
     uint8_t converted_min_tokens[kTypeSlots] = {};
+    // ik's interleaved forms whose batch order (dot_rows_batch, tile_batch) is that of a kernel for exactly this many
+    // columns (IQ2_XS_R4, IQ2_S_R4: 16), given each whole chunk of them; the other columns take dot_rows' order
+    uint8_t batch_chunk[kTypeSlots] = {};
 };
 
 // Builds a DotRowsFn from a dot kernel known at compile time, so the compiler inlines it into the loop.
@@ -144,6 +154,10 @@ inline MatmulDots matmul_dots(const KernelTable& t, GgmlType type, int64_t rows,
     const int i = type_slot(type);
     if (const int group = interleaved_rows(type); group > 1) {
         if (!t.dot_rows_batch[i] || n_tok < 2) return {nullptr, nullptr, 0, t.dot_rows[i], nullptr, t.tile[i], nullptr, group};
+        // (a matmul's columns go to the chunk kernel 16 at a time from its first; ik's 32-token tiles of small
+        // matrices cut them at the same places)
+        if (const int chunk = t.batch_chunk[i])
+            return {nullptr, nullptr, n_tok - n_tok % chunk, t.dot_rows[i], t.dot_rows_batch[i], t.tile[i], t.tile_batch[i], group};
         // ik's matmul gives every column of a batch the batch's order except where a call covers one column: past
         // 32 tokens of a small dense matrix (fewer than 32 rows per thread) it goes in tiles of 32 tokens, and a
         // last tile of one token takes the lone column's.

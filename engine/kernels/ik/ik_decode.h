@@ -73,7 +73,8 @@ inline constexpr int row_scale_bytes(GgmlType t) {
         case GgmlType::IQ2_KS:
         case GgmlType::IQ3_KS:
         case GgmlType::IQ2_KL:
-        case GgmlType::IQ1_S_R4: return 2;
+        case GgmlType::IQ1_S_R4:
+        case GgmlType::IQ1_M_R4: return 2;
         case GgmlType::IQ4_KS:
         case GgmlType::IQ4_KSS:
         case GgmlType::IQ5_KS:
@@ -91,7 +92,7 @@ inline constexpr int row_scale_bytes(GgmlType t) {
 // there instead of in front of the group.
 inline constexpr int interleaved_block_scales(GgmlType t) {
     // every computed interleaved form but those with their row scales in front of the group
-    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4) return 0;
+    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4 || t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4) return 0;
     if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4 || t == GgmlType::Q2_K_R4) return 8;  // their rows' d, then their dmin
     const int group = kernels::interleaved_rows(t);
     return group > 1 ? group : 0;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_iquant_r4_simd.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
 #include "engine/kernels/ik/ik_legacy_r4_simd.h"
 #include "engine/kernels/ik/ik_low_k_r4_simd.h"
@@ -235,6 +236,24 @@ struct Iq1SR4 {
 }  // namespace ikr
 
 inline void add_ik_r4_kernels(KernelTable& t) {
+    using ikr::IquantR4;
+    t.dot_rows[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ3_S_R4)] = ikr::rows_one<ikr::Iq3SR4>;
+    t.tile[type_slot(GgmlType::IQ3_S_R4)] = ikr::tokens_tile<ikr::Iq3SR4>;
+    t.dot_rows[type_slot(GgmlType::IQ1_M_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
+    for (GgmlType ty : {GgmlType::IQ2_XS_R4, GgmlType::IQ2_S_R4}) t.batch_chunk[type_slot(ty)] = 16;
+    t.dot_rows[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_one<ikr::Iq4KsR4>;
     t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;

@@ -225,10 +225,11 @@ float dot_converted_ref(GgmlType t, int64_t n, const void* w, const void* a) {
 GgmlType activation_type(GgmlType t) {
     if (is_table_type(t)) return GgmlType::IK_Q8_K;
     if (is_trellis_type(t) || t == GgmlType::Q6_0 || t == GgmlType::IK_Q8_0) return GgmlType::IK_Q8_2_X4;
-    if (t == GgmlType::IQ1_S_R4) return GgmlType::IK_Q8_K128;
+    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4) return GgmlType::IK_Q8_K128;
     if (t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4 || t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4) return GgmlType::IK_Q8_K32;
     if (t == GgmlType::IQ2_K_R4 || t == GgmlType::IQ3_K_R4 || t == GgmlType::IQ4_K_R4 || t == GgmlType::IQ5_K_R4 || t == GgmlType::Q6_K_R4 ||
-        t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4)
+        t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4 || t == GgmlType::IQ2_XXS_R4 || t == GgmlType::IQ2_XS_R4 || t == GgmlType::IQ3_XXS_R4 ||
+        t == GgmlType::IQ2_S_R4 || t == GgmlType::IQ3_S_R4)
         return GgmlType::IK_Q8_K;
     if (t == GgmlType::Q8_0_R8 || t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4)
         return GgmlType::IK_Q8_2_X4;
@@ -279,6 +280,16 @@ void add_reference_kernels(kernels::KernelTable& k) {
     k.dot_rows[kernels::type_slot(GgmlType::Q6_0_R4)] = dot_rows_legacy_r4_ref<GgmlType::Q6_0_R4>;
     k.dot_rows[kernels::type_slot(GgmlType::IQ4_NL_R4)] = dot_rows_legacy_r4_ref<GgmlType::IQ4_NL_R4>;
     k.dot_rows[kernels::type_slot(GgmlType::IQ4_XS_R8)] = dot_rows_iq4_xs_r8_ref;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ2_XXS_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_XXS_R4, false>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ3_XXS_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ3_XXS_R4, false>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ3_S_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ3_S_R4, false>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ1_M_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ1_M_R4, false>;
+    // IQ2_XS_R4 / IQ2_S_R4: ik's AVX2 build computes each whole chunk of 16 columns with another kernel
+    for (GgmlType t : {GgmlType::IQ2_XS_R4, GgmlType::IQ2_S_R4}) k.batch_chunk[kernels::type_slot(t)] = 16;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ2_XS_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_XS_R4, false>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::IQ2_XS_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_XS_R4, true>;
+    k.dot_rows[kernels::type_slot(GgmlType::IQ2_S_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_S_R4, false>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::IQ2_S_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_S_R4, true>;
     set_dot<dot_q6_0_ref>(k, GgmlType::Q6_0);
     set_dot<dot_trellis_ref_of<GgmlType::IQ1_KT>>(k, GgmlType::IQ1_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ2_KT>>(k, GgmlType::IQ2_KT);

@@ -72,6 +72,11 @@ void dot_rows_q6_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
 template <GgmlType T, bool Lone>
 void dot_rows_low_k_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
 void dequantize_low_k_r4_row(GgmlType t, const uint8_t* group, int k, int64_t n, float* y);
+// The interleaved i-quants IQ2_XXS_R4 ... IQ3_S_R4 against Q8_K, IQ1_M_R4 against Q8_K128 (ik_ref_r4_iquants.cpp);
+// Chunk16: the order ik's AVX2 build gives IQ2_XS_R4 / IQ2_S_R4 in whole chunks of 16 columns.
+template <GgmlType T, bool Chunk16>
+void dot_rows_iquant_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dequantize_iquant_r4_row(GgmlType t, const uint8_t* group, int k, int64_t n, float* y);
 // The legacy forms (ik_ref_r4_legacy.cpp): Q4_0_R8 (a lone column's order and a batch's), Q5_0_R4, Q6_0_R4 and
 // IQ4_NL_R4 against Q8_2_X4; IQ4_XS_R8 against Q8_K32.
 template <bool Lone>

@@ -357,6 +357,9 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
                 dequantize_legacy_r4_row(t, group, k, n, y);
             } else if (t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4) {
                 dequantize_low_k_r4_row(t, group, k, n, y);
+            } else if (t == GgmlType::IQ2_XXS_R4 || t == GgmlType::IQ2_XS_R4 || t == GgmlType::IQ3_XXS_R4 || t == GgmlType::IQ2_S_R4 ||
+                       t == GgmlType::IQ3_S_R4 || t == GgmlType::IQ1_M_R4) {
+                dequantize_iquant_r4_row(t, group, k, n, y);
             } else if (t == GgmlType::IQ1_S_R4) {
                 const float d = f16_at(group + 2 * k);
                 const auto* blocks = reinterpret_cast<const BlockIQ1_S_R4*>(group + 8);

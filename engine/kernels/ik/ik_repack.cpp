@@ -9,6 +9,7 @@
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_r4_layout.h"
 #include "engine/kernels/ik/ik_ref.h"
+#include "engine/kernels/iq_tables.h"
 
 namespace moe::ik {
 namespace {
@@ -94,6 +95,54 @@ void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) 
                 for (int e = 0; e < 32; ++e) o.qs[q8_0_r8_index(k, e)] = x.qs[e];
             }
         }
+        return;
+    }
+    if (t == GgmlType::IQ2_XXS_R4 || t == GgmlType::IQ2_XS_R4 || t == GgmlType::IQ3_XXS_R4 || t == GgmlType::IQ2_S_R4 || t == GgmlType::IQ3_S_R4) {
+        // The sign indices become the prefix XOR of their eight sign bits (seven stored), the scale bits go beside them.
+        auto scrambled = [](int s) {
+            const int bits = iq::kSignsIq2xs[s];
+            int t7 = 0, x = 0;
+            for (int j = 0; j < 7; ++j) x ^= bits >> j & 1, t7 |= x << j;
+            return t7;
+        };
+        const size_t bb = type_info(t).block_bytes;
+        for (int64_t ibl = 0; ibl < n / QK_K; ++ibl)
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t* x = base_rows + k * rb + ibl * bb;
+                uint8_t* o = out + ibl * interleaved_block_bytes(t);
+                std::memcpy(o + 2 * k, x, 2);  // the row's d
+                for (int ib = 0; ib < 8; ++ib) {
+                    if (t == GgmlType::IQ2_XXS_R4 || t == GgmlType::IQ3_XXS_R4) {
+                        uint32_t aux;
+                        std::memcpy(&aux, t == GgmlType::IQ2_XXS_R4 ? x + 2 + 8 * ib + 4 : x + 66 + 4 * ib, 4);
+                        for (int i = 0; i < 4; ++i)
+                            o[8 + 16 * ib + 4 * k + i] = static_cast<uint8_t>(scrambled((aux >> (7 * i)) & 127) << 1 | ((aux >> (28 + i)) & 1));
+                        if (t == GgmlType::IQ2_XXS_R4)
+                            for (int i = 0; i < 4; ++i) o[136 + 16 * ib + 4 * k + i] = x[2 + 8 * ib + i];
+                        else
+                            for (int i = 0; i < 8; ++i) o[136 + 32 * ib + 8 * k + i] = x[2 + 8 * ib + i];
+                    } else if (t == GgmlType::IQ2_XS_R4) {
+                        for (int i = 0; i < 4; ++i) {
+                            uint16_t v;
+                            std::memcpy(&v, x + 2 + 2 * (4 * ib + i), 2);
+                            v = static_cast<uint16_t>((v & 511) | scrambled(v >> 9) << 9);
+                            std::memcpy(o + 8 + 2 * (16 * ib + 4 * k + i), &v, 2);
+                        }
+                        o[264 + 4 * ib + k] = x[66 + ib];
+                    } else if (t == GgmlType::IQ2_S_R4) {
+                        for (int i = 0; i < 4; ++i) o[8 + 16 * ib + 4 * k + i] = x[2 + 4 * ib + i], o[168 + 16 * ib + 4 * k + i] = x[34 + 4 * ib + i];
+                        o[136 + 4 * ib + k] = x[66 + ib];
+                        o[296 + 4 * ib + k] = x[74 + ib];
+                    } else {  // IQ3_S_R4: 4-groups m reordered, each weight 4b + j's sign to bit b of byte j, nibble scales
+                        for (int m = 0; m < 8; ++m) o[8 + 32 * ib + 8 * (m % 4) + 4 * (m / 4) + k] = x[2 + 8 * ib + m];
+                        o[264 + 4 * ib + k] = x[66 + ib];
+                        for (int e = 0; e < 32; ++e)
+                            o[296 + 16 * ib + 4 * k + e % 4] |= static_cast<uint8_t>(((x[74 + 4 * ib + e / 8] >> (e % 8)) & 1) << (e / 4));
+                        const int n_code = 4 * ib + k;
+                        o[424 + n_code % 16] |= static_cast<uint8_t>(((x[106 + ib / 2] >> (4 * (ib % 2))) & 15) << (4 * (n_code / 16)));
+                    }
+                }
+            }
         return;
     }
     if (t == GgmlType::Q2_K_R4 || t == GgmlType::Q3_K_R4) {

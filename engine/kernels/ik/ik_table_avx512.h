@@ -78,7 +78,9 @@ struct Dec512<GgmlType::IQ4_KS> : Dec<GgmlType::IQ4_KS> {
     __m512i idx[4];
     void block(const uint8_t* blk) {
         Dec::block(blk);
-        const uint32_t odd = static_cast<uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales)), 7))) & 0xFF;
+        const uint32_t odd = static_cast<uint32_t>(
+                                 _mm_movemask_epi8(_mm_slli_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x->scales)), 7))) &
+                             0xFF;
         lanes = group_lane_masks(odd);
         block_nibble_pairs(x->qs, idx);
     }

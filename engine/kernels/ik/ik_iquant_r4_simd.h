@@ -1,0 +1,258 @@
+// AVX2 kernels for ik_llama.cpp's row-interleaved i-quants (IQ2_XXS_R4, IQ2_XS_R4, IQ3_XXS_R4, IQ2_S_R4, IQ3_S_R4,
+// IQ1_M_R4) with the bits of ik_ref_r4_iquants.cpp: per 32 weights the group's four rows decoded once (grid
+// magnitudes, signs as +-1 for PSIGNB on the activations, integer scales), then each token's products summed per
+// row into ik's lanes (lane k: row k's first 16 of every 32, lane 4 + k: its second 16), times the scales, and
+// FMA'd once per block. Integer sums are exact, so only that partition and the float steps carry the bits.
+// Included by ik_r4_simd.h (the AVX2 and AVX-512 translation units).
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/iq_tables.h"
+#include "engine/kernels/simd_common.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikr {
+
+// Byte masks (0xFF = negative) of 32 weights from a 32-bit word: weight e's sign is bit e % 8 of byte e / 8.
+inline __m256i sign_masks(uint32_t word) {
+    const __m256i byte_of = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(word)), byte_of), bit), bit);
+}
+// The prefix-XOR sign index of the R4 forms (seven bits a byte, bit 0 of each byte set aside) back to sign bits.
+inline uint32_t unscrambled4(uint32_t sas) {
+    const uint32_t t = (sas >> 1) & 0x7F7F7F7Fu;
+    return t ^ (t << 1);
+}
+inline uint32_t u32_of(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+// Per 128-bit lane the sums of four rows' sums (lane k: row k's low half, lane 4 + k: its high half).
+inline __m256i row_halves(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+}
+inline __m256i scale_pair(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(b)), _mm_set1_epi16(static_cast<short>(a))); }
+
+// Row k's 32 weights ib of a block: grid magnitudes, +-1 signs (for PSIGNB on the activations) and the integer
+// scales of the first and second 16.
+struct IqR4Part {
+    __m256i mag, sgn;
+    int s[2];
+};
+inline __m256i plus_minus_one(__m256i negative) { return _mm256_or_si256(negative, _mm256_set1_epi8(1)); }
+inline IqR4Part part_of(__m256i mag, __m256i negative, int s0, int s1) { return {mag, plus_minus_one(negative), {s0, s1}}; }
+inline long long grid64(uint64_t v) { return static_cast<long long>(v); }
+
+// The decoders: block `b` (IQ1_M_R4: the four 32-weight blocks from `b`, after the group's row scales).
+template <GgmlType T>
+inline IqR4Part decode_iq_r4(const uint8_t* b, int k, int ib) {
+    using namespace iq;
+    if constexpr (T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ3_XXS_R4) {
+        const uint32_t sas = u32_of(b + 8 + 16 * ib + 4 * k);
+        const int s = 2 * static_cast<int>(_pext_u32(sas, 0x01010101u)) + 1;
+        __m256i mag;
+        if constexpr (T == GgmlType::IQ2_XXS_R4) {
+            const uint8_t* q = b + 136 + 16 * ib + 4 * k;
+            mag = _mm256_setr_epi64x(grid64(kIq2xxsGrid[q[0]]), grid64(kIq2xxsGrid[q[1]]), grid64(kIq2xxsGrid[q[2]]), grid64(kIq2xxsGrid[q[3]]));
+        } else {
+            const uint8_t* q = b + 136 + 32 * ib + 8 * k;
+            mag = _mm256_setr_epi32(static_cast<int>(kIq3xxsGrid[q[0]]), static_cast<int>(kIq3xxsGrid[q[1]]), static_cast<int>(kIq3xxsGrid[q[2]]),
+                                    static_cast<int>(kIq3xxsGrid[q[3]]), static_cast<int>(kIq3xxsGrid[q[4]]), static_cast<int>(kIq3xxsGrid[q[5]]),
+                                    static_cast<int>(kIq3xxsGrid[q[6]]), static_cast<int>(kIq3xxsGrid[q[7]]));
+        }
+        return part_of(mag, sign_masks(unscrambled4(sas)), s, s);
+    } else if constexpr (T == GgmlType::IQ2_XS_R4) {
+        uint64_t u;  // four uint16: a 9-bit grid index, then the scrambled 7-bit sign index
+        std::memcpy(&u, b + 8 + 2 * (16 * ib + 4 * k), 8);
+        const uint64_t t = (u >> 9) & 0x007F007F007F007Full;
+        const auto signs = static_cast<uint32_t>(_pext_u64(t ^ (t << 1), 0x00FF00FF00FF00FFull));
+        const __m256i mag = _mm256_setr_epi64x(grid64(kIq2xsGrid[u & 511]), grid64(kIq2xsGrid[(u >> 16) & 511]), grid64(kIq2xsGrid[(u >> 32) & 511]),
+                                               grid64(kIq2xsGrid[(u >> 48) & 511]));
+        const int sc = b[264 + 4 * ib + k];
+        return part_of(mag, sign_masks(signs), 2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
+    } else if constexpr (T == GgmlType::IQ2_S_R4) {
+        const uint8_t* q = b + 8 + 16 * ib + 4 * k;
+        const int qh = b[136 + 4 * ib + k], sc = b[296 + 4 * ib + k];
+        const __m256i mag = _mm256_setr_epi64x(grid64(kIq2sGrid[q[0] | (qh & 3) << 8]), grid64(kIq2sGrid[q[1] | (qh >> 2 & 3) << 8]),
+                                               grid64(kIq2sGrid[q[2] | (qh >> 4 & 3) << 8]), grid64(kIq2sGrid[q[3] | (qh >> 6 & 3) << 8]));
+        return part_of(mag, sign_masks(u32_of(b + 168 + 16 * ib + 4 * k)), 2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
+    } else {
+        static_assert(T == GgmlType::IQ1_M_R4);
+        const uint8_t* blk = b + 28 * ib;
+        long long e[4], delta[4];
+        for (int g = 0; g < 4; ++g) {
+            const int nib = (blk[16 + 4 * (g / 2) + k] >> (4 * (g % 2))) & 15;
+            e[g] = grid64(kIq1sGrid[blk[4 * g + k] | (nib & 7) << 8]);
+            delta[g] = nib & 8 ? -1 : 0x0101010101010101ll;  // the delta's sign: -1 or +1 in every byte
+        }
+        __m256i v = _mm256_setr_epi64x(e[0], e[1], e[2], e[3]);  // -1 / 0 / 1
+        v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);
+        v = _mm256_add_epi8(v, _mm256_setr_epi64x(delta[0], delta[1], delta[2], delta[3]));
+        return {_mm256_sign_epi8(v, v), plus_minus_one(_mm256_cmpgt_epi8(_mm256_setzero_si256(), v)), {blk[24 + k] & 15, blk[24 + k] >> 4}};
+    }
+}
+
+// Four rows' int32 sums of four bytes (the weights 4j..4j+3 in lane j) to lane k = row k's first 16, lane 4 + k =
+// its second 16.
+inline __m256i rows_by_half(__m256i r0, __m256i r1, __m256i r2, __m256i r3) {
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(r0, r1), _mm256_unpackhi_epi32(r0, r1));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(r2, r3), _mm256_unpackhi_epi32(r2, r3));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+}
+
+// NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's products summed
+// per row and half and times the scales. Chunk16: ik's 16-column kernel of IQ2_XS_R4 / IQ2_S_R4 (values + 64,
+// unsigned, the offset back through the sums of 16 first, sub-blocks 0..3 in a row's first lane and 4..7 in its
+// second).
+template <GgmlType T, bool Chunk16, int NY>
+void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                      int64_t out_stride) {
+    constexpr bool kOneM = T == GgmlType::IQ1_M_R4, kIq2 = T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ2_XS_R4 || T == GgmlType::IQ2_S_R4;
+    constexpr int kSub = kOneM ? 4 : 8;
+    constexpr int64_t kSpan = 32 * kSub;
+    constexpr size_t kBlock = kOneM                       ? 4 * 28
+                              : T == GgmlType::IQ2_XXS_R4 ? 264
+                              : T == GgmlType::IQ2_XS_R4  ? 296
+                              : T == GgmlType::IQ3_XXS_R4 ? 392
+                                                          : 328;
+    constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t jb = 0; jb < n / kSpan; ++jb) {
+            const uint8_t* b = kOneM ? group + 8 + jb * kBlock : group + jb * kBlock;
+            const uint8_t* y[NY];
+            for (int t = 0; t < NY; ++t) y[t] = act + t * act_bytes + jb * kActBlock;
+            __m256i isum[NY];
+            for (auto& v : isum) v = _mm256_setzero_si256();
+            alignas(32) int16_t min_scales[4][16];  // Chunk16: per row [first scale, second scale] of each sub-block
+            for (int ib = 0; ib < kSub; ++ib) {
+                IqR4Part p[4];
+                __m256i v[4];  // the unsigned operands: magnitudes, or (Chunk16) values + 64
+                for (int k = 0; k < 4; ++k) {
+                    p[k] = decode_iq_r4<T>(b, k, ib);
+                    v[k] = Chunk16 ? _mm256_add_epi8(_mm256_sign_epi8(p[k].mag, p[k].sgn), _mm256_set1_epi8(64)) : p[k].mag;
+                    if constexpr (Chunk16)
+                        min_scales[k][2 * ib] = static_cast<int16_t>(p[k].s[0]), min_scales[k][2 * ib + 1] = static_cast<int16_t>(p[k].s[1]);
+                }
+                const __m256i scales = _mm256_setr_epi32(p[0].s[0], p[1].s[0], p[2].s[0], p[3].s[0], p[0].s[1], p[1].s[1], p[2].s[1], p[3].s[1]);
+                for (int t = 0; t < NY; ++t) {
+                    const __m256i q = load32(y[t] + kActQs + 32 * ib);
+                    __m256i r[4];
+                    for (int k = 0; k < 4; ++k)
+                        r[k] = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(v[k], Chunk16 ? q : _mm256_sign_epi8(q, p[k].sgn)));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(scales, rows_by_half(r[0], r[1], r[2], r[3])));
+                }
+            }
+            __m256 dd = _mm256_setzero_ps();
+            if constexpr (!kOneM) {
+                const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+                dd = _mm256_set_m128(d4, d4);
+                if constexpr (T == GgmlType::IQ3_XXS_R4) dd = _mm256_mul_ps(dd, _mm256_set1_ps(0.25f));
+            }
+            for (int t = 0; t < NY; ++t) {
+                float yd;
+                std::memcpy(&yd, y[t], 4);
+                if constexpr (Chunk16) {
+                    const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
+                    __m256i m[4];
+                    for (int k = 0; k < 4; ++k) m[k] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(min_scales[k])), bsums);
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(row_halves(m[0], m[1], m[2], m[3])),
+                                             acc[t]);
+                }
+                const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));
+                acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            }
+        }
+        __m128 scale = _mm_set1_ps(kIq2 ? 0.125f : 1.f);
+        if constexpr (kOneM) scale = _mm_mul_ps(_mm_set1_ps(0.125f), _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group))));
+        for (int t = 0; t < NY; ++t)
+            _mm_storeu_ps(out + t * out_stride + 4 * g,
+                          _mm_mul_ps(scale, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1))));
+    }
+}
+
+// IQ3_S_R4 in its own layout: per sub-block and 4-group i a register holding, in 32-bit lane k, row k's grid entry
+// for weights 4i..4i+3 and, in lane 4 + k, for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side),
+// against the activations' dword i of each half broadcast: the products land in ik's lanes directly.
+template <int NY>
+void iq3_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    constexpr size_t kBlock = 440;
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+            const uint8_t* b = group + ibl * kBlock;
+            const auto* y0 = reinterpret_cast<const ik::BlockQ8K*>(act) + ibl;
+            __m256i isum[NY];
+            for (auto& v : isum) v = _mm256_setzero_si256();
+            for (int ib = 0; ib < 8; ++ib) {
+                const uint8_t* qs = b + 8 + 32 * ib;
+                const uint32_t qh = u32_of(b + 264 + 4 * ib);  // row k's high bits in byte k
+                const __m256i signs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib)));
+                __m256i qx[4], sg[4];
+                for (int i = 0; i < 4; ++i) {
+                    int e[8];
+                    for (int l = 0; l < 8; ++l)
+                        e[l] = static_cast<int>(iq::kIq3sGrid[qs[8 * i + l] | ((qh >> (8 * (l % 4) + i + 4 * (l / 4))) & 1) << 8]);
+                    qx[i] = _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+                    const __m256i bit = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(1 << (i + 4))), _mm_set1_epi8(static_cast<char>(1 << i)));
+                    sg[i] = plus_minus_one(_mm256_cmpeq_epi8(_mm256_and_si256(signs, bit), bit));
+                }
+                int sc[4];
+                for (int k = 0; k < 4; ++k) sc[k] = 2 * ((b[424 + (4 * ib + k) % 16] >> (4 * ((4 * ib + k) / 16))) & 15) + 1;
+                const __m256i scales = _mm256_setr_epi16(
+                    static_cast<short>(sc[0]), static_cast<short>(sc[0]), static_cast<short>(sc[1]), static_cast<short>(sc[1]),
+                    static_cast<short>(sc[2]), static_cast<short>(sc[2]), static_cast<short>(sc[3]), static_cast<short>(sc[3]),
+                    static_cast<short>(sc[0]), static_cast<short>(sc[0]), static_cast<short>(sc[1]), static_cast<short>(sc[1]),
+                    static_cast<short>(sc[2]), static_cast<short>(sc[2]), static_cast<short>(sc[3]), static_cast<short>(sc[3]));
+                for (int t = 0; t < NY; ++t) {
+                    const __m256i q = load32(reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->qs +
+                                             32 * ib);
+                    const __m256i p0 = _mm256_maddubs_epi16(qx[0], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x00), sg[0]));
+                    const __m256i p1 = _mm256_maddubs_epi16(qx[1], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x55), sg[1]));
+                    const __m256i p2 = _mm256_maddubs_epi16(qx[2], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xAA), sg[2]));
+                    const __m256i p3 = _mm256_maddubs_epi16(qx[3], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xFF), sg[3]));
+                    const __m256i p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));  // <= 8 * 15 * 127
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scales));
+                }
+            }
+            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+            const __m256 dd = _mm256_set_m128(d4, d4);
+            for (int t = 0; t < NY; ++t) {
+                const float yd = reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->d;
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(yd)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            }
+        }
+        for (int t = 0; t < NY; ++t)
+            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
+    }
+}
+template <int NY>
+struct Iq3SR4 {
+    static constexpr auto run = iq3_s_r4_tokens<NY>;
+};
+
+template <GgmlType T, bool Chunk16>
+struct IquantR4 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = iquant_r4_tokens<T, Chunk16, NY>;
+    };
+};
+
+}  // namespace ikr
+}  // namespace
+}  // namespace moe::kernels
