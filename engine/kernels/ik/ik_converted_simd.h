@@ -4,6 +4,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -114,6 +115,9 @@ struct RowGroup {
                 for (int m = 0; m < 8; ++m)
                     _mm256_storeu_ps(reinterpret_cast<float*>(&inter[static_cast<size_t>(c) * 32 * R + 4 * R * m + 32 * g]), t[m]);
             }
+        // gemm512 multiplies the values + 128 (unsigned) and takes 128 times the activations' sum back
+        if constexpr (R == 16)
+            for (auto& v : inter) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80);
     }
     // NT tokens: per block each token's exact integer dots with the R rows (lanes), then
     // acc = fma(row scale * y.d, dot, acc): per (row, token) the bits of dot_converted.
@@ -159,36 +163,44 @@ struct RowGroup {
         for (int j = 0; j < NT; ++j) _mm256_storeu_ps(out + j * out_stride, acc[j]);
     }
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    // Sixteen rows per 512-bit register: the same lane sums and the same fma per (row, token). AVX-512 has no
-    // VPSIGNB: the activations are negated under the weights' sign masks instead (|x| * sign(y, x), as above).
+    // Sixteen rows per 512-bit register: the same lane sums and the same fma per (row, token). Each lane is one
+    // row's whole-block sum, so the values are stored + 128 (unsigned, VPDPBUSD's first operand) and 128 times
+    // the token's block sum of activations comes off every lane: the same exact integers.
     template <int NT>
     void gemm512(int64_t n, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) const {
         static_assert(R == 16);
         __m512 acc[NT];
         for (auto& a : acc) a = _mm512_setzero_ps();
-        const __m512i zero = _mm512_setzero_si512();
         for (int64_t b = 0; b < n / kBlock; ++b) {
             const int8_t* y[NT];
             float dy[NT];
             for (int j = 0; j < NT; ++j) y[j] = act_block<T>(act + j * act_bytes, n, b, dy[j]);
             __m512i isum[NT];
-            for (auto& v : isum) v = _mm512_setzero_si512();
+            for (int j = 0; j < NT; ++j) {  // -128 times the block's activation sum
+                int32_t sum;
+                if constexpr (ik::is_table_type(T)) {  // Q8_K: its sums of 16 follow the values
+                    const __m256i s16 = _mm256_madd_epi16(load32(y[j] + offsetof(ik::BlockQ8K, bsums) - offsetof(ik::BlockQ8K, qs)),
+                                                          _mm256_set1_epi16(1));
+                    sum = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s16));
+                } else {  // (y + 128) summed by PSADBW, less 128 per value
+                    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(load32(y[j]), _mm256_set1_epi8(static_cast<char>(0x80))),
+                                                      _mm256_setzero_si256());
+                    sum = static_cast<int32_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
+                                               _mm256_extract_epi64(s, 3)) -
+                          128 * 32;
+                }
+                isum[j] = _mm512_set1_epi32(-128 * sum);
+            }
             for (int h = 0; h < kBlock / 16; ++h) {
                 const int8_t* xb = &inter[static_cast<size_t>(b) * kBlock * 16 + 256 * h];
-                __m512i ax[4];
-                __mmask64 neg[4];
-                for (int k = 0; k < 4; ++k) {
-                    const __m512i x = _mm512_loadu_si512(xb + 64 * k);
-                    ax[k] = _mm512_abs_epi8(x), neg[k] = _mm512_movepi8_mask(x);
-                }
+                __m512i ux[4];
+                for (int k = 0; k < 4; ++k) ux[k] = _mm512_loadu_si512(xb + 64 * k);
                 for (int j = 0; j < NT; ++j) {
                     const __m512i yv = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
-                    const __m512i y0 = _mm512_shuffle_epi32(yv, _MM_PERM_AAAA), y1 = _mm512_shuffle_epi32(yv, _MM_PERM_BBBB);
-                    const __m512i y2 = _mm512_shuffle_epi32(yv, _MM_PERM_CCCC), y3 = _mm512_shuffle_epi32(yv, _MM_PERM_DDDD);
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[0], _mm512_mask_sub_epi8(y0, neg[0], zero, y0));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[1], _mm512_mask_sub_epi8(y1, neg[1], zero, y1));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[2], _mm512_mask_sub_epi8(y2, neg[2], zero, y2));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ax[3], _mm512_mask_sub_epi8(y3, neg[3], zero, y3));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[0], _mm512_shuffle_epi32(yv, _MM_PERM_AAAA));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[1], _mm512_shuffle_epi32(yv, _MM_PERM_BBBB));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[2], _mm512_shuffle_epi32(yv, _MM_PERM_CCCC));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[3], _mm512_shuffle_epi32(yv, _MM_PERM_DDDD));
                 }
             }
             const __m512 ds = _mm512_loadu_ps(&scales[static_cast<size_t>(b) * 16]);
