@@ -25,6 +25,11 @@ inline int32_t hsum_lanes(__m256i v) {
 // ---- integer building blocks ----
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// Four registers' 128-bit lanes summed: lane 4h + k = the sum of half h of register k (ik's row lanes, where
+// register k holds row k).
+inline __m256i halves4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+}
 
 // Unsigned x signed bytes, four consecutive products summed into each of eight int32 lanes. Callers keep
 // u * s pair sums inside int16 (PMADDUBSW saturates; VPDPBUSD does not), so both forms agree.

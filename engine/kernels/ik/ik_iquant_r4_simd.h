@@ -35,11 +35,6 @@ inline uint32_t u32_of(const uint8_t* p) {
     std::memcpy(&v, p, 4);
     return v;
 }
-// Per 128-bit lane the sums of four rows' sums (lane k: row k's low half, lane 4 + k: its high half).
-inline __m256i row_halves(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
-}
-inline __m256i scale_pair(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(b)), _mm_set1_epi16(static_cast<short>(a))); }
 
 // Row k's 32 weights ib of a block: grid magnitudes, +-1 signs (for PSIGNB on the activations) and the integer
 // scales of the first and second 16.
@@ -167,7 +162,7 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
                     const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
                     __m256i m[4];
                     for (int k = 0; k < 4; ++k) m[k] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(min_scales[k])), bsums);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(row_halves(m[0], m[1], m[2], m[3])),
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(halves4(m[0], m[1], m[2], m[3])),
                                              acc[t]);
                 }
                 const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));

@@ -29,9 +29,6 @@ inline int u32_at(const int8_t* p) {
     std::memcpy(&v, p, 4);
     return v;
 }
-inline __m256i halves4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
-}
 // (lo + hi) per row, times the rows' scales: four outputs.
 inline void store4(__m256 acc, __m128 d, float* out) {
     _mm_storeu_ps(out, _mm_mul_ps(d, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1))));

@@ -236,85 +236,47 @@ struct Dec512<GgmlType::IQ2_KL> : Dec<GgmlType::IQ2_KL> {
     }
 };
 
-// A block's eight int32 lanes against one token's values, from its four group pairs.
+// A block's eight int32 lanes against one token's values from its four group pairs (Groups256's interface):
+// PMADDUBSW (signed values: magnitudes against the activations negated under the values' sign masks), VPDPWSSD
+// against the pairs' scales, the two halves added.
 template <class D>
-inline __m256i block_lanes512(const D& dec, const __m512i sc[4], const int8_t* qs) {
-    __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains
-    for (int p = 0; p < 4; ++p) {
-        const __m512i v = dec.values2(p), q = load64(qs + 64 * p);
-        __m512i prod;
-        if constexpr (D::kUnsigned) prod = _mm512_maddubs_epi16(v, q);
-        else prod = _mm512_maddubs_epi16(_mm512_abs_epi8(v), _mm512_mask_sub_epi8(q, _mm512_movepi8_mask(v), _mm512_setzero_si512(), q));
-        sum[p % 2] = _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
+struct Pairs512 {
+    __m512i v[4], sc[4];
+    __mmask64 neg[4] = {};
+    static __m256i halves(__m512i sum) { return _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1)); }
+    static __m512i product(__m512i magnitudes, __mmask64 negative, __m512i q) {
+        if constexpr (!D::kUnsigned) q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
+        return _mm512_maddubs_epi16(magnitudes, q);
     }
-    const __m512i all = _mm512_add_epi32(sum[0], sum[1]);
-    return _mm256_add_epi32(_mm512_castsi512_si256(all), _mm512_extracti64x4_epi64(all, 1));
-}
-
-template <GgmlType T>
-float dot512(int64_t n, const void* w, const void* a) {
-    using D = Dec512<T>;
-    const auto* row = static_cast<const uint8_t*>(w);
-    D dec(row);
-    row += D::kMeta;
-    const auto* y = static_cast<const ik::BlockQ8K*>(a);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        dec.block(row + i * D::kBlock);
-        const __m256 f = _mm256_set1_ps(dec.d() * y[i].d);
-        if constexpr (D::kMins) acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y[i].bsums))), acc);
-        __m512i sc[4];
+    static __m256i one(const D& dec, const int8_t* qs) {
+        __m512i sc[4], sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains
         pair_scales(dec.s16, sc);
-        acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(block_lanes512(dec, sc, y[i].qs)), acc);
+        for (int p = 0; p < 4; ++p) {
+            const __m512i v = dec.values2(p);
+            const __m512i prod = D::kUnsigned ? product(v, 0, load64(qs + 64 * p))
+                                              : product(_mm512_abs_epi8(v), _mm512_movepi8_mask(v), load64(qs + 64 * p));
+            sum[p % 2] = _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
+        }
+        return halves(_mm512_add_epi32(sum[0], sum[1]));
     }
-    return hsum_float_8(acc);
-}
-
-// Rows x tokens: a row's block decoded once (signed kernels: magnitudes and sign masks too) for up to eight tokens.
-template <GgmlType T>
-void tile512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
-             int64_t out_stride) {
-    using D = Dec512<T>;
-    constexpr int kTok = 8;
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + r * row_bytes;
-        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
-            const int nt = std::min(kTok, n_tok - t0);
-            D dec(row);
-            __m256 acc[kTok];
-            for (auto& v : acc) v = _mm256_setzero_ps();
-            for (int64_t i = 0; i < n / QK_K; ++i) {
-                dec.block(row + D::kMeta + i * D::kBlock);
-                __m512i v[4], sc[4];
-                __mmask64 neg[4] = {};
-                pair_scales(dec.s16, sc);
-                for (int p = 0; p < 4; ++p) {
-                    v[p] = dec.values2(p);
-                    if constexpr (!D::kUnsigned) neg[p] = _mm512_movepi8_mask(v[p]), v[p] = _mm512_abs_epi8(v[p]);
-                }
-                for (int k = 0; k < nt; ++k) {
-                    const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
-                    const __m256 f = _mm256_set1_ps(dec.d() * y.d);
-                    if constexpr (D::kMins) acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y.bsums))), acc[k]);
-                    __m512i sum = _mm512_setzero_si512();
-                    for (int p = 0; p < 4; ++p) {
-                        __m512i q = load64(y.qs + 64 * p);
-                        if constexpr (!D::kUnsigned) q = _mm512_mask_sub_epi8(q, neg[p], _mm512_setzero_si512(), q);
-                        sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v[p], q), sc[p]);
-                    }
-                    const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
-                    acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(lanes), acc[k]);
-                }
-            }
-            for (int k = 0; k < nt; ++k) out[(t0 + k) * out_stride + r] = hsum_float_8(acc[k]);
+    explicit Pairs512(const D& dec) {
+        pair_scales(dec.s16, sc);
+        for (int p = 0; p < 4; ++p) {
+            v[p] = dec.values2(p);
+            if constexpr (!D::kUnsigned) neg[p] = _mm512_movepi8_mask(v[p]), v[p] = _mm512_abs_epi8(v[p]);
         }
     }
-}
+    __m256i lanes(const D&, const int8_t* qs) const {
+        __m512i sum = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) sum = _mm512_dpwssd_epi32(sum, product(v[p], neg[p], load64(qs + 64 * p)), sc[p]);
+        return halves(sum);
+    }
+};
 
 template <GgmlType T>
 void install512(KernelTable& t) {
-    set_dot<dot512<T>>(t, T);
-    t.tile[type_slot(T)] = tile512<T>;
+    set_dot<dot_of<Dec512<T>, Pairs512>>(t, T);
+    t.tile[type_slot(T)] = tile_of<Dec512<T>, Pairs512>;
 }
 
 }  // namespace ikt

@@ -374,23 +374,36 @@ struct Dec<GgmlType::IQ2_KL> {
     }
 };
 
-// A decoded block's eight int32 lanes against one token's values. (Two groups per 512-bit register with VPDPWSSD
-// measured slower on Zen 5 than this, the inserts costing more than the madds saved.)
+// A decoded block's eight int32 lanes against one token's values, one 32-weight group per register. (Two groups
+// per 512-bit register: ik_table_avx512.h.) `one` decodes as it goes (a lone token); an object holds the decoded
+// block for several.
 template <class D>
-inline __m256i block_lanes(const D& dec, const Scales& sc, const int8_t* qs) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int g = 0; g < 8; ++g) {
-        const __m256i v = dec.values(g), q = load32(qs + 32 * g);
-        const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v, q) : _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(sc.pair(g), p));
+struct Groups256 {
+    __m256i v[8], scale[8];
+    static __m256i product(const D&, __m256i v, __m256i q) {
+        return D::kUnsigned ? _mm256_maddubs_epi16(v, q) : _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
     }
-    return sum;
-}
+    static __m256i one(const D& dec, const int8_t* qs) {
+        const Scales sc(dec.s16);
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(sc.pair(g), product(dec, dec.values(g), load32(qs + 32 * g))));
+        return sum;
+    }
+    explicit Groups256(const D& dec) {
+        const Scales sc(dec.s16);
+        for (int g = 0; g < 8; ++g) v[g] = dec.values(g), scale[g] = sc.pair(g);
+    }
+    __m256i lanes(const D& dec, const int8_t* qs) const {
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scale[g], product(dec, v[g], load32(qs + 32 * g))));
+        return sum;
+    }
+};
 
-// One row against one token: the reference's lanes and float steps.
-template <GgmlType T>
-float dot(int64_t n, const void* w, const void* a) {
-    using D = Dec<T>;
+// One row against one token: per block the offset lanes (where the type has them) then the value lanes, each
+// FMA'd with d * y.d: the reference's lanes and float steps. B: the block kernel (Groups256, or Pairs512).
+template <class D, template <class> class B>
+float dot_of(int64_t n, const void* w, const void* a) {
     const auto* row = static_cast<const uint8_t*>(w);
     D dec(row);
     row += D::kMeta;
@@ -400,17 +413,15 @@ float dot(int64_t n, const void* w, const void* a) {
         dec.block(row + i * D::kBlock);
         const __m256 f = _mm256_set1_ps(dec.d() * y[i].d);
         if constexpr (D::kMins) acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y[i].bsums))), acc);
-        const Scales sc(dec.s16);
-        acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(block_lanes<D>(dec, sc, y[i].qs)), acc);
+        acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(B<D>::one(dec, y[i].qs)), acc);
     }
     return hsum_float_8(acc);
 }
 
-// Rows x tokens: each block of a row decoded once for up to four tokens.
-template <GgmlType T>
-void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
-          int64_t out_stride) {
-    using D = Dec<T>;
+// Rows x tokens: each block of a row decoded once for up to eight tokens.
+template <class D, template <class> class B>
+void tile_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+             int64_t out_stride) {
     constexpr int kTok = 8;
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
@@ -421,26 +432,22 @@ void tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uin
             for (auto& v : acc) v = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
                 dec.block(row + D::kMeta + i * D::kBlock);
-                __m256i v[8], scale[8];
-                const Scales sc(dec.s16);
-                for (int g = 0; g < 8; ++g) v[g] = dec.values(g), scale[g] = sc.pair(g);
+                const B<D> blk(dec);
                 for (int k = 0; k < nt; ++k) {
                     const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
                     const __m256 f = _mm256_set1_ps(dec.d() * y.d);
                     if constexpr (D::kMins) acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(_mm256_madd_epi16(dec.m16, load32(y.bsums))), acc[k]);
-                    __m256i sum = _mm256_setzero_si256();
-                    for (int g = 0; g < 8; ++g) {
-                        const __m256i q = load32(y.qs + 32 * g);
-                        const __m256i p = D::kUnsigned ? _mm256_maddubs_epi16(v[g], q)
-                                                       : _mm256_maddubs_epi16(_mm256_sign_epi8(v[g], v[g]), _mm256_sign_epi8(q, v[g]));
-                        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scale[g], p));
-                    }
-                    acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc[k]);
+                    acc[k] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(blk.lanes(dec, y.qs)), acc[k]);
                 }
             }
             for (int k = 0; k < nt; ++k) out[(t0 + k) * out_stride + r] = hsum_float_8(acc[k]);
         }
     }
+}
+
+template <GgmlType T>
+float dot(int64_t n, const void* w, const void* a) {
+    return dot_of<Dec<T>, Groups256>(n, w, a);
 }
 
 // ik's conversion of a row to Q8_K_R8 (ik_ref.cpp: convert_table_row) from the decoders: each weight's value *
@@ -499,7 +506,7 @@ void convert_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
 template <GgmlType T>
 void install(KernelTable& t) {
     set_dot<dot<T>>(t, T);
-    t.tile[type_slot(T)] = tile<T>;
+    t.tile[type_slot(T)] = tile_of<Dec<T>, Groups256>;
 }
 
 }  // namespace ikt

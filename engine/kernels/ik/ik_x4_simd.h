@@ -27,10 +27,6 @@ inline __m256i lanes_ss(__m256i x, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), _mm256_set1_epi16(1));
 }
 inline __m256i lanes_us(__m256i u, __m256i y) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)); }
-// Four blocks' lane sums to [lo(0..3), hi(0..3)]: lane 4h + k = sum of half h of block k.
-inline __m256i halves4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
-}
 inline __m128 bf16x4(const uint16_t* d) {
     return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(d))), 16));
 }
