@@ -150,7 +150,7 @@ void dot_rows_iquant_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64
                 int32_t L = 0, H = 0, ML = 0, MH = 0;
                 for (int ib = 0; ib < kSpan / 32; ++ib) {
                     const uint8_t* block = kOneM ? group + 8 + (4 * jb + ib) * bb : group + jb * bb;
-                    const SubBlock sb = decode(T, block, k, kOneM ? k * 0 : ib);
+                    const SubBlock sb = decode(T, block, k, ib);  // (IQ1_M_R4: `block` is the 32-weight block ib)
                     int32_t sa = 0, sbh = 0;
                     for (int e = 0; e < 32; ++e) (e < 16 ? sa : sbh) += (sb.v[e] + (Chunk16 ? 64 : 0)) * q[32 * ib + e];
                     L += sb.s[0] * sa, H += sb.s[1] * sbh;
