@@ -135,11 +135,13 @@ struct Dec<GgmlType::IQ4_KSS> {
     explicit Dec(const uint8_t* row) : drow(read_f32(row)) {}
     void block(const uint8_t* blk) {
         q = blk;
-        // the scale byte of a group: bit 0 of its eight uint16 (PMOVMSKB of the low bytes' bit 0)
-        alignas(16) uint8_t sc[16] = {};
-        for (int g = 0; g < 8; ++g)
-            sc[g] = static_cast<uint8_t>(_pext_u32(static_cast<uint32_t>(_mm_movemask_epi8(_mm_slli_epi16(load16(q + 16 * g), 7))), 0x5555));
-        scale_bytes(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)), 4, s16, m16);
+        // the scale byte of a group: bit 0 of its eight uint16 (PMOVMSKB of the low bytes' bit 0), two groups a load
+        uint64_t bits = 0;
+        for (int p = 0; p < 4; ++p)
+            bits |=
+                static_cast<uint64_t>(_pext_u32(static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_slli_epi16(load32(q + 32 * p), 7))), 0x55555555u))
+                << (16 * p);
+        scale_bytes(_mm_cvtsi64_si128(static_cast<long long>(bits)), 4, s16, m16);
     }
     float d() const { return drow; }
     __m256i values(int g) const {
