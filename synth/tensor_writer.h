@@ -57,10 +57,10 @@ public:
         GgmlType t = plan_.of(name, sensitive);
         // ik_llama.cpp never interleaves token_embd (it is looked up by row), nor a matrix whose rows do not fill
         // the groups: those keep the non-interleaved form (its IQ1_S_R4 mixes use Q2_K for them; IQ1_M_R4, which has no
-        // base form and needs rows of 128, the same).
+        // base form, the same; both also where rows are not whole blocks of 128).
         const bool one_bit = t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4;
         if (type_info(t).interleave > 1 &&
-            (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave || (t == GgmlType::IQ1_M_R4 && ne[0] % 128)))
+            (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave || (one_bit && ne[0] % 128)))
             t = one_bit ? GgmlType::Q2_K : interleaved_base(t);
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
         add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row, edit);

@@ -100,11 +100,11 @@ TEST(Gguf, HostileHeadersNameTheField) {
 // One tensor's header in ik_llama.cpp's types: an id no project defines, and a row-interleaved (_R4) matrix whose
 // row count is not a whole number of its groups, each refused naming the tensor and both values.
 TEST(Gguf, IkTypeIdsAndInterleavedRowCountsAreChecked) {
-    auto one_tensor = [](uint32_t type, uint64_t rows) {
+    auto one_tensor = [](uint32_t type, uint64_t rows, uint64_t cols = 256) {
         std::vector<uint8_t> b;
         auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
         const uint32_t magic = 0x46554747, version = 3, n_dims = 2;
-        const uint64_t n_tensors = 1, n_kv = 0, name_len = 5, cols = 256, offset = 0;
+        const uint64_t n_tensors = 1, n_kv = 0, name_len = 5, offset = 0;
         put(&magic, 4), put(&version, 4), put(&n_tensors, 8), put(&n_kv, 8);
         put(&name_len, 8), put("w.bin", 5), put(&n_dims, 4), put(&cols, 8), put(&rows, 8), put(&type, 4), put(&offset, 8);
         b.resize(b.size() + 65536);
@@ -121,6 +121,12 @@ TEST(Gguf, IkTypeIdsAndInterleavedRowCountsAreChecked) {
     EXPECT_NE(r4.find("tensor 'w.bin': iq4_ks_r4 stores rows in groups of 4 but the tensor has 6 rows per matrix"), std::string::npos) << r4;
     EXPECT_EQ(r4.find('\n'), std::string::npos);
     EXPECT_EQ(message(one_tensor(static_cast<uint32_t>(GgmlType::IQ4_KS_R4), 8)).find("rows per matrix"), std::string::npos);
+    // the 1-bit forms compute against activations in blocks of 128: whole 32-weight blocks are not enough
+    for (GgmlType t : {GgmlType::IQ1_M_R4, GgmlType::IQ1_S_R4}) {
+        const std::string odd = message(one_tensor(static_cast<uint32_t>(t), 4, 96)), name(type_info(t).name);
+        EXPECT_NE(odd.find("tensor 'w.bin': row length 96 is not a multiple of 128, which " + name + " needs"), std::string::npos) << odd;
+        EXPECT_EQ(message(one_tensor(static_cast<uint32_t>(t), 4, 384)).find("multiple of 128"), std::string::npos);
+    }
 }
 
 TEST(Gguf, MissingAndNonRegularFiles) {

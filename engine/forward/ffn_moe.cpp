@@ -354,7 +354,8 @@ void reference_step(const ref::Context& c, uint32_t l, const Vec& xn, Vec& out) 
     for (int s = 0; s < U; ++s) {
         ExpertView ev = c.m.experts->get(l, static_cast<uint32_t>(sel[s]));  // released below
         const size_t at = static_cast<size_t>(l) * X + static_cast<size_t>(sel[s]);
-        const int tokens = c.batch.expert_tokens ? static_cast<int>(c.batch.expert_tokens[at]) : 1;
+        // (expert_tokens counts the trunk's layers only)
+        const int tokens = c.batch.expert_tokens && l < hp.n_layer ? static_cast<int>(c.batch.expert_tokens[at]) : 1;
         // this token's place among the expert's (a stale count, past the batch's, keeps the last place)
         const int rank = at < c.st.expert_rank.size() ? std::min(static_cast<int>(c.st.expert_rank[at]++), tokens - 1) : 0;
         matvec(c, ev.gate, w.gate.type, w.gate.row_bytes, F, D, in.data(), g.data(), 0, rank, false, tokens);

@@ -72,7 +72,9 @@ void forward_ref(const Model& m, RefState& st, int token, float* logits, RefBatc
     if (st.n_past >= st.cache.n_ctx) throw std::out_of_range("context full");
     if (token < 0 || token >= static_cast<int>(hp.n_vocab)) throw std::out_of_range("token id out of range");
     std::vector<uint8_t> dsa_visible;
-    if (batch.index == 0) st.expert_rank.assign(static_cast<size_t>(hp.n_layer + hp.n_layer_nextn) * hp.moe.n_expert, 0);
+    if (batch.index == 0 || batch.index != st.rank_index + 1)
+        st.expert_rank.assign(static_cast<size_t>(hp.n_layer + hp.n_layer_nextn) * hp.moe.n_expert, 0);
+    st.rank_index = batch.index;
     const ref::Context c{m,
                          st,
                          batch,

@@ -18,6 +18,7 @@ struct RefState {
     // index 0, its tokens run in index order): ik computes an expert's tokens in whole chunks of 16 by another
     // kernel for some types (kernels::KernelTable::batch_chunk), which takes a token's place among them.
     std::vector<uint32_t> expert_rank;
+    int rank_index = -1;  // the batch index of the last token counted (a gap or a restart begins the counts again)
 };
 
 // llama.cpp's summation order for a matmul depends on how many activation rows it multiplies at once and on

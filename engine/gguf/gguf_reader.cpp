@@ -190,9 +190,11 @@ GgufFile parse(Source& src) {
         if (t.ne[0] % info->block_elems != 0)
             src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " + std::string(info->name) +
                      " block size " + std::to_string(info->block_elems));
-        // ik_llama.cpp computes IQ1_M_R4 against activations in blocks of 128 and refuses other row lengths.
-        if (t.raw_type == static_cast<uint32_t>(GgmlType::IQ1_M_R4) && t.ne[0] % 128 != 0)
-            src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of 128, which iq1_m_r4 needs");
+        // ik_llama.cpp computes its 1-bit interleaved forms against activations in blocks of 128 (Q8_K128).
+        if ((t.raw_type == static_cast<uint32_t>(GgmlType::IQ1_M_R4) || t.raw_type == static_cast<uint32_t>(GgmlType::IQ1_S_R4)) &&
+            t.ne[0] % 128 != 0)
+            src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of 128, which " +
+                     std::string(info->name) + " needs");
         // ik_llama.cpp's interleaved forms store each matrix's rows in whole groups.
         if (info->interleave > 1 && (n_dims < 2 || t.ne[1] % info->interleave != 0))
             src.fail("tensor '" + t.name + "': " + std::string(info->name) + " stores rows in groups of " + std::to_string(info->interleave) +
