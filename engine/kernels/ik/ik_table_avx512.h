@@ -16,10 +16,9 @@ namespace {
 namespace ikt {
 
 inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
-inline __m512i both_halves(__m256i v) { return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1); }
 inline __m512i broadcast32(const uint8_t* p) { return _mm512_broadcast_i64x4(load32(p)); }
 // A 16-byte table in every 128-bit lane.
-inline __m512i table512(__m256i t) { return both_halves(t); }
+inline __m512i table512(__m256i t) { return _mm512_inserti64x4(_mm512_castsi256_si512(t), t, 1); }
 // Per-16-bit-lane shift counts: `a` for the first 256 bits, `b` for the second (both < 16).
 template <int A, int B>
 inline __m512i half_shifts() {

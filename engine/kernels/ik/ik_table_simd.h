@@ -447,11 +447,6 @@ void tile_of(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const 
     }
 }
 
-template <GgmlType T>
-float dot(int64_t n, const void* w, const void* a) {
-    return dot_of<Dec<T>, Groups256>(n, w, a);
-}
-
 // ik's conversion of a row to Q8_K_R8 (ik_ref.cpp: convert_table_row) from the decoders: each weight's value *
 // scale as kernel value * scale + the 16's min coefficient (kernel value = value + add, min = -add * scale), the
 // block's largest magnitude, then the requantization by 1 / dnew with rounding half to even, or the products as
@@ -507,7 +502,7 @@ void convert_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
 
 template <GgmlType T>
 void install(KernelTable& t) {
-    set_dot<dot<T>>(t, T);
+    set_dot<dot_of<Dec<T>, Groups256>>(t, T);
     t.tile[type_slot(T)] = tile_of<Dec<T>, Groups256>;
 }
 
