@@ -41,7 +41,7 @@ void add_engine_options(po::options_description& opts, EngineFlags& f) {
         "routing-trace-max", po::value(&f.routing_trace_max)->default_value("1G"), "size bound of the routing trace (oldest steps dropped)")(
         "cache-type-k", po::value(&f.cache_type_k)->default_value("f16"),
         "-ctk: the K cache's type (f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1; q8_0 halves it), computed as llama.cpp does")(
-        "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA models: the same as K)")(
+        "cache-type-v", po::value(&f.cache_type_v)->default_value("f16"), "-ctv: the V cache's type (MLA and DeepSeek-V4 models: the same as K)")(
         "mtp-file", po::value(&f.mtp_file),
         "--draft mtp: the NextN/MTP block's own file where the model's holds none (default: mtp-<model file name> beside it)")(
         "swa-full", po::bool_switch(&f.swa_full),

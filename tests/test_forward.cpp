@@ -36,6 +36,7 @@ struct ArchCase {
     std::string name;
     Flavor flavor;
     std::vector<std::string> options;
+    kernels::KvCacheTypes kv{};  // the caches' types (-ctk / -ctv)
 };
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name << " (" << kernels::flavor_name(c.flavor) << ")"; }
 
@@ -295,6 +296,13 @@ const ArchCase kArchCases[] = {
      {"--arch",          "deepseek4", "--layers",     "3",  "--compress-ratios", "4,0,16", "--hash-layers",   "1", "--head-dim",    "32",
       "--rope-dims",     "8",         "--q-lora",     "32", "--window",          "7",      "--indexer-heads", "2", "--indexer-dim", "64",
       "--indexer-top-k", "2",         "--out-groups", "4",  "--out-rank",        "16",     "--swiglu-limit",  "0", "--type",        "f16"}},
+    // its caches quantized: window, compressed rows and indexer keys stored as q4_0 rows, rotated (a head of 64)
+    {"deepseek4-kv-q4_0",
+     Flavor::Avx2,
+     {"--arch",          "deepseek4", "--layers",     "3",  "--compress-ratios", "4,0,16", "--hash-layers",   "1",   "--head-dim",    "64",
+      "--rope-dims",     "8",         "--q-lora",     "32", "--window",          "7",      "--indexer-heads", "2",   "--indexer-dim", "32",
+      "--indexer-top-k", "2",         "--out-groups", "4",  "--out-rank",        "16",     "--type",          "q8_0"},
+     {GgmlType::Q4_0, GgmlType::Q4_0}},
 };
 
 class FastVsReference : public ::testing::TestWithParam<ArchCase> {};
@@ -315,8 +323,8 @@ TEST_P(FastVsReference, SameLogits) {
     };
     {  // prompt processing: batches of 4 cross chunk edges (4, 4, 2), every token's logits, each expert's matmul
         // knowing how many of its batch's tokens it takes (ik's Q4_K_R4 / Q6_K_R4 round one otherwise than several)
-        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4, .flavor = c.flavor});
-        RefState st = make_ref_state(*m, 64, c.flavor);
+        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4, .flavor = c.flavor, .cache_type_k = c.kv.k, .cache_type_v = c.kv.v});
+        RefState st = make_ref_state(*m, 64, c.flavor, c.kv);
         std::vector<float> ref(V);
         double worst = 0;
         for (size_t first = 0; first < toks.size(); first += 4) {
@@ -336,9 +344,9 @@ TEST_P(FastVsReference, SameLogits) {
     {  // a 70-token prompt: llama.cpp's tiled flash attention (64 or more query rows)
         std::vector<int32_t> long_toks;
         for (int i = 0; i < 70; ++i) long_toks.push_back((i * 37 + 11) % 256);
-        Runner fast(*m, {.n_ctx = 128, .n_threads = 2, .flavor = c.flavor});
+        Runner fast(*m, {.n_ctx = 128, .n_threads = 2, .flavor = c.flavor, .cache_type_k = c.kv.k, .cache_type_v = c.kv.v});
         fast.eval(long_toks, true);
-        RefState st = make_ref_state(*m, 128, c.flavor);
+        RefState st = make_ref_state(*m, 128, c.flavor, c.kv);
         std::vector<float> ref(V);
         double worst = 0;
         for (int i = 0; i < 70; ++i) {
@@ -349,8 +357,8 @@ TEST_P(FastVsReference, SameLogits) {
         EXPECT_EQ(worst, 0.0) << c.name << " tiled attention";
     }
     {  // decoding: one token at a time, after a prompt
-        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4, .flavor = c.flavor});
-        RefState st = make_ref_state(*m, 64, c.flavor);
+        Runner fast(*m, {.n_ctx = 64, .n_threads = 2, .n_batch = 4, .flavor = c.flavor, .cache_type_k = c.kv.k, .cache_type_v = c.kv.v});
+        RefState st = make_ref_state(*m, 64, c.flavor, c.kv);
         std::vector<float> ref(V);
         double worst = 0;
         for (int32_t t : toks) {
@@ -365,9 +373,9 @@ TEST_P(FastVsReference, SameLogits) {
     if (!m->ik_numerics) {
         std::vector<int32_t> prompt;
         for (int i = 0; i < 270; ++i) prompt.push_back((i * 29 + 5) % 256);
-        Runner fast(*m, {.n_ctx = 512, .n_threads = 2, .n_batch = 200, .flavor = c.flavor});
+        Runner fast(*m, {.n_ctx = 512, .n_threads = 2, .n_batch = 200, .flavor = c.flavor, .cache_type_k = c.kv.k, .cache_type_v = c.kv.v});
         fast.eval(prompt);
-        RefState st = make_ref_state(*m, 512, c.flavor);
+        RefState st = make_ref_state(*m, 512, c.flavor, c.kv);
         std::vector<float> ref(V);
         for (size_t i = 0; i < prompt.size(); ++i) {
             const int n = i < 200 ? 200 : static_cast<int>(prompt.size()) - 200;

@@ -303,6 +303,21 @@ TEST(KvCacheTypes, CommandLineTakesLlamaCppsFlags) {
     std::tie(rc, out) = test::run_moestream("run --model " + mla + " --prompt hello --n-predict 4 -ctk q8_0");
     EXPECT_NE(rc, 0) << out;
     EXPECT_NE(out.find("must be the same type"), std::string::npos) << out;
+    // DeepSeek-V4 keeps one cache (K is V): one type for both, as llama.cpp requires, in any type.
+    const std::string ds4 = dir / "ds4.gguf";
+    const std::vector<std::string> args = {"mkmodel", "--arch",        "deepseek4", "--layers",        "2",     "--embd",   "64", "--heads",
+                                           "2",       "--experts",     "4",         "--experts-used",  "2",     "--ffn",    "32", "--compress-ratios",
+                                           "0,4",     "--head-dim",    "32",        "--rope-dims",     "8",     "--q-lora", "32", "--window",
+                                           "4",       "--indexer-dim", "32",        "--vocab-builtin", "--out", ds4};
+    ASSERT_EQ(cli::dispatch(args), 0);
+    std::tie(rc, out) = test::run_moestream("run --model " + ds4 + " --prompt hello --n-predict 4 -ctk q8_0 -ctv f16");
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(
+        out.find("(DeepSeek-V4 compressed attention) keeps V inside the K cache, so --cache-type-k q8_0 and --cache-type-v f16 must be the same"),
+        std::string::npos)
+        << out;
+    std::tie(rc, out) = test::run_moestream("run --model " + ds4 + " --prompt hello --n-predict 4 -ctk q4_1 -ctv q4_1");
+    EXPECT_EQ(rc, 0) << out;
 }
 
 }  // namespace

@@ -86,5 +86,31 @@ void PrintTo(const KvCase& c, std::ostream* os) { *os << c.file(); }
 
 INSTANTIATE_TEST_SUITE_P(Oracle, OracleKv, ::testing::ValuesIn(kv_cases()), [](const auto& info) { return test::test_name(info.param.file()); });
 
+// DeepSeek-V4 (compressed attention: raw window, compressed rows and indexer keys all in -ctk's type, rotated,
+// attended through flash attention's one-row path) against llama.cpp's own runs of the oracle's model with each
+// cache type (tests/fixtures/llama_peer/README.md: recorded by its AVX-512 build, so Flavor::Avx512 here).
+class PeerKvDeepseek4 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PeerKvDeepseek4, MatchesLlamaCpp) {
+    REQUIRE_ORACLE();
+    const std::string type = GetParam(), model_name = "shared-deepseek4-gpt2-1k-s64-Q8_0";
+    const std::string name = model_name + ".kv-" + type + "-" + type;
+    const auto expected = nlohmann::json::parse(std::ifstream(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/llama_peer/" + name + ".json"));
+    ASSERT_EQ(expected["runs"][0]["context"]["kv_cache_type"].get<std::string>(), "k=" + type + ",v=" + type);
+    GgufModel file = open_gguf_model(test::oracle_dir() + "/models/" + model_name + ".gguf");
+    auto model = load_model(file);
+    const kernels::KvCacheTypes types{*kernels::parse_kv_cache_type(type), *kernels::parse_kv_cache_type(type)};
+    test::OracleTally t;
+    constexpr double kTol = 1e-4;
+    for (const auto& run : test::oracle_runs(expected)) {
+        test::check_teacher_forced(*model, run, Flavor::Avx512, kTol, name, t, types);
+        test::check_greedy(*model, run, Flavor::Avx512, kTol, name, "llama.cpp", t, types);
+    }
+    std::printf("[ peer     ] %s: greedy %d/%d tokens match, worst top-5 logit difference %.1e over %d steps (tolerance %.0e)\n", name.c_str(),
+                t.greedy_match, t.greedy_total, t.worst_logit, t.steps, kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Peer, PeerKvDeepseek4, ::testing::Values("q8_0", "q4_0", "q5_1", "iq4_nl", "bf16", "f32"));
+
 }  // namespace
 }  // namespace moe

@@ -71,8 +71,8 @@ void CompressedAttention::forward(LayerContext& cx, uint32_t l, int n) {
     else cx.matmul(w.wq_b, qa_.data(), Q, n, q_.data(), HD);
 
     const ParallelFor over_heads = [&cx](int64_t count, const std::function<void(int64_t, int64_t)>& fn) { cx.pool().parallel_for(count, fn); };
-    const AttendKernels kernels{cx.attend_one_row(), cx.attend_tiled(),
-                                cx.fops().ik ? nullptr : kernels::attention_chunk_kernel(cx.options().flavor)};
+    const AttendKernels kernels{cx.attend_one_row(), cx.attend_tiled(), cx.fops().ik ? nullptr : kernels::attention_chunk_kernel(cx.options().flavor),
+                                cx.attend_typed(), &cx.kv_kernels()};
     for (int t = 0; t < n; ++t) {
         CompressedAttnToken tok;
         tok.pos = cx.n_past() + t;

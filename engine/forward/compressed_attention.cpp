@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/kv_cache_types.h"
 #include "engine/model/cache_shape.h"
 
 namespace moe {
@@ -109,7 +110,9 @@ void pick_rows(const Hparams& hp, const ops::FloatOps& fops, const SequenceCache
 
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
                                 int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel, const AttendKernels* kernels) {
-    const AttendKernels k = kernels ? *kernels : AttendKernels{fops.attend, fops.attend_tiled, nullptr};
+    AttendKernels k = kernels ? *kernels : AttendKernels{fops.attend, fops.attend_tiled, nullptr, nullptr, nullptr};
+    if (!k.typed) k.typed = ops::attend_typed;
+    if (!k.table) k.table = &kernels::reference_table(fops.flavor);
     const Hparams& hp = m.hp;
     const CompressedAttnConfig& c = hp.csa;
     const Layer& L = m.layers[l];
@@ -117,8 +120,12 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
     const uint32_t ratio = L.compress_ratio;
     const int D = static_cast<int>(c.head_dim), H = static_cast<int>(c.n_head), W = static_cast<int>(c.window);
     const ops::RopeParams& rope = ratio ? c.rope_compressed : c.rope_plain;
-    // llama.cpp rotates the main cache too when its head is the indexer's size (attn_rot_k).
-    const bool rotate_main = c.head_dim == c.ix_dim;
+    // The cache's type. Flash attention reads a quantized or bf16 view in its type (one row at a time, never split
+    // or tiled); an f32 view it first casts to f16, which gives the f16 cache's bits.
+    const GgmlType type = cache.types.k;
+    const bool typed = type != GgmlType::F16 && type != GgmlType::F32;
+    // llama.cpp rotates the main cache when its head is the indexer's size, and any quantized cache (attn_rot_k).
+    const bool rotate_main = c.head_dim == c.ix_dim || kernels::kv_rotation_k(type, D) != 0;
 
     // 1. queries and the key/value row: normed, roped at the token's position
     for (int h = 0; h < H; ++h) fops.norm(t.q + h * D, nullptr, t.q + h * D, D, hp.rms_eps);
@@ -133,7 +140,7 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
     const CompressedStateLayout st = compressed_state_layout(hp, ratio);
     float* ring = cache.conv[l].data();
     float* raw = ring + static_cast<size_t>(t.pos % W) * D;
-    for (int i = 0; i < D; ++i) raw[i] = fp16_to_fp32_lut(fp32_to_fp16(t.kv[i]));  // the cache keeps fp16
+    std::copy_n(t.kv, D, raw);  // stored in the cache's type when gathered below (the same bits as on write)
 
     // 2. the compressors: a block's last token writes its compressed row (and indexer key)
     const int visible = visible_compressed_rows(t.pos, ratio);
@@ -165,34 +172,50 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
     for (int i = 1; i < n_raw; ++i)
         if ((first_raw + i) % raw_cells == 0) wrap = i;
     const int rows = n_raw + static_cast<int>(s.picked.size());
-    s.kv16.resize(static_cast<size_t>(rows) * D);
+    // one row of the cache's type (layers without compressed rows keep no K rows, so not cache.k_row)
+    const size_t typed_row = static_cast<size_t>(row_bytes(type, static_cast<uint64_t>(D)).value_or(0));
     s.view_index.clear();
+    if (typed) s.kv_typed.resize(static_cast<size_t>(rows) * typed_row);
+    else s.kv16.resize(static_cast<size_t>(rows) * D);
     uint16_t* dst = s.kv16.data();
-    for (int i = 0; i < n_raw; ++i, dst += D) {
+    uint8_t* dst_typed = s.kv_typed.data();
+    for (int i = 0; i < n_raw; ++i) {
         const int p = first_raw + (wrap + i) % n_raw;
         const float* src = ring + static_cast<size_t>(p % W) * D;
-        for (int d = 0; d < D; ++d) dst[d] = fp32_to_fp16(src[d]);
+        if (typed) kernels::store_kv_row(type, src, dst_typed, D), dst_typed += typed_row;
+        else
+            for (int d = 0; d < D; ++d) *dst++ = fp32_to_fp16(src[d]);
         s.view_index.push_back(p % raw_cells);
     }
     const int raw_view = std::min(raw_cells, (t.pos + 1 + 255) / 256 * 256);
-    const auto* rows16 = reinterpret_cast<const uint16_t*>(cache.k[l].data());
+    const uint8_t* compressed = cache.k[l].data();
     for (int j : s.picked) {
-        std::copy_n(rows16 + static_cast<size_t>(j) * D, D, dst);
-        dst += D;
+        const uint8_t* src = compressed + static_cast<size_t>(j) * cache.k_row[l];
+        if (typed) dst_typed = std::copy_n(src, typed_row, dst_typed);
+        else if (type == GgmlType::F32)
+            for (int d = 0; d < D; ++d) *dst++ = fp32_to_fp16(reinterpret_cast<const float*>(src)[d]);
+        else dst = std::copy_n(reinterpret_cast<const uint16_t*>(src), D, dst);
         s.view_index.push_back(raw_view + j);
     }
 
     // 4. attention per head with its sink; K = V. One query row over a view of 512 or more keys is split, as
     //    llama.cpp does, into one chunk of keys per thread whose partial results are merged.
     ops::KvView kv;
-    kv.k = kv.v = s.kv16.data();
-    kv.k_stride = kv.v_stride = static_cast<size_t>(D);
+    if (typed) {
+        kv.k_raw = kv.v_raw = s.kv_typed.data();
+        kv.k_row = kv.v_row = typed_row;
+        kv.k_type = kv.v_type = type;
+        kv.table = k.table;
+    } else {
+        kv.k = kv.v = s.kv16.data();
+        kv.k_stride = kv.v_stride = static_cast<size_t>(D);
+    }
     kv.dk = kv.dv = D;
     kv.n_kv = rows;
-    const bool tiled = ops::tiled_attention(fops.flavor, n_batch_rows, D);
+    const bool tiled = !typed && ops::tiled_attention(fops.flavor, n_batch_rows, D);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int view = raw_view + (visible ? (visible + 255) / 256 * 256 : 0);
-    const int chunk = n_batch_rows == 1 ? ops::split_chunk(view, n_threads) : 0;
+    const int chunk = n_batch_rows == 1 && !typed ? ops::split_chunk(view, n_threads) : 0;
     const bool split = chunk > 0;
     if (split) {
         s.chunk_of.clear();
@@ -207,7 +230,7 @@ void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps&
             head.sinks = w.sinks.f32() + h;
             ops::AttnScratch& scratch = s.head_scratch[static_cast<size_t>(h)];
             if (split) ops::attend_split(fops.flavor, t.q + h * D, head, s.chunk_of.data(), n_threads, scale, out + h * D, scratch, k.chunk);
-            else (tiled ? k.tiled : k.one_row)(t.q + h * D, head, scale, out + h * D, scratch);
+            else (typed ? k.typed : tiled ? k.tiled : k.one_row)(t.q + h * D, head, scale, out + h * D, scratch);
         }
     };
     if (parallel) parallel(H, heads);

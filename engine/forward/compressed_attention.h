@@ -6,11 +6,13 @@
 //   then this step, then the output LoRA per group of heads (attn_output_a) and attn_output_b.
 // Per token at position p (one key = value head of D; H query heads):
 //   q_h = rms_norm(q_h) (no weight), kv = rms_norm(kv) * kv_norm, RoPE (NORM pairs) on the last n_rot dims;
-//   kv joins the layer's raw window (the last sliding_window rows, fp16);
+//   kv joins the layer's raw window (the last sliding_window rows, in the cache's type);
 //   with a compression ratio r, the token's compressor row (kv, gate + ape[p % r]) joins its block; the block's
 //   last token turns it into a compressed row: per channel a softmax over the block's tokens (ratio 4: the
 //   previous block's first half of the channels, then this block's second half), the weighted sum,
-//   rms_norm * norm, RoPE at the block's first position; stored as fp16 row p / r;
+//   rms_norm * norm, RoPE at the block's first position; stored as row p / r in the cache's type (-ctk, which
+//   llama.cpp requires -ctv to equal: K is V), Hadamard-rotated (as q, and undone on the output) where the head
+//   is the indexer's size or the type is quantized;
 //   ratio 4: the lightning indexer scores the visible compressed rows (relu(q_I . k) weighted per head, both
 //   Hadamard-rotated) and attention sees only its top_k of them; other ratios see all visible rows;
 //   attention with the per-head sink over [window rows | compressed rows], then the rotation undone on the
@@ -42,7 +44,8 @@ struct CompressedAttnToken {
 struct CompressedAttnScratch {
     std::vector<float> cs, cs_back, row, pool_w, pool_v, keys, scores;
     std::vector<int> picked, view_index, chunk_of;
-    std::vector<uint16_t> kv16;                  // the rows the token attends to, fp16
+    std::vector<uint16_t> kv16;                  // the rows the token attends to, fp16 (f16 and f32 caches)
+    std::vector<uint8_t> kv_typed;               // the same as rows of the cache's type (other cache types)
     std::vector<ops::AttnScratch> head_scratch;  // one per head (heads may run on several threads)
 };
 
@@ -54,7 +57,9 @@ struct CompressedAttnScratch {
 using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 struct AttendKernels {
     ops::AttendFn one_row, tiled;
-    ops::AttendChunkFn chunk;  // a split view's chunks (null: the reference's)
+    ops::AttendChunkFn chunk;                     // a split view's chunks (null: the reference's)
+    ops::AttendFn typed;                          // caches of other types (null: the reference's)
+    const kernels::KernelTable* table = nullptr;  // their dot kernels (null: the reference table)
 };
 void compressed_attention_token(const Model& m, uint32_t l, const ops::FloatOps& fops, SequenceCache& cache, CompressedAttnToken& t, int n_batch_rows,
                                 int n_threads, float* out, CompressedAttnScratch& s, const ParallelFor& parallel = {},

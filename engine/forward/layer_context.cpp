@@ -19,6 +19,7 @@ SequenceCache& LayerContext::cache() { return *r_.cache_; }
 int LayerContext::kernel_rows(int n) const { return r_.kernel_rows(n); }
 ops::AttendFn LayerContext::attend_one_row() const { return r_.attend_; }
 ops::AttendFn LayerContext::attend_tiled() const { return r_.attend_tiled_; }
+ops::AttendFn LayerContext::attend_typed() const { return r_.attend_typed_; }
 
 void LayerContext::matmul(const Tensor& w, const float* x, int64_t x_stride, int n_tok, float* out, int64_t out_stride) {
     r_.matmul(w, x, x_stride, n_tok, out, out_stride);

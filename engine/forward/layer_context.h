@@ -102,6 +102,7 @@ public:
     // The one-row and tiled attention kernels the runner chose (DeepSeek-V4's per-token step calls them itself).
     ops::AttendFn attend_one_row() const;
     ops::AttendFn attend_tiled() const;
+    ops::AttendFn attend_typed() const;  // caches of other types
 
 private:
     Runner& r_;

@@ -23,9 +23,9 @@ std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) 
         compressed |= layer.attn == AttentionKind::Compressed;
     }
     auto name = [](GgmlType t) { return kernels::kv_cache_type_name(t); };
-    if (compressed && !(types.k == GgmlType::F16 && types.v == GgmlType::F16))
-        return "this model (DeepSeek-V4 compressed attention) keeps its cache in f16 only: --cache-type-k " + name(types.k) + " and --cache-type-v " +
-               name(types.v) + " are not supported for it";
+    if (compressed && types.k != types.v)
+        return "this model (DeepSeek-V4 compressed attention) keeps V inside the K cache, so --cache-type-k " + name(types.k) +
+               " and --cache-type-v " + name(types.v) + " must be the same type (as llama.cpp requires)";
     if (mla && types.k != types.v)
         return "this model (MLA) keeps V inside the K cache, so --cache-type-k " + name(types.k) + " and --cache-type-v " + name(types.v) +
                " must be the same type (as llama.cpp requires)";
@@ -44,6 +44,10 @@ std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types) 
         if (why.empty()) why = divides(types.k, "--cache-type-k", hp.mla.kv_lora_rank + hp.mla.qk_rope, "the MLA latent row");
         if (why.empty()) why = divides(types.k, "--cache-type-k", hp.mla.kv_lora_rank, "the MLA value rows");
         if (why.empty() && m.has_indexer()) why = divides(types.k, "--cache-type-k", hp.indexer.head_dim, "the DSA indexer key");
+    }
+    if (compressed) {
+        if (why.empty()) why = divides(types.k, "--cache-type-k", hp.csa.head_dim, "the attention head size");
+        if (why.empty()) why = divides(types.k, "--cache-type-k", hp.csa.ix_dim, "the indexer key");
     }
     return why;
 }

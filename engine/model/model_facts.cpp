@@ -156,9 +156,9 @@ bool dsv4_cache_facts(const GgufFile& meta, ModelFacts& f) {
     }
     f.cache_bytes_per_token = 2 * f.cache_k_elems_per_token;
     auto n = [](uint64_t v) { return std::to_string(v); };
-    f.cache_layout = "DeepSeek-V4 compressed fp16: " + n(r4) + " layers of ratio 4 ((" + n(W) + " + indexer " + n(idx) + ") / 4 per token), " +
-                     n(r128) + " of ratio 128 (" + n(W) + " / 128); every layer's " + n(window_rows) + "-row window of " + n(W) +
-                     " and the compressors' f32 state per sequence";
+    f.cache_layout = "DeepSeek-V4 compressed (the K type; fp16 by default): " + n(r4) + " layers of ratio 4 ((" + n(W) + " + indexer " + n(idx) +
+                     ") / 4 per token), " + n(r128) + " of ratio 128 (" + n(W) + " / 128); every layer's " + n(window_rows) + "-row window of " +
+                     n(W) + " and the compressors' f32 state per sequence";
     return true;
 }
 
