@@ -1,5 +1,6 @@
 // Every SIMD dot product against the scalar reference on seeded random and edge inputs, and the
 // reference itself against float math on dequantized weights, each with a named error budget.
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -98,6 +99,22 @@ TEST(Kernels, SimdMatchesScalarReference) {
 
 // The orders differ from each other (else the slots would be pointless): on random data the batched and
 // repacked sums of a long row land on other bits than the one-token sum at least sometimes.
+// fp16 rows to f32 (SIMD where the CPU has F16C): every half, and a tail shorter than a register, as the scalar
+// conversion gives it (NaNs stay NaNs).
+TEST(Kernels, F16RowsConvertAsTheScalarReference) {
+    std::vector<uint16_t> h(65536 + 13);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i * 40503u);  // odd multiplier: every value once, then a few
+    std::vector<float> y(h.size());
+    for (size_t off : {size_t{0}, size_t{3}}) {
+        kernels::dequantize_row(GgmlType::F16, h.data() + off, y.data(), static_cast<int64_t>(h.size() - off));
+        for (size_t i = 0; i + off < h.size(); ++i) {
+            const float want = fp16_to_fp32(h[i + off]);
+            if (std::isnan(want)) EXPECT_TRUE(std::isnan(y[i])) << i;
+            else ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want)) << "half " << h[i + off];
+        }
+    }
+}
+
 TEST(Kernels, LlamaCppOrdersAreDistinct) {
     std::mt19937 rng(77);
     for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {

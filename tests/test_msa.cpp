@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "engine/forward/msa.h"
@@ -72,6 +74,29 @@ TEST(Msa, GatheredRowsFollowTheListedBlocks) {
     for (int r = 0; r < g.n_kv; ++r) {
         EXPECT_EQ(g.k[static_cast<size_t>(r) * g.k_stride], k[static_cast<size_t>(want[r]) * stride + dk]) << r;
         EXPECT_EQ(g.v[static_cast<size_t>(r) * g.v_stride + dv - 1], v[static_cast<size_t>(want[r]) * stride + dk + dv - 1]) << r;
+    }
+}
+
+// The linear-time pick is top_k's set: on random rows, rows padded with -inf, rows with ties across the k-th
+// place (where it falls back to top_k) and rows holding a NaN.
+TEST(TopKSet, TheSameSetAsTopK) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uni(-4.f, 4.f);
+    for (int trial = 0; trial < 400; ++trial) {
+        const int n = 1 + static_cast<int>(rng() % 700), k = 1 + static_cast<int>(rng() % (n + 3));
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = uni(rng);
+        if (trial % 4 == 1)  // few distinct values: ties everywhere
+            for (float& x : v) x = std::round(x);
+        if (trial % 4 == 2)  // a padded row: the tail masked
+            std::fill(v.begin() + n / 2, v.end(), -std::numeric_limits<float>::infinity());
+        if (trial % 8 == 3) v[rng() % n] = std::numeric_limits<float>::quiet_NaN();
+        const int kk = std::min(k, n);
+        std::vector<int> want(static_cast<size_t>(kk)), got;
+        ops::top_k(v.data(), n, kk, want.data());
+        std::sort(want.begin(), want.end());
+        ops::top_k_set(v.data(), n, k, got);
+        EXPECT_EQ(got, want) << "trial " << trial << " n " << n << " k " << k;
     }
 }
 

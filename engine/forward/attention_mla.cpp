@@ -146,27 +146,67 @@ void MlaAttention::dsa_select(LayerContext& cx, uint32_t l, int n, const float* 
     // masked cells at -inf); the same row length keeps its choice among exact ties.
     const int used = cx.n_past() + n;
     const int view = std::max(256, (used + 255) / 256 * 256);
-    cx.cache().load_ix(l, used, ixkf_.data());                                     // the keys' to_float, as ggml's lightning indexer reads them
     const kernels::DotFn dot = cx.kernels().dot[static_cast<int>(GgmlType::F32)];  // ggml_vec_dot_f32
+    auto score_of = [&](int64_t t, int s) {
+        const float* kf = &ixkf_[static_cast<size_t>(s) * ID];
+        float acc = 0.f;
+        for (int h = 0; h < IH; ++h) acc = std::fma(std::max(dot(ID, &ixq_[(t * IH + h) * ID], kf), 0.0f), ixw_[t * IH + h], acc);
+        return acc + 0.0f;  // the mask's zero
+    };
+    // Row t keeps the top_k of its row of view scores (visible positions, the rest -inf). Where every visible
+    // position is among them the scores cannot change the choice and are not computed.
+    auto select = [&](int64_t t, std::vector<float>& score, std::vector<int>& pick) {
+        const int visible = cx.n_past() + static_cast<int>(t) + 1;
+        int* sel = &key_sel_[(selection_offset(cx) + static_cast<size_t>(t)) * top_k];
+        int count = 0;
+        if (visible <= top_k) {
+            for (int s = 0; s < visible; ++s) sel[count++] = s;
+        } else {
+            ops::top_k_set(score.data(), view, top_k, pick);
+            for (int s : pick)
+                if (s < visible) sel[count++] = s;
+        }
+        key_sel_count_[selection_offset(cx) + static_cast<size_t>(t)] = count;
+    };
+    if (used <= top_k) {  // every row sees fewer positions than it may keep
+        std::vector<float> none;
+        std::vector<int> pick;
+        for (int t = 0; t < n; ++t) select(t, none, pick);
+        return;
+    }
+    // The keys' to_float (as ggml's lightning indexer reads them) into ixkf_, positions [s0, s1).
+    auto to_float = [&](int64_t s0, int64_t s1) {
+        const size_t row = cx.cache().ix_row;
+        kernels::dequantize_row(cx.cache().ix_type, cx.cache().ix[l].data() + static_cast<size_t>(s0) * row, &ixkf_[static_cast<size_t>(s0) * ID],
+                                (s1 - s0) * ID);
+    };
+    if (n < cx.options().n_threads) {  // decoding: one row's positions over the threads, each block converted as it is scored
+        std::vector<float> score(static_cast<size_t>(view));
+        std::vector<int> pick;
+        for (int t = 0; t < n; ++t) {
+            const int visible = cx.n_past() + t + 1;
+            std::fill(score.begin(), score.end(), -std::numeric_limits<float>::infinity());
+            cx.pool().parallel_for(visible, [&](int64_t s0, int64_t s1) {
+                constexpr int64_t kBlock = 64;
+                for (int64_t b = s0; b < s1; b += kBlock) {
+                    const int64_t e = std::min(s1, b + kBlock);
+                    to_float(b, e);
+                    for (int64_t s = b; s < e; ++s) score[s] = score_of(t, static_cast<int>(s));
+                }
+            });
+            select(t, score, pick);
+        }
+        return;
+    }
+    cx.pool().parallel_for(used, to_float);
     cx.pool().parallel_for(n, [&](int64_t t0, int64_t t1) {
         std::vector<float> score(static_cast<size_t>(view));
-        std::vector<int> pick(static_cast<size_t>(top_k));
+        std::vector<int> pick;
         for (int64_t t = t0; t < t1; ++t) {
             const int visible = cx.n_past() + static_cast<int>(t) + 1;
             std::fill(score.begin(), score.end(), -std::numeric_limits<float>::infinity());
-            for (int s = 0; s < visible; ++s) {
-                const float* kf = &ixkf_[static_cast<size_t>(s) * ID];
-                float acc = 0.f;
-                for (int h = 0; h < IH; ++h) acc = std::fma(std::max(dot(ID, &ixq_[(t * IH + h) * ID], kf), 0.0f), ixw_[t * IH + h], acc);
-                score[s] = acc + 0.0f;  // the mask's zero
-            }
-            const int k = std::min(view, top_k);
-            ops::top_k(score.data(), view, k, pick.data());
-            int count = 0;
-            int* sel = &key_sel_[(selection_offset(cx) + static_cast<size_t>(t)) * top_k];
-            for (int i = 0; i < k; ++i)
-                if (pick[i] < visible) sel[count++] = pick[i];
-            key_sel_count_[selection_offset(cx) + static_cast<size_t>(t)] = count;
+            for (int s = 0; s < visible; ++s) score[s] = score_of(t, s);
+            select(t, score, pick);
         }
     });
 }

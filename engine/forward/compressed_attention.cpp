@@ -80,6 +80,11 @@ void pick_rows(const Hparams& hp, const ops::FloatOps& fops, const SequenceCache
                CompressedAttnScratch& s) {
     const CompressedAttnConfig& c = hp.csa;
     const int heads = static_cast<int>(c.ix_heads), dim = static_cast<int>(c.ix_dim);
+    s.picked.clear();
+    if (visible <= static_cast<int>(c.ix_top_k)) {  // all of them, whatever the scores
+        for (int j = 0; j < visible; ++j) s.picked.push_back(j);
+        return;
+    }
     ops::rope_cache(c.rope_compressed, t.pos, s.cs);
     for (int h = 0; h < heads; ++h) {
         rope_tail(t.ix_q + h * dim, dim, c.rope_compressed, s.cs);
@@ -99,11 +104,8 @@ void pick_rows(const Hparams& hp, const ops::FloatOps& fops, const SequenceCache
         }
         s.scores[j] = score;
     }
-    const int k = std::min(static_cast<int>(c.ix_top_k), padded);
-    s.picked.resize(static_cast<size_t>(k));
-    ops::top_k(s.scores.data(), padded, k, s.picked.data());
+    ops::top_k_set(s.scores.data(), padded, static_cast<int>(c.ix_top_k), s.picked);  // ascending: the attention reads rows in cache order
     s.picked.erase(std::remove_if(s.picked.begin(), s.picked.end(), [&](int j) { return j >= visible; }), s.picked.end());
-    std::sort(s.picked.begin(), s.picked.end());  // the attention reads the rows in cache order
 }
 
 }  // namespace

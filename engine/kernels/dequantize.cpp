@@ -1,5 +1,7 @@
 // Weights to floats, every computable type, with the float expressions of ggml's dequantize_row_<type> (ggml-quants.c,
 // a C file: products and sums rounded one by one): the token embedding lookup (get_rows) must give llama.cpp's bits.
+#include <immintrin.h>
+
 #include <cstring>
 #include <stdexcept>
 
@@ -24,14 +26,25 @@ void each_block(const void* src, int64_t n, int block_elems, Fn fn) {
 
 inline float sign_f(int s) { return s < 0 ? -1.f : 1.f; }
 
+// fp16 rows (the caches' keys, read back for the DSA indexers every token) eight values per VCVTPH2PS, which is
+// ggml's own conversion on F16C builds; the table elsewhere.
+__attribute__((target("avx,f16c"))) void fp16_row_f16c(const uint16_t* h, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    for (; i < n; ++i) y[i] = fp16_to_fp32_lut(h[i]);
+}
+void fp16_row(const uint16_t* h, float* y, int64_t n) {
+    static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    if (f16c) return fp16_row_f16c(h, y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32_lut(h[i]);
+}
+
 }  // namespace
 
 void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
     switch (t) {
         case GgmlType::F32: std::memcpy(y, src, static_cast<size_t>(n) * 4); return;
-        case GgmlType::F16:
-            for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(static_cast<const uint16_t*>(src)[i]);
-            return;
+        case GgmlType::F16: fp16_row(static_cast<const uint16_t*>(src), y, n); return;
         case GgmlType::BF16:
             for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(static_cast<const uint16_t*>(src)[i]);
             return;

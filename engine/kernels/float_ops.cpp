@@ -3,6 +3,9 @@
 // ones are written once as templates and instantiated per llama.cpp build.
 #include "engine/kernels/float_ops.h"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <limits>
 
 #include "engine/kernels/ggml_numerics.h"
@@ -306,6 +309,29 @@ void top_k(const float* v, int n, int k, int* idx) {
     if (k > 1) std::swap(idx[0], idx[1]);
 }
 
+void top_k_set(const float* v, int n, int k, std::vector<int>& idx) {
+    idx.clear();
+    k = std::clamp(k, 0, n);
+    if (k == 0) return;
+    bool nan = false;
+    for (int i = 0; i < n && !nan; ++i) nan = std::isnan(v[i]);
+    if (!nan) {
+        std::vector<float> sorted(v, v + n);
+        std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+        const float kth = sorted[static_cast<size_t>(k - 1)];
+        int above = 0, at = 0;
+        for (int i = 0; i < n; ++i) above += v[i] > kth, at += v[i] == kth;
+        if (above + at == k) {  // the k-th value is the only one of its value that is taken or left: one answer
+            for (int i = 0; i < n; ++i)
+                if (v[i] >= kth) idx.push_back(i);
+            return;
+        }
+    }
+    idx.resize(static_cast<size_t>(k));
+    top_k(v, n, k, idx.data());
+    std::sort(idx.begin(), idx.end());
+}
+
 template <Flavor F>
 static void layer_norm_impl(const float* x, const float* w, const float* b, float* y, int n, float eps) {
     double sum = 0.0;
@@ -379,8 +405,8 @@ template <class EndOf>
 void split_and_merge(Flavor f, const float* q, const KvView& kv, int n_chunks, float scale, float* out, AttnScratch& s, AttendChunkFn chunk,
                      EndOf end_of) {
     if (!chunk) chunk = attend_chunk(f);
-    std::vector<float> acc(static_cast<size_t>(kv.dv)), total(static_cast<size_t>(kv.dv), 0.f);
-    float M_total = kNegInf, S_total = 0.f;
+    const size_t stride = static_cast<size_t>(kv.dv) + 2;
+    std::vector<float> partials(static_cast<size_t>(n_chunks) * stride);
     int j0 = 0;
     for (int c = 0; c < n_chunks; ++c) {
         const int j1 = end_of(c, j0);
@@ -390,23 +416,52 @@ void split_and_merge(Flavor f, const float* q, const KvView& kv, int n_chunks, f
         part.n_kv = j1 - j0;
         if (kv.visible) part.visible = kv.visible + j0;
         if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
-        float M, S;
-        chunk(q, part, scale, M, S, acc.data(), s);
+        float* p = &partials[static_cast<size_t>(c) * stride];
+        chunk(q, part, scale, p[0], p[1], p + 2, s);
         j0 = j1;
+    }
+    merge_split_partials(partials.data(), n_chunks, stride, kv.dv, out);
+}
+
+}  // namespace
+
+MOE_FMA_CLONES void merge_split_partials(const float* partials, int n_chunks, size_t stride, int dv, float* out) {
+    std::vector<float> total(static_cast<size_t>(dv), 0.f);
+    float M_total = kNegInf, S_total = 0.f;
+    for (int c = 0; c < n_chunks; ++c) {
+        const float* p = partials + static_cast<size_t>(c) * stride;
+        const float M = p[0], S = p[1];
+        const float* acc = p + 2;
         if (S == 0.0f) continue;
         // ggml_flash_attn_ext_reduce_partials
         const float M_new = std::fmax(M_total, M);
         const float scale_old = std::exp(M_total - M_new), scale_new = std::exp(M - M_new);
         // (a * b + c * d with the first product fused: what matches the recorded references)
-        for (int d = 0; d < kv.dv; ++d) total[d] = std::fma(total[d], scale_old, acc[d] * scale_new);
+        for (int d = 0; d < dv; ++d) total[d] = std::fma(total[d], scale_old, acc[d] * scale_new);
         S_total = std::fma(S_total, scale_old, S * scale_new);
         M_total = M_new;
     }
     const float inv = S_total != 0.0f ? 1.0f / S_total : 1.0f;
-    for (int d = 0; d < kv.dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
+    for (int d = 0; d < dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
 }
 
-}  // namespace
+void attend_split_chunk_group(const float* q, int64_t q_stride, int G, const KvView& kv, int chunk, int c, float scale, float* partials,
+                              AttnScratch& s, AttendChunkGroupFn fn) {
+    const int j0 = std::min(kv.n_kv, c * chunk), j1 = std::min(kv.n_kv, (c + 1) * chunk), dv = kv.dv;
+    KvView part = kv;
+    part.k += static_cast<size_t>(j0) * kv.k_stride;
+    part.v += static_cast<size_t>(j0) * kv.v_stride;
+    part.n_kv = j1 - j0;
+    if (kv.visible) part.visible = kv.visible + j0;
+    if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
+    std::vector<float> M(static_cast<size_t>(G)), S(static_cast<size_t>(G)), acc(static_cast<size_t>(G) * dv);
+    fn(q, q_stride, G, part, scale, M.data(), S.data(), acc.data(), s);
+    for (int g = 0; g < G; ++g) {
+        float* p = partials + static_cast<size_t>(g) * (dv + 2);
+        p[0] = M[g], p[1] = S[g];
+        std::copy_n(&acc[static_cast<size_t>(g) * dv], dv, p + 2);
+    }
+}
 
 // (flatten: split_and_merge is inlined into each clone, so its fma is the instruction where there is one)
 MOE_FMA_CLONES void attend_split(Flavor f, const float* q, const KvView& kv, const int* chunk_of, int n_chunks, float scale, float* out,

@@ -81,6 +81,11 @@ void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_
 // Indices of the k largest of n values, as ggml_top_k: std::partial_sort of 0..n-1 by value (ties as
 // libstdc++ leaves them), then the first two swapped ("the order is not important"; it is for sums).
 void top_k(const float* v, int n, int k, int* idx);
+// The same k indices as top_k, ascending, found in linear time (a selection of the k-th value) wherever that is
+// unambiguous: no NaN and no tie across the k-th place; otherwise through top_k itself. For callers that use
+// the picks as a set (DSA's mask, DeepSeek-V4's rows in cache order): a 2,048 of 65,536 pick is a heap sort
+// of the row in top_k.
+void top_k_set(const float* v, int n, int k, std::vector<int>& idx);
 
 // One token of the gated delta rule for one v head, as ggml_compute_forward_gated_delta_net_one_chunk: the S x S
 // state M (row j = the state's column j) decays by exp(g), takes the rank-1 update k (beta (v - M^T k))^T, and
@@ -233,5 +238,18 @@ inline int split_kv_chunk(int n_used, int n_ctx, int n_threads) {
 // attend_split over a view of consecutive positions 0..kv.n_kv-1 in chunks of `chunk` keys (split_kv_chunk).
 void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
                          AttendChunkFn chunk_fn = nullptr);
+
+// The chunk kernel for G query rows sharing one view (a kv head's query heads, MLA's heads): row g's query at
+// q + g * q_stride, its result in M[g], S[g] and acc_out + g * dv, its sink kv.sinks[g] (where set); each row's
+// bits are those of AttendChunkFn on it alone (kernels/attention.h has the F16C one).
+using AttendChunkGroupFn = void (*)(const float* q, int64_t q_stride, int G, const KvView& kv, float scale, float* M, float* S, float* acc_out,
+                                    AttnScratch& s);
+// Chunk c of attend_split_causal's view (keys [c * chunk, min(n_kv, (c + 1) * chunk)); the sink in chunk 0 only)
+// for G rows: row g's partial [M, S, acc (dv)] written at partials + g * (dv + 2). Run one per chunk, on any
+// thread; merge_split_partials then gives each row what attend_split_causal gives it.
+void attend_split_chunk_group(const float* q, int64_t q_stride, int G, const KvView& kv, int chunk, int c, float scale, float* partials,
+                              AttnScratch& s, AttendChunkGroupFn fn);
+// ggml_flash_attn_ext_reduce_partials over n_chunks partials [M, S, acc] `stride` floats apart, in chunk order.
+void merge_split_partials(const float* partials, int n_chunks, size_t stride, int dv, float* out);
 
 }  // namespace moe::ops
