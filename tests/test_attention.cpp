@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <tuple>
 
 #include "engine/kernels/attention.h"
 #include "engine/kernels/ggml_numerics.h"
@@ -271,6 +272,85 @@ TEST(Attention, SplitChunksSimdEqualReference) {
             }
         }
     }
+}
+
+// The group chunk kernel (the query heads of one kv head, or MLA's heads, over each chunk together) gives every
+// row the reference's split bits: GQA views and MLA's aliased values, masks, per-head sinks, empty chunks.
+TEST(Attention, GroupChunksGiveEachRowTheSplitBits) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variants";
+    std::mt19937 rng(29);
+    std::normal_distribution<float> nd;
+    for (const auto& [dk, dv, latent] : {std::tuple{64, 64, false}, std::tuple{72, 72, false}, std::tuple{96, 64, true}}) {
+        Cache c(dk, latent ? dk : dv, 900, rng);
+        for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+            for (int n : {1, 300, 700, 900}) {
+                for (int G : {1, 3, 4}) {
+                    for (bool masked : {false, true}) {
+                        std::vector<float> q(static_cast<size_t>(G) * dk), sinks(static_cast<size_t>(G));
+                        for (auto& x : q) x = nd(rng);
+                        for (auto& x : sinks) x = nd(rng);
+                        std::vector<uint8_t> visible(static_cast<size_t>(n));
+                        for (auto& x : visible) x = rng() % 3 != 0;
+                        ops::KvView kv = latent ? c.latent_view(n, masked ? visible.data() : nullptr) : c.view(n, masked ? visible.data() : nullptr);
+                        kv.dv = dv;
+                        const bool with_sinks = G != 3;
+                        const int threads = 3, chunk = (n + threads - 1) / threads;
+                        std::vector<float> partials(static_cast<size_t>(threads) * G * (dv + 2)), got(static_cast<size_t>(dv)),
+                            want(static_cast<size_t>(dv));
+                        ops::AttnScratch s;
+                        for (bool wide : {false, true}) {
+                            const ops::AttendChunkGroupFn fn = kernels::attend_chunk_group_f16c(f, wide);
+                            if (!fn) continue;  // no AVX-512F here
+                            for (int ch = 0; ch < threads; ++ch) {
+                                ops::KvView group = kv;
+                                if (with_sinks) group.sinks = sinks.data();
+                                ops::attend_split_chunk_group(q.data(), dk, G, group, chunk, ch, 0.125f,
+                                                              &partials[static_cast<size_t>(ch) * G * (dv + 2)], s, fn);
+                            }
+                            for (int g = 0; g < G; ++g) {
+                                ops::merge_split_partials(&partials[static_cast<size_t>(g) * (dv + 2)], threads, static_cast<size_t>(G) * (dv + 2),
+                                                          dv, got.data());
+                                ops::KvView one = kv;
+                                if (with_sinks) one.sinks = &sinks[g];
+                                ops::attend_split_causal(f, &q[static_cast<size_t>(g) * dk], one, chunk, threads, 0.125f, want.data(), s);
+                                ASSERT_EQ(got, want) << kernels::flavor_name(f) << " dk " << dk << " n " << n << " G " << G << " row " << g
+                                                     << " masked " << masked << " wide " << wide;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The attention's exps eight at a time give libm's expf bits: a spread of every float (every 61st bit pattern,
+// both signs: the softmax's arguments are <= 0, the special lanes are the rest), and the softmax range densely.
+TEST(VectorExp, LibmLanesGiveLibmsBits) {
+    if (!kernels::attend_chunk_group_f16c(Flavor::Avx512, true)) GTEST_SKIP() << "no AVX-512F on this CPU: the lanes serve the 512-bit kernels only";
+    if (!kernels::libm_expf_lanes_match()) GTEST_SKIP() << "this process's expf is not glibc's __expf_fma: the kernels call it instead of the lanes";
+    std::vector<float> x(1 << 16), y(x.size());
+    uint64_t checked = 0, differ = 0;
+    auto check = [&](size_t n) {
+        kernels::libm_expf_for_tests(x.data(), y.data(), static_cast<int>(n));
+        for (size_t i = 0; i < n; ++i) {
+            const float want = std::exp(x[i]);
+            differ += std::memcmp(&want, &y[i], 4) != 0 && !(std::isnan(want) && std::isnan(y[i]));
+        }
+        checked += n;
+    };
+    size_t n = 0;
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 61) {
+        const uint32_t bits = static_cast<uint32_t>(b);
+        std::memcpy(&x[n++], &bits, 4);
+        if (n == x.size()) check(n), n = 0;
+    }
+    for (float v = -104.f; v <= 0.f; v += 0.0003f) {
+        x[n++] = v;
+        if (n == x.size()) check(n), n = 0;
+    }
+    check(n);
+    EXPECT_EQ(differ, 0u) << "of " << checked;
 }
 
 // Where llama.cpp splits a lone row: its view is the cells in use padded to 256 (at least 256, at most the

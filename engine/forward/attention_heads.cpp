@@ -114,6 +114,9 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // A sliding-window layer's cache in llama.cpp is its ring (or, not ringed, the context).
     const int cache_rows = ring ? ring : opt_.n_ctx;
     const ops::AttendChunkFn chunk_fn = lone_rows ? kernels::attention_chunk_kernel(opt_.flavor) : nullptr;
+    if (lone_rows && split_lone_rows(base, q, q_tok_stride, q_head_stride, heads, kv_heads, n, scale, out, out_tok_stride, out_head_stride, sel,
+                                     window, sinks, ring))
+        return;
     pool_.parallel_for(static_cast<int64_t>(n) * per_token, [&](int64_t i0, int64_t i1) {
         ops::AttnScratch scratch;
         std::vector<uint8_t> visible, gathered;
@@ -188,6 +191,71 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             else fn(q + t * q_tok_stride + h * q_head_stride, kv, scale, out + t * out_tok_stride + h * out_head_stride, scratch);
         }
     });
+}
+
+// Lone rows whose every view splits (decode steps at 512 or more cells): llama.cpp's split as work items of one
+// chunk of one kv head, in which all the query heads of that kv head pass over the chunk's keys together (the
+// group chunk kernel: each head's bits as on its own, a long cache read once per group instead of once per head),
+// then each head's chunks merged in order. One chunk per item keeps every thread busy where there is a single kv
+// head (MLA). False (nothing done) where the group kernel is not in use or some row does not split.
+bool Runner::split_lone_rows(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
+                             float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window,
+                             const float* sinks, int ring) {
+    const ops::AttendChunkGroupFn group_chunk = kernels::attention_chunk_group_kernel(opt_.flavor);
+    if (!group_chunk || base.typed() || n > kSplitGroupRows) return false;
+    const bool wrapped = cache_->wrapped(ring, n_past_ + n);
+    const int cache_rows = ring ? ring : opt_.n_ctx, threads = opt_.n_threads, group = heads / kv_heads;
+    std::vector<int> chunk(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) {
+        chunk[t] = ops::split_kv_chunk(wrapped ? ring : n_past_ + t + 1, window ? cache_rows : opt_.n_ctx, threads);
+        if (chunk[t] == 0) return false;
+    }
+    // What each (token, kv head) may see, as the one-by-one path masks it: a selection, else a wrapped ring's
+    // window, else the positions before a window.
+    const int mask_heads = sel && sel->groups > 1 ? kv_heads : 1;
+    std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(n) * mask_heads);
+    for (int t = 0; t < n; ++t)
+        for (int mh = 0; mh < mask_heads; ++mh) {
+            const int pos = n_past_ + t, n_kv = wrapped ? ring : pos + 1;
+            std::vector<uint8_t>& visible = masks[static_cast<size_t>(t) * mask_heads + mh];
+            if (sel) {
+                const int entry = t * sel->groups + (sel->groups > 1 ? mh : 0);
+                const int* items = sel->items + static_cast<size_t>(entry) * sel->stride;
+                visible.assign(static_cast<size_t>(n_kv), 0);
+                for (int s = 0; s < sel->counts[entry]; ++s)
+                    std::fill(visible.begin() + std::min(n_kv, items[s] * sel->span), visible.begin() + std::min(n_kv, (items[s] + 1) * sel->span),
+                              1);
+            } else if (wrapped) {
+                visible.assign(static_cast<size_t>(ring), 0);
+                for (int p = std::max(0, pos - window + 1); p <= pos; ++p) visible[static_cast<size_t>(p % ring)] = 1;
+            } else if (const int first = window > 0 ? std::max(0, n_kv - window) : 0; first > 0) {
+                visible.assign(static_cast<size_t>(n_kv), 1);
+                std::fill_n(visible.begin(), first, 0);
+            }
+        }
+    const size_t row = static_cast<size_t>(base.dv) + 2, per_chunk = static_cast<size_t>(group) * row;
+    split_partials_.resize(static_cast<size_t>(n) * kv_heads * threads * per_chunk);
+    pool_.parallel_for(static_cast<int64_t>(n) * kv_heads * threads, 1, [&](int64_t i0, int64_t i1) {
+        thread_local ops::AttnScratch scratch;
+        for (int64_t i = i0; i < i1; ++i) {
+            const int c = static_cast<int>(i % threads), kvh = static_cast<int>(i / threads % kv_heads), t = static_cast<int>(i / threads / kv_heads);
+            ops::KvView kv = kv_view_head(base, kvh);
+            kv.n_kv = wrapped ? ring : n_past_ + t + 1;
+            kv.sinks = sinks ? sinks + kvh * group : nullptr;
+            const std::vector<uint8_t>& visible = masks[static_cast<size_t>(t) * mask_heads + (mask_heads > 1 ? kvh : 0)];
+            if (!visible.empty()) kv.visible = visible.data();
+            ops::attend_split_chunk_group(q + t * q_tok_stride + kvh * group * q_head_stride, q_head_stride, group, kv, chunk[t], c, scale,
+                                          &split_partials_[static_cast<size_t>(i) * per_chunk], scratch, group_chunk);
+        }
+    });
+    pool_.parallel_for(static_cast<int64_t>(n) * heads, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int t = static_cast<int>(i / heads), h = static_cast<int>(i % heads), kvh = h / group, g = h % group;
+            const float* first = &split_partials_[((static_cast<size_t>(t) * kv_heads + kvh) * threads) * per_chunk + static_cast<size_t>(g) * row];
+            ops::merge_split_partials(first, threads, per_chunk, base.dv, out + t * out_tok_stride + h * out_head_stride);
+        }
+    });
+    return true;
 }
 
 }  // namespace moe

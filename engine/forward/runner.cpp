@@ -95,6 +95,9 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
         if (L.attn == AttentionKind::Mla) kv_f32 = std::max(kv_f32, uint64_t{hp.mla.kv_lora_rank} * 2 + hp.mla.qk_rope);
     }
     total += rows * kv_f32 * 4;
+    // split_partials_: a split step's chunk results, per row (at most kSplitGroupRows), head and thread.
+    const uint64_t heads = std::max(hp.gqa.n_head, hp.mla.n_head), dv = std::max(hp.gqa.head_dim, hp.mla.kv_lora_rank);
+    total += uint64_t{kSplitGroupRows} * heads * static_cast<uint64_t>(std::max(opt.n_threads, 1)) * (dv + 2) * 4;
     total += uint64_t{hp.n_layer} * std::max(hp.moe.n_expert, 1u) * 8;  // routing counters
     for (AttentionKind kind : attention_kinds_of(layout)) total += attention_kind_info(kind).scratch_bytes(layout, opt);
     for (FeedForwardKind kind : feed_forward_kinds_of(layout)) total += feed_forward_kind_info(kind).scratch_bytes(layout, opt);

@@ -206,6 +206,11 @@ private:
     void attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                          float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window = 0,
                          const float* sinks = nullptr, int ring = 0);
+    // attention_heads' split rows through the group chunk kernel, where every row splits (at most kSplitGroupRows).
+    static constexpr int kSplitGroupRows = 16;
+    bool split_lone_rows(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
+                         float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window,
+                         const float* sinks, int ring);
 
     // Layer l's feed-forward kind (layer_unit.h): reads xn_ (n rows), adds its output to x_.
     void feed_forward(uint32_t l, int n) {
@@ -241,6 +246,7 @@ private:
     ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;              // the tiled attention's f32 keys and values of the current batch
+    std::vector<float> split_partials_;      // split_lone_rows' chunk results [row][kv head][chunk][head of it][M, S, acc]
     bool one_by_one_ = false;                // the current eval's Rows
     int n_past_ = 0;                         // the positions the selected sequence (or the segment being computed) holds
     std::vector<int> past_;                  // per sequence

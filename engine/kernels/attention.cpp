@@ -16,6 +16,13 @@ ops::AttendChunkFn attention_chunk_kernel(Flavor f) {
     return ops::attend_chunk(f);
 }
 
+ops::AttendChunkGroupFn attention_chunk_group_kernel(Flavor f) {
+    if (active_table(f).isa == Isa::Avx512)
+        if (const ops::AttendChunkGroupFn wide = attend_chunk_group_f16c(f, true)) return wide;
+    if (active_table(f).isa != Isa::Scalar) return attend_chunk_group_f16c(f);
+    return nullptr;
+}
+
 ops::AttendFn typed_attention_kernel(Flavor f) {
     if (active_table(f).isa != Isa::Scalar) return attend_typed_f16c();
     return ops::attend_typed;

@@ -11,6 +11,8 @@ ops::AttendFn attention_kernel(Flavor f);
 ops::AttendFn tiled_attention_kernel(Flavor f);
 // A chunk of a split one-row view (ops::attend_split): the F16C variant, or the reference's.
 ops::AttendChunkFn attention_chunk_kernel(Flavor f);
+// The same for the query rows that share a view, or nullptr where the reference is in use (rows then one by one).
+ops::AttendChunkGroupFn attention_chunk_group_kernel(Flavor f);
 
 // The reference's float operations with SwiGLU and SiLU on registers where this CPU has AVX2/FMA (the same
 // bits; float_ops_simd.cpp), else the reference's.
@@ -23,7 +25,13 @@ ops::AttendFn typed_attention_kernel(Flavor f);
 ops::AttendFn attend_typed_f16c();
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendChunkFn attend_chunk_f16c(Flavor f);
+// (wide: in 512-bit registers, the same bits; nullptr without AVX-512F)
+ops::AttendChunkGroupFn attend_chunk_group_f16c(Flavor f, bool wide = false);
 ops::AttendFn attend_tiled_f16c(Flavor f);
+// The one-row kernels' expf, eight lanes at a time with libm's bits (libm_expf.h): whether this process's libm
+// gives the same (else the kernels call it), and the lanes themselves, for the tests (AVX2/FMA CPUs only).
+bool libm_expf_lanes_match();
+void libm_expf_for_tests(const float* x, float* y, int n);
 // The tiled path's online-softmax step on registers (ggml::tiled_softmax_step's bits), for the kernel tests.
 ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f);
 // The tiled path for several query rows sharing a view (nullptr for `wide` without AVX-512F).

@@ -12,6 +12,7 @@
 #include "engine/kernels/expf_simd.h"
 #include "engine/kernels/ggml_numerics.h"
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/libm_expf.h"
 #include "engine/kernels/simd_common.h"
 
 namespace moe::kernels {
@@ -58,45 +59,238 @@ float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
     }
 }
 
-// The one-row loop: the keys' scores, the online softmax and the fp16 accumulator (s.acc16), as the reference.
+// The rows of a group (G >= 1 query rows sharing a view) pass over the keys in blocks of up to kKeyBlock visible
+// keys. Per row, the block's scores, then the online softmax's exp arguments in key order (key i raises the
+// running max, and its exp rescales what came before, or not, and its exp weighs its value), all the block's
+// exps at once (libm_expf.h), then the value updates, key by key with the rows interleaved: each row's fp16
+// accumulator is a chain of dependent updates, and the rows' chains overlap. Every row sees exactly the
+// key-by-key loop's operations, so its bits are the reference's.
+constexpr int kKeyBlock = 16;
+struct RowBlock {
+    alignas(32) float sc[kKeyBlock], arg[kKeyBlock], e[kKeyBlock];
+    bool raise[kKeyBlock];
+    // lanes: libm's expf eight at a time (the AVX-512 path; qemu 7.2's AVX2 emulation rounds the lanes' packed
+    // FMA otherwise at times, so the AVX2 path, which the CPU-model tests run emulated, calls libm per key).
+    template <bool Lanes>
+    void exps(int n, float& M) {
+        for (int i = 0; i < n; ++i) {
+            raise[i] = sc[i] > M;
+            arg[i] = raise[i] ? M - sc[i] : sc[i] - M;
+            if (raise[i]) M = sc[i];
+        }
+        if constexpr (Lanes) {
+            for (int i = n; i < kKeyBlock; ++i) arg[i] = 0.f;
+            expf_libm(arg, e, (n + 7) / 8 * 8);
+        } else {
+            for (int i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
+        }
+    }
+};
+
+// acc (fp16) = acc * m, or v * m + acc, eight values per register, as ggml_vec_scale_f16 / ggml_vec_mad_f16.
+inline void scale_f16_256(uint16_t* acc, float m, int n) {
+    int d = 0;
+    const __m256 mv = _mm256_set1_ps(m);
+    for (; d + 8 <= n; d += 8) {
+        const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, mv), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; ++d) acc[d] = f2h(h2f(acc[d]) * m);
+}
+inline void mad_f16_256(uint16_t* acc, const uint16_t* v, float m, int n) {
+    int d = 0;
+    const __m256 mv = _mm256_set1_ps(m);
+    for (; d + 8 <= n; d += 8) {
+        const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
+        const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + d)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, mv, a), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; ++d) acc[d] = f2h(std::fma(h2f(v[d]), m, h2f(acc[d])));
+}
+
+// One block for all rows: per row the block's scores and exps, then the value updates key by key with the rows
+// interleaved.
 template <Flavor F>
+void group_block_256(const uint16_t* q16, int G, const ops::KvView& kv, const int* idx, int n, float scale, float* M, float* S, uint16_t* acc16,
+                     RowBlock* rows) {
+    const int dk = kv.dk, dv = kv.dv;
+    for (int g = 0; g < G; ++g) {
+        RowBlock& b = rows[g];
+        for (int i = 0; i < n; ++i)
+            b.sc[i] = dot_f16_vec_order<F>(kv.k + static_cast<size_t>(idx[i]) * kv.k_stride, q16 + static_cast<size_t>(g) * dk, dk) * scale +
+                      0.0f;  // + the mask's zero
+        b.exps<false>(n, M[g]);
+    }
+    for (int i = 0; i < n; ++i) {
+        const uint16_t* vj = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride;
+        for (int g = 0; g < G; ++g) {
+            const RowBlock& b = rows[g];
+            const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
+            uint16_t* acc = acc16 + static_cast<size_t>(g) * dv;
+            if (b.raise[i]) scale_f16_256(acc, ms, dv);
+            mad_f16_256(acc, vj, vs, dv);
+            S[g] = std::fma(S[g], ms, vs);  // contracted, as GCC builds ggml
+        }
+    }
+}
+
+// The same in 512-bit registers (AVX-512 CPUs, by function target): the value updates are elementwise, and the
+// AVX-512 build's dot keeps its sixteen-lane accumulators in one register each, so the bits do not change.
+// acc (fp16) = acc * m: sixteen values per register, then eight, then one.
+__attribute__((target("avx512f"), always_inline)) inline void scale_f16_512(uint16_t* acc, float m, int n) {
+    int d = 0;
+    const __m512 mv = _mm512_set1_ps(m);
+    for (; d + 16 <= n; d += 16) {
+        const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + d)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + d), _mm512_cvtps_ph(_mm512_mul_ps(a, mv), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d + 8 <= n; d += 8) {
+        const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, _mm256_set1_ps(m)), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; ++d) acc[d] = f2h(h2f(acc[d]) * m);
+}
+// ggml_vec_dot_f16's order over rows already converted to f32 (the same values, so the same bits): the
+// AVX-512 build's four sixteen-lane accumulators, or the AVX2 build's four of eight over 32-value steps.
+template <Flavor F>
+__attribute__((target("avx512f"), always_inline)) inline float dot_f32_in_f16_order(const float* x, const float* y, int n) {
+    double s;
+    int np;
+    if constexpr (F == Flavor::Avx512) {
+        __m512 acc[4];
+        for (auto& a : acc) a = _mm512_setzero_ps();
+        np = n & ~63;
+        for (int i = 0; i < np; i += 64)
+            for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), _mm512_loadu_ps(y + i + 16 * j), acc[j]);
+        acc[0] = _mm512_add_ps(acc[0], acc[2]);
+        acc[1] = _mm512_add_ps(acc[1], acc[3]);
+        acc[0] = _mm512_add_ps(acc[0], acc[1]);
+        const __m256 lo = _mm512_castps512_ps256(acc[0]), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1));
+        s = hsum_float_8(_mm256_add_ps(hi, lo));
+    } else {
+        __m256 acc[4];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        np = n & ~31;
+        for (int i = 0; i < np; i += 32)
+            for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
+        acc[0] = _mm256_add_ps(acc[0], acc[2]);
+        acc[1] = _mm256_add_ps(acc[1], acc[3]);
+        const __m256 v = _mm256_add_ps(acc[0], acc[1]);
+        const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        const __m128 t1 = _mm_hadd_ps(t0, t0);
+        s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    }
+    for (int i = np; i < n; ++i) s += static_cast<double>(x[i] * y[i]);
+    return static_cast<float>(s);
+}
+
+// acc (fp16) = v * m + acc with v already in f32.
+__attribute__((target("avx512f"), always_inline)) inline void mad_f32_into_f16_512(uint16_t* acc, const float* v, float m, int n) {
+    int d = 0;
+    const __m512 mv = _mm512_set1_ps(m);
+    for (; d + 16 <= n; d += 16) {
+        const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + d)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + d),
+                            _mm512_cvtps_ph(_mm512_fmadd_ps(_mm512_loadu_ps(v + d), mv, a), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; ++d) acc[d] = f2h(std::fma(v[d], m, h2f(acc[d])));
+}
+
+__attribute__((target("avx512f"), always_inline)) inline void f16_to_f32_512(const uint16_t* h, float* f, int n) {
+    int d = 0;
+    for (; d + 16 <= n; d += 16) _mm512_storeu_ps(f + d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + d))));
+    for (; d < n; ++d) f[d] = h2f(h[d]);
+}
+
+// The 512-bit block: the block's keys and values converted to f32 once for all rows (exact), the queries given
+// in f32 (qf, G x dk), then as group_block_256.
+template <Flavor F>
+__attribute__((target("avx512f"))) void group_block_512(const float* qf, int G, const ops::KvView& kv, const int* idx, int n, float scale, float* M,
+                                                        float* S, uint16_t* acc16, RowBlock* rows, float* kf, float* vf) {
+    const int dk = kv.dk, dv = kv.dv;
+    for (int i = 0; i < n; ++i) {
+        f16_to_f32_512(kv.k + static_cast<size_t>(idx[i]) * kv.k_stride, kf + static_cast<size_t>(i) * dk, dk);
+        f16_to_f32_512(kv.v + static_cast<size_t>(idx[i]) * kv.v_stride, vf + static_cast<size_t>(i) * dv, dv);
+    }
+    for (int g = 0; g < G; ++g) {
+        RowBlock& b = rows[g];
+        for (int i = 0; i < n; ++i)
+            b.sc[i] = dot_f32_in_f16_order<F>(kf + static_cast<size_t>(i) * dk, qf + static_cast<size_t>(g) * dk, dk) * scale +
+                      0.0f;  // + the mask's zero
+        b.exps<true>(n, M[g]);
+    }
+    for (int i = 0; i < n; ++i) {
+        const float* vj = vf + static_cast<size_t>(i) * dv;
+        for (int g = 0; g < G; ++g) {
+            const RowBlock& b = rows[g];
+            const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
+            uint16_t* acc = acc16 + static_cast<size_t>(g) * dv;
+            if (b.raise[i]) scale_f16_512(acc, ms, dv);
+            mad_f32_into_f16_512(acc, vj, vs, dv);
+            S[g] = std::fma(S[g], ms, vs);  // contracted, as GCC builds ggml
+        }
+    }
+}
+
+// The G rows (queries q16, G x dk fp16) over keys [0, kv.n_kv), masked ones skipped; M, S and the fp16
+// accumulators (G x dv) carried in and out.
+template <Flavor F, bool Wide>
+void group_keys(const uint16_t* q16, int G, const ops::KvView& kv, float scale, float* M, float* S, uint16_t* acc16) {
+    thread_local std::vector<RowBlock> rows;
+    thread_local std::vector<float> qf, kf, vf;
+    if (rows.size() < static_cast<size_t>(G)) rows.resize(static_cast<size_t>(G));
+    if constexpr (Wide) {
+        qf.resize(static_cast<size_t>(G) * kv.dk);
+        for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
+        kf.resize(static_cast<size_t>(kKeyBlock) * kv.dk);
+        vf.resize(static_cast<size_t>(kKeyBlock) * kv.dv);
+    }
+    int idx[kKeyBlock];
+    for (int j = 0; j < kv.n_kv;) {
+        int n = 0;
+        for (; j < kv.n_kv && n < kKeyBlock; ++j)
+            if (!kv.visible || kv.visible[j]) idx[n++] = j;
+        if (n == 0) continue;
+        if constexpr (Wide) group_block_512<F>(qf.data(), G, kv, idx, n, scale, M, S, acc16, rows.data(), kf.data(), vf.data());
+        else group_block_256<F>(q16, G, kv, idx, n, scale, M, S, acc16, rows.data());
+    }
+}
+
+// The one-row loop: the keys' scores, the online softmax and the fp16 accumulator (s.acc16), as the reference.
+template <Flavor F, bool Wide = false>
 void attend_f16c_loop(const float* q, const ops::KvView& kv, float scale, float& M, float& S, ops::AttnScratch& s) {
     const int dk = kv.dk, dv = kv.dv;
     s.q16.resize(static_cast<size_t>(dk));
     s.acc16.assign(static_cast<size_t>(dv), 0);
     for (int d = 0; d < dk; ++d) s.q16[d] = f2h(q[d]);
     M = kNegInf, S = 0.f;
-    uint16_t* acc = s.acc16.data();
-    for (int j = 0; j < kv.n_kv; ++j) {
-        if (kv.visible && !kv.visible[j]) continue;
-        const uint16_t* kj = kv.k + static_cast<size_t>(j) * kv.k_stride;
-        const uint16_t* vj = kv.v + static_cast<size_t>(j) * kv.v_stride;
-        float sc = dot_f16_vec_order<F>(kj, s.q16.data(), dk) * scale;
-        sc += 0.0f;  // the mask's zero
-        float ms = 1.f, vs = 1.f;
-        int d = 0;
-        if (sc > M) {
-            const float m_old = M;
-            M = sc;
-            ms = std::exp(m_old - M);
-            const __m256 msv = _mm256_set1_ps(ms);
-            for (; d + 8 <= dv; d += 8) {
-                __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
-            }
-            for (; d < dv; ++d) acc[d] = f2h(h2f(acc[d]) * ms);
-        } else {
-            vs = std::exp(sc - M);
+    group_keys<F, Wide>(s.q16.data(), 1, kv, scale, &M, &S, s.acc16.data());
+}
+
+// The chunk kernel for the G query rows that share a view (the heads of one kv head, or all of MLA's): a long
+// cache is read from memory once per group instead of once per row, and the rows' update chains overlap.
+// Row g's query at q + g * q_stride; its M, S and f32 accumulator in M[g], S[g], acc_out + g * dv; sinks[g].
+template <Flavor F, bool Wide>
+void attend_chunk_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* M, float* S, float* acc_out,
+                                  ops::AttnScratch& s) {
+    const int dk = kv.dk, dv = kv.dv;
+    s.q16.resize(static_cast<size_t>(G) * dk);
+    s.acc16.assign(static_cast<size_t>(G) * dv, 0);
+    for (int g = 0; g < G; ++g) {
+        for (int d = 0; d < dk; ++d) s.q16[static_cast<size_t>(g) * dk + d] = f2h(q[g * q_stride + d]);
+        M[g] = kNegInf, S[g] = 0.f;
+    }
+    group_keys<F, Wide>(s.q16.data(), G, kv, scale, M, S, s.acc16.data());
+    for (int g = 0; g < G; ++g) {
+        float* acc = acc_out + static_cast<size_t>(g) * dv;
+        for (int d = 0; d < dv; ++d) acc[d] = h2f(s.acc16[static_cast<size_t>(g) * dv + d]);
+        if (kv.sinks) {  // as the chunk kernel's tail, with row g's sink
+            ops::KvView one = kv;
+            one.sinks = kv.sinks + g;
+            const float sink_scale = ops::apply_sink(one, 0, M[g], S[g]);
+            M[g] = std::max(M[g], one.sinks[0]);
+            for (int d = 0; d < dv; ++d) acc[d] *= sink_scale;
         }
-        const __m256 vsv = _mm256_set1_ps(vs);
-        d = 0;
-        for (; d + 8 <= dv; d += 8) {
-            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
-            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vj + d)));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
-        }
-        for (; d < dv; ++d) acc[d] = f2h(std::fma(h2f(vj[d]), vs, h2f(acc[d])));
-        S = std::fma(S, ms, vs);  // contracted, as GCC builds ggml
     }
 }
 
@@ -599,6 +793,18 @@ ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
 ops::AttendFn attend_f16c(Flavor f) { return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>; }
 ops::AttendChunkFn attend_chunk_f16c(Flavor f) {
     return f == Flavor::Avx512 ? &attend_chunk_f16c_impl<Flavor::Avx512> : &attend_chunk_f16c_impl<Flavor::Avx2>;
+}
+bool libm_expf_lanes_match() { return libm_expf_checked(); }
+void libm_expf_for_tests(const float* x, float* y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf8_lanes(_mm256_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+ops::AttendChunkGroupFn attend_chunk_group_f16c(Flavor f, bool wide) {
+    if (wide && !__builtin_cpu_supports("avx512f")) return nullptr;
+    if (wide) return f == Flavor::Avx512 ? &attend_chunk_group_f16c_impl<Flavor::Avx512, true> : &attend_chunk_group_f16c_impl<Flavor::Avx2, true>;
+    return f == Flavor::Avx512 ? &attend_chunk_group_f16c_impl<Flavor::Avx512, false> : &attend_chunk_group_f16c_impl<Flavor::Avx2, false>;
 }
 
 ops::AttendFn attend_tiled_f16c(Flavor f) {
