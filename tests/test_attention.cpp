@@ -280,11 +280,14 @@ TEST(Attention, GroupChunksGiveEachRowTheSplitBits) {
     if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variants";
     std::mt19937 rng(29);
     std::normal_distribution<float> nd;
-    for (const auto& [dk, dv, latent] : {std::tuple{64, 64, false}, std::tuple{72, 72, false}, std::tuple{96, 64, true}}) {
+    // Value widths with and without a tail of the 512-bit loops (72, 48: 16-lane steps and an 8-lane one), wide
+    // and narrow heads; groups of 1 to 9 rows (the heads of one kv head, MLA's heads).
+    for (const auto& [dk, dv, latent] : {std::tuple{64, 64, false}, std::tuple{72, 72, false}, std::tuple{96, 64, true}, std::tuple{128, 128, false},
+                                         std::tuple{32, 32, false}, std::tuple{48, 48, false}, std::tuple{144, 144, false}}) {
         Cache c(dk, latent ? dk : dv, 900, rng);
         for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
             for (int n : {1, 300, 700, 900}) {
-                for (int G : {1, 3, 4}) {
+                for (int G : {1, 3, 4, 5, 9}) {
                     for (bool masked : {false, true}) {
                         std::vector<float> q(static_cast<size_t>(G) * dk), sinks(static_cast<size_t>(G));
                         for (auto& x : q) x = nd(rng);

@@ -237,6 +237,58 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
     }
 }
 
+// The group form (the query heads of one kv head through one call, the cache read once for all of them) gives every
+// row the scalar reference's bits for that row alone: each type pair, 1 to 9 rows, masks with runs and gaps
+// (blocks of consecutive positions and scattered ones), per-row sinks, a prompt block's causal rows (row r sees
+// n_kv + r / rows_per_position positions), and values narrower than keys (MLA's latent).
+TEST(KvCacheTypes, TypedGroupGivesEachRowTheOneRowBits) {
+    std::mt19937 rng(33);
+    std::normal_distribution<float> nd;
+    const std::pair<GgmlType, GgmlType> pairs[] = {
+        {GgmlType::Q8_0, GgmlType::Q8_0}, {GgmlType::Q4_0, GgmlType::Q4_0}, {GgmlType::Q5_1, GgmlType::Q5_1}, {GgmlType::IQ4_NL, GgmlType::IQ4_NL},
+        {GgmlType::BF16, GgmlType::BF16}, {GgmlType::F32, GgmlType::F32},   {GgmlType::Q8_0, GgmlType::F16},  {GgmlType::F16, GgmlType::Q8_0}};
+    for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
+        const ops::AttendGroupFn group = kernels::typed_attention_group_kernel(f);
+        if (!group) GTEST_SKIP() << "no AVX2/F16C on this CPU: typed rows run one by one";
+        const kernels::KernelTable& ref = kernels::reference_table(f);
+        const kernels::KernelTable& fast = kernels::active_table(f);
+        for (const auto& [kt, vt] : pairs) {
+            for (const auto& [dk, dv] : {std::pair{64, 64}, std::pair{96, 64}}) {
+                for (int n : {1, 70, 300}) {
+                    for (int G : {1, 4, 9}) {
+                        for (int mode : {0, 1, 2, 3}) {  // 0: all visible, 1: scattered mask, 2: sinks, 3: causal prompt rows
+                            const int per_position = mode == 3 ? 2 : 0, span = n + (per_position ? (G - 1) / per_position : 0);
+                            TypedCache c(kt, vt, dk, dv, span, rng, n == 300 ? 8.f : 1.f);
+                            std::vector<uint8_t> visible(static_cast<size_t>(span), 1);
+                            if (mode == 1)
+                                for (int j = 0; j < span; ++j) visible[j] = j % 7 == 3 || (j / 50) % 2 == 1 ? 0 : 1;
+                            std::vector<float> q(static_cast<size_t>(G) * (dk + 3)), sinks(static_cast<size_t>(G)),
+                                out(static_cast<size_t>(G) * (dv + 5)), want(static_cast<size_t>(dv));
+                            for (auto& x : q) x = nd(rng);
+                            for (auto& x : sinks) x = nd(rng);
+                            ops::KvView kv = c.view(fast, mode == 1 ? visible.data() : nullptr);
+                            kv.n_kv = n;
+                            kv.rows_per_position = per_position;
+                            if (mode == 2) kv.sinks = sinks.data(), kv.n_sinks = G;
+                            ops::AttnScratch s1, s2;
+                            group(q.data(), dk + 3, G, kv, 0.125f, out.data(), dv + 5, s1);
+                            for (int g = 0; g < G; ++g) {
+                                ops::KvView one = c.view(ref, mode == 1 ? visible.data() : nullptr);
+                                one.n_kv = n + (per_position ? g / per_position : 0);
+                                if (mode == 2) one.sinks = &sinks[g], one.n_sinks = 1;
+                                ops::attend_typed(q.data() + static_cast<size_t>(g) * (dk + 3), one, 0.125f, want.data(), s2);
+                                ASSERT_EQ(std::memcmp(&out[static_cast<size_t>(g) * (dv + 5)], want.data(), sizeof(float) * dv), 0)
+                                    << kernels::flavor_name(f) << " " << kernels::kv_cache_type_name(kt) << "/" << kernels::kv_cache_type_name(vt)
+                                    << " dk " << dk << " n " << n << " G " << G << " mode " << mode << " row " << g;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(KvCacheTypes, AllMaskedRowGivesZeros) {
     std::mt19937 rng(1);
     TypedCache c(GgmlType::Q8_0, GgmlType::Q4_0, 32, 32, 5, rng, 1.f);

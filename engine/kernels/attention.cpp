@@ -28,6 +28,8 @@ ops::AttendFn typed_attention_kernel(Flavor f) {
     return ops::attend_typed;
 }
 
+ops::AttendGroupFn typed_attention_group_kernel(Flavor f) { return active_table(f).isa != Isa::Scalar ? attend_typed_group_f16c() : nullptr; }
+
 ops::AttendFn tiled_attention_kernel(Flavor f) {
     if (active_table(f).isa == Isa::Avx512)
         if (const ops::AttendFn wide = attend_tiled_avx512(f)) return wide;

@@ -21,8 +21,12 @@ const ops::FloatOps& simd_float_ops(Flavor f);
 // ops::attend_typed (caches of other types) as this CPU runs it best: the F16C/FMA variant, or the reference
 // where the CPU lacks them or MOESTREAM_ISA=scalar.
 ops::AttendFn typed_attention_kernel(Flavor f);
+// The same for the query rows that share a typed view (each row with typed_attention_kernel's bits, the cache read
+// once for all of them), or nullptr where the reference is in use (rows then one by one).
+ops::AttendGroupFn typed_attention_group_kernel(Flavor f);
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
 ops::AttendFn attend_typed_f16c();
+ops::AttendGroupFn attend_typed_group_f16c();
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendChunkFn attend_chunk_f16c(Flavor f);
 // (wide: in 512-bit registers, the same bits; nullptr without AVX-512F)

@@ -353,9 +353,69 @@ inline void v_row_to_f32(GgmlType t, const uint8_t* row, float* out, int n) {
     }
 }
 
+// One visible key's step of one row over a typed cache, as the reference: the online softmax with libm's expf,
+// then the accumulator rescaled where the max rose and the value row added, eight lanes at a time (an fp16 V:
+// fp16 accumulator through F16C with round-to-nearest-even; any other V, already converted to f32 in vr: f32
+// with one FMA per value).
+__attribute__((always_inline)) inline void typed_value_step(float sc, float& M, float& S, bool f16_v, uint16_t* acc16, float* acc, const uint16_t* vh,
+                                                            const float* vr, int dv) {
+    float ms, vs;
+    if (ops::online_softmax_step(sc, M, ms, vs)) {
+        const __m256 msv = _mm256_set1_ps(ms);
+        int d = 0;
+        if (f16_v) {
+            for (; d + 8 <= dv; d += 8) {
+                const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
+            }
+            for (; d < dv; ++d) acc16[d] = f2h(h2f(acc16[d]) * ms);
+        } else {
+            for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), msv));
+            for (; d < dv; ++d) acc[d] *= ms;
+        }
+    }
+    const __m256 vsv = _mm256_set1_ps(vs);
+    int d = 0;
+    if (f16_v) {
+        for (; d + 8 <= dv; d += 8) {
+            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
+            const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vh + d)));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
+        }
+        for (; d < dv; ++d) acc16[d] = f2h(std::fma(h2f(vh[d]), vs, h2f(acc16[d])));
+    } else {
+        for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(vr + d), vsv, _mm256_loadu_ps(acc + d)));
+        for (; d < dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);
+    }
+    S = std::fma(S, ms, vs);
+}
+
+// Value row j of a typed view: the fp16 row itself, or its values in f32 (an f32 row in place, else converted
+// into buf).
+struct TypedValueRow {
+    const uint16_t* h = nullptr;
+    const float* f = nullptr;
+};
+__attribute__((always_inline)) inline TypedValueRow typed_value_row(const ops::KvView& kv, int j, float* buf) {
+    const uint8_t* vj = kv.v_raw + static_cast<size_t>(j) * kv.v_row;
+    if (kv.v_type == GgmlType::F16) return {reinterpret_cast<const uint16_t*>(vj), nullptr};
+    if (kv.v_type == GgmlType::F32) return {nullptr, reinterpret_cast<const float*>(vj)};
+    v_row_to_f32(kv.v_type, vj, buf, kv.dv);
+    return {nullptr, buf};
+}
+
+// A row's output from its accumulator: the sink joined, divided by the sum.
+inline void typed_finish(const ops::KvView& kv, int row, float M, float S, bool f16_v, const uint16_t* acc16, const float* acc, float* out) {
+    const float sink_scale = ops::apply_sink(kv, row, M, S);
+    const float inv = S == 0.f ? 0.f : 1.0f / S;
+    if (f16_v)
+        for (int d = 0; d < kv.dv; ++d) out[d] = h2f(acc16[d]) * sink_scale * inv;
+    else
+        for (int d = 0; d < kv.dv; ++d) out[d] = acc[d] * sink_scale * inv;
+}
+
 // ops::attend_typed with the same operations per value: every score first, through the K type's row kernel (the
-// same bits as its dot per row), then the online softmax with V's updates eight lanes at a time (fp16 through
-// F16C with round-to-nearest-even, f32 with one FMA per value), as the reference does one value at a time.
+// same bits as its dot per row), then the online softmax and V's updates (typed_value_step).
 void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {
     const KernelTable& kt = *kv.table;
     const int slot = type_slot(kv.k_type), dv = kv.dv;
@@ -372,54 +432,69 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
     s.acc16.assign(f16_v ? static_cast<size_t>(dv) : 0, 0);
     s.acc.assign(static_cast<size_t>(dv), 0.f);
     s.kv_block.resize(static_cast<size_t>(dv));
-    uint16_t* acc16 = s.acc16.data();
-    float* acc = s.acc.data();
     float M = kNegInf, S = 0.f;
     for (int j = 0; j < kv.n_kv; ++j) {
         if (kv.visible && !kv.visible[j]) continue;
         float sc = score[j] * scale;
         sc += 0.0f;  // the mask's zero
-        float ms, vs;
-        if (ops::online_softmax_step(sc, M, ms, vs)) {
-            const __m256 msv = _mm256_set1_ps(ms);
-            int d = 0;
-            if (f16_v) {
-                for (; d + 8 <= dv; d += 8) {
-                    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
-                }
-                for (; d < dv; ++d) acc16[d] = f2h(h2f(acc16[d]) * ms);
-            } else {
-                for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), msv));
-                for (; d < dv; ++d) acc[d] *= ms;
-            }
-        }
-        const uint8_t* vj = kv.v_raw + static_cast<size_t>(j) * kv.v_row;
-        const __m256 vsv = _mm256_set1_ps(vs);
-        int d = 0;
-        if (f16_v) {
-            const auto* vh = reinterpret_cast<const uint16_t*>(vj);
-            for (; d + 8 <= dv; d += 8) {
-                const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
-                const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vh + d)));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
-            }
-            for (; d < dv; ++d) acc16[d] = f2h(std::fma(h2f(vh[d]), vs, h2f(acc16[d])));
-        } else {
-            const float* vr = s.kv_block.data();
-            if (kv.v_type == GgmlType::F32) vr = reinterpret_cast<const float*>(vj);
-            else v_row_to_f32(kv.v_type, vj, s.kv_block.data(), dv);
-            for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(vr + d), vsv, _mm256_loadu_ps(acc + d)));
-            for (; d < dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);
-        }
-        S = std::fma(S, ms, vs);
+        const TypedValueRow v = typed_value_row(kv, j, s.kv_block.data());
+        typed_value_step(sc, M, S, f16_v, s.acc16.data(), s.acc.data(), v.h, v.f, dv);
     }
-    const float sink_scale = ops::apply_sink(kv, 0, M, S);
-    const float inv = S == 0.f ? 0.f : 1.0f / S;
-    if (f16_v)
-        for (int d = 0; d < dv; ++d) out[d] = h2f(acc16[d]) * sink_scale * inv;
-    else
-        for (int d = 0; d < dv; ++d) out[d] = acc[d] * sink_scale * inv;
+    typed_finish(kv, 0, M, S, f16_v, s.acc16.data(), s.acc.data(), out);
+}
+
+// attend_typed for the G rows that share a view (the query heads of one kv head; in a prompt's block of tokens,
+// row r sees n_kv + r / rows_per_position positions): the visible keys in blocks of up to kTypedBlock, each
+// block's scores for every row through the K type's row kernel, each value row converted once for all the rows,
+// then each row's step exactly as the one-row kernel takes it. Every row gets that kernel's bits, and the cache is
+// read once per group instead of once per row (at 64k positions a kv head's q8_0 keys and values are 8.5 MiB).
+constexpr int kTypedBlock = 64;
+void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
+                                  ops::AttnScratch& s) {
+    const KernelTable& kt = *kv.table;
+    const int slot = type_slot(kv.k_type), dk = kv.dk, dv = kv.dv;
+    const size_t act = activation_bytes(kv.k_type, dk);
+    const bool f16_v = kv.v_type == GgmlType::F16;
+    s.q_act.resize(static_cast<size_t>(G) * act);
+    for (int g = 0; g < G; ++g) prepare_activations(kv.k_type, q + g * q_stride, s.q_act.data() + static_cast<size_t>(g) * act, dk);
+    s.max_sum.assign(static_cast<size_t>(2) * G, 0.f);
+    float *M = s.max_sum.data(), *S = M + G;
+    std::fill_n(M, G, kNegInf);
+    s.acc16.assign(f16_v ? static_cast<size_t>(G) * dv : 0, 0);
+    s.acc.assign(static_cast<size_t>(G) * dv, 0.f);
+    s.kv_block.resize(static_cast<size_t>(dv));
+    s.scores.resize(static_cast<size_t>(G) * kTypedBlock);
+    // Positions row g sees; the rows' longest view bounds the pass.
+    auto seen = [&](int g) { return kv.rows_per_position > 0 ? kv.n_kv + g / kv.rows_per_position : kv.n_kv; };
+    const int last = seen(G - 1);
+    int idx[kTypedBlock];
+    for (int j = 0; j < last;) {
+        int n = 0;
+        for (; j < last && n < kTypedBlock; ++j)
+            if (!kv.visible || kv.visible[j]) idx[n++] = j;
+        if (n == 0) continue;
+        const bool run = idx[n - 1] - idx[0] == n - 1;  // consecutive positions: one call of the row kernel
+        for (int g = 0; g < G; ++g) {
+            const uint8_t* qa = s.q_act.data() + static_cast<size_t>(g) * act;
+            float* sc = s.scores.data() + static_cast<size_t>(g) * kTypedBlock;
+            if (run && kt.dot_rows[slot]) kt.dot_rows[slot](dk, kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row, kv.k_row, n, qa, sc);
+            else
+                for (int i = 0; i < n; ++i) sc[i] = kt.dot[slot](dk, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
+        }
+        for (int i = 0; i < n; ++i) {
+            const TypedValueRow v = typed_value_row(kv, idx[i], s.kv_block.data());
+            for (int g = 0; g < G; ++g) {
+                if (idx[i] >= seen(g)) continue;
+                float sc = s.scores[static_cast<size_t>(g) * kTypedBlock + i] * scale;
+                sc += 0.0f;  // the mask's zero
+                typed_value_step(sc, M[g], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0),
+                                 s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f, dv);
+            }
+        }
+    }
+    for (int g = 0; g < G; ++g)
+        typed_finish(kv, g, M[g], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0), s.acc.data() + static_cast<size_t>(g) * dv,
+                     out + g * out_stride);
 }
 
 // The reference's tiled path with the same operations per value: the score chains of eight positions run side
@@ -789,6 +864,7 @@ ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
 }
 
 ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
+ops::AttendGroupFn attend_typed_group_f16c() { return &attend_typed_group_f16c_impl; }
 
 ops::AttendFn attend_f16c(Flavor f) { return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>; }
 ops::AttendChunkFn attend_chunk_f16c(Flavor f) {
