@@ -353,14 +353,13 @@ inline void v_row_to_f32(GgmlType t, const uint8_t* row, float* out, int n) {
     }
 }
 
-// One visible key's step of one row over a typed cache, as the reference: the online softmax with libm's expf,
-// then the accumulator rescaled where the max rose and the value row added, eight lanes at a time (an fp16 V:
-// fp16 accumulator through F16C with round-to-nearest-even; any other V, already converted to f32 in vr: f32
-// with one FMA per value).
-__attribute__((always_inline)) inline void typed_value_step(float sc, float& M, float& S, bool f16_v, uint16_t* acc16, float* acc, const uint16_t* vh,
-                                                            const float* vr, int dv) {
-    float ms, vs;
-    if (ops::online_softmax_step(sc, M, ms, vs)) {
+// One visible key's update of one row's accumulator over a typed cache, as the reference, given the online
+// softmax's factors (raise: the max rose, rescale by ms): eight lanes at a time (an fp16 V: fp16 accumulator
+// through F16C with round-to-nearest-even; any other V, already converted to f32 in vr: f32 with one FMA per
+// value).
+__attribute__((always_inline)) inline void typed_value_update(bool raise, float ms, float vs, float& S, bool f16_v, uint16_t* acc16, float* acc,
+                                                              const uint16_t* vh, const float* vr, int dv) {
+    if (raise) {
         const __m256 msv = _mm256_set1_ps(ms);
         int d = 0;
         if (f16_v) {
@@ -388,6 +387,13 @@ __attribute__((always_inline)) inline void typed_value_step(float sc, float& M, 
         for (; d < dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);
     }
     S = std::fma(S, ms, vs);
+}
+// The same with the online softmax's step for score sc first (libm's expf).
+__attribute__((always_inline)) inline void typed_value_step(float sc, float& M, float& S, bool f16_v, uint16_t* acc16, float* acc, const uint16_t* vh,
+                                                            const float* vr, int dv) {
+    float ms, vs;
+    const bool raise = ops::online_softmax_step(sc, M, ms, vs);
+    typed_value_update(raise, ms, vs, S, f16_v, acc16, acc, vh, vr, dv);
 }
 
 // Value row j of a typed view: the fp16 row itself, or its values in f32 (an f32 row in place, else converted
@@ -444,17 +450,21 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
 }
 
 // attend_typed for the G rows that share a view (the query heads of one kv head; in a prompt's block of tokens,
-// row r sees n_kv + r / rows_per_position positions): the visible keys in blocks of up to kTypedBlock, each
-// block's scores for every row through the K type's row kernel, each value row converted once for all the rows,
-// then each row's step exactly as the one-row kernel takes it. Every row gets that kernel's bits, and the cache is
-// read once per group instead of once per row (at 64k positions a kv head's q8_0 keys and values are 8.5 MiB).
-constexpr int kTypedBlock = 64;
+// row r sees n_kv + r / rows_per_position positions): the visible keys in blocks of up to kKeyBlock, each
+// block's scores for every row through the K type's row kernel and then its online-softmax factors (RowBlock:
+// the running max key by key, the exps together, eight lanes at a time with libm's bits where Lanes), each value
+// row converted once for all the rows, each row's accumulator updated as the one-row kernel updates it. Every
+// row gets that kernel's bits, and the cache is read once per group instead of once per row (at 64k positions
+// a kv head's q8_0 keys and values are 8.5 MiB).
+template <bool Lanes>
 void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
                                   ops::AttnScratch& s) {
     const KernelTable& kt = *kv.table;
     const int slot = type_slot(kv.k_type), dk = kv.dk, dv = kv.dv;
     const size_t act = activation_bytes(kv.k_type, dk);
     const bool f16_v = kv.v_type == GgmlType::F16;
+    thread_local std::vector<RowBlock> rows;
+    if (rows.size() < static_cast<size_t>(G)) rows.resize(static_cast<size_t>(G));
     s.q_act.resize(static_cast<size_t>(G) * act);
     for (int g = 0; g < G; ++g) prepare_activations(kv.k_type, q + g * q_stride, s.q_act.data() + static_cast<size_t>(g) * act, dk);
     s.max_sum.assign(static_cast<size_t>(2) * G, 0.f);
@@ -463,32 +473,44 @@ void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const
     s.acc16.assign(f16_v ? static_cast<size_t>(G) * dv : 0, 0);
     s.acc.assign(static_cast<size_t>(G) * dv, 0.f);
     s.kv_block.resize(static_cast<size_t>(dv));
-    s.scores.resize(static_cast<size_t>(G) * kTypedBlock);
     // Positions row g sees; the rows' longest view bounds the pass.
     auto seen = [&](int g) { return kv.rows_per_position > 0 ? kv.n_kv + g / kv.rows_per_position : kv.n_kv; };
     const int last = seen(G - 1);
-    int idx[kTypedBlock];
+    int idx[kKeyBlock];
+    thread_local std::vector<int> row_keys;  // per row: how many of the block's keys it sees (a prefix)
+    row_keys.resize(static_cast<size_t>(G));
     for (int j = 0; j < last;) {
         int n = 0;
-        for (; j < last && n < kTypedBlock; ++j)
+        for (; j < last && n < kKeyBlock; ++j)
             if (!kv.visible || kv.visible[j]) idx[n++] = j;
         if (n == 0) continue;
         const bool run = idx[n - 1] - idx[0] == n - 1;  // consecutive positions: one call of the row kernel
         for (int g = 0; g < G; ++g) {
+            const int limit = seen(g);
+            int m = n;
+            while (m > 0 && idx[m - 1] >= limit) --m;
+            row_keys[g] = m;
+            if (m == 0) continue;
+            RowBlock& b = rows[g];
             const uint8_t* qa = s.q_act.data() + static_cast<size_t>(g) * act;
-            float* sc = s.scores.data() + static_cast<size_t>(g) * kTypedBlock;
-            if (run && kt.dot_rows[slot]) kt.dot_rows[slot](dk, kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row, kv.k_row, n, qa, sc);
+            if (run && kt.dot_rows[slot]) kt.dot_rows[slot](dk, kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row, kv.k_row, m, qa, b.sc);
             else
-                for (int i = 0; i < n; ++i) sc[i] = kt.dot[slot](dk, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
+                for (int i = 0; i < m; ++i) b.sc[i] = kt.dot[slot](dk, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
+            for (int i = 0; i < m; ++i) {
+                b.sc[i] *= scale;
+                b.sc[i] += 0.0f;  // the mask's zero
+            }
+            b.exps<Lanes>(m, M[g]);
         }
         for (int i = 0; i < n; ++i) {
             const TypedValueRow v = typed_value_row(kv, idx[i], s.kv_block.data());
             for (int g = 0; g < G; ++g) {
-                if (idx[i] >= seen(g)) continue;
-                float sc = s.scores[static_cast<size_t>(g) * kTypedBlock + i] * scale;
-                sc += 0.0f;  // the mask's zero
-                typed_value_step(sc, M[g], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0),
-                                 s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f, dv);
+                if (i >= row_keys[g]) continue;
+                const RowBlock& b = rows[g];
+                const bool raise = b.raise[i];
+                typed_value_update(raise, raise ? b.e[i] : 1.f, raise ? 1.f : b.e[i], S[g], f16_v,
+                                   s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0), s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f,
+                                   dv);
             }
         }
     }
@@ -864,7 +886,11 @@ ops::SoftmaxStepFn tiled_softmax_step_f16c(Flavor f) {
 }
 
 ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
-ops::AttendGroupFn attend_typed_group_f16c() { return &attend_typed_group_f16c_impl; }
+// (libm's exps in lanes on AVX-512 CPUs only, as the chunk kernels: qemu's AVX2-only CPU models round the lanes'
+// packed FMA otherwise at times, and those are where the AVX2-only path is tested)
+ops::AttendGroupFn attend_typed_group_f16c() {
+    return __builtin_cpu_supports("avx512f") ? &attend_typed_group_f16c_impl<true> : &attend_typed_group_f16c_impl<false>;
+}
 
 ops::AttendFn attend_f16c(Flavor f) { return f == Flavor::Avx512 ? &attend_f16c_impl<Flavor::Avx512> : &attend_f16c_impl<Flavor::Avx2>; }
 ops::AttendChunkFn attend_chunk_f16c(Flavor f) {

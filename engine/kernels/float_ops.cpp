@@ -400,6 +400,17 @@ AttendChunkFn attend_chunk(Flavor f) { return f == Flavor::Avx512 ? &attend_chun
 
 namespace {
 
+// Chunk c of a split view, keys [j0, j1), as a view of its own: the sink joins the first chunk only.
+KvView split_chunk_view(const KvView& kv, int c, int j0, int j1) {
+    KvView part = kv;
+    part.k += static_cast<size_t>(j0) * kv.k_stride;
+    part.v += static_cast<size_t>(j0) * kv.v_stride;
+    part.n_kv = j1 - j0;
+    if (kv.visible) part.visible = kv.visible + j0;
+    if (c > 0) part.sinks = nullptr;
+    return part;
+}
+
 // attend_split's loop, chunk c covering keys [j0, end_of(c, j0)).
 template <class EndOf>
 void split_and_merge(Flavor f, const float* q, const KvView& kv, int n_chunks, float scale, float* out, AttnScratch& s, AttendChunkFn chunk,
@@ -410,14 +421,8 @@ void split_and_merge(Flavor f, const float* q, const KvView& kv, int n_chunks, f
     int j0 = 0;
     for (int c = 0; c < n_chunks; ++c) {
         const int j1 = end_of(c, j0);
-        KvView part = kv;
-        part.k += static_cast<size_t>(j0) * kv.k_stride;
-        part.v += static_cast<size_t>(j0) * kv.v_stride;
-        part.n_kv = j1 - j0;
-        if (kv.visible) part.visible = kv.visible + j0;
-        if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
         float* p = &partials[static_cast<size_t>(c) * stride];
-        chunk(q, part, scale, p[0], p[1], p + 2, s);
+        chunk(q, split_chunk_view(kv, c, j0, j1), scale, p[0], p[1], p + 2, s);
         j0 = j1;
     }
     merge_split_partials(partials.data(), n_chunks, stride, kv.dv, out);
@@ -448,14 +453,8 @@ MOE_FMA_CLONES void merge_split_partials(const float* partials, int n_chunks, si
 void attend_split_chunk_group(const float* q, int64_t q_stride, int G, const KvView& kv, int chunk, int c, float scale, float* partials,
                               AttnScratch& s, AttendChunkGroupFn fn) {
     const int j0 = std::min(kv.n_kv, c * chunk), j1 = std::min(kv.n_kv, (c + 1) * chunk), dv = kv.dv;
-    KvView part = kv;
-    part.k += static_cast<size_t>(j0) * kv.k_stride;
-    part.v += static_cast<size_t>(j0) * kv.v_stride;
-    part.n_kv = j1 - j0;
-    if (kv.visible) part.visible = kv.visible + j0;
-    if (c > 0) part.sinks = nullptr;  // the sink joins the first chunk only
     std::vector<float> M(static_cast<size_t>(G)), S(static_cast<size_t>(G)), acc(static_cast<size_t>(G) * dv);
-    fn(q, q_stride, G, part, scale, M.data(), S.data(), acc.data(), s);
+    fn(q, q_stride, G, split_chunk_view(kv, c, j0, j1), scale, M.data(), S.data(), acc.data(), s);
     for (int g = 0; g < G; ++g) {
         float* p = partials + static_cast<size_t>(g) * (dv + 2);
         p[0] = M[g], p[1] = S[g];
