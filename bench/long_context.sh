@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Decode speed against context length, beside llama.cpp on the same file: for a GQA model (qwen3moe), an MLA
+# model shaped like GLM-5 (glm-dsa: a 512 + 64 latent, the DSA indexer picking 2,048 keys) and a DeltaNet hybrid
+# (qwen35moe: one full-attention layer in four), with f16 and q8_0 caches, 128 tokens decoded after a prompt of
+# each context length. The question is how much speed a long session loses: each engine's tok/s at depth D over
+# its own tok/s at the shortest depth, and the engine's over llama.cpp's at the same depth.
+#
+#   bench/long_context.sh LLAMA_BENCH [build dir=build] [depths="1024 16384 65536"] [cache types="f16 q8_0"]
+#                         [models="gqa mla deltanet"] [threads=2]
+#
+# LLAMA_BENCH: a llama-bench binary built from llama.cpp's public source (outside this repository; the figures
+# in docs/benchmarks.md name the commit). It runs `-p 0 -n 128 -d D -fa 1 -ctk T -ctv T -r 3` (the depth filled
+# once, restored for the later repetitions); the engine runs `moestream bench --prompt-tokens D --tokens 128`.
+# The two engines alternate per cell, so host noise falls on both. Models are small (a few MB) so that a 64k
+# prompt takes a minute or two on two cores: attention's share of a decoded token is what grows with depth.
+set -euo pipefail
+llama_bench=$(realpath "${1:?LLAMA_BENCH: a llama-bench binary}")
+build=${2:-build}
+depths=${3:-1024 16384 65536}
+types=${4:-f16 q8_0}
+models=${5:-gqa mla deltanet}
+threads=${6:-2}
+bin=$(realpath "$build/moestream")
+work=/var/tmp/moestream-bench/long
+mkdir -p "$work"
+
+common=(--experts 8 --experts-used 2 --ffn 256 --embd 512 --type q8_0 --vocab-builtin --seed 5)
+make_model() {
+  local out=$work/$1.gguf
+  [ -f "$out" ] && return
+  case $1 in
+    gqa) "$bin" mkmodel --arch qwen3moe --layers 4 --heads 8 --kv-heads 2 --head-dim 64 "${common[@]}" --out "$out" ;;
+    mla) "$bin" mkmodel --arch glm-dsa --layers 3 --heads 4 --q-lora 128 --kv-lora 512 --qk-rope 64 --qk-nope 64 --v-head 64 \
+           --indexer-heads 4 --indexer-dim 128 --indexer-top-k 2048 --shared-experts 1 --dense-layers 1 "${common[@]}" --out "$out" ;;
+    deltanet) "$bin" mkmodel --arch qwen35moe --layers 8 --heads 8 --kv-heads 2 --head-dim 64 --shared-experts 1 "${common[@]}" --out "$out" ;;
+    *) echo "long_context: unknown model $1 (gqa, mla, deltanet)" >&2; exit 2 ;;
+  esac > /dev/null
+}
+
+echo "llama.cpp: $llama_bench"
+printf '%-9s %-5s %7s %12s %12s %7s\n' model cache depth "moestream" "llama.cpp" ratio
+for model in $models; do
+  make_model "$model"
+  path=$work/$model.gguf
+  for type in $types; do
+    for depth in $depths; do
+      ours=$("$bin" bench --model "$path" --prompt-tokens "$depth" --tokens 128 -t "$threads" --no-fio --parallel "" --json \
+               -ctk "$type" -ctv "$type" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["gen_tokens_per_s"])')
+      theirs=$("$llama_bench" -m "$path" -p 0 -n 128 -d "$depth" -t "$threads" -fa 1 -ctk "$type" -ctv "$type" -r 3 -o json 2>/dev/null |
+               python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])')
+      python3 -c 'import sys; m,c,d,a,b=sys.argv[1:]; a=float(a); b=float(b); print(f"{m:<9} {c:<5} {int(d):>7} {a:>12.2f} {b:>12.2f} {a/b:>7.2f}")' \
+        "$model" "$type" "$depth" "$ours" "$theirs"
+    done
+  done
+done
