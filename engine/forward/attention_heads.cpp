@@ -72,7 +72,7 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // Tiled: the heads of a kv head go through one call, which reads each key/value tile once for all of them.
     // (ik's attention: its group form, which converts each key block once for all the rows.)
     // (A typed cache, batches of fewer than 4 rows: the group form of its one-row kernel, the same bits per row,
-    // each key and value row read and converted once per group: a 4,096-position q8_0 decode step 1.45x. Larger
+    // each key and value row read and converted once per group: a 4,096-position q8_0 decode step 1.2-1.3x. Larger
     // batches convert their values once anyway, and their rows one by one measured faster than in groups: 2,163
     // vs 2,080 tok/s for a 4,096-token q8_0 prompt.)
     const ops::AttendGroupFn group_fn = tiled          ? attend_tiled_group_
