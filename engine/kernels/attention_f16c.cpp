@@ -359,31 +359,18 @@ inline void v_row_to_f32(GgmlType t, const uint8_t* row, float* out, int n) {
 // value).
 __attribute__((always_inline)) inline void typed_value_update(bool raise, float ms, float vs, float& S, bool f16_v, uint16_t* acc16, float* acc,
                                                               const uint16_t* vh, const float* vr, int dv) {
-    if (raise) {
-        const __m256 msv = _mm256_set1_ps(ms);
+    if (f16_v) {  // ggml_vec_scale_f16 / ggml_vec_mad_f16, as the fp16 caches' kernels above
+        if (raise) scale_f16_256(acc16, ms, dv);
+        mad_f16_256(acc16, vh, vs, dv);
+    } else {
         int d = 0;
-        if (f16_v) {
-            for (; d + 8 <= dv; d += 8) {
-                const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_mul_ps(a, msv), _MM_FROUND_TO_NEAREST_INT));
-            }
-            for (; d < dv; ++d) acc16[d] = f2h(h2f(acc16[d]) * ms);
-        } else {
+        if (raise) {
+            const __m256 msv = _mm256_set1_ps(ms);
             for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), msv));
             for (; d < dv; ++d) acc[d] *= ms;
         }
-    }
-    const __m256 vsv = _mm256_set1_ps(vs);
-    int d = 0;
-    if (f16_v) {
-        for (; d + 8 <= dv; d += 8) {
-            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc16 + d)));
-            const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vh + d)));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(acc16 + d), _mm256_cvtps_ph(_mm256_fmadd_ps(x, vsv, a), _MM_FROUND_TO_NEAREST_INT));
-        }
-        for (; d < dv; ++d) acc16[d] = f2h(std::fma(h2f(vh[d]), vs, h2f(acc16[d])));
-    } else {
-        for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(vr + d), vsv, _mm256_loadu_ps(acc + d)));
+        const __m256 vsv = _mm256_set1_ps(vs);
+        for (d = 0; d + 8 <= dv; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(vr + d), vsv, _mm256_loadu_ps(acc + d)));
         for (; d < dv; ++d) acc[d] = std::fma(vr[d], vs, acc[d]);
     }
     S = std::fma(S, ms, vs);
