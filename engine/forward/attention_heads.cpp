@@ -15,6 +15,13 @@ namespace moe {
 void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_tok_stride, int64_t q_head_stride, int heads, int kv_heads, int n,
                              float scale, float* out, int64_t out_tok_stride, int64_t out_head_stride, const KeySelection* sel, int window,
                              const float* sinks, int ring) {
+    // An f32 K or V as llama.cpp attends it: cast to f16 first (then, with no quantized part, an f16 cache's paths).
+    if (has_f32_part(base) && !fops_.ik) {
+        const int rows = cache_->wrapped(ring, n_past_ + n) ? ring : n_past_ + n;
+        const ops::KvView cast = cast_f32_parts_to_f16(base, rows, kv_heads * base.dk, kv_heads * base.dv, kv_cast_, &pool_);
+        return attention_heads(cast, q, q_tok_stride, q_head_stride, heads, kv_heads, n, scale, out, out_tok_stride, out_head_stride, sel, window,
+                               sinks, ring);
+    }
     // As llama.cpp for a batch of n query rows (ik's attention has one path for all); caches of other types
     // always take flash attention's one-row path there.
     const bool tiled = !fops_.ik && !base.typed() && ops::tiled_attention(opt_.flavor, kernel_rows(n), base.dv);

@@ -42,7 +42,10 @@ void dense(const Context& c, const Tensor& t, const float* x, float* out) {
     matvec(c, t.data, t.type, t.row_bytes, t.ne1, t.ne0, x, out, c.batch.n_tok, c.batch.index);
 }
 
-void attend(const Context& c, const ops::KvView& kv, const float* q, float scale, float* out, bool whole_view) {
+void attend(const Context& c, const ops::KvView& kv_in, const float* q, float scale, float* out, bool whole_view) {
+    // (an f32 K or V cast to f16 first, as llama.cpp's graph does before its flash attention)
+    std::vector<uint16_t> cast;
+    const ops::KvView kv = c.fops.ik ? kv_in : cast_f32_parts_to_f16(kv_in, kv_in.n_kv, kv_in.dk, kv_in.dv, cast);
     ops::AttnScratch scratch;
     const bool tiled = ops::tiled_attention(c.fops.flavor, c.batch.n_tok, kv.dv);
     const bool lone_row = c.batch.n_tok == 1 && !c.fops.ik && !kv.typed() && whole_view && kv.n_kv == c.pos + 1;

@@ -95,6 +95,8 @@ uint64_t Runner::working_bytes(const Model& layout, const RunnerOptions& opt) {
         if (L.attn == AttentionKind::Mla) kv_f32 = std::max(kv_f32, uint64_t{hp.mla.kv_lora_rank} * 2 + hp.mla.qk_rope);
     }
     total += rows * kv_f32 * 4;
+    // kv_cast_: an f32 cache's layer in f16 for its attention, n_ctx positions.
+    if (opt.cache_type_k == GgmlType::F32 || opt.cache_type_v == GgmlType::F32) total += rows * kv_f32 * 2;
     // split_partials_: a split step's chunk results, per row (at most kSplitGroupRows), head and thread.
     const uint64_t heads = std::max(hp.gqa.n_head, hp.mla.n_head), dv = std::max(hp.gqa.head_dim, hp.mla.kv_lora_rank);
     total += uint64_t{kSplitGroupRows} * heads * static_cast<uint64_t>(std::max(opt.n_threads, 1)) * (dv + 2) * 4;

@@ -246,6 +246,7 @@ private:
     ops::AttendFn attend_, attend_typed_, attend_tiled_;
     ops::AttendGroupFn attend_tiled_group_;  // null where the reference kernels are in use
     std::vector<float> kv_f32_;              // the tiled attention's f32 keys and values of the current batch
+    std::vector<uint16_t> kv_cast_;          // an f32 cache's layer cast to f16 for attention (as llama.cpp's graph)
     std::vector<float> split_partials_;      // split_lone_rows' chunk results [row][kv head][chunk][head of it][M, S, acc]
     bool one_by_one_ = false;                // the current eval's Rows
     int n_past_ = 0;                         // the positions the selected sequence (or the segment being computed) holds

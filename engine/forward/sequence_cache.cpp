@@ -7,6 +7,7 @@
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/kv_cache_types.h"
 #include "engine/model/cache_shape.h"
+#include "engine/runtime/thread_pool.h"
 
 namespace moe {
 
@@ -183,6 +184,36 @@ ops::KvView kv_view_head(const ops::KvView& base, int h) {
         kv.v += static_cast<size_t>(h) * base.dv;
     }
     return kv;
+}
+
+bool has_f32_part(const ops::KvView& view) { return view.typed() && (view.k_type == GgmlType::F32 || view.v_type == GgmlType::F32); }
+
+ops::KvView cast_f32_parts_to_f16(const ops::KvView& view, int rows, int k_width, int v_width, std::vector<uint16_t>& buf, ThreadPool* pool) {
+    if (!has_f32_part(view)) return view;
+    const bool latent = view.v_raw == view.k_raw;  // MLA: values inside the K rows
+    const bool cast_k = view.k_type == GgmlType::F32, cast_v = !latent && view.v_type == GgmlType::F32;
+    const size_t k_len = cast_k ? static_cast<size_t>(rows) * k_width : 0, v_len = cast_v ? static_cast<size_t>(rows) * v_width : 0;
+    if (buf.size() < k_len + v_len) buf.resize(k_len + v_len);
+    uint16_t* k16 = buf.data();
+    uint16_t* v16 = buf.data() + k_len;
+    auto convert = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            if (cast_k) kernels::store_kv_row(GgmlType::F16, reinterpret_cast<const float*>(view.k_raw + r * view.k_row), k16 + r * k_width, k_width);
+            if (cast_v) kernels::store_kv_row(GgmlType::F16, reinterpret_cast<const float*>(view.v_raw + r * view.v_row), v16 + r * v_width, v_width);
+        }
+    };
+    if (pool) pool->parallel_for(rows, convert);
+    else convert(0, rows);
+    ops::KvView out = view;
+    if (cast_k) out.k_raw = reinterpret_cast<const uint8_t*>(k16), out.k_row = static_cast<size_t>(k_width) * 2, out.k_type = GgmlType::F16;
+    if (latent) out.v_raw = out.k_raw, out.v_row = out.k_row, out.v_type = out.k_type;
+    else if (cast_v) out.v_raw = reinterpret_cast<const uint8_t*>(v16), out.v_row = static_cast<size_t>(v_width) * 2, out.v_type = GgmlType::F16;
+    if (out.k_type != GgmlType::F16 || out.v_type != GgmlType::F16) return out;  // the other part quantized: a typed view
+    ops::KvView f16 = out;
+    f16.k_raw = f16.v_raw = nullptr;
+    f16.k = reinterpret_cast<const uint16_t*>(out.k_raw), f16.v = reinterpret_cast<const uint16_t*>(out.v_raw);
+    f16.k_stride = out.k_row / 2, f16.v_stride = out.v_row / 2;
+    return f16;
 }
 
 ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf) {

@@ -21,6 +21,8 @@
 
 namespace moe {
 
+class ThreadPool;
+
 // Why a model cannot keep its cache in these types (one line naming the type and the reason), or "" if it can:
 // llama.cpp's rules (MLA keeps V inside K, so K and V must agree; a quantized type's block must divide the head).
 std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types);
@@ -82,6 +84,13 @@ struct SequenceCache {
 
 // The view of kv head h within a view's rows (h * dk keys and h * dv values in).
 ops::KvView kv_view_head(const ops::KvView& base, int h);
+// llama.cpp casts an f32 K or V to f16 before its flash attention (build_attn_mha), so an f32 cache is attended
+// with an f16 cache's bits: the view with its f32 part(s) converted for positions [0, rows), k_width and v_width
+// values of each row (all kv heads of a layer's view, dk and dv of one head's), into `buf`; an fp16 view where no
+// part is quantized. MLA's values (the leading part of each K row) follow the converted keys. Where the view has
+// no f32 part, the view itself. With `pool`, the rows are converted over its threads.
+bool has_f32_part(const ops::KvView& view);
+ops::KvView cast_f32_parts_to_f16(const ops::KvView& view, int rows, int k_width, int v_width, std::vector<uint16_t>& buf, ThreadPool* pool = nullptr);
 // A one-row view of the positions [items[i] * span, (items[i] + 1) * span) below head.n_kv, i = 0..count-1 in
 // that order, their keys and values copied from `head` into `buf` (llama.cpp's get_rows before an attention).
 ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf);
