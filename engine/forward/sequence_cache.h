@@ -90,7 +90,8 @@ ops::KvView kv_view_head(const ops::KvView& base, int h);
 // part is quantized. MLA's values (the leading part of each K row) follow the converted keys. Where the view has
 // no f32 part, the view itself. With `pool`, the rows are converted over its threads.
 bool has_f32_part(const ops::KvView& view);
-ops::KvView cast_f32_parts_to_f16(const ops::KvView& view, int rows, int k_width, int v_width, std::vector<uint16_t>& buf, ThreadPool* pool = nullptr);
+ops::KvView cast_f32_parts_to_f16(const ops::KvView& view, int rows, int k_width, int v_width, std::vector<uint16_t>& buf,
+                                  ThreadPool* pool = nullptr);
 // A one-row view of the positions [items[i] * span, (items[i] + 1) * span) below head.n_kv, i = 0..count-1 in
 // that order, their keys and values copied from `head` into `buf` (llama.cpp's get_rows before an attention).
 ops::KvView gather_positions(const ops::KvView& head, const int* items, int count, int span, std::vector<uint8_t>& buf);
