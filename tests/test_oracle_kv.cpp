@@ -147,7 +147,9 @@ INSTANTIATE_TEST_SUITE_P(Peer, PeerLongKv,
                                            LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f32", "f32"},
                                            LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f16", "f16"},
                                            LongPeerCase{"shared-deepseek2-spm-s64-F16", "f32", "f32"},
-                                           LongPeerCase{"shared-deepseek2-spm-s64-F16", "f16", "f16"}),
+                                           LongPeerCase{"shared-deepseek2-spm-s64-F16", "f16", "f16"},
+                                           LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "q8_0"}, LongPeerCase{"shared-qwen-s64-Q8_0", "q4_0", "q4_0"},
+                                           LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0"}),
                          [](const auto& info) { return test::test_name(info.param.model + "_" + info.param.k + "_" + info.param.v); });
 
 }  // namespace
