@@ -121,7 +121,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         const GgufModel header = open_gguf_model(model_path);
         const int max_slots = slot_counts.empty() ? 0 : *std::max_element(slot_counts.begin(), slot_counts.end());
         if (max_slots > 0)
-            beside += engine_working_bytes(header, n_ctx, max_slots, threads) - kProcessBaseBytes +
+            beside += engine_working_bytes(header, n_ctx, max_slots, threads, kv_types) - kProcessBaseBytes +
                       model_facts(header).kv_bytes(n_ctx, kv_types) * static_cast<uint64_t>(max_slots);
         if (!no_fio) beside += static_cast<uint64_t>(ef.io_depth) * parse_bytes("--read-size", ef.read_size) + kFioBaseBytes;
         if (vm.count("cache-fraction")) {
@@ -129,7 +129,8 @@ int cmd_bench(const std::vector<std::string>& args) {
             if (!(cache_fraction > 0 && cache_fraction < 1))
                 throw CliError("--cache-fraction " + std::to_string(cache_fraction) + " is not in (0, 1)");
             const ModelFacts f = model_facts(header);
-            ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx, kv_types) + engine_working_bytes(header, n_ctx, 1, threads) + beside +
+            ef.ram_budget = std::to_string(f.resident_bytes + f.kv_bytes(n_ctx, kv_types) +
+                                           engine_working_bytes(header, n_ctx, 1, threads, kv_types) + beside +
                                            static_cast<uint64_t>(cache_fraction * static_cast<double>(f.expert_bytes)));
         }
     }

@@ -171,18 +171,18 @@ PlanOptions options_from(const Plan& p) {
 
 Plan plan_or_cli_error(const HostFacts& h, const ModelFacts& m, const PlanOptions& given) {
     PlanOptions o = given;
+    const auto types = kernels::KvCacheTypes{kernels::parse_kv_cache_type(o.cache_type_k).value_or(GgmlType::F16),
+                                             kernels::parse_kv_cache_type(o.cache_type_v).value_or(GgmlType::F16)};
     // What the engine will keep out of the budget for itself (load_engine), from the file's layout.
     // Counted for every physical core (the planner gives the engine at most that many threads), or --threads.
     if (o.target == "engine") {
         int threads = std::max(1, h.cpu.physical_cores.value.value_or(static_cast<int>(h.cpu.first_thread_per_core.size())));
         if (o.threads) threads = std::clamp(*o.threads, 1, threads);
-        o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel, threads);
+        o.engine_working_bytes = engine_working_bytes_or_base(o.model_path, o.n_ctx, o.parallel, threads, types);
     }
     if (o.draft == "mtp") {
         try {
             const GgufModel file = open_gguf_model(o.model_path);
-            const auto types = kernels::KvCacheTypes{kernels::parse_kv_cache_type(o.cache_type_k).value_or(GgmlType::F16),
-                                                     kernels::parse_kv_cache_type(o.cache_type_v).value_or(GgmlType::F16)};
             o.draft_block_bytes = draft_block_bytes(file, m, o.n_ctx, o.parallel, types);
         } catch (const std::exception&) { o.draft_block_bytes = 0; }  // make_plan says why it cannot draft
     }

@@ -171,11 +171,12 @@ ExpertSourceFactory streaming_experts(StreamingOptions so, const std::string& st
     };
 }
 
-uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq, int n_threads) {
+uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq, int n_threads, kernels::KvCacheTypes kv_types) {
     RunnerOptions ro;
     ro.n_ctx = static_cast<int>(n_ctx);
     ro.n_seq = n_seq;
     ro.n_threads = std::max(n_threads, 1);
+    ro.cache_type_k = kv_types.k, ro.cache_type_v = kv_types.v;
     return Runner::working_bytes(*load_model_layout(file), ro) + kProcessBaseBytes;
 }
 
@@ -190,9 +191,9 @@ uint64_t draft_block_bytes(const GgufModel& file, const ModelFacts& facts, uint3
            Runner::hidden_sink_bytes(*layout, ro);
 }
 
-uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq, int n_threads) {
+uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq, int n_threads, kernels::KvCacheTypes kv_types) {
     try {
-        return engine_working_bytes(open_gguf_model(path), n_ctx, n_seq, n_threads);
+        return engine_working_bytes(open_gguf_model(path), n_ctx, n_seq, n_threads, kv_types);
     } catch (const std::exception&) { return kProcessBaseBytes; }
 }
 
@@ -242,7 +243,7 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
         // runner of its own (scratch of the trunk's shape at most) and the trunk's hidden rows handed to it.
         const uint64_t mtp = f.load_mtp ? draft_block_bytes(le.file, facts, n_ctx, n_seq, le.kv_types) : 0;
         // The engine's own allocations come out of the budget too: a cgroup capped at it must not OOM-kill us.
-        const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq, f.threads) + extra_bytes + mtp;
+        const uint64_t working = engine_working_bytes(le.file, n_ctx, n_seq, f.threads, le.kv_types) + extra_bytes + mtp;
         if (budget <= facts.resident_bytes + kv + working)
             throw CliError("--ram-budget " + human_bytes(static_cast<double>(budget)) + " is below the resident weights (" +
                            human_bytes(static_cast<double>(facts.resident_bytes)) + ") plus the KV cache (" + human_bytes(static_cast<double>(kv)) +

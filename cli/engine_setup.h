@@ -74,12 +74,13 @@ struct LoadedEngine {
 // What the process allocates besides weights, KV and the expert cache, from the file's layout: the runner's
 // activations, scratch and logits (Runner::working_bytes) plus kProcessBaseBytes.
 constexpr uint64_t kProcessBaseBytes = 24ull << 20;  // code, libraries, heap, tokenizer, thread stacks, I/O rings
-uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq, int n_threads = 2);
+// (kv_types: an f32 cache adds the f16 copy its attention reads, Runner::working_bytes)
+uint64_t engine_working_bytes(const GgufModel& file, uint32_t n_ctx, int n_seq, int n_threads = 2, kernels::KvCacheTypes kv_types = {});
 // --draft mtp's NextN block in RAM: its weights and experts, a layer's share of the KV caches, its runner and the
 // trunk's hidden rows handed to it; 0 where the file has no block the engine runs.
 uint64_t draft_block_bytes(const GgufModel& file, const ModelFacts& facts, uint32_t n_ctx, int n_seq, kernels::KvCacheTypes kv_types);
 // The same for plan and check, which read files the engine may not load: kProcessBaseBytes then (they say why).
-uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq, int n_threads = 2);
+uint64_t engine_working_bytes_or_base(const std::string& path, uint32_t n_ctx, int n_seq, int n_threads = 2, kernels::KvCacheTypes kv_types = {});
 
 // Throws CliError for an unusable budget (naming the minimum), ModelError/GgufError for bad files.
 // n_seq: sequences (server slots) whose KV caches come out of --ram-budget. extra_bytes: what else the command

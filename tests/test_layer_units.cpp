@@ -41,19 +41,19 @@ uint64_t heap_in_use() {
     return mi.uordblks + mi.hblkhd;
 }
 
-class RunnerMemory : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
+// (cache: the KV cache's type for K and V; an f32 one adds the f16 copy its attention reads.) Returns the heap the
+// runner holds beyond its caches and checkpoints, and what Runner::working_bytes counts for it.
+std::pair<uint64_t, uint64_t> check_runner_memory(const std::string& arch, GgmlType cache) {
     test::TempDir dir;
-    const std::string arch = GetParam(), path = dir / (arch + ".gguf");
+    const std::string path = dir / (arch + ".gguf");
     std::vector<std::string> args = {"mkmodel", "--arch",     arch, "--layers",        "4",      "--embd",    "128",   "--heads",
                                      "4",       "--kv-heads", "2",  "--head-dim",      "32",     "--experts", "8",     "--experts-used",
                                      "2",       "--ffn",      "96", "--vocab-builtin", "--seed", "3",         "--out", path};
     if (arch == "glm-dsa") args.insert(args.end(), {"--indexer-top-k", "4", "--indexer-types", "1010"});
-    ASSERT_EQ(cli::dispatch(args), 0);
+    EXPECT_EQ(cli::dispatch(args), 0);
     const GgufModel file = open_gguf_model(path);
     auto model = load_model(file);
-    const RunnerOptions opt{.n_ctx = 2048, .n_threads = 2, .n_batch = 64, .n_seq = 2};
+    const RunnerOptions opt{.n_ctx = 2048, .n_threads = 2, .n_batch = 64, .n_seq = 2, .cache_type_k = cache, .cache_type_v = cache};
     malloc_trim(0);
 
     // Each kind's unit allocates what its registration counts (no vector left out of its list; the feed-forward
@@ -69,7 +69,7 @@ TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
     };
     for (AttentionKind kind : attention_kinds_of(*model)) check_unit(attention_kind_info(kind), 0.5);
     for (FeedForwardKind kind : feed_forward_kinds_of(*model)) check_unit(feed_forward_kind_info(kind), 0.2);
-    ASSERT_GT(units, 0u);
+    EXPECT_GT(units, 0u);
 
     // The whole runner, after prompts, checkpoints and a decode batch: nothing beyond what it counts (small
     // objects aside: the thread pool, the vectors' own headers).
@@ -88,7 +88,26 @@ TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) {
     const uint64_t used = heap_in_use() - before;
     const uint64_t counted = Runner::working_bytes(*model, opt) + caches + 2 * r.checkpoint_bytes();
     EXPECT_LE(used, counted + counted / 50 + (64u << 10)) << "counted " << counted << " bytes, of which the layer units' " << units;
+    return {used - caches - 2 * r.checkpoint_bytes(), Runner::working_bytes(*model, opt)};
 }
+
+class RunnerMemory : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunnerMemory, AllocatesNoMoreThanItCounts) { (void)check_runner_memory(GetParam(), GgmlType::F16); }
+
+class RunnerMemoryF32Cache : public ::testing::TestWithParam<std::string> {};
+
+// What an f32 cache adds beyond its own bytes (the f16 copy its attention reads) is counted too: the runner's heap
+// grows by no more than its count grows.
+TEST_P(RunnerMemoryF32Cache, AllocatesNoMoreThanItCounts) {
+    const auto [held16, counted16] = check_runner_memory(GetParam(), GgmlType::F16);
+    const auto [held32, counted32] = check_runner_memory(GetParam(), GgmlType::F32);
+    EXPECT_GT(held32, held16 + (64u << 10)) << "the f16 copy of an f32 layer's 1,500 positions";
+    EXPECT_LE(held32 - held16, counted32 - counted16 + (64u << 10)) << "held " << held32 << " against " << held16 << " with f16 caches";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, RunnerMemoryF32Cache, ::testing::Values("qwen3moe", "glm-dsa", "gpt-oss"),
+                         [](const auto& info) { return test::test_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Archs, RunnerMemory, ::testing::Values("qwen3moe", "glm-dsa", "qwen35moe", "kimi-k3", "deepseek4", "minimax-m3", "gpt-oss"),
                          [](const auto& info) { return test::test_name(info.param); });

@@ -155,6 +155,14 @@ TEST(PlanCli, WorkingMemoryIsCountedForThePlannedThreads) {
     ro.n_threads = 2;
     EXPECT_GT(four, two);
     EXPECT_EQ(four - two, at4 - Runner::working_bytes(*layout, ro));
+    // An f32 cache: the f16 copy its attention reads, as the runner counts it.
+    const uint64_t f32 = working(" -ctk f32 -ctv f32", "p32");
+    ro.n_threads = 4;
+    ro.n_ctx = 4096;  // plan's default context
+    const uint64_t f16_at4k = Runner::working_bytes(*layout, ro);
+    ro.cache_type_k = ro.cache_type_v = GgmlType::F32;
+    EXPECT_GT(f32, four);
+    EXPECT_EQ(f32 - four, Runner::working_bytes(*layout, ro) - f16_at4k);
 }
 
 TEST(PlanCli, PlanApplyTwiceLaunchAndRegen) {
