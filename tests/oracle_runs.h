@@ -39,9 +39,9 @@ struct OracleTally {
 // `tol`; ranks compared where the recorded logits are further apart than `tol`; probabilities over the whole
 // vocabulary in double, as the oracle's generator computes them.
 inline void check_teacher_forced(const Model& model, const nlohmann::json& run, kernels::Flavor flavor, double tol, const std::string& label,
-                                 OracleTally& t, kernels::KvCacheTypes kv = {}) {
+                                 OracleTally& t, kernels::KvCacheTypes kv = {}, int n_threads = 2) {
     const uint32_t n_vocab = model.hp.n_vocab;
-    Runner tf(model, {.n_ctx = 1024, .n_threads = 2, .flavor = flavor, .cache_type_k = kv.k, .cache_type_v = kv.v});
+    Runner tf(model, {.n_ctx = 1024, .n_threads = n_threads, .flavor = flavor, .cache_type_k = kv.k, .cache_type_v = kv.v});
     tf.eval(run["prompt_tokens"].get<std::vector<int32_t>>());
     t.run_worst = t.first_step = 0;
     for (size_t i = 0; i < run["steps"].size(); ++i) {
@@ -74,8 +74,8 @@ inline void check_teacher_forced(const Model& model, const nlohmann::json& run, 
 // Free greedy decoding, token by token as a user's run does it. A divergence is accepted only at a step whose
 // recorded top-2 margin is within `tol` (there the peer's own builds may disagree).
 inline void check_greedy(const Model& model, const nlohmann::json& run, kernels::Flavor flavor, double tol, const std::string& label,
-                         const std::string& peer, OracleTally& t, kernels::KvCacheTypes kv = {}) {
-    Runner gen(model, {.n_ctx = 1024, .n_threads = 2, .flavor = flavor, .cache_type_k = kv.k, .cache_type_v = kv.v});
+                         const std::string& peer, OracleTally& t, kernels::KvCacheTypes kv = {}, int n_threads = 2) {
+    Runner gen(model, {.n_ctx = 1024, .n_threads = n_threads, .flavor = flavor, .cache_type_k = kv.k, .cache_type_v = kv.v});
     gen.eval(run["prompt_tokens"].get<std::vector<int32_t>>());
     const auto want_gen = run["generated_tokens"].get<std::vector<int32_t>>();
     for (size_t i = 0; i < want_gen.size(); ++i) {

@@ -117,40 +117,43 @@ INSTANTIATE_TEST_SUITE_P(Peer, PeerKvDeepseek4, ::testing::Values("q8_0", "q4_0"
 // sinks and sliding-window layers; MLA) after a 300-token prompt, 32 greedy steps, and GQA with an f32 part
 // beside a quantized one (tests/fixtures/llama_peer/README.md).
 struct LongPeerCase {
-    std::string model, k, v;
+    std::string model, k, v, record = "long300";
 };
 class PeerLongKv : public ::testing::TestWithParam<LongPeerCase> {};
 
 TEST_P(PeerLongKv, MatchesLlamaCppPastTheSplit) {
     REQUIRE_ORACLE();
-    const auto& [model_name, k, v] = GetParam();
-    const std::string name = model_name + ".long300.kv-" + k + "-" + v;
+    const auto& [model_name, k, v, record] = GetParam();
+    const std::string name = model_name + "." + record + ".kv-" + k + "-" + v;
     const auto expected = nlohmann::json::parse(std::ifstream(std::string(MOESTREAM_SOURCE_DIR) + "/tests/fixtures/llama_peer/" + name + ".json"));
     ASSERT_EQ(expected["runs"][0]["context"]["kv_cache_type"].get<std::string>(), "k=" + k + ",v=" + v);
-    ASSERT_EQ(expected["runs"][0]["context"]["n_threads"].get<int>(), 2);  // the split's chunks follow the thread count
+    const int threads = expected["runs"][0]["context"]["n_threads"].get<int>();  // the split's chunks follow the thread count
     GgufModel file = open_gguf_model(test::oracle_dir() + "/models/" + model_name + ".gguf");
     auto model = load_model(file);
     const kernels::KvCacheTypes types{*kernels::parse_kv_cache_type(k), *kernels::parse_kv_cache_type(v)};
     test::OracleTally t;
     constexpr double kTol = 1e-7;  // the records print 9 digits
     for (const auto& run : test::oracle_runs(expected)) {
-        test::check_teacher_forced(*model, run, Flavor::Avx512, kTol, name, t, types);
-        test::check_greedy(*model, run, Flavor::Avx512, kTol, name, "llama.cpp", t, types);
+        test::check_teacher_forced(*model, run, Flavor::Avx512, kTol, name, t, types, threads);
+        test::check_greedy(*model, run, Flavor::Avx512, kTol, name, "llama.cpp", t, types, threads);
     }
     std::printf("[ peer     ] %s: greedy %d/%d tokens match, worst top-5 logit difference %.1e over %d steps (tolerance %.0e)\n", name.c_str(),
                 t.greedy_match, t.greedy_total, t.worst_logit, t.steps, kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Peer, PeerLongKv,
-                         ::testing::Values(LongPeerCase{"shared-qwen-s64-Q8_0", "f32", "f32"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16"},
-                                           LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "f32"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f32", "q8_0"},
-                                           LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f32", "f32"},
-                                           LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f16", "f16"},
-                                           LongPeerCase{"shared-deepseek2-spm-s64-F16", "f32", "f32"},
-                                           LongPeerCase{"shared-deepseek2-spm-s64-F16", "f16", "f16"},
-                                           LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "q8_0"}, LongPeerCase{"shared-qwen-s64-Q8_0", "q4_0", "q4_0"},
-                                           LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0"}),
-                         [](const auto& info) { return test::test_name(info.param.model + "_" + info.param.k + "_" + info.param.v); });
+INSTANTIATE_TEST_SUITE_P(
+    Peer, PeerLongKv,
+    ::testing::Values(LongPeerCase{"shared-qwen-s64-Q8_0", "f32", "f32"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16"},
+                      LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "f32"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f32", "q8_0"},
+                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f32", "f32"}, LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f16", "f16"},
+                      LongPeerCase{"shared-deepseek2-spm-s64-F16", "f32", "f32"}, LongPeerCase{"shared-deepseek2-spm-s64-F16", "f16", "f16"},
+                      LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "q8_0"}, LongPeerCase{"shared-qwen-s64-Q8_0", "q4_0", "q4_0"},
+                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0"},
+                      LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16", "long300-t3"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16", "long700"},
+                      LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "q8_0", "long700"},
+                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f16", "f16", "long800"},
+                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0", "long800"}),
+    [](const auto& info) { return test::test_name(info.param.model + "_" + info.param.k + "_" + info.param.v + "_" + info.param.record); });
 
 }  // namespace
 }  // namespace moe
