@@ -152,7 +152,20 @@ INSTANTIATE_TEST_SUITE_P(
                       LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16", "long300-t3"}, LongPeerCase{"shared-qwen-s64-Q8_0", "f16", "f16", "long700"},
                       LongPeerCase{"shared-qwen-s64-Q8_0", "q8_0", "q8_0", "long700"},
                       LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "f16", "f16", "long800"},
-                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0", "long800"}),
+                      LongPeerCase{"shared-gpt-oss-gpt2-1k-s64-Q8_0", "q8_0", "q8_0", "long800"},
+                      LongPeerCase{"shared-gpt2-s256-Q4_K_M", "f16", "f16"}, LongPeerCase{"shared-mix-udlike", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-BF16", "f16", "f16"}, LongPeerCase{"shared-qtype-F16", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-IQ1_M", "f16", "f16"}, LongPeerCase{"shared-qtype-IQ1_S", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-IQ2_S", "f16", "f16"}, LongPeerCase{"shared-qtype-IQ2_XS", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-IQ2_XXS", "f16", "f16"}, LongPeerCase{"shared-qtype-IQ3_S", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-IQ3_XXS", "f16", "f16"}, LongPeerCase{"shared-qtype-IQ4_NL", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-IQ4_XS", "f16", "f16"}, LongPeerCase{"shared-qtype-MXFP4", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-Q2_K", "f16", "f16"}, LongPeerCase{"shared-qtype-Q3_K", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-Q4_0", "f16", "f16"}, LongPeerCase{"shared-qtype-Q4_1", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-Q4_K", "f16", "f16"}, LongPeerCase{"shared-qtype-Q5_0", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-Q5_1", "f16", "f16"}, LongPeerCase{"shared-qtype-Q5_K", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-Q6_K", "f16", "f16"}, LongPeerCase{"shared-qtype-Q8_0", "f16", "f16"},
+                      LongPeerCase{"shared-qtype-TQ1_0", "f16", "f16"}, LongPeerCase{"shared-qtype-TQ2_0", "f16", "f16"}),
     [](const auto& info) { return test::test_name(info.param.model + "_" + info.param.k + "_" + info.param.v + "_" + info.param.record); });
 
 }  // namespace
