@@ -301,7 +301,11 @@ LoadedEngine load_engine(const std::string& path, const EngineFlags& f, uint32_t
                            : "all " + human_bytes(static_cast<double>(le.model->resident->bytes())) + " resident bytes locked");
     if (!le.kv_types.f16())
         le.summary += "; KV cache " + kernels::kv_cache_type_name(le.kv_types.k) + "/" + kernels::kv_cache_type_name(le.kv_types.v) +
-                      (kernels::kv_rotation_k(le.kv_types.k, static_cast<int>(le.model->hp.gqa.head_dim)) ? " (Hadamard-rotated, as llama.cpp)" : "");
+                      (kernels::kv_rotation_k(le.kv_types.k, static_cast<int>(le.model->hp.gqa.head_dim)) ? " (Hadamard-rotated, as llama.cpp)"
+                                                                                                          : "") +
+                      (le.kv_types.k == GgmlType::F32 || le.kv_types.v == GgmlType::F32
+                           ? " (f32 is attended as f16, as llama.cpp casts it: twice f16's memory for f16's results)"
+                           : "");
     return le;
 }
 

@@ -349,6 +349,10 @@ TEST(KvCacheTypes, CommandLineTakesLlamaCppsFlags) {
     const std::string gqa = make_model(dir, "qwen3moe", "32"), mla = make_model(dir, "deepseek2", "32");
     auto [rc, out] = test::run_moestream("run --model " + gqa + " --prompt hello --n-predict 4 -ctk q8_0 -ctv q4_0");
     EXPECT_EQ(rc, 0) << out;
+    // An f32 cache runs, and the log says what it buys (llama.cpp attends it as f16).
+    std::tie(rc, out) = test::run_moestream("run --model " + gqa + " --prompt hello --n-predict 4 -ctk f32 -ctv f32");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("KV cache f32/f32 (f32 is attended as f16"), std::string::npos) << out;
     std::tie(rc, out) = test::run_moestream("run --model " + gqa + " --prompt hello --n-predict 4 --cache-type-k q6_k");
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("--cache-type-k q6_k is not a cache type (f32, f16, bf16, q8_0"), std::string::npos) << out;
