@@ -20,6 +20,7 @@
 #include "engine/kernels/fp16.h"
 #include "engine/kernels/ggml_numerics.h"
 #include "engine/kernels/ik/ik_ref.h"
+#include "engine/kernels/kernels.h"
 
 namespace moe::ik {
 
@@ -74,6 +75,14 @@ void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, o
     for (int d = 0; d < kv.dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
 }
 
+GroupBuffers group_buffers(ops::AttnScratch& s, int rows, int dk, int dv) {
+    s.acc.assign(static_cast<size_t>(rows) * dv, 0.f);
+    s.max_sum.assign(2 * static_cast<size_t>(rows), 0.f);
+    for (int r = 0; r < rows; ++r) s.max_sum[2 * static_cast<size_t>(r)] = -std::numeric_limits<float>::infinity();
+    s.kv_block.resize(static_cast<size_t>(kAttentionBlock) * (dk + dv));
+    return {s.acc.data(), s.max_sum.data(), s.kv_block.data(), s.kv_block.data() + static_cast<size_t>(kAttentionBlock) * dk};
+}
+
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps) {
     double sum = 0.0;
     for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
@@ -116,8 +125,9 @@ const ops::FloatOps& float_ops(const ops::FloatOps& base) {
         d = std::make_unique<ops::FloatOps>(base);
         // The scalar table keeps the scalar form (the reference); a SIMD one, whose CPU has AVX2, the AVX2 form.
         const bool scalar = &base == &ops::float_ops(base.flavor);
-        d->attend = d->attend_tiled = scalar ? attend_ik : attend_ik_simd();
-        d->attend_group = scalar ? nullptr : attend_ik_group_simd();
+        const bool wide = !scalar && kernels::active_table(base.flavor).isa == kernels::Isa::Avx512;
+        d->attend = d->attend_tiled = scalar ? attend_ik : wide ? attend_ik_avx512() : attend_ik_simd();
+        d->attend_group = scalar ? nullptr : wide ? attend_ik_group_avx512() : attend_ik_group_simd();
         d->rms_norm = rms_norm_fused;
         d->ik = true;
     }

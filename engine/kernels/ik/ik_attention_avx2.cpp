@@ -32,12 +32,9 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
     const int dk = kv.dk, dv = kv.dv;
     auto row_n_kv = [&](int r) { return kv.rows_per_position > 0 ? kv.n_kv + r / kv.rows_per_position : kv.n_kv; };
     const int max_kv = row_n_kv(rows - 1);
-    s.acc.assign(static_cast<size_t>(rows) * dv, 0.f);
-    s.max_sum.assign(2 * static_cast<size_t>(rows), 0.f);
-    for (int r = 0; r < rows; ++r) s.max_sum[2 * static_cast<size_t>(r)] = neg_inf;
-    s.kv_block.resize(static_cast<size_t>(kBlock) * (dk + dv));
-    float* kt = s.kv_block.data();                      // [kBlock / 8][dk][8]
-    float* vf = kt + static_cast<size_t>(kBlock) * dk;  // [kBlock][dv]
+    const GroupBuffers buf = group_buffers(s, rows, dk, dv);
+    float* kt = buf.keys;    // [kBlock / 8][dk][8]
+    float* vf = buf.values;  // [kBlock][dv]
     alignas(32) float score[kBlock], p[kBlock];
     for (int b0 = 0; b0 < max_kv; b0 += kBlock) {
         const int nb = std::min(kBlock, max_kv - b0);
@@ -63,9 +60,9 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
             if (b0 >= n_r) continue;
             const int valid_r = std::min(nb, n_r - b0);
             const float* q = q_rows + r * q_stride;
-            float& M = s.max_sum[2 * static_cast<size_t>(r)];
-            float& S = s.max_sum[2 * static_cast<size_t>(r) + 1];
-            float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
+            float& M = buf.max_sum[2 * static_cast<size_t>(r)];
+            float& S = buf.max_sum[2 * static_cast<size_t>(r) + 1];
+            float* acc = buf.acc + static_cast<size_t>(r) * dv;
             // four key groups per pass over the dims: each q[d] broadcast once for them, every group's two chains
             // in the scalar form's order
             for (int c0 = 0; c0 < kBlock; c0 += 32) {
@@ -146,10 +143,10 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
         }
     }
     for (int r = 0; r < rows; ++r) {
-        float S = s.max_sum[2 * static_cast<size_t>(r) + 1];
-        const float sink_scale = ops::apply_sink(kv, r, s.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
+        float S = buf.max_sum[2 * static_cast<size_t>(r) + 1];
+        const float sink_scale = ops::apply_sink(kv, r, buf.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
         const float norm = S > 0.f ? 1.0f / S : 0.f;
-        const float* acc = s.acc.data() + static_cast<size_t>(r) * dv;
+        const float* acc = buf.acc + static_cast<size_t>(r) * dv;
         float* out = out_rows + r * out_stride;
         for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
     }

@@ -131,6 +131,18 @@ void attend_ik(const float* q, const ops::KvView& kv, float scale, float* out, o
 ops::AttendFn attend_ik_simd();  // the same bits on AVX2+FMA+F16C (ik_attention_avx2.cpp); call only where the CPU has them
 // Several rows against one view (ops::AttendGroupFn, kv.rows_per_position honoured), each row with attend_ik_simd's bits.
 ops::AttendGroupFn attend_ik_group_simd();
+// Both with the same bits in 512-bit registers (ik_attention_avx512.cpp); call only where
+// kernels::table_for(kernels::Isa::Avx512) exists.
+ops::AttendFn attend_ik_avx512();
+ops::AttendGroupFn attend_ik_group_avx512();
+// The group forms' buffers in a scratch, sized and initialised (accumulators 0, running maxima -inf, sums 0).
+struct GroupBuffers {
+    float* acc;      // [rows][dv]
+    float* max_sum;  // [rows][2]
+    float* keys;     // a block's keys as f32, kAttentionBlock * dk
+    float* values;   // a block's values as f32, kAttentionBlock * dv
+};
+GroupBuffers group_buffers(ops::AttnScratch& s, int rows, int dk, int dv);
 // ggml_fused_rms_norm: y = (scale * w) * x.
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps);
 // iqk_topk_moe + iqk_sumrows_div: softmax routing of one token on its raw logits (top k by logit, descending; each
