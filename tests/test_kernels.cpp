@@ -2,11 +2,13 @@
 // reference itself against float math on dequantized weights, each with a named error budget.
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ik/ik_ref.h"
 #include <cstring>
 #include "engine/kernels/kernels_internal.h"
 #include "engine/kernels/cpu_choice.h"
@@ -283,6 +285,33 @@ TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
         EXPECT_LE(std::sqrt(err / x.size()), budget) << type_name(static_cast<uint32_t>(type));
         std::printf("[ quantize ] %-7s rms error %.3f (budget %.3f)\n", std::string(type_info(type).name).c_str(), std::sqrt(err / x.size()), budget);
     }
+}
+
+// ik's Q8_K activations through AVX2 give the scalar statement's bytes: random rows of several magnitudes, rows
+// with ties at .5 after scaling, zeros, a lone large value, and rows holding inf or NaN.
+TEST(Kernels, IkQ8KActivationsSimdMatchScalar) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
+    std::mt19937 rng(41);
+    std::normal_distribution<float> nd;
+    const int n = 1024;
+    std::vector<uint8_t> a(kernels::activation_bytes(GgmlType::IQ4_KS, n)), b(a.size());
+    int compared = 0;
+    for (int c = 0; c < 12; ++c) {
+        std::vector<float> x(n);
+        for (auto& v : x) v = nd(rng) * (c % 3 == 0 ? 1e-3f : c % 3 == 1 ? 1.f : 300.f);
+        if (c == 3) std::fill(x.begin(), x.begin() + 256, 0.f);  // a block of zeros
+        if (c == 4)
+            for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127) + (i % 2 ? 0.5f : -0.5f);  // halves
+        if (c == 5) x[300] = 1e30f;
+        if (c == 6) x[17] = std::numeric_limits<float>::infinity();
+        if (c == 7) x[600] = std::numeric_limits<float>::quiet_NaN();
+        if (c == 8) x[0] = -std::numeric_limits<float>::infinity();
+        ik::quantize_q8_K(x.data(), a.data(), n);
+        ik::quantize_q8_K_avx2(x.data(), b.data(), n);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << "case " << c;
+        ++compared;
+    }
+    EXPECT_EQ(compared, 12);
 }
 
 TEST(Kernels, Q8KActivationsKeepBlockSums) {

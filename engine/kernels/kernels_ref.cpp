@@ -150,7 +150,10 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
         }
         case GgmlType::Q8_0: quantize_q8_0(x, out, n); break;
         case GgmlType::Q8_1: quantize_q8_1(x, out, n); break;
-        case GgmlType::IK_Q8_K: ik::quantize_q8_K(x, out, n); break;
+        case GgmlType::IK_Q8_K:  // (the reference's where MOESTREAM_ISA=scalar checks a whole run against it)
+            if (active_table().isa != Isa::Scalar) ik::quantize_q8_K_avx2(x, out, n);
+            else ik::quantize_q8_K(x, out, n);
+            break;
         case GgmlType::IK_Q8_K32: ik::quantize_q8_K32(x, out, n); break;
         case GgmlType::IK_Q8_K128: ik::quantize_q8_K128(x, out, n); break;
         case GgmlType::IK_Q8_2_X4: ik::quantize_q8_2_x4(x, out, n); break;

@@ -10,6 +10,7 @@ namespace moe::ik {
 
 // Activation formats of ik's kernels (ik_blocks.h).
 void quantize_q8_K(const float* x, void* out, int64_t n);
+void quantize_q8_K_avx2(const float* x, void* out, int64_t n);  // the same bits; AVX2 CPUs only (ik_activations_avx2.cpp)
 void quantize_q8_K32(const float* x, void* out, int64_t n);
 void quantize_q8_K128(const float* x, void* out, int64_t n);
 
