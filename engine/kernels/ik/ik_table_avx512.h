@@ -69,10 +69,20 @@ inline void block_nibble_pairs(const uint8_t* qs, __m512i out[4]) {
     }
 }
 
+// The signed tables' negative values sit at the indices with one bit clear, so a pair's sign mask is a test of
+// its indices (magnitudes2) rather than of the looked-up values.
+constexpr bool negative_where_bit_clear(const int8_t* values, int n, int bit) {
+    for (int i = 0; i < n; ++i)
+        if ((values[i] < 0) != ((i & bit) == 0)) return false;
+    return true;
+}
+static_assert(negative_where_bit_clear(ik::kIq4kValues, 32, 8) && negative_where_bit_clear(ik::kIq3nlValues, 16, 4));
+
 template <>
 struct Dec512<GgmlType::IQ4_KS> : Dec<GgmlType::IQ4_KS> {
     using Dec::Dec;
     __m512i t0 = table512(tab[0]), t1 = table512(tab[1]);
+    __m512i a0 = table512(_mm256_abs_epi8(tab[0])), a1 = table512(_mm256_abs_epi8(tab[1]));
     uint32_t lanes = 0;
     __m512i idx[4];
     void block(const uint8_t* blk) {
@@ -84,12 +94,18 @@ struct Dec512<GgmlType::IQ4_KS> : Dec<GgmlType::IQ4_KS> {
         block_nibble_pairs(x->qs, idx);
     }
     __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx[p]); }
+    // both tables' values are negative exactly at indices 0..7
+    __m512i magnitudes2(int p, __mmask64& negative) const {
+        negative = _mm512_testn_epi8_mask(idx[p], _mm512_set1_epi8(8));
+        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx[p]);
+    }
 };
 
 template <>
 struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
     using Dec::Dec;
     __m512i t0 = table512(tab[0]), t1 = table512(tab[1]);
+    __m512i a0 = table512(_mm256_abs_epi8(tab[0])), a1 = table512(_mm256_abs_epi8(tab[1]));
     uint32_t lanes = 0;
     __m512i qh;
     void block(const uint8_t* blk) {
@@ -98,12 +114,18 @@ struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
         qh = broadcast32(x->qh);
     }
     // groups 2p and 2p + 1: bits 2 (g % 4) of qs[32 (g / 4) + j] and bit g of qh[j]
-    __m512i values2(int p) const {
+    __m512i index2(int p) const {
         const __m512i qs = broadcast32(x->qs + 32 * (p / 2));
         const __m512i shift = p % 2 ? half_shifts<4, 6>() : half_shifts<0, 2>();
-        __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(qs, shift), _mm512_set1_epi8(3));
-        idx = _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4));
-        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx);
+        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(qs, shift), _mm512_set1_epi8(3));
+        return _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4));
+    }
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), index2(p)); }
+    // both tables' values are negative exactly at indices 0..3
+    __m512i magnitudes2(int p, __mmask64& negative) const {
+        const __m512i idx = index2(p);
+        negative = _mm512_testn_epi8_mask(idx, _mm512_set1_epi8(4));
+        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx);
     }
 };
 
@@ -125,6 +147,7 @@ template <>
 struct Dec512<GgmlType::IQ4_K> : Dec<GgmlType::IQ4_K> {
     using Dec::Dec;
     const __m512i t0 = table512(tab[0]), t1 = table512(tab[3]);  // every 128-bit lane of the first / second table
+    const __m512i a0 = table512(_mm256_abs_epi8(tab[0])), a1 = table512(_mm256_abs_epi8(tab[3]));
     uint32_t lanes = 0;
     __m512i idx[4];
     void block(const uint8_t* blk) {
@@ -133,6 +156,11 @@ struct Dec512<GgmlType::IQ4_K> : Dec<GgmlType::IQ4_K> {
         block_nibble_pairs(x->qs, idx);
     }
     __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx[p]); }
+    // both tables' values are negative exactly at indices 0..7
+    __m512i magnitudes2(int p, __mmask64& negative) const {
+        negative = _mm512_testn_epi8_mask(idx[p], _mm512_set1_epi8(8));
+        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx[p]);
+    }
 };
 
 template <GgmlType T>
@@ -247,13 +275,29 @@ struct Pairs512 {
         if constexpr (!D::kUnsigned) q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
         return _mm512_maddubs_epi16(magnitudes, q);
     }
+    // A signed pair's magnitudes and sign mask: from the decoder where its tables put the negative values at known
+    // indices (one lookup in a table of magnitudes, a test of the index), else from the values.
+    static __m512i magnitudes(const D& dec, int p, __mmask64& negative) {
+        if constexpr (requires { dec.magnitudes2(p, negative); }) {
+            return dec.magnitudes2(p, negative);
+        } else {
+            const __m512i v = dec.values2(p);
+            negative = _mm512_movepi8_mask(v);
+            return _mm512_abs_epi8(v);
+        }
+    }
     static __m256i one(const D& dec, const int8_t* qs) {
         __m512i sc[4], sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains
         pair_scales(dec.s16, sc);
         for (int p = 0; p < 4; ++p) {
-            const __m512i v = dec.values2(p);
-            const __m512i prod = D::kUnsigned ? product(v, 0, load64(qs + 64 * p))
-                                              : product(_mm512_abs_epi8(v), _mm512_movepi8_mask(v), load64(qs + 64 * p));
+            __m512i prod;
+            if constexpr (D::kUnsigned) {
+                prod = product(dec.values2(p), 0, load64(qs + 64 * p));
+            } else {
+                __mmask64 negative;
+                const __m512i m = magnitudes(dec, p, negative);
+                prod = product(m, negative, load64(qs + 64 * p));
+            }
             sum[p % 2] = _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
         }
         return halves(_mm512_add_epi32(sum[0], sum[1]));
@@ -261,8 +305,8 @@ struct Pairs512 {
     explicit Pairs512(const D& dec) {
         pair_scales(dec.s16, sc);
         for (int p = 0; p < 4; ++p) {
-            v[p] = dec.values2(p);
-            if constexpr (!D::kUnsigned) neg[p] = _mm512_movepi8_mask(v[p]), v[p] = _mm512_abs_epi8(v[p]);
+            if constexpr (D::kUnsigned) v[p] = dec.values2(p);
+            else v[p] = magnitudes(dec, p, neg[p]);
         }
     }
     __m256i lanes(const D&, const int8_t* qs) const {
