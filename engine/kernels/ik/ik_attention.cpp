@@ -83,6 +83,18 @@ GroupBuffers group_buffers(ops::AttnScratch& s, int rows, int dk, int dv) {
     return {s.acc.data(), s.max_sum.data(), s.kv_block.data(), s.kv_block.data() + static_cast<size_t>(kAttentionBlock) * dk};
 }
 
+void finish_group_rows(const ops::KvView& kv, const GroupBuffers& buf, int rows, float* out_rows, int64_t out_stride) {
+    const int dv = kv.dv;
+    for (int r = 0; r < rows; ++r) {
+        float S = buf.max_sum[2 * static_cast<size_t>(r) + 1];
+        const float sink_scale = ops::apply_sink(kv, r, buf.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
+        const float norm = S > 0.f ? 1.0f / S : 0.f;
+        const float* acc = buf.acc + static_cast<size_t>(r) * dv;
+        float* out = out_rows + r * out_stride;
+        for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
+    }
+}
+
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps) {
     double sum = 0.0;
     for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);

@@ -142,14 +142,7 @@ void attend_ik_group_avx2(const float* q_rows, int64_t q_stride, int rows, const
                     if (score[c] != neg_inf) acc[d] = std::fma(vf[static_cast<size_t>(c) * dv + d], p[c], acc[d]);
         }
     }
-    for (int r = 0; r < rows; ++r) {
-        float S = buf.max_sum[2 * static_cast<size_t>(r) + 1];
-        const float sink_scale = ops::apply_sink(kv, r, buf.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
-        const float norm = S > 0.f ? 1.0f / S : 0.f;
-        const float* acc = buf.acc + static_cast<size_t>(r) * dv;
-        float* out = out_rows + r * out_stride;
-        for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
-    }
+    finish_group_rows(kv, buf, rows, out_rows, out_stride);
 }
 
 // One row: the group form with a single row.

@@ -285,14 +285,7 @@ void group_avx512(const float* q_rows, int64_t q_stride, int rows, const ops::Kv
             else if (taking) accumulate_rows<true>(taking, buf.values, dv, n_keys, row_score, row_p, row_acc);
         }
     }
-    for (int r = 0; r < rows; ++r) {
-        float S = buf.max_sum[2 * static_cast<size_t>(r) + 1];
-        const float sink_scale = ops::apply_sink(kv, r, buf.max_sum[2 * static_cast<size_t>(r)], S);  // as mainline's (no ik reference)
-        const float norm = S > 0.f ? 1.0f / S : 0.f;
-        const float* acc = buf.acc + static_cast<size_t>(r) * dv;
-        float* out = out_rows + r * out_stride;
-        for (int d = 0; d < dv; ++d) out[d] = S > 0.f ? acc[d] * sink_scale * norm : 0.f;
-    }
+    finish_group_rows(kv, buf, rows, out_rows, out_stride);
 }
 
 void one_row_avx512(const float* q, const ops::KvView& kv, float scale, float* out, ops::AttnScratch& s) {

@@ -144,6 +144,8 @@ struct GroupBuffers {
     float* values;   // a block's values as f32, kAttentionBlock * dv
 };
 GroupBuffers group_buffers(ops::AttnScratch& s, int rows, int dk, int dv);
+// The group forms' last step: each row's accumulator times its sink's scale and 1 / its sum, into out_rows.
+void finish_group_rows(const ops::KvView& kv, const GroupBuffers& buf, int rows, float* out_rows, int64_t out_stride);
 // ggml_fused_rms_norm: y = (scale * w) * x.
 void rms_norm_fused(const float* x, const float* w, float* y, int n, float eps);
 // iqk_topk_moe + iqk_sumrows_div: softmax routing of one token on its raw logits (top k by logit, descending; each
