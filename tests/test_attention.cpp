@@ -659,42 +659,45 @@ TEST(Attention, IkFlashAttentionSimdMatchesScalar) {
     ops::AttnScratch s;
     int compared = 0;
     for (const auto& [form, simd] : forms)
-    for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 64}, std::pair{576, 512}}) {
-        for (int n : {1, 7, 128, 129, 300}) {
-            Cache c(dk, dv, n, rng);
-            std::vector<uint8_t> visible(static_cast<size_t>(n), 1);
-            for (int j = 0; j < n; j += 5) visible[static_cast<size_t>(j)] = 0;
-            visible[0] = 1;
-            for (float mag : {1.f, 30.f}) {
-                std::vector<float> q(static_cast<size_t>(dk)), a(static_cast<size_t>(dv)), b(static_cast<size_t>(dv));
-                for (auto& x : q) x = mag * nd(rng);
-                for (const uint8_t* vis : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(visible.data())}) {
-                    const ops::KvView kv = dk == 576 ? c.latent_view(n, vis) : c.view(n, vis);
-                    ik::attend_ik(q.data(), kv, 0.1f, a.data(), s);
-                    simd(q.data(), kv, 0.1f, b.data(), s);
-                    ASSERT_EQ(a, b) << form << " " << dk << "/" << dv << " n=" << n << " mag " << mag;
-                    // plain softmax attention in double
-                    std::vector<double> w(static_cast<size_t>(n), 0.0);
-                    double mx = -1e300, z = 0;
-                    for (int j = 0; j < n; ++j) {
-                        if (vis && !vis[j]) continue;
-                        double sc = 0;
-                        for (int d = 0; d < dk; ++d) sc += static_cast<double>(q[d]) * fp16_to_fp32(kv.k[static_cast<size_t>(j) * kv.k_stride + d]);
-                        w[static_cast<size_t>(j)] = sc * 0.1;
-                        mx = std::max(mx, w[static_cast<size_t>(j)]);
+        for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 64}, std::pair{576, 512}}) {
+            for (int n : {1, 7, 128, 129, 300}) {
+                Cache c(dk, dv, n, rng);
+                std::vector<uint8_t> visible(static_cast<size_t>(n), 1);
+                for (int j = 0; j < n; j += 5) visible[static_cast<size_t>(j)] = 0;
+                visible[0] = 1;
+                for (float mag : {1.f, 30.f}) {
+                    std::vector<float> q(static_cast<size_t>(dk)), a(static_cast<size_t>(dv)), b(static_cast<size_t>(dv));
+                    for (auto& x : q) x = mag * nd(rng);
+                    for (const uint8_t* vis : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(visible.data())}) {
+                        const ops::KvView kv = dk == 576 ? c.latent_view(n, vis) : c.view(n, vis);
+                        ik::attend_ik(q.data(), kv, 0.1f, a.data(), s);
+                        simd(q.data(), kv, 0.1f, b.data(), s);
+                        ASSERT_EQ(a, b) << form << " " << dk << "/" << dv << " n=" << n << " mag " << mag;
+                        // plain softmax attention in double
+                        std::vector<double> w(static_cast<size_t>(n), 0.0);
+                        double mx = -1e300, z = 0;
+                        for (int j = 0; j < n; ++j) {
+                            if (vis && !vis[j]) continue;
+                            double sc = 0;
+                            for (int d = 0; d < dk; ++d)
+                                sc += static_cast<double>(q[d]) * fp16_to_fp32(kv.k[static_cast<size_t>(j) * kv.k_stride + d]);
+                            w[static_cast<size_t>(j)] = sc * 0.1;
+                            mx = std::max(mx, w[static_cast<size_t>(j)]);
+                        }
+                        for (int j = 0; j < n; ++j)
+                            w[static_cast<size_t>(j)] = (vis && !vis[j]) ? 0 : std::exp(w[static_cast<size_t>(j)] - mx),
+                            z += w[static_cast<size_t>(j)];
+                        for (int d = 0; d < dv; ++d) {
+                            double o = 0;
+                            for (int j = 0; j < n; ++j)
+                                o += w[static_cast<size_t>(j)] / z * fp16_to_fp32(kv.v[static_cast<size_t>(j) * kv.v_stride + d]);
+                            ASSERT_NEAR(a[d], o, 1e-3 * (1 + std::fabs(o))) << dk << " n=" << n << " d=" << d;
+                        }
+                        ++compared;
                     }
-                    for (int j = 0; j < n; ++j)
-                        w[static_cast<size_t>(j)] = (vis && !vis[j]) ? 0 : std::exp(w[static_cast<size_t>(j)] - mx), z += w[static_cast<size_t>(j)];
-                    for (int d = 0; d < dv; ++d) {
-                        double o = 0;
-                        for (int j = 0; j < n; ++j) o += w[static_cast<size_t>(j)] / z * fp16_to_fp32(kv.v[static_cast<size_t>(j) * kv.v_stride + d]);
-                        ASSERT_NEAR(a[d], o, 1e-3 * (1 + std::fabs(o))) << dk << " n=" << n << " d=" << d;
-                    }
-                    ++compared;
                 }
             }
         }
-    }
     EXPECT_GT(compared, 0);
 }
 
@@ -711,32 +714,32 @@ TEST(Attention, IkFlashAttentionGroupMatchesOneRow) {
     ops::AttnScratch s, s1;
     int compared = 0;
     for (const auto& [form, group] : forms)
-    for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 72}, std::pair{576, 512}, std::pair{32, 152}}) {
-        for (int n_first : {1, 120, 128, 250}) {
-            for (int per_position : {0, 1, 3, 4}) {
-                const int tokens = per_position ? 16 : 1, heads = per_position ? per_position : 3,
-                          rows = per_position ? tokens * per_position : heads;
-                Cache c(dk, dv, n_first + tokens, rng);
-                std::vector<uint8_t> visible(static_cast<size_t>(c.n_kv), 1);
-                for (int j = 1; j < c.n_kv; j += 3) visible[static_cast<size_t>(j)] = 0;
-                const uint8_t* vis = per_position ? nullptr : visible.data();
-                std::vector<float> q(static_cast<size_t>(rows) * dk), a(static_cast<size_t>(rows) * dv, -1.f), b(static_cast<size_t>(dv));
-                for (auto& x : q) x = 4.f * nd(rng);
-                ops::KvView kv = dk == 576 ? c.latent_view(n_first, vis) : c.view(n_first, vis);
-                kv.rows_per_position = per_position;
-                group(q.data(), dk, rows, kv, 0.1f, a.data(), dv, s);
-                for (int r = 0; r < rows; ++r) {
-                    ops::KvView one = kv;
-                    one.rows_per_position = 0;
-                    one.n_kv = per_position ? n_first + r / per_position : n_first;
-                    ik::attend_ik(q.data() + static_cast<size_t>(r) * dk, one, 0.1f, b.data(), s1);
-                    ASSERT_EQ(0, std::memcmp(a.data() + static_cast<size_t>(r) * dv, b.data(), 4 * static_cast<size_t>(dv)))
-                        << form << " " << dk << "/" << dv << " first prefix " << n_first << " rows per position " << per_position << " row " << r;
+        for (auto [dk, dv] : {std::pair{128, 128}, std::pair{64, 72}, std::pair{576, 512}, std::pair{32, 152}}) {
+            for (int n_first : {1, 120, 128, 250}) {
+                for (int per_position : {0, 1, 3, 4}) {
+                    const int tokens = per_position ? 16 : 1, heads = per_position ? per_position : 3,
+                              rows = per_position ? tokens * per_position : heads;
+                    Cache c(dk, dv, n_first + tokens, rng);
+                    std::vector<uint8_t> visible(static_cast<size_t>(c.n_kv), 1);
+                    for (int j = 1; j < c.n_kv; j += 3) visible[static_cast<size_t>(j)] = 0;
+                    const uint8_t* vis = per_position ? nullptr : visible.data();
+                    std::vector<float> q(static_cast<size_t>(rows) * dk), a(static_cast<size_t>(rows) * dv, -1.f), b(static_cast<size_t>(dv));
+                    for (auto& x : q) x = 4.f * nd(rng);
+                    ops::KvView kv = dk == 576 ? c.latent_view(n_first, vis) : c.view(n_first, vis);
+                    kv.rows_per_position = per_position;
+                    group(q.data(), dk, rows, kv, 0.1f, a.data(), dv, s);
+                    for (int r = 0; r < rows; ++r) {
+                        ops::KvView one = kv;
+                        one.rows_per_position = 0;
+                        one.n_kv = per_position ? n_first + r / per_position : n_first;
+                        ik::attend_ik(q.data() + static_cast<size_t>(r) * dk, one, 0.1f, b.data(), s1);
+                        ASSERT_EQ(0, std::memcmp(a.data() + static_cast<size_t>(r) * dv, b.data(), 4 * static_cast<size_t>(dv)))
+                            << form << " " << dk << "/" << dv << " first prefix " << n_first << " rows per position " << per_position << " row " << r;
+                    }
+                    ++compared;
                 }
-                ++compared;
             }
         }
-    }
     EXPECT_GT(compared, 0);
 }
 

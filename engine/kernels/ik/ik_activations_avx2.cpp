@@ -29,7 +29,8 @@ void quantize_q8_K_avx2(const float* x, void* out, int64_t n) {
         for (int j = 0; j < QK_K; j += 32) {
             __m256i i[4];
             for (int k = 0; k < 4; ++k)
-                i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(scale, _mm256_loadu_ps(x + j + 8 * k)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                i[k] = _mm256_cvtps_epi32(
+                    _mm256_round_ps(_mm256_mul_ps(scale, _mm256_loadu_ps(x + j + 8 * k)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3])), order);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + j), q);
             // the two groups of 16 in this register: sums of 4 (lanes 0-3 the first group, 4-7 the second), then each half's

@@ -196,7 +196,7 @@ void accumulate_rows(int nr, const float* vf, int dv, int n_keys, const float* c
 }
 
 void group_avx512(const float* q_rows, int64_t q_stride, int rows, const ops::KvView& kv, float scale, float* out_rows, int64_t out_stride,
-                            ops::AttnScratch& s) {
+                  ops::AttnScratch& s) {
     const int dk = kv.dk, dv = kv.dv;
     auto row_n_kv = [&](int r) { return kv.rows_per_position > 0 ? kv.n_kv + r / kv.rows_per_position : kv.n_kv; };
     const int max_kv = row_n_kv(rows - 1);
