@@ -171,14 +171,14 @@ TEST(QuantKernels, DotRowsEqualsDotPerRow) {
                                            std::pair{t->dot_rows_repacked_gemm[id], t->dot_repacked_gemm[id]}}) {
                 if (!rows_fn) continue;
                 for (int64_t rows : {1, 3, 8, 13, 16, 23}) {
-                    const size_t n = 512, rb = *row_bytes(type, n);
+                    const size_t n = rows % 2 ? 512 : 1024, rb = *row_bytes(type, n);  // expert rows are a few blocks
                     std::vector<uint8_t> w;
                     for (int64_t r = 0; r < rows; ++r) {
                         auto row = random_row(type, n, rng);
                         apply_edge(type, static_cast<Edge>(r % 5), row);
                         w.insert(w.end(), row.begin(), row.end());
                     }
-                    const auto x = activations(n, Act::Random, rng);
+                    const auto x = activations(n, rows == 16 ? Act::Large : rows == 13 ? Act::OneHot : Act::Random, rng);
                     std::vector<uint8_t> a(kernels::activation_bytes(type, static_cast<int64_t>(n)));
                     kernels::prepare_activations(type, x.data(), a.data(), static_cast<int64_t>(n));
                     std::vector<float> out(static_cast<size_t>(rows));

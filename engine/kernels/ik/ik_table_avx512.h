@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "engine/kernels/ik/ik_table_simd.h"
 
@@ -101,32 +102,174 @@ struct Dec512<GgmlType::IQ4_KS> : Dec<GgmlType::IQ4_KS> {
     }
 };
 
+// A block's 3-bit indices as four group pairs, the whole block at once (ik's AVX-512 layout of Q2Bits): the low
+// two bits of group g are bits 2 (g % 4) of qs[32 (g / 4) + j], the third bit g of qh[j]. Pair p holds groups
+// 2p and 2p + 1; qh is laid next to itself shifted right by one, so one shift per pair brings both groups' bits
+// to bit 2 (16-bit shifts: the bits read never cross a byte).
+inline void block_three_bit_pairs(const uint8_t* qs, const uint8_t* qh, __m512i out[4]) {
+    const __m512i q = load64(qs), q2 = _mm512_srli_epi16(q, 2), m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+    const __m512i lo = _mm512_permutex2var_epi64(q, _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), q2);    // groups 0, 1
+    const __m512i hi = _mm512_permutex2var_epi64(q, _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15), q2);  // groups 4, 5
+    const __m256i h = load32(qh);
+    const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
+    constexpr int kOrAnd = 0xF8;  // A | (B & C)
+    out[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m3), _mm512_slli_epi16(hb, 2), m4, kOrAnd);
+    out[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(lo, 4), m3), hb, m4, kOrAnd);
+    out[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(hi, m3), _mm512_srli_epi16(hb, 2), m4, kOrAnd);
+    out[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(hi, 4), m3), _mm512_srli_epi16(hb, 4), m4, kOrAnd);
+}
+
 template <>
 struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
     using Dec::Dec;
     __m512i t0 = table512(tab[0]), t1 = table512(tab[1]);
     __m512i a0 = table512(_mm256_abs_epi8(tab[0])), a1 = table512(_mm256_abs_epi8(tab[1]));
     uint32_t lanes = 0;
-    __m512i qh;
+    __m512i idx[4];
     void block(const uint8_t* blk) {
         Dec::block(blk);
         lanes = group_lane_masks((x->extra >> 8) & 0xFF);
-        qh = broadcast32(x->qh);
+        block_three_bit_pairs(x->qs, x->qh, idx);
     }
-    // groups 2p and 2p + 1: bits 2 (g % 4) of qs[32 (g / 4) + j] and bit g of qh[j]
-    __m512i index2(int p) const {
-        const __m512i qs = broadcast32(x->qs + 32 * (p / 2));
-        const __m512i shift = p % 2 ? half_shifts<4, 6>() : half_shifts<0, 2>();
-        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(qs, shift), _mm512_set1_epi8(3));
-        return _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4));
-    }
-    __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), index2(p)); }
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), t0, t1), idx[p]); }
     // both tables' values are negative exactly at indices 0..3
     __m512i magnitudes2(int p, __mmask64& negative) const {
-        const __m512i idx = index2(p);
-        negative = _mm512_testn_epi8_mask(idx, _mm512_set1_epi8(4));
-        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx);
+        negative = _mm512_testn_epi8_mask(idx[p], _mm512_set1_epi8(4));
+        return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx[p]);
     }
+};
+
+// IQ3_KS and IQ4_KS over many rows against one token. Both types pick per group of 32 one of two tables, the
+// second the first + 4; here every group reads the first, and the + 4 e_g comes back per group through the token's
+// sums of four, Q4[g][j] = q[32g + 4j] + ... + q[32g + 4j + 3] (once per call): lane j gets
+// sum_g s_g sum v' q + sum_g s_g c_g Q4[g][j], the integers of the two-table kernel's lane exactly, so its float
+// steps and bits. IQ3_KS also reads its values + 64 (|v + 64| <= 115: no PMADDUBSW pair sum saturates), so it needs
+// no sign step either: c_g = 4 e_g - 64. IQ4_KS's values + 128 would saturate, so they keep the signed product.
+// The token's quad sums for a block, as the correction's pairs: 256 bits per group pair (2p, 2p + 1) holding the
+// int16 pairs (Q4[2p][j], Q4[2p + 1][j]) for j = 0..7; pairs 0 and 1 in the first register, 2 and 3 in the second.
+constexpr bool second_table_is_first_plus(const int8_t* values, int half, int step) {
+    for (int i = 0; i < half; ++i)
+        if (values[half + i] != values[i] + step) return false;
+    return true;
+}
+static_assert(second_table_is_first_plus(ik::kIq3nlValues, 8, 4) && second_table_is_first_plus(ik::kIq4kValues, 16, 4));
+struct alignas(64) QuadSumPairs {
+    int16_t v[64];
+};
+inline void quad_sum_pairs(const int8_t* qs, QuadSumPairs& out) {
+    __m256i pair[4];
+    for (int p = 0; p < 4; ++p) {
+        const __m512i q4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), load64(qs + 64 * p));
+        const __m256i w = _mm512_cvtepi32_epi16(q4);  // Q4[2p][0..7], then Q4[2p + 1][0..7]
+        const __m128i a = _mm256_castsi256_si128(w), b = _mm256_extracti128_si256(w, 1);
+        pair[p] = _mm256_setr_m128i(_mm_unpacklo_epi16(a, b), _mm_unpackhi_epi16(a, b));
+    }
+    _mm512_store_si512(out.v, _mm512_inserti64x4(_mm512_castsi256_si512(pair[0]), pair[1], 1));
+    _mm512_store_si512(out.v + 32, _mm512_inserti64x4(_mm512_castsi256_si512(pair[2]), pair[3], 1));
+}
+
+template <class K>
+void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const ik::BlockQ8K*>(a);
+    const int64_t nb = n / QK_K;
+    thread_local std::vector<QuadSumPairs> quads;
+    quads.resize(static_cast<size_t>(nb));
+    for (int64_t i = 0; i < nb; ++i) quad_sum_pairs(y[i].qs, quads[static_cast<size_t>(i)]);
+    const K kind;
+    // pair p's scale register: word 2p of the block's eight scales in the first 256 bits, 2p + 1 in the second
+    const __m512i pick[4] = {_mm512_inserti64x4(_mm512_set1_epi16(0x0100), _mm256_set1_epi16(0x0302), 1),
+                             _mm512_inserti64x4(_mm512_set1_epi16(0x0504), _mm256_set1_epi16(0x0706), 1),
+                             _mm512_inserti64x4(_mm512_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A), 1),
+                             _mm512_inserti64x4(_mm512_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E), 1)};
+    __m512i pick32[4];
+    for (int p = 0; p < 4; ++p) pick32[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)), _mm256_set1_epi32(2 * p + 1), 1);
+    const __m512i first_pairs = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i second_pairs = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
+        const float drow = K::row_scale(row);
+        const auto* x = reinterpret_cast<const typename K::Block*>(row + K::kMeta);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            __m128i s, c;  // the eight groups' scales and correction coefficients, int16
+            K::scales(x[i], s, c);
+            const __m512i sc = _mm512_castsi128_si512(_mm_mullo_epi16(s, c));
+            const QuadSumPairs& quad = quads[static_cast<size_t>(i)];
+            __m512i sum0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
+            __m512i sum1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
+            const __m512i s4 = _mm512_broadcast_i32x4(s);
+            __m512i idx[4];
+            K::indices(x[i], idx);
+            if constexpr (K::kQuadSums) {  // VPDPBUSD's sums of four (no saturation) times the groups' scales
+                const __m512i s32 = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(s));
+                for (int p = 0; p < 4; ++p) {
+                    const __m512i quad4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kind.values(idx[p]), load64(y[i].qs + 64 * p));
+                    const __m512i scaled = _mm512_mullo_epi32(quad4, _mm512_permutexvar_epi32(pick32[p], s32));
+                    if (p % 2) sum1 = _mm512_add_epi32(sum1, scaled);
+                    else sum0 = _mm512_add_epi32(sum0, scaled);
+                }
+            } else {
+                for (int p = 0; p < 4; ++p) {
+                    const __m512i prod = kind.product(idx[p], load64(y[i].qs + 64 * p));
+                    if (p % 2) sum1 = _mm512_dpwssd_epi32(sum1, prod, _mm512_shuffle_epi8(s4, pick[p]));
+                    else sum0 = _mm512_dpwssd_epi32(sum0, prod, _mm512_shuffle_epi8(s4, pick[p]));
+                }
+            }
+            const __m512i sum = _mm512_add_epi32(sum0, sum1);
+            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(drow * y[i].d), _mm256_cvtepi32_ps(lanes), acc);
+        }
+        out[r] = hsum_float_8(acc);
+    }
+}
+
+// A 16-byte table in every 128-bit lane, each entry kValues[i % period] + add.
+template <const int8_t* kValues, int kPeriod, int kAdd, bool kAbs>
+inline __m512i lane_table() {
+    alignas(16) static constexpr auto kTable = [] {
+        std::array<int8_t, 16> t{};
+        for (int i = 0; i < 16; ++i) {
+            const int v = kValues[i % kPeriod] + kAdd;
+            t[i] = static_cast<int8_t>(kAbs && v < 0 ? -v : v);
+        }
+        return t;
+    }();
+    return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+}
+
+struct QuadIQ3KS {
+    using Block = ik::BlockIQ3_KS;
+    static constexpr int kMeta = 2;
+    static float row_scale(const uint8_t* row) { return read_f16(row); }
+    // scale g: nibble g (low nibbles of scales[0..3], then their high nibbles) | 16 (extra bit g) - 16; the table
+    // bit e_g is bit 8 + g of extra
+    static void scales(const Block& b, __m128i& s, __m128i& c) {
+        const __m128i nib = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(load_u32(b.scales))), _mm_setr_epi32(0, 4, 0, 0)),
+                                          _mm_set1_epi8(0x0F));
+        s = _mm_cvtepu8_epi16(nib);
+        s = _mm_sub_epi16(_mm_mask_add_epi16(s, static_cast<__mmask8>(b.extra), s, _mm_set1_epi16(16)), _mm_set1_epi16(16));
+        c = _mm_mask_add_epi16(_mm_set1_epi16(-64), static_cast<__mmask8>(b.extra >> 8), _mm_set1_epi16(-64), _mm_set1_epi16(4));
+    }
+    static void indices(const Block& b, __m512i idx[4]) { block_three_bit_pairs(b.qs, b.qh, idx); }
+    static constexpr bool kQuadSums = false;
+    const __m512i table = lane_table<ik::kIq3nlValues, 8, 64, false>();
+    __m512i product(__m512i idx, __m512i q) const { return _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), q); }
+};
+
+struct QuadIQ4KS {
+    using Block = ik::BlockIQ4_KS;
+    static constexpr int kMeta = 4;
+    static float row_scale(const uint8_t* row) { return read_f32(row); }
+    // scale g: (scales[g] & 254) - 127; its bit 0 the table bit
+    static void scales(const Block& b, __m128i& s, __m128i& c) {
+        const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
+        s = _mm_sub_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0xFE)), _mm_set1_epi16(127));
+        c = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(1)), 2), _mm_set1_epi16(-128));
+    }
+    static void indices(const Block& b, __m512i idx[4]) { block_nibble_pairs(b.qs, idx); }
+    static constexpr bool kQuadSums = true;
+    const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
+    __m512i values(__m512i idx) const { return _mm512_shuffle_epi8(table, idx); }
 };
 
 // Two bits per weight: bits 2 (g % 4) of qs[32 (g / 4) + j], for groups 2p (first half) and 2p + 1.
@@ -216,15 +359,12 @@ template <>
 struct Dec512<GgmlType::IQ3_K> : Dec<GgmlType::IQ3_K> {
     using Dec::Dec;
     const __m512i t = table512(tab);
-    __m512i qh;
+    __m512i idx[4];
     void block(const uint8_t* blk) {
         Dec::block(blk);
-        qh = broadcast32(x->qh);
+        block_three_bit_pairs(x->qs, x->qh, idx);
     }
-    __m512i values2(int p) const {
-        const __m512i idx = crumb_pair(x->qs, p);
-        return _mm512_shuffle_epi8(t, _mm512_mask_add_epi8(idx, bit_pair_mask(qh, 2 * p), idx, _mm512_set1_epi8(4)));
-    }
+    __m512i values2(int p) const { return _mm512_shuffle_epi8(t, idx[p]); }
 };
 
 // IQ4_KSS: each uint16's low bit is a scale bit; the value nibbles are (w & ~1) ^ ((w & ~1) >> 1).
@@ -319,6 +459,9 @@ struct Pairs512 {
 template <GgmlType T>
 void install512(KernelTable& t) {
     set_dot<dot_of<Dec512<T>, Pairs512>>(t, T);
+    if constexpr (T == GgmlType::IQ3_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ3KS>;
+    else if constexpr (T == GgmlType::IQ4_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ4KS>;
+    else t.dot_rows[type_slot(T)] = dot_rows_of_table<Dec512<T>, Pairs512>;
     t.tile[type_slot(T)] = tile_of<Dec512<T>, Pairs512>;
 }
 

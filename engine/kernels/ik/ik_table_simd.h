@@ -405,7 +405,7 @@ struct Groups256 {
 // One row against one token: per block the offset lanes (where the type has them) then the value lanes, each
 // FMA'd with d * y.d: the reference's lanes and float steps. B: the block kernel (Groups256, or Pairs512).
 template <class D, template <class> class B>
-float dot_of(int64_t n, const void* w, const void* a) {
+[[gnu::always_inline]] inline float dot_one(int64_t n, const void* w, const void* a) {
     const auto* row = static_cast<const uint8_t*>(w);
     D dec(row);
     row += D::kMeta;
@@ -418,6 +418,16 @@ float dot_of(int64_t n, const void* w, const void* a) {
         acc = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(B<D>::one(dec, y[i].qs)), acc);
     }
     return hsum_float_8(acc);
+}
+template <class D, template <class> class B>
+float dot_of(int64_t n, const void* w, const void* a) {
+    return dot_one<D, B>(n, w, a);
+}
+// The row loop with the dot inlined, so the decoder's tables and constants are built once per call rather than
+// once per row (expert rows are a few blocks long).
+template <class D, template <class> class B>
+void dot_rows_of_table(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    for (int64_t r = 0; r < rows; ++r) out[r] = dot_one<D, B>(n, w + static_cast<size_t>(r) * row_bytes, a);
 }
 
 // Rows x tokens: each block of a row decoded once for up to eight tokens.
@@ -503,6 +513,7 @@ void convert_row(int64_t n, const uint8_t* w, int8_t* q, float* scales) {
 template <GgmlType T>
 void install(KernelTable& t) {
     set_dot<dot_of<Dec<T>, Groups256>>(t, T);
+    t.dot_rows[type_slot(T)] = dot_rows_of_table<Dec<T>, Groups256>;
     t.tile[type_slot(T)] = tile_of<Dec<T>, Groups256>;
 }
 
