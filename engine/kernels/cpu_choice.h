@@ -13,7 +13,7 @@ enum class Isa;
 
 struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false, bmi2 = false;
-    bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+    bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false, avx512vbmi = false;
 };
 
 // This CPU's, from CPUID.

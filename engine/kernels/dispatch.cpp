@@ -34,6 +34,7 @@ CpuFeatures host_cpu_features() {
     c.avx512vl = __builtin_cpu_supports("avx512vl");
     c.avx512vnni = __builtin_cpu_supports("avx512vnni");
     c.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+    c.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
 #endif
     return c;
 }
@@ -72,7 +73,9 @@ KernelChoice choose_kernels(const CpuFeatures& c, std::string_view isa_override,
         if (!forced && isa_why.empty()) isa_why = "MOESTREAM_ISA=" + std::string(isa_override) + " is not scalar, avx2 or avx512: ignored; ";
     }
     if (!forced) {
-        if (runs_isa(c, Isa::Avx512)) k.isa = Isa::Avx512, isa_why += "AVX-512 F/BW/VL with VNNI";
+        if (runs_isa(c, Isa::Avx512))
+            k.isa = Isa::Avx512,
+            isa_why += c.avx512vbmi ? "AVX-512 F/BW/VL with VNNI, IQ2_KL by VPERMB" : "AVX-512 F/BW/VL with VNNI (no VBMI: IQ2_KL by byte shuffles)";
         else if (runs_isa(c, Isa::Avx2))
             k.isa = Isa::Avx2,
             isa_why += "AVX2+FMA+F16C+BMI2" + (c.avx512f ? ", no avx512 table without " + missing_for(c, Isa::Avx512) : std::string());

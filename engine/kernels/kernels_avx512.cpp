@@ -170,6 +170,7 @@ void fill_avx512_table(KernelTable& t) {
     add_q2k_row_lane_tiles(t);
     add_ik_table_kernels(t);
     add_ik_table_kernels_avx512(t);
+    if (__builtin_cpu_supports("avx512vbmi")) add_ik_table_kernels_vbmi(t);
     add_ik_converted_tiles(t);
     add_ik_x4_kernels(t);
     add_ik_r4_kernels(t);
