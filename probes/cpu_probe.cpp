@@ -40,6 +40,7 @@ CpuFacts probe_cpu(const FsRoot& fs) {
                               {"avx512vl", "avx512vl"},
                               {"avx512_vnni", "avx512_vnni"},
                               {"avx512_bf16", "avx512_bf16"},
+                              {"avx512vbmi", "avx512vbmi"},
                               {"neon", "asimd"},
                               {"dotprod", "asimddp"}})
         c.simd[name] = flags.count(flag) > 0;

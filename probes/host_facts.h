@@ -25,7 +25,7 @@ struct CpuFacts {
     Sourced<int> sockets;
     std::vector<int> smt_siblings_of_cpu0;   // logical CPUs sharing a core with cpu0
     std::vector<int> first_thread_per_core;  // one logical CPU per physical core (for pinning)
-    std::map<std::string, bool> simd;        // avx2, fma, avx512f, avx512bw, avx512_vnni, avx512_bf16, neon, dotprod
+    std::map<std::string, bool> simd;        // avx2, fma, avx512f, avx512bw, avx512_vnni, avx512_bf16, avx512vbmi, neon, dotprod
     std::string simd_source;
 };
 

@@ -26,6 +26,7 @@ TEST(Probes, LaptopWithSmt) {
     EXPECT_EQ(c.smt_siblings_of_cpu0, (std::vector<int>{0, 4}));
     EXPECT_TRUE(c.simd.at("avx512_vnni"));
     EXPECT_FALSE(c.simd.at("avx512_bf16"));
+    EXPECT_TRUE(c.simd.at("avx512vbmi"));  // Tiger Lake has VBMI
     NumaFacts n = probe_numa(fs);
     ASSERT_EQ(n.nodes.size(), 1u);
     EXPECT_EQ(n.nodes[0].mem_total_bytes, 32768000ull * 1024);

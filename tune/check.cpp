@@ -57,7 +57,7 @@ kernels::CpuFeatures cpu_features_of(const std::map<std::string, bool>& simd) {
     kernels::CpuFeatures c;
     c.avx2 = has("avx2"), c.fma = has("fma"), c.f16c = has("f16c", "avx2"), c.bmi2 = has("bmi2", "avx2");
     c.avx512f = has("avx512f"), c.avx512dq = has("avx512dq", "avx512f"), c.avx512bw = has("avx512bw"), c.avx512vl = has("avx512vl");
-    c.avx512vnni = has("avx512_vnni"), c.avx512bf16 = has("avx512_bf16");
+    c.avx512vnni = has("avx512_vnni"), c.avx512bf16 = has("avx512_bf16"), c.avx512vbmi = has("avx512vbmi");
     return c;
 }
 
