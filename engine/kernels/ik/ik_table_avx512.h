@@ -195,8 +195,8 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
             K::scales(x[i], s, c);
             const __m512i sc = _mm512_castsi128_si512(_mm_mullo_epi16(s, c));
             const QuadSumPairs& quad = quads[static_cast<size_t>(i)];
-            __m512i sum0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
-            __m512i sum1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
+            __m512i sum0 = _mm512_madd_epi16(_mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
+            __m512i sum1 = _mm512_madd_epi16(_mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
             const __m512i s4 = _mm512_broadcast_i32x4(s);
             __m512i idx[4];
             K::indices(x[i], idx);
@@ -427,7 +427,7 @@ struct Pairs512 {
         }
     }
     static __m256i one(const D& dec, const int8_t* qs) {
-        __m512i sc[4], sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains
+        __m512i sc[4], sum[2];  // two chains, each started by VPMADDWD (the same int32 lanes as VPDPWSSD onto 0)
         pair_scales(dec.s16, sc);
         for (int p = 0; p < 4; ++p) {
             __m512i prod;
@@ -438,7 +438,7 @@ struct Pairs512 {
                 const __m512i m = magnitudes(dec, p, negative);
                 prod = product(m, negative, load64(qs + 64 * p));
             }
-            sum[p % 2] = _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
+            sum[p % 2] = p < 2 ? _mm512_madd_epi16(prod, sc[p]) : _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
         }
         return halves(_mm512_add_epi32(sum[0], sum[1]));
     }
@@ -449,12 +449,54 @@ struct Pairs512 {
             else v[p] = magnitudes(dec, p, neg[p]);
         }
     }
-    __m256i lanes(const D&, const int8_t* qs) const {
-        __m512i sum = _mm512_setzero_si512();
-        for (int p = 0; p < 4; ++p) sum = _mm512_dpwssd_epi32(sum, product(v[p], neg[p], load64(qs + 64 * p)), sc[p]);
-        return halves(sum);
+    // A token's sixteen int32 lanes before the halves are added.
+    __m512i sums(const int8_t* qs) const {
+        __m512i sum = _mm512_madd_epi16(product(v[0], neg[0], load64(qs)), sc[0]);
+        for (int p = 1; p < 4; ++p) sum = _mm512_dpwssd_epi32(sum, product(v[p], neg[p], load64(qs + 64 * p)), sc[p]);
+        return sum;
     }
+    __m256i lanes(const D&, const int8_t* qs) const { return halves(sums(qs)); }
 };
+
+// tile_of with two tokens per 512-bit float register: token a's eight lanes in the first half, b's in the second,
+// so the halves' integer sum, the conversion and the FMAs take one instruction for both; each half's steps are
+// tile_of's for its token (the same bits).
+template <class D, template <class> class>
+void tile_of_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                    int64_t out_stride) {
+    constexpr int kTok = 8;
+    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+            const int nt = std::min(kTok, n_tok - t0);
+            D dec(row);
+            __m512 acc[kTok / 2];
+            for (auto& v : acc) v = _mm512_setzero_ps();
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                dec.block(row + D::kMeta + i * D::kBlock);
+                const Pairs512<D> blk(dec);
+                const __m512 d = _mm512_set1_ps(dec.d());
+                for (int k = 0; k < nt; k += 2) {
+                    const auto& ya = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
+                    const auto& yb = k + 1 < nt ? reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k + 1) * act_bytes)[i] : ya;
+                    const __m512 f = _mm512_mul_ps(d, _mm512_mask_broadcastss_ps(_mm512_set1_ps(ya.d), 0xFF00, _mm_load_ss(&yb.d)));
+                    if constexpr (D::kMins) {
+                        const __m256i ma = _mm256_madd_epi16(dec.m16, load32(ya.bsums)), mb = _mm256_madd_epi16(dec.m16, load32(yb.bsums));
+                        acc[k / 2] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc[k / 2]);
+                    }
+                    const __m512i sa = blk.sums(ya.qs), sb = blk.sums(yb.qs);
+                    const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb),
+                                                          _mm512_permutex2var_epi64(sa, second_halves, sb));
+                    acc[k / 2] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc[k / 2]);
+                }
+            }
+            for (int k = 0; k < nt; ++k)
+                out[(t0 + k) * out_stride + r] = hsum_float_8(k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k / 2]), 1))
+                                                                    : _mm512_castps512_ps256(acc[k / 2]));
+        }
+    }
+}
 
 template <GgmlType T>
 void install512(KernelTable& t) {
@@ -462,7 +504,7 @@ void install512(KernelTable& t) {
     if constexpr (T == GgmlType::IQ3_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ3KS>;
     else if constexpr (T == GgmlType::IQ4_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ4KS>;
     else t.dot_rows[type_slot(T)] = dot_rows_of_table<Dec512<T>, Pairs512>;
-    t.tile[type_slot(T)] = tile_of<Dec512<T>, Pairs512>;
+    t.tile[type_slot(T)] = tile_of_paired<Dec512<T>, Pairs512>;
 }
 
 }  // namespace ikt

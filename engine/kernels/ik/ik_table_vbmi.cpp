@@ -74,7 +74,7 @@ struct Dec512VbmiIQ2KL : Dec<GgmlType::IQ2_KL> {
 void add_ik_table_kernels_vbmi(KernelTable& t) {
     constexpr int slot = type_slot(GgmlType::IQ2_KL);
     t.dot_rows[slot] = ikt::dot_rows_of_table<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
-    t.tile[slot] = ikt::tile_of<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
+    t.tile[slot] = ikt::tile_of_paired<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
 }
 
 }  // namespace moe::kernels
