@@ -74,8 +74,8 @@ KernelChoice choose_kernels(const CpuFeatures& c, std::string_view isa_override,
     }
     if (!forced) {
         if (runs_isa(c, Isa::Avx512))
-            k.isa = Isa::Avx512,
-            isa_why += c.avx512vbmi ? "AVX-512 F/BW/VL with VNNI, IQ2_KL by VPERMB" : "AVX-512 F/BW/VL with VNNI (no VBMI: IQ2_KL by byte shuffles)";
+            k.isa = Isa::Avx512, isa_why += c.avx512vbmi ? "AVX-512 F/BW/VL with VNNI, IQ2_KL and IQ6_K by VPERMB"
+                                                         : "AVX-512 F/BW/VL with VNNI (no VBMI: IQ2_KL and IQ6_K by byte shuffles)";
         else if (runs_isa(c, Isa::Avx2))
             k.isa = Isa::Avx2,
             isa_why += "AVX2+FMA+F16C+BMI2" + (c.avx512f ? ", no avx512 table without " + missing_for(c, Isa::Avx512) : std::string());

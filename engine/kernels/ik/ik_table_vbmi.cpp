@@ -1,4 +1,4 @@
-// IQ2_KL's decoder for AVX-512 CPUs with VBMI (Ice Lake, Zen 4 and later), compiled with -mavx512vbmi and installed
+// IQ2_KL's and IQ6_K's decoders for AVX-512 CPUs with VBMI (Ice Lake, Zen 4 and later), compiled with -mavx512vbmi and installed
 // by fill_avx512_table only where the CPU has it. IQ2_KL stores one 5-bit index per two weights into a table of
 // value pairs; without VBMI each group pair takes four 16-entry lookups, two blends and an interleave
 // (ik_table_avx512.h). With it: the whole block's indices at once (VPMULTISHIFTQB brings each group's fifth bit
@@ -68,13 +68,54 @@ struct Dec512VbmiIQ2KL : Dec<GgmlType::IQ2_KL> {
     }
 };
 
+// IQ6_K: a 6-bit index (a nibble from qs, two bits from qh) into the first 64 entries of the IQ6 table. Without
+// VBMI that is four 16-entry lookups and three blends per group pair; with it one VPERMB into the magnitudes, and
+// the sign from the index (the table is negative exactly below kIq6FirstNonNegative).
+constexpr int kIq6FirstNonNegative = [] {
+    int i = 0;
+    while (i < 64 && ik::kIq6nlValues[i] < 0) ++i;
+    return i;
+}();
+static_assert([] {
+    for (int i = kIq6FirstNonNegative; i < 64; ++i)
+        if (ik::kIq6nlValues[i] < 0) return false;
+    return true;
+}());
+alignas(64) constexpr auto kIq6Magnitudes = [] {
+    std::array<int8_t, 64> m{};
+    for (int i = 0; i < 64; ++i) m[i] = static_cast<int8_t>(ik::kIq6nlValues[i] < 0 ? -ik::kIq6nlValues[i] : ik::kIq6nlValues[i]);
+    return m;
+}();
+
+struct Dec512VbmiIQ6K : Dec<GgmlType::IQ6_K> {
+    using Dec::Dec;
+    const __m512i magnitudes = _mm512_load_si512(kIq6Magnitudes.data());
+    const __m512i values = _mm512_loadu_si512(ik::kIq6nlValues);
+    // Groups 2p and 2p + 1: the nibbles of qs[32p + j] (low, high), and bits b, b + 1 (group 2p) and b + 2, b + 3
+    // (group 2p + 1) of qh[32 (p / 2) + j], b = 4 (p % 2), moved to bits 4 and 5 (16-bit shifts: the bits read
+    // never cross a byte).
+    __m512i index2(int p) const {
+        const __m512i nib = nibble_half_pair(x->qs, p), qh = broadcast32(x->qh + 32 * (p / 2));
+        const __m512i high = p % 2 ? _mm512_srlv_epi16(qh, half_shifts<0, 2>()) : _mm512_sllv_epi16(qh, half_shifts<4, 2>());
+        return _mm512_ternarylogic_epi32(nib, high, _mm512_set1_epi8(0x30), 0xF8);  // A | (B & C)
+    }
+    __m512i values2(int p) const { return _mm512_permutexvar_epi8(index2(p), values); }
+    __m512i magnitudes2(int p, __mmask64& negative) const {
+        const __m512i idx = index2(p);
+        negative = _mm512_cmplt_epu8_mask(idx, _mm512_set1_epi8(kIq6FirstNonNegative));
+        return _mm512_permutexvar_epi8(idx, magnitudes);
+    }
+};
+
 }  // namespace ikt
 }  // namespace
 
 void add_ik_table_kernels_vbmi(KernelTable& t) {
-    constexpr int slot = type_slot(GgmlType::IQ2_KL);
-    t.dot_rows[slot] = ikt::dot_rows_of_table<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
-    t.tile[slot] = ikt::tile_of_paired<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
+    constexpr int kl = type_slot(GgmlType::IQ2_KL), k6 = type_slot(GgmlType::IQ6_K);
+    t.dot_rows[kl] = ikt::dot_rows_of_table<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
+    t.tile[kl] = ikt::tile_of_paired<ikt::Dec512VbmiIQ2KL, ikt::Pairs512>;
+    t.dot_rows[k6] = ikt::dot_rows_of_table<ikt::Dec512VbmiIQ6K, ikt::Pairs512>;
+    t.tile[k6] = ikt::tile_of_paired<ikt::Dec512VbmiIQ6K, ikt::Pairs512>;
 }
 
 }  // namespace moe::kernels
