@@ -30,6 +30,13 @@ inline __m128i totals4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
 }
 
 // Block b of a token's activations: values and scale (ik's Q8_K per 256 for the table types, Q8_2_X4 per 32).
+inline int32_t load_dword(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline __m256i broadcast_dword256(const int8_t* p) { return _mm256_set1_epi32(load_dword(p)); }
+
 template <GgmlType T>
 inline const int8_t* act_block(const uint8_t* a, int64_t n, int64_t b, float& d) {
     if constexpr (ik::is_table_type(T)) {
@@ -137,22 +144,21 @@ struct RowGroup {
                 __m256i x[4], ax[4];
                 for (int k = 0; k < 4; ++k) x[k] = load32(xb + 32 * k), ax[k] = _mm256_sign_epi8(x[k], x[k]);
                 for (int j = 0; j < NT; ++j) {
-                    const __m256i yv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
+                    // each four activations broadcast straight from memory (a load, no shuffle)
+                    const int8_t* yh = y[j] + 16 * h;
+                    const __m256i y0 = broadcast_dword256(yh), y1 = broadcast_dword256(yh + 4), y2 = broadcast_dword256(yh + 8),
+                                  y3 = broadcast_dword256(yh + 12);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
                     // the same exact lane sums, four products per VPDPBUSD (no pair ever saturated PMADDUBSW: |x|, |y| <= 128, 127)
-                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0]));
-                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1]));
-                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2]));
-                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[0], _mm256_sign_epi8(y0, x[0]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[1], _mm256_sign_epi8(y1, x[1]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[2], _mm256_sign_epi8(y2, x[2]));
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], ax[3], _mm256_sign_epi8(y3, x[3]));
 #else
-                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x00), x[0])),
-                                                         _mm256_set1_epi16(1));
-                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0x55), x[1])),
-                                                         _mm256_set1_epi16(1));
-                    const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xaa), x[2])),
-                                                         _mm256_set1_epi16(1));
-                    const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(_mm256_shuffle_epi32(yv, 0xff), x[3])),
-                                                         _mm256_set1_epi16(1));
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[0], _mm256_sign_epi8(y0, x[0])), _mm256_set1_epi16(1));
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[1], _mm256_sign_epi8(y1, x[1])), _mm256_set1_epi16(1));
+                    const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[2], _mm256_sign_epi8(y2, x[2])), _mm256_set1_epi16(1));
+                    const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[3], _mm256_sign_epi8(y3, x[3])), _mm256_set1_epi16(1));
                     isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
 #endif
                 }
@@ -167,40 +173,27 @@ struct RowGroup {
     // row's whole-block sum, so the values are stored + 128 (unsigned, VPDPBUSD's first operand) and 128 times
     // the token's block sum of activations comes off every lane: the same exact integers.
     template <int NT>
-    void gemm512(int64_t n, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) const {
+    void gemm512(int64_t n, const uint8_t* act, size_t act_bytes, const int32_t* offsets, float* out, int64_t out_stride) const {
         static_assert(R == 16);
+        const int64_t nb = n / kBlock;
         __m512 acc[NT];
         for (auto& a : acc) a = _mm512_setzero_ps();
-        for (int64_t b = 0; b < n / kBlock; ++b) {
+        for (int64_t b = 0; b < nb; ++b) {
             const int8_t* y[NT];
             float dy[NT];
             for (int j = 0; j < NT; ++j) y[j] = act_block<T>(act + j * act_bytes, n, b, dy[j]);
             __m512i isum[NT];
-            for (int j = 0; j < NT; ++j) {  // -128 times the block's activation sum
-                int32_t sum;
-                if constexpr (ik::is_table_type(T)) {  // Q8_K: its sums of 16 follow the values
-                    const __m256i s16 = _mm256_madd_epi16(load32(y[j] + offsetof(ik::BlockQ8K, bsums) - offsetof(ik::BlockQ8K, qs)),
-                                                          _mm256_set1_epi16(1));
-                    sum = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s16));
-                } else {  // (y + 128) summed by PSADBW, less 128 per value
-                    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(load32(y[j]), _mm256_set1_epi8(static_cast<char>(0x80))),
-                                                      _mm256_setzero_si256());
-                    sum = static_cast<int32_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
-                                               _mm256_extract_epi64(s, 3)) -
-                          128 * 32;
-                }
-                isum[j] = _mm512_set1_epi32(-128 * sum);
-            }
+            for (int j = 0; j < NT; ++j) isum[j] = _mm512_set1_epi32(offsets[j * nb + b]);  // -128 times the block's activation sum
             for (int h = 0; h < kBlock / 16; ++h) {
                 const int8_t* xb = &inter[static_cast<size_t>(b) * kBlock * 16 + 256 * h];
                 __m512i ux[4];
                 for (int k = 0; k < 4; ++k) ux[k] = _mm512_loadu_si512(xb + 64 * k);
-                for (int j = 0; j < NT; ++j) {
-                    const __m512i yv = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[j] + 16 * h)));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[0], _mm512_shuffle_epi32(yv, _MM_PERM_AAAA));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[1], _mm512_shuffle_epi32(yv, _MM_PERM_BBBB));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[2], _mm512_shuffle_epi32(yv, _MM_PERM_CCCC));
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[3], _mm512_shuffle_epi32(yv, _MM_PERM_DDDD));
+                for (int j = 0; j < NT; ++j) {  // each four activations broadcast straight from memory
+                    const int8_t* yh = y[j] + 16 * h;
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[0], _mm512_set1_epi32(load_dword(yh)));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[1], _mm512_set1_epi32(load_dword(yh + 4)));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[2], _mm512_set1_epi32(load_dword(yh + 8)));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], ux[3], _mm512_set1_epi32(load_dword(yh + 12)));
                 }
             }
             const __m512 ds = _mm512_loadu_ps(&scales[static_cast<size_t>(b) * 16]);
@@ -211,6 +204,33 @@ struct RowGroup {
 #endif
 };
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// -128 times each block's activation sum, per token and block: what gemm512's values + 128 add, taken back once per
+// call rather than once per group of sixteen rows.
+template <GgmlType T>
+void unsigned_offsets(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
+    constexpr int kBlock = RowGroup<T, 16>::kBlock;
+    const int64_t nb = n / kBlock;
+    out.resize(static_cast<size_t>(n_tok * nb));
+    for (int t = 0; t < n_tok; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+            float d;
+            const int8_t* y = act_block<T>(act + t * act_bytes, n, b, d);
+            int32_t sum;
+            if constexpr (ik::is_table_type(T)) {  // Q8_K: its sums of 16 follow the values
+                const __m256i s16 = _mm256_madd_epi16(load32(y + offsetof(ik::BlockQ8K, bsums) - offsetof(ik::BlockQ8K, qs)), _mm256_set1_epi16(1));
+                sum = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s16));
+            } else {  // (y + 128) summed by PSADBW, less 128 per value
+                const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(load32(y), _mm256_set1_epi8(static_cast<char>(0x80))), _mm256_setzero_si256());
+                sum = static_cast<int32_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
+                                           _mm256_extract_epi64(s, 3)) -
+                      128 * 32;
+            }
+            out[static_cast<size_t>(t * nb + b)] = -128 * sum;
+        }
+}
+#endif
+
 // Each group of eight rows converted once, then its GEMM over the tokens in passes of eight (the remainder in one
 // narrower pass); rows past the last whole group one at a time.
 template <GgmlType T>
@@ -219,10 +239,14 @@ void tile_converted(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
     int64_t r = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     thread_local RowGroup<T, 16> r16;
+    thread_local std::vector<int32_t> offsets;
+    if (rows >= 16) unsigned_offsets<T>(n, act, act_bytes, n_tok, offsets);
+    const int64_t nb16 = n / RowGroup<T, 16>::kBlock;
     for (; r + 16 <= rows; r += 16) {
         r16.convert(n, w + r * row_bytes, row_bytes);
         token_passes(n_tok, [&](auto nt, int t) {
-            r16.template gemm512<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, out + t * out_stride + r, out_stride);
+            r16.template gemm512<decltype(nt)::value>(n, act + t * act_bytes, act_bytes, offsets.data() + t * nb16, out + t * out_stride + r,
+                                                      out_stride);
         });
     }
 #endif
