@@ -127,33 +127,37 @@ TEST(Attention, IkFlashAttentionGroupIgnoresUnseenNonFiniteValues) {
     std::mt19937 rng(31);
     std::normal_distribution<float> nd;
     ops::AttnScratch s, s1;
-    const int dk = 64, dv = 64, n_first = 100, tokens = 16, per_position = 2, rows = tokens * per_position;
-    for (const auto& [form, group] : forms) {
-        for (uint16_t special : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {  // +inf, -inf, NaN
-            Cache c(dk, dv, n_first + tokens, rng);
-            const int at = n_first + 6;  // seen by the tokens from the eighth on (in a four-row pass with the seventh)
-            c.v[static_cast<size_t>(at) * dv + 3] = special;
-            std::vector<float> q(static_cast<size_t>(rows) * dk), a(static_cast<size_t>(rows) * dv), b(static_cast<size_t>(dv));
-            for (auto& x : q) x = nd(rng);
-            ops::KvView kv = c.view(n_first);
-            kv.rows_per_position = per_position;
-            group(q.data(), dk, rows, kv, 0.1f, a.data(), dv, s);
-            int unseen = 0;
-            for (int r = 0; r < rows; ++r) {
-                ops::KvView one = c.view(n_first + r / per_position);
-                ik::attend_ik(q.data() + static_cast<size_t>(r) * dk, one, 0.1f, b.data(), s1);
-                const float* got = a.data() + static_cast<size_t>(r) * dv;
-                if (one.n_kv <= at) {
-                    ASSERT_EQ(0, std::memcmp(got, b.data(), 4 * static_cast<size_t>(dv))) << form << " row " << r << " value " << special;
-                    ++unseen;
-                } else {
-                    EXPECT_FALSE(std::isfinite(got[3])) << form << " row " << r;
-                    EXPECT_FALSE(std::isfinite(b[3]));
+    const int dk = 64, dv = 64, n_first = 100;
+    // 16 tokens of two rows (a prompt block: values converted once for the passes), and 4 tokens of one row (four
+    // rows, one pass: values read straight from the fp16 cache)
+    for (const auto& [tokens, per_position, seen_from] : {std::tuple{16, 2, 7}, std::tuple{4, 1, 3}})
+        for (const auto& [form, group] : forms) {
+            const int rows = tokens * per_position;
+            for (uint16_t special : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}}) {  // +inf, -inf, NaN
+                Cache c(dk, dv, n_first + tokens, rng);
+                const int at = n_first + seen_from - 1;  // seen by the tokens from seen_from on (in a four-row pass with the one before)
+                c.v[static_cast<size_t>(at) * dv + 3] = special;
+                std::vector<float> q(static_cast<size_t>(rows) * dk), a(static_cast<size_t>(rows) * dv), b(static_cast<size_t>(dv));
+                for (auto& x : q) x = nd(rng);
+                ops::KvView kv = c.view(n_first);
+                kv.rows_per_position = per_position;
+                group(q.data(), dk, rows, kv, 0.1f, a.data(), dv, s);
+                int unseen = 0;
+                for (int r = 0; r < rows; ++r) {
+                    ops::KvView one = c.view(n_first + r / per_position);
+                    ik::attend_ik(q.data() + static_cast<size_t>(r) * dk, one, 0.1f, b.data(), s1);
+                    const float* got = a.data() + static_cast<size_t>(r) * dv;
+                    if (one.n_kv <= at) {
+                        ASSERT_EQ(0, std::memcmp(got, b.data(), 4 * static_cast<size_t>(dv))) << form << " row " << r << " value " << special;
+                        ++unseen;
+                    } else {
+                        EXPECT_FALSE(std::isfinite(got[3])) << form << " row " << r;
+                        EXPECT_FALSE(std::isfinite(b[3]));
+                    }
                 }
+                EXPECT_EQ(unseen, seen_from * per_position);
             }
-            EXPECT_EQ(unseen, 7 * per_position);
         }
-    }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // kernels::table_for(Isa::Avx512) exists, and it allocates nothing (ik_attention.cpp sizes the scratch).
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,18 +31,45 @@ inline __m256 half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 // Lanes 0..n-1 set (n clamped to 0..16).
 inline __mmask16 first_lanes(int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
 
-// The block's keys to f32, [group of 16 keys][dk][16 keys]; keys past nb repeat an earlier one (masked later).
+// The block's keys to f32, [group of 16 keys][dk][16 keys]; keys past nb repeat the group's first (masked later).
+// Transposed as fp16 (exact, so the same floats): per eight dims, the sixteen keys' 128-bit pieces in four registers,
+// then two rounds of VPERMT2W put each dim's sixteen keys side by side for one conversion.
 void keys_to_lanes(const ops::KvView& kv, int b0, int nb, float* kt) {
     const int dk = kv.dk;
-    for (int c = 0; c < nb; c += 8) {
-        const uint16_t* krow[8];
-        for (int j = 0; j < 8; ++j) krow[j] = kv.k + static_cast<size_t>(b0 + (c + j < nb ? c + j : c)) * kv.k_stride;
-        float* dst = kt + static_cast<size_t>(c / 16) * dk * 16 + c % 16;
+    alignas(64) static constexpr auto kIdx = [] {
+        // [0], [1]: dims 0..3 / 4..7 of eight keys (four from each source): lane 8 dj + k
+        // [2], [3]: dims 0, 1 / 2, 3 of sixteen keys from the first round's two results: lane 16 e + k
+        std::array<std::array<uint16_t, 32>, 4> idx{};
+        for (int half = 0; half < 2; ++half)
+            for (int dj = 0; dj < 4; ++dj)
+                for (int k = 0; k < 8; ++k) idx[half][8 * dj + k] = static_cast<uint16_t>((k < 4 ? 0 : 32) + 8 * (k % 4) + 4 * half + dj);
+        for (int pair = 0; pair < 2; ++pair)
+            for (int e = 0; e < 2; ++e)
+                for (int k = 0; k < 16; ++k) idx[2 + pair][16 * e + k] = static_cast<uint16_t>((k < 8 ? 0 : 32) + 8 * (2 * pair + e) + k % 8);
+        return idx;
+    }();
+    const __m512i first[2] = {_mm512_load_si512(kIdx[0].data()), _mm512_load_si512(kIdx[1].data())};
+    const __m512i second[2] = {_mm512_load_si512(kIdx[2].data()), _mm512_load_si512(kIdx[3].data())};
+    for (int c = 0; c < nb; c += 16) {
+        const uint16_t* krow[16];
+        for (int j = 0; j < 16; ++j) krow[j] = kv.k + static_cast<size_t>(b0 + (c + j < nb ? c + j : c)) * kv.k_stride;
+        float* dst = kt + static_cast<size_t>(c / 16) * dk * 16;
         for (int d = 0; d < dk; d += 8) {
-            __m256 r8[8], t8[8];
-            for (int j = 0; j < 8; ++j) r8[j] = half8(krow[j] + d);
-            kernels::transpose8(r8, t8);
-            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + static_cast<size_t>(d + j) * 16, t8[j]);
+            __m512i z[4];  // keys 4q .. 4q + 3, one 128-bit lane each
+            for (int q = 0; q < 4; ++q) {
+                const auto piece = [&](int j) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(krow[4 * q + j] + d)); };
+                z[q] = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(piece(0)), piece(1), 1), piece(2), 2),
+                                          piece(3), 3);
+            }
+            for (int half = 0; half < 2; ++half) {  // dims d + 4 half .. + 3
+                const __m512i lo = _mm512_permutex2var_epi16(z[0], first[half], z[1]), hi = _mm512_permutex2var_epi16(z[2], first[half], z[3]);
+                for (int pair = 0; pair < 2; ++pair) {
+                    const __m512i both = _mm512_permutex2var_epi16(lo, second[pair], hi);  // two dims' sixteen keys
+                    const int dim = d + 4 * half + 2 * pair;
+                    _mm512_storeu_ps(dst + static_cast<size_t>(dim) * 16, _mm512_cvtph_ps(_mm512_castsi512_si256(both)));
+                    _mm512_storeu_ps(dst + static_cast<size_t>(dim + 1) * 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(both, 1)));
+                }
+            }
         }
     }
 }
@@ -67,6 +95,21 @@ bool values_to_f32(const ops::KvView& kv, int b0, int nb, float* vf) {
         }
     }
     return finite && _mm256_testz_si256(special, special);
+}
+
+// Whether the block's fp16 values are all finite (no exponent of all ones), without converting them.
+bool values_finite(const ops::KvView& kv, int b0, int nb) {
+    const int dv = kv.dv;
+    const __m512i exponent = _mm512_set1_epi16(0x7C00);
+    __mmask32 special = 0;
+    for (int c = 0; c < nb; ++c) {
+        const uint16_t* v = kv.v + static_cast<size_t>(b0 + c) * kv.v_stride;
+        for (int d = 0; d < dv; d += 32) {
+            const __m512i h = _mm512_maskz_loadu_epi16(dv - d >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((1u << (dv - d)) - 1), v + d);
+            special |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, exponent), exponent);
+        }
+    }
+    return special == 0;
 }
 
 // NR rows' scores over NG groups of 16 keys starting at kg: per key the scalar form's two chains (dims d % 8 < 4
@@ -143,8 +186,12 @@ inline void fma_regs(Regs<N>& a, const __m512* x, const __m512* p, unsigned use)
 // (and was never added by the scalar form): with finite values v * 0 + acc is acc itself (acc, starting at +0, is
 // never -0), so all rows take every key unless the block holds an inf or NaN value (kSkipUnseen: each row's keys
 // tested as the scalar form tests them).
-template <int NR, int NREG, bool kSkipUnseen>
-inline void accumulate_values(const float* vf, int dv, int n_keys, const float* const* score, const float* const* p, float* const* acc,
+// Sixteen values of a key as f32: from the block's f32 copy, or straight from the fp16 cache (the same floats).
+inline __m512 value16(__mmask16 lanes, const float* v) { return _mm512_maskz_loadu_ps(lanes, v); }
+inline __m512 value16(__mmask16 lanes, const uint16_t* v) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, v)); }
+
+template <int NR, int NREG, bool kSkipUnseen, class V>
+inline void accumulate_values(const V* vf, size_t dv, int n_keys, const float* const* score, const float* const* p, float* const* acc,
                               __mmask16 tail) {
     __mmask16 lanes[NREG];
     for (int k = 0; k < NREG; ++k) lanes[k] = k == NREG - 1 ? tail : __mmask16(0xFFFF);
@@ -158,39 +205,40 @@ inline void accumulate_values(const float* vf, int dv, int n_keys, const float* 
             for (int r = 0; r < NR; ++r) use |= static_cast<unsigned>(score[r][c] != kNegInf) << r;
             if (!use) continue;
         }
-        const float* v = vf + static_cast<size_t>(c) * dv;
+        const V* v = vf + static_cast<size_t>(c) * dv;
         __m512 x[NREG], pr[NR];
-        for (int k = 0; k < NREG; ++k) x[k] = _mm512_maskz_loadu_ps(lanes[k], v + 16 * k);
+        for (int k = 0; k < NREG; ++k) x[k] = value16(lanes[k], v + 16 * k);
         for (int r = 0; r < NR; ++r) pr[r] = _mm512_set1_ps(p[r][c]);
         fma_regs<NREG>(a, x, pr, use);
     }
     store_regs<NREG>(a, acc, lanes);
 }
 
-template <int NR, bool kSkipUnseen>
-inline void accumulate_values(int nreg, const float* vf, int dv, int n_keys, const float* const* score, const float* const* p, float* const* acc,
+template <int NR, bool kSkipUnseen, class V>
+inline void accumulate_values(int nreg, const V* vf, size_t stride, int n_keys, const float* const* score, const float* const* p, float* const* acc,
                               __mmask16 tail) {
     switch (nreg) {
-        case 4: accumulate_values<NR, 4, kSkipUnseen>(vf, dv, n_keys, score, p, acc, tail); break;
-        case 3: accumulate_values<NR, 3, kSkipUnseen>(vf, dv, n_keys, score, p, acc, tail); break;
-        case 2: accumulate_values<NR, 2, kSkipUnseen>(vf, dv, n_keys, score, p, acc, tail); break;
-        default: accumulate_values<NR, 1, kSkipUnseen>(vf, dv, n_keys, score, p, acc, tail); break;
+        case 4: accumulate_values<NR, 4, kSkipUnseen>(vf, stride, n_keys, score, p, acc, tail); break;
+        case 3: accumulate_values<NR, 3, kSkipUnseen>(vf, stride, n_keys, score, p, acc, tail); break;
+        case 2: accumulate_values<NR, 2, kSkipUnseen>(vf, stride, n_keys, score, p, acc, tail); break;
+        default: accumulate_values<NR, 1, kSkipUnseen>(vf, stride, n_keys, score, p, acc, tail); break;
     }
 }
 
-// Up to four rows over the whole value width, in passes of 64 dims (sixteen accumulators in registers).
-template <bool kSkipUnseen>
-void accumulate_rows(int nr, const float* vf, int dv, int n_keys, const float* const* score, const float* const* p, float* const* acc) {
+// Up to four rows over the whole value width, in passes of 64 dims (sixteen accumulators in registers); the values'
+// rows `stride` elements apart.
+template <bool kSkipUnseen, class V>
+void accumulate_rows(int nr, const V* vf, size_t stride, int dv, int n_keys, const float* const* score, const float* const* p, float* const* acc) {
     for (int d = 0; d < dv; d += 64) {
         const int width = imin(64, dv - d), nreg = (width + 15) / 16;
         const __mmask16 tail = first_lanes(width - 16 * (nreg - 1));
         float* at[kScoreRows];
         for (int r = 0; r < nr; ++r) at[r] = acc[r] + d;
         switch (nr) {
-            case 4: accumulate_values<4, kSkipUnseen>(nreg, vf + d, dv, n_keys, score, p, at, tail); break;
-            case 3: accumulate_values<3, kSkipUnseen>(nreg, vf + d, dv, n_keys, score, p, at, tail); break;
-            case 2: accumulate_values<2, kSkipUnseen>(nreg, vf + d, dv, n_keys, score, p, at, tail); break;
-            default: accumulate_values<1, kSkipUnseen>(nreg, vf + d, dv, n_keys, score, p, at, tail); break;
+            case 4: accumulate_values<4, kSkipUnseen>(nreg, vf + d, stride, n_keys, score, p, at, tail); break;
+            case 3: accumulate_values<3, kSkipUnseen>(nreg, vf + d, stride, n_keys, score, p, at, tail); break;
+            case 2: accumulate_values<2, kSkipUnseen>(nreg, vf + d, stride, n_keys, score, p, at, tail); break;
+            default: accumulate_values<1, kSkipUnseen>(nreg, vf + d, stride, n_keys, score, p, at, tail); break;
         }
     }
 }
@@ -205,7 +253,11 @@ void group_avx512(const float* q_rows, int64_t q_stride, int rows, const ops::Kv
     for (int b0 = 0; b0 < max_kv; b0 += kBlock) {
         const int nb = imin(kBlock, max_kv - b0);
         keys_to_lanes(kv, b0, nb, buf.keys);
-        const bool finite_values = values_to_f32(kv, b0, nb, buf.values);
+        // One pass of at most four rows (a decoding step's heads of one kv head) reads each value once: straight from
+        // the fp16 cache. More rows take the block's f32 copy, converted once for all their passes.
+        const bool direct_values = rows <= kScoreRows;
+        const bool finite_values = direct_values ? values_finite(kv, b0, nb) : values_to_f32(kv, b0, nb, buf.values);
+        const uint16_t* block_values = kv.v + static_cast<size_t>(b0) * kv.v_stride;
         __mmask16 visible[kGroups];  // per group of 16 keys: inside the block and not masked by the view
         for (int g = 0; g < kGroups; ++g) {
             visible[g] = first_lanes(nb - 16 * g);
@@ -281,8 +333,11 @@ void group_avx512(const float* q_rows, int64_t q_stride, int rows, const ops::Kv
                 n_keys = imax(n_keys, valid[i]);
                 ++taking;
             }
-            if (taking && finite_values) accumulate_rows<false>(taking, buf.values, dv, n_keys, row_score, row_p, row_acc);
-            else if (taking) accumulate_rows<true>(taking, buf.values, dv, n_keys, row_score, row_p, row_acc);
+            if (!taking) continue;
+            if (direct_values && finite_values) accumulate_rows<false>(taking, block_values, kv.v_stride, dv, n_keys, row_score, row_p, row_acc);
+            else if (direct_values) accumulate_rows<true>(taking, block_values, kv.v_stride, dv, n_keys, row_score, row_p, row_acc);
+            else if (finite_values) accumulate_rows<false>(taking, buf.values, dv, dv, n_keys, row_score, row_p, row_acc);
+            else accumulate_rows<true>(taking, buf.values, dv, dv, n_keys, row_score, row_p, row_acc);
         }
     }
     finish_group_rows(kv, buf, rows, out_rows, out_stride);
