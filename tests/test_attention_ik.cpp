@@ -20,6 +20,15 @@ namespace {
 
 using Cache = test::AttentionCache;
 
+// The SIMD forms of ik's attention this CPU runs (AVX2, and AVX-512 where it has it), labelled for messages.
+template <class Fn>
+std::vector<std::pair<const char*, Fn>> ik_forms(Fn avx2, Fn avx512, const char* what) {
+    std::vector<std::pair<const char*, Fn>> forms = {{"avx2", avx2}};
+    if (kernels::table_for(kernels::Isa::Avx512)) forms.emplace_back("avx512", avx512);
+    else std::printf("[ note     ] no AVX-512 on this CPU: ik's 512-bit %s not run\n", what);
+    return forms;
+}
+
 // ik_llama.cpp's flash attention (ik files): the AVX2 form against the scalar one, bit for bit, over one and several
 // 128-key blocks (a later block's larger maximum rescales), partial blocks, masked keys, MLA's aliased values,
 // large and small scores; and against plain float softmax attention within float rounding.
@@ -27,9 +36,7 @@ TEST(Attention, IkFlashAttentionSimdMatchesScalar) {
     if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
     std::mt19937 rng(17);
     std::normal_distribution<float> nd;
-    std::vector<std::pair<const char*, ops::AttendFn>> forms = {{"avx2", ik::attend_ik_simd()}};
-    if (kernels::table_for(kernels::Isa::Avx512)) forms.emplace_back("avx512", ik::attend_ik_avx512());
-    else std::printf("[ note     ] no AVX-512 on this CPU: ik's 512-bit attention not run\n");
+    const auto forms = ik_forms(ik::attend_ik_simd(), ik::attend_ik_avx512(), "attention");
     ops::AttnScratch s;
     int compared = 0;
     for (const auto& [form, simd] : forms)
@@ -82,9 +89,7 @@ TEST(Attention, IkFlashAttentionGroupMatchesOneRow) {
     if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
     std::mt19937 rng(29);
     std::normal_distribution<float> nd;
-    std::vector<std::pair<const char*, ops::AttendGroupFn>> forms = {{"avx2", ik::attend_ik_group_simd()}};
-    if (kernels::table_for(kernels::Isa::Avx512)) forms.emplace_back("avx512", ik::attend_ik_group_avx512());
-    else std::printf("[ note     ] no AVX-512 on this CPU: ik's 512-bit group attention not run\n");
+    const auto forms = ik_forms(ik::attend_ik_group_simd(), ik::attend_ik_group_avx512(), "group attention");
     ops::AttnScratch s, s1;
     int compared = 0;
     for (const auto& [form, group] : forms)
@@ -121,9 +126,7 @@ TEST(Attention, IkFlashAttentionGroupMatchesOneRow) {
 // output as it is: the 512-bit form adds unseen keys with p = 0 only where a block's values are all finite.
 TEST(Attention, IkFlashAttentionGroupIgnoresUnseenNonFiniteValues) {
     if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
-    std::vector<std::pair<const char*, ops::AttendGroupFn>> forms = {{"avx2", ik::attend_ik_group_simd()}};
-    if (kernels::table_for(kernels::Isa::Avx512)) forms.emplace_back("avx512", ik::attend_ik_group_avx512());
-    else std::printf("[ note     ] no AVX-512 on this CPU: ik's 512-bit group attention not run\n");
+    const auto forms = ik_forms(ik::attend_ik_group_simd(), ik::attend_ik_group_avx512(), "group attention");
     std::mt19937 rng(31);
     std::normal_distribution<float> nd;
     ops::AttnScratch s, s1;
