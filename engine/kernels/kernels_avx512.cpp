@@ -173,6 +173,7 @@ void fill_avx512_table(KernelTable& t) {
     if (__builtin_cpu_supports("avx512vbmi")) add_ik_table_kernels_vbmi(t);
     add_ik_converted_tiles(t);
     add_ik_x4_kernels(t);
+    add_ik_trellis_kernels_avx512(t);  // the trellis types' one-token and small-batch kernels in 512-bit registers
     add_ik_r4_kernels(t);
     if (t.flavor == Flavor::Avx512) {  // the AVX2 build's orders keep the AVX2 table's ymm tiles
         t.tile[0] = float_tile<VecOrderAvx512<false>, 4, 1, float>;

@@ -34,6 +34,7 @@ void quantize_q8_1(const float* x, void* out, int64_t n);
 // Filled by kernels_avx2.cpp / kernels_avx512.cpp (compiled with their own -m flags).
 void fill_avx2_table(KernelTable& t);  // t.flavor chosen by the caller
 void fill_avx512_table(KernelTable& t);
-void add_ik_table_kernels_vbmi(KernelTable& t);  // ik/ik_table_vbmi.cpp: only where the CPU has AVX512_VBMI
+void add_ik_table_kernels_vbmi(KernelTable& t);      // ik/ik_table_vbmi.cpp: only where the CPU has AVX512_VBMI
+void add_ik_trellis_kernels_avx512(KernelTable& t);  // ik/ik_trellis_avx512.cpp
 
 }  // namespace moe::kernels

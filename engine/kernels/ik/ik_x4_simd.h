@@ -9,7 +9,9 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "engine/kernels/blocks.h"
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_trellis.h"
 #include "engine/kernels/kernels.h"
@@ -138,56 +140,36 @@ inline __m256i iq4k_scales(__m128i codes) {
     return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(values, codes));
 }
 
-// One superblock of a trellis row: the 256 signed values (8 registers) and the 8 block scales. The indices are
-// assembled eight lanes at a time (groups 8j..8j+7), so the only per-group work is the trellis step itself.
+// One superblock's group indices (offsets added), eight groups per register (G = 8: groups 8j..8j + 7, two
+// blocks; G = 4: block j's eight groups), and its 8 block scales.
 template <GgmlType T>
-struct TrellisDec {
-    __m256i v[8];
+struct TrellisIndices256 {
+    static constexpr int kGroup = T == GgmlType::IQ4_KT ? 4 : 8, kRegisters = 256 / (8 * kGroup);
+    __m256i idx[kRegisters];
     alignas(32) int scale[8];
-    void decode(const uint8_t* blk) {
+    void load(const uint8_t* blk) {
         const __m256i m15 = _mm256_set1_epi32(0xF), off4096 = _mm256_set1_epi32(4096);
         if constexpr (T == GgmlType::IQ1_KT) {
             const auto& x = *reinterpret_cast<const ik::BlockIQ1_KT*>(blk);
             const __m128i sh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.sh));
             _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq4k_scales(_mm_and_si128(sh, _mm_set1_epi8(0xF))));
             const __m256i sh32 = _mm256_cvtepu8_epi32(sh), bit_shift = _mm256_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7);
-            const __m256i ka = trellis_ka<8>();
             for (int j = 0; j < 4; ++j) {  // groups 8j..8j+7: blocks 2j, 2j + 1
                 const __m256i qh = bytes8_u32(x.qh + 8 * (j & 1));
                 const __m256i hi = j < 2 ? _mm256_and_si256(qh, m15) : _mm256_srli_epi32(qh, 4);
                 const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(lanes_of(sh32, 2 * j, 2 * j + 1), bit_shift), _mm256_set1_epi32(1));
-                const __m256i idx = _mm256_add_epi32(
+                idx[j] = _mm256_add_epi32(
                     _mm256_or_si256(_mm256_or_si256(bytes8_u32(x.ql + 8 * j), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(bit, 12)), off4096);
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
-                    v[2 * j + h] = trellis32(g, ka);
-                }
             }
         } else if constexpr (T == GgmlType::IQ2_KT || T == GgmlType::IQ3_KT) {
-            constexpr bool iq3 = T == GgmlType::IQ3_KT;
             int packed;
             std::memcpy(&packed, blk, 4);
             const __m128i sc4 = _mm_cvtsi32_si128(packed);  // two nibbles per byte: blocks b, b + 4
             const __m128i nib = _mm_and_si128(_mm_unpacklo_epi32(sc4, _mm_srli_epi16(sc4, 4)), _mm_set1_epi8(0xF));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq3 ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib));
-            const __m256i ka = trellis_ka<8>();
+            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), T == GgmlType::IQ3_KT ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib));
             const uint8_t* ql = blk + 4;
-            __m256i neg_bits;
-            if constexpr (iq3) neg_bits = load32(reinterpret_cast<const ik::BlockIQ3_KT*>(blk)->qh);
-            for (int j = 0; j < 4; ++j) {
-                const __m256i idx = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * j))), off4096);
-                for (int h = 0; h < 2; ++h) {
-                    const int ib = 2 * j + h;
-                    const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
-                    v[ib] = trellis32(g, ka);
-                    if constexpr (iq3) {  // |value|, negated where the block's bit in qh[j] is set
-                        const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << ib));
-                        const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg_bits, m), m);
-                        const __m256i a = _mm256_abs_epi8(v[ib]);
-                        v[ib] = _mm256_sub_epi8(_mm256_xor_si256(a, neg), neg);
-                    }
-                }
-            }
+            for (int j = 0; j < 4; ++j)
+                idx[j] = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * j))), off4096);
         } else {
             const auto& x = *reinterpret_cast<const ik::BlockIQ4_KT*>(blk);
             const auto* ql = reinterpret_cast<const uint8_t*>(x.qs + 8);
@@ -198,16 +180,48 @@ struct TrellisDec {
             // the block's offset: 4096, plus 32768 where its scale word's low bit is set
             const __m256i offs = _mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(1)), 15), off4096);
             const __m256i sh_shift = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
-            const __m256i ka = trellis_ka<4>();
             for (int ib = 0; ib < 8; ++ib) {
                 const __m256i qh8 = bytes8_u32(qh + 8 * (ib & 3));
                 const __m256i hi = ib < 4 ? _mm256_and_si256(qh8, m15) : _mm256_srli_epi32(qh8, 4);
                 const __m256i sh = _mm256_and_si256(_mm256_srlv_epi32(lane_of(shb, ib), sh_shift), _mm256_set1_epi32(7));
-                const __m256i idx = _mm256_add_epi32(
+                idx[ib] = _mm256_add_epi32(
                     _mm256_or_si256(_mm256_or_si256(bytes8_u32(ql + 8 * ib), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(sh, 12)),
                     lane_of(offs, ib));
+            }
+        }
+    }
+};
+
+// One superblock of a trellis row: the 256 signed values (8 registers) and the 8 block scales. The indices are
+// assembled eight lanes at a time, so the only per-group work is the trellis step itself.
+template <GgmlType T>
+struct TrellisDec : TrellisIndices256<T> {
+    using Base = TrellisIndices256<T>;
+    __m256i v[8];
+    void decode(const uint8_t* blk) {
+        Base::load(blk);
+        if constexpr (Base::kGroup == 4) {
+            const __m256i ka = trellis_ka<4>();
+            for (int ib = 0; ib < 8; ++ib) {
+                const __m256i idx = Base::idx[ib];
                 const __m256i g[4] = {lanes_of(idx, 0, 1), lanes_of(idx, 2, 3), lanes_of(idx, 4, 5), lanes_of(idx, 6, 7)};
                 v[ib] = trellis32(g, ka);
+            }
+        } else {
+            const __m256i ka = trellis_ka<8>();
+            __m256i neg_bits;
+            if constexpr (T == GgmlType::IQ3_KT) neg_bits = load32(reinterpret_cast<const ik::BlockIQ3_KT*>(blk)->qh);
+            for (int ib = 0; ib < 8; ++ib) {
+                const __m256i idx = Base::idx[ib / 2];
+                const int h = ib % 2;
+                const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
+                v[ib] = trellis32(g, ka);
+                if constexpr (T == GgmlType::IQ3_KT) {  // |value|, negated where the block's bit in qh[j] is set
+                    const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << ib));
+                    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg_bits, m), m);
+                    const __m256i a = _mm256_abs_epi8(v[ib]);
+                    v[ib] = _mm256_sub_epi8(_mm256_xor_si256(a, neg), neg);
+                }
             }
         }
     }
@@ -237,6 +251,104 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
         }
     }
     return hsum_float_8(acc);
+}
+
+// ---- the trellis types for one token: products group-major ----
+//
+// Lane g of an index register times ka^p gives, after the 6-bit mask, four bytes that sum to weight p of group g
+// plus 126. A byte product against the activation of that weight repeated in all four bytes (PMADDUBSW and
+// PMADDWD, or VPDPBUSD) adds the weight's product into lane g, so a token whose activations are laid out that way
+// once (G planes per index register: plane p, lane g = the activation of weight p of group g) needs per G weights
+// of a register's groups a multiply, an AND and the byte product: no per-group spread, byte sums or packs. 126
+// times each half block's activation sum then comes off, and the half blocks' integer sums are the exact ones
+// dot_trellis forms (IQ3_KT, |weight| with a stored sign, keeps dot_trellis).
+
+inline constexpr auto kKaPowers = [] {
+    std::array<uint32_t, 8> power{};
+    uint32_t x = 1;
+    for (auto& p : power) p = x *= 0xCBAC1FEDu;
+    return power;
+}();
+
+// A token's activations as planes for index registers of `Lanes` groups of G weights.
+template <int G, int Lanes>
+void group_major_activations(int64_t n, const uint8_t* act, std::vector<uint32_t>& out) {
+    out.resize(static_cast<size_t>(n));
+    const X4Row y{act};
+    for (int64_t v = 0; v < n; ++v) {  // weight v: register v / (Lanes G), lane (v % (Lanes G)) / G, plane v % G
+        const int64_t r = v / (Lanes * G), g = (v % (Lanes * G)) / G, p = v % G;
+        out[static_cast<size_t>(r * Lanes * G + Lanes * p + g)] = static_cast<uint8_t>(y.group(v / 128).qs[v % 128]) * 0x01010101u;
+    }
+}
+
+// 126 times each half block's activation sum, eight per 128 activations in halves4's order (lane 4h + k: half h
+// of block k).
+inline void trellis_offsets(int64_t n, const uint8_t* act, std::vector<int32_t>& out) {
+    out.resize(static_cast<size_t>(n / 16));
+    const X4Row y{act};
+    for (int64_t g = 0; g < n / 128; ++g)
+        for (int k = 0; k < 4; ++k)
+            for (int h = 0; h < 2; ++h) {
+                int32_t sum = 0;
+                for (int e = 0; e < 16; ++e) sum += y.group(g).qs[32 * k + 16 * h + e];
+                out[static_cast<size_t>(8 * g + 4 * h + k)] = 126 * sum;
+            }
+}
+
+// Lane g: the sum over the group's G weights (+ 126) times their activations. Each PMADDUBSW pair sum is at most
+// 2 * 63 * 128 in size, so two planes' add in int16 before PMADDWD.
+template <int G>
+inline __m256i group_sums256(__m256i idx, const uint32_t* planes) {
+    const __m256i mask = _mm256_set1_epi32(0x3f3f3f3f);
+    __m256i acc = _mm256_setzero_si256();
+    for (int p = 0; p < G; p += 2) {
+        const __m256i a = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(idx, _mm256_set1_epi32(static_cast<int>(kKaPowers[p]))), mask),
+                                               load32(planes + 8 * p));
+        const __m256i b = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(idx, _mm256_set1_epi32(static_cast<int>(kKaPowers[p + 1]))), mask),
+                                               load32(planes + 8 * p + 8));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1)));
+    }
+    return acc;
+}
+
+template <GgmlType T>
+void rows_trellis_group_major(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    using Ind = TrellisIndices256<T>;
+    constexpr int G = Ind::kGroup;
+    const auto* act = static_cast<const uint8_t*>(a);
+    thread_local std::vector<uint32_t> planes;
+    thread_local std::vector<int32_t> offsets;
+    group_major_activations<G, 8>(n, act, planes);
+    trellis_offsets(n, act, offsets);
+    const size_t block_bytes = type_info(T).block_bytes;
+    const X4Row y{act};
+    Ind ind;
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + r * row_bytes;
+        float d;
+        std::memcpy(&d, row, 4);
+        d = ik::trellis_matmul_scale(T, d);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n / QK_K; ++i) {
+            ind.load(row + 4 + i * block_bytes);
+            const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ind.scale))));
+            for (int c = 0; c < 2; ++c) {
+                const uint32_t* pl = planes.data() + i * QK_K + 128 * c;
+                __m256i h;
+                if constexpr (G == 8) {  // two registers of two blocks; lanes 2j, 2j + 1 are half block j
+                    const __m256i sums = _mm256_hadd_epi32(group_sums256<8>(ind.idx[2 * c], pl), group_sums256<8>(ind.idx[2 * c + 1], pl + 64));
+                    h = _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7));
+                } else {  // a register per block, a half block per 128-bit lane
+                    h = halves4(group_sums256<4>(ind.idx[4 * c], pl), group_sums256<4>(ind.idx[4 * c + 1], pl + 32),
+                                group_sums256<4>(ind.idx[4 * c + 2], pl + 64), group_sums256<4>(ind.idx[4 * c + 3], pl + 96));
+                }
+                h = _mm256_sub_epi32(h, load32(offsets.data() + (2 * i + c) * 8));
+                const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
+                acc = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(y.group(2 * i + c).d))), _mm256_cvtepi32_ps(h), acc);
+            }
+        }
+        out[r] = hsum_float_8(acc);
+    }
 }
 
 // Rows x tokens for the small batch: each group of four blocks decoded once for NT tokens, every (row, token) in
@@ -349,6 +461,9 @@ inline void add_ik_x4_kernels(KernelTable& t) {
     set_dot<ikx::dot_trellis<GgmlType::IQ2_KT>>(t, GgmlType::IQ2_KT);
     set_dot<ikx::dot_trellis<GgmlType::IQ3_KT>>(t, GgmlType::IQ3_KT);
     set_dot<ikx::dot_trellis<GgmlType::IQ4_KT>>(t, GgmlType::IQ4_KT);
+    t.dot_rows[type_slot(GgmlType::IQ1_KT)] = ikx::rows_trellis_group_major<GgmlType::IQ1_KT>;
+    t.dot_rows[type_slot(GgmlType::IQ2_KT)] = ikx::rows_trellis_group_major<GgmlType::IQ2_KT>;
+    t.dot_rows[type_slot(GgmlType::IQ4_KT)] = ikx::rows_trellis_group_major<GgmlType::IQ4_KT>;
 }
 
 }  // namespace
