@@ -61,6 +61,13 @@ inline const int8_t* act_block(const uint8_t* a, int64_t n, int64_t b, float& d)
 // eight rows' values interleaved four at a time, so a token's four values broadcast against a register give each
 // row's partial sum in its own lane; one FMA per block and token with the eight rows' scales. Returns the rows
 // done (whole groups of eight).
+// The decoder of a trellis row's superblocks into int8 weights (decode_to) and block scales: the AVX2 one, unless
+// a translation unit specializes this before its first use (ik_trellis_avx512.cpp: the 512-bit one).
+template <GgmlType T>
+struct TrellisRowDecoder {
+    using type = ikx::TrellisDec<T>;
+};
+
 // One row of a 32-weight format converted to 8-bit values and fp16-rounded scales (ik_ref: convert_q8_0_r8_row),
 // from the SIMD decoders.
 template <GgmlType T>
@@ -69,11 +76,10 @@ inline void convert_q8_0_row(int64_t n, const uint8_t* w, int8_t* q, float* scal
         float d;
         std::memcpy(&d, w, 4);
         d = ik::trellis_matmul_scale(T, d);
-        ikx::TrellisDec<T> dec;
+        typename TrellisRowDecoder<T>::type dec;
         const size_t block_bytes = type_info(T).block_bytes;
         for (int64_t i = 0; i < n / QK_K; ++i) {
-            dec.decode(w + 4 + i * block_bytes);
-            for (int b = 0; b < 8; ++b) _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + QK_K * i + 32 * b), dec.v[b]);
+            dec.decode_to(w + 4 + i * block_bytes, q + QK_K * i);
             const __m256 s = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dec.scale))));
             _mm256_storeu_ps(scales + 8 * i, _mm256_cvtph_ps(_mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT)));  // fp16-rounded, as ik stores them
         }

@@ -225,6 +225,10 @@ struct TrellisDec : TrellisIndices256<T> {
             }
         }
     }
+    void decode_to(const uint8_t* blk, int8_t* out) {
+        decode(blk);
+        for (int b = 0; b < 8; ++b) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * b), v[b]);
+    }
 };
 
 // Per superblock: scales d * scale[b]; per 128 (two groups of four blocks) P = those times the activations' bf16
