@@ -290,31 +290,45 @@ TEST(Kernels, WeightQuantizersRoundTripWithinBudget) {
     }
 }
 
-// ik's Q8_K activations through AVX2 give the scalar statement's bytes: random rows of several magnitudes, rows
-// with ties at .5 after scaling, zeros, a lone large value, and rows holding inf or NaN.
-TEST(Kernels, IkQ8KActivationsSimdMatchScalar) {
+// ik's Q8_K and Q8_2_X4 activations through AVX2 give the scalar statements' bytes: random rows of several
+// magnitudes, rows with ties at .5 after scaling, zeros, a lone large value, and rows holding inf or NaN; Q8_2_X4
+// also at a length with blocks past its last group of four.
+TEST(Kernels, IkActivationsSimdMatchScalar) {
     if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar form runs";
+    using Quantize = void (*)(const float*, void*, int64_t);
+    struct Form {
+        const char* name;
+        GgmlType weights;  // a type whose activations these are
+        int n;
+        Quantize scalar, simd;
+    };
+    const Form forms[] = {{"q8_K", GgmlType::IQ4_KS, 1024, ik::quantize_q8_K, ik::quantize_q8_K_avx2},
+                          {"q8_2_x4", GgmlType::IQ2_KT, 1024, ik::quantize_q8_2_x4, ik::quantize_q8_2_x4_avx2},
+                          {"q8_2_x4 with a tail", GgmlType::Q6_0, 1056, ik::quantize_q8_2_x4, ik::quantize_q8_2_x4_avx2}};
     std::mt19937 rng(41);
     std::normal_distribution<float> nd;
-    const int n = 1024;
-    std::vector<uint8_t> a(kernels::activation_bytes(GgmlType::IQ4_KS, n)), b(a.size());
     int compared = 0;
-    for (int c = 0; c < 12; ++c) {
-        std::vector<float> x(n);
-        for (auto& v : x) v = nd(rng) * (c % 3 == 0 ? 1e-3f : c % 3 == 1 ? 1.f : 300.f);
-        if (c == 3) std::fill(x.begin(), x.begin() + 256, 0.f);  // a block of zeros
-        if (c == 4)
-            for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127) + (i % 2 ? 0.5f : -0.5f);  // halves
-        if (c == 5) x[300] = 1e30f;
-        if (c == 6) x[17] = std::numeric_limits<float>::infinity();
-        if (c == 7) x[600] = std::numeric_limits<float>::quiet_NaN();
-        if (c == 8) x[0] = -std::numeric_limits<float>::infinity();
-        ik::quantize_q8_K(x.data(), a.data(), n);
-        ik::quantize_q8_K_avx2(x.data(), b.data(), n);
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << "case " << c;
-        ++compared;
+    for (const Form& f : forms) {
+        const int n = f.n;
+        std::vector<uint8_t> a(kernels::activation_bytes(f.weights, n)), b(a.size());
+        for (int c = 0; c < 12; ++c) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (auto& v : x) v = nd(rng) * (c % 3 == 0 ? 1e-3f : c % 3 == 1 ? 1.f : 300.f);
+            if (c == 3) std::fill(x.begin(), x.begin() + 256, 0.f);  // blocks of zeros
+            if (c == 4)
+                for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127) + (i % 2 ? 0.5f : -0.5f);  // halves
+            if (c == 5) x[300] = 1e30f;
+            if (c == 6) x[17] = std::numeric_limits<float>::infinity();
+            if (c == 7) x[600] = std::numeric_limits<float>::quiet_NaN();
+            if (c == 8) x[0] = -std::numeric_limits<float>::infinity();
+            if (c == 9) x[static_cast<size_t>(n - 1)] = std::numeric_limits<float>::quiet_NaN();  // (Q8_2_X4's tail block)
+            f.scalar(x.data(), a.data(), n);
+            f.simd(x.data(), b.data(), n);
+            ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << f.name << " case " << c;
+            ++compared;
+        }
     }
-    EXPECT_EQ(compared, 12);
+    EXPECT_EQ(compared, 36);
 }
 
 TEST(Kernels, Q8KActivationsKeepBlockSums) {

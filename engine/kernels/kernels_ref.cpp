@@ -156,7 +156,10 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
             break;
         case GgmlType::IK_Q8_K32: ik::quantize_q8_K32(x, out, n); break;
         case GgmlType::IK_Q8_K128: ik::quantize_q8_K128(x, out, n); break;
-        case GgmlType::IK_Q8_2_X4: ik::quantize_q8_2_x4(x, out, n); break;
+        case GgmlType::IK_Q8_2_X4:
+            if (active_table().isa != Isa::Scalar) ik::quantize_q8_2_x4_avx2(x, out, n);
+            else ik::quantize_q8_2_x4(x, out, n);
+            break;
         default: quantize_q8_K(x, out, n); break;
     }
 }

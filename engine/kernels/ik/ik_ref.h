@@ -38,6 +38,7 @@ float dot_converted_ref_of(int64_t n, const void* w, const void* a) {
 
 // The formats ik multiplies with Q8_2_X4 activations (ik_ref_x4.cpp).
 void quantize_q8_2_x4(const float* x, void* out, int64_t n);
+void quantize_q8_2_x4_avx2(const float* x, void* out, int64_t n);  // the same bytes (ik_activations_avx2.cpp)
 // One 32-value block of a Q8_2_X4 row: its scale, the sum of its values and the values, wherever the row keeps
 // them (the first 4 * (n / 128) blocks in groups of four, the rest as 36-byte blocks).
 struct Q8_2View {
