@@ -97,13 +97,11 @@ void trellis_rows_group_major(int64_t n, const uint8_t* w, size_t row_bytes, int
     Ind ind;
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
-        float d;
-        std::memcpy(&d, row, 4);
-        d = ik::trellis_matmul_scale(T, d);
+        const float d = trellis_row_scale<T>(row);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < n / QK_K; ++i) {
             ind.load(row + 4 + i * block_bytes);
-            const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ind.scale))));
+            const __m256 S = trellis_scales_ps(d, ind.scale);
             const uint32_t* sb = planes + i * QK_K;
             for (int c = 0; c < 2; ++c) {
                 __m256i h;
@@ -138,14 +136,12 @@ void trellis_rows(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
     Dec dec;
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
-        float d;
-        std::memcpy(&d, row, 4);
-        d = ik::trellis_matmul_scale(T, d);
+        const float d = trellis_row_scale<T>(row);
         __m256 acc[kAcc];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t i = 0; i < n / QK_K; ++i) {
             dec.decode(row + 4 + i * block_bytes);
-            const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+            const __m256 S = trellis_scales_ps(d, dec.scale);
             for (int c = 0; c < 2; ++c) {
                 const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
                 for (int j = 0; j < tokens; ++j) {

@@ -65,11 +65,11 @@ struct TrellisIndices {
     __m512i idx[kRegisters];
     alignas(32) int scale[8];
     void load(const uint8_t* blk) {
+        trellis_block_scales<T>(blk, scale);
         const __m512i m15 = _mm512_set1_epi32(0xF), off4096 = _mm512_set1_epi32(4096);
         if constexpr (T == GgmlType::IQ1_KT) {
             const auto& x = *reinterpret_cast<const ik::BlockIQ1_KT*>(blk);
             const __m128i sh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.sh));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq4k_scales(_mm_and_si128(sh, _mm_set1_epi8(0xF))));
             // group g: ql[g] | (qh nibble << 8) | (bit 4 + g % 4 of sh[g / 4]) << 12, + 4096
             const __m512i sh32 = _mm512_cvtepu8_epi32(sh), qh = bytes16_u32(x.qh);
             const __m512i bit_shift = _mm512_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
@@ -83,19 +83,12 @@ struct TrellisIndices {
                     _mm512_or_si512(_mm512_or_si512(bytes16_u32(x.ql + 16 * h), _mm512_slli_epi32(hi, 8)), _mm512_slli_epi32(bit, 12)), off4096);
             }
         } else if constexpr (T == GgmlType::IQ2_KT || T == GgmlType::IQ3_KT) {
-            int packed;
-            std::memcpy(&packed, blk, 4);
-            const __m128i sc4 = _mm_cvtsi32_si128(packed);  // two nibbles per byte: blocks b, b + 4
-            const __m128i nib = _mm_and_si128(_mm_unpacklo_epi32(sc4, _mm_srli_epi16(sc4, 4)), _mm_set1_epi8(0xF));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), T == GgmlType::IQ3_KT ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib));
             for (int h = 0; h < 2; ++h) idx[h] = _mm512_add_epi32(_mm512_cvtepu16_epi32(load32(blk + 4 + 32 * h)), off4096);
         } else {
             const auto& x = *reinterpret_cast<const ik::BlockIQ4_KT*>(blk);
             const auto* ql = reinterpret_cast<const uint8_t*>(x.qs + 8);
             const uint8_t* qh = ql + 64;
             const __m256i shb = load32(x.qs);
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale),
-                               _mm256_sub_epi32(_mm256_srli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(0xff)), 1), _mm256_set1_epi32(64)));
             const __m512i shb512 = _mm512_zextsi256_si512(shb);
             const __m512i sh_shift = _mm512_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29, 8, 11, 14, 17, 20, 23, 26, 29);
             for (int k = 0; k < 4; ++k) {  // groups 16k..16k + 15: blocks 2k, 2k + 1

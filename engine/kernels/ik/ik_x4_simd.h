@@ -140,6 +140,36 @@ inline __m256i iq4k_scales(__m128i codes) {
     return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(values, codes));
 }
 
+// A trellis superblock's 8 block scales as int32 (IQ1_KT / IQ2_KT through IQ4_K's table, IQ3_KT's nibbles as they
+// are, IQ4_KT's scale bytes / 2 - 64), and a row's matmul scale.
+template <GgmlType T>
+inline void trellis_block_scales(const uint8_t* blk, int* scale) {
+    __m256i s;
+    if constexpr (T == GgmlType::IQ1_KT) {
+        s = iq4k_scales(_mm_and_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk)), _mm_set1_epi8(0xF)));
+    } else if constexpr (T == GgmlType::IQ2_KT || T == GgmlType::IQ3_KT) {
+        int packed;
+        std::memcpy(&packed, blk, 4);
+        const __m128i sc4 = _mm_cvtsi32_si128(packed);  // two nibbles per byte: blocks b, b + 4
+        const __m128i nib = _mm_and_si128(_mm_unpacklo_epi32(sc4, _mm_srli_epi16(sc4, 4)), _mm_set1_epi8(0xF));
+        s = T == GgmlType::IQ3_KT ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib);
+    } else {
+        const __m256i shb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+        s = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(0xff)), 1), _mm256_set1_epi32(64));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(scale), s);
+}
+template <GgmlType T>
+inline float trellis_row_scale(const uint8_t* row) {
+    float d;
+    std::memcpy(&d, row, 4);
+    return ik::trellis_matmul_scale(T, d);
+}
+// The superblock's eight block scales times the row's.
+inline __m256 trellis_scales_ps(float d, const int* scale) {
+    return _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scale))));
+}
+
 // One superblock's group indices (offsets added), eight groups per register (G = 8: groups 8j..8j + 7, two
 // blocks; G = 4: block j's eight groups), and its 8 block scales.
 template <GgmlType T>
@@ -148,11 +178,11 @@ struct TrellisIndices256 {
     __m256i idx[kRegisters];
     alignas(32) int scale[8];
     void load(const uint8_t* blk) {
+        trellis_block_scales<T>(blk, scale);
         const __m256i m15 = _mm256_set1_epi32(0xF), off4096 = _mm256_set1_epi32(4096);
         if constexpr (T == GgmlType::IQ1_KT) {
             const auto& x = *reinterpret_cast<const ik::BlockIQ1_KT*>(blk);
             const __m128i sh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.sh));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), iq4k_scales(_mm_and_si128(sh, _mm_set1_epi8(0xF))));
             const __m256i sh32 = _mm256_cvtepu8_epi32(sh), bit_shift = _mm256_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7);
             for (int j = 0; j < 4; ++j) {  // groups 8j..8j+7: blocks 2j, 2j + 1
                 const __m256i qh = bytes8_u32(x.qh + 8 * (j & 1));
@@ -162,11 +192,6 @@ struct TrellisIndices256 {
                     _mm256_or_si256(_mm256_or_si256(bytes8_u32(x.ql + 8 * j), _mm256_slli_epi32(hi, 8)), _mm256_slli_epi32(bit, 12)), off4096);
             }
         } else if constexpr (T == GgmlType::IQ2_KT || T == GgmlType::IQ3_KT) {
-            int packed;
-            std::memcpy(&packed, blk, 4);
-            const __m128i sc4 = _mm_cvtsi32_si128(packed);  // two nibbles per byte: blocks b, b + 4
-            const __m128i nib = _mm_and_si128(_mm_unpacklo_epi32(sc4, _mm_srli_epi16(sc4, 4)), _mm_set1_epi8(0xF));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale), T == GgmlType::IQ3_KT ? _mm256_cvtepu8_epi32(nib) : iq4k_scales(nib));
             const uint8_t* ql = blk + 4;
             for (int j = 0; j < 4; ++j)
                 idx[j] = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * j))), off4096);
@@ -175,8 +200,6 @@ struct TrellisIndices256 {
             const auto* ql = reinterpret_cast<const uint8_t*>(x.qs + 8);
             const uint8_t* qh = ql + 64;
             const __m256i shb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale),
-                               _mm256_sub_epi32(_mm256_srli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(0xff)), 1), _mm256_set1_epi32(64)));
             // the block's offset: 4096, plus 32768 where its scale word's low bit is set
             const __m256i offs = _mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(shb, _mm256_set1_epi32(1)), 15), off4096);
             const __m256i sh_shift = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
@@ -245,7 +268,7 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
     const size_t block_bytes = type_info(T).block_bytes;
     for (int64_t i = 0; i < n / QK_K; ++i) {
         dec.decode(blocks + i * block_bytes);
-        const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+        const __m256 S = trellis_scales_ps(d, dec.scale);
         for (int c = 0; c < 2; ++c) {
             const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
             __m256i l[4];
@@ -329,13 +352,11 @@ void rows_trellis_group_major(int64_t n, const uint8_t* w, size_t row_bytes, int
     Ind ind;
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
-        float d;
-        std::memcpy(&d, row, 4);
-        d = ik::trellis_matmul_scale(T, d);
+        const float d = trellis_row_scale<T>(row);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < n / QK_K; ++i) {
             ind.load(row + 4 + i * block_bytes);
-            const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ind.scale))));
+            const __m256 S = trellis_scales_ps(d, ind.scale);
             for (int c = 0; c < 2; ++c) {
                 const uint32_t* pl = planes.data() + i * QK_K + 128 * c;
                 __m256i h;
@@ -423,17 +444,14 @@ void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
     constexpr int kTok = 24;  // the decode dominates: one per superblock for every token below the converted path (16, 24)
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + r * row_bytes;
-        float d;
-        std::memcpy(&d, row, 4);
-        d = ik::trellis_matmul_scale(T, d);
+        const float d = trellis_row_scale<T>(row);
         for (int t0 = 0; t0 < n_tok; t0 += kTok) {
             const int nt = std::min(kTok, n_tok - t0);
             __m256 acc[kTok];
             for (auto& a : acc) a = _mm256_setzero_ps();
             for (int64_t i = 0; i < n / QK_K; ++i) {
                 dec.decode(row + 4 + i * block_bytes);
-                const __m256 S = _mm256_mul_ps(_mm256_set1_ps(d),
-                                               _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.scale))));
+                const __m256 S = trellis_scales_ps(d, dec.scale);
                 for (int j = 0; j < nt; ++j) {
                     const X4Row y{act + (t0 + j) * act_bytes};
                     for (int c = 0; c < 2; ++c) {
