@@ -14,6 +14,12 @@ namespace moe::kernels {
 namespace {
 namespace ikr {
 
+inline int u32_of(const int8_t* p) {
+    int v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
 // Per byte 0 or 1: bit `shift_lo` of each byte in the low 128-bit half, `shift_hi` in the high half.
 inline __m256i bit_of_bytes(__m256i bytes, int shift_lo, int shift_hi) {
     const __m256i sh = _mm256_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
@@ -170,6 +176,26 @@ struct Lanes4 {
         for (int f = 0; f < 4; ++f) yf[f] = _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0x55 * f), v[f]);
         return scaled_sum4<127>(u, yf, scales);
     }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    // With VPDPBUSD (no saturation) values + 128 multiply unsigned: unsigned_scaled_dot4 is the lane's exact sum
+    // over the four fields of u (value + 128) times the activations' dword f of its half, plus minus_offset
+    // (neg_offset128: -128 times that half's 16 activations), times the lane's int16 scale: signed_scaled_dot4's
+    // integers without the sign steps.
+    static constexpr bool kUnsignedDot = true;
+    static I unsigned_scaled_dot4(const I u[4], I y, I minus_offset, I scales32) {
+        I s = minus_offset;
+        for (int f = 0; f < 4; ++f) s = _mm256_dpbusd_epi32(s, u[f], _mm256_shuffle_epi32(y, 0x55 * f));
+        return _mm256_mullo_epi32(s, scales32);
+    }
+#else
+    static constexpr bool kUnsignedDot = false;  // values + 128 would saturate PMADDUBSW's pair sums
+    static I unsigned_scaled_dot4(const I u[4], I, I, I) { return u[0]; }
+#endif
+    // neg_offsets128's eight lanes for a sub-block: -128 times its first 16 activations (lanes 0..3), its second
+    // 16 (lanes 4..7)
+    static I neg_offsets(const int32_t* p) { return load32(p); }
+    // four signed bytes as the int32 scales of lanes 0..3 and 4..7
+    static I scales32(const int8_t* p0, const int8_t*) { return _mm256_cvtepi8_epi32(_mm_set1_epi32(u32_of(p0))); }
     template <int kMax>
     static I scaled_sum4(const I q[4], const I yf[4], I scales) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -286,6 +312,17 @@ struct Lanes8 {
             s = _mm512_dpbusd_epi32(s, u[f], _mm512_mask_sub_epi8(yf, _mm512_movepi8_mask(v[f]), _mm512_setzero_si512(), yf));
         }
         return _mm512_mullo_epi32(s, low16(scales));
+    }
+    static constexpr bool kUnsignedDot = true;  // as Lanes4's
+    static I unsigned_scaled_dot4(const I u[4], I y, I minus_offset, I scales32) {
+        I s = minus_offset;
+        for (int f = 0; f < 4; ++f) s = _mm512_dpbusd_epi32(s, u[f], _mm512_shuffle_epi32(y, static_cast<_MM_PERM_ENUM>(0x55 * f)));
+        return _mm512_mullo_epi32(s, scales32);
+    }
+    static I neg_offsets(const int32_t* p) { return _mm512_broadcast_i64x4(load32(p)); }
+    static I scales32(const int8_t* p0, const int8_t* p1) {
+        const int a = u32_of(p0), b = u32_of(p1);
+        return _mm512_cvtepi8_epi32(_mm_setr_epi32(a, a, b, b));
     }
 };
 #endif

@@ -5,8 +5,10 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_iquant_r4_simd.h"
@@ -38,12 +40,22 @@ inline void store4(__m256 acc, __m128 d, float* out) {
 // accumulator updated in the one-token order (ik's kernels use that order for every token count, so the bits are
 // the same). IQ5_KS_R4 (Five) adds the fifth bits and shifts its odd scales' values by 2 instead of 4.
 template <class V, bool Five, int NY>
-void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, const int32_t* neg_offsets,
+                  float* out, int64_t out_stride) {
     using I = typename V::I;
     using F = typename V::F;
     const ik::BlockQ8K32* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
-    const I values = V::table16(Five ? ik::kIq5nlValues : ik::kIq4kValues), values_hi = V::table16(ik::kIq5nlValues + 16);
+    // the value tables, + 128 where the products run unsigned (V::kUnsignedDot)
+    alignas(16) static constexpr auto kTables = [] {
+        std::array<std::array<int8_t, 16>, 2> t{};
+        for (int i = 0; i < 16; ++i) {
+            t[0][i] = static_cast<int8_t>((Five ? ik::kIq5nlValues[i] : ik::kIq4kValues[i]) + (V::kUnsignedDot ? 128 : 0));
+            t[1][i] = static_cast<int8_t>(ik::kIq5nlValues[16 + i] + (V::kUnsignedDot ? 128 : 0));
+        }
+        return t;
+    }();
+    const I values = V::table16(kTables[0].data()), values_hi = V::table16(kTables[1].data());
     constexpr size_t kBlock = Five ? sizeof(ik::BlockIQ5_KS_R4) : sizeof(ik::BlockIQ4_KS_R4);
     constexpr size_t kQs = offsetof(ik::BlockIQ4_KS_R4, qs), kQh = sizeof(ik::BlockIQ4_KS_R4);  // (IQ5: the fifth bits after)
     const uint8_t* group[2] = {w + 4 * g * row_bytes, w + 4 * (g + V::kGroups - 1) * row_bytes};
@@ -80,10 +92,18 @@ void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, cons
                 constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};
                 for (int f = 0; f < 4; ++f) qx[f] = V::select(V::bit_of(hb, kLo[f], kHi[f]), qx[f], V::lookup(values_hi, q4[f]));
             }
-            for (int f = 0; f < 4; ++f) ux[f] = V::abs8(qx[f]);
-            // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
-            const I iscales = V::pairs4_s8(reinterpret_cast<const uint8_t*>(ls[0] + 4 * ib), reinterpret_cast<const uint8_t*>(ls[q1] + 4 * ib));
-            for (int t = 0; t < NY; ++t) isum[t] = V::add32(isum[t], V::signed_scaled_dot4(ux, qx, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+            if constexpr (V::kUnsignedDot) {  // qx holds the values + 128; row k's scale in lanes k and 4 + k
+                const I scales = V::scales32(ls[0] + 4 * ib, ls[q1] + 4 * ib);
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::unsigned_scaled_dot4(qx, V::activations(y[t][ibl].qs + 32 * ib),
+                                                                        V::neg_offsets(neg_offsets + (t * (n / 32) + 8 * ibl + ib) * 8), scales));
+            } else {
+                // row k's scale of this sub-block in int16 lanes 2k, 2k + 1 of both halves
+                const I iscales = V::pairs4_s8(reinterpret_cast<const uint8_t*>(ls[0] + 4 * ib), reinterpret_cast<const uint8_t*>(ls[q1] + 4 * ib));
+                for (int f = 0; f < 4; ++f) ux[f] = V::abs8(qx[f]);
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::signed_scaled_dot4(ux, qx, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+            }
         }
         for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::set1(y[t][ibl].d), V::cvt(isum[t]), acc[t]);
     }
@@ -91,9 +111,27 @@ void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, cons
     for (int t = 0; t < NY; ++t)
         V::store_scaled(acc[t], reinterpret_cast<const float*>(group[0]), reinterpret_cast<const float*>(group[1]), out + t * out_stride + 4 * g);
 }
+// -128 times each 16 activations' sum, as Lanes4::neg_offsets reads them: per token and sub-block of 32, the first
+// 16's four times, then the second 16's (only where the products run unsigned).
+inline void neg_offsets128(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
+    out.resize(static_cast<size_t>(n_tok * (n / 32) * 8));
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* y = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
+        for (int64_t b = 0; b < n / 32; ++b)
+            for (int h = 0; h < 2; ++h) {
+                int32_t sum = 0;
+                for (int e = 0; e < 16; ++e) sum += y[b / 8].qs[32 * (b % 8) + 16 * h + e];
+                for (int k = 0; k < 4; ++k) out[static_cast<size_t>((t * (n / 32) + b) * 8 + 4 * h + k)] = -128 * sum;
+            }
+    }
+}
+
 template <int NY, bool Five>
 void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    each_group_pair<4>(rows, [&]<class V>(int64_t g) { ks_r4_groups<V, Five, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
+    thread_local std::vector<int32_t> neg_offsets;
+    if constexpr (Lanes4::kUnsignedDot) neg_offsets128(n, act, act_bytes, NY, neg_offsets);
+    each_group_pair<4>(
+        rows, [&]<class V>(int64_t g) { ks_r4_groups<V, Five, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
 
 template <int NY>
