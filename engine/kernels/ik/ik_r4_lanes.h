@@ -5,6 +5,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -94,6 +95,15 @@ struct Lanes4 {
         int lo, hi;
         std::memcpy(&lo, lo0, 4), std::memcpy(&hi, hi0, 4);
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_setr_epi32(lo, hi, 0, 0)));
+    }
+    // P[i] = a * b per lane as floats (exact: small integers), lanes 0..3 from bytes 4i..4i + 3 of each group's 32,
+    // lanes 4..7 from 16 + 4i..; a[q], b[q]: group q's bytes
+    static void byte_products_ps(const int8_t (*a)[32], const int8_t (*b)[32], int, F P[4]) {
+        for (int i = 0; i < 4; ++i) {
+            const auto at = [&](const int8_t(*x)[32], int o) { return reinterpret_cast<const uint8_t*>(x[0] + o); };
+            P[i] = _mm256_mul_ps(bytes_ps_s8(at(a, 4 * i), at(a, 16 + 4 * i), nullptr, nullptr),
+                                 bytes_ps_s8(at(b, 4 * i), at(b, 16 + 4 * i), nullptr, nullptr));
+        }
     }
     static I pairs4_s8(const uint8_t* p0, const uint8_t*) {  // pairs4 of signed bytes
         int v;
@@ -241,6 +251,27 @@ struct Lanes8 {
     }
     static F bytes_ps_s8(const uint8_t* lo0, const uint8_t* hi0, const uint8_t* lo1, const uint8_t* hi1) {
         return join_ps(Lanes4::bytes_ps_s8(lo0, hi0, lo0, hi0), Lanes4::bytes_ps_s8(lo1, hi1, lo1, hi1));
+    }
+    // Lanes4's, both groups' products at once: 32 int16 products per group (VPMULLW), then per i one VPERMT2W picks
+    // the sixteen lanes' and one conversion makes them floats (the same values: the products are exact either way)
+    static void byte_products_ps(const int8_t (*a)[32], const int8_t (*b)[32], int q1, F P[4]) {
+        __m512i prod[2];
+        for (int q = 0; q < 2; ++q) {
+            const int g = q ? q1 : 0;
+            prod[q] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(load32(a[g])), _mm512_cvtepi8_epi16(load32(b[g])));
+        }
+        for (int i = 0; i < 4; ++i) {
+            // lane k < 8: group 0's product 4i + k (k < 4) or 16 + 4i + k - 4; lanes 8..15 the same of group 1 (+ 32)
+            alignas(64) static constexpr auto kPick = [] {
+                std::array<std::array<int16_t, 32>, 4> t{};
+                for (int ii = 0; ii < 4; ++ii)
+                    for (int k = 0; k < 16; ++k)
+                        t[ii][k] = static_cast<int16_t>((k >= 8 ? 32 : 0) + (k % 8 < 4 ? 4 * ii + k % 4 : 16 + 4 * ii + k % 4));
+                return t;
+            }();
+            const __m512i picked = _mm512_permutex2var_epi16(prod[0], _mm512_load_si512(kPick[i].data()), prod[1]);
+            P[i] = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(picked)));
+        }
     }
     static I pairs4_s8(const uint8_t* p0, const uint8_t* p1) { return join(Lanes4::pairs4_s8(p0, p0), Lanes4::pairs4_s8(p1, p1)); }
     static void store_scaled(F acc, const float* d0, const float* d1, float* out) {

@@ -74,11 +74,7 @@ void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, cons
         }
         // the odd scales' shifts: lanes r (sub-blocks 0..3) and 4 + r (4..7), one FMA per sub-block pair
         F P[4];
-        for (int ib = 0; ib < 4; ++ib) {
-            const auto at = [&](const int8_t(*a)[32], int q, int o) { return reinterpret_cast<const uint8_t*>(a[q] + o); };
-            P[ib] = V::mul(V::bytes_ps_s8(at(ls, 0, 4 * ib), at(ls, 0, 16 + 4 * ib), at(ls, q1, 4 * ib), at(ls, q1, 16 + 4 * ib)),
-                           V::bytes_ps_s8(at(sh, 0, 4 * ib), at(sh, 0, 16 + 4 * ib), at(sh, q1, 4 * ib), at(sh, q1, 16 + 4 * ib)));
-        }
+        V::byte_products_ps(ls, sh, q1, P);
         for (int t = 0; t < NY; ++t)
             for (int ib = 0; ib < 4; ++ib) acc[t] = V::fma(P[ib], V::halves_ps(y[t][ibl].bsums[ib], y[t][ibl].bsums[ib + 4]), acc[t]);
         I isum[NY];
