@@ -5,9 +5,11 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 #include <type_traits>
 
 #include "engine/kernels/ik/ik_blocks.h"
@@ -83,11 +85,22 @@ struct KR4Block {
             constexpr size_t kQs = 64;
             I q4[4];
             nibble_fields_v<V>(b0, b1, kQs, ib, q4);
+            // (+ 128 where the products run unsigned: V::kUnsignedDot)
+            alignas(16) static constexpr auto kTables = [] {
+                std::array<std::array<int8_t, 16>, 3> t{};
+                const int add = V::kUnsignedDot ? 128 : 0;
+                for (int i = 0; i < 16; ++i) {
+                    t[0][i] = static_cast<int8_t>(ik::kIq4kValues[i] + add);
+                    t[1][i] = static_cast<int8_t>(ik::kIq5nlValues[i] + add);
+                    t[2][i] = static_cast<int8_t>(ik::kIq5nlValues[16 + i] + add);
+                }
+                return t;
+            }();
             if constexpr (T == GgmlType::IQ4_K_R4) {
-                const I table = V::table16(ik::kIq4kValues), add = V::slli16(xbit(ib), 2);  // the second half is the first + 4
+                const I table = V::table16(kTables[0].data()), add = V::slli16(xbit(ib), 2);  // the second half is the first + 4
                 for (int f = 0; f < 4; ++f) qx[f] = V::add8(V::lookup(table, q4[f]), add);
             } else {
-                const I lo = V::table16(ik::kIq5nlValues), hi = V::table16(ik::kIq5nlValues + 16);
+                const I lo = V::table16(kTables[1].data()), hi = V::table16(kTables[2].data());
                 const I add = V::slli16(xbit(ib), 1);  // + 2
                 const I hb = bytes16(kQs + 512 + 16 * ib);
                 constexpr int kLo[4] = {0, 4, 1, 5}, kHi[4] = {2, 6, 3, 7};  // fifth-bit positions of field f's weights
@@ -103,7 +116,8 @@ struct KR4Block {
 // the sums of 16 with sub-blocks 0..3 in the first accumulator and 4..7 in the second, as ik's kernel does), then
 // fma(d * y.d, sum, acc); the row is the two accumulators' sum.
 template <class V, GgmlType T, int NY>
-void k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+void k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, const int32_t* neg_offsets,
+                 float* out, int64_t out_stride) {
     using I = typename V::I;
     using F = typename V::F;
     using Block = KR4Block<V, T>;
@@ -131,6 +145,11 @@ void k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const
             if constexpr (Block::kUnsigned) {
                 for (int t = 0; t < NY; ++t)
                     isum[t] = V::add32(isum[t], V::template scaled_dot4<kMax>(qx, V::activations(y[t][ibl].qs + 32 * ib), iscales[ib]));
+            } else if constexpr (V::kUnsignedDot) {  // qx holds the values + 128
+                const I scales = V::low16(iscales[ib]);
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::unsigned_scaled_dot4(qx, V::activations(y[t][ibl].qs + 32 * ib),
+                                                                        V::neg_offsets(neg_offsets + (t * (n / 32) + 8 * ibl + ib) * 8), scales));
             } else {
                 I ux[4];
                 for (int f = 0; f < 4; ++f) ux[f] = V::abs8(qx[f]);
@@ -263,7 +282,11 @@ void q6_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
 
 template <GgmlType T, int NY>
 void k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
-    each_group_pair<4>(rows, [&]<class V>(int64_t g) { k_r4_groups<V, T, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
+    thread_local std::vector<int32_t> neg_offsets;  // for IQ4_K_R4 / IQ5_K_R4's unsigned products
+    if constexpr (Lanes4::kUnsignedDot && !(T == GgmlType::IQ2_K_R4 || T == GgmlType::IQ3_K_R4))
+        neg_offsets128<ik::BlockQ8K>(n, act, act_bytes, NY, neg_offsets);
+    each_group_pair<4>(rows,
+                       [&]<class V>(int64_t g) { k_r4_groups<V, T, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
 template <bool Lone, int NY, bool Five = false>
 void q4_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "engine/kernels/simd_common.h"
 
@@ -357,6 +358,22 @@ struct Lanes8 {
     }
 };
 #endif
+
+// -128 times each 16 activations' sum, as Lanes4::neg_offsets reads them: per token and sub-block of 32, the first
+// 16's four times, then the second 16's (only where the products run unsigned).
+template <class Block>  // the activations' blocks of 256 (Q8_K32, Q8_K)
+void neg_offsets128(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
+    out.resize(static_cast<size_t>(n_tok * (n / 32) * 8));
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* y = reinterpret_cast<const Block*>(act + t * act_bytes);
+        for (int64_t b = 0; b < n / 32; ++b)
+            for (int h = 0; h < 2; ++h) {
+                int32_t sum = 0;
+                for (int e = 0; e < 16; ++e) sum += y[b / 8].qs[32 * (b % 8) + 16 * h + e];
+                for (int k = 0; k < 4; ++k) out[static_cast<size_t>((t * (n / 32) + b) * 8 + 4 * h + k)] = -128 * sum;
+            }
+    }
+}
 
 // Every group of `group` rows: two at a time on AVX-512 (Lanes8), the odd last one (and every one on AVX2) alone
 // (Lanes4); run.template operator()<V>(g) computes the groups from g.

@@ -107,25 +107,10 @@ void ks_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, cons
     for (int t = 0; t < NY; ++t)
         V::store_scaled(acc[t], reinterpret_cast<const float*>(group[0]), reinterpret_cast<const float*>(group[1]), out + t * out_stride + 4 * g);
 }
-// -128 times each 16 activations' sum, as Lanes4::neg_offsets reads them: per token and sub-block of 32, the first
-// 16's four times, then the second 16's (only where the products run unsigned).
-inline void neg_offsets128(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
-    out.resize(static_cast<size_t>(n_tok * (n / 32) * 8));
-    for (int t = 0; t < n_tok; ++t) {
-        const auto* y = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
-        for (int64_t b = 0; b < n / 32; ++b)
-            for (int h = 0; h < 2; ++h) {
-                int32_t sum = 0;
-                for (int e = 0; e < 16; ++e) sum += y[b / 8].qs[32 * (b % 8) + 16 * h + e];
-                for (int k = 0; k < 4; ++k) out[static_cast<size_t>((t * (n / 32) + b) * 8 + 4 * h + k)] = -128 * sum;
-            }
-    }
-}
-
 template <int NY, bool Five>
 void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     thread_local std::vector<int32_t> neg_offsets;
-    if constexpr (Lanes4::kUnsignedDot) neg_offsets128(n, act, act_bytes, NY, neg_offsets);
+    if constexpr (Lanes4::kUnsignedDot) neg_offsets128<ik::BlockQ8K32>(n, act, act_bytes, NY, neg_offsets);
     each_group_pair<4>(
         rows, [&]<class V>(int64_t g) { ks_r4_groups<V, Five, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
