@@ -168,7 +168,7 @@ void tile_trellis512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
     thread_local std::vector<int32_t> offsets;
     offsets.resize(static_cast<size_t>(n_tok * (n / 16)));
     if (T != GgmlType::IQ3_KT) weight_offsets(n, act, act_bytes, n_tok, offsets.data());
-    if (n_tok == 1 && T != GgmlType::IQ3_KT) {
+    if (n_tok == 1 && rows > 1 && T != GgmlType::IQ3_KT) {  // (a lone row: its layout would cost as much as the row)
         thread_local std::vector<uint32_t> planes;
         group_major_activations<TrellisIndices<T>::kGroup, 16>(n, act, planes);
         return trellis_rows_group_major<T>(n, w, row_bytes, rows, act, offsets.data(), planes.data(), out);

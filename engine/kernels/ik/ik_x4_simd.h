@@ -343,6 +343,10 @@ void rows_trellis_group_major(int64_t n, const uint8_t* w, size_t row_bytes, int
     using Ind = TrellisIndices256<T>;
     constexpr int G = Ind::kGroup;
     const auto* act = static_cast<const uint8_t*>(a);
+    if (rows == 1) {  // a lone row: the group-major layout would cost as much as the row itself
+        out[0] = dot_trellis<T>(n, w, a);
+        return;
+    }
     thread_local std::vector<uint32_t> planes;
     thread_local std::vector<int32_t> offsets;
     group_major_activations<G, 8>(n, act, planes);
