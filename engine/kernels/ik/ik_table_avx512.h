@@ -168,21 +168,55 @@ inline void quad_sum_pairs(const int8_t* qs, QuadSumPairs& out) {
     _mm512_store_si512(out.v + 32, _mm512_inserti64x4(_mm512_castsi256_si512(pair[2]), pair[3], 1));
 }
 
+// A token's block in the order a row's indices unpack into: the 16 bytes c of register p are the activations
+// from K::kChunk[p][c] on (group kChunk / 32), laid out once per call so that no row needs a cross-lane permute.
+struct alignas(64) UnpackOrderQuants {
+    int8_t q[QK_K];
+};
+template <class K>
+constexpr bool unpacks_in_order() {
+    for (int p = 0; p < 4; ++p)
+        for (int c = 0; c < 4; ++c)
+            if (K::kChunk[p][c] != 64 * p + 16 * c) return false;
+    return true;
+}
+template <class K>
+void unpack_order_activations(const int8_t* qs, UnpackOrderQuants& out) {
+    for (int p = 0; p < 4; ++p)
+        for (int c = 0; c < 4; ++c)
+            _mm_store_si128(reinterpret_cast<__m128i*>(out.q + 64 * p + 16 * c),
+                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + K::kChunk[p][c])));
+}
+
 template <class K>
 void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     const auto* y = static_cast<const ik::BlockQ8K*>(a);
     const int64_t nb = n / QK_K;
     thread_local std::vector<QuadSumPairs> quads;
+    thread_local std::vector<UnpackOrderQuants> ordered;
     quads.resize(static_cast<size_t>(nb));
-    for (int64_t i = 0; i < nb; ++i) quad_sum_pairs(y[i].qs, quads[static_cast<size_t>(i)]);
+    if constexpr (!unpacks_in_order<K>()) ordered.resize(static_cast<size_t>(nb));
+    for (int64_t i = 0; i < nb; ++i) {
+        quad_sum_pairs(y[i].qs, quads[static_cast<size_t>(i)]);
+        if constexpr (!unpacks_in_order<K>()) unpack_order_activations<K>(y[i].qs, ordered[static_cast<size_t>(i)]);
+    }
     const K kind;
-    // pair p's scale register: word 2p of the block's eight scales in the first 256 bits, 2p + 1 in the second
-    const __m512i pick[4] = {_mm512_inserti64x4(_mm512_set1_epi16(0x0100), _mm256_set1_epi16(0x0302), 1),
-                             _mm512_inserti64x4(_mm512_set1_epi16(0x0504), _mm256_set1_epi16(0x0706), 1),
-                             _mm512_inserti64x4(_mm512_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A), 1),
-                             _mm512_inserti64x4(_mm512_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E), 1)};
-    __m512i pick32[4];
-    for (int p = 0; p < 4; ++p) pick32[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)), _mm256_set1_epi32(2 * p + 1), 1);
+    // register p's scales, each 128-bit lane c its group's (int16 words for the PMADDUBSW products, int32 lanes
+    // for the quad sums)
+    __m512i pick[4], pick32[4];
+    for (int p = 0; p < 4; ++p) {
+        alignas(64) int16_t words[32];
+        alignas(64) int32_t lanes[16];
+        for (int c = 0; c < 4; ++c) {
+            const int g = K::kChunk[p][c] / 32;
+            for (int j = 0; j < 4; ++j) {
+                words[8 * c + 2 * j] = words[8 * c + 2 * j + 1] = static_cast<int16_t>(0x0100 + 0x0202 * g);
+                lanes[4 * c + j] = g;
+            }
+        }
+        pick[p] = _mm512_load_si512(words);
+        pick32[p] = _mm512_load_si512(lanes);
+    }
     const __m512i first_pairs = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pairs = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     for (int64_t r = 0; r < rows; ++r) {
@@ -195,22 +229,23 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
             K::scales(x[i], s, c);
             const __m512i sc = _mm512_castsi128_si512(_mm_mullo_epi16(s, c));
             const QuadSumPairs& quad = quads[static_cast<size_t>(i)];
+            const int8_t* q = unpacks_in_order<K>() ? y[i].qs : ordered[static_cast<size_t>(i)].q;
             __m512i sum0 = _mm512_madd_epi16(_mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
             __m512i sum1 = _mm512_madd_epi16(_mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
-            const __m512i s4 = _mm512_broadcast_i32x4(s);
             __m512i idx[4];
             K::indices(x[i], idx);
             if constexpr (K::kQuadSums) {  // VPDPBUSD's sums of four (no saturation) times the groups' scales
                 const __m512i s32 = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(s));
                 for (int p = 0; p < 4; ++p) {
-                    const __m512i quad4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kind.values(idx[p]), load64(y[i].qs + 64 * p));
+                    const __m512i quad4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kind.values(idx[p]), _mm512_loadu_si512(q + 64 * p));
                     const __m512i scaled = _mm512_mullo_epi32(quad4, _mm512_permutexvar_epi32(pick32[p], s32));
                     if (p % 2) sum1 = _mm512_add_epi32(sum1, scaled);
                     else sum0 = _mm512_add_epi32(sum0, scaled);
                 }
             } else {
+                const __m512i s4 = _mm512_broadcast_i32x4(s);
                 for (int p = 0; p < 4; ++p) {
-                    const __m512i prod = kind.product(idx[p], load64(y[i].qs + 64 * p));
+                    const __m512i prod = kind.product(idx[p], _mm512_loadu_si512(q + 64 * p));
                     if (p % 2) sum1 = _mm512_dpwssd_epi32(sum1, prod, _mm512_shuffle_epi8(s4, pick[p]));
                     else sum0 = _mm512_dpwssd_epi32(sum0, prod, _mm512_shuffle_epi8(s4, pick[p]));
                 }
@@ -250,7 +285,18 @@ struct QuadIQ3KS {
         s = _mm_sub_epi16(_mm_mask_add_epi16(s, static_cast<__mmask8>(b.extra), s, _mm_set1_epi16(16)), _mm_set1_epi16(16));
         c = _mm_mask_add_epi16(_mm_set1_epi16(-64), static_cast<__mmask8>(b.extra >> 8), _mm_set1_epi16(-64), _mm_set1_epi16(4));
     }
-    static void indices(const Block& b, __m512i idx[4]) { block_three_bit_pairs(b.qs, b.qh, idx); }
+    // register k: bits 2k of qs[j] (group k) then of qs[32 + j] (group 4 + k), the third bit k (4 + k) of qh[j]
+    static constexpr int kChunk[4][4] = {{0, 16, 128, 144}, {32, 48, 160, 176}, {64, 80, 192, 208}, {96, 112, 224, 240}};
+    static void indices(const Block& b, __m512i idx[4]) {
+        const __m512i q = load64(b.qs), m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+        const __m256i h = load32(b.qh);
+        const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);
+        constexpr int kOrAnd = 0xF8;  // A | (B & C)
+        idx[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(q, m3), _mm512_slli_epi16(hb, 2), m4, kOrAnd);
+        idx[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 2), m3), _mm512_slli_epi16(hb, 1), m4, kOrAnd);
+        idx[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 4), m3), hb, m4, kOrAnd);
+        idx[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 6), m3), _mm512_srli_epi16(hb, 1), m4, kOrAnd);
+    }
     static constexpr bool kQuadSums = false;
     const __m512i table = lane_table<ik::kIq3nlValues, 8, 64, false>();
     __m512i product(__m512i idx, __m512i q) const { return _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), q); }
@@ -266,6 +312,8 @@ struct QuadIQ4KS {
         s = _mm_sub_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0xFE)), _mm_set1_epi16(127));
         c = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(1)), 2), _mm_set1_epi16(-128));
     }
+    // block_nibble_pairs's order: register p holds groups 2p and 2p + 1
+    static constexpr int kChunk[4][4] = {{0, 16, 32, 48}, {64, 80, 96, 112}, {128, 144, 160, 176}, {192, 208, 224, 240}};
     static void indices(const Block& b, __m512i idx[4]) { block_nibble_pairs(b.qs, idx); }
     static constexpr bool kQuadSums = true;
     const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
