@@ -117,6 +117,35 @@ TEST(Kernels, F16RowsConvertAsTheScalarReference) {
     }
 }
 
+// Q8_0 and BF16 rows to f32 (SIMD where the CPU has AVX2; the quantized caches' keys the DSA indexer reads back):
+// every bf16 value, and Q8_0 blocks with every int8 and scales from zero, subnormal, huge, inf and NaN halves, as
+// the scalar expressions give them.
+TEST(Kernels, Q8_0AndBf16RowsConvertAsTheScalarReference) {
+    std::vector<uint16_t> h(65536 + 5);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i * 40503u);
+    std::vector<float> y(h.size());
+    kernels::dequantize_row(GgmlType::BF16, h.data(), y.data(), static_cast<int64_t>(h.size()));
+    for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), static_cast<uint32_t>(h[i]) << 16) << "bf16 " << h[i];
+
+    const uint16_t scales[] = {0x0000, 0x0001, 0x3C00, 0xBC00, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x2E66};
+    std::mt19937 rng(9);
+    std::vector<BlockQ8_0> blocks(64);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        blocks[b].d = scales[b % std::size(scales)];
+        for (int j = 0; j < 32; ++j)
+            blocks[b].qs[j] = static_cast<int8_t>(b < 8 ? static_cast<int>(32 * b) + j - 128 : static_cast<int>(rng() % 256) - 128);
+    }
+    std::vector<float> q(blocks.size() * 32);
+    kernels::dequantize_row(GgmlType::Q8_0, blocks.data(), q.data(), static_cast<int64_t>(q.size()));
+    for (size_t b = 0; b < blocks.size(); ++b)
+        for (int j = 0; j < 32; ++j) {
+            const float want = fp16_to_fp32(blocks[b].d) * static_cast<float>(blocks[b].qs[j]);
+            const float got = q[b * 32 + static_cast<size_t>(j)];
+            if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << b << " " << j;
+            else ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << "block " << b << " element " << j;
+        }
+}
+
 TEST(Kernels, LlamaCppOrdersAreDistinct) {
     std::mt19937 rng(77);
     for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {

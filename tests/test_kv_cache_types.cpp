@@ -240,7 +240,7 @@ TEST(KvCacheTypes, TypedAttentionMatchesTheScalarReferenceAndPlainAttention) {
 // The group form (the query heads of one kv head through one call, the cache read once for all of them) gives every
 // row the scalar reference's bits for that row alone: each type pair, 1 to 9 rows, masks with runs and gaps
 // (blocks of consecutive positions and scattered ones), per-row sinks, a prompt block's causal rows (row r sees
-// n_kv + r / rows_per_position positions), and values narrower than keys (MLA's latent).
+// n_kv + r / rows_per_position positions), and values narrower than keys (MLA's latent, 576 / 512).
 TEST(KvCacheTypes, TypedGroupGivesEachRowTheOneRowBits) {
     std::mt19937 rng(33);
     std::normal_distribution<float> nd;
@@ -253,7 +253,8 @@ TEST(KvCacheTypes, TypedGroupGivesEachRowTheOneRowBits) {
         const kernels::KernelTable& ref = kernels::reference_table(f);
         const kernels::KernelTable& fast = kernels::active_table(f);
         for (const auto& [kt, vt] : pairs) {
-            for (const auto& [dk, dv] : {std::pair{64, 64}, std::pair{96, 64}}) {
+            // 160 and 512 values: the 512-bit accumulator chunks of 128 and their 256-bit remainder
+            for (const auto& [dk, dv] : {std::pair{64, 64}, std::pair{96, 64}, std::pair{192, 160}, std::pair{576, 512}}) {
                 for (int n : {1, 70, 300}) {
                     for (int G : {1, 4, 9}) {
                         for (int mode : {0, 1, 2, 3}) {  // 0: all visible, 1: scattered mask, 2: sinks, 3: causal prompt rows

@@ -443,6 +443,58 @@ void attend_typed_f16c_impl(const float* q, const ops::KvView& kv, float scale, 
 // row converted once for all the rows, each row's accumulator updated as the one-row kernel updates it. Every
 // row gets that kernel's bits, and the cache is read once per group instead of once per row (at 64k positions
 // a kv head's q8_0 keys and values are 8.5 MiB).
+// One row's f32 accumulator over the first m keys of a block whose values are in f32 (vr[i]): per value the
+// operations of typed_value_update key after key (the rescale where the max rose, then one FMA), taken 64 values
+// at a time with the keys inside so that the accumulator stays in registers; the same bits.
+// The 512-bit form (AVX-512 CPUs, by function target): 128 values at a time, then values_f32_block's loops.
+inline void values_f32_block(const RowBlock& b, int m, const float* const* vr, float& S, float* acc, int dv, int d = 0);
+__attribute__((target("avx512f"))) void values_f32_block_512(const RowBlock& b, int m, const float* const* vr, float& S, float* acc, int dv) {
+    int d = 0;
+    for (; d + 128 <= dv; d += 128) {
+        __m512 a[8];
+        for (int k = 0; k < 8; ++k) a[k] = _mm512_loadu_ps(acc + d + 16 * k);
+        for (int i = 0; i < m; ++i) {
+            if (b.raise[i]) {
+                const __m512 ms = _mm512_set1_ps(b.e[i]);
+                for (int k = 0; k < 8; ++k) a[k] = _mm512_mul_ps(a[k], ms);
+            }
+            const __m512 vs = _mm512_set1_ps(b.raise[i] ? 1.f : b.e[i]);
+            for (int k = 0; k < 8; ++k) a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(vr[i] + d + 16 * k), vs, a[k]);
+        }
+        for (int k = 0; k < 8; ++k) _mm512_storeu_ps(acc + d + 16 * k, a[k]);
+    }
+    values_f32_block(b, m, vr, S, acc, dv, d);
+}
+inline void values_f32_block(const RowBlock& b, int m, const float* const* vr, float& S, float* acc, int dv, int d) {
+    for (; d + 64 <= dv; d += 64) {
+        __m256 a[8];
+        for (int k = 0; k < 8; ++k) a[k] = _mm256_loadu_ps(acc + d + 8 * k);
+        for (int i = 0; i < m; ++i) {
+            if (b.raise[i]) {
+                const __m256 ms = _mm256_set1_ps(b.e[i]);
+                for (int k = 0; k < 8; ++k) a[k] = _mm256_mul_ps(a[k], ms);
+            }
+            const __m256 vs = _mm256_set1_ps(b.raise[i] ? 1.f : b.e[i]);
+            for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(_mm256_loadu_ps(vr[i] + d + 8 * k), vs, a[k]);
+        }
+        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(acc + d + 8 * k, a[k]);
+    }
+    for (; d + 8 <= dv; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        for (int i = 0; i < m; ++i) {
+            if (b.raise[i]) a = _mm256_mul_ps(a, _mm256_set1_ps(b.e[i]));
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(vr[i] + d), _mm256_set1_ps(b.raise[i] ? 1.f : b.e[i]), a);
+        }
+        _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < dv; ++d)
+        for (int i = 0; i < m; ++i) {
+            if (b.raise[i]) acc[d] *= b.e[i];
+            acc[d] = std::fma(vr[i][d], b.raise[i] ? 1.f : b.e[i], acc[d]);
+        }
+    for (int i = 0; i < m; ++i) S = std::fma(S, b.raise[i] ? b.e[i] : 1.f, b.raise[i] ? 1.f : b.e[i]);
+}
+
 template <bool Lanes>
 void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
                                   ops::AttnScratch& s) {
@@ -459,19 +511,30 @@ void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const
     std::fill_n(M, G, kNegInf);
     s.acc16.assign(f16_v ? static_cast<size_t>(G) * dv : 0, 0);
     s.acc.assign(static_cast<size_t>(G) * dv, 0.f);
-    s.kv_block.resize(static_cast<size_t>(dv));
+    s.kv_block.resize(static_cast<size_t>(f16_v ? 1 : kKeyBlock) * dv);
     // Positions row g sees; the rows' longest view bounds the pass.
     auto seen = [&](int g) { return kv.rows_per_position > 0 ? kv.n_kv + g / kv.rows_per_position : kv.n_kv; };
     const int last = seen(G - 1);
     int idx[kKeyBlock];
     thread_local std::vector<int> row_keys;  // per row: how many of the block's keys it sees (a prefix)
     row_keys.resize(static_cast<size_t>(G));
+    thread_local std::vector<uint8_t> key_rows;
     for (int j = 0; j < last;) {
         int n = 0;
         for (; j < last && n < kKeyBlock; ++j)
             if (!kv.visible || kv.visible[j]) idx[n++] = j;
         if (n == 0) continue;
-        const bool run = idx[n - 1] - idx[0] == n - 1;  // consecutive positions: one call of the row kernel
+        // The block's key rows in one piece: consecutive positions as they lie, scattered ones (the DSA picks)
+        // copied together, so that every row takes one call of the rows kernel.
+        const uint8_t* keys = kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row;
+        bool together = idx[n - 1] - idx[0] == n - 1;
+        if (!together && kt.dot_rows[slot]) {
+            key_rows.resize(static_cast<size_t>(kKeyBlock) * kv.k_row);
+            for (int i = 0; i < n; ++i)
+                std::memcpy(key_rows.data() + static_cast<size_t>(i) * kv.k_row, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, kv.k_row);
+            keys = key_rows.data();
+            together = true;
+        }
         for (int g = 0; g < G; ++g) {
             const int limit = seen(g);
             int m = n;
@@ -480,7 +543,7 @@ void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const
             if (m == 0) continue;
             RowBlock& b = rows[g];
             const uint8_t* qa = s.q_act.data() + static_cast<size_t>(g) * act;
-            if (run && kt.dot_rows[slot]) kt.dot_rows[slot](dk, kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row, kv.k_row, m, qa, b.sc);
+            if (together && kt.dot_rows[slot]) kt.dot_rows[slot](dk, keys, kv.k_row, m, qa, b.sc);
             else
                 for (int i = 0; i < m; ++i) b.sc[i] = kt.dot[slot](dk, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
             for (int i = 0; i < m; ++i) {
@@ -489,15 +552,23 @@ void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const
             }
             b.exps<Lanes>(m, M[g]);
         }
+        if (!f16_v) {  // f32 accumulators: the block's values in f32 once, then each row's keys over them
+            const float* vr[kKeyBlock];
+            for (int i = 0; i < n; ++i) vr[i] = typed_value_row(kv, idx[i], s.kv_block.data() + static_cast<size_t>(i) * dv).f;
+            for (int g = 0; g < G; ++g) {
+                if constexpr (Lanes) values_f32_block_512(rows[g], row_keys[g], vr, S[g], s.acc.data() + static_cast<size_t>(g) * dv, dv);
+                else values_f32_block(rows[g], row_keys[g], vr, S[g], s.acc.data() + static_cast<size_t>(g) * dv, dv);
+            }
+            continue;
+        }
         for (int i = 0; i < n; ++i) {
             const TypedValueRow v = typed_value_row(kv, idx[i], s.kv_block.data());
             for (int g = 0; g < G; ++g) {
                 if (i >= row_keys[g]) continue;
                 const RowBlock& b = rows[g];
                 const bool raise = b.raise[i];
-                typed_value_update(raise, raise ? b.e[i] : 1.f, raise ? 1.f : b.e[i], S[g], f16_v,
-                                   s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0), s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f,
-                                   dv);
+                typed_value_update(raise, raise ? b.e[i] : 1.f, raise ? 1.f : b.e[i], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * dv,
+                                   s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f, dv);
             }
         }
     }
