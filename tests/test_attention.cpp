@@ -624,5 +624,32 @@ TEST(VectorExp, SwigluAndSiluEqualReference) {
     }
 }
 
+// The DSA indexer's relu-weighted head sums on registers against ops::relu_weighted_sum, bit for bit: negative,
+// -0, NaN and infinite dots, 1 to 32 heads, key counts with and without a tail.
+TEST(VectorExp, IndexerSumsEqualReference) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/FMA on this CPU for the SIMD indexer sums";
+    std::mt19937 rng(12);
+    std::normal_distribution<float> nd(0.f, 4.f);
+    const float special[] = {
+        -0.f, 0.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), -1e-40f};
+    for (Flavor f : {Flavor::Avx512, Flavor::Avx2}) {
+        const ops::FloatOps& simd = kernels::simd_float_ops(f);
+        ASSERT_NE(simd.relu_weighted_sum, nullptr) << "the SIMD table is in use on an AVX2 CPU";
+        for (int heads : {1, 4, 32}) {
+            for (int m : {1, 7, 8, 64, 67}) {
+                const int64_t stride = m + 3;
+                std::vector<float> part(static_cast<size_t>(heads * stride)), w(static_cast<size_t>(heads)), a(static_cast<size_t>(m)),
+                    b(static_cast<size_t>(m));
+                for (auto& x : part) x = rng() % 9 == 0 ? special[rng() % std::size(special)] : nd(rng);
+                for (auto& x : w) x = nd(rng);
+                ops::relu_weighted_sum(part.data(), stride, heads, w.data(), m, a.data());
+                simd.indexer_sum(part.data(), stride, heads, w.data(), m, b.data());
+                ASSERT_EQ(std::memcmp(a.data(), b.data(), 4 * static_cast<size_t>(m)), 0)
+                    << kernels::flavor_name(f) << " heads " << heads << " m " << m;
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace moe

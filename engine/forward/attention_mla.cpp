@@ -165,11 +165,7 @@ void MlaAttention::dsa_select(LayerContext& cx, uint32_t l, int n, const float* 
                 else
                     for (int64_t j = 0; j < m; ++j) out[j] = dot(ID, q, kf + j * ID);
             }
-            for (int64_t j = 0; j < m; ++j) {
-                float acc = 0.f;
-                for (int h = 0; h < IH; ++h) acc = std::fma(std::max(part[static_cast<size_t>(h) * kBlock + j], 0.0f), ixw_[t * IH + h], acc);
-                score[b + j] = acc + 0.0f;  // the mask's zero
-            }
+            cx.fops().indexer_sum(part.data(), kBlock, IH, &ixw_[t * IH], m, score + b);
         }
     };
     // Row t keeps the top_k of its row of view scores (visible positions, the rest -inf). Where every visible

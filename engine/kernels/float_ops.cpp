@@ -478,6 +478,14 @@ MOE_FMA_CLONES void attend_split_causal(Flavor f, const float* q, const KvView& 
     split_and_merge(f, q, kv, n_threads, scale, out, s, chunk_fn, [&](int c, int) { return std::min(kv.n_kv, (c + 1) * chunk); });
 }
 
+void relu_weighted_sum(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out) {
+    for (int64_t j = 0; j < m; ++j) {
+        float acc = 0.f;
+        for (int h = 0; h < heads; ++h) acc = std::fma(std::max(part[h * stride + j], 0.0f), w[h], acc);
+        out[j] = acc + 0.0f;
+    }
+}
+
 const FloatOps& float_ops(Flavor f) {
     static const FloatOps avx512{Flavor::Avx512, softmax_512, swiglu_512, silu_512, dot_f32_512, attend_512, attend_tiled_512};
     static const FloatOps avx2{Flavor::Avx2, softmax_256, swiglu_256, silu_256, dot_f32_256, attend_256, attend_tiled_256};

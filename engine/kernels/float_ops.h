@@ -209,12 +209,22 @@ struct FloatOps {
     bool ik = false;
     void (*rms_norm)(const float* x, const float* w, float* y, int n, float eps) = nullptr;  // null: ops::rms_norm
     AttendGroupFn attend_group = nullptr;  // ik: rows sharing a view in one pass, each row with `attend`'s bits (null: per row)
+    // the DSA indexer's per-key sum of its heads' dots (null: ops::relu_weighted_sum, whose bits it gives)
+    void (*relu_weighted_sum)(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out) = nullptr;
+    void indexer_sum(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out) const;
     void norm(const float* x, const float* w, float* y, int n, float eps) const {
         if (rms_norm) rms_norm(x, w, y, n, eps);
         else ops::rms_norm(x, w, y, n, eps);
     }
 };
 const FloatOps& float_ops(Flavor f);
+// The DSA lightning indexer's scores from its heads' dots: out[j] = the sum over heads h, in order, of
+// max(part[h * stride + j], 0) * w[h], each step one fma, plus the mask's zero.
+void relu_weighted_sum(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out);
+inline void FloatOps::indexer_sum(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out) const {
+    if (relu_weighted_sum) relu_weighted_sum(part, stride, heads, w, m, out);
+    else ops::relu_weighted_sum(part, stride, heads, w, m, out);
+}
 
 // ggml's flash attention for one query row over many keys (>= 512) when it splits them across its threads: the
 // one-row path per chunk (chunk_of[j] is key j's chunk, ascending; the sink only in chunk 0), the partial

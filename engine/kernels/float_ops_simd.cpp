@@ -37,6 +37,18 @@ void silu8_row(float* x, int n) {
     for (; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
+// ops::relu_weighted_sum eight keys at a time: max(0, x) keeps x where x is NaN or -0, as std::max(x, 0) does.
+void relu_weighted_sum8(const float* part, int64_t stride, int heads, const float* w, int64_t m, float* out) {
+    const __m256 zero = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        __m256 acc = zero;
+        for (int h = 0; h < heads; ++h) acc = _mm256_fmadd_ps(_mm256_max_ps(zero, _mm256_loadu_ps(part + h * stride + j)), _mm256_set1_ps(w[h]), acc);
+        _mm256_storeu_ps(out + j, _mm256_add_ps(acc, zero));
+    }
+    if (j < m) ops::relu_weighted_sum(part + j, stride, heads, w, m - j, out + j);
+}
+
 }  // namespace
 
 const ops::FloatOps& simd_float_ops(Flavor f) {
@@ -45,12 +57,14 @@ const ops::FloatOps& simd_float_ops(Flavor f) {
         ops::FloatOps o = ops::float_ops(Flavor::Avx512);
         o.swiglu = &swiglu8<Flavor::Avx512>;
         o.silu = &silu8_row<Flavor::Avx512>;
+        o.relu_weighted_sum = &relu_weighted_sum8;
         return o;
     }();
     static const ops::FloatOps avx2 = [] {
         ops::FloatOps o = ops::float_ops(Flavor::Avx2);
         o.swiglu = &swiglu8<Flavor::Avx2>;
         o.silu = &silu8_row<Flavor::Avx2>;
+        o.relu_weighted_sum = &relu_weighted_sum8;
         return o;
     }();
     return f == Flavor::Avx512 ? avx512 : avx2;
