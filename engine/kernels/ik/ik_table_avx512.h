@@ -144,7 +144,8 @@ struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
 // sums of four, Q4[g][j] = q[32g + 4j] + ... + q[32g + 4j + 3] (once per call): lane j gets
 // sum_g s_g sum v' q + sum_g s_g c_g Q4[g][j], the integers of the two-table kernel's lane exactly, so its float
 // steps and bits. IQ3_KS also reads its values + 64 (|v + 64| <= 115: no PMADDUBSW pair sum saturates), so it needs
-// no sign step either: c_g = 4 e_g - 64. IQ4_KS's values + 128 would saturate, so they keep the signed product.
+// no sign step either: c_g = 4 e_g - 64. IQ4_KS's values + 128 would saturate PMADDUBSW: its rows
+// (dot_rows_iq4_ks) take VPDPBUSD's sums of four instead, c_g = 4 e_g - 128 their starting values.
 // The token's quad sums for a block, as the correction's pairs: 256 bits per group pair (2p, 2p + 1) holding the
 // int16 pairs (Q4[2p][j], Q4[2p + 1][j]) for j = 0..7; pairs 0 and 1 in the first register, 2 and 3 in the second.
 constexpr bool second_table_is_first_plus(const int8_t* values, int half, int step) {
@@ -201,21 +202,13 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
         if constexpr (!unpacks_in_order<K>()) unpack_order_activations<K>(y[i].qs, ordered[static_cast<size_t>(i)]);
     }
     const K kind;
-    // register p's scales, each 128-bit lane c its group's (int16 words for the PMADDUBSW products, int32 lanes
-    // for the quad sums)
-    __m512i pick[4], pick32[4];
+    // register p's scales, each 128-bit lane c its group's int16 word
+    __m512i pick[4];
     for (int p = 0; p < 4; ++p) {
         alignas(64) int16_t words[32];
-        alignas(64) int32_t lanes[16];
-        for (int c = 0; c < 4; ++c) {
-            const int g = K::kChunk[p][c] / 32;
-            for (int j = 0; j < 4; ++j) {
-                words[8 * c + 2 * j] = words[8 * c + 2 * j + 1] = static_cast<int16_t>(0x0100 + 0x0202 * g);
-                lanes[4 * c + j] = g;
-            }
-        }
+        for (int c = 0; c < 4; ++c)
+            for (int j = 0; j < 8; ++j) words[8 * c + j] = static_cast<int16_t>(0x0100 + 0x0202 * (K::kChunk[p][c] / 32));
         pick[p] = _mm512_load_si512(words);
-        pick32[p] = _mm512_load_si512(lanes);
     }
     const __m512i first_pairs = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i second_pairs = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -234,21 +227,11 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
             __m512i sum1 = _mm512_madd_epi16(_mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
             __m512i idx[4];
             K::indices(x[i], idx);
-            if constexpr (K::kQuadSums) {  // VPDPBUSD's sums of four (no saturation) times the groups' scales
-                const __m512i s32 = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(s));
-                for (int p = 0; p < 4; ++p) {
-                    const __m512i quad4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kind.values(idx[p]), _mm512_loadu_si512(q + 64 * p));
-                    const __m512i scaled = _mm512_mullo_epi32(quad4, _mm512_permutexvar_epi32(pick32[p], s32));
-                    if (p % 2) sum1 = _mm512_add_epi32(sum1, scaled);
-                    else sum0 = _mm512_add_epi32(sum0, scaled);
-                }
-            } else {
-                const __m512i s4 = _mm512_broadcast_i32x4(s);
-                for (int p = 0; p < 4; ++p) {
-                    const __m512i prod = kind.product(idx[p], _mm512_loadu_si512(q + 64 * p));
-                    if (p % 2) sum1 = _mm512_dpwssd_epi32(sum1, prod, _mm512_shuffle_epi8(s4, pick[p]));
-                    else sum0 = _mm512_dpwssd_epi32(sum0, prod, _mm512_shuffle_epi8(s4, pick[p]));
-                }
+            const __m512i s4 = _mm512_broadcast_i32x4(s);
+            for (int p = 0; p < 4; ++p) {
+                const __m512i prod = kind.product(idx[p], _mm512_loadu_si512(q + 64 * p));
+                if (p % 2) sum1 = _mm512_dpwssd_epi32(sum1, prod, _mm512_shuffle_epi8(s4, pick[p]));
+                else sum0 = _mm512_dpwssd_epi32(sum0, prod, _mm512_shuffle_epi8(s4, pick[p]));
             }
             const __m512i sum = _mm512_add_epi32(sum0, sum1);
             const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
@@ -270,6 +253,59 @@ inline __m512i lane_table() {
         return t;
     }();
     return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+}
+
+// IQ4_KS over many rows against one token, dot_rows_quad_corrected's integers with one step fewer per group: the
+// correction c_g Q4[g][j] (c_g = 4 e_g - 128, the table bit and the + 128) is VPDPBUSD's starting value, so the
+// one multiply by the group's scale covers both. Per call the token's -128 Q4 and 4 Q4 per register (groups 2p
+// and 2p + 1, block_nibble_pairs's order); per row and block a masked add picks the start of each group.
+struct alignas(64) QuadStarts {
+    int32_t base[4][16], bit[4][16];
+};
+inline void quad_starts(const int8_t* qs, QuadStarts& out) {
+    for (int p = 0; p < 4; ++p) {
+        const __m512i q4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), load64(qs + 64 * p));
+        _mm512_store_si512(out.base[p], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(q4, 7)));
+        _mm512_store_si512(out.bit[p], _mm512_slli_epi32(q4, 2));
+    }
+}
+inline void dot_rows_iq4_ks(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const ik::BlockQ8K*>(a);
+    const int64_t nb = n / QK_K;
+    thread_local std::vector<QuadStarts> starts;
+    starts.resize(static_cast<size_t>(nb));
+    for (int64_t i = 0; i < nb; ++i) quad_starts(y[i].qs, starts[static_cast<size_t>(i)]);
+    const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
+    __m512i pick32[4];
+    for (int p = 0; p < 4; ++p) pick32[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
+        const float drow = read_f32(row);
+        const auto* x = reinterpret_cast<const ik::BlockIQ4_KS*>(row + 4);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            uint64_t raw;
+            std::memcpy(&raw, x[i].scales, 8);
+            const uint64_t table_bits = (raw & 0x0101010101010101ull) * 0xFF;  // byte g all ones where group g reads the second table
+            // scale g: (scales[g] & 254) - 127
+            const __m128i bytes = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(raw)));
+            const __m512i s32 = _mm512_castsi256_si512(
+                _mm256_cvtepi16_epi32(_mm_sub_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0xFE)), _mm_set1_epi16(127))));
+            __m512i idx[4];
+            block_nibble_pairs(x[i].qs, idx);
+            const QuadStarts& st = starts[static_cast<size_t>(i)];
+            __m512i sum = _mm512_setzero_si512();
+            for (int p = 0; p < 4; ++p) {
+                const __m512i base = _mm512_load_si512(st.base[p]);
+                const __m512i start = _mm512_mask_add_epi32(base, static_cast<__mmask16>(table_bits >> 16 * p), base, _mm512_load_si512(st.bit[p]));
+                const __m512i quad4 = _mm512_dpbusd_epi32(start, _mm512_shuffle_epi8(table, idx[p]), load64(y[i].qs + 64 * p));
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(quad4, _mm512_permutexvar_epi32(pick32[p], s32)));
+            }
+            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(drow * y[i].d), _mm256_cvtepi32_ps(lanes), acc);
+        }
+        out[r] = hsum_float_8(acc);
+    }
 }
 
 struct QuadIQ3KS {
@@ -297,27 +333,8 @@ struct QuadIQ3KS {
         idx[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 4), m3), hb, m4, kOrAnd);
         idx[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 6), m3), _mm512_srli_epi16(hb, 1), m4, kOrAnd);
     }
-    static constexpr bool kQuadSums = false;
     const __m512i table = lane_table<ik::kIq3nlValues, 8, 64, false>();
     __m512i product(__m512i idx, __m512i q) const { return _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), q); }
-};
-
-struct QuadIQ4KS {
-    using Block = ik::BlockIQ4_KS;
-    static constexpr int kMeta = 4;
-    static float row_scale(const uint8_t* row) { return read_f32(row); }
-    // scale g: (scales[g] & 254) - 127; its bit 0 the table bit
-    static void scales(const Block& b, __m128i& s, __m128i& c) {
-        const __m128i bytes = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
-        s = _mm_sub_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0xFE)), _mm_set1_epi16(127));
-        c = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(1)), 2), _mm_set1_epi16(-128));
-    }
-    // block_nibble_pairs's order: register p holds groups 2p and 2p + 1
-    static constexpr int kChunk[4][4] = {{0, 16, 32, 48}, {64, 80, 96, 112}, {128, 144, 160, 176}, {192, 208, 224, 240}};
-    static void indices(const Block& b, __m512i idx[4]) { block_nibble_pairs(b.qs, idx); }
-    static constexpr bool kQuadSums = true;
-    const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
-    __m512i values(__m512i idx) const { return _mm512_shuffle_epi8(table, idx); }
 };
 
 // Two bits per weight: bits 2 (g % 4) of qs[32 (g / 4) + j], for groups 2p (first half) and 2p + 1.
@@ -550,7 +567,7 @@ template <GgmlType T>
 void install512(KernelTable& t) {
     set_dot<dot_of<Dec512<T>, Pairs512>>(t, T);
     if constexpr (T == GgmlType::IQ3_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ3KS>;
-    else if constexpr (T == GgmlType::IQ4_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ4KS>;
+    else if constexpr (T == GgmlType::IQ4_KS) t.dot_rows[type_slot(T)] = dot_rows_iq4_ks;
     else t.dot_rows[type_slot(T)] = dot_rows_of_table<Dec512<T>, Pairs512>;
     t.tile[type_slot(T)] = tile_of_paired<Dec512<T>, Pairs512>;
 }
