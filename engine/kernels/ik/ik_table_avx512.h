@@ -175,13 +175,6 @@ struct alignas(64) UnpackOrderQuants {
     int8_t q[QK_K];
 };
 template <class K>
-constexpr bool unpacks_in_order() {
-    for (int p = 0; p < 4; ++p)
-        for (int c = 0; c < 4; ++c)
-            if (K::kChunk[p][c] != 64 * p + 16 * c) return false;
-    return true;
-}
-template <class K>
 void unpack_order_activations(const int8_t* qs, UnpackOrderQuants& out) {
     for (int p = 0; p < 4; ++p)
         for (int c = 0; c < 4; ++c)
@@ -196,10 +189,10 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
     thread_local std::vector<QuadSumPairs> quads;
     thread_local std::vector<UnpackOrderQuants> ordered;
     quads.resize(static_cast<size_t>(nb));
-    if constexpr (!unpacks_in_order<K>()) ordered.resize(static_cast<size_t>(nb));
+    ordered.resize(static_cast<size_t>(nb));
     for (int64_t i = 0; i < nb; ++i) {
         quad_sum_pairs(y[i].qs, quads[static_cast<size_t>(i)]);
-        if constexpr (!unpacks_in_order<K>()) unpack_order_activations<K>(y[i].qs, ordered[static_cast<size_t>(i)]);
+        unpack_order_activations<K>(y[i].qs, ordered[static_cast<size_t>(i)]);
     }
     const K kind;
     // register p's scales, each 128-bit lane c its group's int16 word
@@ -222,7 +215,7 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
             K::scales(x[i], s, c);
             const __m512i sc = _mm512_castsi128_si512(_mm_mullo_epi16(s, c));
             const QuadSumPairs& quad = quads[static_cast<size_t>(i)];
-            const int8_t* q = unpacks_in_order<K>() ? y[i].qs : ordered[static_cast<size_t>(i)].q;
+            const int8_t* q = ordered[static_cast<size_t>(i)].q;
             __m512i sum0 = _mm512_madd_epi16(_mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
             __m512i sum1 = _mm512_madd_epi16(_mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
             __m512i idx[4];
