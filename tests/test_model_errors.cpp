@@ -256,9 +256,9 @@ TEST(ModelErrors, KimiK3KeysAndTensors) {
     expect_mentions(load_error(dir, path, set_key("kimi-k3.kda.gate_lower_bound", GgufValue::f32(2.f))), {"kimi-k3.kda.gate_lower_bound", "2"});
 }
 
-// deepseek4: a compression ratio of 1, more than one key/value head, a hyper-connection count the graph does not
-// take, a gating function llama.cpp refuses for it, a missing compressor tensor, an output LoRA that does not
-// split the heads.
+// deepseek4: a compression ratio of 1, a ratio list shorter than the blocks, more than one key/value head, a
+// hyper-connection count the graph does not take (0, 2), a hash-routed layer without its table, a gating function
+// llama.cpp refuses for it, a missing compressor tensor, an output LoRA that does not split the heads.
 TEST(ModelErrors, DeepSeekV4KeysAndTensors) {
     test::TempDir dir;
     const std::string path = make_model(dir, "v4",
@@ -268,10 +268,17 @@ TEST(ModelErrors, DeepSeekV4KeysAndTensors) {
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.compress_ratios", GgufValue::i32_array_of({0, 1, 128}))),
                     {"deepseek4.attention.compress_ratios[1]", "1"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.compress_ratios", GgufValue::i32_array_of({0, 4}))),
-                    {"deepseek4.attention.compress_ratios", "at least 3"});
+                    {"deepseek4.attention.compress_ratios", "has 2 integers", "at least 3"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.head_count_kv", GgufValue::u32(2))),
                     {"deepseek4.attention.head_count_kv", "2"});
-    expect_mentions(load_error(dir, path, set_key("deepseek4.hyper_connection.count", GgufValue::u32(2))), {"deepseek4.hyper_connection.count", "2"});
+    for (uint32_t hc : {0u, 2u})
+        expect_mentions(load_error(dir, path, set_key("deepseek4.hyper_connection.count", GgufValue::u32(hc))),
+                        {"deepseek4.hyper_connection.count", ("= " + std::to_string(hc) + " ").c_str()});
+    // a hash-routed layer without its token-to-expert table: the tensor and the key that asks for it, with its value
+    expect_mentions(load_error(dir, path, {}, [](GgufTensorData& t) { return t.name != "blk.1.ffn_gate_tid2eid.weight"; }),
+                    {"blk.1.ffn_gate_tid2eid.weight", "missing", "deepseek4.hash_layer_count = 2"});
+    expect_mentions(load_error(dir, path, set_key("deepseek4.hash_layer_count", GgufValue::u32(3))),
+                    {"blk.2.ffn_gate_tid2eid.weight", "deepseek4.hash_layer_count = 3"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.expert_gating_func", GgufValue::u32(3))), {"deepseek4.expert_gating_func", "3"});
     expect_mentions(load_error(dir, path, set_key("deepseek4.attention.output_group_count", GgufValue::u32(3))),
                     {"deepseek4.attention.output_group_count", "3"});

@@ -87,7 +87,9 @@ std::optional<std::vector<uint32_t>> ArchLoader::u32_array(const std::string& ke
     if (!v) return std::nullopt;
     const std::vector<int32_t> ints = v->is_array() ? v->i32_array() : std::vector<int32_t>{};
     if (at_least ? ints.size() < n || v->count < n : ints.size() != n || v->count != n)
-        fail("metadata " + k + " is not an array of " + (at_least ? "at least " : "") + std::to_string(n) + " integers");
+        fail("metadata " + k + (v->is_array() && ints.size() == v->count ? " has " + std::to_string(v->count) + " integers where" : " is not") +
+             " an array of " + (at_least ? "at least " : "") + std::to_string(n) + " integers" +
+             (v->is_array() && ints.size() == v->count ? " is needed" : ""));
     std::vector<uint32_t> out(n);
     for (size_t i = 0; i < n; ++i) {
         if (ints[i] < 0 || ints[i] > (1 << 30))

@@ -176,6 +176,9 @@ void load_deepseek4(ArchLoader& ld, Model& m) {
         L.swiglu_limit = limit[l];
         L.swiglu_limit_sh = limit_sh[l];
         if (l < hp.moe.n_hash_layers) {
+            if (!ld.has_tensor(p + "ffn_gate_tid2eid.weight"))
+                ld.fail("tensor '" + p + "ffn_gate_tid2eid.weight' is missing: metadata " + ld.key_name("hash_layer_count") + " = " +
+                        n(hp.moe.n_hash_layers) + " makes layer " + n(l) + " hash-routed, which needs its token-to-expert table");
             ld.resident(L.experts.tid2eid, p + "ffn_gate_tid2eid.weight", {hp.moe.n_expert_used, hp.n_vocab},
                         "expert_used_count " + n(hp.moe.n_expert_used) + ", vocabulary " + n(hp.n_vocab));
             if (L.experts.tid2eid.type != GgmlType::I32) ld.fail("tensor '" + p + "ffn_gate_tid2eid.weight' is not i32");
