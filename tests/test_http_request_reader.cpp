@@ -65,6 +65,18 @@ TEST(HttpRequestReader, LimitsAreExactAndNamed) {
                                   limits);
         EXPECT_EQ(chunked.error, 413) << piece;
     }
+    // Header fields counted once the header is complete, however it arrives: 100 pass, 101 are named.
+    auto request_with_fields = [](int n) {
+        std::string head = "GET / HTTP/1.1\r\n";
+        for (int i = 0; i < n; ++i) head += "X-F" + std::to_string(i) + ": v\r\n";
+        return head + "\r\n";
+    };
+    for (size_t piece : {size_t{1}, size_t{7}, size_t{4096}}) {
+        EXPECT_EQ(read(request_with_fields(100), piece, HttpReadLimits{}).requests.size(), 1u) << piece;
+        const Read many = read(request_with_fields(101), piece, HttpReadLimits{});
+        EXPECT_EQ(many.error, 431) << piece;
+        EXPECT_EQ(many.message, "request has 101 header fields, more than 100");
+    }
     // A final chunk whose trailer is malformed and arrives a byte at a time: Boost 1.74's Beast asserts on it
     // in debug builds; the reader, built as shipped, refuses it.
     using namespace std::string_literals;

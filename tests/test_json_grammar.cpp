@@ -66,6 +66,15 @@ TEST(JsonGrammar, AcceptsWhatTheSchemaAllowsAndNothingElse) {
         ADD_FAILURE() << "nullable: \"yes\" accepted";
     } catch (const GrammarError& e) { EXPECT_NE(std::string(e.what()).find("nullable must be true or false"), std::string::npos) << e.what(); }
     EXPECT_TRUE(accepts(json::parse(R"({"type":"string","nullable":true})"), "null"));
+    // A schema past the grammar's state bound is refused with the bound named; any value stays available after.
+    json huge = {{"enum", json::array()}};
+    for (size_t i = 0; i <= JsonGrammar::kMaxStates; ++i) huge["enum"].push_back(i);
+    JsonGrammar g;
+    try {
+        g.from_schema(huge);
+        ADD_FAILURE() << "an enum of " << huge["enum"].size() << " values accepted";
+    } catch (const GrammarError& e) { EXPECT_NE(std::string(e.what()).find(std::to_string(JsonGrammar::kMaxStates)), std::string::npos) << e.what(); }
+    EXPECT_GE(g.any_object(), 0);
 }
 
 // Random walks: at each step pick a random byte the grammar allows (or stop where it may end); whatever comes

@@ -18,6 +18,10 @@ bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= '
 // ---- grammar construction ----
 
 int JsonGrammar::add(Node n) {
+    // Bounds what one request's schemas can allocate (the API bounds each schema's bytes, not their sum); any
+    // value's seven nodes, the fallback where a tool's schema is refused, are always allowed.
+    if (nodes_.size() >= kMaxStates && !building_any_value_)
+        throw GrammarError("the schemas need more than " + std::to_string(kMaxStates) + " grammar states");
     nodes_.push_back(std::move(n));
     return static_cast<int>(nodes_.size() - 1);
 }
@@ -41,6 +45,7 @@ int JsonGrammar::text_until(std::string terminator) {
 
 int JsonGrammar::any_value() {
     if (any_value_ >= 0) return any_value_;
+    building_any_value_ = true;
     any_value_ = add({.kind = Kind::Union});  // filled below: it refers to itself through objects and arrays
     const int object = add({.kind = Kind::Object, .additional = any_value_});
     const int array = add({.kind = Kind::Array, .items = any_value_});
@@ -48,6 +53,7 @@ int JsonGrammar::any_value() {
     const int num = add({.kind = Kind::Number});
     nodes_[static_cast<size_t>(any_value_)].children = {object, array, str, num, literal("true"), literal("false"), literal("null")};
     any_object_ = object;
+    building_any_value_ = false;
     return any_value_;
 }
 

@@ -24,6 +24,7 @@ struct GrammarError : std::runtime_error {
 
 class JsonGrammar {
 public:
+    static constexpr size_t kMaxStates = size_t{1} << 17;
     enum class Kind : uint8_t { Literal, Sequence, Union, Object, Array, String, Number, Text };
     struct Node {
         Kind kind = Kind::Literal;
@@ -58,6 +59,7 @@ private:
     int compile_type(const std::string& type, const nlohmann::json& schema, const std::string& path);
 
     std::vector<Node> nodes_;
+    bool building_any_value_ = false;
     int root_ = -1;
     int any_value_ = -1, any_object_ = -1;
     const nlohmann::json* schema_root_ = nullptr;

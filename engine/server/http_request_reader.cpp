@@ -67,6 +67,15 @@ HttpRequestReader::State HttpRequestReader::parse() {
             error_message_ = "request header exceeds " + std::to_string(impl_->limits.max_header_bytes) + " bytes";
             return State::Failed;
         }
+        if (in_header && !ec && p.is_header_done()) {
+            const auto fields = static_cast<size_t>(std::distance(p.get().begin(), p.get().end()));
+            if (fields > impl_->limits.max_header_fields) {
+                error_status_ = 431;
+                error_message_ = "request has " + std::to_string(fields) + " header fields, more than " +
+                                 std::to_string(impl_->limits.max_header_fields);
+                return State::Failed;
+            }
+        }
         if (ec == http::error::need_more) break;
         if (ec == http::error::body_limit) {
             error_status_ = 413;

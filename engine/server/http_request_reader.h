@@ -14,6 +14,7 @@ namespace moe {
 struct HttpReadLimits {
     size_t max_body_bytes = 4u << 20;
     size_t max_header_bytes = 64u << 10;
+    size_t max_header_fields = 100;  // Apache's LimitRequestFields: each field is a map entry the handlers look through
 };
 
 class HttpRequestReader {
