@@ -240,6 +240,45 @@ TEST(PlanCli, PredictedDecodeUsesTheHostFilesRamBandwidth) {
         << out2;
 }
 
+// The 2026 architectures through plan: each one's cache per sequence at 4k / 128k / 1M (compressed rows,
+// latent rows plus recurrent state, sliding rings, sparse-attention keys), what stays resident and what
+// streams, and the decode predicted from its active bytes, as ModelFacts counts them from the loaded layout.
+TEST(PlanCli, NewArchitecturesGetTheirCacheFiguresAndPrediction) {
+    test::TempDir dir;
+    std::string facts;
+    small_model_and_laptop(dir, "bare.yaml", facts);
+    HostFacts h = host_facts_from_text(facts, "bare.yaml");
+    h.memory.read_bytes_per_s = {10e9, "measured"};
+    std::ofstream(dir / "measured.yaml") << to_yaml(h);
+    const std::vector<std::vector<std::string>> archs = {
+        {"--arch", "deepseek4", "--layers", "3", "--compress-ratios", "0,4,128", "--head-dim", "64", "--rope-dims", "16", "--q-lora", "64",
+         "--window", "8"},
+        {"--arch", "kimi-k3", "--layers", "4", "--full-attention-interval", "3", "--dense-layers", "1", "--shared-experts", "1", "--latent", "32"},
+        {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32"},
+        {"--arch", "minimax-m3", "--layers", "3", "--kv-heads", "2", "--head-dim", "32", "--dense-layers", "1", "--shared-experts", "1", "--msa-dim",
+         "16"}};
+    for (const auto& options : archs) {
+        const std::string model = dir / (options[1] + ".gguf");
+        std::vector<std::string> args = {"mkmodel", "--vocab-builtin", "--embd", "256",    "--heads", "8",     "--experts", "8", "--experts-used",
+                                         "3",       "--ffn",           "256",    "--type", "q8_0",    "--out", model};
+        args.insert(args.end(), options.begin(), options.end());
+        ASSERT_EQ(cli::dispatch(args), 0) << options[1];
+        auto [rc, out] = test::run_moestream("plan --model " + model + " --host " + (dir / "measured.yaml") + " --out " + (dir / options[1]));
+        ASSERT_EQ(rc, 0) << options[1] << out;
+        const ModelFacts m = read_model_facts(model);
+        EXPECT_GT(m.kv_bytes(1048576), m.kv_bytes(4096)) << options[1];
+        EXPECT_NE(out.find("one sequence at 4k / 128k / 1M positions: " + human_bytes(static_cast<double>(m.kv_bytes(4096))) + " / " +
+                           human_bytes(static_cast<double>(m.kv_bytes(131072))) + " / " + human_bytes(static_cast<double>(m.kv_bytes(1048576)))),
+                  std::string::npos)
+            << options[1] << out;
+        char figure[64];
+        std::snprintf(figure, sizeof figure, "predicted decode: %.2f tok/s", 10e9 / static_cast<double>(m.active_bytes_per_token()));
+        EXPECT_NE(out.find(figure), std::string::npos) << options[1] << out;
+        EXPECT_GT(m.expert_bytes, 0u) << options[1];
+        EXPECT_GT(m.resident_bytes, 0u) << options[1];
+    }
+}
+
 TEST(PlanCli, BadPlanFilesGiveOneLine) {
     test::TempDir dir;
     std::ofstream(dir / "corrupt.yaml") << "moestream_plan: [\n";
