@@ -291,7 +291,7 @@ TEST(Attention, GroupChunksGiveEachRowTheSplitBits) {
                             for (int ch = 0; ch < threads; ++ch) {
                                 ops::KvView group = kv;
                                 if (with_sinks) group.sinks = sinks.data();
-                                ops::attend_split_chunk_group(q.data(), dk, G, group, chunk, ch, 0.125f,
+                                ops::attend_split_chunk_group(q.data(), dk, G, 1, group, chunk, ch, 0.125f,
                                                               &partials[static_cast<size_t>(ch) * G * (dv + 2)], s, fn);
                             }
                             for (int g = 0; g < G; ++g) {
@@ -307,6 +307,52 @@ TEST(Attention, GroupChunksGiveEachRowTheSplitBits) {
                     }
                 }
             }
+        }
+    }
+}
+
+// Several kv heads through the group chunk kernel at once (their rows side by side in each position's row, as
+// the cache keeps them): every row gets the bits of the split path over its own head's view alone.
+TEST(Attention, GroupChunksOverSeveralKvHeadsGiveEachRowItsHeadsBits) {
+    if (!kernels::table_for(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2/F16C on this CPU for the SIMD variants";
+    std::mt19937 rng(31);
+    std::normal_distribution<float> nd;
+    for (const auto& [dk, dv] : {std::pair{64, 64}, std::pair{128, 128}, std::pair{72, 48}}) {
+        for (int H : {2, 3}) {
+            const int n = 700, G = 4, R = H * G, threads = 2, chunk = (n + threads - 1) / threads;
+            std::vector<uint16_t> k(static_cast<size_t>(n) * H * dk), v(static_cast<size_t>(n) * H * dv);
+            for (auto& x : k) x = fp32_to_fp16(nd(rng));
+            for (auto& x : v) x = fp32_to_fp16(nd(rng));
+            std::vector<float> q(static_cast<size_t>(R) * dk), sinks(static_cast<size_t>(R));
+            for (auto& x : q) x = nd(rng);
+            for (auto& x : sinks) x = nd(rng);
+            std::vector<uint8_t> visible(static_cast<size_t>(n));
+            for (auto& x : visible) x = rng() % 4 != 0;
+            for (Flavor f : {Flavor::Avx512, Flavor::Avx2})
+                for (bool wide : {false, true})
+                    for (bool masked : {false, true}) {
+                        const ops::AttendChunkGroupFn fn = kernels::attend_chunk_group_f16c(f, wide);
+                        if (!fn) continue;  // no AVX-512F here
+                        ops::KvView kv;
+                        kv.k = k.data(), kv.v = v.data(), kv.k_stride = static_cast<size_t>(H) * dk, kv.v_stride = static_cast<size_t>(H) * dv;
+                        kv.dk = dk, kv.dv = dv, kv.n_kv = n, kv.visible = masked ? visible.data() : nullptr;
+                        kv.sinks = sinks.data();
+                        std::vector<float> partials(static_cast<size_t>(threads) * R * (dv + 2)), got(static_cast<size_t>(dv)),
+                            want(static_cast<size_t>(dv));
+                        ops::AttnScratch s;
+                        for (int ch = 0; ch < threads; ++ch)
+                            ops::attend_split_chunk_group(q.data(), dk, G, H, kv, chunk, ch, 0.125f,
+                                                          &partials[static_cast<size_t>(ch) * R * (dv + 2)], s, fn);
+                        for (int r = 0; r < R; ++r) {
+                            ops::merge_split_partials(&partials[static_cast<size_t>(r) * (dv + 2)], threads, static_cast<size_t>(R) * (dv + 2), dv,
+                                                      got.data());
+                            ops::KvView one = kv;
+                            one.k += static_cast<size_t>(r / G) * dk, one.v += static_cast<size_t>(r / G) * dv, one.sinks = &sinks[r];
+                            ops::attend_split_causal(f, &q[static_cast<size_t>(r) * dk], one, chunk, threads, 0.125f, want.data(), s);
+                            ASSERT_EQ(got, want) << kernels::flavor_name(f) << " dk " << dk << " H " << H << " row " << r << " masked " << masked
+                                                 << " wide " << wide;
+                        }
+                    }
         }
     }
 }

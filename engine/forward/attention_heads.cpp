@@ -253,25 +253,30 @@ bool Runner::split_lone_rows(const ops::KvView& base, const float* q, int64_t q_
                 std::fill_n(visible.begin(), first, 0);
             }
         }
-    const size_t row = static_cast<size_t>(base.dv) + 2, per_chunk = static_cast<size_t>(group) * row;
-    split_partials_.resize(static_cast<size_t>(n) * kv_heads * threads * per_chunk);
-    pool_.parallel_for(static_cast<int64_t>(n) * kv_heads * threads, 1, [&](int64_t i0, int64_t i1) {
+    // Where every kv head sees the same keys, an item takes a chunk of all of them: a position's row holds the kv
+    // heads side by side, so one pass reads it whole rather than each head's part at the row's stride (which
+    // brings the other heads' bytes in for nothing).
+    const int together = mask_heads > 1 ? 1 : kv_heads, passes = kv_heads / together;
+    const size_t row = static_cast<size_t>(base.dv) + 2, per_chunk = static_cast<size_t>(together) * group * row;
+    split_partials_.resize(static_cast<size_t>(n) * passes * threads * per_chunk);
+    pool_.parallel_for(static_cast<int64_t>(n) * passes * threads, 1, [&](int64_t i0, int64_t i1) {
         thread_local ops::AttnScratch scratch;
         for (int64_t i = i0; i < i1; ++i) {
-            const int c = static_cast<int>(i % threads), kvh = static_cast<int>(i / threads % kv_heads), t = static_cast<int>(i / threads / kv_heads);
+            const int c = static_cast<int>(i % threads), pass = static_cast<int>(i / threads % passes), t = static_cast<int>(i / threads / passes);
+            const int kvh = pass * together;
             ops::KvView kv = kv_view_head(base, kvh);
             kv.n_kv = wrapped ? ring : n_past_ + t + 1;
             kv.sinks = sinks ? sinks + kvh * group : nullptr;
             const std::vector<uint8_t>& visible = masks[static_cast<size_t>(t) * mask_heads + (mask_heads > 1 ? kvh : 0)];
             if (!visible.empty()) kv.visible = visible.data();
-            ops::attend_split_chunk_group(q + t * q_tok_stride + kvh * group * q_head_stride, q_head_stride, group, kv, chunk[t], c, scale,
+            ops::attend_split_chunk_group(q + t * q_tok_stride + kvh * group * q_head_stride, q_head_stride, group, together, kv, chunk[t], c, scale,
                                           &split_partials_[static_cast<size_t>(i) * per_chunk], scratch, group_chunk);
         }
     });
     pool_.parallel_for(static_cast<int64_t>(n) * heads, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
-            const int t = static_cast<int>(i / heads), h = static_cast<int>(i % heads), kvh = h / group, g = h % group;
-            const float* first = &split_partials_[((static_cast<size_t>(t) * kv_heads + kvh) * threads) * per_chunk + static_cast<size_t>(g) * row];
+            const int t = static_cast<int>(i / heads), h = static_cast<int>(i % heads), pass = h / (together * group), r = h % (together * group);
+            const float* first = &split_partials_[((static_cast<size_t>(t) * passes + pass) * threads) * per_chunk + static_cast<size_t>(r) * row];
             ops::merge_split_partials(first, threads, per_chunk, base.dv, out + t * out_tok_stride + h * out_head_stride);
         }
     });

@@ -46,29 +46,31 @@ float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
 }
 
 // One block for all rows: per row the block's scores and exps, then the value updates key by key with the rows
-// interleaved.
+// interleaved. Rows h * G .. h * G + G - 1 read kv head h, dk (dv) values into each key (value) row.
 template <Flavor F>
-void group_block_256(const uint16_t* q16, int G, const ops::KvView& kv, const int* idx, int n, float scale, float* M, float* S, uint16_t* acc16,
-                     RowBlock* rows) {
+void group_block_256(const uint16_t* q16, int G, int H, const ops::KvView& kv, const int* idx, int n, float scale, float* M, float* S,
+                     uint16_t* acc16, RowBlock* rows) {
     const int dk = kv.dk, dv = kv.dv;
-    for (int g = 0; g < G; ++g) {
-        RowBlock& b = rows[g];
-        for (int i = 0; i < n; ++i)
-            b.sc[i] = dot_f16_vec_order<F>(kv.k + static_cast<size_t>(idx[i]) * kv.k_stride, q16 + static_cast<size_t>(g) * dk, dk) * scale +
-                      0.0f;  // + the mask's zero
-        b.exps<false>(n, M[g]);
-    }
-    for (int i = 0; i < n; ++i) {
-        const uint16_t* vj = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride;
-        for (int g = 0; g < G; ++g) {
-            const RowBlock& b = rows[g];
-            const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
-            uint16_t* acc = acc16 + static_cast<size_t>(g) * dv;
-            if (b.raise[i]) scale_f16_256(acc, ms, dv);
-            mad_f16_256(acc, vj, vs, dv);
-            S[g] = std::fma(S[g], ms, vs);  // contracted, as GCC builds ggml
+    for (int h = 0, r = 0; h < H; ++h)
+        for (int g = 0; g < G; ++g, ++r) {
+            RowBlock& b = rows[r];
+            const uint16_t* k = kv.k + static_cast<size_t>(h) * dk;
+            for (int i = 0; i < n; ++i)
+                b.sc[i] = dot_f16_vec_order<F>(k + static_cast<size_t>(idx[i]) * kv.k_stride, q16 + static_cast<size_t>(r) * dk, dk) * scale +
+                          0.0f;  // + the mask's zero
+            b.exps<false>(n, M[r]);
         }
-    }
+    for (int i = 0; i < n; ++i)
+        for (int h = 0, r = 0; h < H; ++h)
+            for (int g = 0; g < G; ++g, ++r) {
+                const uint16_t* vj = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride + static_cast<size_t>(h) * dv;
+                const RowBlock& b = rows[r];
+                const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
+                uint16_t* acc = acc16 + static_cast<size_t>(r) * dv;
+                if (b.raise[i]) scale_f16_256(acc, ms, dv);
+                mad_f16_256(acc, vj, vs, dv);
+                S[r] = std::fma(S[r], ms, vs);  // contracted, as GCC builds ggml
+            }
 }
 
 // The same in 512-bit registers (AVX-512 CPUs, by function target): the value updates are elementwise, and the
@@ -139,48 +141,59 @@ __attribute__((target("avx512f"), always_inline)) inline void f16_to_f32_512(con
     for (; d < n; ++d) f[d] = h2f(h[d]);
 }
 
-// The 512-bit block: the block's keys and values converted to f32 once for all rows (exact), the queries given
-// in f32 (qf, G x dk), then as group_block_256.
+// Where kv head h's block of rows starts in the f32 copies: a cache line more than the block apart, so that the
+// heads' copies are not a multiple of 4 KiB apart (loads would wait on unrelated stores to the same page offset).
+inline size_t head_rows(int h, int width) { return static_cast<size_t>(h) * (static_cast<size_t>(kKeyBlock) * width + 16); }
+
+// The 512-bit block: the block's keys and values converted to f32 once for all rows (exact; H heads' rows,
+// kKeyBlock apart), the queries given in f32 (qf, H G x dk), then as group_block_256.
 template <Flavor F>
-__attribute__((target("avx512f"))) void group_block_512(const float* qf, int G, const ops::KvView& kv, const int* idx, int n, float scale, float* M,
-                                                        float* S, uint16_t* acc16, RowBlock* rows, float* kf, float* vf) {
+__attribute__((target("avx512f"))) void group_block_512(const float* qf, int G, int H, const ops::KvView& kv, const int* idx, int n, float scale,
+                                                        float* M, float* S, uint16_t* acc16, RowBlock* rows, float* kf, float* vf) {
     const int dk = kv.dk, dv = kv.dv;
     for (int i = 0; i < n; ++i) {
-        f16_to_f32_512(kv.k + static_cast<size_t>(idx[i]) * kv.k_stride, kf + static_cast<size_t>(i) * dk, dk);
-        f16_to_f32_512(kv.v + static_cast<size_t>(idx[i]) * kv.v_stride, vf + static_cast<size_t>(i) * dv, dv);
-    }
-    for (int g = 0; g < G; ++g) {
-        RowBlock& b = rows[g];
-        for (int i = 0; i < n; ++i)
-            b.sc[i] = dot_f32_in_f16_order<F>(kf + static_cast<size_t>(i) * dk, qf + static_cast<size_t>(g) * dk, dk) * scale +
-                      0.0f;  // + the mask's zero
-        b.exps<true>(n, M[g]);
-    }
-    for (int i = 0; i < n; ++i) {
-        const float* vj = vf + static_cast<size_t>(i) * dv;
-        for (int g = 0; g < G; ++g) {
-            const RowBlock& b = rows[g];
-            const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
-            uint16_t* acc = acc16 + static_cast<size_t>(g) * dv;
-            if (b.raise[i]) scale_f16_512(acc, ms, dv);
-            mad_f32_into_f16_512(acc, vj, vs, dv);
-            S[g] = std::fma(S[g], ms, vs);  // contracted, as GCC builds ggml
+        const uint16_t* k = kv.k + static_cast<size_t>(idx[i]) * kv.k_stride;
+        const uint16_t* v = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride;
+        for (int h = 0; h < H; ++h) {
+            f16_to_f32_512(k + static_cast<size_t>(h) * dk, kf + head_rows(h, dk) + static_cast<size_t>(i) * dk, dk);
+            f16_to_f32_512(v + static_cast<size_t>(h) * dv, vf + head_rows(h, dv) + static_cast<size_t>(i) * dv, dv);
         }
     }
+    for (int h = 0, r = 0; h < H; ++h)
+        for (int g = 0; g < G; ++g, ++r) {
+            RowBlock& b = rows[r];
+            const float* k = kf + head_rows(h, dk);
+            for (int i = 0; i < n; ++i)
+                b.sc[i] = dot_f32_in_f16_order<F>(k + static_cast<size_t>(i) * dk, qf + static_cast<size_t>(r) * dk, dk) * scale +
+                          0.0f;  // + the mask's zero
+            b.exps<true>(n, M[r]);
+        }
+    for (int i = 0; i < n; ++i)
+        for (int h = 0, r = 0; h < H; ++h)
+            for (int g = 0; g < G; ++g, ++r) {
+                const float* vj = vf + head_rows(h, dv) + static_cast<size_t>(i) * dv;
+                const RowBlock& b = rows[r];
+                const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
+                uint16_t* acc = acc16 + static_cast<size_t>(r) * dv;
+                if (b.raise[i]) scale_f16_512(acc, ms, dv);
+                mad_f32_into_f16_512(acc, vj, vs, dv);
+                S[r] = std::fma(S[r], ms, vs);  // contracted, as GCC builds ggml
+            }
 }
 
-// The G rows (queries q16, G x dk fp16) over keys [0, kv.n_kv), masked ones skipped; M, S and the fp16
-// accumulators (G x dv) carried in and out.
+// The H G rows (queries q16, H G x dk fp16; rows h G .. h G + G - 1 of kv head h) over keys [0, kv.n_kv),
+// masked ones skipped; M, S and the fp16 accumulators (H G x dv) carried in and out. The heads go through each
+// block together, so a position's row of all heads is read once, whole.
 template <Flavor F, bool Wide>
-void group_keys(const uint16_t* q16, int G, const ops::KvView& kv, float scale, float* M, float* S, uint16_t* acc16) {
+void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float scale, float* M, float* S, uint16_t* acc16) {
     thread_local std::vector<RowBlock> rows;
     thread_local std::vector<float> qf, kf, vf;
-    if (rows.size() < static_cast<size_t>(G)) rows.resize(static_cast<size_t>(G));
+    if (rows.size() < static_cast<size_t>(H * G)) rows.resize(static_cast<size_t>(H * G));
     if constexpr (Wide) {
-        qf.resize(static_cast<size_t>(G) * kv.dk);
+        qf.resize(static_cast<size_t>(H * G) * kv.dk);
         for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
-        kf.resize(static_cast<size_t>(kKeyBlock) * kv.dk);
-        vf.resize(static_cast<size_t>(kKeyBlock) * kv.dv);
+        kf.resize(head_rows(H, kv.dk));
+        vf.resize(head_rows(H, kv.dv));
     }
     int idx[kKeyBlock];
     for (int j = 0; j < kv.n_kv;) {
@@ -188,8 +201,8 @@ void group_keys(const uint16_t* q16, int G, const ops::KvView& kv, float scale, 
         for (; j < kv.n_kv && n < kKeyBlock; ++j)
             if (!kv.visible || kv.visible[j]) idx[n++] = j;
         if (n == 0) continue;
-        if constexpr (Wide) group_block_512<F>(qf.data(), G, kv, idx, n, scale, M, S, acc16, rows.data(), kf.data(), vf.data());
-        else group_block_256<F>(q16, G, kv, idx, n, scale, M, S, acc16, rows.data());
+        if constexpr (Wide) group_block_512<F>(qf.data(), G, H, kv, idx, n, scale, M, S, acc16, rows.data(), kf.data(), vf.data());
+        else group_block_256<F>(q16, G, H, kv, idx, n, scale, M, S, acc16, rows.data());
     }
 }
 
@@ -201,24 +214,25 @@ void attend_f16c_loop(const float* q, const ops::KvView& kv, float scale, float&
     s.acc16.assign(static_cast<size_t>(dv), 0);
     for (int d = 0; d < dk; ++d) s.q16[d] = f2h(q[d]);
     M = kNegInf, S = 0.f;
-    group_keys<F, Wide>(s.q16.data(), 1, kv, scale, &M, &S, s.acc16.data());
+    group_keys<F, Wide>(s.q16.data(), 1, 1, kv, scale, &M, &S, s.acc16.data());
 }
 
-// The chunk kernel for the G query rows that share a view (the heads of one kv head, or all of MLA's): a long
-// cache is read from memory once per group instead of once per row, and the rows' update chains overlap.
-// Row g's query at q + g * q_stride; its M, S and f32 accumulator in M[g], S[g], acc_out + g * dv; sinks[g].
+// The chunk kernel for the G query rows that share a view (the heads of one kv head, or all of MLA's), for H kv
+// heads at once: a long cache is read from memory once per group instead of once per row, each position's row of
+// the H heads whole (their rows sit side by side), and the rows' update chains overlap. Row r (kv head r / G) has
+// its query at q + r * q_stride, its M, S and f32 accumulator in M[r], S[r], acc_out + r * dv; sinks[r].
 template <Flavor F, bool Wide>
-void attend_chunk_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* M, float* S, float* acc_out,
-                                  ops::AttnScratch& s) {
-    const int dk = kv.dk, dv = kv.dv;
-    s.q16.resize(static_cast<size_t>(G) * dk);
-    s.acc16.assign(static_cast<size_t>(G) * dv, 0);
-    for (int g = 0; g < G; ++g) {
+void attend_chunk_group_f16c_impl(const float* q, int64_t q_stride, int G, int H, const ops::KvView& kv, float scale, float* M, float* S,
+                                  float* acc_out, ops::AttnScratch& s) {
+    const int dk = kv.dk, dv = kv.dv, R = H * G;
+    s.q16.resize(static_cast<size_t>(R) * dk);
+    s.acc16.assign(static_cast<size_t>(R) * dv, 0);
+    for (int g = 0; g < R; ++g) {
         for (int d = 0; d < dk; ++d) s.q16[static_cast<size_t>(g) * dk + d] = f2h(q[g * q_stride + d]);
         M[g] = kNegInf, S[g] = 0.f;
     }
-    group_keys<F, Wide>(s.q16.data(), G, kv, scale, M, S, s.acc16.data());
-    for (int g = 0; g < G; ++g) {
+    group_keys<F, Wide>(s.q16.data(), G, H, kv, scale, M, S, s.acc16.data());
+    for (int g = 0; g < R; ++g) {
         float* acc = acc_out + static_cast<size_t>(g) * dv;
         for (int d = 0; d < dv; ++d) acc[d] = h2f(s.acc16[static_cast<size_t>(g) * dv + d]);
         if (kv.sinks) {  // as the chunk kernel's tail, with row g's sink

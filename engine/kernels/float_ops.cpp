@@ -450,12 +450,12 @@ MOE_FMA_CLONES void merge_split_partials(const float* partials, int n_chunks, si
     for (int d = 0; d < dv; ++d) out[d] = S_total != 0.0f ? total[d] * inv : total[d];
 }
 
-void attend_split_chunk_group(const float* q, int64_t q_stride, int G, const KvView& kv, int chunk, int c, float scale, float* partials,
+void attend_split_chunk_group(const float* q, int64_t q_stride, int G, int H, const KvView& kv, int chunk, int c, float scale, float* partials,
                               AttnScratch& s, AttendChunkGroupFn fn) {
-    const int j0 = std::min(kv.n_kv, c * chunk), j1 = std::min(kv.n_kv, (c + 1) * chunk), dv = kv.dv;
-    std::vector<float> M(static_cast<size_t>(G)), S(static_cast<size_t>(G)), acc(static_cast<size_t>(G) * dv);
-    fn(q, q_stride, G, split_chunk_view(kv, c, j0, j1), scale, M.data(), S.data(), acc.data(), s);
-    for (int g = 0; g < G; ++g) {
+    const int j0 = std::min(kv.n_kv, c * chunk), j1 = std::min(kv.n_kv, (c + 1) * chunk), dv = kv.dv, R = H * G;
+    std::vector<float> M(static_cast<size_t>(R)), S(static_cast<size_t>(R)), acc(static_cast<size_t>(R) * dv);
+    fn(q, q_stride, G, H, split_chunk_view(kv, c, j0, j1), scale, M.data(), S.data(), acc.data(), s);
+    for (int g = 0; g < R; ++g) {
         float* p = partials + static_cast<size_t>(g) * (dv + 2);
         p[0] = M[g], p[1] = S[g];
         std::copy_n(&acc[static_cast<size_t>(g) * dv], dv, p + 2);

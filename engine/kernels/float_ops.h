@@ -249,15 +249,17 @@ inline int split_kv_chunk(int n_used, int n_ctx, int n_threads) {
 void attend_split_causal(Flavor f, const float* q, const KvView& kv, int chunk, int n_threads, float scale, float* out, AttnScratch& s,
                          AttendChunkFn chunk_fn = nullptr);
 
-// The chunk kernel for G query rows sharing one view (a kv head's query heads, MLA's heads): row g's query at
-// q + g * q_stride, its result in M[g], S[g] and acc_out + g * dv, its sink kv.sinks[g] (where set); each row's
-// bits are those of AttendChunkFn on it alone (kernels/attention.h has the F16C one).
-using AttendChunkGroupFn = void (*)(const float* q, int64_t q_stride, int G, const KvView& kv, float scale, float* M, float* S, float* acc_out,
+// The chunk kernel for G query rows sharing one view (a kv head's query heads, MLA's heads), for H kv heads whose
+// rows sit side by side in each position's row (kv points at head 0; head h's keys dk values on, its values dv
+// on): row r (kv head r / G) has its query at q + r * q_stride, its result in M[r], S[r] and acc_out + r * dv,
+// its sink kv.sinks[r] (where set); each row's bits are those of AttendChunkFn on it alone (kernels/attention.h
+// has the F16C one).
+using AttendChunkGroupFn = void (*)(const float* q, int64_t q_stride, int G, int H, const KvView& kv, float scale, float* M, float* S, float* acc_out,
                                     AttnScratch& s);
 // Chunk c of attend_split_causal's view (keys [c * chunk, min(n_kv, (c + 1) * chunk)); the sink in chunk 0 only)
-// for G rows: row g's partial [M, S, acc (dv)] written at partials + g * (dv + 2). Run one per chunk, on any
+// for H G rows: row r's partial [M, S, acc (dv)] written at partials + r * (dv + 2). Run one per chunk, on any
 // thread; merge_split_partials then gives each row what attend_split_causal gives it.
-void attend_split_chunk_group(const float* q, int64_t q_stride, int G, const KvView& kv, int chunk, int c, float scale, float* partials,
+void attend_split_chunk_group(const float* q, int64_t q_stride, int G, int H, const KvView& kv, int chunk, int c, float scale, float* partials,
                               AttnScratch& s, AttendChunkGroupFn fn);
 // ggml_flash_attn_ext_reduce_partials over n_chunks partials [M, S, acc] `stride` floats apart, in chunk order.
 void merge_split_partials(const float* partials, int n_chunks, size_t stride, int dv, float* out);
