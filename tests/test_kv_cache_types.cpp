@@ -290,6 +290,52 @@ TEST(KvCacheTypes, TypedGroupGivesEachRowTheOneRowBits) {
     }
 }
 
+// Several kv heads through one call (a decode step's heads side by side in each position's row): every row gets
+// the scalar reference's bits over its own head's view alone, with and without scattered masks and sinks.
+TEST(KvCacheTypes, TypedHeadsTogetherGiveEachRowItsHeadsBits) {
+    std::mt19937 rng(35);
+    std::normal_distribution<float> nd;
+    const std::pair<GgmlType, GgmlType> pairs[] = {{GgmlType::Q8_0, GgmlType::Q8_0}, {GgmlType::Q4_0, GgmlType::Q4_0},
+                                                   {GgmlType::BF16, GgmlType::BF16}, {GgmlType::F32, GgmlType::F32},
+                                                   {GgmlType::Q8_0, GgmlType::F16},  {GgmlType::F16, GgmlType::Q8_0}};
+    for (kernels::Flavor f : {kernels::Flavor::Avx2, kernels::Flavor::Avx512}) {
+        const kernels::AttendTypedHeadsFn heads_fn = kernels::typed_attention_heads_kernel(f);
+        if (!heads_fn) GTEST_SKIP() << "no AVX2/F16C on this CPU: typed rows run one by one";
+        const kernels::KernelTable& ref = kernels::reference_table(f);
+        const kernels::KernelTable& fast = kernels::active_table(f);
+        for (const auto& [kt, vt] : pairs)
+            for (const auto& [dk, dv] : {std::pair{64, 64}, std::pair{128, 128}})
+                for (int H : {2, 4}) {
+                    const int n = 300, G = 3, R = H * G;
+                    TypedCache c(kt, vt, H * dk, H * dv, n, rng, 4.f);  // each position's row: H heads side by side
+                    const size_t head_k = *row_bytes(kt, dk), head_v = *row_bytes(vt, dv);
+                    std::vector<uint8_t> visible(static_cast<size_t>(n));
+                    for (int j = 0; j < n; ++j) visible[j] = j % 5 == 2 || (j / 40) % 3 == 1 ? 0 : 1;
+                    for (int mode : {0, 1, 2}) {  // 0: all visible, 1: scattered mask, 2: sinks
+                        std::vector<float> q(static_cast<size_t>(R) * dk), sinks(static_cast<size_t>(R)), out(static_cast<size_t>(R) * dv),
+                            want(static_cast<size_t>(dv));
+                        for (auto& x : q) x = nd(rng);
+                        for (auto& x : sinks) x = nd(rng);
+                        ops::KvView kv = c.view(fast, mode == 1 ? visible.data() : nullptr);
+                        kv.dk = dk, kv.dv = dv;
+                        if (mode == 2) kv.sinks = sinks.data(), kv.n_sinks = R;
+                        ops::AttnScratch s1, s2;
+                        heads_fn(q.data(), dk, G, H, kv, 0.125f, out.data(), dv, s1);
+                        for (int r = 0; r < R; ++r) {
+                            ops::KvView one = c.view(ref, mode == 1 ? visible.data() : nullptr);
+                            one.dk = dk, one.dv = dv;
+                            one.k_raw += (r / G) * head_k, one.v_raw += (r / G) * head_v;
+                            if (mode == 2) one.sinks = &sinks[r], one.n_sinks = 1;
+                            ops::attend_typed(q.data() + static_cast<size_t>(r) * dk, one, 0.125f, want.data(), s2);
+                            ASSERT_EQ(std::memcmp(&out[static_cast<size_t>(r) * dv], want.data(), sizeof(float) * dv), 0)
+                                << kernels::flavor_name(f) << " " << kernels::kv_cache_type_name(kt) << "/" << kernels::kv_cache_type_name(vt)
+                                << " dk " << dk << " H " << H << " mode " << mode << " row " << r;
+                        }
+                    }
+                }
+    }
+}
+
 TEST(KvCacheTypes, AllMaskedRowGivesZeros) {
     std::mt19937 rng(1);
     TypedCache c(GgmlType::Q8_0, GgmlType::Q4_0, 32, 32, 5, rng, 1.f);

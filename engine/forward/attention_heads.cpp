@@ -122,7 +122,19 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
     // pairs than threads (a decoding step of MLA's one latent head), parts of them, so every thread has some.
     const int wanted_parts = group_fn && base.typed() ? std::clamp((opt_.n_threads + n * kv_heads - 1) / (n * kv_heads), 1, group) : 1;
     const int part_rows = (group + wanted_parts - 1) / wanted_parts, parts = (group + part_rows - 1) / part_rows;
-    const int per_token = group_fn ? kv_heads * parts : heads;
+    // A typed cache's step where every kv head sees the same keys and there are more (token, kv head) pairs than
+    // threads: the kv heads go through a call in sets (as many as the threads leave each), so a position's row is
+    // read in one piece rather than each head's slice at the row's stride.
+    const kernels::AttendTypedHeadsFn heads_fn = group_fn && base.typed() && !sel && parts == 1 ? kernels::typed_attention_heads_kernel(opt_.flavor)
+                                                                                                : nullptr;
+    int together = 1;
+    if (heads_fn)
+        for (int d = std::min(kv_heads, std::max(1, n * kv_heads / opt_.n_threads)); d > 1; --d)
+            if (kv_heads % d == 0) {
+                together = d;
+                break;
+            }
+    const int per_token = group_fn ? kv_heads / together * parts : heads;
     // A step of one query row (or rows computed as such) over an fp16 cache where it sees every position before
     // it: llama.cpp splits the keys over its threads once its view reaches 512 (ops::split_kv_chunk).
     int step_rows = 0;
@@ -142,8 +154,8 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
         for (int64_t i = i0; i < i1; ++i) {
             const int t = static_cast<int>(i / per_token);
             const int unit = static_cast<int>(i % per_token);
-            const int h = group_fn ? unit / parts * group + unit % parts * part_rows : unit, kvh = h / group;
-            const int rows = group_fn ? std::min(part_rows, (kvh + 1) * group - h) : 1;
+            const int h = group_fn ? unit / parts * group * together + unit % parts * part_rows : unit, kvh = h / group;
+            const int rows = !group_fn ? 1 : together > 1 ? group * together : std::min(part_rows, (kvh + 1) * group - h);
             const int pos = n_past_ + t;
             // A lone row splits its keys over the threads once llama.cpp's view of the cache reaches 512 cells.
             const int chunk = lone_rows ? ops::split_kv_chunk(wrapped ? ring : pos + 1, window ? cache_rows : opt_.n_ctx, opt_.n_threads) : 0;
@@ -205,6 +217,9 @@ void Runner::attention_heads(const ops::KvView& base, const float* q, int64_t q_
             if (chunk > 0)
                 ops::attend_split_causal(opt_.flavor, q + t * q_tok_stride + h * q_head_stride, kv, chunk, opt_.n_threads, scale,
                                          out + t * out_tok_stride + h * out_head_stride, scratch, chunk_fn);
+            else if (together > 1)
+                heads_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, group, together, kv, scale,
+                         out + t * out_tok_stride + h * out_head_stride, out_head_stride, scratch);
             else if (group_fn)
                 group_fn(q + t * q_tok_stride + h * q_head_stride, q_head_stride, rows, kv, scale, out + t * out_tok_stride + h * out_head_stride,
                          out_head_stride, scratch);

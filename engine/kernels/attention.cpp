@@ -29,6 +29,7 @@ ops::AttendFn typed_attention_kernel(Flavor f) {
 }
 
 ops::AttendGroupFn typed_attention_group_kernel(Flavor f) { return active_table(f).isa != Isa::Scalar ? attend_typed_group_f16c() : nullptr; }
+AttendTypedHeadsFn typed_attention_heads_kernel(Flavor f) { return active_table(f).isa != Isa::Scalar ? attend_typed_heads_f16c() : nullptr; }
 
 ops::AttendFn tiled_attention_kernel(Flavor f) {
     if (active_table(f).isa == Isa::Avx512)

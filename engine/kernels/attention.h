@@ -27,6 +27,12 @@ ops::AttendGroupFn typed_attention_group_kernel(Flavor f);
 // The F16C variants, for the kernel tests (nullptr without AVX2/F16C).
 ops::AttendFn attend_typed_f16c();
 ops::AttendGroupFn attend_typed_group_f16c();
+// The same for H kv heads at once (decode steps), whose rows sit side by side in each position's row (kv points
+// at head 0): row r = h G + g is query head g of kv head h, with that head's bits alone; sinks[r] where set.
+using AttendTypedHeadsFn = void (*)(const float* q, int64_t q_stride, int G, int H, const ops::KvView& kv, float scale, float* out,
+                                    int64_t out_stride, ops::AttnScratch& s);
+AttendTypedHeadsFn attend_typed_heads_f16c();
+AttendTypedHeadsFn typed_attention_heads_kernel(Flavor f);  // null where the group kernel is
 ops::AttendFn attend_f16c(Flavor f);
 ops::AttendChunkFn attend_chunk_f16c(Flavor f);
 // (wide: in 512-bit registers, the same bits; nullptr without AVX-512F)

@@ -185,86 +185,111 @@ inline void values_f32_block(const RowBlock& b, int m, const float* const* vr, f
     for (int i = 0; i < m; ++i) S = std::fma(S, b.raise[i] ? b.e[i] : 1.f, b.raise[i] ? 1.f : b.e[i]);
 }
 
+// H kv heads at once (decode steps; rows_per_position 0): their rows sit side by side in each position's row, so
+// reading them together reads the row whole instead of each head's slice at the row's stride. Row r = h G + g
+// is query head g of kv head h; the keys visible are the same for all.
 template <bool Lanes>
-void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
+void attend_typed_heads_f16c_impl(const float* q, int64_t q_stride, int G, int H, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
                                   ops::AttnScratch& s) {
     const KernelTable& kt = *kv.table;
-    const int slot = type_slot(kv.k_type), dk = kv.dk, dv = kv.dv;
+    const int slot = type_slot(kv.k_type), dk = kv.dk, dv = kv.dv, R = H * G;
     const size_t act = activation_bytes(kv.k_type, dk);
     const bool f16_v = kv.v_type == GgmlType::F16;
     thread_local std::vector<RowBlock> rows;
-    if (rows.size() < static_cast<size_t>(G)) rows.resize(static_cast<size_t>(G));
-    s.q_act.resize(static_cast<size_t>(G) * act);
-    for (int g = 0; g < G; ++g) prepare_activations(kv.k_type, q + g * q_stride, s.q_act.data() + static_cast<size_t>(g) * act, dk);
-    s.max_sum.assign(static_cast<size_t>(2) * G, 0.f);
-    float *M = s.max_sum.data(), *S = M + G;
-    std::fill_n(M, G, kNegInf);
-    s.acc16.assign(f16_v ? static_cast<size_t>(G) * dv : 0, 0);
-    s.acc.assign(static_cast<size_t>(G) * dv, 0.f);
-    s.kv_block.resize(static_cast<size_t>(f16_v ? 1 : kKeyBlock) * dv);
-    // Positions row g sees; the rows' longest view bounds the pass.
-    auto seen = [&](int g) { return kv.rows_per_position > 0 ? kv.n_kv + g / kv.rows_per_position : kv.n_kv; };
+    if (rows.size() < static_cast<size_t>(R)) rows.resize(static_cast<size_t>(R));
+    thread_local std::vector<ops::KvView> heads;  // kv head h's view
+    heads.assign(static_cast<size_t>(H), kv);
+    for (int h = 1; h < H; ++h) {
+        heads[h].k_raw += static_cast<size_t>(h) * row_bytes(kv.k_type, static_cast<uint64_t>(dk)).value_or(0);
+        heads[h].v_raw += static_cast<size_t>(h) * row_bytes(kv.v_type, static_cast<uint64_t>(dv)).value_or(0);
+    }
+    s.q_act.resize(static_cast<size_t>(R) * act);
+    for (int r = 0; r < R; ++r) prepare_activations(kv.k_type, q + r * q_stride, s.q_act.data() + static_cast<size_t>(r) * act, dk);
+    s.max_sum.assign(static_cast<size_t>(2) * R, 0.f);
+    float *M = s.max_sum.data(), *S = M + R;
+    std::fill_n(M, R, kNegInf);
+    s.acc16.assign(f16_v ? static_cast<size_t>(R) * dv : 0, 0);
+    s.acc.assign(static_cast<size_t>(R) * dv, 0.f);
+    s.kv_block.resize(static_cast<size_t>(f16_v ? 1 : H * kKeyBlock) * dv);
+    // Positions row r (query head r % G) sees; the rows' longest view bounds the pass.
+    auto seen = [&](int r) { return kv.rows_per_position > 0 ? kv.n_kv + r % G / kv.rows_per_position : kv.n_kv; };
     const int last = seen(G - 1);
     int idx[kKeyBlock];
     thread_local std::vector<int> row_keys;  // per row: how many of the block's keys it sees (a prefix)
-    row_keys.resize(static_cast<size_t>(G));
+    row_keys.resize(static_cast<size_t>(R));
     thread_local std::vector<uint8_t> key_rows;
     for (int j = 0; j < last;) {
         int n = 0;
         for (; j < last && n < kKeyBlock; ++j)
             if (!kv.visible || kv.visible[j]) idx[n++] = j;
         if (n == 0) continue;
-        // The block's key rows in one piece: consecutive positions as they lie, scattered ones (the DSA picks)
-        // copied together, so that every row takes one call of the rows kernel.
-        const uint8_t* keys = kv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row;
-        bool together = idx[n - 1] - idx[0] == n - 1;
-        if (!together && kt.dot_rows[slot]) {
-            key_rows.resize(static_cast<size_t>(kKeyBlock) * kv.k_row);
-            for (int i = 0; i < n; ++i)
-                std::memcpy(key_rows.data() + static_cast<size_t>(i) * kv.k_row, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, kv.k_row);
-            keys = key_rows.data();
-            together = true;
-        }
-        for (int g = 0; g < G; ++g) {
-            const int limit = seen(g);
-            int m = n;
-            while (m > 0 && idx[m - 1] >= limit) --m;
-            row_keys[g] = m;
-            if (m == 0) continue;
-            RowBlock& b = rows[g];
-            const uint8_t* qa = s.q_act.data() + static_cast<size_t>(g) * act;
-            if (together && kt.dot_rows[slot]) kt.dot_rows[slot](dk, keys, kv.k_row, m, qa, b.sc);
-            else
-                for (int i = 0; i < m; ++i) b.sc[i] = kt.dot[slot](dk, kv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
-            for (int i = 0; i < m; ++i) {
-                b.sc[i] *= scale;
-                b.sc[i] += 0.0f;  // the mask's zero
+        const bool consecutive = idx[n - 1] - idx[0] == n - 1;
+        for (int h = 0, r = 0; h < H; ++h) {
+            const ops::KvView& hv = heads[h];
+            // The block's key rows in one piece: consecutive positions as they lie, scattered ones (the DSA picks)
+            // copied together, so that every row takes one call of the rows kernel.
+            const uint8_t* keys = hv.k_raw + static_cast<size_t>(idx[0]) * kv.k_row;
+            bool together = consecutive;
+            if (!together && kt.dot_rows[slot]) {
+                key_rows.resize(static_cast<size_t>(kKeyBlock) * kv.k_row);
+                for (int i = 0; i < n; ++i)
+                    std::memcpy(key_rows.data() + static_cast<size_t>(i) * kv.k_row, hv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row,
+                                row_bytes(kv.k_type, static_cast<uint64_t>(dk)).value_or(0));
+                keys = key_rows.data();
+                together = true;
             }
-            b.exps<Lanes>(m, M[g]);
+            for (int g = 0; g < G; ++g, ++r) {
+                const int limit = seen(r);
+                int m = n;
+                while (m > 0 && idx[m - 1] >= limit) --m;
+                row_keys[r] = m;
+                if (m == 0) continue;
+                RowBlock& b = rows[r];
+                const uint8_t* qa = s.q_act.data() + static_cast<size_t>(r) * act;
+                if (together && kt.dot_rows[slot]) kt.dot_rows[slot](dk, keys, kv.k_row, m, qa, b.sc);
+                else
+                    for (int i = 0; i < m; ++i) b.sc[i] = kt.dot[slot](dk, hv.k_raw + static_cast<size_t>(idx[i]) * kv.k_row, qa);
+                for (int i = 0; i < m; ++i) {
+                    b.sc[i] *= scale;
+                    b.sc[i] += 0.0f;  // the mask's zero
+                }
+                b.exps<Lanes>(m, M[r]);
+            }
         }
-        if (!f16_v) {  // f32 accumulators: the block's values in f32 once, then each row's keys over them
-            const float* vr[kKeyBlock];
-            for (int i = 0; i < n; ++i) vr[i] = typed_value_row(kv, idx[i], s.kv_block.data() + static_cast<size_t>(i) * dv).f;
-            for (int g = 0; g < G; ++g) {
-                if constexpr (Lanes) values_f32_block_512(rows[g], row_keys[g], vr, S[g], s.acc.data() + static_cast<size_t>(g) * dv, dv);
-                else values_f32_block(rows[g], row_keys[g], vr, S[g], s.acc.data() + static_cast<size_t>(g) * dv, dv);
+        if (!f16_v) {  // f32 accumulators: each head's block of values in f32 once, then each row's keys over them
+            for (int h = 0, r = 0; h < H; ++h) {
+                const float* vr[kKeyBlock];
+                for (int i = 0; i < n; ++i)
+                    vr[i] = typed_value_row(heads[h], idx[i], s.kv_block.data() + static_cast<size_t>(h * kKeyBlock + i) * dv).f;
+                for (int g = 0; g < G; ++g, ++r) {
+                    if constexpr (Lanes) values_f32_block_512(rows[r], row_keys[r], vr, S[r], s.acc.data() + static_cast<size_t>(r) * dv, dv);
+                    else values_f32_block(rows[r], row_keys[r], vr, S[r], s.acc.data() + static_cast<size_t>(r) * dv, dv);
+                }
             }
             continue;
         }
-        for (int i = 0; i < n; ++i) {
-            const TypedValueRow v = typed_value_row(kv, idx[i], s.kv_block.data());
-            for (int g = 0; g < G; ++g) {
-                if (i >= row_keys[g]) continue;
-                const RowBlock& b = rows[g];
-                const bool raise = b.raise[i];
-                typed_value_update(raise, raise ? b.e[i] : 1.f, raise ? 1.f : b.e[i], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * dv,
-                                   s.acc.data() + static_cast<size_t>(g) * dv, v.h, v.f, dv);
+        for (int i = 0; i < n; ++i)
+            for (int h = 0, r = 0; h < H; ++h) {
+                const TypedValueRow v = typed_value_row(heads[h], idx[i], s.kv_block.data());
+                for (int g = 0; g < G; ++g, ++r) {
+                    if (i >= row_keys[r]) continue;
+                    const RowBlock& b = rows[r];
+                    const bool raise = b.raise[i];
+                    typed_value_update(raise, raise ? b.e[i] : 1.f, raise ? 1.f : b.e[i], S[r], f16_v, s.acc16.data() + static_cast<size_t>(r) * dv,
+                                       s.acc.data() + static_cast<size_t>(r) * dv, v.h, v.f, dv);
+                }
             }
-        }
     }
-    for (int g = 0; g < G; ++g)
-        typed_finish(kv, g, M[g], S[g], f16_v, s.acc16.data() + static_cast<size_t>(g) * (f16_v ? dv : 0), s.acc.data() + static_cast<size_t>(g) * dv,
-                     out + g * out_stride);
+    for (int r = 0; r < R; ++r)
+        typed_finish(kv, r, M[r], S[r], f16_v, s.acc16.data() + static_cast<size_t>(r) * (f16_v ? dv : 0), s.acc.data() + static_cast<size_t>(r) * dv,
+                     out + r * out_stride);
+}
+
+// attend_typed for the G rows of one kv head (the form AttendGroupFn takes; prompt blocks included).
+template <bool Lanes>
+void attend_typed_group_f16c_impl(const float* q, int64_t q_stride, int G, const ops::KvView& kv, float scale, float* out, int64_t out_stride,
+                                  ops::AttnScratch& s) {
+    attend_typed_heads_f16c_impl<Lanes>(q, q_stride, G, 1, kv, scale, out, out_stride, s);
 }
 
 }  // namespace
@@ -274,6 +299,9 @@ ops::AttendFn attend_typed_f16c() { return &attend_typed_f16c_impl; }
 // packed FMA otherwise at times, and those are where the AVX2-only path is tested)
 ops::AttendGroupFn attend_typed_group_f16c() {
     return __builtin_cpu_supports("avx512f") ? &attend_typed_group_f16c_impl<true> : &attend_typed_group_f16c_impl<false>;
+}
+AttendTypedHeadsFn attend_typed_heads_f16c() {
+    return __builtin_cpu_supports("avx512f") ? &attend_typed_heads_f16c_impl<true> : &attend_typed_heads_f16c_impl<false>;
 }
 
 }  // namespace moe::kernels
