@@ -6,7 +6,7 @@
 # its own tok/s at the shortest depth, and the engine's over llama.cpp's at the same depth.
 #
 #   bench/long_context.sh LLAMA_BENCH [build dir=build] [depths="1024 16384 65536"] [cache types="f16 q8_0"]
-#                         [models="gqa mla deltanet"] [threads=2]
+#                         [models="gqa mla deltanet"; also gqa4: 4 kv heads of 128] [threads=2]
 #
 # LLAMA_BENCH: a llama-bench binary built from llama.cpp's public source (outside this repository; the figures
 # in docs/benchmarks.md name the commit). It runs `-p 0 -n 128 -d D -fa 1 -ctk T -ctv T -r 3` (the depth filled
@@ -33,7 +33,9 @@ make_model() {
     mla) "$bin" mkmodel --arch glm-dsa --layers 3 --heads 4 --q-lora 128 --kv-lora 512 --qk-rope 64 --qk-nope 64 --v-head 64 \
            --indexer-heads 4 --indexer-dim 128 --indexer-top-k 2048 --shared-experts 1 --dense-layers 1 "${common[@]}" --out "$out" ;;
     deltanet) "$bin" mkmodel --arch qwen35moe --layers 8 --heads 8 --kv-heads 2 --head-dim 64 --shared-experts 1 "${common[@]}" --out "$out" ;;
-    *) echo "long_context: unknown model $1 (gqa, mla, deltanet)" >&2; exit 2 ;;
+    # Qwen3-30B-A3B's head layout: 16 query heads over 4 kv heads of 128 (each head's slice a quarter of a row)
+    gqa4) "$bin" mkmodel --arch qwen3moe --layers 4 --heads 16 --kv-heads 4 --head-dim 128 "${common[@]}" --out "$out" ;;
+    *) echo "long_context: unknown model $1 (gqa, gqa4, mla, deltanet)" >&2; exit 2 ;;
   esac > /dev/null
 }
 
