@@ -143,7 +143,78 @@ __attribute__((target("avx512f"), always_inline)) inline void f16_to_f32_512(con
 
 // Where kv head h's block of rows starts in the f32 copies: a cache line more than the block apart, so that the
 // heads' copies are not a multiple of 4 KiB apart (loads would wait on unrelated stores to the same page offset).
+inline float* line_aligned(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63}); }
 inline size_t head_rows(int h, int width) { return static_cast<size_t>(h) * (static_cast<size_t>(kKeyBlock) * width + 16); }
+
+// The AVX-512 order's scores (dot_f32_in_f16_order, then * scale + the mask's zero) of a block's n <= 16 keys
+// (k: rows dk apart, dk a multiple of 64, so no double tail) with one query row, sixteen keys at once: each key's
+// four accumulators added as there, then the reduction's steps (upper eight lanes onto the lower eight, then
+// four, two, one) for all the keys together, shuffles pairing the same two operands as each key's own steps, so
+// every score keeps its bits with a third of the shuffles and additions.
+__attribute__((target("avx512f"))) inline void scores_in_avx512_order(const float* k, const float* q, int dk, int n, float scale, float* sc) {
+    __m512 u[8];  // lanes 0..7: key 2p's eight sums (lanes d and d + 8 added), lanes 8..15: key 2p + 1's
+    for (int p = 0; p < 8; ++p) {
+        __m512 t[2];
+        for (int e = 0; e < 2; ++e) {
+            const int key = 2 * p + e;
+            const float* kr = k + static_cast<size_t>(key < n ? key : 0) * dk;  // keys past n: any row, unused
+            __m512 acc[4];
+            for (int j = 0; j < 4; ++j) acc[j] = _mm512_mul_ps(_mm512_loadu_ps(kr + 16 * j), _mm512_loadu_ps(q + 16 * j));
+            for (int d = 64; d < dk; d += 64)
+                for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(kr + d + 16 * j), _mm512_loadu_ps(q + d + 16 * j), acc[j]);
+            t[e] = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+        }
+        u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x44), _mm512_shuffle_f32x4(t[0], t[1], 0xEE));
+    }
+    __m512 w[4];  // 128-bit block c of w[p]: key 4p + c's four sums (u lanes m and m + 4)
+    for (int p = 0; p < 4; ++p)
+        w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0x88), _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0xDD));
+    __m512 x[2];  // block c of x[p]: two sums (w lanes 0 + 2, 1 + 3) of key 4 (2p) + c, then of key 4 (2p + 1) + c
+    for (int p = 0; p < 2; ++p)
+        x[p] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * p], w[2 * p + 1], 0x44), _mm512_shuffle_ps(w[2 * p], w[2 * p + 1], 0xEE));
+    // Lane 4c + j holds key 4j + c; the permute puts key i in lane i.
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+    const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512 scores = _mm512_add_ps(_mm512_mul_ps(_mm512_permutexvar_ps(key_order, s), _mm512_set1_ps(scale)), _mm512_setzero_ps());
+    _mm512_storeu_ps(sc, scores);
+}
+
+// The block's value updates (dv a multiple of 16) with each row's fp16 accumulator held in registers as f32
+// across the block, rounded to fp16 after every operation as the memory form rounds it on store: the same
+// values, without a store and reload per key. Two rows and 64 values at a time, the rows' chains overlapping.
+__attribute__((target("avx512f"))) inline void values_in_registers(int G, int H, int dv, int n, const float* vf, const RowBlock* rows, float* S,
+                                                                   uint16_t* acc16) {
+    const int R = H * G;
+    for (int d0 = 0; d0 < dv; d0 += 64) {
+        const int nv = std::min(4, (dv - d0) / 16);
+        for (int r0 = 0; r0 < R; r0 += 2) {
+            const int pr = std::min(2, R - r0);
+            __m512 a[2][4];
+            for (int p = 0; p < pr; ++p)
+                for (int j = 0; j < nv; ++j)
+                    a[p][j] = _mm512_cvtph_ps(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc16 + static_cast<size_t>(r0 + p) * dv + d0 + 16 * j)));
+            for (int i = 0; i < n; ++i)
+                for (int p = 0; p < pr; ++p) {
+                    const int r = r0 + p;
+                    const RowBlock& b = rows[r];
+                    const float* vj = vf + head_rows(r / G, dv) + static_cast<size_t>(i) * dv + d0;
+                    const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
+                    if (b.raise[i])
+                        for (int j = 0; j < nv; ++j)
+                            a[p][j] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(a[p][j], _mm512_set1_ps(ms)), _MM_FROUND_TO_NEAREST_INT));
+                    for (int j = 0; j < nv; ++j)
+                        a[p][j] = _mm512_cvtph_ps(
+                            _mm512_cvtps_ph(_mm512_fmadd_ps(_mm512_loadu_ps(vj + 16 * j), _mm512_set1_ps(vs), a[p][j]), _MM_FROUND_TO_NEAREST_INT));
+                    if (d0 == 0) S[r] = std::fma(S[r], ms, vs);  // contracted, as GCC builds ggml
+                }
+            for (int p = 0; p < pr; ++p)
+                for (int j = 0; j < nv; ++j)
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc16 + static_cast<size_t>(r0 + p) * dv + d0 + 16 * j),
+                                        _mm512_cvtps_ph(a[p][j], _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+}
 
 // The 512-bit block: the block's keys and values converted to f32 once for all rows (exact; H heads' rows,
 // kKeyBlock apart), the queries given in f32 (qf, H G x dk), then as group_block_256.
@@ -163,11 +234,19 @@ __attribute__((target("avx512f"))) void group_block_512(const float* qf, int G, 
         for (int g = 0; g < G; ++g, ++r) {
             RowBlock& b = rows[r];
             const float* k = kf + head_rows(h, dk);
-            for (int i = 0; i < n; ++i)
-                b.sc[i] = dot_f32_in_f16_order<F>(k + static_cast<size_t>(i) * dk, qf + static_cast<size_t>(r) * dk, dk) * scale +
-                          0.0f;  // + the mask's zero
+            if (F == Flavor::Avx512 && dk % 64 == 0) {
+                scores_in_avx512_order(k, qf + static_cast<size_t>(r) * dk, dk, n, scale, b.sc);
+            } else {
+                for (int i = 0; i < n; ++i)
+                    b.sc[i] = dot_f32_in_f16_order<F>(k + static_cast<size_t>(i) * dk, qf + static_cast<size_t>(r) * dk, dk) * scale +
+                              0.0f;  // + the mask's zero
+            }
             b.exps<true>(n, M[r]);
         }
+    if (dv % 16 == 0) {
+        values_in_registers(G, H, dv, n, vf, rows, S, acc16);
+        return;
+    }
     for (int i = 0; i < n; ++i)
         for (int h = 0, r = 0; h < H; ++h)
             for (int g = 0; g < G; ++g, ++r) {
@@ -192,8 +271,8 @@ void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float 
     if constexpr (Wide) {
         qf.resize(static_cast<size_t>(H * G) * kv.dk);
         for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
-        kf.resize(head_rows(H, kv.dk));
-        vf.resize(head_rows(H, kv.dv));
+        kf.resize(head_rows(H, kv.dk) + 16);  // + a cache line to start on one: no store straddles two
+        vf.resize(head_rows(H, kv.dv) + 16);
     }
     int idx[kKeyBlock];
     for (int j = 0; j < kv.n_kv;) {
@@ -201,7 +280,8 @@ void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float 
         for (; j < kv.n_kv && n < kKeyBlock; ++j)
             if (!kv.visible || kv.visible[j]) idx[n++] = j;
         if (n == 0) continue;
-        if constexpr (Wide) group_block_512<F>(qf.data(), G, H, kv, idx, n, scale, M, S, acc16, rows.data(), kf.data(), vf.data());
+        if constexpr (Wide)
+            group_block_512<F>(qf.data(), G, H, kv, idx, n, scale, M, S, acc16, rows.data(), line_aligned(kf.data()), line_aligned(vf.data()));
         else group_block_256<F>(q16, G, H, kv, idx, n, scale, M, S, acc16, rows.data());
     }
 }
