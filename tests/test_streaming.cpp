@@ -103,6 +103,19 @@ TEST(WeightMemory, AlignmentFollowsSizeAndRequest) {
     EXPECT_EQ(moved.data()[(3u << 20) - 1], 7);
 }
 
+// The KV cache's rows take the same memory: a long context's rows on huge-page boundaries, short ones on a line.
+TEST(WeightMemory, VectorsOfRowsTakeTheSameAlignment) {
+    std::vector<uint8_t, StreamedAllocator<uint8_t>> rows(5u << 20, 1), few(1000, 2);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rows.data()) % WeightMemory::kHuge, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(few.data()) % 64, 0u);
+    rows.resize(9u << 20, 3);  // reallocation keeps the contents and the alignment
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rows.data()) % WeightMemory::kHuge, 0u);
+    EXPECT_EQ(rows[(5u << 20) - 1], 1);
+    EXPECT_EQ(rows[(9u << 20) - 1], 3);
+    auto copy = rows;
+    EXPECT_EQ(copy, rows);
+}
+
 TEST(Streaming, MinimumBudgetIsStated) {
     test::TempDir dir;
     GgufModel file = open_gguf_model(make_model(dir, "q8_0"));

@@ -18,6 +18,7 @@
 #include "engine/kernels/float_ops.h"
 #include "engine/kernels/kv_cache_types.h"
 #include "engine/model/model.h"
+#include "engine/util/weight_memory.h"
 
 namespace moe {
 
@@ -30,10 +31,12 @@ std::string kv_cache_types_problem(const Model& m, kernels::KvCacheTypes types);
 struct SequenceCache {
     int n_ctx = 0;
     kernels::KvCacheTypes types;
-    std::vector<std::vector<uint8_t>> k;   // [layer][n_ctx * k_row(layer)]
-    std::vector<std::vector<uint8_t>> v;   // [layer][n_ctx * v_row(layer)] (empty for MLA: V is the latent)
-    std::vector<std::vector<uint8_t>> ix;  // [layer][n_ctx * ix_row] (DSA full layers and MSA layers only)
-    std::vector<int> k_width, v_width;     // values per row
+    // Huge pages where the host allows them: at long contexts a decoding step walks every row.
+    using Rows = std::vector<uint8_t, StreamedAllocator<uint8_t>>;
+    std::vector<Rows> k;                // [layer][n_ctx * k_row(layer)]
+    std::vector<Rows> v;                // [layer][n_ctx * v_row(layer)] (empty for MLA: V is the latent)
+    std::vector<Rows> ix;               // [layer][n_ctx * ix_row] (DSA full layers and MSA layers only)
+    std::vector<int> k_width, v_width;  // values per row
     // Per layer: 0 where position p is row p, else the ring's rows (position p in row p % ring[l]).
     std::vector<int> ring;
     int window = 0;  // sliding-window layers (ringed or not): the positions a token sees (0: none)
