@@ -141,9 +141,10 @@ __attribute__((target("avx512f"), always_inline)) inline void f16_to_f32_512(con
     for (; d < n; ++d) f[d] = h2f(h[d]);
 }
 
+// The f32 copies start on a cache line (their buffers hold 16 floats more), so that no 64-byte store straddles two.
+inline float* line_aligned(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63}); }
 // Where kv head h's block of rows starts in the f32 copies: a cache line more than the block apart, so that the
 // heads' copies are not a multiple of 4 KiB apart (loads would wait on unrelated stores to the same page offset).
-inline float* line_aligned(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63}); }
 inline size_t head_rows(int h, int width) { return static_cast<size_t>(h) * (static_cast<size_t>(kKeyBlock) * width + 16); }
 
 // The AVX-512 order's scores (dot_f32_in_f16_order, then * scale + the mask's zero) of a block's n <= 16 keys
@@ -271,7 +272,7 @@ void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float 
     if constexpr (Wide) {
         qf.resize(static_cast<size_t>(H * G) * kv.dk);
         for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
-        kf.resize(head_rows(H, kv.dk) + 16);  // + a cache line to start on one: no store straddles two
+        kf.resize(head_rows(H, kv.dk) + 16);  // + a cache line for line_aligned
         vf.resize(head_rows(H, kv.dv) + 16);
     }
     int idx[kKeyBlock];
