@@ -21,6 +21,7 @@
 #include "engine/runtime/cache_sim.h"
 #include "engine/forward/runner.h"
 #include "engine/forward/speculative.h"
+#include "engine/forward/synthetic_depth.h"
 #include "engine/sampler/sampler.h"
 #include "probes/memory_bandwidth.h"
 #include "probes/storage_probe.h"
@@ -67,12 +68,15 @@ int cmd_bench(const std::vector<std::string>& args) {
     bool as_json = false, no_fio = false;
     std::string parallel_list = "1,2,4", mask_vocab, plot_path;
     int prefetch_layers = 1, draft_max = 8, draft_min = 0;
-    std::string draft = "off";
+    std::string draft = "off", depth_fill = "real";
     EngineFlags ef;
     po::options_description opts("moestream bench options");
     opts.add_options()("help,h", "show this help")("model,m", po::value(&model_path)->required(), "GGUF model")(
-        "tokens", po::value(&n_gen)->default_value(32), "tokens to generate")(
-        "prompt-tokens", po::value(&n_prompt)->default_value(64), "prompt tokens")("threads,t", po::value(&threads)->default_value(2), "threads")(
+        "tokens", po::value(&n_gen)->default_value(32), "tokens to generate")("prompt-tokens", po::value(&n_prompt)->default_value(64),
+                                                                              "prompt tokens")(
+        "depth-fill", po::value(&depth_fill)->default_value("real"),
+        "real: evaluate the prompt; synthetic: one token, then --prompt-tokens positions of random cache rows "
+        "(decode speed at a depth without an O(depth^2) prompt)")("threads,t", po::value(&threads)->default_value(2), "threads")(
         "json", po::bool_switch(&as_json), "JSON output")("fio-seconds", po::value(&fio_seconds)->default_value(5),
                                                           "length of the fio baseline run (streaming)")(
         "no-fio", po::bool_switch(&no_fio), "skip the fio baseline")("prefetch-layers", po::value(&prefetch_layers)->default_value(1),
@@ -100,6 +104,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     ef.threads = threads;
     if (n_gen < 2 || n_prompt < 1 || n_gen + n_prompt > 1 << 20) throw CliError("--tokens/--prompt-tokens out of range");
     const DraftMode draft_mode = parse_draft_flags(draft, draft_max, draft_min);
+    if (depth_fill != "real" && depth_fill != "synthetic") throw CliError("--depth-fill '" + depth_fill + "' is not real or synthetic");
+    const bool synthetic = depth_fill == "synthetic";
+    if (synthetic && draft_mode != DraftMode::Off)
+        throw CliError("--depth-fill synthetic: --draft needs the prompt's real tokens; use --depth-fill real");
     std::vector<int> slot_counts;
     for (size_t pos = 0; pos < parallel_list.size();) {
         const size_t comma = std::min(parallel_list.find(',', pos), parallel_list.size());
@@ -174,7 +182,14 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int i = 0; i < n_prompt; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(le.model->hp.n_vocab);
     auto t0 = Clock::now();
-    runner.eval(prompt);
+    if (synthetic) {
+        // One real token (its logits start the generation, its recurrent state is kept), then random rows.
+        runner.eval(std::span<const int32_t>(prompt.data(), 1));
+        if (const std::string why = synthetic_depth_problem(runner, n_prompt); !why.empty()) throw CliError("--depth-fill synthetic: " + why);
+        fill_synthetic_depth(runner, n_prompt);
+    } else {
+        runner.eval(prompt);
+    }
     const double t_pp = std::chrono::duration<double>(Clock::now() - t0).count();
     const ExpertSourceStats s0 = le.model->experts->stats();
     const RunnerStats r0 = runner.stats();
@@ -226,11 +241,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"cache_bytes_4k", facts.kv_bytes(4096, le.kv_types)},
                 {"cache_bytes_32k", facts.kv_bytes(32768, le.kv_types)},
                 {"experts", le.summary},
-                {"prompt_tokens_per_s", pp},
+                {"depth_fill", depth_fill},
                 {"gen_tokens_per_s", tg},
                 {"memory_read_bytes_per_s", bw},
                 {"active_bytes_per_token", facts.active_bytes_per_token()},
                 {"rss_bytes", rss}};
+    if (!synthetic) out["prompt_tokens_per_s"] = pp;
     if (drafter) out["draft"] = draft_json(*drafter);
     if (routing) {
         const RoutingWindow::Recent recent = routing->recent();
@@ -243,7 +259,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                           {"first_step", recent.first_step}};
     }
     // Where the prompt's time went (shares of the runner's eval time; the rest: embeddings, norms, output head).
-    if (r0.eval_seconds > 0)
+    if (r0.eval_seconds > 0 && !synthetic)
         out["prompt_split"] = {{"attention", r0.attention_seconds / r0.eval_seconds},
                                {"feed_forward", r0.feed_forward_seconds / r0.eval_seconds},
                                {"eval_seconds", r0.eval_seconds}};
@@ -312,7 +328,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
     // After the timed generation, so that its cache and branch state do not colour the figures above.
     out["weight_kernels"] = bench_weight_kernels(le.file, le.flavor);
-    if (!slot_counts.empty()) out["parallel_slots"] = bench_parallel_slots(le, threads, n_ctx, n_prompt, n_gen, slot_counts);
+    // The slot section evaluates its prompts for real: at a synthetic depth that is the hour the fill avoids.
+    if (!slot_counts.empty() && synthetic) out["parallel_slots_note"] = "not run under --depth-fill synthetic";
+    else if (!slot_counts.empty()) out["parallel_slots"] = bench_parallel_slots(le, threads, n_ctx, n_prompt, n_gen, slot_counts);
     try {
         out["grammar_mask"] = mask_vocab.empty() ? bench_grammar_mask(le.file.meta(), 1000.0 / tg)
                                                  : bench_grammar_mask(read_gguf_header(mask_vocab), 1000.0 / tg);
@@ -328,14 +346,18 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::cout << out.dump(2) << "\n";
         return 0;
     }
+    char prompt_line[160];
+    if (synthetic)
+        std::snprintf(prompt_line, sizeof prompt_line, "depth            %d positions of random cache rows (--depth-fill synthetic)\n", n_prompt);
+    else std::snprintf(prompt_line, sizeof prompt_line, "prompt           %d tokens, %.1f tok/s\n", n_prompt, pp);
     std::printf(
         "model            %s (%s)\nkernels          %s, %d threads\nexperts          %s\n"
-        "context cache    %s per token (%s; K/V %s): %s at 4k, %s at 32k\nprompt           %d tokens, %.1f tok/s\n"
+        "context cache    %s per token (%s; K/V %s): %s at 4k, %s at 32k\n%s"
         "generation       %d tokens, %.1f tok/s\nmemory bandwidth %.2f GB/s (read, %d threads)\nRSS              %s\n",
         model_path.c_str(), facts.arch.c_str(), kernels::isa_name(kernels::active_table(le.flavor).isa), threads, le.summary.c_str(),
         human_bytes(static_cast<double>(facts.cache_bytes_per_token_as(le.kv_types))).c_str(), facts.cache_layout.c_str(),
         out["cache_types"].get<std::string>().c_str(), human_bytes(static_cast<double>(facts.kv_bytes(4096, le.kv_types))).c_str(),
-        human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(), n_prompt, pp, n_gen, tg, bw / 1e9, threads,
+        human_bytes(static_cast<double>(facts.kv_bytes(32768, le.kv_types))).c_str(), prompt_line, n_gen, tg, bw / 1e9, threads,
         human_bytes(static_cast<double>(rss)).c_str());
     if (out.contains("routing"))
         std::printf(
