@@ -73,12 +73,8 @@ TEST_P(SyntheticDepth, WritesEveryRowTheDepthNeedsAndDecodesThere) {
         ASSERT_LE(want, capacity) << "layer " << l;
         for (uint64_t row = 0; row < want; ++row) ASSERT_FALSE(row_is_zero(c.k[l], c.k_row[l], row)) << "layer " << l << " K row " << row;
         EXPECT_EQ(written_rows(c.k[l], c.k_row[l]), want) << "layer " << l << ": rows past the depth stay unwritten";
-        if (!c.v[l].empty()) {
-            EXPECT_EQ(written_rows(c.v[l], c.v_row[l]), want) << "layer " << l << " V";
-        }
-        if (l < c.ix.size() && !c.ix[l].empty()) {
-            EXPECT_EQ(written_rows(c.ix[l], c.ix_row), want) << "layer " << l << " indexer keys";
-        }
+        if (!c.v[l].empty()) { EXPECT_EQ(written_rows(c.v[l], c.v_row[l]), want) << "layer " << l << " V"; }
+        if (l < c.ix.size() && !c.ix[l].empty()) { EXPECT_EQ(written_rows(c.ix[l], c.ix_row), want) << "layer " << l << " indexer keys"; }
     }
     EXPECT_GT(positional, 0);
 
