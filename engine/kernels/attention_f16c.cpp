@@ -9,9 +9,10 @@ namespace moe::kernels {
 namespace {
 
 // ggml_vec_dot_f16 in each build's order: four accumulators of 16 (pairs of 256-bit halves) or 8 lanes over
-// steps of four registers, added pairwise, reduced as one register; the tail in double.
+// steps of four registers, added pairwise, reduced as one register; the tail in double. The query y is the fp16
+// row already converted to f32 (exact: the same products, so the same bits).
 template <Flavor F>
-float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
+float dot_f16_vec_order(const uint16_t* x, const float* y, int n) {
     if constexpr (F == Flavor::Avx512) {
         __m256 acc[4][2];
         for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
@@ -19,58 +20,111 @@ float dot_f16_vec_order(const uint16_t* x, const uint16_t* y, int n) {
         for (int i = 0; i < np; i += 64)
             for (int j = 0; j < 4; ++j)
                 for (int h = 0; h < 2; ++h)
-                    acc[j][h] = _mm256_fmadd_ps(load_f16x8(x + i + 16 * j + 8 * h), load_f16x8(y + i + 16 * j + 8 * h), acc[j][h]);
+                    acc[j][h] = _mm256_fmadd_ps(load_f16x8(x + i + 16 * j + 8 * h), _mm256_loadu_ps(y + i + 16 * j + 8 * h), acc[j][h]);
         for (int h = 0; h < 2; ++h) {
             acc[0][h] = _mm256_add_ps(acc[0][h], acc[2][h]);
             acc[1][h] = _mm256_add_ps(acc[1][h], acc[3][h]);
             acc[0][h] = _mm256_add_ps(acc[0][h], acc[1][h]);
         }
         double s = hsum_float_8(_mm256_add_ps(acc[0][1], acc[0][0]));
-        for (int i = np; i < n; ++i) s += static_cast<double>(h2f(x[i]) * h2f(y[i]));
+        for (int i = np; i < n; ++i) s += static_cast<double>(h2f(x[i]) * y[i]);
         return static_cast<float>(s);
     } else {
         __m256 acc[4];
         for (auto& a : acc) a = _mm256_setzero_ps();
         const int np = n & ~31;
         for (int i = 0; i < np; i += 32)
-            for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j), load_f16x8(y + i + 8 * j), acc[j]);
+            for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
         acc[0] = _mm256_add_ps(acc[0], acc[2]);
         acc[1] = _mm256_add_ps(acc[1], acc[3]);
         const __m256 v = _mm256_add_ps(acc[0], acc[1]);
         const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         const __m128 t1 = _mm_hadd_ps(t0, t0);
         double s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-        for (int i = np; i < n; ++i) s += static_cast<double>(h2f(x[i]) * h2f(y[i]));
+        for (int i = np; i < n; ++i) s += static_cast<double>(h2f(x[i]) * y[i]);
         return static_cast<float>(s);
     }
 }
 
-// One block for all rows: per row the block's scores and exps, then the value updates key by key with the rows
-// interleaved. Rows h * G .. h * G + G - 1 read kv head h, dk (dv) values into each key (value) row.
+// x rounded to fp16 and back: what a store to an fp16 accumulator and its reload give.
+inline __m256 round_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// The AVX2 order's scores (dot_f16_vec_order<Avx2>, then * scale + the mask's zero) of up to eight keys (k: rows
+// stride apart; dk a multiple of 32, so no double tail) with one query row in f32, the reductions of eight keys
+// together: lo + hi halves as two permutes and an add per pair of keys, then two rounds of hadd, each pairing the
+// same operands as one key's own reduction, so every score keeps its bits.
+inline void scores8_avx2(const uint16_t* k, size_t stride, const int* idx, int cnt, const float* q, int dk, float scale, float* out) {
+    __m256 v[8];
+    for (int t = 0; t < 8; ++t) {
+        const uint16_t* kr = k + static_cast<size_t>(idx[t < cnt ? t : 0]) * stride;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int i = 0; i < dk; i += 32)
+            for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(load_f16x8(kr + i + 8 * j), _mm256_loadu_ps(q + i + 8 * j), acc[j]);
+        v[t] = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+    }
+    __m256 p[4];
+    for (int t = 0; t < 4; ++t)
+        p[t] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * t], v[2 * t + 1], 0x20), _mm256_permute2f128_ps(v[2 * t], v[2 * t + 1], 0x31));
+    const __m256 f = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));  // keys 0 2 4 6 | 1 3 5 7
+    const __m256 inorder = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, _mm256_add_ps(_mm256_mul_ps(inorder, _mm256_set1_ps(scale)), _mm256_setzero_ps()));
+    for (int t = 0; t < cnt; ++t) out[t] = tmp[t];
+}
+
+// One block for all rows: per row the block's scores (the AVX2 order eight keys at a time) and exps, then the
+// value updates key by key with the rows interleaved, each key's value row converted once per 32 values for the
+// kv head's G rows (every accumulator value takes the same scale, round, multiply-add and round in the same key
+// order). Rows h * G .. h * G + G - 1 read kv head h (queries qf in f32), dk (dv) values into each key (value) row.
 template <Flavor F>
-void group_block_256(const uint16_t* q16, int G, int H, const ops::KvView& kv, const int* idx, int n, float scale, float* M, float* S,
-                     uint16_t* acc16, RowBlock* rows) {
+void group_block_256(const float* qf, int G, int H, const ops::KvView& kv, const int* idx, int n, float scale, float* M, float* S, uint16_t* acc16,
+                     RowBlock* rows) {
     const int dk = kv.dk, dv = kv.dv;
     for (int h = 0, r = 0; h < H; ++h)
         for (int g = 0; g < G; ++g, ++r) {
             RowBlock& b = rows[r];
             const uint16_t* k = kv.k + static_cast<size_t>(h) * dk;
-            for (int i = 0; i < n; ++i)
-                b.sc[i] = dot_f16_vec_order<F>(k + static_cast<size_t>(idx[i]) * kv.k_stride, q16 + static_cast<size_t>(r) * dk, dk) * scale +
-                          0.0f;  // + the mask's zero
+            if (F == Flavor::Avx2 && dk % 32 == 0) {
+                for (int i = 0; i < n; i += 8)
+                    scores8_avx2(k, kv.k_stride, idx + i, std::min(8, n - i), qf + static_cast<size_t>(r) * dk, dk, scale, b.sc + i);
+            } else {
+                for (int i = 0; i < n; ++i)
+                    b.sc[i] = dot_f16_vec_order<F>(k + static_cast<size_t>(idx[i]) * kv.k_stride, qf + static_cast<size_t>(r) * dk, dk) * scale +
+                              0.0f;  // + the mask's zero
+            }
             b.exps<false>(n, M[r]);
         }
+    const int dv32 = dv & ~31;
     for (int i = 0; i < n; ++i)
-        for (int h = 0, r = 0; h < H; ++h)
-            for (int g = 0; g < G; ++g, ++r) {
-                const uint16_t* vj = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride + static_cast<size_t>(h) * dv;
+        for (int h = 0; h < H; ++h) {
+            const uint16_t* vj = kv.v + static_cast<size_t>(idx[i]) * kv.v_stride + static_cast<size_t>(h) * dv;
+            for (int d0 = 0; d0 < dv32; d0 += 32) {
+                __m256 x[4];
+                for (int c = 0; c < 4; ++c) x[c] = load_f16x8(vj + d0 + 8 * c);
+                for (int g = 0, r = h * G; g < G; ++g, ++r) {
+                    const RowBlock& b = rows[r];
+                    const bool raise = b.raise[i];
+                    const __m256 ms = _mm256_set1_ps(raise ? b.e[i] : 1.f), vs = _mm256_set1_ps(raise ? 1.f : b.e[i]);
+                    uint16_t* acc = acc16 + static_cast<size_t>(r) * dv + d0;
+                    for (int c = 0; c < 4; ++c) {
+                        __m256 a = load_f16x8(acc + 8 * c);
+                        if (raise) a = round_f16(_mm256_mul_ps(a, ms));
+                        _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + 8 * c),
+                                         _mm256_cvtps_ph(_mm256_fmadd_ps(x[c], vs, a), _MM_FROUND_TO_NEAREST_INT));
+                    }
+                }
+            }
+            for (int g = 0, r = h * G; g < G; ++g, ++r) {
                 const RowBlock& b = rows[r];
                 const float ms = b.raise[i] ? b.e[i] : 1.f, vs = b.raise[i] ? 1.f : b.e[i];
-                uint16_t* acc = acc16 + static_cast<size_t>(r) * dv;
-                if (b.raise[i]) scale_f16_256(acc, ms, dv);
-                mad_f16_256(acc, vj, vs, dv);
+                if (dv32 < dv) {
+                    uint16_t* acc = acc16 + static_cast<size_t>(r) * dv + dv32;
+                    if (b.raise[i]) scale_f16_256(acc, ms, dv - dv32);
+                    mad_f16_256(acc, vj + dv32, vs, dv - dv32);
+                }
                 S[r] = std::fma(S[r], ms, vs);  // contracted, as GCC builds ggml
             }
+        }
 }
 
 // The same in 512-bit registers (AVX-512 CPUs, by function target): the value updates are elementwise, and the
@@ -269,9 +323,9 @@ void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float 
     thread_local std::vector<RowBlock> rows;
     thread_local std::vector<float> qf, kf, vf;
     if (rows.size() < static_cast<size_t>(H * G)) rows.resize(static_cast<size_t>(H * G));
+    qf.resize(static_cast<size_t>(H * G) * kv.dk);
+    for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
     if constexpr (Wide) {
-        qf.resize(static_cast<size_t>(H * G) * kv.dk);
-        for (size_t i = 0; i < qf.size(); ++i) qf[i] = h2f(q16[i]);
         kf.resize(head_rows(H, kv.dk) + 16);  // + a cache line for line_aligned
         vf.resize(head_rows(H, kv.dv) + 16);
     }
@@ -283,7 +337,7 @@ void group_keys(const uint16_t* q16, int G, int H, const ops::KvView& kv, float 
         if (n == 0) continue;
         if constexpr (Wide)
             group_block_512<F>(qf.data(), G, H, kv, idx, n, scale, M, S, acc16, rows.data(), line_aligned(kf.data()), line_aligned(vf.data()));
-        else group_block_256<F>(q16, G, H, kv, idx, n, scale, M, S, acc16, rows.data());
+        else group_block_256<F>(qf.data(), G, H, kv, idx, n, scale, M, S, acc16, rows.data());
     }
 }
 
