@@ -19,10 +19,28 @@ for f in pcid x2apic tsc-deadline hle rtm invpcid; do cpu+=",-$f"; done
 export MOESTREAM_ORACLE_PROMPTS=${MOESTREAM_ORACLE_PROMPTS:-1}
 # ... and the slowest kernel comparisons take fewer shapes (the test says which; the native run takes them all).
 export MOESTREAM_EMULATED_CPU=$model
-echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter (oracle prompts: $MOESTREAM_ORACLE_PROMPTS per reference)"
-"$qemu" -cpu "$cpu" "$tests" --gtest_filter="$filter" --gtest_brief=1 2>&1 | grep -v "^qemu-x86_64: warning"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || { echo "cpu-models: tests failed under -cpu $model (exit $rc)"; exit 1; }
+# ctest runs its tests one at a time, and one emulated process keeps one core busy: the tests go to one shard per
+# core (gtest's own sharding), run side by side, each shard's output printed when it ends.
+shards=${MOESTREAM_CPU_MODEL_SHARDS:-$(nproc)}
+[ "$shards" -ge 1 ] 2>/dev/null || shards=1
+[ "$shards" -le 4 ] || shards=4
+echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter (oracle prompts: $MOESTREAM_ORACLE_PROMPTS per reference; $shards shards)"
+logs=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null' EXIT  # a ctest timeout ends this script: the shards go with it
+for ((i = 0; i < shards; ++i)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$qemu" -cpu "$cpu" "$tests" --gtest_filter="$filter" --gtest_brief=1 > "$logs/$i" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for ((i = 0; i < shards; ++i)); do
+  wait "${pids[$i]}"
+  rc=$?
+  grep -v "^qemu-x86_64: warning" "$logs/$i"
+  [ "$rc" -eq 0 ] || { echo "cpu-models: shard $i of $shards failed under -cpu $model (exit $rc)"; failed=1; }
+done
+rm -rf "$logs"
+[ "$failed" -eq 0 ] || { echo "cpu-models: tests failed under -cpu $model"; exit 1; }
 if [ -n "$moestream" ]; then
   out=$("$qemu" -cpu "$cpu" "$moestream" run --model "$gguf" --prompt "hello" -n 2 --json 2>&1)
   rc=$?
