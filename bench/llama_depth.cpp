@@ -13,9 +13,13 @@
 // it uses only llama.h. The state layout it rewrites is llama_kv_cache::state_write's (per stream: the cell
 // count, each cell's position and sequence ids, then per layer the K rows, then per layer the V rows unless V is
 // transposed or absent) and llama_memory_recurrent's (a cell count, positions, then its rows): the parts are
-// found by trying the layouts below until one accounts for every byte (after llama_context's 8-byte header).
+// found by trying the layouts below until one accounts for every byte (after llama_context's 8-byte header). A
+// sliding-window cache (gpt-oss, gemma) keeps a second, window-sized part this does not rewrite: such a model stops
+// with "fits none of the known layouts".
 //
 //   llama_depth MODEL DEPTH N_GEN REPS THREADS CACHE_TYPE_K CACHE_TYPE_V  -> one JSON line
+// (linked with libllama and libggml-cpu)
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "llama.h"
 
 namespace {
@@ -219,6 +224,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "llama_depth: cannot create a context of %u cells\n", cp.n_ctx);
         return 1;
     }
+    // A persistent pool, as llama-bench attaches (without one, ggml starts and joins its threads on every decode).
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(threads);
+    ggml_threadpool* pool = ggml_threadpool_new(&tpp);
+    if (!pool) {
+        std::fprintf(stderr, "llama_depth: cannot create a pool of %d threads\n", threads);
+        return 1;
+    }
+    llama_attach_threadpool(ctx, pool, nullptr);
     const llama_vocab* vocab = llama_model_get_vocab(model);
     llama_token tok = 1 % llama_vocab_n_tokens(vocab);
     if (llama_decode(ctx, llama_batch_get_one(&tok, 1)) != 0) return 1;
@@ -238,9 +251,14 @@ int main(int argc, char** argv) {
         llama_memory_clear(llama_get_memory(ctx), true);
         if (llama_state_seq_set_data(ctx, deep->data(), deep->size(), 0) == 0) throw std::runtime_error("llama_state_seq_set_data refused the state");
     };
+    // Random tokens, as llama-bench's tg feeds (a repeated token would keep the same experts routed).
+    std::mt19937 token_rng(7);
     auto decode = [&](int n) {
-        for (int i = 0; i < n; ++i)
-            if (llama_decode(ctx, llama_batch_get_one(&tok, 1)) != 0) throw std::runtime_error("llama_decode failed");
+        for (int i = 0; i < n; ++i) {
+            llama_token t = static_cast<llama_token>(token_rng() % static_cast<uint32_t>(llama_vocab_n_tokens(vocab)));
+            if (llama_decode(ctx, llama_batch_get_one(&t, 1)) != 0) throw std::runtime_error("llama_decode failed");
+        }
+        llama_synchronize(ctx);
     };
     try {
         restore();
@@ -262,6 +280,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     llama_free(ctx);
+    ggml_threadpool_free(pool);
     llama_model_free(model);
     return 0;
 }

@@ -15,7 +15,8 @@
 # fill=synthetic skips the O(D^2) prompt (a 128k prompt runs most of an hour per engine on two cores): one token is
 # evaluated, then D positions of random cache rows are written in the cache's type (the engine: `bench --depth-fill
 # synthetic`; llama.cpp: bench/llama_depth.cpp, built here against LLAMA_DIR=the llama.cpp checkout, which rewrites
-# its sequence state through llama.h's state API and decodes as llama-bench does, 3 repetitions). A step's cost
+# its sequence state through llama.h's state API and decodes as llama-bench does: its own thread pool, random
+# tokens, 3 repetitions). A step's cost
 # depends on how many positions it reads, not on their values: docs/benchmarks.md compares both fills at 16k.
 # The two engines alternate per cell, so host noise falls on both. Models are small (a few MB) so that a 64k
 # prompt takes a minute or two on two cores: attention's share of a decoded token is what grows with depth.
@@ -50,11 +51,16 @@ case $fill in
   real) ;;
   synthetic)
     llama_dir=${LLAMA_DIR:?fill=synthetic: set LLAMA_DIR to the llama.cpp checkout LLAMA_BENCH was built from}
-    lib=$(find "$(dirname "$llama_bench")/.." -name 'libllama.so' | head -1)
-    [ -n "$lib" ] || { echo "long_context: no libllama.so near $llama_bench (build llama.cpp with shared libraries)" >&2; exit 2; }
-    depth_bin=$(mktemp -d)/llama_depth
-    g++ -O2 -std=c++20 -I"$llama_dir/include" -I"$llama_dir/ggml/include" "$(dirname "$0")/llama_depth.cpp" -L"$(dirname "$lib")" \
-        -lllama -Wl,-rpath,"$(dirname "$lib")" -o "$depth_bin" ;;
+    lib=$(find "$(dirname "$llama_bench")/.." -name 'libllama.so' -print -quit)
+    cpu_lib=$(find "$(dirname "$llama_bench")/.." -name 'libggml-cpu.so' -print -quit)
+    base_lib=$(find "$(dirname "$llama_bench")/.." -name 'libggml-base.so' -print -quit)
+    [ -n "$lib" ] && [ -n "$cpu_lib" ] && [ -n "$base_lib" ] ||
+      { echo "long_context: no libllama.so / libggml-cpu.so / libggml-base.so near $llama_bench (build llama.cpp with shared libraries)" >&2; exit 2; }
+    depth_dir=$(mktemp -d)
+    trap 'rm -rf "$depth_dir"' EXIT
+    depth_bin=$depth_dir/llama_depth
+    g++ -O2 -std=c++20 -I"$llama_dir/include" -I"$llama_dir/ggml/include" "$(dirname "$0")/llama_depth.cpp" "$lib" "$cpu_lib" "$base_lib" \
+        -Wl,-rpath,"$(dirname "$lib")":"$(dirname "$cpu_lib")":"$(dirname "$base_lib")" -o "$depth_bin" ;;
   *) echo "long_context: fill $fill is not real or synthetic" >&2; exit 2 ;;
 esac
 
