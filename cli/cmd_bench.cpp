@@ -76,9 +76,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                                                                               "prompt tokens")(
         "depth-fill", po::value(&depth_fill)->default_value("real"),
         "real: evaluate the prompt; synthetic: one token, then --prompt-tokens positions of random cache rows "
-        "(decode speed at a depth without an O(depth^2) prompt)")("threads,t", po::value(&threads)->default_value(2), "threads")(
-        "json", po::bool_switch(&as_json), "JSON output")("fio-seconds", po::value(&fio_seconds)->default_value(5),
-                                                          "length of the fio baseline run (streaming)")(
+        "(decode speed at a depth without an O(depth^2) prompt; streamed experts start from one token's in the cache)")(
+        "threads,t", po::value(&threads)->default_value(2), "threads")("json", po::bool_switch(&as_json), "JSON output")(
+        "fio-seconds", po::value(&fio_seconds)->default_value(5), "length of the fio baseline run (streaming)")(
         "no-fio", po::bool_switch(&no_fio), "skip the fio baseline")("prefetch-layers", po::value(&prefetch_layers)->default_value(1),
                                                                      "streaming: MoE layers ahead to prefetch (1 or 2)")(
         "plot", po::value(&plot_path), "also draw the generation's tok/s, read GB/s and hit rate over time into this SVG file")(

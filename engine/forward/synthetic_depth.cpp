@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/forward/sequence_cache.h"
@@ -10,8 +11,9 @@
 namespace moe {
 
 std::string synthetic_depth_problem(Runner& runner, int depth) {
-    if (depth < 1 || depth > runner.n_ctx())
-        return "depth " + std::to_string(depth) + " is outside the context (1.." + std::to_string(runner.n_ctx()) + ")";
+    // The next token goes to position depth, which must still be inside the context.
+    if (depth < 1 || depth >= runner.n_ctx())
+        return "depth " + std::to_string(depth) + " leaves no room in the context (1.." + std::to_string(runner.n_ctx() - 1) + ")";
     if (runner.n_past() != 1)
         return "the sequence holds " + std::to_string(runner.n_past()) + " positions; a synthetic fill follows one evaluated token";
     return "";

@@ -27,7 +27,7 @@ shards=${MOESTREAM_CPU_MODEL_SHARDS:-$(nproc)}
 echo "cpu-models: $($qemu --version | head -1) -cpu $model, tests: $filter (oracle prompts: $MOESTREAM_ORACLE_PROMPTS per reference; $shards shards)"
 logs=$(mktemp -d)
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null' EXIT  # a ctest timeout ends this script: the shards go with it
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$logs"' INT TERM  # interrupted: the shards go with it
 for ((i = 0; i < shards; ++i)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$qemu" -cpu "$cpu" "$tests" --gtest_filter="$filter" --gtest_brief=1 > "$logs/$i" 2>&1 &
   pids+=($!)
@@ -39,6 +39,7 @@ for ((i = 0; i < shards; ++i)); do
   grep -v "^qemu-x86_64: warning" "$logs/$i"
   [ "$rc" -eq 0 ] || { echo "cpu-models: shard $i of $shards failed under -cpu $model (exit $rc)"; failed=1; }
 done
+trap - INT TERM
 rm -rf "$logs"
 [ "$failed" -eq 0 ] || { echo "cpu-models: tests failed under -cpu $model"; exit 1; }
 if [ -n "$moestream" ]; then
