@@ -12,9 +12,9 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
     if (tn == "dynamic") return {TypePlan::Mix::Dynamic, GgmlType::Q4_K};
     auto t = parse_type_name(tn);
     if (!t) throw SpecError("--type " + spelled + " is not a type the engine computes (" + computable_type_list() + ")");
-    if (type_info(*t).origin == TypeOrigin::IkLlama && !random_blocks)
+    if (type_info(*t).origin == TypeOrigin::IkLlama && *t != GgmlType::Q8_KV && !random_blocks)  // (Q8_KV's is ik's own)
         throw SpecError("--type " + spelled +
-                        ": mkmodel has no encoder for ik_llama.cpp's types; write them as random well-formed blocks "
+                        ": mkmodel has no encoder for ik_llama.cpp's types but q8_KV; write them as random well-formed blocks "
                         "with --random-blocks, or quantize an f16 model with ik_llama.cpp's llama-quantize");
     switch (*t) {
         case GgmlType::IQ1_S:
@@ -28,7 +28,7 @@ TypePlan type_plan(const std::string& spelled, bool random_blocks) {
             throw SpecError(
                 "--type " + spelled +
                 ": its lattice quantizer needs an importance matrix (llama-quantize --imatrix); "
-                "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0, q4_k_m and dynamic "
+                "mkmodel writes f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs mxfp4 tq1_0 tq2_0 q8_KV, q4_k_m and dynamic "
                 "(or any type with --random-blocks, for speed benchmarks)");
         default: return {TypePlan::Mix::Pure, *t};
     }

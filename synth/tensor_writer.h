@@ -61,7 +61,7 @@ public:
         const bool one_bit = t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4;
         if (type_info(t).interleave > 1 &&
             (name == "token_embd.weight" || ne.size() < 2 || ne[1] % type_info(t).interleave || (one_bit && ne[0] % 128)))
-            t = one_bit ? GgmlType::Q2_K : interleaved_base(t);
+            t = one_bit ? GgmlType::Q2_K : t == GgmlType::Q8_K_R8 ? GgmlType::Q8_0 : interleaved_base(t);  // (Q8_K is no weight type)
         if (!row_bytes(t, ne[0])) t = row_bytes(GgmlType::Q8_0, ne[0]) ? GgmlType::Q8_0 : GgmlType::F16;
         add(name, std::move(ne), t, gain * std::sqrt(3.f / static_cast<float>(ne[0])), 0.f, zero_row, edit);
     }

@@ -88,7 +88,8 @@ TEST(Check, KernelsRowNamesTheTableTheEngineChoosesAndWhy) {
     EXPECT_NE(row(unknown, "kernels")->fix.find("/proc/cpuinfo"), std::string::npos);
 }
 
-// A file of an ik_llama.cpp type the engine does not compute (its BitNet IQ1_BN): the row FAILs naming the tensor,
+// A file of an ik_llama.cpp type the engine does not compute (its Q8_2_X4 activation format: the engine computes
+// every type ik's quantizer writes): the row FAILs naming the tensor,
 // and its fix is the ik_llama.cpp plan.
 TEST(Check, IkTypesPointToTheIkLlamaServerPlan) {
     test::TempDir dir;
@@ -100,7 +101,7 @@ TEST(Check, IkTypesPointToTheIkLlamaServerPlan) {
                 {"qwen3moe.expert_count", GgufValue::u32(4)},
                 {"qwen3moe.expert_used_count", GgufValue::u32(2)}},
                {{"token_embd.weight", {256, 64}, GgmlType::Q8_0, {}},
-                {"blk.0.ffn_gate_exps.weight", {256, 64, 4}, static_cast<GgmlType>(134), {}}},  // IQ1_BN
+                {"blk.0.ffn_gate_exps.weight", {256, 64, 4}, static_cast<GgmlType>(99), {}}},  // Q8_2_X4
                32, true);
     auto rows = check_fixture("laptop-1node-smt", read_model_facts(path));
     const CheckRow* r = row(rows, "engine_support");

@@ -93,6 +93,16 @@ const ArchCase kArchCases[] = {
     {"qwen3moe-iq3_s_r4", Flavor::Avx2, qwen3_random("iq3_s_r4")},
     {"qwen3moe-iq1_m_r4", Flavor::Avx2, qwen3_random("iq1_m_r4")},
     {"qwen3moe-iq4_xs_r8", Flavor::Avx2, qwen3_random("iq4_xs_r8")},
+    // ik's wide forms: Q8_KV (mkmodel quantizes it as ik does), the 8-bit and MXFP4 row groups, BF16_R16 in both builds
+    {"qwen3moe-q8_kv", Flavor::Avx2, qwen3("q8_kv")},
+    {"qwen3moe-q8_kv_r8", Flavor::Avx2, qwen3_random("q8_kv_r8")},
+    {"qwen3moe-q8_k_r8", Flavor::Avx2, qwen3_random("q8_k_r8")},
+    {"qwen3moe-bf16_r16", Flavor::Avx512, qwen3_random("bf16_r16")},
+    {"qwen3moe-bf16_r16", Flavor::Avx2, qwen3_random("bf16_r16")},
+    // and its ternary (BitNet) forms
+    {"qwen3moe-iq1_bn", Flavor::Avx2, qwen3_random("iq1_bn")},
+    {"qwen3moe-iq2_bn", Flavor::Avx2, qwen3_random("iq2_bn")},
+    {"qwen3moe-iq2_bn_r4", Flavor::Avx2, qwen3_random("iq2_bn_r4")},
     // The lattice i-quants (no plain quantizer: random well-formed blocks), prompt tiles against the reference.
     {"qwen3moe-iq2_xs", Flavor::Avx2, qwen3_random("iq2_xs")},
     {"qwen3moe-iq2_s", Flavor::Avx512, qwen3_random("iq2_s")},
@@ -208,6 +218,10 @@ const ArchCase kArchCases[] = {
      Flavor::Avx512,
      {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--window", "3", "--experts", "16", "--experts-used", "4",
       "--type", "mxfp4"}},
+    {"gpt-oss-mxfp4_r8",
+     Flavor::Avx2,
+     {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "4", "--head-dim", "64", "--window", "3", "--experts", "16", "--experts-used", "4",
+      "--type", "mxfp4_r8", "--random-blocks"}},
     {"gpt-oss-iq4_ks",
      Flavor::Avx2,
      {"--arch", "gpt-oss", "--layers", "2", "--kv-heads", "2", "--head-dim", "32", "--window", "4", "--type", "iq4_ks",

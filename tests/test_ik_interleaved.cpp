@@ -1,6 +1,6 @@
 // ik_llama.cpp's row-interleaved forms (IQ2_K_R4 ... IQ5_K_R4, IQ4_KS_R4, IQ5_KS_R4, Q8_0_R8, Q4_K_R4, Q6_K_R4,
 // Q4_0_R8, Q5_0_R4, Q6_0_R4, IQ4_NL_R4, IQ4_XS_R8, Q5_K_R4, Q2_K_R4, Q3_K_R4, IQ2_XXS_R4, IQ2_XS_R4, IQ3_XXS_R4, IQ2_S_R4,
-// IQ3_S_R4, IQ1_M_R4):
+// IQ3_S_R4, IQ1_M_R4) and wide forms (Q8_KV, Q8_KV_R8, Q8_K_R8, MXFP4_R8, BF16_R16):
 // the kernels against dumps of ik's own matmuls (its quantizer's bytes: the layout as ik writes it), the repack's
 // field extraction against the base types' decoders, and whole repacked oracle files.
 #include <gtest/gtest.h>
@@ -46,7 +46,7 @@ TEST(IkInterleaved, DispatchKnowsEveryComputableFormsGroup) {
         EXPECT_EQ(kernels::interleaved_rows(t), static_cast<int>(info->interleave)) << info->name;
         interleaved += info->interleave > 1;
     }
-    EXPECT_EQ(interleaved, 24);  // IQ1_S_R4, IQ1_M_R4 (ik's own 1-bit forms) and the twenty-two of kInterleaved
+    EXPECT_EQ(interleaved, 29);  // IQ1_S_R4, IQ1_M_R4 (ik's own 1-bit forms), the twenty-two of kInterleaved, four wide forms, IQ2_BN_R4
 }
 
 // Rows of the base type, repacked as ik's quantize_<type>_r4 does, decode to the base rows' weights: every weight
@@ -74,6 +74,25 @@ TEST(IkInterleaved, RepackedBaseRowsDecodeToTheBaseWeights) {
                 return std::string("-");
             }();
         }
+    }
+}
+
+// The wide forms and IQ2_BN_R4, which ik repacks from a base type (Q8_KV_R8 drops Q8_KV's stored sums, so its rows are shorter):
+// every weight of the repacked group decodes to the base row's.
+TEST(IkInterleaved, WideFormsRepackedFromBaseRowsDecodeToTheBaseWeights) {
+    for (GgmlType t : {GgmlType::Q8_KV_R8, GgmlType::MXFP4_R8, GgmlType::BF16_R16, GgmlType::IQ2_BN_R4}) {
+        const GgmlType base = interleaved_base(t);
+        const int group = ik::row_group(t);
+        const int64_t n = 576;  // 9 blocks of 64, 18 of 32
+        const size_t rb = *row_bytes(t, n), base_rb = *row_bytes(base, n);
+        const std::vector<uint8_t> rows_base = kernels::random_weight_rows(base, n, group, 77 + static_cast<uint64_t>(t));
+        std::vector<uint8_t> packed(rb * group);
+        ik::repack_rows(t, rows_base.data(), n, packed.data());
+        std::vector<float> want(n * group), got(n * group);
+        for (int r = 0; r < group; ++r) kernels::dequantize_row(base, rows_base.data() + r * base_rb, want.data() + r * n, n);
+        ik::dequantize_r4_rows(t, packed.data(), got.data(), n, group);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << type_name(static_cast<uint32_t>(t));
+        EXPECT_NE(std::count(want.begin(), want.end(), 0.f), static_cast<std::ptrdiff_t>(want.size())) << type_name(static_cast<uint32_t>(t));
     }
 }
 
@@ -203,7 +222,7 @@ int compare_with_ik_dumps(const fs::path& dir) {
 // and small-matrix paths) where MOESTREAM_IK_PEER_DUMPS names one. This is what ties the layout to ik's own bytes.
 TEST(IkInterleaved, KernelsGiveIkBuildsBits) {
     const int fixtures = compare_with_ik_dumps(fs::path(MOESTREAM_SOURCE_DIR) / "tests/fixtures/ik_peer");
-    EXPECT_GE(fixtures, 32);
+    EXPECT_GE(fixtures, 43);
     const char* dir = std::getenv("MOESTREAM_IK_PEER_DUMPS");
     const int more = dir && fs::is_directory(dir) ? compare_with_ik_dumps(dir) : 0;
     std::printf("[ ik peer  ] %d checked-in dumps and %d from MOESTREAM_IK_PEER_DUMPS%s compared bit for bit\n", fixtures, more,

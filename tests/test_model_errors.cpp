@@ -68,13 +68,13 @@ TEST(ModelErrors, UnsupportedTypeNamesTypeAndTensor) {
     test::TempDir dir;
     const std::string path = make_model(dir, "q", {"--layers", "2", "--kv-heads", "2", "--head-dim", "32"});
     const std::string msg = load_error(dir, path, {}, [](GgufTensorData& d) {
-        if (d.name == "blk.0.attn_q.weight") {  // ik_llama.cpp's IQ1_BN (id 134): sizes known, no kernel
-            d.type = static_cast<GgmlType>(134);
+        if (d.name == "blk.0.attn_q.weight") {  // ik_llama.cpp's Q8_2_X4 (id 99): sizes known, no kernel
+            d.type = static_cast<GgmlType>(99);
             d.bytes.resize(*row_bytes(d.type, d.ne[0]) * d.ne[1]);
         }
         return true;
     });
-    expect_mentions(msg, {"blk.0.attn_q.weight", "iq1_bn", "ik_llama.cpp"});
+    expect_mentions(msg, {"blk.0.attn_q.weight", "q8_2_x4", "ik_llama.cpp"});
 }
 
 TEST(ModelErrors, ShapeDisagreeingWithMetadataNamesBoth) {

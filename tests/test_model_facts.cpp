@@ -143,13 +143,13 @@ TEST(ModelFacts, LayoutCountsTheStateOfAFileWithoutKernels) {
     for (const auto& t : g.tensors) {
         GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
         if (t.name == "blk.0.ffn_up_exps.weight") {
-            d.type = static_cast<GgmlType>(134);  // ik_llama.cpp's IQ1_BN
+            d.type = static_cast<GgmlType>(99);  // ik_llama.cpp's Q8_2_X4 (an activation format)
             d.bytes.resize(*row_bytes(d.type, t.ne[0]) * t.ne[1] * t.ne[2]);
         }
         tensors.push_back(std::move(d));
     }
-    write_gguf(dir / "h-iq1bn.gguf", g.kv, tensors);
-    const ModelFacts f = read_model_facts(dir / "h-iq1bn.gguf");
+    write_gguf(dir / "h-ik-type.gguf", g.kv, tensors);
+    const ModelFacts f = read_model_facts(dir / "h-ik-type.gguf");
     EXPECT_FALSE(f.supported);
     EXPECT_EQ(f.recurrent_layers, 2u);
     EXPECT_GT(f.state_bytes, 0u);
@@ -168,17 +168,17 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
     for (const auto& t : g.tensors) {
         GgufTensorData d{t.name, t.ne, t.type(), std::vector<uint8_t>(t.nbytes)};
         if (t.name == "blk.1.ffn_gate_exps.weight") {
-            d.type = static_cast<GgmlType>(134);  // ik_llama.cpp's IQ1_BN, which the engine does not compute
+            d.type = static_cast<GgmlType>(99);  // ik_llama.cpp's Q8_2_X4 (an activation format), which the engine does not compute
             d.bytes.resize(*row_bytes(d.type, t.ne[0]) * t.ne[1] * t.ne[2]);
         }
         tensors.push_back(std::move(d));
     }
-    write_gguf(dir / "iq1bn.gguf", g.kv, tensors);
-    const ModelFacts f = read_model_facts(dir / "iq1bn.gguf");
+    write_gguf(dir / "ik-type.gguf", g.kv, tensors);
+    const ModelFacts f = read_model_facts(dir / "ik-type.gguf");
     EXPECT_FALSE(f.supported);
     EXPECT_NE(f.unsupported_reason.find("blk.1.ffn_gate_exps.weight"), std::string::npos) << f.unsupported_reason;
-    EXPECT_NE(f.unsupported_reason.find("iq1_bn"), std::string::npos) << f.unsupported_reason;
-    auto [rc, out] = test::run_moestream("check --model " + dir / "iq1bn.gguf" + " --no-fio --no-storage --json", false);
+    EXPECT_NE(f.unsupported_reason.find("q8_2_x4"), std::string::npos) << f.unsupported_reason;
+    auto [rc, out] = test::run_moestream("check --model " + dir / "ik-type.gguf" + " --no-fio --no-storage --json", false);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("\"engine_support\""), std::string::npos) << out;
     EXPECT_NE(out.find("--target ik-llama-server"), std::string::npos) << out;  // mainline llama.cpp cannot load it either
@@ -186,15 +186,16 @@ TEST(ModelFacts, UnsupportedTypeIsAFailRowAndAnEnginePlanError) {
                                           false);
     ASSERT_EQ(pc, 0) << host;
     { std::ofstream(dir / "host.yaml") << host; }
-    auto [rc2, out2] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
+    auto [rc2, out2] = test::run_moestream("plan --model " + dir / "ik-type.gguf" + " --host " + dir / "host.yaml" + " --out " + dir / "plan");
     EXPECT_EQ(rc2, 2) << out2;
     EXPECT_NE(out2.find("blk.1.ffn_gate_exps.weight"), std::string::npos) << out2;
-    auto [rc3, out3] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" +
+    auto [rc3, out3] = test::run_moestream("plan --model " + dir / "ik-type.gguf" + " --host " + dir / "host.yaml" +
                                            " --target llama-server --gpu-mem 0=1G --out " + dir / "plan2");
     EXPECT_EQ(rc3, 2) << out3;
-    EXPECT_NE(out3.find("tensor blk.1.ffn_gate_exps.weight (iq1_bn) is an ik_llama.cpp type (plan with --target ik-llama-server)"), std::string::npos)
+    EXPECT_NE(out3.find("tensor blk.1.ffn_gate_exps.weight (q8_2_x4) is an ik_llama.cpp type (plan with --target ik-llama-server)"),
+              std::string::npos)
         << out3;
-    auto [rc4, out4] = test::run_moestream("plan --model " + dir / "iq1bn.gguf" + " --host " + dir / "host.yaml" +
+    auto [rc4, out4] = test::run_moestream("plan --model " + dir / "ik-type.gguf" + " --host " + dir / "host.yaml" +
                                            " --target ik-llama-server --gpu-mem 0=1G --out " + dir / "plan3");
     EXPECT_EQ(rc4, 0) << out4;
 }

@@ -143,8 +143,7 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
              m.supported ? ""
              : m.unsupported_reason.find("ik_llama.cpp type") != std::string::npos
                  ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
-                   "IQ2_K..IQ6_K, IQ2_KS..IQ5_KS, IQ4_KSS, IQ2_KL, IQ1_KT..IQ4_KT, Q6_0 and the _R4/_R8 forms but BF16_R16, MXFP4_R8, IQ2_BN_R4 and "
-                   "Q8_KV_R8; not this one)"
+                   "every weight type its llama-quantize writes, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
         const kernels::KvCacheTypes types{in.cache_type_k, in.cache_type_v};
         if (!types.f16()) {  // the types asked for: whether this model can keep its cache in them, and what they save

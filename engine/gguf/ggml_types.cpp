@@ -63,8 +63,8 @@ constexpr std::array kTypes = {
     Entry{98, {"q8_1_x4", 32, 36, 0, false, ik}},
     Entry{99, {"q8_2_x4", 32, 36, 0, false, ik}},
     Entry{133, {"q6_0", 32, 26, 0, true, ik}},
-    Entry{134, {"iq1_bn", 64, 13, 2, false, ik}},
-    Entry{135, {"iq2_bn", 64, 16, 4, false, ik}},
+    Entry{134, {"iq1_bn", 64, 13, 2, true, ik}},
+    Entry{135, {"iq2_bn", 64, 16, 4, true, ik}},
     Entry{136, {"q8_K64", 64, 68, 0, false, ik}},
     Entry{137, {"iq2_k", 256, 76, 0, true, ik}},
     Entry{138, {"iq3_k", 256, 110, 0, true, ik}},
@@ -78,7 +78,7 @@ constexpr std::array kTypes = {
     Entry{148, {"q8_K32", 256, 292, 0, false, ik}},
     Entry{149, {"q8_KR8", 256, 292, 0, false, ik}},
     Entry{150, {"q8_K128", 128, 140, 0, false, ik}},
-    Entry{151, {"q8_KV", 32, 32, 8, false, ik}},
+    Entry{151, {"q8_KV", 32, 32, 8, true, ik}},
     Entry{152, {"iq5_ks", 256, 168, 4, true, ik}},
     Entry{153, {"iq2_kt", 256, 68, 4, true, ik}},
     Entry{154, {"iq3_kt", 256, 100, 4, true, ik}},
@@ -103,19 +103,19 @@ constexpr std::array kTypes = {
     Entry{222, {"iq2_s_r4", 256, 82, 0, true, ik}},
     Entry{223, {"iq4_xs_r8", 256, 136, 0, true, ik}},
     Entry{229, {"iq1_m_r4", 32, 7, 2, true, ik}},
-    Entry{230, {"bf16_r16", 1, 2, 0, false, ik}},
+    Entry{230, {"bf16_r16", 1, 2, 0, true, ik}},
     Entry{233, {"q6_0_r4", 32, 26, 0, true, ik}},
-    Entry{335, {"iq2_bn_r4", 64, 16, 4, false, ik}},
+    Entry{335, {"iq2_bn_r4", 64, 16, 4, true, ik}},
     Entry{337, {"iq2_k_r4", 256, 76, 0, true, ik}},
     Entry{338, {"iq3_k_r4", 256, 110, 0, true, ik}},
     Entry{339, {"iq4_k_r4", 256, 144, 0, true, ik}},
     Entry{340, {"iq5_k_r4", 256, 176, 0, true, ik}},
     Entry{344, {"iq4_ks_r4", 256, 136, 4, true, ik}},
     Entry{352, {"iq5_ks_r4", 256, 168, 4, true, ik}},
-    Entry{353, {"mxfp4_r8", 32, 17, 0, false, ik}},
+    Entry{353, {"mxfp4_r8", 32, 17, 0, true, ik}},
     Entry{397, {"q8_k_r16", 256, 258, 0, false, ik}},
-    Entry{398, {"q8_KV_r8", 32, 32, 4, false, ik}},
-    Entry{399, {"q8_k_r8", 256, 258, 0, false, ik}},
+    Entry{398, {"q8_KV_r8", 32, 32, 4, true, ik}},
+    Entry{399, {"q8_k_r8", 256, 258, 0, true, ik}},
     // the engine's
     Entry{0x10010, {"ik_q8_0", 32, 34, 0, true, TypeOrigin::Internal}},
 };
@@ -206,6 +206,10 @@ GgmlType interleaved_base(GgmlType t) {
         case GgmlType::IQ3_XXS_R4: return GgmlType::IQ3_XXS;
         case GgmlType::IQ2_S_R4: return GgmlType::IQ2_S;
         case GgmlType::IQ3_S_R4: return GgmlType::IQ3_S;
+        case GgmlType::Q8_KV_R8: return GgmlType::Q8_KV;
+        case GgmlType::IQ2_BN_R4: return GgmlType::IQ2_BN;
+        case GgmlType::MXFP4_R8: return GgmlType::MXFP4;
+        case GgmlType::BF16_R16: return GgmlType::BF16;
         default: throw std::invalid_argument("no base type known for " + std::string(type_info(t).name));
     }
 }

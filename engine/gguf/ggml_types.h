@@ -44,6 +44,8 @@ enum class GgmlType : uint32_t {
     MXFP4 = 39,
     // ik_llama.cpp's own types (its ids)
     Q6_0 = 133,
+    IQ1_BN = 134,
+    IQ2_BN = 135,
     IQ2_K = 137,
     IQ3_K = 138,
     IQ4_K = 139,
@@ -52,6 +54,7 @@ enum class GgmlType : uint32_t {
     IQ4_KS = 144,
     IQ2_KS = 145,
     IQ4_KSS = 146,
+    Q8_KV = 151,
     IQ5_KS = 152,
     IQ2_KT = 153,
     IQ3_KT = 154,
@@ -76,19 +79,27 @@ enum class GgmlType : uint32_t {
     IQ2_S_R4 = 222,
     IQ4_XS_R8 = 223,
     IQ1_M_R4 = 229,
+    BF16_R16 = 230,
     Q6_0_R4 = 233,
+    IQ2_BN_R4 = 335,
     IQ2_K_R4 = 337,
     IQ3_K_R4 = 338,
     IQ4_K_R4 = 339,
     IQ5_K_R4 = 340,
     IQ4_KS_R4 = 344,
     IQ5_KS_R4 = 352,
+    MXFP4_R8 = 353,
+    Q8_KV_R8 = 398,
+    Q8_K_R8 = 399,
     // Activation-only formats of ik_llama.cpp's kernels (never in files): its Q8_K (296 bytes, not llama.cpp's),
     // Q8_K32, Q8_K128 and Q8_2_X4. Ids outside every project's range.
     IK_Q8_K = 0x10000,
     IK_Q8_K32,
     IK_Q8_K128,
     IK_Q8_2_X4,
+    IK_Q8_K64,  // ik's Q8_K64 (IQ1_BN, IQ2_BN): four f32 scales, their values' sums times them, the int8 values
+    IK_Q8_K16,  // ik's Q8_K16 (IQ2_BN_R4): four f32 scales, the sum of all values times theirs, the int8 values
+    IK_Q8_KV,   // ik's Q8_KV rows as activations: f32 scale, int32 sum of the values, then the int8 values
     // llama.cpp's Q8_0 blocks in a file made by ik_llama.cpp, computed as ik computes them (Q8_2_X4 activations):
     // the loader gives such tensors this type.
     IK_Q8_0 = 0x10010,

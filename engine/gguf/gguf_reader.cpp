@@ -195,6 +195,9 @@ GgufFile parse(Source& src) {
             t.ne[0] % 128 != 0)
             src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of 128, which " +
                      std::string(info->name) + " needs");
+        // BF16_R16 interleaves its rows' values in pairs.
+        if (t.raw_type == static_cast<uint32_t>(GgmlType::BF16_R16) && t.ne[0] % 2 != 0)
+            src.fail("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is odd, and bf16_r16 stores values in pairs");
         // ik_llama.cpp's interleaved forms store each matrix's rows in whole groups.
         if (info->interleave > 1 && (n_dims < 2 || t.ne[1] % info->interleave != 0))
             src.fail("tensor '" + t.name + "': " + std::string(info->name) + " stores rows in groups of " + std::to_string(info->interleave) +

@@ -263,6 +263,14 @@ void dequantize_row(GgmlType t, const void* src, float* y, int64_t n) {
             if (ik::is_table_type(t)) return ik::dequantize_table(t, src, y, n);
             if (ik::is_trellis_type(t)) return ik::dequantize_trellis(t, src, y, n);
             if (t == GgmlType::Q6_0) return ik::dequantize_q6_0(src, y, n);
+            if (t == GgmlType::IQ1_BN || t == GgmlType::IQ2_BN) return ik::dequantize_bn(t, src, y, n);
+            if (t == GgmlType::IK_Q8_K64 || t == GgmlType::IK_Q8_K16) {  // activations: per stream its scale times the values
+                const auto* d = static_cast<const float*>(src);
+                const auto* q = reinterpret_cast<const int8_t*>(d + (t == GgmlType::IK_Q8_K64 ? 8 : 5));
+                for (int64_t e = 0; e < n; ++e) y[e] = d[t == GgmlType::IK_Q8_K64 ? (e % 16) / 4 : (e % 64) / 16] * static_cast<float>(q[e]);
+                return;
+            }
+            if (t == GgmlType::Q8_KV || t == GgmlType::IK_Q8_KV) return ik::dequantize_q8_kv(src, y, n);  // (one layout)
             if (t == GgmlType::IK_Q8_0) return dequantize_row(GgmlType::Q8_0, src, y, n);
             throw std::invalid_argument("cannot dequantize type " + type_name(static_cast<uint32_t>(t)));
     }

@@ -1,6 +1,7 @@
 // IEEE half and bfloat16 conversions with round-to-nearest-even, bit-identical to F16C / ggml.
 #pragma once
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -78,6 +79,14 @@ inline uint16_t fp32_to_bf16(float f) {
     std::memcpy(&x, &f, 4);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 64);  // quiet NaN
     return static_cast<uint16_t>((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
+}
+
+// VDPBF16PS on one 32-bit lane, as the BF16 kernels of llama.cpp's and ik_llama.cpp's AVX512-BF16 builds sum: the
+// odd pair's product, then the even one's, each addition rounded, denormal inputs and results flushed to signed zero.
+inline float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
+inline float dpbf16_lane(float acc, const uint16_t* a, const uint16_t* b) {
+    acc = flush_denormal(acc + flush_denormal(bf16_to_fp32(a[1])) * flush_denormal(bf16_to_fp32(b[1])));
+    return flush_denormal(acc + flush_denormal(bf16_to_fp32(a[0])) * flush_denormal(bf16_to_fp32(b[0])));
 }
 
 }  // namespace moe

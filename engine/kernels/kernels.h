@@ -30,14 +30,17 @@ using DotTileFn = void (*)(int64_t n, const uint8_t* weights, size_t row_bytes, 
 using PrepareFn = void (*)(const float* x, void* out, int64_t n);
 
 // Indexed by type_slot(): llama.cpp's ids below 64 as they are, ik_llama.cpp's computed types after them.
-constexpr int kTypeSlots = 112;
+constexpr int kTypeSlots = 128;
 inline constexpr GgmlType kIkKernelTypes[] = {
-    GgmlType::Q6_0,       GgmlType::IQ2_K,     GgmlType::IQ3_K,      GgmlType::IQ4_K,     GgmlType::IQ5_K,    GgmlType::IQ6_K,    GgmlType::IQ4_KS,
-    GgmlType::IQ2_KS,     GgmlType::IQ4_KSS,   GgmlType::IQ5_KS,     GgmlType::IQ2_KT,    GgmlType::IQ3_KT,   GgmlType::IQ4_KT,   GgmlType::IQ3_KS,
-    GgmlType::IQ2_KL,     GgmlType::IQ1_KT,    GgmlType::IQ1_S_R4,   GgmlType::IQ4_KS_R4, GgmlType::IK_Q8_0,  GgmlType::IQ2_K_R4, GgmlType::IQ3_K_R4,
-    GgmlType::IQ4_K_R4,   GgmlType::IQ5_K_R4,  GgmlType::IQ5_KS_R4,  GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4,  GgmlType::Q6_K_R4,  GgmlType::Q4_0_R8,
-    GgmlType::Q5_0_R4,    GgmlType::Q6_0_R4,   GgmlType::IQ4_NL_R4,  GgmlType::IQ4_XS_R8, GgmlType::Q5_K_R4,  GgmlType::Q2_K_R4,  GgmlType::Q3_K_R4,
-    GgmlType::IQ2_XXS_R4, GgmlType::IQ2_XS_R4, GgmlType::IQ3_XXS_R4, GgmlType::IQ2_S_R4,  GgmlType::IQ3_S_R4, GgmlType::IQ1_M_R4};
+    GgmlType::Q6_0,      GgmlType::IQ2_K,      GgmlType::IQ3_K,    GgmlType::IQ4_K,    GgmlType::IQ5_K,    GgmlType::IQ6_K,
+    GgmlType::IQ4_KS,    GgmlType::IQ2_KS,     GgmlType::IQ4_KSS,  GgmlType::IQ5_KS,   GgmlType::IQ2_KT,   GgmlType::IQ3_KT,
+    GgmlType::IQ4_KT,    GgmlType::IQ3_KS,     GgmlType::IQ2_KL,   GgmlType::IQ1_KT,   GgmlType::IQ1_S_R4, GgmlType::IQ4_KS_R4,
+    GgmlType::IK_Q8_0,   GgmlType::IQ2_K_R4,   GgmlType::IQ3_K_R4, GgmlType::IQ4_K_R4, GgmlType::IQ5_K_R4, GgmlType::IQ5_KS_R4,
+    GgmlType::Q8_0_R8,   GgmlType::Q4_K_R4,    GgmlType::Q6_K_R4,  GgmlType::Q4_0_R8,  GgmlType::Q5_0_R4,  GgmlType::Q6_0_R4,
+    GgmlType::IQ4_NL_R4, GgmlType::IQ4_XS_R8,  GgmlType::Q5_K_R4,  GgmlType::Q2_K_R4,  GgmlType::Q3_K_R4,  GgmlType::IQ2_XXS_R4,
+    GgmlType::IQ2_XS_R4, GgmlType::IQ3_XXS_R4, GgmlType::IQ2_S_R4, GgmlType::IQ3_S_R4, GgmlType::IQ1_M_R4, GgmlType::Q8_KV,
+    GgmlType::Q8_KV_R8,  GgmlType::Q8_K_R8,    GgmlType::MXFP4_R8, GgmlType::BF16_R16, GgmlType::IQ1_BN,   GgmlType::IQ2_BN,
+    GgmlType::IQ2_BN_R4};
 // The table slot of a weight type, or -1 for a type without one.
 constexpr int type_slot(GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
@@ -69,10 +72,15 @@ constexpr int interleaved_rows(GgmlType t) {
         case GgmlType::Q6_K_R4:
         case GgmlType::Q5_0_R4:
         case GgmlType::Q6_0_R4:
-        case GgmlType::IQ4_NL_R4: return 4;
+        case GgmlType::IQ4_NL_R4:
+        case GgmlType::IQ2_BN_R4: return 4;
         case GgmlType::Q8_0_R8:
         case GgmlType::Q4_0_R8:
-        case GgmlType::IQ4_XS_R8: return 8;
+        case GgmlType::IQ4_XS_R8:
+        case GgmlType::Q8_KV_R8:
+        case GgmlType::Q8_K_R8:
+        case GgmlType::MXFP4_R8: return 8;
+        case GgmlType::BF16_R16: return 16;
         default: return 1;
     }
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/kernels/bf16_simd.h"
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/f16_tiles.h"
 #include "engine/kernels/ik/ik_converted_simd.h"
@@ -147,25 +148,6 @@ float dot_f16_a2(int64_t n, const void* w, const void* a) {
 }
 float dot_f16_batch_a2(int64_t n, const void* w, const void* a) {
     return dot_gemm_order_avx2(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
-}
-
-// BF16 weights as VDPBF16PS sums them (kernels_ref.cpp dpbf16_lane), emulated on 8 lanes: each 32-bit lane
-// holds an even (low half) and an odd (high half) bf16; the odd product is added first, each addition
-// rounded, denormal inputs and results flushed to signed zero.
-inline __m256 flush_denormal(__m256 x) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
-    return _mm256_blendv_ps(x, _mm256_and_ps(x, sign), tiny);
-}
-
-inline __m256 dpbf16(__m256 acc, __m256i a, __m256i b) {
-    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    const __m256 a_odd = flush_denormal(_mm256_castsi256_ps(_mm256_and_si256(a, high)));
-    const __m256 b_odd = flush_denormal(_mm256_castsi256_ps(_mm256_and_si256(b, high)));
-    const __m256 a_even = flush_denormal(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)));
-    const __m256 b_even = flush_denormal(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)));
-    acc = flush_denormal(_mm256_add_ps(acc, _mm256_mul_ps(a_odd, b_odd)));
-    return flush_denormal(_mm256_add_ps(acc, _mm256_mul_ps(a_even, b_even)));
 }
 
 inline __m256i load_bf16x16(const uint16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }

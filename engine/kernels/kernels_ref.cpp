@@ -131,6 +131,9 @@ size_t activation_bytes(GgmlType w, int64_t n) {
         case GgmlType::IK_Q8_K32: return blocks(QK_K, sizeof(ik::BlockQ8K32));
         case GgmlType::IK_Q8_K128: return blocks(128, sizeof(ik::BlockQ8K128));
         case GgmlType::IK_Q8_2_X4: return static_cast<size_t>(n / 32) * 36;  // groups of four blocks, then single ones
+        case GgmlType::IK_Q8_KV: return 8 + static_cast<size_t>(n);
+        case GgmlType::IK_Q8_K64: return 32 + static_cast<size_t>(n);
+        case GgmlType::IK_Q8_K16: return 20 + static_cast<size_t>(n);
         default: return static_cast<size_t>(*row_bytes(a, static_cast<uint64_t>(n)));
     }
 }
@@ -155,6 +158,9 @@ void prepare_activations(GgmlType w, const float* x, void* out, int64_t n) {
             else ik::quantize_q8_K(x, out, n);
             break;
         case GgmlType::IK_Q8_K32: ik::quantize_q8_K32(x, out, n); break;
+        case GgmlType::IK_Q8_KV: ik::quantize_q8_KV(x, out, n); break;
+        case GgmlType::IK_Q8_K64: ik::quantize_q8_K64(x, out, n); break;
+        case GgmlType::IK_Q8_K16: ik::quantize_q8_K16(x, out, n); break;
         case GgmlType::IK_Q8_K128: ik::quantize_q8_K128(x, out, n); break;
         case GgmlType::IK_Q8_2_X4:
             if (active_table().isa != Isa::Scalar) ik::quantize_q8_2_x4_avx2(x, out, n);
@@ -193,14 +199,7 @@ template float dot_f16_ref<Flavor::Avx2>(int64_t, const void*, const void*);
 template float dot_f16_batch_ref<Flavor::Avx512>(int64_t, const void*, const void*);
 template float dot_f16_batch_ref<Flavor::Avx2>(int64_t, const void*, const void*);
 
-// BF16 weights, AVX-512 build: llama.cpp on CPUs with AVX512-BF16 sums with VDPBF16PS, which adds each lane's
-// odd then even product to an f32 accumulator, each addition rounded, denormal inputs and results flushed to zero.
-inline float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
-
-inline float dpbf16_lane(float acc, const uint16_t* a, const uint16_t* b) {
-    acc = flush_denormal(acc + flush_denormal(bf16_to_fp32(a[1])) * flush_denormal(bf16_to_fp32(b[1])));
-    return flush_denormal(acc + flush_denormal(bf16_to_fp32(a[0])) * flush_denormal(bf16_to_fp32(b[0])));
-}
+// BF16 weights, AVX-512 build: llama.cpp on CPUs with AVX512-BF16 sums with VDPBF16PS (fp16.h dpbf16_lane).
 
 // ggml_vec_dot_bf16 (AVX512-BF16): two 16-lane accumulators over 64-element steps, each reduced as one
 // register into a double; the tail in double.

@@ -9,6 +9,7 @@
 
 #include "engine/kernels/blocks.h"
 #include "engine/kernels/fp16.h"
+#include "engine/kernels/ik/ik_ref.h"
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant_decode.h"
@@ -343,6 +344,7 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
         case GgmlType::MXFP4: quantize_mxfp4(x, static_cast<BlockMXFP4*>(dst), n); return;
         case GgmlType::TQ1_0: quantize_ternary(x, static_cast<BlockTQ1_0*>(dst), n); return;
         case GgmlType::TQ2_0: quantize_ternary(x, static_cast<BlockTQ2_0*>(dst), n); return;
+        case GgmlType::Q8_KV: ik::quantize_q8_KV(x, dst, n); return;  // ik's weight quantizer is its activations'
         default: throw std::invalid_argument("cannot quantize to type " + type_name(static_cast<uint32_t>(t)));
     }
 }

@@ -105,6 +105,20 @@ std::vector<uint8_t> random_weight_rows(GgmlType t, size_t n, size_t rows, uint6
     std::uniform_real_distribution<float> magnitude(0.002f, 0.05f);
     out.resize(*row_bytes(t, n) * rows);
     for (auto& b : out) b = static_cast<uint8_t>(byte(rng));
+    if (t == GgmlType::BF16_R16) {  // numbers, not NaNs: normal values (the layout does not matter to random ones)
+        std::normal_distribution<float> normal;
+        for (size_t i = 0; i + 1 < out.size(); i += 2) {
+            const uint16_t h = fp32_to_bf16(normal(rng));
+            std::memcpy(out.data() + i, &h, 2);
+        }
+        return out;
+    }
+    if (t == GgmlType::MXFP4_R8) {  // each block's eight E8M0 exponents, 2^-9..2^-2 as for MXFP4
+        const size_t block = info.block_bytes * info.interleave;
+        for (size_t off = 0; off < out.size(); off += block)
+            for (int k = 0; k < 8; ++k) out[off + k] = static_cast<uint8_t>(118 + byte(rng) % 8);
+        return out;
+    }
     const size_t group = *row_bytes(t, n) * info.interleave;
     if (const int scales = ik::interleaved_block_scales(t); scales > 0) {  // each block's rows' f16 d
         const size_t block = info.block_bytes * info.interleave;

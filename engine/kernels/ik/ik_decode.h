@@ -74,7 +74,8 @@ inline constexpr int row_scale_bytes(GgmlType t) {
         case GgmlType::IQ3_KS:
         case GgmlType::IQ2_KL:
         case GgmlType::IQ1_S_R4:
-        case GgmlType::IQ1_M_R4: return 2;
+        case GgmlType::IQ1_M_R4:
+        case GgmlType::IQ1_BN: return 2;
         case GgmlType::IQ4_KS:
         case GgmlType::IQ4_KSS:
         case GgmlType::IQ5_KS:
@@ -83,7 +84,9 @@ inline constexpr int row_scale_bytes(GgmlType t) {
         case GgmlType::IQ3_KT:
         case GgmlType::IQ4_KT:
         case GgmlType::IQ4_KS_R4:
-        case GgmlType::IQ5_KS_R4: return 4;
+        case GgmlType::IQ5_KS_R4:
+        case GgmlType::IQ2_BN:
+        case GgmlType::Q8_KV: return 4;  // (Q8_KV: then the int32 sum of the row's values)
         default: return 0;
     }
 }
@@ -92,7 +95,10 @@ inline constexpr int row_scale_bytes(GgmlType t) {
 // there instead of in front of the group.
 inline constexpr int interleaved_block_scales(GgmlType t) {
     // every computed interleaved form but those with their row scales in front of the group
-    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4 || t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4) return 0;
+    if (t == GgmlType::IQ1_S_R4 || t == GgmlType::IQ1_M_R4 || t == GgmlType::IQ4_KS_R4 || t == GgmlType::IQ5_KS_R4 || t == GgmlType::Q8_KV_R8 ||
+        t == GgmlType::IQ2_BN_R4)
+        return 0;
+    if (t == GgmlType::MXFP4_R8 || t == GgmlType::BF16_R16) return 0;                          // E8M0 exponents per block; no scales
     if (t == GgmlType::Q4_K_R4 || t == GgmlType::Q5_K_R4 || t == GgmlType::Q2_K_R4) return 8;  // their rows' d, then their dmin
     const int group = kernels::interleaved_rows(t);
     return group > 1 ? group : 0;

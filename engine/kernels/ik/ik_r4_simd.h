@@ -10,11 +10,13 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/kernels/ik/ik_bitnet_simd.h"
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_iquant_r4_simd.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
 #include "engine/kernels/ik/ik_legacy_r4_simd.h"
 #include "engine/kernels/ik/ik_low_k_r4_simd.h"
+#include "engine/kernels/ik/ik_wide_simd.h"
 #include "engine/kernels/iq_tables.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/simd_common.h"
@@ -284,6 +286,33 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.tile[type_slot(GgmlType::IQ4_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ4_K_R4>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ5_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ5_K_R4>::Of>;
     t.tile[type_slot(GgmlType::IQ5_K_R4)] = ikr::tokens_tile<ikr::KR4<GgmlType::IQ5_K_R4>::Of>;
+    t.dot[type_slot(GgmlType::Q8_KV)] = ikw::dot_q8_kv;
+    t.dot_rows[type_slot(GgmlType::Q8_KV)] = ikr::rows_one<ikw::Q8Kv>;
+    t.tile[type_slot(GgmlType::Q8_KV)] = ikr::tokens_tile<ikw::Q8Kv>;
+    t.dot_rows[type_slot(GgmlType::Q8_KV_R8)] = ikr::rows_one<ikw::Q8KvR8>;
+    t.tile[type_slot(GgmlType::Q8_KV_R8)] = ikr::tokens_tile<ikw::Q8KvR8>;
+    t.dot_rows[type_slot(GgmlType::Q8_K_R8)] = ikr::rows_one<ikw::Q8KR8>;
+    t.tile[type_slot(GgmlType::Q8_K_R8)] = ikr::tokens_tile<ikw::Q8KR8>;
+    t.dot_rows[type_slot(GgmlType::MXFP4_R8)] = ikr::rows_one<ikw::Mxfp4R8<true>::Of>;
+    t.tile[type_slot(GgmlType::MXFP4_R8)] = ikr::tokens_tile<ikw::Mxfp4R8<true>::Of>;
+    t.dot_rows_batch[type_slot(GgmlType::MXFP4_R8)] = ikr::rows_one<ikw::Mxfp4R8<false>::Of>;
+    t.tile_batch[type_slot(GgmlType::MXFP4_R8)] = ikr::tokens_tile<ikw::Mxfp4R8<false>::Of>;
+    t.dot_rows[type_slot(GgmlType::BF16_R16)] = ikr::rows_one<ikw::Bf16R16>;
+    t.tile[type_slot(GgmlType::BF16_R16)] = ikr::tokens_tile<ikw::Bf16R16>;
+#if defined(__AVX512F__)
+    if (__builtin_cpu_supports("avx512bf16")) {
+        t.dot_rows[type_slot(GgmlType::BF16_R16)] = ikr::rows_one<ikw::Bf16R16Native>;
+        t.tile[type_slot(GgmlType::BF16_R16)] = ikr::tokens_tile<ikw::Bf16R16Native>;
+    }
+#endif
+    t.dot[type_slot(GgmlType::IQ1_BN)] = ikb::dot_bn<GgmlType::IQ1_BN>;
+    t.dot_rows[type_slot(GgmlType::IQ1_BN)] = ikr::rows_one<ikb::Bn<GgmlType::IQ1_BN>::Of>;
+    t.tile[type_slot(GgmlType::IQ1_BN)] = ikr::tokens_tile<ikb::Bn<GgmlType::IQ1_BN>::Of>;
+    t.dot[type_slot(GgmlType::IQ2_BN)] = ikb::dot_bn<GgmlType::IQ2_BN>;
+    t.dot_rows[type_slot(GgmlType::IQ2_BN)] = ikr::rows_one<ikb::Bn<GgmlType::IQ2_BN>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_BN)] = ikr::tokens_tile<ikb::Bn<GgmlType::IQ2_BN>::Of>;
+    t.dot_rows[type_slot(GgmlType::IQ2_BN_R4)] = ikr::rows_one<ikb::Iq2BnR4>;
+    t.tile[type_slot(GgmlType::IQ2_BN_R4)] = ikr::tokens_tile<ikb::Iq2BnR4>;
     t.dot_rows[type_slot(GgmlType::Q8_0_R8)] = ikr::rows_one<ikr::Q80R8>;
     t.tile[type_slot(GgmlType::Q8_0_R8)] = ikr::tokens_tile<ikr::Q80R8>;
     // Q4_K_R4 / Q6_K_R4: a lone activation column's order (rows, and tiles of tokens each given it) and a batch's

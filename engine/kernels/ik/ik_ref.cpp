@@ -234,6 +234,12 @@ GgmlType activation_type(GgmlType t) {
     if (t == GgmlType::Q8_0_R8 || t == GgmlType::Q4_0_R8 || t == GgmlType::Q5_0_R4 || t == GgmlType::Q6_0_R4 || t == GgmlType::IQ4_NL_R4)
         return GgmlType::IK_Q8_2_X4;
     if (t == GgmlType::IQ4_XS_R8) return GgmlType::IK_Q8_K32;
+    if (t == GgmlType::Q8_KV || t == GgmlType::Q8_KV_R8) return GgmlType::IK_Q8_KV;
+    if (t == GgmlType::Q8_K_R8) return GgmlType::IK_Q8_K;
+    if (t == GgmlType::MXFP4_R8) return GgmlType::IK_Q8_2_X4;
+    if (t == GgmlType::BF16_R16) return GgmlType::BF16;
+    if (t == GgmlType::IQ1_BN || t == GgmlType::IQ2_BN) return GgmlType::IK_Q8_K64;
+    if (t == GgmlType::IQ2_BN_R4) return GgmlType::IK_Q8_K16;
     return t;
 }
 
@@ -291,6 +297,15 @@ void add_reference_kernels(kernels::KernelTable& k) {
     k.dot_rows[kernels::type_slot(GgmlType::IQ2_S_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_S_R4, false>;
     k.dot_rows_batch[kernels::type_slot(GgmlType::IQ2_S_R4)] = dot_rows_iquant_r4_ref<GgmlType::IQ2_S_R4, true>;
     set_dot<dot_q6_0_ref>(k, GgmlType::Q6_0);
+    set_dot<dot_q8_kv_ref>(k, GgmlType::Q8_KV);
+    k.dot_rows[kernels::type_slot(GgmlType::Q8_KV_R8)] = dot_rows_q8_kv_r8_ref;
+    k.dot_rows[kernels::type_slot(GgmlType::Q8_K_R8)] = dot_rows_q8_k_r8_ref;
+    k.dot_rows[kernels::type_slot(GgmlType::MXFP4_R8)] = dot_rows_mxfp4_r8_ref<true>;
+    k.dot_rows_batch[kernels::type_slot(GgmlType::MXFP4_R8)] = dot_rows_mxfp4_r8_ref<false>;
+    k.dot_rows[kernels::type_slot(GgmlType::BF16_R16)] = dot_rows_bf16_r16_ref;
+    set_dot<dot_bn_ref_of<GgmlType::IQ1_BN>>(k, GgmlType::IQ1_BN);
+    set_dot<dot_bn_ref_of<GgmlType::IQ2_BN>>(k, GgmlType::IQ2_BN);
+    k.dot_rows[kernels::type_slot(GgmlType::IQ2_BN_R4)] = dot_rows_iq2_bn_r4_ref;
     set_dot<dot_trellis_ref_of<GgmlType::IQ1_KT>>(k, GgmlType::IQ1_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ2_KT>>(k, GgmlType::IQ2_KT);
     set_dot<dot_trellis_ref_of<GgmlType::IQ3_KT>>(k, GgmlType::IQ3_KT);

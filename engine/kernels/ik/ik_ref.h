@@ -109,6 +109,32 @@ void decode_r4_sub_block(GgmlType t, const uint8_t* block, int k, int ib, R4SubB
 // where the type has one) into the interleaved form, as ik's quantize_<type>_r4 writes it.
 void repack_rows(GgmlType interleaved, const uint8_t* base_rows, int64_t n, uint8_t* out);
 
+// The wide forms (ik_ref_wide.cpp): Q8_KV (one row) and Q8_KV_R8 against Q8_KV activations (quantize_q8_KV, also
+// Q8_KV's weight quantizer), Q8_K_R8 against Q8_K, MXFP4_R8 against Q8_2_X4 (Lone: the order of a kernel call with
+// one column; ik's AVX2 build sums a call of several otherwise), BF16_R16 against bf16 (ik's AVX512-BF16 order).
+void quantize_q8_KV(const float* x, void* out, int64_t n);
+float dot_q8_kv_ref(int64_t n, const void* w, const void* a);
+void dot_rows_q8_kv_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dot_rows_q8_k_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+template <bool Lone>
+void dot_rows_mxfp4_r8_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dot_rows_bf16_r16_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dequantize_q8_kv(const void* src, float* out, int64_t n);
+void dequantize_wide_row(GgmlType t, const uint8_t* group, int k, int64_t n, float* y);
+// The ternary forms (ik_ref_bitnet.cpp): IQ1_BN / IQ2_BN against Q8_K64, IQ2_BN_R4 against Q8_K16.
+void quantize_q8_K64(const float* x, void* out, int64_t n);
+void quantize_q8_K16(const float* x, void* out, int64_t n);
+void bn_trits(GgmlType t, const uint8_t* block, uint8_t out[64]);  // a block's 64 values t (0..2; 3 only in bad files)
+float dot_bn_ref(GgmlType t, int64_t n, const void* w, const void* a);
+template <GgmlType T>
+float dot_bn_ref_of(int64_t n, const void* w, const void* a);
+void dot_rows_iq2_bn_r4_ref(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out);
+void dequantize_bn(GgmlType t, const void* src, float* out, int64_t n);
+void dequantize_iq2_bn_r4_row(const uint8_t* group, int k, int64_t n, float* y);
+void repack_iq2_bn_rows(const uint8_t* base_rows, int64_t n, uint8_t* out);
+// A group of base rows (Q8_KV, MXFP4, BF16) in the wide interleaved form, as ik's repack_<type> writes it.
+void repack_wide_rows(GgmlType interleaved, const uint8_t* base_rows, int64_t n, uint8_t* out);
+
 // Weights to floats as ik's dequantize_row_<type> (the token embedding's get_rows).
 void dequantize_table(GgmlType t, const void* src, float* out, int64_t n);
 

@@ -360,6 +360,10 @@ void dequantize_r4_rows(GgmlType t, const void* src, float* out, int64_t n, int6
             } else if (t == GgmlType::IQ2_XXS_R4 || t == GgmlType::IQ2_XS_R4 || t == GgmlType::IQ3_XXS_R4 || t == GgmlType::IQ2_S_R4 ||
                        t == GgmlType::IQ3_S_R4 || t == GgmlType::IQ1_M_R4) {
                 dequantize_iquant_r4_row(t, group, k, n, y);
+            } else if (t == GgmlType::IQ2_BN_R4) {
+                dequantize_iq2_bn_r4_row(group, k, n, y);
+            } else if (t == GgmlType::Q8_KV_R8 || t == GgmlType::Q8_K_R8 || t == GgmlType::MXFP4_R8 || t == GgmlType::BF16_R16) {
+                dequantize_wide_row(t, group, k, n, y);
             } else if (t == GgmlType::IQ1_S_R4) {
                 const float d = f16_at(group + 2 * k);
                 const auto* blocks = reinterpret_cast<const BlockIQ1_S_R4*>(group + 8);

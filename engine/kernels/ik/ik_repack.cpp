@@ -33,6 +33,8 @@ int k6_scale(const uint8_t* scales_h, const uint8_t* scales_l, int ib, int h) {
 
 void repack_rows(GgmlType t, const uint8_t* base_rows, int64_t n, uint8_t* out) {
     using namespace r4;
+    if (t == GgmlType::IQ2_BN_R4) return repack_iq2_bn_rows(base_rows, n, out);
+    if (t == GgmlType::Q8_KV_R8 || t == GgmlType::MXFP4_R8 || t == GgmlType::BF16_R16) return repack_wide_rows(t, base_rows, n, out);
     const int rg = row_group(t);
     const size_t rb = *row_bytes(t, static_cast<uint64_t>(n));
     std::memset(out, 0, rb * rg);

@@ -1,0 +1,268 @@
+// AVX2 kernels for ik_llama.cpp's wide forms (ik_ref_wide.cpp has their layouts and reference): Q8_KV one row at a
+// time, Q8_KV_R8 / Q8_K_R8 / MXFP4_R8 eight rows per register (lane k = row k), BF16_R16 sixteen rows in two
+// registers, or one on CPUs with AVX512-BF16. Each token's integers are exact, and the float steps are the
+// reference's, so every path gives its bits. Included by the AVX2 and AVX-512 translation units.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/bf16_simd.h"
+#include "engine/kernels/ik/ik_blocks.h"
+#include "engine/kernels/ik/ik_k_r4_simd.h"
+#include "engine/kernels/ik/ik_ref.h"
+#include "engine/kernels/iq_tables.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/simd_common.h"
+#include "engine/kernels/token_passes.h"
+
+namespace moe::kernels {
+namespace {
+namespace ikw {
+
+inline float f32_at(const uint8_t* p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline __m256i dword_of(const int8_t* p) {
+    int v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Q8_KV: one row against NY tokens, the row's bytes read once: (dx * dy) * the exact dot.
+template <int NY>
+void q8_kv_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
+        __m256i acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_si256();
+        for (int64_t i = 0; i < n; i += 32) {
+            const __m256i x = load32(row + 8 + i), ux = _mm256_sign_epi8(x, x);
+            for (int t = 0; t < NY; ++t) acc[t] = _mm256_add_epi32(acc[t], dot_us8(ux, _mm256_sign_epi8(load32(act + t * act_bytes + 8 + i), x)));
+        }
+        const float dx = f32_at(row);
+        for (int t = 0; t < NY; ++t) out[t * out_stride + r] = (dx * f32_at(act + t * act_bytes)) * static_cast<float>(hsum_lanes(acc[t]));
+    }
+}
+inline float dot_q8_kv(int64_t n, const void* w, const void* a) {
+    float out;
+    q8_kv_tokens<1>(n, static_cast<const uint8_t*>(w), 0, 1, static_cast<const uint8_t*>(a), 0, &out, 0);
+    return out;
+}
+
+// Q8_KV_R8: per 16 values four registers of the group's rows' dwords; each token's dword broadcast.
+template <int NY>
+void q8_kv_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    for (int64_t g = 0; g < rows / 8; ++g) {
+        const uint8_t* group = w + 8 * g * row_bytes;
+        __m256i acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_si256();
+        for (int64_t ib = 0; ib < n / 16; ++ib)
+            for (int l = 0; l < 4; ++l) {
+                const __m256i x = load32(group + 32 + 128 * ib + 32 * l), ux = _mm256_sign_epi8(x, x);
+                for (int t = 0; t < NY; ++t) {
+                    const auto* qy = reinterpret_cast<const int8_t*>(act + t * act_bytes + 8);
+                    acc[t] = _mm256_add_epi32(acc[t], dot_us8(ux, _mm256_sign_epi8(dword_of(qy + 16 * ib + 4 * l), x)));
+                }
+            }
+        const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(group));
+        for (int t = 0; t < NY; ++t)
+            _mm256_storeu_ps(out + t * out_stride + 8 * g,
+                             _mm256_mul_ps(_mm256_mul_ps(dx, _mm256_set1_ps(f32_at(act + t * act_bytes))), _mm256_cvtepi32_ps(acc[t])));
+    }
+}
+
+// Q8_K_R8: per 256 the exact sums, then acc = fma(d * y.d, isum, acc).
+template <int NY>
+void q8_k_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
+    constexpr size_t kBlock = 16 + 8 * 256;
+    for (int64_t g = 0; g < rows / 8; ++g) {
+        const uint8_t* group = w + 8 * g * row_bytes;
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+            const uint8_t* block = group + ibl * kBlock;
+            __m256i isum[NY];
+            for (auto& s : isum) s = _mm256_setzero_si256();
+            for (int c = 0; c < 64; ++c) {
+                const __m256i x = load32(block + 16 + 32 * c), ux = _mm256_sign_epi8(x, x);
+                for (int t = 0; t < NY; ++t) {
+                    const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes)[ibl];
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us8(ux, _mm256_sign_epi8(dword_of(y.qs + 4 * c), x)));
+                }
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+            for (int t = 0; t < NY; ++t) {
+                const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes)[ibl];
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            }
+        }
+        for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
+    }
+}
+
+// MXFP4_R8: the values + 12 from a byte table (0..24, unsigned), each 32 bytes holding four values' nibbles of the
+// eight rows, low nibbles values 4c.., high ones 16 + 4c..; half the E8M0 scale as ggml's GGML_E8M0_TO_FP32_HALF.
+inline __m256 e8m0_half8(const uint8_t* e) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(x, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_slli_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(1)), 21);  // e = 0, 1: 2^-128, 2^-127
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, normal, _mm256_cmpgt_epi32(x, _mm256_set1_epi32(1))));
+}
+template <bool Lone, int NY>
+void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    constexpr size_t kBlock = 8 + 8 * 16;
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    alignas(16) static constexpr auto kTable = [] {
+        std::array<int8_t, 16> t{};
+        for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(iq::kValuesFp4[i] + 12);
+        return t;
+    }();
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256 minus12 = _mm256_set1_ps(-12.f);
+    for (int64_t g = 0; g < rows / 8; ++g) {
+        const uint8_t* group = w + 8 * g * row_bytes;
+        __m256 acc[NY], acc_min[NY];
+        for (int t = 0; t < NY; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+            const int nblk = static_cast<int>(std::min<int64_t>(4, nb - b0));
+            __m256 dw[4];
+            for (int r = 0; r < nblk; ++r) dw[r] = e8m0_half8(group + (b0 + r) * kBlock);
+            float dy[NY][4];
+            int ysum[NY][4];
+            const int8_t* qy[NY][4];
+            for (int t = 0; t < NY; ++t)
+                for (int r = 0; r < nblk; ++r) qy[t][r] = ikr::x4_block(act + t * act_bytes, b0 + r, grouped, dy[t][r], ysum[t][r]);
+            if constexpr (!Lone)
+                if (b0 < grouped)  // a call of several columns folds each group of four blocks' corrections in first
+                    for (int t = 0; t < NY; ++t) {
+                        __m256 sum = _mm256_mul_ps(dw[0], _mm256_set1_ps(dy[t][0] * static_cast<float>(ysum[t][0])));
+                        for (int r = 1; r < 4; ++r) sum = _mm256_fmadd_ps(dw[r], _mm256_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r])), sum);
+                        acc[t] = _mm256_fmadd_ps(sum, minus12, acc[t]);
+                    }
+            for (int r = 0; r < nblk; ++r) {
+                const uint8_t* block = group + (b0 + r) * kBlock;
+                __m256i lo[4], hi[4];
+                for (int c = 0; c < 4; ++c) {
+                    const __m256i q = load32(block + 8 + 32 * c);
+                    lo[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+                    hi[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+                }
+                for (int t = 0; t < NY; ++t) {
+                    __m256i isum = _mm256_setzero_si256();
+                    for (int c = 0; c < 4; ++c) {
+                        isum = _mm256_add_epi32(isum, dot_us8(lo[c], dword_of(qy[t][r] + 4 * c)));
+                        isum = _mm256_add_epi32(isum, dot_us8(hi[c], dword_of(qy[t][r] + 16 + 4 * c)));
+                    }
+                    const __m256 my = _mm256_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r]));
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_set1_ps(dy[t][r])), _mm256_cvtepi32_ps(isum), acc[t]);
+                    if constexpr (Lone) acc_min[t] = _mm256_fmadd_ps(dw[r], my, acc_min[t]);
+                    else if (b0 >= grouped) acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], minus12), my, acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, Lone ? _mm256_fmadd_ps(acc_min[t], minus12, acc[t]) : acc[t]);
+    }
+}
+
+// BF16_R16: per pair of values the group's sixteen rows' (even, odd) dwords against the token's pair, broadcast;
+// emulated VDPBF16PS in two registers of eight rows.
+template <int NY>
+void bf16_r16_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    for (int64_t g = 0; g < rows / 16; ++g) {
+        const uint8_t* group = w + 16 * g * row_bytes;
+        __m256 acc[NY][2];
+        for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < n / 2; ++p) {
+            const __m256i x0 = load32(group + 64 * p), x1 = load32(group + 64 * p + 32);
+            for (int t = 0; t < NY; ++t) {
+                int pair;
+                std::memcpy(&pair, act + t * act_bytes + 4 * p, 4);
+                const __m256i y = _mm256_set1_epi32(pair);
+                acc[t][0] = dpbf16(acc[t][0], x0, y);
+                acc[t][1] = dpbf16(acc[t][1], x1, y);
+            }
+        }
+        for (int t = 0; t < NY; ++t) {
+            _mm256_storeu_ps(out + t * out_stride + 16 * g, acc[t][0]);
+            _mm256_storeu_ps(out + t * out_stride + 16 * g + 8, acc[t][1]);
+        }
+    }
+}
+
+#if defined(__AVX512F__)
+// The same with VDPBF16PS itself, sixteen rows per register (ik's own kernel), G groups a pass so that few tokens
+// still keep several accumulation chains in flight.
+template <int NY, int G>
+__attribute__((target("avx512bf16"))) void bf16_r16_groups_native(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, const uint8_t* act,
+                                                                  size_t act_bytes, float* out, int64_t out_stride) {
+    __m512 acc[NY][G];
+    for (auto& a : acc)
+        for (auto& r : a) r = _mm512_setzero_ps();
+    for (int64_t p = 0; p < n / 2; ++p) {
+        __m512i x[G];
+        for (int j = 0; j < G; ++j) x[j] = _mm512_loadu_si512(w + 16 * (g0 + j) * row_bytes + 64 * p);
+        for (int t = 0; t < NY; ++t) {
+            int pair;
+            std::memcpy(&pair, act + t * act_bytes + 4 * p, 4);
+            const __m512bh y = (__m512bh)_mm512_set1_epi32(pair);
+            for (int j = 0; j < G; ++j) acc[t][j] = _mm512_dpbf16_ps(acc[t][j], (__m512bh)x[j], y);
+        }
+    }
+    for (int t = 0; t < NY; ++t)
+        for (int j = 0; j < G; ++j) _mm512_storeu_ps(out + t * out_stride + 16 * (g0 + j), acc[t][j]);
+}
+template <int NY>
+void bf16_r16_tokens_native(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                            int64_t out_stride) {
+    constexpr int kG = NY == 1 ? 4 : NY == 2 ? 2 : 1;
+    int64_t g = 0;
+    for (; g + kG <= rows / 16; g += kG) bf16_r16_groups_native<NY, kG>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    for (; g < rows / 16; ++g) bf16_r16_groups_native<NY, 1>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+}
+#endif
+
+// Kernels by token count, as ik_r4_simd.h's rows_one / tokens_tile take them.
+template <int NY>
+struct Q8KvR8 {
+    static constexpr auto run = q8_kv_r8_tokens<NY>;
+};
+template <int NY>
+struct Q8KR8 {
+    static constexpr auto run = q8_k_r8_tokens<NY>;
+};
+template <int NY>
+struct Q8Kv {
+    static constexpr auto run = q8_kv_tokens<NY>;
+};
+template <bool Lone>
+struct Mxfp4R8 {
+    template <int NY>
+    struct Of {
+        static constexpr auto run = mxfp4_r8_tokens<Lone, NY>;
+    };
+};
+template <int NY>
+struct Bf16R16 {
+    static constexpr auto run = bf16_r16_tokens<NY>;
+};
+#if defined(__AVX512F__)
+template <int NY>
+struct Bf16R16Native {
+    static constexpr auto run = bf16_r16_tokens_native<NY>;
+};
+#endif
+
+}  // namespace ikw
+}  // namespace
+}  // namespace moe::kernels
