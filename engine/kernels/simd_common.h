@@ -40,6 +40,14 @@ inline __m256i dot_us8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
 }
+// acc + dot_us8(u, s): one VPDPBUSD where the CPU has it.
+inline __m256i dot_us8_add(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, dot_us8(u, s));
+#endif
+}
 // Signed x signed: the sign moved onto the activations.
 inline __m256i dot_ss8(__m256i x, __m256i y) { return dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 

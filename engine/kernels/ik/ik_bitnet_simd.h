@@ -79,7 +79,9 @@ void bn_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, cons
             }
             for (int t = 0; t < NY; ++t) {
                 const auto* q = act + t * act_bytes + 32 + 64 * b;
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(dot_us8(v0, load32(q)), dot_us8(v1, load32(q + 32))));
+                if constexpr (NY == 1)  // independent products: one token would wait on VPDPBUSD's latency
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(dot_us8(v0, load32(q)), dot_us8(v1, load32(q + 32))));
+                else acc[t] = dot_us8_add(dot_us8_add(acc[t], v0, load32(q)), v1, load32(q + 32));
             }
         }
         float scale;
@@ -123,10 +125,19 @@ void iq2_bn_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
                 for (int m = 0; m < 4; ++m) qx[m] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * m), m3);
                 for (int t = 0; t < NY; ++t) {
                     const __m256i y = load32(act + t * act_bytes + 20 + 64 * ib + 32 * s);
-                    const __m256i sum = _mm256_add_epi32(
-                        _mm256_add_epi32(dot_us8(qx[0], _mm256_shuffle_epi32(y, 0x00)), dot_us8(qx[1], _mm256_shuffle_epi32(y, 0x55))),
-                        _mm256_add_epi32(dot_us8(qx[2], _mm256_shuffle_epi32(y, 0xaa)), dot_us8(qx[3], _mm256_shuffle_epi32(y, 0xff))));
-                    acc[t][s] = _mm256_add_epi32(acc[t][s], sum);
+                    if constexpr (NY == 1) {  // (as above)
+                        const __m256i a = _mm256_add_epi32(dot_us8(qx[0], _mm256_shuffle_epi32(y, 0x00)),
+                                                           dot_us8(qx[1], _mm256_shuffle_epi32(y, 0x55)));
+                        const __m256i b = _mm256_add_epi32(dot_us8(qx[2], _mm256_shuffle_epi32(y, 0xaa)),
+                                                           dot_us8(qx[3], _mm256_shuffle_epi32(y, 0xff)));
+                        acc[t][s] = _mm256_add_epi32(acc[t][s], _mm256_add_epi32(a, b));
+                    } else {
+                        __m256i a = acc[t][s];
+                        a = dot_us8_add(a, qx[0], _mm256_shuffle_epi32(y, 0x00));
+                        a = dot_us8_add(a, qx[1], _mm256_shuffle_epi32(y, 0x55));
+                        a = dot_us8_add(a, qx[2], _mm256_shuffle_epi32(y, 0xaa));
+                        acc[t][s] = dot_us8_add(a, qx[3], _mm256_shuffle_epi32(y, 0xff));
+                    }
                 }
             }
         const __m128 dl = _mm_loadu_ps(reinterpret_cast<const float*>(group));

@@ -36,30 +36,26 @@ inline __m256i dword_of(const int8_t* p) {
 
 // Q8_KV: one row against NY tokens, the row's bytes read once: (dx * dy) * the exact dot.
 template <int NY>
-void q8_kv_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+void q8_kv_rows256(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                   int64_t out_stride) {
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
         __m256i acc[NY];
         for (auto& a : acc) a = _mm256_setzero_si256();
         for (int64_t i = 0; i < n; i += 32) {
             const __m256i x = load32(row + 8 + i), ux = _mm256_sign_epi8(x, x);
-            for (int t = 0; t < NY; ++t) acc[t] = _mm256_add_epi32(acc[t], dot_us8(ux, _mm256_sign_epi8(load32(act + t * act_bytes + 8 + i), x)));
+            for (int t = 0; t < NY; ++t) acc[t] = dot_us8_add(acc[t], ux, _mm256_sign_epi8(load32(act + t * act_bytes + 8 + i), x));
         }
         const float dx = f32_at(row);
         for (int t = 0; t < NY; ++t) out[t * out_stride + r] = (dx * f32_at(act + t * act_bytes)) * static_cast<float>(hsum_lanes(acc[t]));
     }
 }
-inline float dot_q8_kv(int64_t n, const void* w, const void* a) {
-    float out;
-    q8_kv_tokens<1>(n, static_cast<const uint8_t*>(w), 0, 1, static_cast<const uint8_t*>(a), 0, &out, 0);
-    return out;
-}
 
 // Q8_KV_R8: per 16 values four registers of the group's rows' dwords; each token's dword broadcast.
 template <int NY>
-void q8_kv_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+void q8_kv_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                      int64_t out_stride) {
-    for (int64_t g = 0; g < rows / 8; ++g) {
+    for (int64_t g = g0; g < rows / 8; ++g) {
         const uint8_t* group = w + 8 * g * row_bytes;
         __m256i acc[NY];
         for (auto& a : acc) a = _mm256_setzero_si256();
@@ -68,7 +64,7 @@ void q8_kv_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
                 const __m256i x = load32(group + 32 + 128 * ib + 32 * l), ux = _mm256_sign_epi8(x, x);
                 for (int t = 0; t < NY; ++t) {
                     const auto* qy = reinterpret_cast<const int8_t*>(act + t * act_bytes + 8);
-                    acc[t] = _mm256_add_epi32(acc[t], dot_us8(ux, _mm256_sign_epi8(dword_of(qy + 16 * ib + 4 * l), x)));
+                    acc[t] = dot_us8_add(acc[t], ux, _mm256_sign_epi8(dword_of(qy + 16 * ib + 4 * l), x));
                 }
             }
         const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(group));
@@ -80,10 +76,10 @@ void q8_kv_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
 
 // Q8_K_R8: per 256 the exact sums, then acc = fma(d * y.d, isum, acc).
 template <int NY>
-void q8_k_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+void q8_k_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                     int64_t out_stride) {
     constexpr size_t kBlock = 16 + 8 * 256;
-    for (int64_t g = 0; g < rows / 8; ++g) {
+    for (int64_t g = g0; g < rows / 8; ++g) {
         const uint8_t* group = w + 8 * g * row_bytes;
         __m256 acc[NY];
         for (auto& a : acc) a = _mm256_setzero_ps();
@@ -95,7 +91,7 @@ void q8_k_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
                 const __m256i x = load32(block + 16 + 32 * c), ux = _mm256_sign_epi8(x, x);
                 for (int t = 0; t < NY; ++t) {
                     const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes)[ibl];
-                    isum[t] = _mm256_add_epi32(isum[t], dot_us8(ux, _mm256_sign_epi8(dword_of(y.qs + 4 * c), x)));
+                    isum[t] = dot_us8_add(isum[t], ux, _mm256_sign_epi8(dword_of(y.qs + 4 * c), x));
                 }
             }
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
@@ -106,6 +102,138 @@ void q8_k_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
         }
         for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
     }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// The 8-bit forms on VNNI CPUs, sixteen rows (two groups) or 64 values per 512-bit register: the weights made
+// unsigned (x ^ 0x80 = x + 128) once for every token's VPDPBUSD, 128 times the span's activation sum taken back
+// (wrapping int32 arithmetic, so the difference is the exact dot wherever it fits, as the reference's does).
+inline int32_t i32_at(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline __m512i two_groups(const uint8_t* a, const uint8_t* b) {
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1), _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+template <int NY>
+void q8_kv_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
+                      int64_t out_stride) {
+    const uint8_t* g0 = w + 8 * g * row_bytes;
+    const uint8_t* g1 = w + 8 * (g + 1) * row_bytes;
+    __m512i acc[NY], acc2[NY];  // (two chains of VPDPBUSD per token: few tokens would wait on its latency)
+    for (int t = 0; t < NY; ++t) acc[t] = acc2[t] = _mm512_setzero_si512();
+    for (int64_t ib = 0; ib < n / 16; ++ib)
+        for (int l = 0; l < 4; l += 2) {
+            const __m512i x0 = two_groups(g0 + 32 + 128 * ib + 32 * l, g1 + 32 + 128 * ib + 32 * l);
+            const __m512i x1 = two_groups(g0 + 64 + 128 * ib + 32 * l, g1 + 64 + 128 * ib + 32 * l);
+            for (int t = 0; t < NY; ++t) {
+                acc[t] = _mm512_dpbusd_epi32(acc[t], x0, _mm512_set1_epi32(i32_at(act + t * act_bytes + 8 + 16 * ib + 4 * l)));
+                acc2[t] = _mm512_dpbusd_epi32(acc2[t], x1, _mm512_set1_epi32(i32_at(act + t * act_bytes + 12 + 16 * ib + 4 * l)));
+            }
+        }
+    for (int t = 0; t < NY; ++t) acc[t] = _mm512_add_epi32(acc[t], acc2[t]);
+    const __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(g0))),
+                                                          _mm256_loadu_pd(reinterpret_cast<const double*>(g1)), 1));  // the two groups' scales
+    for (int t = 0; t < NY; ++t) {
+        const __m512i isum = _mm512_sub_epi32(acc[t],
+                                              _mm512_set1_epi32(static_cast<int32_t>(128u * static_cast<uint32_t>(i32_at(act + t * act_bytes + 4)))));
+        _mm512_storeu_ps(out + t * out_stride + 8 * g,
+                         _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(f32_at(act + t * act_bytes))), _mm512_cvtepi32_ps(isum)));
+    }
+}
+template <int NY>
+void q8_k_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+    constexpr size_t kBlock = 16 + 8 * 256;
+    const uint8_t* g0 = w + 8 * g * row_bytes;
+    const uint8_t* g1 = w + 8 * (g + 1) * row_bytes;
+    __m512 acc[NY];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
+        const uint8_t* b0 = g0 + ibl * kBlock;
+        const uint8_t* b1 = g1 + ibl * kBlock;
+        __m512i isum[NY], isum2[NY];  // (two chains, as above)
+        for (int t = 0; t < NY; ++t) isum[t] = isum2[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 64; c += 2) {
+            const __m512i x0 = two_groups(b0 + 16 + 32 * c, b1 + 16 + 32 * c), x1 = two_groups(b0 + 48 + 32 * c, b1 + 48 + 32 * c);
+            for (int t = 0; t < NY; ++t) {
+                const auto* qy = reinterpret_cast<const uint8_t*>(reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes)[ibl].qs);
+                isum[t] = _mm512_dpbusd_epi32(isum[t], x0, _mm512_set1_epi32(i32_at(qy + 4 * c)));
+                isum2[t] = _mm512_dpbusd_epi32(isum2[t], x1, _mm512_set1_epi32(i32_at(qy + 4 * c + 4)));
+            }
+        }
+        for (int t = 0; t < NY; ++t) isum[t] = _mm512_add_epi32(isum[t], isum2[t]);
+        const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0))),
+                                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1)), 1));
+        for (int t = 0; t < NY; ++t) {
+            const auto& y = reinterpret_cast<const ik::BlockQ8K*>(act + t * act_bytes)[ibl];
+            const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), _mm256_set1_epi16(1));
+            const __m512i exact = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(128 * hsum_lanes(bs)));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y.d)), _mm512_cvtepi32_ps(exact), acc[t]);
+        }
+    }
+    for (int t = 0; t < NY; ++t) _mm512_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
+}
+// Q8_KV one row: 64 values a step, a 32-value tail through the sign steps.
+template <int NY>
+void q8_kv_rows512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                   int64_t out_stride) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
+        __m512i acc[NY];
+        for (auto& a : acc) a = _mm512_setzero_si512();
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            const __m512i x = _mm512_xor_si512(_mm512_loadu_si512(row + 8 + i), flip);
+            for (int t = 0; t < NY; ++t) acc[t] = _mm512_dpbusd_epi32(acc[t], x, _mm512_loadu_si512(act + t * act_bytes + 8 + i));
+        }
+        const float dx = f32_at(row);
+        for (int t = 0; t < NY; ++t) {
+            const uint8_t* y = act + t * act_bytes;
+            int32_t isum = _mm512_reduce_add_epi32(acc[t]) - static_cast<int32_t>(128u * static_cast<uint32_t>(i32_at(y + 4)));
+            if (i < n) {  // the last 32: their share of the stored sum goes back in with them
+                const __m256i x = load32(row + 8 + i), yt = load32(y + 8 + i);
+                isum += hsum_lanes(dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yt, x))) + 128 * hsum_lanes(dot_us8(_mm256_set1_epi8(1), yt));
+            }
+            out[t * out_stride + r] = (dx * f32_at(y)) * static_cast<float>(isum);
+        }
+    }
+}
+#endif
+
+// The 8-bit forms' entry points: the 512-bit paths where this unit has them (a last odd group in eight lanes).
+template <int NY>
+void q8_kv_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    q8_kv_rows512<NY>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+#else
+    q8_kv_rows256<NY>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+#endif
+}
+template <int NY>
+void q8_kv_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 8; g += 2) q8_kv_r8_group16<NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+#endif
+    q8_kv_r8_group8<NY>(n, w, row_bytes, g, rows, act, act_bytes, out, out_stride);
+}
+template <int NY>
+void q8_k_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 8; g += 2) q8_k_r8_group16<NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+#endif
+    q8_k_r8_group8<NY>(n, w, row_bytes, g, rows, act, act_bytes, out, out_stride);
+}
+
+inline float dot_q8_kv(int64_t n, const void* w, const void* a) {
+    float out;
+    q8_kv_tokens<1>(n, static_cast<const uint8_t*>(w), 0, 1, static_cast<const uint8_t*>(a), 0, &out, 0);
+    return out;
 }
 
 // MXFP4_R8: the values + 12 from a byte table (0..24, unsigned), each 32 bytes holding four values' nibbles of the
@@ -158,11 +286,12 @@ void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
                     hi[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
                 }
                 for (int t = 0; t < NY; ++t) {
-                    __m256i isum = _mm256_setzero_si256();
+                    __m256i isum = _mm256_setzero_si256(), isum2 = _mm256_setzero_si256();  // (two chains)
                     for (int c = 0; c < 4; ++c) {
-                        isum = _mm256_add_epi32(isum, dot_us8(lo[c], dword_of(qy[t][r] + 4 * c)));
-                        isum = _mm256_add_epi32(isum, dot_us8(hi[c], dword_of(qy[t][r] + 16 + 4 * c)));
+                        isum = dot_us8_add(isum, lo[c], dword_of(qy[t][r] + 4 * c));
+                        isum2 = dot_us8_add(isum2, hi[c], dword_of(qy[t][r] + 16 + 4 * c));
                     }
+                    isum = _mm256_add_epi32(isum, isum2);
                     const __m256 my = _mm256_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r]));
                     acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_set1_ps(dy[t][r])), _mm256_cvtepi32_ps(isum), acc[t]);
                     if constexpr (Lone) acc_min[t] = _mm256_fmadd_ps(dw[r], my, acc_min[t]);
