@@ -142,8 +142,8 @@ std::vector<CheckRow> run_checks(const CheckInput& in, const FsRoot& fs) {
              "a supported architecture and weight types",
              m.supported ? ""
              : m.unsupported_reason.find("ik_llama.cpp type") != std::string::npos
-                 ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes ik_llama.cpp's "
-                   "every weight type its llama-quantize writes, not this one)"
+                 ? "serve this file with ik_llama.cpp: moestream plan --target ik-llama-server --gpu-mem 0=SIZE (this engine computes every weight "
+                   "type ik_llama.cpp's llama-quantize writes, not this one)"
                  : "another quantization of the model, or plan for llama.cpp: moestream plan --target llama-server"});
         const kernels::KvCacheTypes types{in.cache_type_k, in.cache_type_v};
         if (!types.f16()) {  // the types asked for: whether this model can keep its cache in them, and what they save
