@@ -245,7 +245,7 @@ inline __m256 e8m0_half8(const uint8_t* e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, normal, _mm256_cmpgt_epi32(x, _mm256_set1_epi32(1))));
 }
 template <bool Lone, int NY>
-void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                      int64_t out_stride) {
     constexpr size_t kBlock = 8 + 8 * 16;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
@@ -257,7 +257,7 @@ void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
     const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256 minus12 = _mm256_set1_ps(-12.f);
-    for (int64_t g = 0; g < rows / 8; ++g) {
+    for (int64_t g = g0; g < rows / 8; ++g) {
         const uint8_t* group = w + 8 * g * row_bytes;
         __m256 acc[NY], acc_min[NY];
         for (int t = 0; t < NY; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
@@ -301,6 +301,84 @@ void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
         }
         for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, Lone ? _mm256_fmadd_ps(acc_min[t], minus12, acc[t]) : acc[t]);
     }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// The same sixteen rows (two groups) per 512-bit register: each row's lane does the eight-row kernel's steps.
+inline __m512 e8m0_half16(const uint8_t* e0, const uint8_t* e1) {
+    const __m512i x = _mm512_cvtepu8_epi32(
+        _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e0)), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e1))));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(x, _mm512_set1_epi32(1)), 23);
+    const __m512i small = _mm512_slli_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(1)), 21);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(x, _mm512_set1_epi32(1)), small, normal));
+}
+template <bool Lone, int NY>
+void mxfp4_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
+                      int64_t out_stride) {
+    constexpr size_t kBlock = 8 + 8 * 16;
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    alignas(16) static constexpr auto kTable = [] {
+        std::array<int8_t, 16> t{};
+        for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(iq::kValuesFp4[i] + 12);
+        return t;
+    }();
+    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512 minus12 = _mm512_set1_ps(-12.f);
+    const uint8_t* g0 = w + 8 * g * row_bytes;
+    const uint8_t* g1 = w + 8 * (g + 1) * row_bytes;
+    __m512 acc[NY], acc_min[NY];
+    for (int t = 0; t < NY; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+        const int nblk = static_cast<int>(std::min<int64_t>(4, nb - b0));
+        __m512 dw[4];
+        for (int r = 0; r < nblk; ++r) dw[r] = e8m0_half16(g0 + (b0 + r) * kBlock, g1 + (b0 + r) * kBlock);
+        float dy[NY][4];
+        int ysum[NY][4];
+        const int8_t* qy[NY][4];
+        for (int t = 0; t < NY; ++t)
+            for (int r = 0; r < nblk; ++r) qy[t][r] = ikr::x4_block(act + t * act_bytes, b0 + r, grouped, dy[t][r], ysum[t][r]);
+        if constexpr (!Lone)
+            if (b0 < grouped)
+                for (int t = 0; t < NY; ++t) {
+                    __m512 sum = _mm512_mul_ps(dw[0], _mm512_set1_ps(dy[t][0] * static_cast<float>(ysum[t][0])));
+                    for (int r = 1; r < 4; ++r) sum = _mm512_fmadd_ps(dw[r], _mm512_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r])), sum);
+                    acc[t] = _mm512_fmadd_ps(sum, minus12, acc[t]);
+                }
+        for (int r = 0; r < nblk; ++r) {
+            const uint8_t* b0p = g0 + (b0 + r) * kBlock;
+            const uint8_t* b1p = g1 + (b0 + r) * kBlock;
+            __m512i lo[4], hi[4];
+            for (int c = 0; c < 4; ++c) {
+                const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(b0p + 8 + 32 * c)), load32(b1p + 8 + 32 * c), 1);
+                lo[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+                hi[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+            }
+            for (int t = 0; t < NY; ++t) {
+                __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512();
+                for (int c = 0; c < 4; ++c) {
+                    isum = _mm512_dpbusd_epi32(isum, lo[c], _mm512_set1_epi32(i32_at(reinterpret_cast<const uint8_t*>(qy[t][r]) + 4 * c)));
+                    isum2 = _mm512_dpbusd_epi32(isum2, hi[c], _mm512_set1_epi32(i32_at(reinterpret_cast<const uint8_t*>(qy[t][r]) + 16 + 4 * c)));
+                }
+                isum = _mm512_add_epi32(isum, isum2);
+                const __m512 my = _mm512_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r]));
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], _mm512_set1_ps(dy[t][r])), _mm512_cvtepi32_ps(isum), acc[t]);
+                if constexpr (Lone) acc_min[t] = _mm512_fmadd_ps(dw[r], my, acc_min[t]);
+                else if (b0 >= grouped) acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], minus12), my, acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < NY; ++t) _mm512_storeu_ps(out + t * out_stride + 8 * g, Lone ? _mm512_fmadd_ps(acc_min[t], minus12, acc[t]) : acc[t]);
+}
+#endif
+template <bool Lone, int NY>
+void mxfp4_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    int64_t g = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (; g + 2 <= rows / 8; g += 2) mxfp4_r8_group16<Lone, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+#endif
+    mxfp4_r8_group8<Lone, NY>(n, w, row_bytes, g, rows, act, act_bytes, out, out_stride);
 }
 
 // BF16_R16: per pair of values the group's sixteen rows' (even, odd) dwords against the token's pair, broadcast;
