@@ -2,6 +2,7 @@
 // the statement of its AVX2 iqk_quantize_row_q8_K_T<0>): the block's largest magnitude (exact in any order; NaN passed over as
 // std::max passes it), each value times 127 / amax rounded half to even and saturated to int8 through two packs,
 // the sums of 16 from the stored bytes. The scalar form's libm nearbyint per value was 9% of an ik file's prompt.
+#include <cfloat>
 #include <immintrin.h>
 
 #include <cstring>
@@ -25,7 +26,7 @@ void quantize_q8_K_avx2(const float* x, void* out, int64_t n) {
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
-        const float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        const float d = amax / 127.f, id = amax != 0.f && 127.f / amax <= FLT_MAX ? 127.f / amax : 0.f;  // (as quantize_q8_K)
         y[b].d = d;
         const __m256 scale = _mm256_set1_ps(id);
         int total = 0;

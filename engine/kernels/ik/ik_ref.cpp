@@ -4,6 +4,7 @@
 // order. The SIMD kernels are tested equal to these, bit for bit.
 #include "engine/kernels/ik/ik_ref.h"
 
+#include <cfloat>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,7 +35,8 @@ void quantize_q8_K(const float* x, void* out, int64_t n) {
     for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
         float amax = 0.f;
         for (int j = 0; j < QK_K; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        // (an amax so small that 127 / amax overflows: zeros, where ik's values are undefined)
+        const float d = amax / 127.f, id = amax != 0.f && 127.f / amax <= FLT_MAX ? 127.f / amax : 0.f;
         y[b].d = d;
         int total = 0;
         for (int g = 0; g < 16; ++g) {

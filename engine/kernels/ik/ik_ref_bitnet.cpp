@@ -4,6 +4,7 @@
 // quantizer and repack (iqk_quantize.cpp). ik's AVX2 build reads the wrong activations for the last block of an
 // IQ2_BN row with an odd count of 64s; the engine computes what its AVX-512 build computes there (docs/correctness.md).
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -53,7 +54,7 @@ void quantize_q8_K64(const float* x, void* out, int64_t n) {
     auto* q = reinterpret_cast<int8_t*>(d + 8);
     float amax[4] = {}, id[4];
     for (int64_t e = 0; e < n; ++e) amax[(e % 16) / 4] = std::max(amax[(e % 16) / 4], std::fabs(x[e]));
-    for (int i = 0; i < 4; ++i) d[i] = amax[i] / 127, id[i] = d[i] > 0 ? 1 / d[i] : 0.f;
+    for (int i = 0; i < 4; ++i) d[i] = amax[i] / 127, id[i] = d[i] > 0 && 1 / d[i] <= FLT_MAX ? 1 / d[i] : 0.f;  // (overflow: zeros)
     int32_t sum[4] = {};
     for (int64_t e = 0; e < n; ++e) {
         const int s = static_cast<int>((e % 16) / 4);
@@ -68,7 +69,7 @@ void quantize_q8_K16(const float* x, void* out, int64_t n) {
     auto* q = reinterpret_cast<int8_t*>(d + 5);
     float amax[4] = {}, id[4];
     for (int64_t e = 0; e < n; ++e) amax[(e % 64) / 16] = std::max(amax[(e % 64) / 16], std::fabs(x[e]));
-    for (int k = 0; k < 4; ++k) d[k] = amax[k] / 127, id[k] = d[k] > 0 ? 1 / d[k] : 0.f;
+    for (int k = 0; k < 4; ++k) d[k] = amax[k] / 127, id[k] = d[k] > 0 && 1 / d[k] <= FLT_MAX ? 1 / d[k] : 0.f;  // (overflow: zeros)
     // ik's scalar C++ as GCC compiles it in ik's AVX2 build (its AVX2 branch is disabled), contracted with FMA:
     // nearest_int(id x)'s magic-number add fused with the product, so the exact product is rounded once; the
     // scales times the sums as fma(d3, s3, fma(d2, s2, fma(d0, s0, d1 s1))).

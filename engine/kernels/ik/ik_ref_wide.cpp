@@ -4,6 +4,7 @@
 // their layouts. None of them is converted for large batches; ik runs the same kernel for every token count.
 #include <algorithm>
 #include <cmath>
+#include <cfloat>
 #include <cstring>
 
 #include "engine/kernels/blocks.h"
@@ -41,7 +42,8 @@ void quantize_q8_KV(const float* x, void* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
     float d = 0.f;
     int32_t sum = 0;
-    if (amax == 0.f) {
+    // (amax below ~3.7e-37: 1 / d overflows, and ik's values are undefined; zeros here)
+    if (amax == 0.f || !(1.f / (amax / 127.f) <= FLT_MAX)) {
         std::memset(q, 0, static_cast<size_t>(n));
     } else {
         d = amax / 127.f;
