@@ -238,6 +238,23 @@ inline float dot_q8_kv(int64_t n, const void* w, const void* a) {
 
 // MXFP4_R8: the values + 12 from a byte table (0..24, unsigned), each 32 bytes holding four values' nibbles of the
 // eight rows, low nibbles values 4c.., high ones 16 + 4c..; half the E8M0 scale as ggml's GGML_E8M0_TO_FP32_HALF.
+// MXFP4's values + 12 (0..24, unsigned): the table in each 128-bit lane.
+alignas(16) inline constexpr std::array<int8_t, 16> kMxfp4Unsigned = [] {
+    std::array<int8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(iq::kValuesFp4[i] + 12);
+    return t;
+}();
+// Up to four Q8_2_X4 blocks of NY tokens from block b0: scales, sums and values.
+template <int NY>
+struct X4Blocks {
+    float dy[NY][4];
+    int ysum[NY][4];
+    const int8_t* qy[NY][4];
+    X4Blocks(const uint8_t* act, size_t act_bytes, int64_t b0, int nblk, int64_t grouped) {
+        for (int t = 0; t < NY; ++t)
+            for (int r = 0; r < nblk; ++r) qy[t][r] = ikr::x4_block(act + t * act_bytes, b0 + r, grouped, dy[t][r], ysum[t][r]);
+    }
+};
 inline __m256 e8m0_half8(const uint8_t* e) {
     const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(x, _mm256_set1_epi32(1)), 23);
@@ -249,12 +266,7 @@ void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, 
                      int64_t out_stride) {
     constexpr size_t kBlock = 8 + 8 * 16;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
-    alignas(16) static constexpr auto kTable = [] {
-        std::array<int8_t, 16> t{};
-        for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(iq::kValuesFp4[i] + 12);
-        return t;
-    }();
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned.data())));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256 minus12 = _mm256_set1_ps(-12.f);
     for (int64_t g = g0; g < rows / 8; ++g) {
@@ -265,11 +277,10 @@ void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, 
             const int nblk = static_cast<int>(std::min<int64_t>(4, nb - b0));
             __m256 dw[4];
             for (int r = 0; r < nblk; ++r) dw[r] = e8m0_half8(group + (b0 + r) * kBlock);
-            float dy[NY][4];
-            int ysum[NY][4];
-            const int8_t* qy[NY][4];
-            for (int t = 0; t < NY; ++t)
-                for (int r = 0; r < nblk; ++r) qy[t][r] = ikr::x4_block(act + t * act_bytes, b0 + r, grouped, dy[t][r], ysum[t][r]);
+            const X4Blocks<NY> xb(act, act_bytes, b0, nblk, grouped);
+            const auto& dy = xb.dy;
+            const auto& ysum = xb.ysum;
+            const auto& qy = xb.qy;
             if constexpr (!Lone)
                 if (b0 < grouped)  // a call of several columns folds each group of four blocks' corrections in first
                     for (int t = 0; t < NY; ++t) {
@@ -317,12 +328,7 @@ void mxfp4_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
                       int64_t out_stride) {
     constexpr size_t kBlock = 8 + 8 * 16;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
-    alignas(16) static constexpr auto kTable = [] {
-        std::array<int8_t, 16> t{};
-        for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(iq::kValuesFp4[i] + 12);
-        return t;
-    }();
-    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
+    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned.data())));
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512 minus12 = _mm512_set1_ps(-12.f);
     const uint8_t* g0 = w + 8 * g * row_bytes;
@@ -333,11 +339,10 @@ void mxfp4_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
         const int nblk = static_cast<int>(std::min<int64_t>(4, nb - b0));
         __m512 dw[4];
         for (int r = 0; r < nblk; ++r) dw[r] = e8m0_half16(g0 + (b0 + r) * kBlock, g1 + (b0 + r) * kBlock);
-        float dy[NY][4];
-        int ysum[NY][4];
-        const int8_t* qy[NY][4];
-        for (int t = 0; t < NY; ++t)
-            for (int r = 0; r < nblk; ++r) qy[t][r] = ikr::x4_block(act + t * act_bytes, b0 + r, grouped, dy[t][r], ysum[t][r]);
+        const X4Blocks<NY> xb(act, act_bytes, b0, nblk, grouped);
+        const auto& dy = xb.dy;
+        const auto& ysum = xb.ysum;
+        const auto& qy = xb.qy;
         if constexpr (!Lone)
             if (b0 < grouped)
                 for (int t = 0; t < NY; ++t) {
