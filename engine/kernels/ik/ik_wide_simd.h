@@ -28,11 +28,7 @@ inline float f32_at(const uint8_t* p) {
     std::memcpy(&v, p, 4);
     return v;
 }
-inline __m256i dword_of(const int8_t* p) {
-    int v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
+inline __m256i dword_of(const int8_t* p) { return _mm256_set1_epi32(ikr::u32_of(p)); }
 
 // Q8_KV: one row against NY tokens, the row's bytes read once: (dx * dy) * the exact dot.
 template <int NY>
@@ -108,11 +104,7 @@ void q8_k_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, i
 // The 8-bit forms on VNNI CPUs, sixteen rows (two groups) or 64 values per 512-bit register: the weights made
 // unsigned (x ^ 0x80 = x + 128) once for every token's VPDPBUSD, 128 times the span's activation sum taken back
 // (wrapping int32 arithmetic, so the difference is the exact dot wherever it fits, as the reference's does).
-inline int32_t i32_at(const uint8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
+inline int32_t i32_at(const uint8_t* p) { return ikr::u32_of(reinterpret_cast<const int8_t*>(p)); }
 inline __m512i two_groups(const uint8_t* a, const uint8_t* b) {
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1), _mm512_set1_epi8(static_cast<char>(0x80)));
 }
