@@ -71,6 +71,7 @@ void apply_edge(GgmlType t, Edge e, std::vector<uint8_t>& row) {
         for (uint32_t k = 0; k < info.interleave; ++k) {
             if (info.row_meta == 2) std::memcpy(row.data() + 2 * k, &h, 2);
             if (info.row_meta == 4) std::memcpy(row.data() + 4 * k, &f, 4);
+            if (info.row_meta == 8) std::memcpy(row.data() + 8 * k, &f, 4);  // (Q8_KV: the f32 scale, then the stored sum)
         }
         each_d([&](size_t off) { std::memcpy(row.data() + off, &h, 2); });
         return;
@@ -101,6 +102,7 @@ void apply_edge(GgmlType t, Edge e, std::vector<uint8_t>& row) {
 
 std::vector<size_t> block_lengths(GgmlType t) {
     if (type_info(t).block_elems == 32) return {32, 96, 256, 544, 4096};  // odd block counts: IQ4_NL/MXFP4's tail
+    if (type_info(t).block_elems == 64) return {64, 576, 1024, 4032};     // the ternary forms: odd counts of 64 as well
     return {256, 512, 1792, 4096};
 }
 
@@ -380,7 +382,8 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
     for (GgmlType t : types) {
         if (type_info(t).interleave == 1) continue;
         const int id = kernels::type_slot(t);
-        const size_t group = type_info(t).interleave, n = 512, rows = 3 * group, rb = *row_bytes(t, n);
+        // (BF16_R16: six groups, so that the native kernel's passes of four and two groups run beside single ones)
+        const size_t group = type_info(t).interleave, n = 512, rows = (t == GgmlType::BF16_R16 ? 6 : 3) * group, rb = *row_bytes(t, n);
         auto w = kernels::random_weight_rows(t, n, rows, rng());
         if (t == GgmlType::BF16_R16)  // subnormal weights, which VDPBF16PS reads as zero
             for (size_t i = 0; i < w.size(); i += 14) w[i] = 0x01, w[i + 1] = 0x00;
@@ -393,9 +396,9 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         std::normal_distribution<float> nd;
         for (int k = 0; k < n_tok; ++k) {
             // token 1: for BF16_R16 products and sums near and below FLT_MIN, which VDPBF16PS rounds once and flushes;
-            // for the 8-bit forms a row so small that its quantizer's inverse scale overflows (zeros)
-            const bool eight_bit = t == GgmlType::Q8_KV_R8 || t == GgmlType::Q8_K_R8;
-            const float tiny = k != 1 ? 1.f : t == GgmlType::BF16_R16 ? 3e-38f : eight_bit ? 1e-38f : 1.f;
+            // for the 8-bit activations (Q8_K, Q8_K32, Q8_K128, Q8_2_X4, Q8_KV, Q8_K16) a row so small that its quantizer's
+            // inverse scale overflows (zeros)
+            const float tiny = k != 1 ? 1.f : t == GgmlType::BF16_R16 ? 3e-38f : 1e-38f;
             for (auto& v : x[k]) v = nd(rng) * tiny;
             kernels::prepare_activations(t, x[k].data(), act.data() + k * ab, static_cast<int64_t>(n));
         }
@@ -414,8 +417,8 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         ++compared;  // the reference holds on every CPU; the SIMD tables below exist only where this CPU runs them
         for (const test::SimdCase& c : test::simd_cases()) {
             std::vector<float> got(rows * n_tok, -1.f);
-            for (int k = 0; k < n_tok; ++k)  // the last two groups on their own: a range starting at the second group
-                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + group * rb, rb, static_cast<int64_t>(2 * group), act.data() + k * ab,
+            for (int k = 0; k < n_tok; ++k)  // all groups but the first on their own: a range starting at the second group
+                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + group * rb, rb, static_cast<int64_t>(rows - group), act.data() + k * ab,
                                       &got[k * rows + group]);
             for (int k = 0; k < n_tok; ++k)
                 for (size_t r = group; r < rows; ++r)

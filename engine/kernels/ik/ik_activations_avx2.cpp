@@ -65,7 +65,7 @@ void quantize_q8_2_x4_avx2(const float* x, void* out, int64_t n) {
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const uint16_t dh = fp32_to_bf16(_mm_cvtss_f32(m4) / 127.f);
         const float d = bf16_to_fp32(dh);
-        const __m256 id = _mm256_set1_ps(d > 0.f ? 1.f / d : 0.f);
+        const __m256 id = _mm256_set1_ps(d > 0.f && 1.f / d <= FLT_MAX ? 1.f / d : 0.f);  // (as quantize_q8_2_x4)
         __m256i i[4];
         for (int k = 0; k < 4; ++k)
             i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

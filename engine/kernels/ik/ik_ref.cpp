@@ -78,7 +78,7 @@ void quantize_q8_K128(const float* x, void* out, int64_t n) {
     for (int64_t b = 0; b < n / 128; ++b, x += 128) {
         float amax = 0.f;
         for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        const float id = amax != 0.f && 127.f / amax <= FLT_MAX ? 127.f / amax : 0.f;  // (as quantize_q8_K)
         y[b].d = amax / 127.f;
         for (int g = 0; g < 4; ++g) {
             int sum = 0;

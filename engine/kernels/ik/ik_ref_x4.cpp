@@ -2,6 +2,7 @@
 // trellis types (IQ1_KT ... IQ4_KT), Q6_0, and llama.cpp's Q8_0 in an ik file (iqk_gemm_ktquants.cpp,
 // iqk_gemm_legacy_quants.cpp). Same conventions as ik_ref.cpp.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -68,7 +69,8 @@ void quantize_q8_2_x4(const float* x, void* out, int64_t n) {
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
         const uint16_t dh = fp32_to_bf16(amax / 127.f);
         const float d = bf16_to_fp32(dh);
-        const float id = d > 0.f ? 1.f / d : 0.f;
+        // (a d so small that 1 / d overflows, amax below ~3.7e-37: zeros, where ik's values are undefined)
+        const float id = d > 0.f && 1.f / d <= FLT_MAX ? 1.f / d : 0.f;
         int8_t q[32];
         int sum = 0;
         for (int j = 0; j < 32; ++j) {
