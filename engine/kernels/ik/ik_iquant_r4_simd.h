@@ -177,6 +177,209 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// The same integers on AVX-512 (VNNI): the signs as a byte mask straight from the weights' sign bits, the
+// activations negated under it (VPSUBB; Q8_K's values are within +-127), PMADDUBSW's pair sums (<= 2 * 62 * 127)
+// times each row and half's scale by VPDPWSSD into accumulators holding a row's first 16 in one 128-bit lane and its
+// second 16 in the next. A block's four int32 lanes of each half are summed into ik's lanes (k: row k's first 16,
+// 4 + k: its second) once at its end, where the AVX2 form does it per 32 weights with a 32-bit multiply: the integers
+// are exact, so the bits are the same. One token keeps a 256-bit register per row (decoding is most of its work, and
+// 512-bit instructions would close port 1 to it); several put two rows in a 512-bit register.
+struct IqR4Rows {
+    __m256i m[4];                    // row k's 32 magnitudes
+    __mmask32 neg[4];                // row k's negative weights
+    __m128i words;                   // int16 scales: row 0 first, row 0 second, row 1 first, ... row 3 second
+    void signs_from(__m128i bits) {  // row k's 32 sign bits in dword k
+        uint32_t v[4];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), bits);
+        for (int k = 0; k < 4; ++k) neg[k] = static_cast<__mmask32>(v[k]);
+    }
+};
+// the XXS forms' scales: 2 (bit 0 of each of the row's four sign/scale bytes, in order) + 1; their signs: the
+// prefix-XOR index of bits 1..7, as unscrambled4, four rows at once
+inline void sas_signs_scales(const uint8_t* sas, IqR4Rows& r) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sas));
+    __m128i signs = _mm_and_si128(v, _mm_set1_epi8(static_cast<char>(0xFE)));
+    signs = _mm_xor_si128(signs, _mm_srli_epi16(signs, 1));
+    r.signs_from(signs);
+    const __m128i s = _mm_dpbusd_epi32(_mm_set1_epi32(1), _mm_and_si128(v, _mm_set1_epi8(1)), _mm_set1_epi32(0x10080402));
+    r.words = _mm_or_si128(s, _mm_slli_epi32(s, 16));
+}
+// IQ2_XS_R4 / IQ2_S_R4 / IQ1_M_R4: scale byte k of four, low nibble the first 16, high nibble the second (2 s + 1)
+inline __m128i nibble_scale_words(const uint8_t* sc, bool odd) {
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(u32_of(sc)));
+    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    const __m128i w = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi));
+    return odd ? _mm_add_epi16(_mm_add_epi16(w, w), _mm_set1_epi16(1)) : w;
+}
+template <class G>
+inline __m256i row_of_grid64(G g, int from) {
+    return _mm256_setr_epi64x(g(from), g(from + 1), g(from + 2), g(from + 3));
+}
+template <GgmlType T>
+inline IqR4Rows decode_iq_r4_vnni(const uint8_t* b, int ib) {
+    using namespace iq;
+    IqR4Rows r;
+    if constexpr (T == GgmlType::IQ2_XXS_R4) {
+        const uint8_t* q = b + 136 + 16 * ib;
+        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2xxsGrid[q[i]]); }, 4 * k);
+        sas_signs_scales(b + 8 + 16 * ib, r);
+    } else if constexpr (T == GgmlType::IQ3_XXS_R4) {
+        const uint8_t* q = b + 136 + 32 * ib;
+        auto g = [&](int i) { return static_cast<int>(kIq3xxsGrid[q[i]]); };
+        for (int k = 0; k < 4; ++k)
+            r.m[k] = _mm256_setr_epi32(g(8 * k), g(8 * k + 1), g(8 * k + 2), g(8 * k + 3), g(8 * k + 4), g(8 * k + 5), g(8 * k + 6), g(8 * k + 7));
+        sas_signs_scales(b + 8 + 16 * ib, r);
+    } else if constexpr (T == GgmlType::IQ2_XS_R4) {
+        // sixteen uint16, row k's four from 4k: a 9-bit grid index, then the scrambled 7-bit sign index
+        const uint8_t* qs = b + 8 + 32 * ib;
+        const __m256i u = load32(qs);
+        const __m256i t = _mm256_and_si256(_mm256_srli_epi16(u, 9), _mm256_set1_epi16(0x7F));
+        r.signs_from(_mm256_cvtepi16_epi8(_mm256_xor_si256(t, _mm256_slli_epi16(t, 1))));
+        alignas(32) uint16_t w[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w), _mm256_and_si256(u, _mm256_set1_epi16(511)));
+        __asm__("" : "+m"(w));  // (read back by loads, not by sixteen two-uop VPEXTRW)
+        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2xsGrid[w[i]]); }, 4 * k);
+        r.words = nibble_scale_words(b + 264 + 4 * ib, true);
+    } else if constexpr (T == GgmlType::IQ2_S_R4) {
+        const uint8_t* q = b + 8 + 16 * ib;
+        const uint8_t* qh = b + 136 + 4 * ib;
+        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2sGrid[q[i] | (qh[k] >> (2 * (i % 4)) & 3) << 8]); }, 4 * k);
+        r.signs_from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 168 + 16 * ib)));
+        r.words = nibble_scale_words(b + 296 + 4 * ib, true);
+    } else {
+        static_assert(T == GgmlType::IQ1_M_R4);
+        // byte 4 g + k of qs / of the nibbles: row k's group g of 8 (nibble: 3 high index bits, then the delta's sign)
+        const uint8_t* blk = b + 28 * ib;
+        const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
+        const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
+        alignas(32) uint16_t idx[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                           _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
+                                           _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
+        __asm__("" : "+m"(idx));  // read the indices back from memory (loads), not by sixteen two-uop VPEXTRW
+        const __m128i eight = _mm_set1_epi8(8);
+        const __m256i delta = _mm256_broadcastsi128_si256(_mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib, eight), eight), _mm_set1_epi8(1)));
+        for (int k = 0; k < 4; ++k) {
+            // 8 e + the delta's sign (+-1), e the grid's -1 / 0 / 1
+            __m256i v = _mm256_setr_epi64x(grid64(kIq1sGrid[idx[k]]), grid64(kIq1sGrid[idx[4 + k]]), grid64(kIq1sGrid[idx[8 + k]]),
+                                           grid64(kIq1sGrid[idx[12 + k]]));
+            v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);
+            const __m256i pick = _mm256_setr_epi64x(0x0000000000000000ll + 0x0101010101010101ll * k, 0x0404040404040404ll + 0x0101010101010101ll * k,
+                                                    0x0808080808080808ll + 0x0101010101010101ll * k, 0x0C0C0C0C0C0C0C0Cll + 0x0101010101010101ll * k);
+            v = _mm256_add_epi8(v, _mm256_shuffle_epi8(delta, pick));
+            r.m[k] = _mm256_abs_epi8(v);
+            r.neg[k] = _mm256_movepi8_mask(v);
+        }
+        r.words = nibble_scale_words(blk + 24, false);
+    }
+    return r;
+}
+
+template <GgmlType T, bool Chunk16, int NY>
+void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                           int64_t out_stride) {
+    constexpr bool kOneM = T == GgmlType::IQ1_M_R4, kIq2 = T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ2_XS_R4 || T == GgmlType::IQ2_S_R4;
+    constexpr bool kWide = NY > 1;  // two rows per 512-bit register
+    constexpr int kSub = kOneM ? 4 : 8;
+    constexpr int64_t kSpan = 32 * kSub;
+    constexpr size_t kBlock = kOneM                       ? 4 * 28
+                              : T == GgmlType::IQ2_XXS_R4 ? 264
+                              : T == GgmlType::IQ2_XS_R4  ? 296
+                              : T == GgmlType::IQ3_XXS_R4 ? 392
+                                                          : 328;
+    constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+    // per 128-bit lane L, scale word L + 4 j (register j of two rows) in all eight words; 256 bits: lane L of row k
+    // is word 2 k + L
+    const __m512i pick = _mm512_setr_epi32(0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x03020302, 0x03020302, 0x03020302, 0x03020302, 0x05040504,
+                                           0x05040504, 0x05040504, 0x05040504, 0x07060706, 0x07060706, 0x07060706, 0x07060706);
+    const __m256i pick256 = _mm512_castsi512_si256(pick);  // (one token: row 0's two words; + 4 k bytes, row k's)
+    const __m512i to_lanes = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        // the float sums live in memory: with eight tokens the integer accumulators take the registers
+        alignas(32) float acc[NY][8] = {};
+        for (int64_t jb = 0; jb < n / kSpan; ++jb) {
+            const uint8_t* b = kOneM ? group + 8 + jb * kBlock : group + jb * kBlock;
+            const uint8_t* y[NY];
+            for (int t = 0; t < NY; ++t) y[t] = act + t * act_bytes + jb * kActBlock;
+            __m512i s[NY][2];  // (kWide) rows 0 and 1, rows 2 and 3
+            __m256i s1[4];     // (one token) row k
+            for (auto& st : s) st[0] = st[1] = _mm512_setzero_si512();
+            for (auto& v : s1) v = _mm256_setzero_si256();
+            alignas(32) uint32_t min_scales[4][8];  // Chunk16: row k's (first, second) scale pair of each sub-block
+            for (int ib = 0; ib < kSub; ++ib) {
+                IqR4Rows r = decode_iq_r4_vnni<T>(b, ib);
+                if constexpr (Chunk16) {  // the values + 64 (unsigned) against the activations as they are
+                    alignas(16) uint32_t pairs[4];
+                    _mm_store_si128(reinterpret_cast<__m128i*>(pairs), r.words);
+                    for (int k = 0; k < 4; ++k) {
+                        r.m[k] = _mm256_add_epi8(_mm256_mask_sub_epi8(r.m[k], r.neg[k], _mm256_setzero_si256(), r.m[k]), _mm256_set1_epi8(64));
+                        r.neg[k] = 0;
+                        min_scales[k][ib] = pairs[k];
+                    }
+                }
+                if constexpr (kWide) {
+                    const __m512i words = _mm512_broadcast_i32x4(r.words);
+                    const __m512i m[2] = {_mm512_inserti64x4(_mm512_castsi256_si512(r.m[0]), r.m[1], 1),
+                                          _mm512_inserti64x4(_mm512_castsi256_si512(r.m[2]), r.m[3], 1)};
+                    const __m512i sc[2] = {_mm512_shuffle_epi8(words, pick), _mm512_shuffle_epi8(words, _mm512_add_epi8(pick, _mm512_set1_epi8(8)))};
+                    for (int t = 0; t < NY; ++t) {
+                        const __m512i q = _mm512_broadcast_i64x4(load32(y[t] + kActQs + 32 * ib));
+                        for (int j = 0; j < 2; ++j) {
+                            const __m512i signed_q = Chunk16 ? q
+                                                             : _mm512_mask_sub_epi8(q, _mm512_kunpackd(r.neg[2 * j + 1], r.neg[2 * j]),
+                                                                                    _mm512_setzero_si512(), q);
+                            s[t][j] = _mm512_dpwssd_epi32(s[t][j], _mm512_maddubs_epi16(m[j], signed_q), sc[j]);
+                        }
+                    }
+                } else {
+                    const __m256i words = _mm256_broadcastsi128_si256(r.words);
+                    __m256i sc[4];
+                    for (int k = 0; k < 4; ++k)
+                        sc[k] = _mm256_shuffle_epi8(words, _mm256_add_epi8(pick256, _mm256_set1_epi8(static_cast<char>(4 * k))));
+                    const __m256i q = load32(y[0] + kActQs + 32 * ib);
+                    for (int k = 0; k < 4; ++k)
+                        s1[k] = _mm256_dpwssd_epi32(
+                            s1[k], _mm256_maddubs_epi16(r.m[k], Chunk16 ? q : _mm256_mask_sub_epi8(q, r.neg[k], _mm256_setzero_si256(), q)), sc[k]);
+                }
+            }
+            __m256 dd = _mm256_setzero_ps();
+            if constexpr (!kOneM) {
+                const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+                dd = _mm256_set_m128(d4, d4);
+                if constexpr (T == GgmlType::IQ3_XXS_R4) dd = _mm256_mul_ps(dd, _mm256_set1_ps(0.25f));
+            }
+            for (int t = 0; t < NY; ++t) {
+                __m256i isum;
+                if constexpr (kWide) {
+                    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(s[t][0], s[t][1]), _mm512_unpackhi_epi32(s[t][0], s[t][1]));
+                    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+                    isum = _mm512_castsi512_si256(_mm512_permutexvar_epi32(to_lanes, v));
+                } else {
+                    isum = rows_by_half(s1[0], s1[1], s1[2], s1[3]);
+                }
+                float yd;
+                std::memcpy(&yd, y[t], 4);
+                __m256 a = _mm256_load_ps(acc[t]);
+                if constexpr (Chunk16) {  // the + 64 back through the token's sums of 16, as the AVX2 form does
+                    const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
+                    __m256i m[4];
+                    for (int k = 0; k < 4; ++k) m[k] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(min_scales[k])), bsums);
+                    a = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(halves4(m[0], m[1], m[2], m[3])), a);
+                }
+                const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));
+                _mm256_store_ps(acc[t], _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(isum), a));
+            }
+        }
+        __m128 scale = _mm_set1_ps(kIq2 ? 0.125f : 1.f);
+        if constexpr (kOneM) scale = _mm_mul_ps(_mm_set1_ps(0.125f), _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group))));
+        for (int t = 0; t < NY; ++t)
+            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_mul_ps(scale, _mm_add_ps(_mm_load_ps(acc[t]), _mm_load_ps(acc[t] + 4))));
+    }
+}
+#endif
+
 // IQ3_S_R4 in its own layout: per sub-block and 4-group i a register holding, in 32-bit lane k, row k's grid entry
 // for weights 4i..4i+3 and, in lane 4 + k, for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side),
 // against the activations' dword i of each half broadcast: the products land in ik's lanes directly.
@@ -244,7 +447,11 @@ template <GgmlType T, bool Chunk16>
 struct IquantR4 {
     template <int NY>
     struct Of {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        static constexpr auto run = iquant_r4_tokens_vnni<T, Chunk16, NY>;
+#else
         static constexpr auto run = iquant_r4_tokens<T, Chunk16, NY>;
+#endif
     };
 };
 
