@@ -390,7 +390,7 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
         std::vector<float> wd(n * rows);
         ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
         const size_t ab = kernels::activation_bytes(t, static_cast<int64_t>(n));
-        const int n_tok = 13;  // one pass of eight tokens and a narrower one
+        const int n_tok = 21;  // a pass of sixteen tokens (or two of eight) and a narrower one
         std::vector<uint8_t> act(ab * n_tok);
         std::vector<std::vector<float>> x(n_tok, std::vector<float>(n));
         std::normal_distribution<float> nd;
@@ -440,7 +440,7 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
                 EXPECT_GT(differ, 0) << type_name(static_cast<uint32_t>(t));
             }
             if (c.table->tile[id])
-                for (int tok : {n_tok, 3}) {
+                for (int tok : {n_tok, 13, 3}) {
                     std::vector<float> tiled(rows * n_tok, -1.f);
                     c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(),
                                       static_cast<int64_t>(rows));

@@ -118,8 +118,8 @@ void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
 }
 
 template <int NY>
-void iq1_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                     int64_t out_stride) {
+void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                          int64_t out_stride) {
     const ik::BlockQ8K128* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
     for (int64_t g = 0; g < rows / 4; ++g) {
@@ -161,6 +161,84 @@ void iq1_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
         for (int t = 0; t < NY; ++t) store4(acc[t], d4, out + t * out_stride + 4 * g);
     }
 }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// The same on VNNI CPUs, ik's AVX-512 arrangement: per 32 weights the grid values + 1 of rows 0 and 1 (then 2 and 3)
+// side by side, each 8 weights of a row times its scale (<= 2 * 15: the bytes never carry), against the token's
+// 8-weight groups in both halves of a 128-bit lane, so that two VPDPBUSD leave each row and half's scaled sum in
+// two int32 lanes and one horizontal add puts them in ik's lanes (k: row k's first 16, 4 + k: its second). The
+// integers are the AVX2 form's, and so are the float steps.
+template <int NY>
+void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                          int64_t out_stride) {
+    const ik::BlockQ8K128* y[NY];
+    for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
+    // word r of 64-bit lane i: row r's three high index bits of group i moved to bits 8..10
+    const __m256i shift_left = _mm256_setr_epi64x(8, 5, 2, 0), shift_right = _mm256_setr_epi64x(0, 0, 0, 1);
+    // the scale words of rows (0, 1) and (2, 3), each over its 8 weights
+    const __m256i rows01 = _mm256_setr_epi64x(0x0100010001000100ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0302030203020302ll);
+    const __m256i rows23 = _mm256_add_epi8(rows01, _mm256_set1_epi8(4));
+    for (int64_t g = 0; g < rows / 4; ++g) {
+        const uint8_t* group = w + 4 * g * row_bytes;
+        const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
+        __m256 acc[NY];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t ib = 0; ib < n / 128; ++ib) {
+            alignas(16) float dsum[NY][4];  // each token's d times its sums of 32, as the scalar products
+            for (int t = 0; t < NY; ++t)
+                _mm_store_ps(dsum[t],
+                             _mm_mul_ps(_mm_set1_ps(y[t][ib].d),
+                                        _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(y[t][ib].bsums))))));
+            for (int j = 0; j < 4; ++j) {
+                const ik::BlockIQ1_S_R4& b = blocks[4 * ib + j];
+                uint64_t qh64;
+                std::memcpy(&qh64, b.qh, 8);
+                const __m128i qh = _mm_cvtsi64_si128(static_cast<long long>(qh64));
+                const __m128i sc4 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+                // the delta: (-8 -+ 1) times the scale, / 16
+                const __m128i minus = _mm_cmpeq_epi16(_mm_and_si128(qh, _mm_set1_epi16(-32768)), _mm_set1_epi16(-32768));
+                const __m128i delta_i = _mm_mullo_epi16(_mm_add_epi16(_mm_set1_epi16(-8), _mm_or_si128(minus, _mm_set1_epi16(1))), sc4);
+                const __m128 delta4 = _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_cvtepi16_epi32(delta_i)));
+                const __m256 delta8 = _mm256_set_m128(delta4, delta4);
+                const __m256i high = _mm256_srlv_epi64(_mm256_sllv_epi64(_mm256_set1_epi64x(static_cast<long long>(qh64)), shift_left), shift_right);
+                alignas(32) uint16_t idx[16];  // 4 i + r: row r's group i
+                _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                                   _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs))),
+                                                   _mm256_and_si256(high, _mm256_set1_epi16(0x0700))));
+                __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
+                auto grid = [&](int i) { return static_cast<long long>(iq::kIq1sGrid[idx[i]]); };
+                const __m256i sc = _mm256_broadcastsi128_si256(sc4);
+                const __m256i sc01 = _mm256_shuffle_epi8(sc, rows01), sc23 = _mm256_shuffle_epi8(sc, rows23);
+                const __m256i one = _mm256_set1_epi8(1);
+                // rows 0, 1 (2, 3) of groups 0 and 2, then of groups 1 and 3
+                const __m256i x0 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(0), grid(1), grid(8), grid(9)), one), sc01);
+                const __m256i x1 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(4), grid(5), grid(12), grid(13)), one), sc01);
+                const __m256i x2 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(2), grid(3), grid(10), grid(11)), one), sc23);
+                const __m256i x3 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(6), grid(7), grid(14), grid(15)), one), sc23);
+                for (int t = 0; t < NY; ++t) {
+                    const float dy = y[t][ib].d;
+                    const __m256i yv = load32(y[t][ib].qs + 32 * j);
+                    const __m256i even = _mm256_shuffle_epi32(yv, 0x44), odd = _mm256_shuffle_epi32(yv, 0xEE);
+                    const __m256i s01 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), x0, even), x1, odd);
+                    const __m256i s23 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), x2, even), x3, odd);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(_mm256_hadd_epi32(s01, s23)), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dsum[t][j]), delta8, acc[t]);
+                }
+            }
+        }
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
+        for (int t = 0; t < NY; ++t) store4(acc[t], d4, out + t * out_stride + 4 * g);
+    }
+}
+#endif
+template <int NY>
+void iq1_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    iq1_s_r4_tokens_vnni<NY>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+#else
+    iq1_s_r4_tokens_avx2<NY>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+#endif
+}
 
 template <template <int> class K>
 void rows_one(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
@@ -174,6 +252,16 @@ void tokens_tile(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, co
     token_passes(n_tok, [&](auto nt, int t) {
         K<decltype(nt)::value>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride);
     });
+}
+
+// The same with passes of sixteen tokens first, for kernels whose per-token state fits the registers that many
+// times (a wider pass decodes each block for twice the tokens).
+template <template <int> class K>
+void tokens_tile16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                   int64_t out_stride) {
+    int t = 0;
+    for (; t + 16 <= n_tok; t += 16) K<16>::run(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, out + t * out_stride, out_stride);
+    if (t < n_tok) tokens_tile<K>(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, n_tok - t, out + t * out_stride, out_stride);
 }
 
 template <int NY>
@@ -275,7 +363,11 @@ inline void add_ik_r4_kernels(KernelTable& t) {
     t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_one<ikr::Iq4KsR4>;
     t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile16<ikr::Iq1SR4>;  // (sixteen accumulators of 256 bits: ik's 16-column pass)
+#else
     t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile<ikr::Iq1SR4>;
+#endif
     t.dot_rows[type_slot(GgmlType::IQ5_KS_R4)] = ikr::rows_one<ikr::Iq5KsR4>;
     t.tile[type_slot(GgmlType::IQ5_KS_R4)] = ikr::tokens_tile<ikr::Iq5KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ2_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ2_K_R4>::Of>;
