@@ -264,6 +264,17 @@ void tokens_tile16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     if (t < n_tok) tokens_tile<K>(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, n_tok - t, out + t * out_stride, out_stride);
 }
 
+// Passes of sixteen where the table has 32 vector registers (ik's 16-column kernels for these forms), else of eight.
+template <template <int> class K>
+void tokens_tile_wide(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
+                      int64_t out_stride) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    tokens_tile16<K>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
+#else
+    tokens_tile<K>(n, w, row_bytes, rows, act, act_bytes, n_tok, out, out_stride);
+#endif
+}
+
 template <int NY>
 struct Iq4KsR4 {
     static constexpr auto run = ks_r4_tokens<NY, false>;
@@ -344,30 +355,26 @@ struct Iq1SR4 {
 inline void add_ik_r4_kernels(KernelTable& t) {
     using ikr::IquantR4;
     t.dot_rows[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ3_S_R4)] = ikr::rows_one<ikr::Iq3SR4>;
-    t.tile[type_slot(GgmlType::IQ3_S_R4)] = ikr::tokens_tile<ikr::Iq3SR4>;
+    t.tile[type_slot(GgmlType::IQ3_S_R4)] = ikr::tokens_tile_wide<ikr::Iq3SR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_M_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
     for (GgmlType ty : {GgmlType::IQ2_XS_R4, GgmlType::IQ2_S_R4}) t.batch_chunk[type_slot(ty)] = 16;
     t.dot_rows[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
-    t.tile_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
-    t.tile_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_one<ikr::Iq4KsR4>;
     t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile16<ikr::Iq1SR4>;  // (sixteen accumulators of 256 bits: ik's 16-column pass)
-#else
-    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile<ikr::Iq1SR4>;
-#endif
+    t.tile[type_slot(GgmlType::IQ1_S_R4)] = ikr::tokens_tile_wide<ikr::Iq1SR4>;
     t.dot_rows[type_slot(GgmlType::IQ5_KS_R4)] = ikr::rows_one<ikr::Iq5KsR4>;
     t.tile[type_slot(GgmlType::IQ5_KS_R4)] = ikr::tokens_tile<ikr::Iq5KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ2_K_R4)] = ikr::rows_one<ikr::KR4<GgmlType::IQ2_K_R4>::Of>;
