@@ -358,3 +358,49 @@ TEST(Streaming, SplitFilesStreamLikeOneFile) {
 
 }  // namespace
 }  // namespace moe
+
+#include "engine/runtime/block_reader.h"
+
+namespace moe {
+namespace {
+
+// A ring that cannot be set up (here: more entries than io_uring takes; in a container whose seccomp refuses
+// io_uring, or under qemu-user) leaves the reader on pread without touching the process's other files. Its
+// teardown once ran io_uring_queue_exit on the zeroed ring, closing file descriptor 0: stdin, or in a process
+// without one the next model file opened, whose expert reads then all failed with EBADF.
+TEST(BlockReaderFallback, UnusableRingLeavesOtherDescriptorsOpen) {
+    test::TempDir dir;
+    const std::string path = dir / "blocks.bin";
+    std::vector<uint8_t> bytes(1 << 16);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    // descriptor 0 as some file this test owns, the process's own put back afterwards
+    const int saved = ::dup(0);
+    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(null_fd, 0);
+    ASSERT_EQ(::dup2(null_fd, 0), 0);
+    ::close(null_fd);
+    {
+        BlockReaderOptions opt;
+        opt.queue_depth = 1 << 20;  // 2M entries: io_uring_setup refuses (EINVAL)
+        BlockReader reader({path}, opt);
+        EXPECT_FALSE(reader.uring()) << reader.mode_note();
+        EXPECT_NE(reader.mode_note().find("pread"), std::string::npos) << reader.mode_note();
+        EXPECT_NE(::fcntl(0, F_GETFD), -1) << "descriptor 0 closed by the reader's setup";
+        void* buf = nullptr;
+        ASSERT_EQ(::posix_memalign(&buf, 4096, 8192), 0);
+        reader.read(0, 4096, 8192, buf, 42, true);
+        const auto done = reader.reap(true);
+        ASSERT_EQ(done.size(), 1u);
+        EXPECT_EQ(done[0].tag, 42u);
+        EXPECT_EQ(done[0].result, 8192);
+        EXPECT_EQ(std::memcmp(buf, bytes.data() + 4096, 8192), 0);
+        std::free(buf);
+    }
+    EXPECT_NE(::fcntl(0, F_GETFD), -1) << "descriptor 0 closed by the reader's teardown";
+    if (saved >= 0) ::dup2(saved, 0), ::close(saved);
+    else ::close(0);
+}
+
+}  // namespace
+}  // namespace moe

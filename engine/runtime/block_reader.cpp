@@ -13,8 +13,11 @@
 namespace moe {
 
 struct BlockReader::Ring {
-    struct io_uring ring;
-    ~Ring() { io_uring_queue_exit(&ring); }
+    struct io_uring ring {};
+    bool live = false;  // set up: a zeroed ring's exit would close file descriptor 0 (and munmap nothing)
+    ~Ring() {
+        if (live) io_uring_queue_exit(&ring);
+    }
 };
 
 BlockReader::BlockReader(const std::vector<std::string>& files, BlockReaderOptions opt) : opt_(std::move(opt)) {
@@ -55,6 +58,7 @@ BlockReader::BlockReader(const std::vector<std::string>& files, BlockReaderOptio
         }
         if (!sqpoll_) rc = io_uring_queue_init(entries, &r->ring, 0);
         if (rc == 0) {
+            r->live = true;
             ring_ = std::move(r);
             // Registered files spare the kernel a file-table lookup per read (and SQPOLL needs them before 5.11).
             files_registered_ = io_uring_register_files(&ring_->ring, fds_.data(), static_cast<unsigned>(fds_.size())) == 0;
