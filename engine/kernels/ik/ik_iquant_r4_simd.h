@@ -380,12 +380,11 @@ void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_
 }
 #endif
 
-// IQ3_S_R4 in its own layout: per sub-block and 4-group i a register holding, in 32-bit lane k, row k's grid entry
-// for weights 4i..4i+3 and, in lane 4 + k, for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side),
-// against the activations' dword i of each half broadcast: the products land in ik's lanes directly.
-template <int NY>
-void iq3_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                     int64_t out_stride) {
+// IQ3_S_R4 per group of four rows and block of 256: Sub::run adds the block's integers for every token into ik's
+// lanes (k: row k's first 16 of each 32, 4 + k: its second), then d y.d times them is FMA'd per token.
+template <int NY, class Sub>
+void iq3_s_r4_frame(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                    int64_t out_stride) {
     constexpr size_t kBlock = 440;
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
@@ -396,37 +395,7 @@ void iq3_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
             const auto* y0 = reinterpret_cast<const ik::BlockQ8K*>(act) + ibl;
             __m256i isum[NY];
             for (auto& v : isum) v = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ++ib) {
-                const uint8_t* qs = b + 8 + 32 * ib;
-                const uint32_t qh = u32_of(b + 264 + 4 * ib);  // row k's high bits in byte k
-                const __m256i signs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib)));
-                __m256i qx[4], sg[4];
-                for (int i = 0; i < 4; ++i) {
-                    int e[8];
-                    for (int l = 0; l < 8; ++l)
-                        e[l] = static_cast<int>(iq::kIq3sGrid[qs[8 * i + l] | ((qh >> (8 * (l % 4) + i + 4 * (l / 4))) & 1) << 8]);
-                    qx[i] = _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
-                    const __m256i bit = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(1 << (i + 4))), _mm_set1_epi8(static_cast<char>(1 << i)));
-                    sg[i] = plus_minus_one(_mm256_cmpeq_epi8(_mm256_and_si256(signs, bit), bit));
-                }
-                int sc[4];
-                for (int k = 0; k < 4; ++k) sc[k] = 2 * ((b[424 + (4 * ib + k) % 16] >> (4 * ((4 * ib + k) / 16))) & 15) + 1;
-                const __m256i scales = _mm256_setr_epi16(
-                    static_cast<short>(sc[0]), static_cast<short>(sc[0]), static_cast<short>(sc[1]), static_cast<short>(sc[1]),
-                    static_cast<short>(sc[2]), static_cast<short>(sc[2]), static_cast<short>(sc[3]), static_cast<short>(sc[3]),
-                    static_cast<short>(sc[0]), static_cast<short>(sc[0]), static_cast<short>(sc[1]), static_cast<short>(sc[1]),
-                    static_cast<short>(sc[2]), static_cast<short>(sc[2]), static_cast<short>(sc[3]), static_cast<short>(sc[3]));
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i q = load32(reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->qs +
-                                             32 * ib);
-                    const __m256i p0 = _mm256_maddubs_epi16(qx[0], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x00), sg[0]));
-                    const __m256i p1 = _mm256_maddubs_epi16(qx[1], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x55), sg[1]));
-                    const __m256i p2 = _mm256_maddubs_epi16(qx[2], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xAA), sg[2]));
-                    const __m256i p3 = _mm256_maddubs_epi16(qx[3], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xFF), sg[3]));
-                    const __m256i p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));  // <= 8 * 15 * 127
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scales));
-                }
-            }
+            Sub::template run<NY>(b, y0, act_bytes, isum);
             const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
             const __m256 dd = _mm256_set_m128(d4, d4);
             for (int t = 0; t < NY; ++t) {
@@ -438,72 +407,101 @@ void iq3_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
             _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
     }
 }
+// IQ3_S_R4 in its own layout: per sub-block and 4-group i a register holding, in 32-bit lane k, row k's grid entry
+// for weights 4i..4i+3 and, in lane 4 + k, for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side),
+// against the activations' dword i of each half broadcast: the products land in ik's lanes directly.
+struct Iq3SBlockAvx2 {
+    template <int NY>
+    static void run(const uint8_t* b, const ik::BlockQ8K* y0, size_t act_bytes, __m256i* isum) {
+        for (int ib = 0; ib < 8; ++ib) {
+            const uint8_t* qs = b + 8 + 32 * ib;
+            const uint32_t qh = u32_of(b + 264 + 4 * ib);  // row k's high bits in byte k
+            const __m256i signs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib)));
+            __m256i qx[4], sg[4];
+            for (int i = 0; i < 4; ++i) {
+                int e[8];
+                for (int l = 0; l < 8; ++l)
+                    e[l] = static_cast<int>(iq::kIq3sGrid[qs[8 * i + l] | ((qh >> (8 * (l % 4) + i + 4 * (l / 4))) & 1) << 8]);
+                qx[i] = _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+                const __m256i bit = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(1 << (i + 4))), _mm_set1_epi8(static_cast<char>(1 << i)));
+                sg[i] = plus_minus_one(_mm256_cmpeq_epi8(_mm256_and_si256(signs, bit), bit));
+            }
+            int sc[4];
+            for (int k = 0; k < 4; ++k) sc[k] = 2 * ((b[424 + (4 * ib + k) % 16] >> (4 * ((4 * ib + k) / 16))) & 15) + 1;
+            const __m256i scales = _mm256_setr_epi16(
+                static_cast<short>(sc[0]), static_cast<short>(sc[0]), static_cast<short>(sc[1]), static_cast<short>(sc[1]), static_cast<short>(sc[2]),
+                static_cast<short>(sc[2]), static_cast<short>(sc[3]), static_cast<short>(sc[3]), static_cast<short>(sc[0]), static_cast<short>(sc[0]),
+                static_cast<short>(sc[1]), static_cast<short>(sc[1]), static_cast<short>(sc[2]), static_cast<short>(sc[2]), static_cast<short>(sc[3]),
+                static_cast<short>(sc[3]));
+            for (int t = 0; t < NY; ++t) {
+                const __m256i q = load32(reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->qs + 32 * ib);
+                const __m256i p0 = _mm256_maddubs_epi16(qx[0], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x00), sg[0]));
+                const __m256i p1 = _mm256_maddubs_epi16(qx[1], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0x55), sg[1]));
+                const __m256i p2 = _mm256_maddubs_epi16(qx[2], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xAA), sg[2]));
+                const __m256i p3 = _mm256_maddubs_epi16(qx[3], _mm256_sign_epi8(_mm256_shuffle_epi32(q, 0xFF), sg[3]));
+                const __m256i p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));  // <= 8 * 15 * 127
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scales));
+            }
+        }
+    }
+};
+template <int NY>
+void iq3_s_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                     int64_t out_stride) {
+    iq3_s_r4_frame<NY, Iq3SBlockAvx2>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 // The same integers on VNNI CPUs, as ik's AVX-512 kernel takes them: the grid indices' ninth bits for the four rows
 // at once (word l of the 8: row l % 4's qh byte, shifted so that bit i (+ 4 for l >= 4) lands on bit 8), the sign
 // bits as byte masks, the broadcast activation dwords negated under them and VPDPBUSD per 4-group, times the
 // scales with one 32-bit multiply per sub-block.
+struct Iq3SBlockVnni {
+    template <int NY>
+    static void run(const uint8_t* b, const ik::BlockQ8K* y0, size_t act_bytes, __m256i* isum) {
+        const __m256i one = _mm256_set1_epi8(1);
+        // byte m: 2 (low nibble of scale byte m) + 1, byte 16 + m: the same of its high nibble
+        alignas(32) uint32_t scale_words[8];
+        const __m128i scale_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 424));
+        const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(scale_bits, 4), scale_bits), _mm256_set1_epi8(0x0F));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(scale_words), _mm256_or_si256(_mm256_add_epi8(nibbles, nibbles), one));
+        for (int ib = 0; ib < 8; ++ib) {
+            const uint8_t* qs = b + 8 + 32 * ib;
+            __m128i high = _mm_sllv_epi64(_mm_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(u32_of(b + 264 + 4 * ib)))), _mm_set_epi64x(4, 8));
+            __m256i qx[4];
+            for (int i = 0; i < 4; ++i) {
+                alignas(16) uint16_t idx[8];
+                _mm_store_si128(reinterpret_cast<__m128i*>(idx),
+                                _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))),
+                                             _mm_and_si128(high, _mm_set1_epi16(0x100))));
+                __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
+                high = _mm_srli_epi16(high, 1);
+                auto e = [&](int l) { return static_cast<int>(iq::kIq3sGrid[idx[l]]); };
+                qx[i] = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+            }
+            const __m128i signs128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib));
+            __m256i signs = _mm256_set_m128i(_mm_srli_epi16(signs128, 4), signs128);
+            __mmask32 negative[4];
+            for (int i = 0; i < 4; ++i, signs = _mm256_srli_epi16(signs, 1)) negative[i] = _mm256_test_epi8_mask(signs, one);
+            const __m256i scales = _mm256_cvtepi8_epi32(_mm_set1_epi32(static_cast<int>(scale_words[ib])));  // rows 0..3, twice
+            for (int t = 0; t < NY; ++t) {
+                const __m256i q = load32(reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->qs + 32 * ib);
+                const __m256i q0 = _mm256_shuffle_epi32(q, 0x00), q1 = _mm256_shuffle_epi32(q, 0x55), q2 = _mm256_shuffle_epi32(q, 0xAA),
+                              q3 = _mm256_shuffle_epi32(q, 0xFF);
+                const __m256i zero = _mm256_setzero_si256();
+                __m256i sumi = _mm256_dpbusd_epi32(zero, qx[0], _mm256_mask_sub_epi8(q0, negative[0], zero, q0));
+                sumi = _mm256_dpbusd_epi32(sumi, qx[1], _mm256_mask_sub_epi8(q1, negative[1], zero, q1));
+                sumi = _mm256_dpbusd_epi32(sumi, qx[2], _mm256_mask_sub_epi8(q2, negative[2], zero, q2));
+                sumi = _mm256_dpbusd_epi32(sumi, qx[3], _mm256_mask_sub_epi8(q3, negative[3], zero, q3));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(sumi, scales));
+            }
+        }
+    }
+};
 template <int NY>
 void iq3_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                           int64_t out_stride) {
-    constexpr size_t kBlock = 440;
-    const __m256i one = _mm256_set1_epi8(1);
-    for (int64_t g = 0; g < rows / 4; ++g) {
-        const uint8_t* group = w + 4 * g * row_bytes;
-        __m256 acc[NY];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t ibl = 0; ibl < n / ik::QK_K; ++ibl) {
-            const uint8_t* b = group + ibl * kBlock;
-            const auto* y0 = reinterpret_cast<const ik::BlockQ8K*>(act) + ibl;
-            // byte m: 2 (low nibble of scale byte m) + 1, byte 16 + m: the same of its high nibble
-            alignas(32) uint32_t scale_words[8];
-            const __m128i scale_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 424));
-            const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(scale_bits, 4), scale_bits), _mm256_set1_epi8(0x0F));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(scale_words), _mm256_or_si256(_mm256_add_epi8(nibbles, nibbles), one));
-            __m256i isum[NY];
-            for (auto& v : isum) v = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ++ib) {
-                const uint8_t* qs = b + 8 + 32 * ib;
-                __m128i high = _mm_sllv_epi64(_mm_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(u32_of(b + 264 + 4 * ib)))), _mm_set_epi64x(4, 8));
-                __m256i qx[4];
-                for (int i = 0; i < 4; ++i) {
-                    alignas(16) uint16_t idx[8];
-                    _mm_store_si128(reinterpret_cast<__m128i*>(idx),
-                                    _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))),
-                                                 _mm_and_si128(high, _mm_set1_epi16(0x100))));
-                    __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
-                    high = _mm_srli_epi16(high, 1);
-                    auto e = [&](int l) { return static_cast<int>(iq::kIq3sGrid[idx[l]]); };
-                    qx[i] = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
-                }
-                const __m128i signs128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib));
-                __m256i signs = _mm256_set_m128i(_mm_srli_epi16(signs128, 4), signs128);
-                __mmask32 negative[4];
-                for (int i = 0; i < 4; ++i, signs = _mm256_srli_epi16(signs, 1)) negative[i] = _mm256_test_epi8_mask(signs, one);
-                const __m256i scales = _mm256_cvtepi8_epi32(_mm_set1_epi32(static_cast<int>(scale_words[ib])));  // rows 0..3, twice
-                for (int t = 0; t < NY; ++t) {
-                    const __m256i q = load32(reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->qs +
-                                             32 * ib);
-                    const __m256i q0 = _mm256_shuffle_epi32(q, 0x00), q1 = _mm256_shuffle_epi32(q, 0x55), q2 = _mm256_shuffle_epi32(q, 0xAA),
-                                  q3 = _mm256_shuffle_epi32(q, 0xFF);
-                    const __m256i zero = _mm256_setzero_si256();
-                    __m256i sumi = _mm256_dpbusd_epi32(zero, qx[0], _mm256_mask_sub_epi8(q0, negative[0], zero, q0));
-                    sumi = _mm256_dpbusd_epi32(sumi, qx[1], _mm256_mask_sub_epi8(q1, negative[1], zero, q1));
-                    sumi = _mm256_dpbusd_epi32(sumi, qx[2], _mm256_mask_sub_epi8(q2, negative[2], zero, q2));
-                    sumi = _mm256_dpbusd_epi32(sumi, qx[3], _mm256_mask_sub_epi8(q3, negative[3], zero, q3));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(sumi, scales));
-                }
-            }
-            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-            const __m256 dd = _mm256_set_m128(d4, d4);
-            for (int t = 0; t < NY; ++t) {
-                const float yd = reinterpret_cast<const ik::BlockQ8K*>(reinterpret_cast<const uint8_t*>(y0) + t * act_bytes)->d;
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(yd)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
-            }
-        }
-        for (int t = 0; t < NY; ++t)
-            _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
-    }
+    iq3_s_r4_frame<NY, Iq3SBlockVnni>(n, w, row_bytes, rows, act, act_bytes, out, out_stride);
 }
 #endif
 template <int NY>
