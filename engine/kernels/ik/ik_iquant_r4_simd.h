@@ -103,6 +103,22 @@ inline __m256i rows_by_half(__m256i r0, __m256i r1, __m256i r2, __m256i r3) {
     return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
+// The five forms' block and activation shapes (IQ1_M_R4: 128 weights a block against Q8_K128, after the group's
+// row scales; the others 256 against Q8_K).
+template <GgmlType T>
+struct IqR4Shape {
+    static constexpr bool kOneM = T == GgmlType::IQ1_M_R4;
+    static constexpr bool kIq2 = T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ2_XS_R4 || T == GgmlType::IQ2_S_R4;
+    static constexpr int kSub = kOneM ? 4 : 8;
+    static constexpr int64_t kSpan = 32 * kSub;
+    static constexpr size_t kBlock = kOneM                       ? 4 * 28
+                                     : T == GgmlType::IQ2_XXS_R4 ? 264
+                                     : T == GgmlType::IQ2_XS_R4  ? 296
+                                     : T == GgmlType::IQ3_XXS_R4 ? 392
+                                                                 : 328;
+    static constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+};
+
 // NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's products summed
 // per row and half and times the scales. Chunk16: ik's 16-column kernel of IQ2_XS_R4 / IQ2_S_R4 (values + 64,
 // unsigned, the offset back through the sums of 16 first, sub-blocks 0..3 in a row's first lane and 4..7 in its
@@ -110,15 +126,11 @@ inline __m256i rows_by_half(__m256i r0, __m256i r1, __m256i r2, __m256i r3) {
 template <GgmlType T, bool Chunk16, int NY>
 void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
-    constexpr bool kOneM = T == GgmlType::IQ1_M_R4, kIq2 = T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ2_XS_R4 || T == GgmlType::IQ2_S_R4;
-    constexpr int kSub = kOneM ? 4 : 8;
-    constexpr int64_t kSpan = 32 * kSub;
-    constexpr size_t kBlock = kOneM                       ? 4 * 28
-                              : T == GgmlType::IQ2_XXS_R4 ? 264
-                              : T == GgmlType::IQ2_XS_R4  ? 296
-                              : T == GgmlType::IQ3_XXS_R4 ? 392
-                                                          : 328;
-    constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+    using S = IqR4Shape<T>;
+    constexpr bool kOneM = S::kOneM, kIq2 = S::kIq2;
+    constexpr int kSub = S::kSub;
+    constexpr int64_t kSpan = S::kSpan;
+    constexpr size_t kBlock = S::kBlock, kActBlock = S::kActBlock, kActQs = S::kActQs;
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
@@ -279,16 +291,12 @@ inline IqR4Rows decode_iq_r4_vnni(const uint8_t* b, int ib) {
 template <GgmlType T, bool Chunk16, int NY>
 void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                            int64_t out_stride) {
-    constexpr bool kOneM = T == GgmlType::IQ1_M_R4, kIq2 = T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ2_XS_R4 || T == GgmlType::IQ2_S_R4;
+    using S = IqR4Shape<T>;
+    constexpr bool kOneM = S::kOneM, kIq2 = S::kIq2;
     constexpr bool kWide = NY > 1;  // two rows per 512-bit register
-    constexpr int kSub = kOneM ? 4 : 8;
-    constexpr int64_t kSpan = 32 * kSub;
-    constexpr size_t kBlock = kOneM                       ? 4 * 28
-                              : T == GgmlType::IQ2_XXS_R4 ? 264
-                              : T == GgmlType::IQ2_XS_R4  ? 296
-                              : T == GgmlType::IQ3_XXS_R4 ? 392
-                                                          : 328;
-    constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+    constexpr int kSub = S::kSub;
+    constexpr int64_t kSpan = S::kSpan;
+    constexpr size_t kBlock = S::kBlock, kActBlock = S::kActBlock, kActQs = S::kActQs;
     // per 128-bit lane L, scale word L + 4 j (register j of two rows) in all eight words; 256 bits: lane L of row k
     // is word 2 k + L
     const __m512i pick = _mm512_setr_epi32(0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x03020302, 0x03020302, 0x03020302, 0x03020302, 0x05040504,
