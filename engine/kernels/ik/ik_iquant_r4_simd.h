@@ -117,6 +117,13 @@ struct IqR4Shape {
                                      : T == GgmlType::IQ3_XXS_R4 ? 392
                                                                  : 328;
     static constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
+    // the four rows' f16 d of block b, twice (IQ3_XXS_R4's with its 1/4; IQ1_M_R4 has none per block: zeros)
+    static __m256 block_d(const uint8_t* b) {
+        if constexpr (kOneM) return _mm256_setzero_ps();
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+        const __m256 dd = _mm256_set_m128(d4, d4);
+        return T == GgmlType::IQ3_XXS_R4 ? _mm256_mul_ps(dd, _mm256_set1_ps(0.25f)) : dd;
+    }
 };
 
 // NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's products summed
@@ -161,12 +168,7 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(scales, rows_by_half(r[0], r[1], r[2], r[3])));
                 }
             }
-            __m256 dd = _mm256_setzero_ps();
-            if constexpr (!kOneM) {
-                const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-                dd = _mm256_set_m128(d4, d4);
-                if constexpr (T == GgmlType::IQ3_XXS_R4) dd = _mm256_mul_ps(dd, _mm256_set1_ps(0.25f));
-            }
+            const __m256 dd = IqR4Shape<T>::block_d(b);
             for (int t = 0; t < NY; ++t) {
                 float yd;
                 std::memcpy(&yd, y[t], 4);
@@ -352,12 +354,7 @@ void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_
                             s1[k], _mm256_maddubs_epi16(r.m[k], Chunk16 ? q : _mm256_mask_sub_epi8(q, r.neg[k], _mm256_setzero_si256(), q)), sc[k]);
                 }
             }
-            __m256 dd = _mm256_setzero_ps();
-            if constexpr (!kOneM) {
-                const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-                dd = _mm256_set_m128(d4, d4);
-                if constexpr (T == GgmlType::IQ3_XXS_R4) dd = _mm256_mul_ps(dd, _mm256_set1_ps(0.25f));
-            }
+            const __m256 dd = IqR4Shape<T>::block_d(b);
             for (int t = 0; t < NY; ++t) {
                 __m256i isum;
                 if constexpr (kWide) {
