@@ -10,13 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/kernels/ik/ik_table_quads_avx512.h"
 #include "engine/kernels/ik/ik_table_simd.h"
 
 namespace moe::kernels {
 namespace {
 namespace ikt {
 
-inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i broadcast32(const uint8_t* p) { return _mm512_broadcast_i64x4(load32(p)); }
 // A 16-byte table in every 128-bit lane.
 inline __m512i table512(__m256i t) { return _mm512_inserti64x4(_mm512_castsi256_si512(t), t, 1); }
@@ -56,19 +56,6 @@ inline void pair_scales(__m256i s16, __m512i sc[4]) {
 
 template <GgmlType T>
 struct Dec512;
-
-// 128 bytes of nibbles (group g's low and high nibbles in bytes 16g..16g+15) as four group pairs laid out as
-// nibble_pair lays them out: a whole block split at once, then the pairs' 128-bit lanes picked from both halves.
-inline void block_nibble_pairs(const uint8_t* qs, __m512i out[4]) {
-    const __m512i m = _mm512_set1_epi8(0x0F);
-    const __m512i even = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), odd = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    for (int h = 0; h < 2; ++h) {
-        const __m512i b = load64(qs + 64 * h);
-        const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
-        out[2 * h] = _mm512_permutex2var_epi64(lo, even, hi);
-        out[2 * h + 1] = _mm512_permutex2var_epi64(lo, odd, hi);
-    }
-}
 
 // The signed tables' negative values sit at the indices with one bit clear, so a pair's sign mask is a test of
 // its indices (magnitudes2) rather than of the looked-up values.
@@ -137,197 +124,6 @@ struct Dec512<GgmlType::IQ3_KS> : Dec<GgmlType::IQ3_KS> {
         negative = _mm512_testn_epi8_mask(idx[p], _mm512_set1_epi8(4));
         return _mm512_shuffle_epi8(_mm512_mask_blend_epi64(static_cast<__mmask8>(lanes >> 8 * p), a0, a1), idx[p]);
     }
-};
-
-// IQ3_KS and IQ4_KS over many rows against one token. Both types pick per group of 32 one of two tables, the
-// second the first + 4; here every group reads the first, and the + 4 e_g comes back per group through the token's
-// sums of four, Q4[g][j] = q[32g + 4j] + ... + q[32g + 4j + 3] (once per call): lane j gets
-// sum_g s_g sum v' q + sum_g s_g c_g Q4[g][j], the integers of the two-table kernel's lane exactly, so its float
-// steps and bits. IQ3_KS also reads its values + 64 (|v + 64| <= 115: no PMADDUBSW pair sum saturates), so it needs
-// no sign step either: c_g = 4 e_g - 64. IQ4_KS's values + 128 would saturate PMADDUBSW: its rows
-// (dot_rows_iq4_ks) take VPDPBUSD's sums of four instead, c_g = 4 e_g - 128 their starting values.
-// The token's quad sums for a block, as the correction's pairs: 256 bits per group pair (2p, 2p + 1) holding the
-// int16 pairs (Q4[2p][j], Q4[2p + 1][j]) for j = 0..7; pairs 0 and 1 in the first register, 2 and 3 in the second.
-constexpr bool second_table_is_first_plus(const int8_t* values, int half, int step) {
-    for (int i = 0; i < half; ++i)
-        if (values[half + i] != values[i] + step) return false;
-    return true;
-}
-static_assert(second_table_is_first_plus(ik::kIq3nlValues, 8, 4) && second_table_is_first_plus(ik::kIq4kValues, 16, 4));
-struct alignas(64) QuadSumPairs {
-    int16_t v[64];
-};
-inline void quad_sum_pairs(const int8_t* qs, QuadSumPairs& out) {
-    __m256i pair[4];
-    for (int p = 0; p < 4; ++p) {
-        const __m512i q4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), load64(qs + 64 * p));
-        const __m256i w = _mm512_cvtepi32_epi16(q4);  // Q4[2p][0..7], then Q4[2p + 1][0..7]
-        const __m128i a = _mm256_castsi256_si128(w), b = _mm256_extracti128_si256(w, 1);
-        pair[p] = _mm256_setr_m128i(_mm_unpacklo_epi16(a, b), _mm_unpackhi_epi16(a, b));
-    }
-    _mm512_store_si512(out.v, _mm512_inserti64x4(_mm512_castsi256_si512(pair[0]), pair[1], 1));
-    _mm512_store_si512(out.v + 32, _mm512_inserti64x4(_mm512_castsi256_si512(pair[2]), pair[3], 1));
-}
-
-// A token's block in the order a row's indices unpack into: the 16 bytes c of register p are the activations
-// from K::kChunk[p][c] on (group kChunk / 32), laid out once per call so that no row needs a cross-lane permute.
-struct alignas(64) UnpackOrderQuants {
-    int8_t q[QK_K];
-};
-template <class K>
-void unpack_order_activations(const int8_t* qs, UnpackOrderQuants& out) {
-    for (int p = 0; p < 4; ++p)
-        for (int c = 0; c < 4; ++c)
-            _mm_store_si128(reinterpret_cast<__m128i*>(out.q + 64 * p + 16 * c),
-                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + K::kChunk[p][c])));
-}
-
-template <class K>
-void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    const auto* y = static_cast<const ik::BlockQ8K*>(a);
-    const int64_t nb = n / QK_K;
-    thread_local std::vector<QuadSumPairs> quads;
-    thread_local std::vector<UnpackOrderQuants> ordered;
-    quads.resize(static_cast<size_t>(nb));
-    ordered.resize(static_cast<size_t>(nb));
-    for (int64_t i = 0; i < nb; ++i) {
-        quad_sum_pairs(y[i].qs, quads[static_cast<size_t>(i)]);
-        unpack_order_activations<K>(y[i].qs, ordered[static_cast<size_t>(i)]);
-    }
-    const K kind;
-    // register p's scales, each 128-bit lane c its group's int16 word
-    __m512i pick[4];
-    for (int p = 0; p < 4; ++p) {
-        alignas(64) int16_t words[32];
-        for (int c = 0; c < 4; ++c)
-            for (int j = 0; j < 8; ++j) words[8 * c + j] = static_cast<int16_t>(0x0100 + 0x0202 * (K::kChunk[p][c] / 32));
-        pick[p] = _mm512_load_si512(words);
-    }
-    const __m512i first_pairs = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i second_pairs = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
-        const float drow = K::row_scale(row);
-        const auto* x = reinterpret_cast<const typename K::Block*>(row + K::kMeta);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nb; ++i) {
-            __m128i s, c;  // the eight groups' scales and correction coefficients, int16
-            K::scales(x[i], s, c);
-            const __m512i sc = _mm512_castsi128_si512(_mm_mullo_epi16(s, c));
-            const QuadSumPairs& quad = quads[static_cast<size_t>(i)];
-            const int8_t* q = ordered[static_cast<size_t>(i)].q;
-            __m512i sum0 = _mm512_madd_epi16(_mm512_load_si512(quad.v), _mm512_permutexvar_epi32(first_pairs, sc));
-            __m512i sum1 = _mm512_madd_epi16(_mm512_load_si512(quad.v + 32), _mm512_permutexvar_epi32(second_pairs, sc));
-            __m512i idx[4];
-            K::indices(x[i], idx);
-            const __m512i s4 = _mm512_broadcast_i32x4(s);
-            for (int p = 0; p < 4; ++p) {
-                const __m512i prod = kind.product(idx[p], _mm512_loadu_si512(q + 64 * p));
-                if (p % 2) sum1 = _mm512_dpwssd_epi32(sum1, prod, _mm512_shuffle_epi8(s4, pick[p]));
-                else sum0 = _mm512_dpwssd_epi32(sum0, prod, _mm512_shuffle_epi8(s4, pick[p]));
-            }
-            const __m512i sum = _mm512_add_epi32(sum0, sum1);
-            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(drow * y[i].d), _mm256_cvtepi32_ps(lanes), acc);
-        }
-        out[r] = hsum_float_8(acc);
-    }
-}
-
-// A 16-byte table in every 128-bit lane, each entry kValues[i % period] + add.
-template <const int8_t* kValues, int kPeriod, int kAdd, bool kAbs>
-inline __m512i lane_table() {
-    alignas(16) static constexpr auto kTable = [] {
-        std::array<int8_t, 16> t{};
-        for (int i = 0; i < 16; ++i) {
-            const int v = kValues[i % kPeriod] + kAdd;
-            t[i] = static_cast<int8_t>(kAbs && v < 0 ? -v : v);
-        }
-        return t;
-    }();
-    return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.data())));
-}
-
-// IQ4_KS over many rows against one token, dot_rows_quad_corrected's integers with one step fewer per group: the
-// correction c_g Q4[g][j] (c_g = 4 e_g - 128, the table bit and the + 128) is VPDPBUSD's starting value, so the
-// one multiply by the group's scale covers both. Per call the token's -128 Q4 and 4 Q4 per register (groups 2p
-// and 2p + 1, block_nibble_pairs's order); per row and block a masked add picks the start of each group.
-struct alignas(64) QuadStarts {
-    int32_t base[4][16], bit[4][16];
-};
-inline void quad_starts(const int8_t* qs, QuadStarts& out) {
-    for (int p = 0; p < 4; ++p) {
-        const __m512i q4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), load64(qs + 64 * p));
-        _mm512_store_si512(out.base[p], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(q4, 7)));
-        _mm512_store_si512(out.bit[p], _mm512_slli_epi32(q4, 2));
-    }
-}
-inline void dot_rows_iq4_ks(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
-    const auto* y = static_cast<const ik::BlockQ8K*>(a);
-    const int64_t nb = n / QK_K;
-    thread_local std::vector<QuadStarts> starts;
-    starts.resize(static_cast<size_t>(nb));
-    for (int64_t i = 0; i < nb; ++i) quad_starts(y[i].qs, starts[static_cast<size_t>(i)]);
-    const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
-    __m512i pick32[4];
-    for (int p = 0; p < 4; ++p) pick32[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
-        const float drow = read_f32(row);
-        const auto* x = reinterpret_cast<const ik::BlockIQ4_KS*>(row + 4);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nb; ++i) {
-            uint64_t raw;
-            std::memcpy(&raw, x[i].scales, 8);
-            const uint64_t table_bits = (raw & 0x0101010101010101ull) * 0xFF;  // byte g all ones where group g reads the second table
-            // scale g: (scales[g] & 254) - 127
-            const __m128i bytes = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(raw)));
-            const __m512i s32 = _mm512_castsi256_si512(
-                _mm256_cvtepi16_epi32(_mm_sub_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0xFE)), _mm_set1_epi16(127))));
-            __m512i idx[4];
-            block_nibble_pairs(x[i].qs, idx);
-            const QuadStarts& st = starts[static_cast<size_t>(i)];
-            __m512i sum = _mm512_setzero_si512();
-            for (int p = 0; p < 4; ++p) {
-                const __m512i base = _mm512_load_si512(st.base[p]);
-                const __m512i start = _mm512_mask_add_epi32(base, static_cast<__mmask16>(table_bits >> 16 * p), base, _mm512_load_si512(st.bit[p]));
-                const __m512i quad4 = _mm512_dpbusd_epi32(start, _mm512_shuffle_epi8(table, idx[p]), load64(y[i].qs + 64 * p));
-                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(quad4, _mm512_permutexvar_epi32(pick32[p], s32)));
-            }
-            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(drow * y[i].d), _mm256_cvtepi32_ps(lanes), acc);
-        }
-        out[r] = hsum_float_8(acc);
-    }
-}
-
-struct QuadIQ3KS {
-    using Block = ik::BlockIQ3_KS;
-    static constexpr int kMeta = 2;
-    static float row_scale(const uint8_t* row) { return read_f16(row); }
-    // scale g: nibble g (low nibbles of scales[0..3], then their high nibbles) | 16 (extra bit g) - 16; the table
-    // bit e_g is bit 8 + g of extra
-    static void scales(const Block& b, __m128i& s, __m128i& c) {
-        const __m128i nib = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(load_u32(b.scales))), _mm_setr_epi32(0, 4, 0, 0)),
-                                          _mm_set1_epi8(0x0F));
-        s = _mm_cvtepu8_epi16(nib);
-        s = _mm_sub_epi16(_mm_mask_add_epi16(s, static_cast<__mmask8>(b.extra), s, _mm_set1_epi16(16)), _mm_set1_epi16(16));
-        c = _mm_mask_add_epi16(_mm_set1_epi16(-64), static_cast<__mmask8>(b.extra >> 8), _mm_set1_epi16(-64), _mm_set1_epi16(4));
-    }
-    // register k: bits 2k of qs[j] (group k) then of qs[32 + j] (group 4 + k), the third bit k (4 + k) of qh[j]
-    static constexpr int kChunk[4][4] = {{0, 16, 128, 144}, {32, 48, 160, 176}, {64, 80, 192, 208}, {96, 112, 224, 240}};
-    static void indices(const Block& b, __m512i idx[4]) {
-        const __m512i q = load64(b.qs), m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
-        const __m256i h = load32(b.qh);
-        const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);
-        constexpr int kOrAnd = 0xF8;  // A | (B & C)
-        idx[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(q, m3), _mm512_slli_epi16(hb, 2), m4, kOrAnd);
-        idx[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 2), m3), _mm512_slli_epi16(hb, 1), m4, kOrAnd);
-        idx[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 4), m3), hb, m4, kOrAnd);
-        idx[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 6), m3), _mm512_srli_epi16(hb, 1), m4, kOrAnd);
-    }
-    const __m512i table = lane_table<ik::kIq3nlValues, 8, 64, false>();
-    __m512i product(__m512i idx, __m512i q) const { return _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), q); }
 };
 
 // Two bits per weight: bits 2 (g % 4) of qs[32 (g / 4) + j], for groups 2p (first half) and 2p + 1.
@@ -484,7 +280,9 @@ struct Pairs512 {
             return _mm512_abs_epi8(v);
         }
     }
-    static __m256i one(const D& dec, const int8_t* qs) {
+    static __m256i one(const D& dec, const int8_t* qs) { return halves(sums_one(dec, qs)); }
+    // one()'s sixteen int32 lanes before the halves are added
+    static __m512i sums_one(const D& dec, const int8_t* qs) {
         __m512i sc[4], sum[2];  // two chains, each started by VPMADDWD (the same int32 lanes as VPDPWSSD onto 0)
         pair_scales(dec.s16, sc);
         for (int p = 0; p < 4; ++p) {
@@ -498,7 +296,7 @@ struct Pairs512 {
             }
             sum[p % 2] = p < 2 ? _mm512_madd_epi16(prod, sc[p]) : _mm512_dpwssd_epi32(sum[p % 2], prod, sc[p]);
         }
-        return halves(_mm512_add_epi32(sum[0], sum[1]));
+        return _mm512_add_epi32(sum[0], sum[1]);
     }
     explicit Pairs512(const D& dec) {
         pair_scales(dec.s16, sc);
@@ -516,42 +314,86 @@ struct Pairs512 {
     __m256i lanes(const D&, const int8_t* qs) const { return halves(sums(qs)); }
 };
 
+// dot_one over two rows at a time, row a's eight lanes in the first half of one float register and b's in the
+// second (each half's steps are dot_one's, the same bits): the conversions and FMAs take one instruction for
+// both, and the two rows' chains overlap.
+template <class D>
+void dot_rows_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
+    const auto* y = static_cast<const ik::BlockQ8K*>(a);
+    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    int64_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+        const uint8_t* ra = w + static_cast<size_t>(r) * row_bytes;
+        const uint8_t* rb = ra + row_bytes;
+        D da(ra), db(rb);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n / QK_K; ++i) {
+            da.block(ra + D::kMeta + i * D::kBlock);
+            db.block(rb + D::kMeta + i * D::kBlock);
+            const __m512 f = _mm512_mul_ps(_mm512_mask_broadcastss_ps(_mm512_set1_ps(da.d()), 0xFF00, _mm_set_ss(db.d())), _mm512_set1_ps(y[i].d));
+            if constexpr (D::kMins) {
+                const __m256i bsums = load32(y[i].bsums);
+                const __m256i ma = _mm256_madd_epi16(da.m16, bsums), mb = _mm256_madd_epi16(db.m16, bsums);
+                acc = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc);
+            }
+            const __m512i sa = Pairs512<D>::sums_one(da, y[i].qs), sb = Pairs512<D>::sums_one(db, y[i].qs);
+            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            acc = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc);
+        }
+        out[r] = hsum_float_8(_mm512_castps512_ps256(acc));
+        out[r + 1] = hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    }
+    if (r < rows) out[r] = dot_one<D, Pairs512>(n, w + static_cast<size_t>(r) * row_bytes, a);
+}
+
 // tile_of with two tokens per 512-bit float register: token a's eight lanes in the first half, b's in the second,
 // so the halves' integer sum, the conversion and the FMAs take one instruction for both; each half's steps are
-// tile_of's for its token (the same bits).
+// tile_of's for its token (the same bits). kPairs pairs per pass, unrolled so the accumulators stay in registers
+// (an odd count's last pair repeats its token).
+template <class D, int kPairs>
+void paired_pass(int64_t n, const uint8_t* row, const ik::BlockQ8K* const* y, float* out, int64_t out_stride, int nt) {
+    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    D dec(row);
+    __m512 acc[kPairs];
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        dec.block(row + D::kMeta + i * D::kBlock);
+        const Pairs512<D> blk(dec);
+        const __m512 d = _mm512_set1_ps(dec.d());
+        for (int k = 0; k < kPairs; ++k) {
+            const ik::BlockQ8K &ya = y[2 * k][i], &yb = y[2 * k + 1][i];
+            const __m512 f = _mm512_mul_ps(d, _mm512_mask_broadcastss_ps(_mm512_set1_ps(ya.d), 0xFF00, _mm_load_ss(&yb.d)));
+            if constexpr (D::kMins) {
+                const __m256i ma = _mm256_madd_epi16(dec.m16, load32(ya.bsums)), mb = _mm256_madd_epi16(dec.m16, load32(yb.bsums));
+                acc[k] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc[k]);
+            }
+            const __m512i sa = blk.sums(ya.qs), sb = blk.sums(yb.qs);
+            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            acc[k] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc[k]);
+        }
+    }
+    for (int k = 0; k < nt; ++k)
+        out[k * out_stride] = hsum_float_8(k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k / 2]), 1))
+                                                 : _mm512_castps512_ps256(acc[k / 2]));
+}
+
 template <class D, template <class> class>
 void tile_of_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                     int64_t out_stride) {
     constexpr int kTok = 8;
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + r * row_bytes;
-        for (int t0 = 0; t0 < n_tok; t0 += kTok) {
-            const int nt = std::min(kTok, n_tok - t0);
-            D dec(row);
-            __m512 acc[kTok / 2];
-            for (auto& v : acc) v = _mm512_setzero_ps();
-            for (int64_t i = 0; i < n / QK_K; ++i) {
-                dec.block(row + D::kMeta + i * D::kBlock);
-                const Pairs512<D> blk(dec);
-                const __m512 d = _mm512_set1_ps(dec.d());
-                for (int k = 0; k < nt; k += 2) {
-                    const auto& ya = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k) * act_bytes)[i];
-                    const auto& yb = k + 1 < nt ? reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + k + 1) * act_bytes)[i] : ya;
-                    const __m512 f = _mm512_mul_ps(d, _mm512_mask_broadcastss_ps(_mm512_set1_ps(ya.d), 0xFF00, _mm_load_ss(&yb.d)));
-                    if constexpr (D::kMins) {
-                        const __m256i ma = _mm256_madd_epi16(dec.m16, load32(ya.bsums)), mb = _mm256_madd_epi16(dec.m16, load32(yb.bsums));
-                        acc[k / 2] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc[k / 2]);
-                    }
-                    const __m512i sa = blk.sums(ya.qs), sb = blk.sums(yb.qs);
-                    const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb),
-                                                          _mm512_permutex2var_epi64(sa, second_halves, sb));
-                    acc[k / 2] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc[k / 2]);
-                }
+    for (int t0 = 0; t0 < n_tok; t0 += kTok) {
+        const int nt = std::min(kTok, n_tok - t0);
+        const ik::BlockQ8K* y[kTok];
+        for (int k = 0; k < kTok; ++k) y[k] = reinterpret_cast<const ik::BlockQ8K*>(act + (t0 + std::min(k, nt - 1)) * act_bytes);
+        for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* row = w + r * row_bytes;
+            float* o = out + t0 * out_stride + r;
+            switch ((nt + 1) / 2) {
+                case 4: paired_pass<D, 4>(n, row, y, o, out_stride, nt); break;
+                case 3: paired_pass<D, 3>(n, row, y, o, out_stride, nt); break;
+                case 2: paired_pass<D, 2>(n, row, y, o, out_stride, nt); break;
+                default: paired_pass<D, 1>(n, row, y, o, out_stride, nt); break;
             }
-            for (int k = 0; k < nt; ++k)
-                out[(t0 + k) * out_stride + r] = hsum_float_8(k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k / 2]), 1))
-                                                                    : _mm512_castps512_ps256(acc[k / 2]));
         }
     }
 }
@@ -561,8 +403,9 @@ void install512(KernelTable& t) {
     set_dot<dot_of<Dec512<T>, Pairs512>>(t, T);
     if constexpr (T == GgmlType::IQ3_KS) t.dot_rows[type_slot(T)] = dot_rows_quad_corrected<QuadIQ3KS>;
     else if constexpr (T == GgmlType::IQ4_KS) t.dot_rows[type_slot(T)] = dot_rows_iq4_ks;
-    else t.dot_rows[type_slot(T)] = dot_rows_of_table<Dec512<T>, Pairs512>;
-    t.tile[type_slot(T)] = tile_of_paired<Dec512<T>, Pairs512>;
+    else t.dot_rows[type_slot(T)] = dot_rows_paired<Dec512<T>>;
+    if constexpr (T == GgmlType::IQ3_KS) t.tile[type_slot(T)] = tile_quad_corrected<QuadIQ3KS>;
+    else t.tile[type_slot(T)] = tile_of_paired<Dec512<T>, Pairs512>;
 }
 
 }  // namespace ikt
