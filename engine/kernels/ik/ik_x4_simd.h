@@ -24,11 +24,17 @@ namespace ikx {
 
 using ik::QK_K;
 
-// Eight lanes of four consecutive products of signed x and y.
-inline __m256i lanes_ss(__m256i x, __m256i y) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), _mm256_set1_epi16(1));
+// Eight lanes of four consecutive products of unsigned u and signed y. No pair saturates PMADDUBSW here (|x| <= 128
+// against y <= 127, or u < 64), so VNNI's sums of four are the same integers in one instruction.
+inline __m256i lanes_us(__m256i u, __m256i y) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+#endif
 }
-inline __m256i lanes_us(__m256i u, __m256i y) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)); }
+// Eight lanes of four consecutive products of signed x and y.
+inline __m256i lanes_ss(__m256i x, __m256i y) { return lanes_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 inline __m128 bf16x4(const uint16_t* d) {
     return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(d))), 16));
 }
@@ -124,9 +130,7 @@ inline __m256i trellis_ka() {
 inline __m256i trellis32(const __m256i (&x)[4], __m256i ka) {
     const __m256i ones = _mm256_set1_epi8(1), mask = _mm256_set1_epi32(0x3f3f3f3f), m126 = _mm256_set1_epi32(126);
     __m256i r[4];
-    for (int k = 0; k < 4; ++k)
-        r[k] = _mm256_sub_epi32(
-            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), _mm256_set1_epi16(1)), m126);
+    for (int k = 0; k < 4; ++k) r[k] = _mm256_sub_epi32(lanes_us(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), m126);
     // int32 -> int8 keeping order: packs interleave 128-bit halves, a dword permute restores it
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
