@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "engine/kernels/ik/ik_blocks.h"
 #include "engine/kernels/ik/ik_k_r4_simd.h"
@@ -221,19 +222,40 @@ void legacy_r4_group(int64_t n, const uint8_t* group, const uint8_t* act, size_t
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// IQ4_NL_R4's signed values read + 128 (unsigned, so no sign step per token), and -128 times the sum of the
+// activations each lane meets (its 16: the block's first or second half) as VPDPBUSD's start: the same exact
+// integers. The starts, per token and block, are built once per call: lanes 0..3 the first half's, 4..7 the second's.
+struct alignas(32) ShiftedStarts {
+    int32_t v[8];
+};
+inline void shifted_starts(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<ShiftedStarts>& out) {
+    const int64_t nb = n / 32, grouped = 4 * (n / 128);
+    out.resize(static_cast<size_t>(nb * n_tok));
+    for (int t = 0; t < n_tok; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+            float dy;
+            int ysum;
+            const __m256i m128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)),
+                                                     load32(x4_block(act + t * act_bytes, b, grouped, dy, ysum)));
+            __m256i h = _mm256_add_epi32(m128, _mm256_shuffle_epi32(m128, 0x4E));
+            h = _mm256_add_epi32(h, _mm256_shuffle_epi32(h, 0xB1));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(out[static_cast<size_t>(t * nb + b)].v), _mm256_sub_epi32(_mm256_setzero_si256(), h));
+        }
+}
+
 // Two groups in a 512-bit register (lanes 0..7 the first group's, 8..15 the second's), each lane's steps as above;
 // P such registers (2P groups) per pass, so each token's activation block is unpacked once for all of them.
 template <GgmlType T, int NY, int P>
-void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
-                       int64_t out_stride) {
+void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, const ShiftedStarts* starts,
+                       float* out, int64_t out_stride) {
     using B = LegacyR4Block<T>;
+    constexpr bool kShifted = T == GgmlType::IQ4_NL_R4;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
     __m512 acc[P][NY];
     for (auto& r : acc)
         for (auto& a : r) a = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         __m512i q[P][4];
-        __mmask64 neg[P][4];
         __m512 d16[P];
         for (int p = 0; p < P; ++p) {
             __m256i q0[4], q1[4];
@@ -242,8 +264,7 @@ void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g,
             B::decode(w + 4 * (g + 2 * p + 1) * row_bytes + b * B::kBytes, q1, d1);
             for (int f = 0; f < 4; ++f) {
                 q[p][f] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[f]), q1[f], 1);
-                neg[p][f] = _mm512_movepi8_mask(q[p][f]);
-                if (T == GgmlType::IQ4_NL_R4) q[p][f] = _mm512_abs_epi8(q[p][f]);
+                if constexpr (kShifted) q[p][f] = _mm512_xor_si512(q[p][f], _mm512_set1_epi8(static_cast<char>(0x80)));
             }
             d16[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(d0)), _mm256_castps_pd(d1), 1));
         }
@@ -254,14 +275,12 @@ void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g,
             B::activations(act + t * act_bytes, b, grouped, ys, dy, ysum);
             __m512i y[4];
             for (int f = 0; f < 4; ++f) y[f] = _mm512_broadcast_i64x4(ys[f]);
+            const __m512i start = kShifted ? _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(starts[t * nb + b].v)))
+                                           : _mm512_setzero_si512();
             const __m512 vdy = _mm512_set1_ps(dy), off = _mm512_set1_ps(B::kOffset * (dy * static_cast<float>(ysum)));
             for (int p = 0; p < P; ++p) {
-                __m512i s = _mm512_setzero_si512();
-                for (int f = 0; f < 4; ++f) {
-                    // |v| x (y with v's sign) for IQ4_NL_R4's signed values
-                    const __m512i yf = T == GgmlType::IQ4_NL_R4 ? _mm512_mask_sub_epi8(y[f], neg[p][f], _mm512_setzero_si512(), y[f]) : y[f];
-                    s = _mm512_dpbusd_epi32(s, q[p][f], yf);
-                }
+                __m512i s = start;
+                for (int f = 0; f < 4; ++f) s = _mm512_dpbusd_epi32(s, q[p][f], y[f]);
                 acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(d16[p], vdy), _mm512_cvtepi32_ps(s), acc[p][t]);
                 if constexpr (T != GgmlType::IQ4_NL_R4) acc[p][t] = _mm512_fmadd_ps(d16[p], off, acc[p][t]);
             }
@@ -281,8 +300,10 @@ void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
                       int64_t out_stride) {
     int64_t g = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    for (; g + 4 <= rows / 4; g += 4) legacy_r4_groups2<T, NY, 2>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
-    for (; g + 2 <= rows / 4; g += 2) legacy_r4_groups2<T, NY, 1>(n, w, row_bytes, g, act, act_bytes, out, out_stride);
+    thread_local std::vector<ShiftedStarts> starts;
+    if (T == GgmlType::IQ4_NL_R4 && rows >= 8) shifted_starts(n, act, act_bytes, NY, starts);
+    for (; g + 4 <= rows / 4; g += 4) legacy_r4_groups2<T, NY, 2>(n, w, row_bytes, g, act, act_bytes, starts.data(), out, out_stride);
+    for (; g + 2 <= rows / 4; g += 2) legacy_r4_groups2<T, NY, 1>(n, w, row_bytes, g, act, act_bytes, starts.data(), out, out_stride);
 #endif
     for (; g < rows / 4; ++g) legacy_r4_group<T, NY>(n, w + 4 * g * row_bytes, act, act_bytes, out + 4 * g, out_stride);
 }
