@@ -310,9 +310,31 @@ void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
 
 // IQ4_XS_R8 against Q8_K32: eight rows in the lanes (lane k = row k; V = Lanes8: two groups, sixteen rows); per
 // sub-block the rows' exact dots times (scale - 32), summed over the 256, then fma(d y.d, sum, acc).
+// With VNNI the values read + 128 (unsigned, no sign step per token) and each sub-block's sums start at -128 times
+// its 32 activations (neg_offsets, per token and sub-block, built once per call): the same exact integers.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+constexpr bool kShifted = true;
+#else
+constexpr bool kShifted = false;
+#endif
+inline void neg_offsets32(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
+    out.resize(static_cast<size_t>(n_tok * (n / 32)));
+    for (int t = 0; t < n_tok; ++t) {
+        const auto* y = reinterpret_cast<const ik::BlockQ8K32*>(act + t * act_bytes);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            // the bytes + 128 summed by SAD against zero, less 32 * 128
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(load32(y[b / 8].qs + 32 * (b % 8)), _mm256_set1_epi8(static_cast<char>(0x80))),
+                                                _mm256_setzero_si256());
+            const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            const int sum = static_cast<int>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
+            out[static_cast<size_t>(t * (n / 32) + b)] = -128 * sum;
+        }
+    }
+}
+
 template <class V, int NY>
-void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out,
-                      int64_t out_stride) {
+void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, const int32_t* neg_offsets,
+                      float* out, int64_t out_stride) {
     using I = typename V::I;
     using F = typename V::F;
     using Block = ik::BlockIQ4_XS_R8;
@@ -342,14 +364,18 @@ void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
                 v[2 * f] = V::lookup(table, V::and_(bits, m4));
                 v[2 * f + 1] = V::lookup(table, V::and_(V::srli16(bits, 4), m4));
             }
-            for (int h8 = 0; h8 < 8; ++h8) u[h8] = V::abs8(v[h8]);
+            for (int h8 = 0; h8 < 8; ++h8) u[h8] = kShifted ? V::add8(v[h8], V::set8(-128)) : V::abs8(v[h8]);
             for (int t = 0; t < NY; ++t) {
                 const int8_t* qy = y[t][ibl].qs + 32 * ib;
-                I s = V::zero();
+                I s = kShifted ? V::set32(neg_offsets[(t * (n / ik::QK_K) + ibl) * 8 + ib]) : V::zero();
                 for (int h8 = 0; h8 < 8; ++h8) {  // field h8: weights 8 (h8 / 2) + 4 (h8 % 2) + i
                     int yv;
                     std::memcpy(&yv, qy + 4 * h8, 4);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    s = V::unsigned_dot_acc(s, u[h8], V::set32(yv));
+#else
                     s = V::signed_dot_acc(s, u[h8], v[h8], V::set32(yv));
+#endif
                 }
                 isum[t] = V::add32(isum[t], V::mul32(s, scales));
             }
@@ -362,7 +388,10 @@ void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
 template <int NY>
 void iq4_xs_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
-    each_group_pair<8>(rows, [&]<class V>(int64_t g) { iq4_xs_r8_groups<V, NY>(n, w, row_bytes, g, act, act_bytes, out, out_stride); });
+    thread_local std::vector<int32_t> neg_offsets;
+    if constexpr (kShifted) neg_offsets32(n, act, act_bytes, NY, neg_offsets);
+    each_group_pair<8>(rows,
+                       [&]<class V>(int64_t g) { iq4_xs_r8_groups<V, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
 
 }  // namespace ikr

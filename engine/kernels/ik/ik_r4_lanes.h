@@ -138,6 +138,10 @@ struct Lanes4 {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(y, v)), _mm256_set1_epi16(1)));
 #endif
     }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    // acc + each lane's exact sum of u (unsigned) times y: no saturation at any u
+    static I unsigned_dot_acc(I acc, I u, I y) { return _mm256_dpbusd_epi32(acc, u, y); }
+#endif
     static I slli32(I a, int n) { return _mm256_slli_epi32(a, n); }
     static I add8(I a, I b) { return _mm256_add_epi8(a, b); }
     static I mul16(I a, I b) { return _mm256_mullo_epi16(a, b); }
@@ -306,6 +310,7 @@ struct Lanes8 {
     static I signed_dot_acc(I acc, I u, I v, I y) {
         return _mm512_dpbusd_epi32(acc, u, _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(v), _mm512_setzero_si512(), y));
     }
+    static I unsigned_dot_acc(I acc, I u, I y) { return _mm512_dpbusd_epi32(acc, u, y); }
     static I slli32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
     static I add8(I a, I b) { return _mm512_add_epi8(a, b); }
     static I mul16(I a, I b) { return _mm512_mullo_epi16(a, b); }
