@@ -170,6 +170,7 @@ void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
 template <int NY>
 void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                           int64_t out_stride) {
+    constexpr int kPaired = NY >= 16 ? NY - NY % 2 : 0;  // the tokens taken in pairs
     const ik::BlockQ8K128* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
     // word r of 64-bit lane i: row r's three high index bits of group i moved to bits 8..10
@@ -180,8 +181,10 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
-        __m256 acc[NY];
+        __m256 acc[NY];  // (the tokens past the pairs)
+        __m512 acc2[NY / 2 > 0 ? NY / 2 : 1];
         for (auto& a : acc) a = _mm256_setzero_ps();
+        for (auto& a : acc2) a = _mm512_setzero_ps();
         for (int64_t ib = 0; ib < n / 128; ++ib) {
             alignas(16) float dsum[NY][4];  // each token's d times its sums of 32, as the scalar products
             for (int t = 0; t < NY; ++t)
@@ -214,7 +217,25 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
                 const __m256i x1 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(4), grid(5), grid(12), grid(13)), one), sc01);
                 const __m256i x2 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(2), grid(3), grid(10), grid(11)), one), sc23);
                 const __m256i x3 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(6), grid(7), grid(14), grid(15)), one), sc23);
-                for (int t = 0; t < NY; ++t) {
+                // in a 16-token pass token pairs in 512-bit registers (t's lanes in the low half, t + 1's in the high),
+                // each half's steps the 256-bit form's, HADD's per-lane pairs by two shuffles (fewer tokens keep 256
+                // bits: the grid loads need port 1, which 512-bit instructions close on Intel)
+                const __m512i w0 = _mm512_broadcast_i64x4(x0), w1 = _mm512_broadcast_i64x4(x1);
+                const __m512i w2 = _mm512_broadcast_i64x4(x2), w3 = _mm512_broadcast_i64x4(x3);
+                const __m512 delta16 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(delta8)));
+                for (int t = 0; t + 1 < kPaired; t += 2) {
+                    const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(y[t][ib].qs + 32 * j)), load32(y[t + 1][ib].qs + 32 * j), 1);
+                    const __m512i even = _mm512_shuffle_epi32(yv, _MM_PERM_BABA), odd = _mm512_shuffle_epi32(yv, _MM_PERM_DCDC);
+                    const __m512 s01 = _mm512_castsi512_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, even), w1, odd));
+                    const __m512 s23 = _mm512_castsi512_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w2, even), w3, odd));
+                    const __m512i h = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(s01, s23, 0x88)),
+                                                       _mm512_castps_si512(_mm512_shuffle_ps(s01, s23, 0xDD)));
+                    const __m512 dy = _mm512_mask_broadcastss_ps(_mm512_set1_ps(y[t][ib].d), 0xFF00, _mm_set_ss(y[t + 1][ib].d));
+                    const __m512 ds = _mm512_mask_broadcastss_ps(_mm512_set1_ps(dsum[t][j]), 0xFF00, _mm_set_ss(dsum[t + 1][j]));
+                    acc2[t / 2] = _mm512_fmadd_ps(dy, _mm512_cvtepi32_ps(h), acc2[t / 2]);
+                    acc2[t / 2] = _mm512_fmadd_ps(ds, delta16, acc2[t / 2]);
+                }
+                for (int t = kPaired; t < NY; ++t) {
                     const float dy = y[t][ib].d;
                     const __m256i yv = load32(y[t][ib].qs + 32 * j);
                     const __m256i even = _mm256_shuffle_epi32(yv, 0x44), odd = _mm256_shuffle_epi32(yv, 0xEE);
@@ -226,7 +247,11 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
             }
         }
         const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
-        for (int t = 0; t < NY; ++t) store4(acc[t], d4, out + t * out_stride + 4 * g);
+        for (int t = 0; t + 1 < kPaired; t += 2) {
+            store4(_mm512_castps512_ps256(acc2[t / 2]), d4, out + t * out_stride + 4 * g);
+            store4(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc2[t / 2]), 1)), d4, out + (t + 1) * out_stride + 4 * g);
+        }
+        for (int t = kPaired; t < NY; ++t) store4(acc[t], d4, out + t * out_stride + 4 * g);
     }
 }
 #endif
