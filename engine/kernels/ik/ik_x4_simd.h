@@ -24,17 +24,6 @@ namespace ikx {
 
 using ik::QK_K;
 
-// Eight lanes of four consecutive products of unsigned u and signed y. No pair saturates PMADDUBSW here (|x| <= 128
-// against y <= 127, or u < 64), so VNNI's sums of four are the same integers in one instruction.
-inline __m256i lanes_us(__m256i u, __m256i y) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
-#endif
-}
-// Eight lanes of four consecutive products of signed x and y.
-inline __m256i lanes_ss(__m256i x, __m256i y) { return lanes_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 inline __m128 bf16x4(const uint16_t* d) {
     return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(d))), 16));
 }
@@ -80,7 +69,7 @@ float dot_legacy(int64_t n, const void* w, const void* a) {
         else return load32(static_cast<const BlockQ8_0*>(w)[b].qs);
     };
     auto wd = [&](int64_t b) { return Q6 ? h2f(static_cast<const ik::BlockQ6_0*>(w)[b].d) : h2f(static_cast<const BlockQ8_0*>(w)[b].d); };
-    auto lanes = [&](__m256i x, __m256i q) { return Q6 ? lanes_us(x, q) : lanes_ss(x, q); };
+    auto lanes = [&](__m256i x, __m256i q) { return Q6 ? dot_us8(x, q) : dot_ss8(x, q); };
     for (int64_t g = 0; g < ng; ++g) {
         const ik::BlockQ8_2x4& yg = y.group(g);
         __m256i d[4];
@@ -130,7 +119,7 @@ inline __m256i trellis_ka() {
 inline __m256i trellis32(const __m256i (&x)[4], __m256i ka) {
     const __m256i ones = _mm256_set1_epi8(1), mask = _mm256_set1_epi32(0x3f3f3f3f), m126 = _mm256_set1_epi32(126);
     __m256i r[4];
-    for (int k = 0; k < 4; ++k) r[k] = _mm256_sub_epi32(lanes_us(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), m126);
+    for (int k = 0; k < 4; ++k) r[k] = _mm256_sub_epi32(dot_us8(_mm256_and_si256(_mm256_mullo_epi32(x[k], ka), mask), ones), m126);
     // int32 -> int8 keeping order: packs interleave 128-bit halves, a dword permute restores it
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -276,7 +265,7 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
         for (int c = 0; c < 2; ++c) {
             const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
             __m256i l[4];
-            for (int k = 0; k < 4; ++k) l[k] = lanes_ss(dec.v[4 * c + k], load32(yg.qs + 32 * k));
+            for (int k = 0; k < 4; ++k) l[k] = dot_ss8(dec.v[4 * c + k], load32(yg.qs + 32 * k));
             const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
             acc = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(yg.d))), _mm256_cvtepi32_ps(halves4(l[0], l[1], l[2], l[3])), acc);
         }
@@ -407,7 +396,7 @@ void legacy_tokens(int64_t ng, const uint8_t* row, const uint8_t* act, size_t ac
         for (int j = 0; j < NT; ++j) {
             const ik::BlockQ8_2x4& yg = X4Row{act + j * act_bytes}.group(g);
             __m256i d[4];
-            for (int k = 0; k < 4; ++k) d[k] = Q6 ? lanes_us(v[k], load32(yg.qs + 32 * k)) : lanes_ss(v[k], load32(yg.qs + 32 * k));
+            for (int k = 0; k < 4; ++k) d[k] = Q6 ? dot_us8(v[k], load32(yg.qs + 32 * k)) : dot_ss8(v[k], load32(yg.qs + 32 * k));
             const __m128 dy = bf16x4(yg.d);
             acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, dy)), _mm256_cvtepi32_ps(halves4(d[0], d[1], d[2], d[3])), acc[j]);
             if constexpr (Q6) {
@@ -465,7 +454,7 @@ void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
                     for (int c = 0; c < 2; ++c) {
                         const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
                         __m256i l[4];
-                        for (int k = 0; k < 4; ++k) l[k] = lanes_ss(dec.v[4 * c + k], load32(yg.qs + 32 * k));
+                        for (int k = 0; k < 4; ++k) l[k] = dot_ss8(dec.v[4 * c + k], load32(yg.qs + 32 * k));
                         const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
                         acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(yg.d))), _mm256_cvtepi32_ps(halves4(l[0], l[1], l[2], l[3])), acc[j]);
                     }
