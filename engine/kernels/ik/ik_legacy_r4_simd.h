@@ -313,9 +313,9 @@ void legacy_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
 // With VNNI the values read + 128 (unsigned, no sign step per token) and each sub-block's sums start at -128 times
 // its 32 activations (neg_offsets, per token and sub-block, built once per call): the same exact integers.
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-constexpr bool kShifted = true;
+constexpr bool kIq4XsR8Shifted = true;
 #else
-constexpr bool kShifted = false;
+constexpr bool kIq4XsR8Shifted = false;
 #endif
 inline void neg_offsets32(int64_t n, const uint8_t* act, size_t act_bytes, int n_tok, std::vector<int32_t>& out) {
     out.resize(static_cast<size_t>(n_tok * (n / 32)));
@@ -364,10 +364,10 @@ void iq4_xs_r8_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, 
                 v[2 * f] = V::lookup(table, V::and_(bits, m4));
                 v[2 * f + 1] = V::lookup(table, V::and_(V::srli16(bits, 4), m4));
             }
-            for (int h8 = 0; h8 < 8; ++h8) u[h8] = kShifted ? V::add8(v[h8], V::set8(-128)) : V::abs8(v[h8]);
+            for (int h8 = 0; h8 < 8; ++h8) u[h8] = kIq4XsR8Shifted ? V::add8(v[h8], V::set8(-128)) : V::abs8(v[h8]);
             for (int t = 0; t < NY; ++t) {
                 const int8_t* qy = y[t][ibl].qs + 32 * ib;
-                I s = kShifted ? V::set32(neg_offsets[(t * (n / ik::QK_K) + ibl) * 8 + ib]) : V::zero();
+                I s = kIq4XsR8Shifted ? V::set32(neg_offsets[(t * (n / ik::QK_K) + ibl) * 8 + ib]) : V::zero();
                 for (int h8 = 0; h8 < 8; ++h8) {  // field h8: weights 8 (h8 / 2) + 4 (h8 % 2) + i
                     int yv;
                     std::memcpy(&yv, qy + 4 * h8, 4);
@@ -389,7 +389,7 @@ template <int NY>
 void iq4_xs_r8_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
     thread_local std::vector<int32_t> neg_offsets;
-    if constexpr (kShifted) neg_offsets32(n, act, act_bytes, NY, neg_offsets);
+    if constexpr (kIq4XsR8Shifted) neg_offsets32(n, act, act_bytes, NY, neg_offsets);
     each_group_pair<8>(rows,
                        [&]<class V>(int64_t g) { iq4_xs_r8_groups<V, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
