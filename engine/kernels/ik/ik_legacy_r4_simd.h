@@ -6,6 +6,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -189,6 +190,43 @@ struct LegacyR4Block {
             for (int f = 0; f < 4; ++f) q[f] = _mm256_shuffle_epi8(iq4nl_table(), q[f]);
         }
     }
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    // decode() of two groups' blocks at once, group a's in the low 256 bits and b's in the high: every step on
+    // both (the same values), and IQ4_NL_R4's values + 128 (unsigned) for legacy_r4_groups2.
+    static void decode2(const uint8_t* a, const uint8_t* b, __m512i q[4], __m512& d16) {
+        const auto join = [](__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); };
+        const __m128 da = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)));
+        const __m128 db = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+        d16 = _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set_m128(da, da))), _mm256_castps_pd(_mm256_set_m128(db, db)), 1));
+        const uint8_t *qa = a + kBytes - 64, *qb = b + kBytes - 64;  // the quants' low nibbles come last
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        const __m512i b1 = join(load32(qa), load32(qb)), b2 = join(load32(qa + 32), load32(qb + 32));
+        q[0] = _mm512_and_si512(b1, m4), q[1] = _mm512_and_si512(b2, m4);
+        q[2] = _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4), q[3] = _mm512_and_si512(_mm512_srli_epi16(b2, 4), m4);
+        if constexpr (T == GgmlType::Q5_0_R4) {
+            const auto h16 = [](const uint8_t* p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
+            const __m512i hb = join(h16(a + 8), h16(b + 8));
+            for (int f = 0; f < 4; ++f) {  // bit 2f of each byte for the first 128 bits of a group, 2f + 1 for the second
+                const __m512i sh = _mm512_setr_epi32(2 * f, 2 * f, 2 * f, 2 * f, 2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f, 2 * f, 2 * f,
+                                                     2 * f, 2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f + 1);
+                q[f] = _mm512_or_si512(q[f], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(hb, sh), _mm512_set1_epi8(1)), 4));
+            }
+        } else if constexpr (T == GgmlType::Q6_0_R4) {
+            const __m512i hb = join(load32(a + 8), load32(b + 8));
+            for (int f = 0; f < 4; ++f)
+                q[f] = _mm512_or_si512(q[f], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * f), _mm512_set1_epi8(3)), 4));
+        } else {
+            alignas(16) static constexpr auto kShiftedValues = [] {
+                std::array<int8_t, 16> t{};
+                for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(ik::kIq4kValues[i] + 128);
+                return t;
+            }();
+            const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kShiftedValues.data())));
+            for (int f = 0; f < 4; ++f) q[f] = _mm512_shuffle_epi8(table, q[f]);
+        }
+    }
+#endif
     // Activation block b's values as the four fields meet them (dword f of each 128-bit half), y.d and sum.
     static void activations(const uint8_t* row, int64_t b, int64_t grouped, __m256i ys[4], float& dy, int& ysum) {
         const __m256i yv = load32(x4_block(row, b, grouped, dy, ysum));
@@ -257,17 +295,8 @@ void legacy_r4_groups2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g,
     for (int64_t b = 0; b < nb; ++b) {
         __m512i q[P][4];
         __m512 d16[P];
-        for (int p = 0; p < P; ++p) {
-            __m256i q0[4], q1[4];
-            __m256 d0, d1;
-            B::decode(w + 4 * (g + 2 * p) * row_bytes + b * B::kBytes, q0, d0);
-            B::decode(w + 4 * (g + 2 * p + 1) * row_bytes + b * B::kBytes, q1, d1);
-            for (int f = 0; f < 4; ++f) {
-                q[p][f] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[f]), q1[f], 1);
-                if constexpr (kShifted) q[p][f] = _mm512_xor_si512(q[p][f], _mm512_set1_epi8(static_cast<char>(0x80)));
-            }
-            d16[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(d0)), _mm256_castps_pd(d1), 1));
-        }
+        for (int p = 0; p < P; ++p)
+            B::decode2(w + 4 * (g + 2 * p) * row_bytes + b * B::kBytes, w + 4 * (g + 2 * p + 1) * row_bytes + b * B::kBytes, q[p], d16[p]);
         for (int t = 0; t < NY; ++t) {
             __m256i ys[4];
             float dy;
