@@ -320,7 +320,6 @@ struct Pairs512 {
 template <class D>
 void dot_rows_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* a, float* out) {
     const auto* y = static_cast<const ik::BlockQ8K*>(a);
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     int64_t r = 0;
     for (; r + 1 < rows; r += 2) {
         const uint8_t* ra = w + static_cast<size_t>(r) * row_bytes;
@@ -337,11 +336,11 @@ void dot_rows_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
                 acc = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc);
             }
             const __m512i sa = Pairs512<D>::sums_one(da, y[i].qs), sb = Pairs512<D>::sums_one(db, y[i].qs);
-            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            const __m512i both = halves_of_two(sa, sb);
             acc = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc);
         }
-        out[r] = hsum_float_8(_mm512_castps512_ps256(acc));
-        out[r + 1] = hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+        out[r] = hsum_half(acc, 0);
+        out[r + 1] = hsum_half(acc, 1);
     }
     if (r < rows) out[r] = dot_one<D, Pairs512>(n, w + static_cast<size_t>(r) * row_bytes, a);
 }
@@ -352,7 +351,6 @@ void dot_rows_paired(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows
 // (an odd count's last pair repeats its token).
 template <class D, int kPairs>
 void paired_pass(int64_t n, const uint8_t* row, const ik::BlockQ8K* const* y, float* out, int64_t out_stride, int nt) {
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     D dec(row);
     __m512 acc[kPairs];
     for (auto& v : acc) v = _mm512_setzero_ps();
@@ -368,13 +366,11 @@ void paired_pass(int64_t n, const uint8_t* row, const ik::BlockQ8K* const* y, fl
                 acc[k] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1)), acc[k]);
             }
             const __m512i sa = blk.sums(ya.qs), sb = blk.sums(yb.qs);
-            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            const __m512i both = halves_of_two(sa, sb);
             acc[k] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc[k]);
         }
     }
-    for (int k = 0; k < nt; ++k)
-        out[k * out_stride] = hsum_float_8(k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k / 2]), 1))
-                                                 : _mm512_castps512_ps256(acc[k / 2]));
+    for (int k = 0; k < nt; ++k) out[k * out_stride] = hsum_half(acc[k / 2], k % 2);
 }
 
 template <class D, template <class> class>

@@ -18,6 +18,15 @@ namespace {
 namespace ikt {
 
 inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+// Two rows' (or tokens') sixteen int32 lanes as one register: a's two halves added in lanes 0..7, b's in 8..15.
+inline __m512i halves_of_two(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), b),
+                            _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15), b));
+}
+// The 256-bit kernel's horizontal sum of half h of a register holding two rows' (or tokens') eight lanes.
+inline float hsum_half(__m512 acc, int h) {
+    return hsum_float_8(h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)) : _mm512_castps512_ps256(acc));
+}
 
 // 128 bytes of nibbles (group g's low and high nibbles in bytes 16g..16g+15) as four group pairs laid out as
 // nibble_pair lays them out: a whole block split at once, then the pairs' 128-bit lanes picked from both halves.
@@ -148,7 +157,6 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
     tokens.build<K>(y, nb, 0);
     const K kind;
     const typename QuadCorrectedBlock<K>::Picks picks;
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     for (int64_t r = 0; r < rows; r += 2) {
         const int64_t rb = std::min(r + 1, rows - 1);  // a lone last row pairs with itself
         const uint8_t* row_a = w + static_cast<size_t>(r) * row_bytes;
@@ -162,11 +170,11 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
             const UnpackOrderQuants& ordered = tokens.ordered[static_cast<size_t>(i)];
             const __m512i sa = QuadCorrectedBlock<K>(kind, picks, xa[i]).sums(quad, ordered);
             const __m512i sb = QuadCorrectedBlock<K>(kind, picks, xb[i]).sums(quad, ordered);
-            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            const __m512i both = halves_of_two(sa, sb);
             acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y[i].d)), _mm512_cvtepi32_ps(both), acc);
         }
-        out[r] = hsum_float_8(_mm512_castps512_ps256(acc));
-        if (rb != r) out[rb] = hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+        out[r] = hsum_half(acc, 0);
+        if (rb != r) out[rb] = hsum_half(acc, 1);
     }
 }
 
@@ -176,7 +184,6 @@ void dot_rows_quad_corrected(int64_t n, const uint8_t* w, size_t row_bytes, int6
 template <class K, int kPairs>
 void quad_corrected_pass(int64_t nb, const typename K::Block* x, float drow, const K& kind, const typename QuadCorrectedBlock<K>::Picks& picks,
                          const QuadCorrectedTokens& tokens, const float* const* token_d, const int* token, float* out, int64_t out_stride, int nt) {
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     __m512 acc[kPairs];
     for (auto& v : acc) v = _mm512_setzero_ps();
     const __m512 d = _mm512_set1_ps(drow);
@@ -188,13 +195,11 @@ void quad_corrected_pass(int64_t nb, const typename K::Block* x, float drow, con
             const __m512 f = _mm512_mul_ps(d,
                                            _mm512_mask_broadcastss_ps(_mm512_set1_ps(token_d[2 * k][i]), 0xFF00, _mm_set_ss(token_d[2 * k + 1][i])));
             const __m512i sa = blk.sums(tokens.quads[at], tokens.ordered[at]), sb = blk.sums(tokens.quads[bt], tokens.ordered[bt]);
-            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            const __m512i both = halves_of_two(sa, sb);
             acc[k] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(both), acc[k]);
         }
     }
-    for (int k = 0; k < nt; ++k)
-        out[k * out_stride] = hsum_float_8(k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k / 2]), 1))
-                                                 : _mm512_castps512_ps256(acc[k / 2]));
+    for (int k = 0; k < nt; ++k) out[k * out_stride] = hsum_half(acc[k / 2], k % 2);
 }
 
 template <class K>
@@ -293,7 +298,6 @@ inline void dot_rows_iq4_ks(int64_t n, const uint8_t* w, size_t row_bytes, int64
     const __m512i table = lane_table<ik::kIq4kValues, 16, 128, false>();
     __m512i pick32[4];
     for (int p = 0; p < 4; ++p) pick32[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
-    const __m512i first_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), second_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
     for (int64_t r = 0; r < rows; r += 2) {
         const int64_t rb = std::min(r + 1, rows - 1);  // a lone last row pairs with itself
         const uint8_t* row_a = w + static_cast<size_t>(r) * row_bytes;
@@ -305,11 +309,11 @@ inline void dot_rows_iq4_ks(int64_t n, const uint8_t* w, size_t row_bytes, int64
         for (int64_t i = 0; i < nb; ++i) {
             const QuadStarts& st = starts[static_cast<size_t>(i)];
             const __m512i sa = iq4_ks_block_sums(xa[i], st, y[i].qs, table, pick32), sb = iq4_ks_block_sums(xb[i], st, y[i].qs, table, pick32);
-            const __m512i both = _mm512_add_epi32(_mm512_permutex2var_epi64(sa, first_halves, sb), _mm512_permutex2var_epi64(sa, second_halves, sb));
+            const __m512i both = halves_of_two(sa, sb);
             acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(y[i].d)), _mm512_cvtepi32_ps(both), acc);
         }
-        out[r] = hsum_float_8(_mm512_castps512_ps256(acc));
-        if (rb != r) out[rb] = hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+        out[r] = hsum_half(acc, 0);
+        if (rb != r) out[rb] = hsum_half(acc, 1);
     }
 }
 
