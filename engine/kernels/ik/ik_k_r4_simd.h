@@ -77,7 +77,7 @@ struct KR4Block {
                 const I table = V::table16(kTable), add = V::slli16(xbit(ib), 3);
                 const I hb = bytes16(qs + 256 + 16 * ib);
                 for (int f = 0; f < 4; ++f) {
-                    const I idx = V::or_(V::and_(V::srli16(bits, 2 * f), m3), V::slli16(V::bit_of(hb, f, f + 4), 2));
+                    const I idx = V::or_(V::and_(V::srli16(bits, 2 * f), m3), V::bit_at(hb, f, f + 4, 2));
                     qx[f] = V::lookup(table, V::add8(idx, add));
                 }
             }
@@ -220,11 +220,17 @@ void q4_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
                 const size_t o = offsetof(ik::BlockQ5_K_R4, qh) + 16 * static_cast<size_t>(ib);
                 const I hb = V::bytes16(b0 + o, b1 + o);
                 constexpr int kLo[4] = {0, 2, 1, 3};
-                for (int f = 0; f < 4; ++f) q4[f] = V::or_(q4[f], V::slli16(V::bit_of(hb, kLo[f], kLo[f] + 4), 4));
+                for (int f = 0; f < 4; ++f) q4[f] = V::or_(q4[f], V::bit_at(hb, kLo[f], kLo[f] + 4, 4));
             }
-            const I iscales = V::pairs4(sc[0] + 4 * ib, sc[q1] + 4 * ib);  // both halves: row k's
-            for (int t = 0; t < NY; ++t)
-                isum[t] = V::add32(isum[t], V::template scaled_dot4<31>(q4, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+            if constexpr (V::kUnsignedDot) {  // VPDPBUSD's exact sums times the scales read straight as int32 lanes
+                const I s32 = V::scales32(reinterpret_cast<const int8_t*>(sc[0] + 4 * ib), reinterpret_cast<const int8_t*>(sc[q1] + 4 * ib));
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::mul32(V::template dot4<31>(q4, V::activations(y[t][ibl].qs + 32 * ib)), s32));
+            } else {
+                const I iscales = V::pairs4(sc[0] + 4 * ib, sc[q1] + 4 * ib);  // both halves: row k's
+                for (int t = 0; t < NY; ++t)
+                    isum[t] = V::add32(isum[t], V::template scaled_dot4<31>(q4, V::activations(y[t][ibl].qs + 32 * ib), iscales));
+            }
         }
         for (int t = 0; t < NY; ++t) acc[t] = V::fma(V::mul(dd, V::set1(y[t][ibl].d)), V::cvt(isum[t]), acc[t]);
     }

@@ -72,7 +72,7 @@ void low_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, c
             if constexpr (Three) {
                 constexpr size_t kQh = offsetof(ik::BlockQ3_K_R4, qh);
                 const I hb = V::bytes16(b0 + kQh + 16 * ib, b1 + kQh + 16 * ib);
-                for (int f = 0; f < 4; ++f) q[f] = V::or_(q[f], V::slli16(V::bit_of(hb, f, f + 4), 2));
+                for (int f = 0; f < 4; ++f) q[f] = V::or_(q[f], V::bit_at(hb, f, f + 4, 2));
             }
             for (int t = 0; t < NY; ++t) {
                 const F c = Lone ? V::mul(D[t], fscales[ib]) : V::mul(fscales[ib], V::set1(y[t][ibl].d));

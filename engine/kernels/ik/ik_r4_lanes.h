@@ -118,6 +118,18 @@ struct Lanes4 {
     }
     static I activations(const int8_t* y) { return load32(y); }
     static I bit_of(I bytes, int shift_lo, int shift_hi) { return bit_of_bytes(bytes, shift_lo, shift_hi); }
+    // bit_of's bits moved to bit `to` of each byte: where VPROLVD exists one rotate per lane (the rotation never
+    // carries another byte's bit into bit `to`: both positions are in one byte, and wrapped bits land below it or
+    // in byte 3's bits past it), else a shift after.
+    static I bit_at(I bytes, int shift_lo, int shift_hi, int to) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+        const int lo = (to - shift_lo) & 31, hi = (to - shift_hi) & 31;
+        return _mm256_and_si256(_mm256_rolv_epi32(bytes, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)),
+                                _mm256_set1_epi8(static_cast<char>(1 << to)));
+#else
+        return _mm256_slli_epi16(bit_of(bytes, shift_lo, shift_hi), to);
+#endif
+    }
     static I offsets(const I s[8], const int16_t* bsums) { return offset_sums(s, bsums); }
     static void store(F acc, float* out) { store_row_sums(acc, out); }
     static I zero() { return _mm256_setzero_si256(); }
@@ -288,6 +300,11 @@ struct Lanes8 {
         const __m512i sh = _mm512_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi, shift_lo, shift_lo,
                                              shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
         return _mm512_and_si512(_mm512_srlv_epi32(bytes, sh), _mm512_set1_epi8(1));
+    }
+    static I bit_at(I bytes, int shift_lo, int shift_hi, int to) {  // (as Lanes4's)
+        const int lo = (to - shift_lo) & 31, hi = (to - shift_hi) & 31;
+        const __m512i r = _mm512_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi, lo, lo, lo, lo, hi, hi, hi, hi);
+        return _mm512_and_si512(_mm512_rolv_epi32(bytes, r), _mm512_set1_epi8(static_cast<char>(1 << to)));
     }
     static I offsets(const I s[8], const int16_t* bsums) {
         __m256i lo[8], hi[8];
