@@ -274,7 +274,7 @@ void q6_k_r4_groups(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
             nibble_fields_v<V>(b0, b1, offsetof(Block, ql), ib, u);
             const size_t o = offsetof(Block, qh) + 32 * static_cast<size_t>(ib);
             const I hb = V::bytes32(b0 + o, b1 + o);
-            for (int f = 0; f < 4; ++f) u[f] = V::or_(u[f], V::slli16(V::and_(V::srli16(hb, kShift[f]), V::set8(3)), 4));
+            for (int f = 0; f < 4; ++f) u[f] = V::or_(u[f], V::bits_to(hb, kShift[f], 4, 0x30));
             for (int t = 0; t < NY; ++t) {
                 const I S = V::template dot4<63>(u, V::activations(y[t][ibl].qs + 32 * ib));
                 F c = V::mul(D[t], fscales[ib]);

@@ -130,6 +130,14 @@ struct Lanes4 {
         return _mm256_slli_epi16(bit_of(bytes, shift_lo, shift_hi), to);
 #endif
     }
+    // The bits (mask >> to) at `shift` of each byte moved to `to` (the bits under `mask`), one rotate as bit_at's.
+    static I bits_to(I bytes, int shift, int to, int mask) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+        return _mm256_and_si256(_mm256_rolv_epi32(bytes, _mm256_set1_epi32((to - shift) & 31)), _mm256_set1_epi8(static_cast<char>(mask)));
+#else
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, shift), _mm256_set1_epi8(static_cast<char>(mask >> to))), to);
+#endif
+    }
     static I offsets(const I s[8], const int16_t* bsums) { return offset_sums(s, bsums); }
     static void store(F acc, float* out) { store_row_sums(acc, out); }
     static I zero() { return _mm256_setzero_si256(); }
@@ -300,6 +308,9 @@ struct Lanes8 {
         const __m512i sh = _mm512_setr_epi32(shift_lo, shift_lo, shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi, shift_lo, shift_lo,
                                              shift_lo, shift_lo, shift_hi, shift_hi, shift_hi, shift_hi);
         return _mm512_and_si512(_mm512_srlv_epi32(bytes, sh), _mm512_set1_epi8(1));
+    }
+    static I bits_to(I bytes, int shift, int to, int mask) {  // (as Lanes4's)
+        return _mm512_and_si512(_mm512_rolv_epi32(bytes, _mm512_set1_epi32((to - shift) & 31)), _mm512_set1_epi8(static_cast<char>(mask)));
     }
     static I bit_at(I bytes, int shift_lo, int shift_hi, int to) {  // (as Lanes4's)
         const int lo = (to - shift_lo) & 31, hi = (to - shift_hi) & 31;
