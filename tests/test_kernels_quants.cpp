@@ -261,6 +261,40 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
     EXPECT_GT(compared, 0);
 }
 
+// IQ1_BN's trits come from a byte times a power of three modulo 256 (three 16-bit multiplies in the SIMD
+// kernels): a row whose blocks put every byte value at every one of a block's 13 positions, through the one-row
+// dot, the rows entry and a tile, equals the reference (a wrong digit moves the sum by an activation).
+TEST(QuantKernels, Iq1BnEveryByteValueAtEveryPosition) {
+    REQUIRE_SIMD_TABLE();
+    constexpr int64_t kBlocks = 256, n = 64 * kBlocks;
+    const size_t rb = *row_bytes(GgmlType::IQ1_BN, n), ab = kernels::activation_bytes(GgmlType::IQ1_BN, n);
+    std::vector<uint8_t> w(rb);
+    const uint16_t one = fp32_to_fp16(1.f);
+    std::memcpy(w.data(), &one, 2);
+    for (int64_t b = 0; b < kBlocks; ++b)
+        for (int k = 0; k < 13; ++k) w[static_cast<size_t>(2 + 13 * b + k)] = static_cast<uint8_t>(b + 7 * k);
+    std::mt19937 rng(17);
+    constexpr int kTokens = 3;
+    std::vector<uint8_t> a(ab * kTokens);
+    for (int t = 0; t < kTokens; ++t) kernels::prepare_activations(GgmlType::IQ1_BN, activations(n, Act::Random, rng).data(), a.data() + t * ab, n);
+    const int id = kernels::type_slot(GgmlType::IQ1_BN);
+    for (const test::SimdCase& c : test::simd_cases()) {
+        for (int t = 0; t < kTokens; ++t) {
+            const float want = c.ref->dot[id](n, w.data(), a.data() + t * ab);
+            float got = c.table->dot[id](n, w.data(), a.data() + t * ab), rows = 0.f;
+            EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << c.label << " dot, token " << t << ": " << got << " vs " << want;
+            c.table->dot_rows[id](n, w.data(), rb, 1, a.data() + t * ab, &rows);
+            EXPECT_EQ(std::memcmp(&want, &rows, 4), 0) << c.label << " rows, token " << t << ": " << rows << " vs " << want;
+        }
+        std::vector<float> tile(kTokens);
+        c.table->tile[id](n, w.data(), rb, 1, a.data(), ab, kTokens, tile.data(), 1);
+        for (int t = 0; t < kTokens; ++t) {
+            const float want = c.ref->dot[id](n, w.data(), a.data() + t * ab);
+            EXPECT_EQ(std::memcmp(&want, &tile[t], 4), 0) << c.label << " tile, token " << t << ": " << tile[t] << " vs " << want;
+        }
+    }
+}
+
 // IQ4_NL's three llama.cpp orders (vec_dot's two accumulators, the repacked single float, llamafile's GEMM) are
 // distinct, else the slots would be pointless.
 TEST(QuantKernels, Iq4nlOrdersAreDistinct) {
