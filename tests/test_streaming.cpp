@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "cli/commands.h"
 #include "engine/model/model_facts.h"
@@ -173,44 +174,111 @@ TEST(Streaming, TruncatedModelFileIsAClearError) {
     } catch (const ModelError& e) { EXPECT_NE(std::string(e.what()).find("layer 2"), std::string::npos) << e.what(); }
 }
 
-TEST(Streaming, DirectReadsLeaveNoPageCache) {
-    test::TempDir dir;
-    const std::string dir_path = fs::is_directory("/var/tmp") ? "/var/tmp" : dir.path.string();
-    test::TempDir on_disk;
-    const std::string path = make_model(on_disk, "q8_0");
-    {  // Drop the file's pages that writing it left behind.
-        int fd = ::open(path.c_str(), O_RDONLY);
-        ::fdatasync(fd);
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        ::close(fd);
-    }
-    GgufModel file = open_gguf_model(path);
-    auto m = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 0.3))});
-    auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
-    if (!src.direct_io()) GTEST_SKIP() << "O_DIRECT refused here: " << src.io_note();
-    test::greedy_logits(*m, {1, 2, 3, 4, 5, 6}, 6);
-    ASSERT_GT(src.stats().bytes_read, 0u);
-    // Count cached pages inside the expert tensors' byte ranges.
+// Pages of the routed-expert tensors' byte ranges that are in the page cache, and how many there are; names
+// the first cached page to tell readahead spill (a tensor's first pages) from a read that went around O_DIRECT.
+struct CachedPages {
+    size_t cached = 0, total = 0;
+    std::string first;
+};
+CachedPages cached_expert_pages(const std::string& path, const GgufModel& file) {
+    CachedPages out;
     int fd = ::open(path.c_str(), O_RDONLY);
     struct stat st {};
     ::fstat(fd, &st);
     void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     std::vector<unsigned char> vec((static_cast<size_t>(st.st_size) + page - 1) / page);
-    ASSERT_EQ(::mincore(map, static_cast<size_t>(st.st_size), vec.data()), 0);
-    size_t cached = 0, total = 0;
+    EXPECT_EQ(::mincore(map, static_cast<size_t>(st.st_size), vec.data()), 0);
     for (const auto& t : file.tensors) {
         if (!is_routed_expert_tensor(t.name)) continue;
         for (uint64_t p = (t.file_offset + page - 1) / page; (p + 1) * page <= t.file_offset + t.nbytes; ++p) {
-            total++;
-            cached += vec[p] & 1;
+            out.total++;
+            out.cached += vec[p] & 1;
+            if ((vec[p] & 1) && out.first.empty())
+                out.first = t.name + " page " + std::to_string(p - t.file_offset / page) + " of " + std::to_string(t.nbytes / page);
         }
     }
     ::munmap(map, static_cast<size_t>(st.st_size));
     ::close(fd);
-    EXPECT_GT(total, 0u);
-    EXPECT_EQ(cached, 0u) << cached << " of " << total << " expert pages in the page cache";
-    (void)dir_path;
+    return out;
+}
+
+void drop_page_cache(const std::string& path) {  // what writing the file left behind
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
+// Streamed experts are read with O_DIRECT, and loading the resident weights must not pull expert bytes in by
+// readahead either (pages still in flight when the loader drops the cache would stay).
+TEST(Streaming, DirectReadsLeaveNoPageCache) {
+    test::TempDir on_disk;
+    const std::string path = make_model(on_disk, "q8_0");
+    drop_page_cache(path);
+    GgufModel file = open_gguf_model(path);
+    auto m = load_model(file, {.experts = cli::streaming_experts(small_cache(file, 0.3))});
+    auto& src = dynamic_cast<StreamingExpertSource&>(*m->experts);
+    if (!src.direct_io()) GTEST_SKIP() << "O_DIRECT refused here: " << src.io_note();
+    test::greedy_logits(*m, {1, 2, 3, 4, 5, 6}, 6);
+    ASSERT_GT(src.stats().bytes_read, 0u);
+    const CachedPages c = cached_expert_pages(path, file);
+    EXPECT_GT(c.total, 0u);
+    EXPECT_EQ(c.cached, 0u) << c.cached << " of " << c.total << " expert pages in the page cache, first: " << c.first;
+}
+
+// Every expert in RAM: the file's bytes are copied once, not kept a second time in the page cache.
+TEST(Streaming, LoadingEveryExpertIntoRamLeavesNoPageCache) {
+    test::TempDir on_disk;
+    const std::string path = make_model(on_disk, "q8_0");
+    drop_page_cache(path);
+    GgufModel file = open_gguf_model(path);
+    {
+        int probe = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+        if (probe < 0) GTEST_SKIP() << on_disk.path << ": O_DIRECT refused here (" << std::strerror(errno) << ")";
+        ::close(probe);
+    }
+    auto m = load_model(file, {});
+    ASSERT_EQ(dynamic_cast<StreamingExpertSource*>(m->experts.get()), nullptr);
+    const CachedPages c = cached_expert_pages(path, file);
+    EXPECT_GT(c.total, 0u);
+    EXPECT_EQ(c.cached, 0u) << c.cached << " of " << c.total << " expert pages in the page cache, first: " << c.first;
+}
+
+// The resident loader's reads: any range, aligned or not, up to the file's last byte, gives the file's bytes,
+// with O_DIRECT (a disk file system) and through the page cache (tmpfs refuses O_DIRECT); past the end is an
+// error naming the file and the range.
+TEST(WeightReads, AnyRangeGivesTheFileBytesDirectOrBuffered) {
+    test::TempDir disk;
+    std::vector<std::string> dirs = {disk.path.string()};
+    if (fs::is_directory("/dev/shm")) dirs.push_back("/dev/shm");
+    std::mt19937_64 rng(7);
+    std::vector<uint8_t> bytes(3 * 4096 * 1024 + 4096 * 5 + 123);  // past one 8 MiB bounce buffer, ragged end
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (const auto& d : dirs) {
+        const std::string path = (fs::path(d) / ("moestream-read-" + std::to_string(::getpid()))).string();
+        { std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())); }
+        std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+            {0, bytes.size()}, {0, 1}, {4095, 2}, {4096, 4096}, {bytes.size() - 1, 1}, {bytes.size() - 5000, 5000}, {123, (8u << 20) + 1}};
+        for (int i = 0; i < 40; ++i) {
+            const uint64_t off = rng() % bytes.size();
+            ranges.emplace_back(off, 1 + rng() % (bytes.size() - off));
+        }
+        for (const auto& [off, n] : ranges) {
+            std::vector<uint8_t> got(n, 0xEE);
+            read_file_range(path, off, n, got.data());
+            ASSERT_TRUE(std::equal(got.begin(), got.end(), bytes.begin() + static_cast<std::ptrdiff_t>(off))) << d << ": " << off << " + " << n;
+        }
+        std::vector<uint8_t> sink(200);
+        try {
+            read_file_range(path, bytes.size() - 100, 200, sink.data());
+            ADD_FAILURE() << d << ": a read past the end was not reported";
+        } catch (const ModelError& e) {
+            EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("short read"), std::string::npos) << e.what();
+        }
+        fs::remove(path);
+    }
 }
 
 }  // namespace

@@ -11,26 +11,71 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace moe {
 
-void read_file_range(const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
-    ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_SEQUENTIAL);  // this range only
-    uint64_t done = 0;
-    while (done < n) {
-        ssize_t got = ::pread(fd, dst + done, std::min<uint64_t>(n - done, 1u << 30), static_cast<off_t>(offset + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            int err = errno;
-            ::close(fd);
-            throw ModelError(path + ": read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
-                             " failed: " + (got < 0 ? std::strerror(err) : "short read (file truncated?)"));
+namespace {
+
+[[noreturn]] void throw_read_error(const std::string& path, uint64_t offset, uint64_t n, const std::string& why) {
+    throw ModelError(path + ": read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) + " failed: " + why);
+}
+
+// Reads [offset, offset + n) with O_DIRECT through a page-aligned bounce buffer. Returns false when the file
+// system refuses direct reads (EINVAL on the first one), for the caller to read through the page cache instead.
+bool read_direct(int fd, const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst) {
+    constexpr uint64_t kPage = 4096, kChunk = 8ull << 20;  // 4 KiB covers every logical block size in use
+    const uint64_t end = offset + n;
+    const uint64_t span = (end + kPage - 1) / kPage * kPage - offset / kPage * kPage;
+    const uint64_t buf_bytes = std::min(kChunk, span);
+    std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(kPage, buf_bytes)), &std::free);
+    if (!buf) throw ModelError(path + ": cannot allocate a " + std::to_string(buf_bytes) + "-byte read buffer");
+    for (uint64_t at = offset; at < end;) {
+        const uint64_t from = at / kPage * kPage;
+        const uint64_t want = std::min(buf_bytes, (end + kPage - 1) / kPage * kPage - from);
+        uint64_t got = 0;
+        while (got < want) {
+            const ssize_t r = ::pread(fd, buf.get() + got, want - got, static_cast<off_t>(from + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0 && errno == EINVAL && at == offset && got == 0) return false;
+            if (r < 0) throw_read_error(path, offset, n, std::strerror(errno));
+            got += static_cast<uint64_t>(r);
+            if (r == 0 || got % kPage) break;  // end of file: what is left cannot be read aligned anyway
         }
+        const uint64_t usable = std::min(from + got, end);
+        if (usable <= at) throw_read_error(path, offset, n, "short read (file truncated?)");
+        std::memcpy(dst + (at - offset), buf.get() + (at - from), usable - at);
+        at = usable;
+    }
+    return true;
+}
+
+}  // namespace
+
+// Weights read once into RAM go around the page cache: a cached copy would double their memory, and buffered
+// readahead runs past the range into expert bytes, where pages still in flight survive any later
+// POSIX_FADV_DONTNEED. Buffered reads remain for file systems without O_DIRECT (tmpfs, some FUSE).
+void read_file_range(const std::string& path, uint64_t offset, uint64_t n, uint8_t* dst) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    const bool direct = fd >= 0;
+    if (!direct && errno == EINVAL) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    if (direct) {
+        if (read_direct(fd, path, offset, n, dst)) return;
+        const int flags = ::fcntl(fd, F_GETFL);
+        if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0) throw_read_error(path, offset, n, std::strerror(errno));
+    }
+    ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_SEQUENTIAL);
+    for (uint64_t done = 0; done < n;) {
+        const ssize_t got = ::pread(fd, dst + done, std::min<uint64_t>(n - done, 1u << 30), static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) throw_read_error(path, offset, n, got < 0 ? std::strerror(errno) : "short read (file truncated?)");
         done += static_cast<uint64_t>(got);
     }
-    ::close(fd);
 }
 
 ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const GgufTensorInfo*>& tensors) {
@@ -53,8 +98,8 @@ ResidentArena::ResidentArena(const GgufModel& model, const std::vector<const Ggu
         }
     }
     progress.finish();
-    // The weights now live in the arena: their page-cache copy (and what readahead pulled in around them,
-    // often expert bytes) would only double the memory. Drop it.
+    // The weights came around the page cache; what parsing the header read through it (with readahead into
+    // the first tensors) is not needed again.
     for (const auto& f : model.files) {
         int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
