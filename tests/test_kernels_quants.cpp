@@ -220,9 +220,12 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                       std::pair{t->tile_converted[id], t->dot_converted[id]}}) {
                     if (!tile_fn) continue;
                     const GgmlType type = kernels::slot_type(id);
-                    // Float weights also at a length with a tail past the orders' vector steps.
-                    const bool float_weights = type_info(type).block_elems == 1;
-                    for (size_t n : float_weights ? std::vector<size_t>{512, 203} : std::vector<size_t>{512}) {
+                    // Float weights also at a length with a tail past the orders' vector steps, 32-weight blocks at an
+                    // odd count of them (past the 64-value steps).
+                    const uint32_t block = type_info(type).block_elems;
+                    for (size_t n : block == 1    ? std::vector<size_t>{512, 203}
+                                    : block == 32 ? std::vector<size_t>{512, 96}
+                                                  : std::vector<size_t>{512}) {
                         const size_t rb = *row_bytes(type, n), ab = kernels::activation_bytes(type, static_cast<int64_t>(n));
                         for (int64_t rows : {1, 7, 8, 19, 27}) {  // 27: a group of sixteen, one of eight, three single rows
                             std::vector<uint8_t> w;

@@ -166,24 +166,29 @@ void q8_k_r8_group16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, c
     }
     for (int t = 0; t < NY; ++t) _mm512_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
 }
-// Q8_KV one row: 64 values a step, a 32-value tail through the sign steps.
-template <int NY>
-void q8_kv_rows512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
-                   int64_t out_stride) {
+// Q8_KV, R rows against NY tokens: 64 values a step (each token's load serves the R rows), a 32-value tail through
+// the sign steps.
+template <int NY, int R>
+void q8_kv_rows512_pass(int64_t n, const uint8_t* first, size_t row_bytes, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
-        __m512i acc[NY];
-        for (auto& a : acc) a = _mm512_setzero_si512();
-        int64_t i = 0;
-        for (; i + 64 <= n; i += 64) {
-            const __m512i x = _mm512_xor_si512(_mm512_loadu_si512(row + 8 + i), flip);
-            for (int t = 0; t < NY; ++t) acc[t] = _mm512_dpbusd_epi32(acc[t], x, _mm512_loadu_si512(act + t * act_bytes + 8 + i));
+    __m512i acc[R][NY];
+    for (auto& row : acc)
+        for (auto& a : row) a = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i x[R];
+        for (int r = 0; r < R; ++r) x[r] = _mm512_xor_si512(_mm512_loadu_si512(first + r * row_bytes + 8 + i), flip);
+        for (int t = 0; t < NY; ++t) {
+            const __m512i y = _mm512_loadu_si512(act + t * act_bytes + 8 + i);
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], x[r], y);
         }
+    }
+    for (int r = 0; r < R; ++r) {
+        const uint8_t* row = first + r * row_bytes;
         const float dx = f32_at(row);
         for (int t = 0; t < NY; ++t) {
             const uint8_t* y = act + t * act_bytes;
-            int32_t isum = _mm512_reduce_add_epi32(acc[t]) - static_cast<int32_t>(128u * static_cast<uint32_t>(i32_at(y + 4)));
+            int32_t isum = _mm512_reduce_add_epi32(acc[r][t]) - static_cast<int32_t>(128u * static_cast<uint32_t>(i32_at(y + 4)));
             if (i < n) {  // the last 32: their share of the stored sum goes back in with them
                 const __m256i x = load32(row + 8 + i), yt = load32(y + 8 + i);
                 isum += hsum_lanes(dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yt, x))) + 128 * hsum_lanes(dot_us8(_mm256_set1_epi8(1), yt));
@@ -191,6 +196,14 @@ void q8_kv_rows512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
             out[t * out_stride + r] = (dx * f32_at(y)) * static_cast<float>(isum);
         }
     }
+}
+template <int NY>
+void q8_kv_rows512(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
+                   int64_t out_stride) {
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2)
+        q8_kv_rows512_pass<NY, 2>(n, w + static_cast<size_t>(r) * row_bytes, row_bytes, act, act_bytes, out + r, out_stride);
+    if (r < rows) q8_kv_rows512_pass<NY, 1>(n, w + static_cast<size_t>(r) * row_bytes, row_bytes, act, act_bytes, out + r, out_stride);
 }
 #endif
 
