@@ -163,10 +163,10 @@ void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
 }
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 // The same on VNNI CPUs, ik's AVX-512 arrangement: per 32 weights the grid values + 1 of rows 0 and 1 (then 2 and 3)
-// side by side, each 8 weights of a row times its scale (<= 2 * 15: the bytes never carry), against the token's
-// 8-weight groups in both halves of a 128-bit lane, so that two VPDPBUSD leave each row and half's scaled sum in
-// two int32 lanes and one horizontal add puts them in ik's lanes (k: row k's first 16, 4 + k: its second). The
-// integers are the AVX2 form's, and so are the float steps.
+// side by side against the token's 8-weight groups in both halves of a 128-bit lane, so that two VPDPBUSD leave each
+// row and half's sum in two int32 lanes (|sum| <= 8 * 2 * 127: exact in int16), and one VPACKSSDW and one VPMADDWD by
+// the rows' scales put the scaled sums in ik's lanes (k: row k's first 16, 4 + k: its second). The integers are the
+// AVX2 form's, and so are the float steps.
 template <int NY>
 void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                           int64_t out_stride) {
@@ -175,9 +175,6 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
     // word r of 64-bit lane i: row r's three high index bits of group i moved to bits 8..10
     const __m256i shift_left = _mm256_setr_epi64x(8, 5, 2, 0), shift_right = _mm256_setr_epi64x(0, 0, 0, 1);
-    // the scale words of rows (0, 1) and (2, 3), each over its 8 weights
-    const __m256i rows01 = _mm256_setr_epi64x(0x0100010001000100ll, 0x0302030203020302ll, 0x0100010001000100ll, 0x0302030203020302ll);
-    const __m256i rows23 = _mm256_add_epi8(rows01, _mm256_set1_epi8(4));
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
@@ -209,27 +206,27 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
                                                    _mm256_and_si256(high, _mm256_set1_epi16(0x0700))));
                 __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
                 auto grid = [&](int i) { return static_cast<long long>(iq::kIq1sGrid[idx[i]]); };
-                const __m256i sc = _mm256_broadcastsi128_si256(sc4);
-                const __m256i sc01 = _mm256_shuffle_epi8(sc, rows01), sc23 = _mm256_shuffle_epi8(sc, rows23);
+                // each row's scale twice (words r, r: its two sums of 8 of a half), per 128-bit lane
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_unpacklo_epi16(sc4, sc4));
                 const __m256i one = _mm256_set1_epi8(1);
-                // rows 0, 1 (2, 3) of groups 0 and 2, then of groups 1 and 3
-                const __m256i x0 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(0), grid(1), grid(8), grid(9)), one), sc01);
-                const __m256i x1 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(4), grid(5), grid(12), grid(13)), one), sc01);
-                const __m256i x2 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(2), grid(3), grid(10), grid(11)), one), sc23);
-                const __m256i x3 = _mm256_mullo_epi16(_mm256_add_epi8(_mm256_setr_epi64x(grid(6), grid(7), grid(14), grid(15)), one), sc23);
+                // rows 0, 1 (2, 3) of groups 0 and 2, then of groups 1 and 3: the grid values + 1, unscaled
+                const __m256i x0 = _mm256_add_epi8(_mm256_setr_epi64x(grid(0), grid(1), grid(8), grid(9)), one);
+                const __m256i x1 = _mm256_add_epi8(_mm256_setr_epi64x(grid(4), grid(5), grid(12), grid(13)), one);
+                const __m256i x2 = _mm256_add_epi8(_mm256_setr_epi64x(grid(2), grid(3), grid(10), grid(11)), one);
+                const __m256i x3 = _mm256_add_epi8(_mm256_setr_epi64x(grid(6), grid(7), grid(14), grid(15)), one);
                 // in a 16-token pass token pairs in 512-bit registers (t's lanes in the low half, t + 1's in the high),
-                // each half's steps the 256-bit form's, HADD's per-lane pairs by two shuffles (fewer tokens keep 256
-                // bits: the grid loads need port 1, which 512-bit instructions close on Intel)
+                // each half's steps the 256-bit form's (fewer tokens keep 256 bits: the grid loads need port 1, which
+                // 512-bit instructions close on Intel)
                 const __m512i w0 = _mm512_broadcast_i64x4(x0), w1 = _mm512_broadcast_i64x4(x1);
                 const __m512i w2 = _mm512_broadcast_i64x4(x2), w3 = _mm512_broadcast_i64x4(x3);
+                const __m512i sc16 = _mm512_broadcast_i64x4(sc);
                 const __m512 delta16 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(delta8)));
                 for (int t = 0; t + 1 < kPaired; t += 2) {
                     const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(y[t][ib].qs + 32 * j)), load32(y[t + 1][ib].qs + 32 * j), 1);
                     const __m512i even = _mm512_shuffle_epi32(yv, _MM_PERM_BABA), odd = _mm512_shuffle_epi32(yv, _MM_PERM_DCDC);
-                    const __m512 s01 = _mm512_castsi512_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, even), w1, odd));
-                    const __m512 s23 = _mm512_castsi512_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w2, even), w3, odd));
-                    const __m512i h = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(s01, s23, 0x88)),
-                                                       _mm512_castps_si512(_mm512_shuffle_ps(s01, s23, 0xDD)));
+                    const __m512i s01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, even), w1, odd);
+                    const __m512i s23 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w2, even), w3, odd);
+                    const __m512i h = _mm512_madd_epi16(_mm512_packs_epi32(s01, s23), sc16);
                     const __m512 dy = _mm512_mask_broadcastss_ps(_mm512_set1_ps(y[t][ib].d), 0xFF00, _mm_set_ss(y[t + 1][ib].d));
                     const __m512 ds = _mm512_mask_broadcastss_ps(_mm512_set1_ps(dsum[t][j]), 0xFF00, _mm_set_ss(dsum[t + 1][j]));
                     acc2[t / 2] = _mm512_fmadd_ps(dy, _mm512_cvtepi32_ps(h), acc2[t / 2]);
@@ -241,7 +238,8 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
                     const __m256i even = _mm256_shuffle_epi32(yv, 0x44), odd = _mm256_shuffle_epi32(yv, 0xEE);
                     const __m256i s01 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), x0, even), x1, odd);
                     const __m256i s23 = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), x2, even), x3, odd);
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(_mm256_hadd_epi32(s01, s23)), acc[t]);
+                    const __m256i h = _mm256_madd_epi16(_mm256_packs_epi32(s01, s23), sc);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(h), acc[t]);
                     acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dsum[t][j]), delta8, acc[t]);
                 }
             }
