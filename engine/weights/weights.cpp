@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 namespace moe {
 
@@ -28,14 +27,13 @@ bool read_direct(int fd, const std::string& path, uint64_t offset, uint64_t n, u
     const uint64_t end = offset + n;
     const uint64_t span = (end + kPage - 1) / kPage * kPage - offset / kPage * kPage;
     const uint64_t buf_bytes = std::min(kChunk, span);
-    std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(kPage, buf_bytes)), &std::free);
-    if (!buf) throw ModelError(path + ": cannot allocate a " + std::to_string(buf_bytes) + "-byte read buffer");
+    WeightMemory buf(buf_bytes, kPage);
     for (uint64_t at = offset; at < end;) {
         const uint64_t from = at / kPage * kPage;
         const uint64_t want = std::min(buf_bytes, (end + kPage - 1) / kPage * kPage - from);
         uint64_t got = 0;
         while (got < want) {
-            const ssize_t r = ::pread(fd, buf.get() + got, want - got, static_cast<off_t>(from + got));
+            const ssize_t r = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(from + got));
             if (r < 0 && errno == EINTR) continue;
             if (r < 0 && errno == EINVAL && at == offset && got == 0) return false;
             if (r < 0) throw_read_error(path, offset, n, std::strerror(errno));
@@ -44,7 +42,7 @@ bool read_direct(int fd, const std::string& path, uint64_t offset, uint64_t n, u
         }
         const uint64_t usable = std::min(from + got, end);
         if (usable <= at) throw_read_error(path, offset, n, "short read (file truncated?)");
-        std::memcpy(dst + (at - offset), buf.get() + (at - from), usable - at);
+        std::memcpy(dst + (at - offset), buf.data() + (at - from), usable - at);
         at = usable;
     }
     return true;

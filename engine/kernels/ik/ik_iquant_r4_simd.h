@@ -230,6 +230,16 @@ template <class G>
 inline __m256i row_of_grid64(G g, int from) {
     return _mm256_setr_epi64x(g(from), g(from + 1), g(from + 2), g(from + 3));
 }
+// IQ1_M_R4's 32-weight block of four rows: byte 4 g + k of qs and of the nibbles is row k's group g of 8 (nibble:
+// the 3 high index bits, then the delta's sign). Writes the 16 grid indices (4 g + k) and returns the nibbles.
+inline __m128i iq1_m_r4_indices(const uint8_t* blk, uint16_t* idx) {
+    const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
+    const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                       _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
+                                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
+    return nib;
+}
 template <GgmlType T>
 inline IqR4Rows decode_iq_r4_vnni(const uint8_t* b, int ib) {
     using namespace iq;
@@ -263,14 +273,9 @@ inline IqR4Rows decode_iq_r4_vnni(const uint8_t* b, int ib) {
         r.words = nibble_scale_words(b + 296 + 4 * ib, true);
     } else {
         static_assert(T == GgmlType::IQ1_M_R4);
-        // byte 4 g + k of qs / of the nibbles: row k's group g of 8 (nibble: 3 high index bits, then the delta's sign)
         const uint8_t* blk = b + 28 * ib;
-        const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
-        const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
         alignas(32) uint16_t idx[16];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
-                           _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
-                                           _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
+        const __m128i nib = iq1_m_r4_indices(blk, idx);
         __asm__("" : "+m"(idx));  // read the indices back from memory (loads), not by sixteen two-uop VPEXTRW
         const __m128i eight = _mm_set1_epi8(8);
         const __m256i delta = _mm256_broadcastsi128_si256(_mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib, eight), eight), _mm_set1_epi8(1)));

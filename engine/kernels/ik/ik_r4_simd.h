@@ -272,15 +272,9 @@ __attribute__((noinline)) void iq1_m_r4_tokens_vnni(int64_t n, const uint8_t* w,
             __m256i isum[NY];
             for (auto& v : isum) v = _mm256_setzero_si256();
             for (int k = 0; k < 4; ++k) {
-                // byte 4 g + r of qs / of the nibbles: row r's group g of 8 (nibble: 3 high index bits, the delta's sign)
                 const uint8_t* blk = group + 8 + 28 * (4 * jb + k);
-                const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
-                const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1),
-                                                   static_cast<int>(qh1 >> 4));
                 alignas(32) uint16_t idx[16];
-                _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
-                                   _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
-                                                   _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
+                const __m128i nib = iq1_m_r4_indices(blk, idx);
                 __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
                 auto grid = [&](int i) { return static_cast<long long>(iq::kIq1sGrid[idx[i]]); };
                 // -8 plus the delta's sign (-1 where bit 3 of the nibble is set, else +1), to go with 8 (e + 1)
