@@ -234,7 +234,7 @@ TEST(QuantKernels, TileEqualsDotPerPair) {
                                 apply_edge(type, static_cast<Edge>(r % 5), row);  // rows of the same panel with edge blocks
                                 w.insert(w.end(), row.begin(), row.end());
                             }
-                            for (int n_tok : {1, 2, 3, 4, 5, 9, 11, 18}) {
+                            for (int n_tok : {1, 2, 3, 4, 5, 9, 11, 14, 15, 18}) {  // 14, 15: passes of 8 + 6, 8 + 7
                                 std::vector<uint8_t> a(ab * static_cast<size_t>(n_tok));
                                 for (int k = 0; k < n_tok; ++k) {
                                     const auto x = activations(n, k == 2 ? Act::Zeros : Act::Random, rng);
