@@ -58,6 +58,15 @@ inline __m256i q6_0_values(const ik::BlockQ6_0& x) {  // the unsigned 6-bit valu
     return _mm256_or_si256(lo4, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
 }
 
+// Blocks b .. b + 3's f16 scales as four floats by one VCVTPH2PS (not four scalar lookups of the 256 KiB table,
+// which compete with the weights for L2).
+template <bool Q6>
+inline __m128 legacy_scales4(const void* w, int64_t b) {
+    uint16_t h[4];
+    for (int k = 0; k < 4; ++k) h[k] = Q6 ? static_cast<const ik::BlockQ6_0*>(w)[b + k].d : static_cast<const BlockQ8_0*>(w)[b + k].d;
+    return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
+}
+
 template <bool Q6>
 float dot_legacy(int64_t n, const void* w, const void* a) {
     const X4Row y{static_cast<const uint8_t*>(a)};
@@ -74,7 +83,7 @@ float dot_legacy(int64_t n, const void* w, const void* a) {
         const ik::BlockQ8_2x4& yg = y.group(g);
         __m256i d[4];
         for (int k = 0; k < 4; ++k) d[k] = lanes(values(4 * g + k), load32(yg.qs + 32 * k));
-        const __m128 dw = _mm_set_ps(wd(4 * g + 3), wd(4 * g + 2), wd(4 * g + 1), wd(4 * g));
+        const __m128 dw = legacy_scales4<Q6>(w, 4 * g);
         const __m128 dy = bf16x4(yg.d);
         acc = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, dy)), _mm256_cvtepi32_ps(halves4(d[0], d[1], d[2], d[3])), acc);
         if constexpr (Q6) {
@@ -208,42 +217,63 @@ struct TrellisIndices256 {
     }
 };
 
-// One superblock of a trellis row: the 256 signed values (8 registers) and the 8 block scales. The indices are
-// assembled eight lanes at a time, so the only per-group work is the trellis step itself.
+// One superblock of a trellis row: the 256 values (8 registers) and the 8 block scales. The indices are assembled
+// eight lanes at a time, so the only per-group work is the trellis step itself. IQ3_KT keeps, as ik does, the
+// magnitudes in v and the stored signs as +-1 bytes in sign: a token's product is then one PSIGNB of its
+// activations before PMADDUBSW (the same integers as the signed values' dot_ss8).
 template <GgmlType T>
 struct TrellisDec : TrellisIndices256<T> {
     using Base = TrellisIndices256<T>;
+    static constexpr bool kSigned = T == GgmlType::IQ3_KT;
     __m256i v[8];
-    void decode(const uint8_t* blk) {
+    __m256i sign[kSigned ? 8 : 1];
+    const uint8_t* qh = nullptr;  // IQ3_KT's sign bits
+    // The indices and scales, then the values half by half (half c: blocks 4c .. 4c + 3), so a one-token dot
+    // keeps four blocks in registers rather than eight spilled ones.
+    void load(const uint8_t* blk) {
         Base::load(blk);
-        if constexpr (Base::kGroup == 4) {
-            const __m256i ka = trellis_ka<4>();
-            for (int ib = 0; ib < 8; ++ib) {
-                const __m256i idx = Base::idx[ib];
-                const __m256i g[4] = {lanes_of(idx, 0, 1), lanes_of(idx, 2, 3), lanes_of(idx, 4, 5), lanes_of(idx, 6, 7)};
-                v[ib] = trellis32(g, ka);
-            }
-        } else {
-            const __m256i ka = trellis_ka<8>();
-            __m256i neg_bits;
-            if constexpr (T == GgmlType::IQ3_KT) neg_bits = load32(reinterpret_cast<const ik::BlockIQ3_KT*>(blk)->qh);
-            for (int ib = 0; ib < 8; ++ib) {
-                const __m256i idx = Base::idx[ib / 2];
-                const int h = ib % 2;
-                const __m256i g[4] = {lane_of(idx, 4 * h), lane_of(idx, 4 * h + 1), lane_of(idx, 4 * h + 2), lane_of(idx, 4 * h + 3)};
-                v[ib] = trellis32(g, ka);
-                if constexpr (T == GgmlType::IQ3_KT) {  // |value|, negated where the block's bit in qh[j] is set
+        if constexpr (kSigned) qh = reinterpret_cast<const ik::BlockIQ3_KT*>(blk)->qh;
+    }
+    void half(int c) {
+#pragma GCC unroll 4
+        for (int ib = 4 * c; ib < 4 * c + 4; ++ib) {
+            if constexpr (Base::kGroup == 4) {
+                // groups 0, 2, 4, 6 in the low 128-bit lane and 1, 3, 5, 7 in the high one: one permute, then each
+                // pair (2k, 2k + 1) broadcast in-lane (four cross-lane permutes cost more on Zen 3)
+                const __m256i b = _mm256_permutevar8x32_epi32(Base::idx[ib], _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+                const __m256i g[4] = {_mm256_shuffle_epi32(b, 0x00), _mm256_shuffle_epi32(b, 0x55), _mm256_shuffle_epi32(b, 0xAA),
+                                      _mm256_shuffle_epi32(b, 0xFF)};
+                v[ib] = trellis32(g, trellis_ka<4>());
+            } else {
+                // the block's four indices in both 128-bit lanes, then each broadcast in-lane (no lane crossing)
+                const __m256i b = _mm256_permute4x64_epi64(Base::idx[ib / 2], ib % 2 ? 0xEE : 0x44);
+                const __m256i g[4] = {_mm256_shuffle_epi32(b, 0x00), _mm256_shuffle_epi32(b, 0x55), _mm256_shuffle_epi32(b, 0xAA),
+                                      _mm256_shuffle_epi32(b, 0xFF)};
+                v[ib] = trellis32(g, trellis_ka<8>());
+                if constexpr (kSigned) {  // |value|, negative where the block's bit in qh[j] is set
                     const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << ib));
-                    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(neg_bits, m), m);
-                    const __m256i a = _mm256_abs_epi8(v[ib]);
-                    v[ib] = _mm256_sub_epi8(_mm256_xor_si256(a, neg), neg);
+                    v[ib] = _mm256_abs_epi8(v[ib]);
+                    sign[ib] = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(load32(qh), m), m), _mm256_set1_epi8(1));
                 }
             }
         }
     }
+    void decode(const uint8_t* blk) {
+        load(blk);
+        half(0), half(1);
+    }
+    // Block b's int32 lanes against 32 activations.
+    __m256i lanes(int b, __m256i y) const {
+        if constexpr (kSigned) return dot_us8(v[b], _mm256_sign_epi8(y, sign[b]));
+        else return dot_ss8(v[b], y);
+    }
     void decode_to(const uint8_t* blk, int8_t* out) {
         decode(blk);
-        for (int b = 0; b < 8; ++b) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * b), v[b]);
+        for (int b = 0; b < 8; ++b) {
+            __m256i x = v[b];
+            if constexpr (kSigned) x = _mm256_sign_epi8(x, sign[b]);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * b), x);
+        }
     }
 };
 
@@ -260,12 +290,15 @@ float dot_trellis(int64_t n, const void* w, const void* a) {
     TrellisDec<T> dec;
     const size_t block_bytes = type_info(T).block_bytes;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        dec.decode(blocks + i * block_bytes);
+        dec.load(blocks + i * block_bytes);
         const __m256 S = trellis_scales_ps(d, dec.scale);
+#pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
+            dec.half(c);
             const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
             __m256i l[4];
-            for (int k = 0; k < 4; ++k) l[k] = dot_ss8(dec.v[4 * c + k], load32(yg.qs + 32 * k));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) l[k] = dec.lanes(4 * c + k, load32(yg.qs + 32 * k));
             const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
             acc = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(yg.d))), _mm256_cvtepi32_ps(halves4(l[0], l[1], l[2], l[3])), acc);
         }
@@ -382,17 +415,11 @@ void legacy_tokens(int64_t ng, const uint8_t* row, const uint8_t* act, size_t ac
     for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps(), m[j] = _mm_setzero_ps();
     for (int64_t g = 0; g < ng; ++g) {
         __m256i v[4];
-        float dwf[4];
         for (int k = 0; k < 4; ++k) {
-            if constexpr (Q6) {
-                const auto& x = reinterpret_cast<const ik::BlockQ6_0*>(row)[4 * g + k];
-                v[k] = q6_0_values(x), dwf[k] = h2f(x.d);
-            } else {
-                const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[4 * g + k];
-                v[k] = load32(x.qs), dwf[k] = h2f(x.d);
-            }
+            if constexpr (Q6) v[k] = q6_0_values(reinterpret_cast<const ik::BlockQ6_0*>(row)[4 * g + k]);
+            else v[k] = load32(reinterpret_cast<const BlockQ8_0*>(row)[4 * g + k].qs);
         }
-        const __m128 dw = _mm_loadu_ps(dwf);
+        const __m128 dw = legacy_scales4<Q6>(row, 4 * g);
         for (int j = 0; j < NT; ++j) {
             const ik::BlockQ8_2x4& yg = X4Row{act + j * act_bytes}.group(g);
             __m256i d[4];
@@ -454,7 +481,7 @@ void tile_trellis(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
                     for (int c = 0; c < 2; ++c) {
                         const ik::BlockQ8_2x4& yg = y.group(2 * i + c);
                         __m256i l[4];
-                        for (int k = 0; k < 4; ++k) l[k] = dot_ss8(dec.v[4 * c + k], load32(yg.qs + 32 * k));
+                        for (int k = 0; k < 4; ++k) l[k] = dec.lanes(4 * c + k, load32(yg.qs + 32 * k));
                         const __m128 s4 = c == 0 ? _mm256_castps256_ps128(S) : _mm256_extractf128_ps(S, 1);
                         acc[j] = _mm256_fmadd_ps(dup4(_mm_mul_ps(s4, bf16x4(yg.d))), _mm256_cvtepi32_ps(halves4(l[0], l[1], l[2], l[3])), acc[j]);
                     }
