@@ -419,72 +419,79 @@ TEST(QuantKernels, InterleavedRowsMatchFloatSumAndReference) {
     for (GgmlType t : types) {
         if (type_info(t).interleave == 1) continue;
         const int id = kernels::type_slot(t);
-        // (BF16_R16: six groups, so that the native kernel's passes of four and two groups run beside single ones)
-        const size_t group = type_info(t).interleave, n = 512, rows = (t == GgmlType::BF16_R16 ? 6 : 3) * group, rb = *row_bytes(t, n);
-        auto w = kernels::random_weight_rows(t, n, rows, rng());
-        if (t == GgmlType::BF16_R16)  // subnormal weights, which VDPBF16PS reads as zero
-            for (size_t i = 0; i < w.size(); i += 14) w[i] = 0x01, w[i + 1] = 0x00;
-        std::vector<float> wd(n * rows);
-        ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
-        const size_t ab = kernels::activation_bytes(t, static_cast<int64_t>(n));
-        const int n_tok = 21;  // a pass of sixteen tokens (or two of eight) and a narrower one
-        std::vector<uint8_t> act(ab * n_tok);
-        std::vector<std::vector<float>> x(n_tok, std::vector<float>(n));
-        std::normal_distribution<float> nd;
-        for (int k = 0; k < n_tok; ++k) {
-            // token 1: for BF16_R16 products and sums near and below FLT_MIN, which VDPBF16PS rounds once and flushes;
-            // for the 8-bit activations (Q8_K, Q8_K32, Q8_K128, Q8_2_X4, Q8_KV, Q8_K16) a row so small that its quantizer's
-            // inverse scale overflows (zeros)
-            const float tiny = k != 1 ? 1.f : t == GgmlType::BF16_R16 ? 3e-38f : 1e-38f;
-            for (auto& v : x[k]) v = nd(rng) * tiny;
-            kernels::prepare_activations(t, x[k].data(), act.data() + k * ab, static_cast<int64_t>(n));
-        }
-        const kernels::KernelTable& ref = kernels::reference_table();
-        ASSERT_TRUE(ref.dot_rows[id]) << type_name(static_cast<uint32_t>(t));
-        std::vector<float> want(rows * n_tok);
-        for (int k = 0; k < n_tok; ++k)
-            ref.dot_rows[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want[k * rows]);
-        for (int k = 0; k < n_tok; ++k)
-            for (size_t r = 0; r < rows; ++r) {  // the activations as the kernel sees them: quantized, so compare loosely
-                double sum = 0, mag = 0;
-                for (size_t j = 0; j < n; ++j)
-                    sum += static_cast<double>(wd[r * n + j]) * x[k][j], mag += std::fabs(static_cast<double>(wd[r * n + j]) * x[k][j]);
-                EXPECT_NEAR(want[k * rows + r], sum, 0.02 * mag + 1e-4) << type_name(static_cast<uint32_t>(t)) << " row " << r;
+        // Against Q8_2_X4 activations (groups of four 32-blocks, then single ones) also at 160: a group and one block
+        // after it, which the kernels take apart
+        const std::vector<size_t> lengths = kernels::activation_type(t) == GgmlType::IK_Q8_2_X4 ? std::vector<size_t>{512, 160}
+                                                                                                : std::vector<size_t>{512};
+        for (size_t n : lengths) {
+            // (BF16_R16: six groups, so that the native kernel's passes of four and two groups run beside single ones)
+            const size_t group = type_info(t).interleave, rows = (t == GgmlType::BF16_R16 ? 6 : 3) * group, rb = *row_bytes(t, n);
+            auto w = kernels::random_weight_rows(t, n, rows, rng());
+            if (t == GgmlType::BF16_R16)  // subnormal weights, which VDPBF16PS reads as zero
+                for (size_t i = 0; i < w.size(); i += 14) w[i] = 0x01, w[i + 1] = 0x00;
+            std::vector<float> wd(n * rows);
+            ik::dequantize_r4_rows(t, w.data(), wd.data(), static_cast<int64_t>(n), static_cast<int64_t>(rows));
+            const size_t ab = kernels::activation_bytes(t, static_cast<int64_t>(n));
+            const int n_tok = 21;  // a pass of sixteen tokens (or two of eight) and a narrower one
+            std::vector<uint8_t> act(ab * n_tok);
+            std::vector<std::vector<float>> x(n_tok, std::vector<float>(n));
+            std::normal_distribution<float> nd;
+            for (int k = 0; k < n_tok; ++k) {
+                // token 1: for BF16_R16 products and sums near and below FLT_MIN, which VDPBF16PS rounds once and flushes;
+                // for the 8-bit activations (Q8_K, Q8_K32, Q8_K128, Q8_2_X4, Q8_KV, Q8_K16) a row so small that its quantizer's
+                // inverse scale overflows (zeros)
+                const float tiny = k != 1 ? 1.f : t == GgmlType::BF16_R16 ? 3e-38f : 1e-38f;
+                for (auto& v : x[k]) v = nd(rng) * tiny;
+                kernels::prepare_activations(t, x[k].data(), act.data() + k * ab, static_cast<int64_t>(n));
             }
-        ++compared;  // the reference holds on every CPU; the SIMD tables below exist only where this CPU runs them
-        for (const test::SimdCase& c : test::simd_cases()) {
-            std::vector<float> got(rows * n_tok, -1.f);
-            for (int k = 0; k < n_tok; ++k)  // all groups but the first on their own: a range starting at the second group
-                c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + group * rb, rb, static_cast<int64_t>(rows - group), act.data() + k * ab,
-                                      &got[k * rows + group]);
+            const kernels::KernelTable& ref = kernels::reference_table();
+            ASSERT_TRUE(ref.dot_rows[id]) << type_name(static_cast<uint32_t>(t));
+            std::vector<float> want(rows * n_tok);
             for (int k = 0; k < n_tok; ++k)
-                for (size_t r = group; r < rows; ++r)
-                    EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
-            if (ref.dot_rows_batch[id]) {  // the batch order (Q4_K_R4, Q6_K_R4): rows and tiles against the reference's
-                std::vector<float> want_b(rows * n_tok), got_b(rows * n_tok, -1.f), tiled_b(rows * n_tok, -1.f);
-                for (int k = 0; k < n_tok; ++k) {
-                    ref.dot_rows_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want_b[k * rows]);
-                    c.table->dot_rows_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab,
-                                                &got_b[k * rows]);
+                ref.dot_rows[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab, &want[k * rows]);
+            for (int k = 0; k < n_tok; ++k)
+                for (size_t r = 0; r < rows; ++r) {  // the activations as the kernel sees them: quantized, so compare loosely
+                    double sum = 0, mag = 0;
+                    for (size_t j = 0; j < n; ++j)
+                        sum += static_cast<double>(wd[r * n + j]) * x[k][j], mag += std::fabs(static_cast<double>(wd[r * n + j]) * x[k][j]);
+                    EXPECT_NEAR(want[k * rows + r], sum, 0.02 * mag + 1e-4) << type_name(static_cast<uint32_t>(t)) << " row " << r;
                 }
-                ASSERT_TRUE(c.table->tile_batch[id]) << c.label << " " << type_name(static_cast<uint32_t>(t));
-                c.table->tile_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, n_tok, tiled_b.data(),
-                                        static_cast<int64_t>(rows));
-                EXPECT_EQ(got_b, want_b) << c.label << " batch rows " << type_name(static_cast<uint32_t>(t));
-                EXPECT_EQ(tiled_b, want_b) << c.label << " batch tile " << type_name(static_cast<uint32_t>(t));
-                int differ = 0;  // the two orders must really differ somewhere, or the test compares one kernel twice
-                for (size_t i = 0; i < want_b.size(); ++i) differ += want_b[i] != want[i];
-                EXPECT_GT(differ, 0) << type_name(static_cast<uint32_t>(t));
+            ++compared;  // the reference holds on every CPU; the SIMD tables below exist only where this CPU runs them
+            for (const test::SimdCase& c : test::simd_cases()) {
+                std::vector<float> got(rows * n_tok, -1.f);
+                for (int k = 0; k < n_tok; ++k)  // all groups but the first on their own: a range starting at the second group
+                    c.table->dot_rows[id](static_cast<int64_t>(n), w.data() + group * rb, rb, static_cast<int64_t>(rows - group), act.data() + k * ab,
+                                          &got[k * rows + group]);
+                for (int k = 0; k < n_tok; ++k)
+                    for (size_t r = group; r < rows; ++r)
+                        EXPECT_EQ(got[k * rows + r], want[k * rows + r]) << c.label << " " << type_name(static_cast<uint32_t>(t));
+                if (ref.dot_rows_batch[id]) {  // the batch order (Q4_K_R4, Q6_K_R4): rows and tiles against the reference's
+                    std::vector<float> want_b(rows * n_tok), got_b(rows * n_tok, -1.f), tiled_b(rows * n_tok, -1.f);
+                    for (int k = 0; k < n_tok; ++k) {
+                        ref.dot_rows_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab,
+                                               &want_b[k * rows]);
+                        c.table->dot_rows_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data() + k * ab,
+                                                    &got_b[k * rows]);
+                    }
+                    ASSERT_TRUE(c.table->tile_batch[id]) << c.label << " " << type_name(static_cast<uint32_t>(t));
+                    c.table->tile_batch[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, n_tok, tiled_b.data(),
+                                            static_cast<int64_t>(rows));
+                    EXPECT_EQ(got_b, want_b) << c.label << " batch rows " << type_name(static_cast<uint32_t>(t));
+                    EXPECT_EQ(tiled_b, want_b) << c.label << " batch tile " << type_name(static_cast<uint32_t>(t));
+                    int differ = 0;  // the two orders must really differ somewhere, or the test compares one kernel twice
+                    for (size_t i = 0; i < want_b.size(); ++i) differ += want_b[i] != want[i];
+                    EXPECT_GT(differ, 0) << type_name(static_cast<uint32_t>(t));
+                }
+                if (c.table->tile[id])
+                    for (int tok : {n_tok, 13, 3}) {
+                        std::vector<float> tiled(rows * n_tok, -1.f);
+                        c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(),
+                                          static_cast<int64_t>(rows));
+                        for (size_t i = 0; i < rows * n_tok; ++i)
+                            EXPECT_EQ(tiled[i], i < rows * tok ? want[i] : -1.f)
+                                << c.label << " tile of " << tok << " tokens " << type_name(static_cast<uint32_t>(t)) << " at " << i;
+                    }
             }
-            if (c.table->tile[id])
-                for (int tok : {n_tok, 13, 3}) {
-                    std::vector<float> tiled(rows * n_tok, -1.f);
-                    c.table->tile[id](static_cast<int64_t>(n), w.data(), rb, static_cast<int64_t>(rows), act.data(), ab, tok, tiled.data(),
-                                      static_cast<int64_t>(rows));
-                    for (size_t i = 0; i < rows * n_tok; ++i)
-                        EXPECT_EQ(tiled[i], i < rows * tok ? want[i] : -1.f)
-                            << c.label << " tile of " << tok << " tokens " << type_name(static_cast<uint32_t>(t)) << " at " << i;
-                }
         }
     }
     EXPECT_GT(compared, 0);

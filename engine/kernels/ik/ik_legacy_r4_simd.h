@@ -235,22 +235,69 @@ struct LegacyR4Block {
     }
 };
 
+// A block's four fields against a token's 32 activations: the rows' exact sums in the lanes. The unsigned indices
+// add their PMADDUBSW pair sums in int16 before the one PMADDWD where they fit (Q5_0_R4: four, each within
+// 2 * 31 * 127; Q6_0_R4: two, within 2 * 63 * 127), as ik's AVX2 kernels do; IQ4_NL_R4's signed values take the
+// sign step and a PMADDWD each.
+template <GgmlType T>
+inline __m256i legacy_r4_sums(const __m256i q[4], __m256i y) {
+    const __m256i ys[4] = {_mm256_shuffle_epi32(y, 0x00), _mm256_shuffle_epi32(y, 0x55), _mm256_shuffle_epi32(y, 0xaa),
+                           _mm256_shuffle_epi32(y, 0xff)};
+    const __m256i ones = _mm256_set1_epi16(1);
+    if constexpr (T == GgmlType::Q5_0_R4) {
+        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], ys[0]), _mm256_maddubs_epi16(q[1], ys[1]));
+        const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], ys[2]), _mm256_maddubs_epi16(q[3], ys[3]));
+        return _mm256_madd_epi16(ones, _mm256_add_epi16(a, b));
+    } else if constexpr (T == GgmlType::Q6_0_R4) {
+        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], ys[0]), _mm256_maddubs_epi16(q[1], ys[1]));
+        const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], ys[2]), _mm256_maddubs_epi16(q[3], ys[3]));
+        return _mm256_add_epi32(_mm256_madd_epi16(ones, a), _mm256_madd_epi16(ones, b));
+    } else {
+        return _mm256_add_epi32(_mm256_add_epi32(dot_ss8(q[0], ys[0]), dot_ss8(q[1], ys[1])),
+                                _mm256_add_epi32(dot_ss8(q[2], ys[2]), dot_ss8(q[3], ys[3])));
+    }
+}
+
+// One group of four rows against NY tokens: per four activation blocks each token's four y.d and four offsets
+// (kOffset * y.d * sum) as floats once, then per block and token the sums, fma(d y.d, sum) and fma(d, offset).
 template <GgmlType T, int NY>
 void legacy_r4_group(int64_t n, const uint8_t* group, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     using B = LegacyR4Block<T>;
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
     __m256 acc[NY];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        __m256i q[4], ys[4];
+    alignas(32) float dys[NY][8];  // per token: y.d of the four blocks, then their offsets
+    for (int64_t g4 = 0; g4 < grouped / 4; ++g4) {
+        for (int t = 0; t < NY; ++t) {
+            const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
+            const __m128 dy = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
+            _mm_store_ps(dys[t], dy);
+            if constexpr (T != GgmlType::IQ4_NL_R4) {
+                const __m128 sum = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))));
+                _mm_store_ps(dys[t] + 4, _mm_mul_ps(_mm_set1_ps(B::kOffset), _mm_mul_ps(dy, sum)));
+            }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            __m256i q[4];
+            __m256 d8;
+            B::decode(group + (4 * g4 + k) * B::kBytes, q, d8);
+            for (int t = 0; t < NY; ++t) {
+                const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
+                const __m256i s = legacy_r4_sums<T>(q, load32(yg.qs + 32 * k));
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_broadcast_ss(&dys[t][k])), _mm256_cvtepi32_ps(s), acc[t]);
+                if constexpr (T != GgmlType::IQ4_NL_R4) acc[t] = _mm256_fmadd_ps(d8, _mm256_broadcast_ss(&dys[t][4 + k]), acc[t]);
+            }
+        }
+    }
+    for (int64_t b = grouped; b < nb; ++b) {  // blocks after the last group of four
+        __m256i q[4];
         __m256 d8;
         B::decode(group + b * B::kBytes, q, d8);
         for (int t = 0; t < NY; ++t) {
             float dy;
             int ysum;
-            B::activations(act + t * act_bytes, b, grouped, ys, dy, ysum);
-            __m256i s = _mm256_setzero_si256();
-            for (int f = 0; f < 4; ++f) s = T == GgmlType::IQ4_NL_R4 ? dot_i8_i8(s, q[f], ys[f]) : dot_u8_i8(s, q[f], ys[f]);
+            const __m256i s = legacy_r4_sums<T>(q, load32(x4_block(act + t * act_bytes, b, grouped, dy, ysum)));
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(s), acc[t]);
             if constexpr (T != GgmlType::IQ4_NL_R4)
                 acc[t] = _mm256_fmadd_ps(d8, _mm256_set1_ps(B::kOffset * (dy * static_cast<float>(ysum))), acc[t]);
