@@ -266,6 +266,29 @@ inline __m256 e8m0_half8(const uint8_t* e) {
     const __m256i small = _mm256_slli_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(1)), 21);  // e = 0, 1: 2^-128, 2^-127
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, normal, _mm256_cmpgt_epi32(x, _mm256_set1_epi32(1))));
 }
+// A block's eight rows against a token's 32 activations: lo[c] / hi[c] meet dword c of the first / second 16. The
+// values are at most 24, so on AVX2 four PMADDUBSW pair sums add in int16 (within 4 * 2 * 24 * 127) before each
+// PMADDWD, as ik's AVX2 kernel adds two; with VNNI one VPDPBUSD chain each. The same exact integers.
+inline __m256i mxfp4_r8_sums(const __m256i lo[4], const __m256i hi[4], const int8_t* qy) {
+    const __m256i yl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qy)));
+    const __m256i yh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qy + 16)));
+    const __m256i l[4] = {_mm256_shuffle_epi32(yl, 0x00), _mm256_shuffle_epi32(yl, 0x55), _mm256_shuffle_epi32(yl, 0xaa),
+                          _mm256_shuffle_epi32(yl, 0xff)};
+    const __m256i h[4] = {_mm256_shuffle_epi32(yh, 0x00), _mm256_shuffle_epi32(yh, 0x55), _mm256_shuffle_epi32(yh, 0xaa),
+                          _mm256_shuffle_epi32(yh, 0xff)};
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();  // (two chains)
+    for (int c = 0; c < 4; ++c) a = _mm256_dpbusd_epi32(a, lo[c], l[c]), b = _mm256_dpbusd_epi32(b, hi[c], h[c]);
+    return _mm256_add_epi32(a, b);
+#else
+    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo[0], l[0]), _mm256_maddubs_epi16(lo[1], l[1])),
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(lo[2], l[2]), _mm256_maddubs_epi16(lo[3], l[3])));
+    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(hi[0], h[0]), _mm256_maddubs_epi16(hi[1], h[1])),
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(hi[2], h[2]), _mm256_maddubs_epi16(hi[3], h[3])));
+    const __m256i ones = _mm256_set1_epi16(1);
+    return _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+#endif
+}
 template <bool Lone, int NY>
 void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                      int64_t out_stride) {
@@ -274,45 +297,57 @@ void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, 
     const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned.data())));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256 minus12 = _mm256_set1_ps(-12.f);
+    const auto values = [&](const uint8_t* block, __m256i lo[4], __m256i hi[4]) {
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = load32(block + 8 + 32 * c);
+            lo[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+            hi[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+        }
+    };
     for (int64_t g = g0; g < rows / 8; ++g) {
         const uint8_t* group = w + 8 * g * row_bytes;
         __m256 acc[NY], acc_min[NY];
         for (int t = 0; t < NY; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
-        for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-            const int nblk = static_cast<int>(std::min<int64_t>(4, nb - b0));
+        alignas(32) float dys[NY][8];  // per token: y.d of the four blocks, then y.d * sum
+        for (int64_t g4 = 0; g4 < grouped / 4; ++g4) {
             __m256 dw[4];
-            for (int r = 0; r < nblk; ++r) dw[r] = e8m0_half8(group + (b0 + r) * kBlock);
-            const X4Blocks<NY> xb(act, act_bytes, b0, nblk, grouped);
-            const auto& dy = xb.dy;
-            const auto& ysum = xb.ysum;
-            const auto& qy = xb.qy;
-            if constexpr (!Lone)
-                if (b0 < grouped)  // a call of several columns folds each group of four blocks' corrections in first
-                    for (int t = 0; t < NY; ++t) {
-                        __m256 sum = _mm256_mul_ps(dw[0], _mm256_set1_ps(dy[t][0] * static_cast<float>(ysum[t][0])));
-                        for (int r = 1; r < 4; ++r) sum = _mm256_fmadd_ps(dw[r], _mm256_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r])), sum);
-                        acc[t] = _mm256_fmadd_ps(sum, minus12, acc[t]);
-                    }
-            for (int r = 0; r < nblk; ++r) {
-                const uint8_t* block = group + (b0 + r) * kBlock;
+            for (int r = 0; r < 4; ++r) dw[r] = e8m0_half8(group + (4 * g4 + r) * kBlock);
+            for (int t = 0; t < NY; ++t) {
+                const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
+                const __m128 dy = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
+                const __m128 my = _mm_mul_ps(dy, _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s)))));
+                _mm_store_ps(dys[t], dy), _mm_store_ps(dys[t] + 4, my);
+                if constexpr (!Lone) {  // a call of several columns folds each group of four blocks' corrections in first
+                    __m256 sum = _mm256_mul_ps(dw[0], _mm256_broadcast_ss(&dys[t][4]));
+                    for (int r = 1; r < 4; ++r) sum = _mm256_fmadd_ps(dw[r], _mm256_broadcast_ss(&dys[t][4 + r]), sum);
+                    acc[t] = _mm256_fmadd_ps(sum, minus12, acc[t]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r) {
                 __m256i lo[4], hi[4];
-                for (int c = 0; c < 4; ++c) {
-                    const __m256i q = load32(block + 8 + 32 * c);
-                    lo[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
-                    hi[c] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
-                }
+                values(group + (4 * g4 + r) * kBlock, lo, hi);
                 for (int t = 0; t < NY; ++t) {
-                    __m256i isum = _mm256_setzero_si256(), isum2 = _mm256_setzero_si256();  // (two chains)
-                    for (int c = 0; c < 4; ++c) {
-                        isum = dot_us8_add(isum, lo[c], dword_of(qy[t][r] + 4 * c));
-                        isum2 = dot_us8_add(isum2, hi[c], dword_of(qy[t][r] + 16 + 4 * c));
-                    }
-                    isum = _mm256_add_epi32(isum, isum2);
-                    const __m256 my = _mm256_set1_ps(dy[t][r] * static_cast<float>(ysum[t][r]));
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_set1_ps(dy[t][r])), _mm256_cvtepi32_ps(isum), acc[t]);
-                    if constexpr (Lone) acc_min[t] = _mm256_fmadd_ps(dw[r], my, acc_min[t]);
-                    else if (b0 >= grouped) acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], minus12), my, acc[t]);
+                    const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
+                    const __m256i isum = mxfp4_r8_sums(lo, hi, yg.qs + 32 * r);
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_broadcast_ss(&dys[t][r])), _mm256_cvtepi32_ps(isum), acc[t]);
+                    if constexpr (Lone) acc_min[t] = _mm256_fmadd_ps(dw[r], _mm256_broadcast_ss(&dys[t][4 + r]), acc_min[t]);
                 }
+            }
+        }
+        for (int64_t b = grouped; b < nb; ++b) {  // blocks after the last group of four
+            const uint8_t* block = group + b * kBlock;
+            const __m256 dw = e8m0_half8(block);
+            __m256i lo[4], hi[4];
+            values(block, lo, hi);
+            for (int t = 0; t < NY; ++t) {
+                float dy;
+                int ysum;
+                const int8_t* qy = ikr::x4_block(act + t * act_bytes, b, grouped, dy, ysum);
+                const __m256 my = _mm256_set1_ps(dy * static_cast<float>(ysum));
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(mxfp4_r8_sums(lo, hi, qy)), acc[t]);
+                if constexpr (Lone) acc_min[t] = _mm256_fmadd_ps(dw, my, acc_min[t]);
+                else acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, minus12), my, acc[t]);
             }
         }
         for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, Lone ? _mm256_fmadd_ps(acc_min[t], minus12, acc[t]) : acc[t]);
