@@ -321,34 +321,62 @@ inline const int8_t* x4_block(const uint8_t* row, int64_t b, int64_t grouped, fl
 }
 
 // Q8_0_R8 against Q8_2_X4: eight rows (group g) in the lanes, per 32 weights the exact integer sum and
-// fma(d * y.d, sum, acc).
+// fma(d * y.d, sum, acc). As ik's AVX2 kernel: a block in two halves of four registers (eight values and their
+// magnitudes would take all sixteen), each half's dwords from one 128-bit broadcast, y.d once per four blocks.
 template <int NY>
 void q8_0_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, const uint8_t* act, size_t act_bytes, float* out, int64_t out_stride) {
     const int64_t nb = n / 32, grouped = 4 * (n / 128);
     const auto* blocks = reinterpret_cast<const ik::BlockQ8_0_R8*>(w + 8 * g * row_bytes);
     __m256 acc[NY];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].d)));
-        __m256i q[8], u[8];
-        for (int l = 0; l < 8; ++l) q[l] = load32(blocks[b].qs + 32 * l), u[l] = _mm256_sign_epi8(q[l], q[l]);
+    // rows' values of half h of block b (dwords 4h .. 4h + 3 of each row) against the 16 activations at qy
+    const auto half = [&](int64_t b, int h, const int8_t* const qy[NY], __m256i sums[NY]) {
+        __m256i q[4], u[4];
+        for (int l = 0; l < 4; ++l) q[l] = load32(blocks[b].qs + 128 * h + 32 * l), u[l] = _mm256_sign_epi8(q[l], q[l]);
         for (int t = 0; t < NY; ++t) {
-            float dy;
-            int ysum;
-            const int8_t* qy = x4_block(act + t * act_bytes, b, grouped, dy, ysum);
-            __m256i s = _mm256_setzero_si256();
-            for (int l = 0; l < 8; ++l) {
-                int v;
-                std::memcpy(&v, qy + 4 * l, 4);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                s = _mm256_dpbusd_epi32(s, u[l], _mm256_sign_epi8(_mm256_set1_epi32(v), q[l]));
-#else
-                s = _mm256_add_epi32(
-                    s, _mm256_madd_epi16(_mm256_maddubs_epi16(u[l], _mm256_sign_epi8(_mm256_set1_epi32(v), q[l])), _mm256_set1_epi16(1)));
-#endif
-            }
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy)), _mm256_cvtepi32_ps(s), acc[t]);
+            const __m256i y = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qy[t])));
+            const __m256i p0 = dot_us8(u[0], _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0x00), q[0]));
+            const __m256i p1 = dot_us8(u[1], _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0x55), q[1]));
+            const __m256i p2 = dot_us8(u[2], _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0xaa), q[2]));
+            const __m256i p3 = dot_us8(u[3], _mm256_sign_epi8(_mm256_shuffle_epi32(y, 0xff), q[3]));
+            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+            sums[t] = h == 0 ? s : _mm256_add_epi32(sums[t], s);
         }
+    };
+    alignas(16) float dys[NY][4];
+    for (int64_t g4 = 0; g4 < grouped / 4; ++g4) {
+        for (int t = 0; t < NY; ++t) {
+            const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
+            _mm_store_ps(dys[t], _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16)));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const int64_t b = 4 * g4 + j;
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].d)));
+            __m256i sums[NY];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const int8_t* qy[NY];
+                for (int t = 0; t < NY; ++t) qy[t] = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4].qs + 32 * j + 16 * h;
+                half(b, h, qy, sums);
+            }
+            for (int t = 0; t < NY; ++t)
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_broadcast_ss(&dys[t][j])), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+        }
+    }
+    for (int64_t b = grouped; b < nb; ++b) {  // blocks after the last group of four
+        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].d)));
+        float dy[NY];
+        const int8_t* qy[NY];
+        for (int t = 0; t < NY; ++t) {
+            int ysum;
+            qy[t] = x4_block(act + t * act_bytes, b, grouped, dy[t], ysum);
+        }
+        __m256i sums[NY];
+        half(b, 0, qy, sums);
+        for (int t = 0; t < NY; ++t) qy[t] += 16;
+        half(b, 1, qy, sums);
+        for (int t = 0; t < NY; ++t) acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy[t])), _mm256_cvtepi32_ps(sums[t]), acc[t]);
     }
     for (int t = 0; t < NY; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * g, acc[t]);
 }

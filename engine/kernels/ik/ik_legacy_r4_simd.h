@@ -53,6 +53,7 @@ struct Q40R8x8 {
         }
     }
     static F sums(const Bits& q, const int8_t* qy) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
         __m256i s = _mm256_setzero_si256();
         for (int l = 0; l < 4; ++l) {
             int lo, hi;
@@ -62,6 +63,20 @@ struct Q40R8x8 {
             s = _mm256_add_epi32(s, dot_us8(q.hi[l], _mm256_set1_epi32(hi)));
         }
         return _mm256_cvtepi32_ps(s);
+#else
+        // indices at most 15: all eight PMADDUBSW pair sums add in int16 (within 8 * 2 * 15 * 127), one PMADDWD
+        const __m256i yl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qy)));
+        const __m256i yh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qy + 16)));
+        const __m256i a = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q.lo[0], _mm256_shuffle_epi32(yl, 0x00)),
+                                                            _mm256_maddubs_epi16(q.lo[1], _mm256_shuffle_epi32(yl, 0x55))),
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(q.lo[2], _mm256_shuffle_epi32(yl, 0xaa)),
+                                                            _mm256_maddubs_epi16(q.lo[3], _mm256_shuffle_epi32(yl, 0xff))));
+        const __m256i b = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q.hi[0], _mm256_shuffle_epi32(yh, 0x00)),
+                                                            _mm256_maddubs_epi16(q.hi[1], _mm256_shuffle_epi32(yh, 0x55))),
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(q.hi[2], _mm256_shuffle_epi32(yh, 0xaa)),
+                                                            _mm256_maddubs_epi16(q.hi[3], _mm256_shuffle_epi32(yh, 0xff))));
+        return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1)));
+#endif
     }
 };
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -121,8 +136,37 @@ void q4_0_r8_rows(int64_t n, const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8*
     };
     F S[4][NY];
     float dy[4][NY], m[4][NY];
+    alignas(16) float dys[NY][8];  // per token and group of four blocks: the four y.d, then the four m
+    for (int64_t b0 = 0; b0 < grouped; b0 += 4) {
+        for (int t = 0; t < NY; ++t) {
+            const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[b0 / 4];
+            const __m128 d4 = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
+            _mm_store_ps(dys[t], d4);
+            _mm_store_ps(dys[t] + 4, _mm_mul_ps(d4, _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))))));
+        }
+        F d[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            d[j] = V::scales(g0, g1, b0 + j);
+            V::load(g0, g1, b0 + j, q);
+            for (int t = 0; t < NY; ++t) {
+                S[j][t] = V::sums(q, reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[b0 / 4].qs + 32 * j);
+                if (Lone) {
+                    acc[t] = V::fma(V::mul(d[j], V::set1(dys[t][j])), S[j][t], acc[t]);
+                    acc2[t] = V::fma(d[j], V::set1(dys[t][4 + j]), acc2[t]);
+                }
+            }
+        }
+        if (!Lone)
+            for (int t = 0; t < NY; ++t) {
+                F sumf = V::mul(d[0], V::set1(dys[t][4]));
+                for (int j = 1; j < 4; ++j) sumf = V::fma(d[j], V::set1(dys[t][4 + j]), sumf);
+                acc[t] = V::fma(sumf, V::set1(-8.f), acc[t]);
+                for (int j = 0; j < 4; ++j) acc[t] = V::fma(V::mul(d[j], V::set1(dys[t][j])), S[j][t], acc[t]);
+            }
+    }
     if (Lone) {
-        for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t b = grouped; b < nb; ++b) {
             const F d = V::scales(g0, g1, b);
             block(b, S[0], dy[0], m[0]);
             for (int t = 0; t < NY; ++t) {
@@ -132,16 +176,6 @@ void q4_0_r8_rows(int64_t n, const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8*
         }
         for (int t = 0; t < NY; ++t) V::store(out + t * out_stride, V::fma(acc2[t], V::set1(-8.f), acc[t]));
         return;
-    }
-    for (int64_t b0 = 0; b0 < grouped; b0 += 4) {
-        F d[4];
-        for (int j = 0; j < 4; ++j) d[j] = V::scales(g0, g1, b0 + j), block(b0 + j, S[j], dy[j], m[j]);
-        for (int t = 0; t < NY; ++t) {
-            F sumf = V::mul(d[0], V::set1(m[0][t]));
-            for (int j = 1; j < 4; ++j) sumf = V::fma(d[j], V::set1(m[j][t]), sumf);
-            acc[t] = V::fma(sumf, V::set1(-8.f), acc[t]);
-            for (int j = 0; j < 4; ++j) acc[t] = V::fma(V::mul(d[j], V::set1(dy[j][t])), S[j][t], acc[t]);
-        }
     }
     for (int64_t b = grouped; b < nb; ++b) {
         const F d = V::scales(g0, g1, b);
