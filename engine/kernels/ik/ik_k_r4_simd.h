@@ -306,6 +306,13 @@ void q6_k_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
 }
 
 // Block b of a Q8_2_X4 row: its scale, its values and their sum (groups of four blocks, then single ones).
+// A Q8_2_X4 group's four block scales (bf16) and four activation sums (int16) as floats.
+inline __m128 x4_scales(const ik::BlockQ8_2x4& y) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(y.d))), 16));
+}
+inline __m128 x4_sums(const ik::BlockQ8_2x4& y) {
+    return _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(y.s))));
+}
 inline const int8_t* x4_block(const uint8_t* row, int64_t b, int64_t grouped, float& dy, int& sum) {
     if (b < grouped) {
         const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(row)[b / 4];
@@ -347,7 +354,7 @@ void q8_0_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g, co
     for (int64_t g4 = 0; g4 < grouped / 4; ++g4) {
         for (int t = 0; t < NY; ++t) {
             const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
-            _mm_store_ps(dys[t], _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16)));
+            _mm_store_ps(dys[t], x4_scales(yg));
         }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {

@@ -140,9 +140,9 @@ void q4_0_r8_rows(int64_t n, const ik::BlockQ4_0_R8* g0, const ik::BlockQ4_0_R8*
     for (int64_t b0 = 0; b0 < grouped; b0 += 4) {
         for (int t = 0; t < NY; ++t) {
             const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[b0 / 4];
-            const __m128 d4 = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
+            const __m128 d4 = x4_scales(yg);
             _mm_store_ps(dys[t], d4);
-            _mm_store_ps(dys[t] + 4, _mm_mul_ps(d4, _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))))));
+            _mm_store_ps(dys[t] + 4, _mm_mul_ps(d4, x4_sums(yg)));
         }
         F d[4];
 #pragma GCC unroll 4
@@ -304,10 +304,10 @@ void legacy_r4_group(int64_t n, const uint8_t* group, const uint8_t* act, size_t
     for (int64_t g4 = 0; g4 < grouped / 4; ++g4) {
         for (int t = 0; t < NY; ++t) {
             const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
-            const __m128 dy = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
+            const __m128 dy = x4_scales(yg);
             _mm_store_ps(dys[t], dy);
             if constexpr (T != GgmlType::IQ4_NL_R4) {
-                const __m128 sum = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s))));
+                const __m128 sum = x4_sums(yg);
                 _mm_store_ps(dys[t] + 4, _mm_mul_ps(_mm_set1_ps(B::kOffset), _mm_mul_ps(dy, sum)));
             }
         }

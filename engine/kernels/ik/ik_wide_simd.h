@@ -314,8 +314,8 @@ void mxfp4_r8_group8(int64_t n, const uint8_t* w, size_t row_bytes, int64_t g0, 
             for (int r = 0; r < 4; ++r) dw[r] = e8m0_half8(group + (4 * g4 + r) * kBlock);
             for (int t = 0; t < NY; ++t) {
                 const auto& yg = reinterpret_cast<const ik::BlockQ8_2x4*>(act + t * act_bytes)[g4];
-                const __m128 dy = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.d))), 16));
-                const __m128 my = _mm_mul_ps(dy, _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(yg.s)))));
+                const __m128 dy = ikr::x4_scales(yg);
+                const __m128 my = _mm_mul_ps(dy, ikr::x4_sums(yg));
                 _mm_store_ps(dys[t], dy), _mm_store_ps(dys[t] + 4, my);
                 if constexpr (!Lone) {  // a call of several columns folds each group of four blocks' corrections in first
                     __m256 sum = _mm256_mul_ps(dw[0], _mm256_broadcast_ss(&dys[t][4]));
