@@ -1,8 +1,11 @@
 // AVX2 kernels for ik_llama.cpp's row-interleaved i-quants (IQ2_XXS_R4, IQ2_XS_R4, IQ3_XXS_R4, IQ2_S_R4, IQ3_S_R4,
 // IQ1_M_R4) with the bits of ik_ref_r4_iquants.cpp: per 32 weights the group's four rows decoded once (grid
-// magnitudes, signs as +-1 for PSIGNB on the activations, integer scales), then each token's products summed per
-// row into ik's lanes (lane k: row k's first 16 of every 32, lane 4 + k: its second 16), times the scales, and
-// FMA'd once per block. Integer sums are exact, so only that partition and the float steps carry the bits.
+// magnitudes, signs as +-1 for PSIGNB on the activations, integer scales as int16 words), then each token's pair
+// sums times the rows' scales (PMADDWD) summed into ik's lanes (lane k: row k's first 16 of every 32, lane 4 + k:
+// its second 16) and FMA'd once per block. Integer sums are exact, so only that partition and the float steps carry
+// the bits. Here the grid indices reach the table lookups by scalar loads or 64-bit moves, not through a vector
+// store read back by 16-bit loads: Zen 3 stalls on that forwarding (IQ2_XS_R4, one token: 0.78x ik that way, 1.20x
+// by loads).
 // Included by ik_r4_simd.h (the AVX2 and AVX-512 translation units).
 #pragma once
 #include <immintrin.h>
@@ -19,80 +22,133 @@ namespace moe::kernels {
 namespace {
 namespace ikr {
 
-// Byte masks (0xFF = negative) of 32 weights from a 32-bit word: weight e's sign is bit e % 8 of byte e / 8.
-inline __m256i sign_masks(uint32_t word) {
-    const __m256i byte_of = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
-    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(word)), byte_of), bit), bit);
-}
-// The prefix-XOR sign index of the R4 forms (seven bits a byte, bit 0 of each byte set aside) back to sign bits.
-inline uint32_t unscrambled4(uint32_t sas) {
-    const uint32_t t = (sas >> 1) & 0x7F7F7F7Fu;
-    return t ^ (t << 1);
-}
 inline uint32_t u32_of(const uint8_t* p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
     return v;
 }
-
-// Row k's 32 weights ib of a block: grid magnitudes, +-1 signs (for PSIGNB on the activations) and the integer
-// scales of the first and second 16.
-struct IqR4Part {
-    __m256i mag, sgn;
-    int s[2];
-};
-inline __m256i plus_minus_one(__m256i negative) { return _mm256_or_si256(negative, _mm256_set1_epi8(1)); }
-inline IqR4Part part_of(__m256i mag, __m256i negative, int s0, int s1) { return {mag, plus_minus_one(negative), {s0, s1}}; }
 inline long long grid64(uint64_t v) { return static_cast<long long>(v); }
+inline __m256i plus_minus_one(__m256i negative) { return _mm256_or_si256(negative, _mm256_set1_epi8(1)); }
+template <class G>
+inline __m256i row_of_grid64(G g, int from) {
+    return _mm256_setr_epi64x(g(from), g(from + 1), g(from + 2), g(from + 3));
+}
+// IQ2_XS_R4 / IQ2_S_R4 / IQ1_M_R4: scale byte k of four, low nibble the first 16, high nibble the second (2 s + 1)
+inline __m128i nibble_scale_words(const uint8_t* sc, bool odd) {
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(u32_of(sc)));
+    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    const __m128i w = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi));
+    return odd ? _mm_add_epi16(_mm_add_epi16(w, w), _mm_set1_epi16(1)) : w;
+}
+// IQ1_M_R4's 32-weight block of four rows: byte 4 g + k of qs and of the nibbles is row k's group g of 8 (nibble:
+// the 3 high index bits, then the delta's sign). Writes the 16 grid indices (4 g + k) and returns the nibbles.
+inline __m128i iq1_m_r4_indices(const uint8_t* blk, uint16_t* idx) {
+    const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
+    const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                       _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
+                                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
+    return nib;
+}
+// IQ1_M_R4's 32-weight block ib of four rows: row k's weights as 8 e + the delta's sign (+-1), e the grid's -1 / 0 /
+// 1 (never 0, so each is its own sign), and the scale words.
+inline void iq1_m_r4_values(const uint8_t* b, int ib, __m256i* v, __m128i& words) {
+    using iq::kIq1sGrid;
+    const uint8_t* blk = b + 28 * ib;
+    const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
+    const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
+    const __m128i eight = _mm_set1_epi8(8);
+    const __m256i delta = _mm256_broadcastsi128_si256(_mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib, eight), eight), _mm_set1_epi8(1)));
+    // the grid indices by scalar loads from the block (a vector store read back by 16-bit loads stalls Zen 3)
+    auto e = [&](int g, int k) { return grid64(kIq1sGrid[blk[4 * g + k] | ((blk[16 + 4 * (g / 2) + k] >> (4 * (g % 2))) & 7) << 8]); };
+    for (int k = 0; k < 4; ++k) {
+        __m256i x = _mm256_setr_epi64x(e(0, k), e(1, k), e(2, k), e(3, k));
+        x = _mm256_add_epi8(x, x), x = _mm256_add_epi8(x, x), x = _mm256_add_epi8(x, x);
+        const __m256i pick = _mm256_setr_epi64x(0x0000000000000000ll + 0x0101010101010101ll * k, 0x0404040404040404ll + 0x0101010101010101ll * k,
+                                                0x0808080808080808ll + 0x0101010101010101ll * k, 0x0C0C0C0C0C0C0C0Cll + 0x0101010101010101ll * k);
+        v[k] = _mm256_add_epi8(x, _mm256_shuffle_epi8(delta, pick));
+    }
+    words = nibble_scale_words(blk + 24, false);
+}
+// The other forms' block ib of four rows: row k's grid magnitudes and the scale words; returns the sign bits (row
+// k's 32 in dword k).
+template <GgmlType T>
+inline __m128i iq_r4_magnitudes(const uint8_t* b, int ib, __m256i* mag, __m128i& words) {
+    using namespace iq;
+    if constexpr (T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ3_XXS_R4) {
+        if constexpr (T == GgmlType::IQ2_XXS_R4) {
+            const uint8_t* q = b + 136 + 16 * ib;
+            for (int k = 0; k < 4; ++k) mag[k] = row_of_grid64([&](int i) { return grid64(kIq2xxsGrid[q[i]]); }, 4 * k);
+        } else {
+            const uint8_t* q = b + 136 + 32 * ib;
+            auto g = [&](int i) { return static_cast<int>(kIq3xxsGrid[q[i]]); };
+            for (int k = 0; k < 4; ++k)
+                mag[k] = _mm256_setr_epi32(g(8 * k), g(8 * k + 1), g(8 * k + 2), g(8 * k + 3), g(8 * k + 4), g(8 * k + 5), g(8 * k + 6),
+                                           g(8 * k + 7));
+        }
+        // sign/scale words, row k's in dword k: the scale 2 (bit 0 of each of its four bytes, in order) + 1 in both
+        // halves; the signs the prefix-XOR index of bits 1..7
+        const __m128i sas = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * ib));
+        const __m128i s = _mm_add_epi32(
+            _mm_madd_epi16(_mm_maddubs_epi16(_mm_and_si128(sas, _mm_set1_epi8(1)), _mm_set1_epi32(0x10080402)), _mm_set1_epi16(1)),
+            _mm_set1_epi32(1));
+        words = _mm_or_si128(s, _mm_slli_epi32(s, 16));
+        const __m128i signs = _mm_and_si128(sas, _mm_set1_epi8(static_cast<char>(0xFE)));
+        return _mm_xor_si128(signs, _mm_srli_epi16(signs, 1));
+    } else if constexpr (T == GgmlType::IQ2_XS_R4) {
+        // sixteen uint16, row k's four from 4k: a 9-bit grid index, then the scrambled 7-bit sign index
+        const uint8_t* qs = b + 8 + 32 * ib;
+        const __m256i u = load32(qs);
+        // the indices by loads from the block itself (a vector store read back by 16-bit loads stalls Zen 3)
+        auto index = [&](int i) {
+            uint16_t v;
+            std::memcpy(&v, qs + 2 * i, 2);
+            return v & 511;
+        };
+        for (int k = 0; k < 4; ++k) mag[k] = row_of_grid64([&](int i) { return grid64(kIq2xsGrid[index(i)]); }, 4 * k);
+        words = nibble_scale_words(b + 264 + 4 * ib, true);
+        __m256i t = _mm256_and_si256(_mm256_srli_epi16(u, 9), _mm256_set1_epi16(0x7F));
+        t = _mm256_xor_si256(t, _mm256_slli_epi16(t, 1));  // < 256
+        return _mm_packus_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    } else {
+        static_assert(T == GgmlType::IQ2_S_R4);
+        const uint8_t* q = b + 8 + 16 * ib;
+        const uint8_t* qh = b + 136 + 4 * ib;
+        for (int k = 0; k < 4; ++k) mag[k] = row_of_grid64([&](int i) { return grid64(kIq2sGrid[q[i] | (qh[k] >> (2 * (i % 4)) & 3) << 8]); }, 4 * k);
+        words = nibble_scale_words(b + 296 + 4 * ib, true);
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 168 + 16 * ib));
+    }
+}
+
+// The four rows of one 32-weight block: row k's grid magnitudes, its signs as nonzero bytes for PSIGNB (negative:
+// the weight is), and the integer scales as int16 words (row 0 first 16, row 0 second 16, row 1 first, ... row 3
+// second).
+struct IqR4Block {
+    __m256i mag[4], sgn[4];
+    __m128i words;
+};
+// Signs from 16 bytes holding row k's 32 sign bits in dword k: -1 / +1 bytes.
+inline void signs_of_rows(__m128i bits, __m256i* sgn) {
+    const __m256i b = _mm256_broadcastsi128_si256(bits);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    __m256i byte_of = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    for (int k = 0; k < 4; ++k, byte_of = _mm256_add_epi8(byte_of, _mm256_set1_epi8(4))) {
+        const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(b, byte_of), bit), bit);
+        sgn[k] = plus_minus_one(negative);
+    }
+}
 
 // The decoders: block `b` (IQ1_M_R4: the four 32-weight blocks from `b`, after the group's row scales).
 template <GgmlType T>
-inline IqR4Part decode_iq_r4(const uint8_t* b, int k, int ib) {
-    using namespace iq;
-    if constexpr (T == GgmlType::IQ2_XXS_R4 || T == GgmlType::IQ3_XXS_R4) {
-        const uint32_t sas = u32_of(b + 8 + 16 * ib + 4 * k);
-        const int s = 2 * static_cast<int>(_pext_u32(sas, 0x01010101u)) + 1;
-        __m256i mag;
-        if constexpr (T == GgmlType::IQ2_XXS_R4) {
-            const uint8_t* q = b + 136 + 16 * ib + 4 * k;
-            mag = _mm256_setr_epi64x(grid64(kIq2xxsGrid[q[0]]), grid64(kIq2xxsGrid[q[1]]), grid64(kIq2xxsGrid[q[2]]), grid64(kIq2xxsGrid[q[3]]));
-        } else {
-            const uint8_t* q = b + 136 + 32 * ib + 8 * k;
-            mag = _mm256_setr_epi32(static_cast<int>(kIq3xxsGrid[q[0]]), static_cast<int>(kIq3xxsGrid[q[1]]), static_cast<int>(kIq3xxsGrid[q[2]]),
-                                    static_cast<int>(kIq3xxsGrid[q[3]]), static_cast<int>(kIq3xxsGrid[q[4]]), static_cast<int>(kIq3xxsGrid[q[5]]),
-                                    static_cast<int>(kIq3xxsGrid[q[6]]), static_cast<int>(kIq3xxsGrid[q[7]]));
-        }
-        return part_of(mag, sign_masks(unscrambled4(sas)), s, s);
-    } else if constexpr (T == GgmlType::IQ2_XS_R4) {
-        uint64_t u;  // four uint16: a 9-bit grid index, then the scrambled 7-bit sign index
-        std::memcpy(&u, b + 8 + 2 * (16 * ib + 4 * k), 8);
-        const uint64_t t = (u >> 9) & 0x007F007F007F007Full;
-        const auto signs = static_cast<uint32_t>(_pext_u64(t ^ (t << 1), 0x00FF00FF00FF00FFull));
-        const __m256i mag = _mm256_setr_epi64x(grid64(kIq2xsGrid[u & 511]), grid64(kIq2xsGrid[(u >> 16) & 511]), grid64(kIq2xsGrid[(u >> 32) & 511]),
-                                               grid64(kIq2xsGrid[(u >> 48) & 511]));
-        const int sc = b[264 + 4 * ib + k];
-        return part_of(mag, sign_masks(signs), 2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
-    } else if constexpr (T == GgmlType::IQ2_S_R4) {
-        const uint8_t* q = b + 8 + 16 * ib + 4 * k;
-        const int qh = b[136 + 4 * ib + k], sc = b[296 + 4 * ib + k];
-        const __m256i mag = _mm256_setr_epi64x(grid64(kIq2sGrid[q[0] | (qh & 3) << 8]), grid64(kIq2sGrid[q[1] | (qh >> 2 & 3) << 8]),
-                                               grid64(kIq2sGrid[q[2] | (qh >> 4 & 3) << 8]), grid64(kIq2sGrid[q[3] | (qh >> 6 & 3) << 8]));
-        return part_of(mag, sign_masks(u32_of(b + 168 + 16 * ib + 4 * k)), 2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
+inline IqR4Block decode_iq_r4(const uint8_t* b, int ib) {
+    IqR4Block r;
+    if constexpr (T == GgmlType::IQ1_M_R4) {
+        iq1_m_r4_values(b, ib, r.sgn, r.words);
+        for (int k = 0; k < 4; ++k) r.mag[k] = _mm256_abs_epi8(r.sgn[k]);
     } else {
-        static_assert(T == GgmlType::IQ1_M_R4);
-        const uint8_t* blk = b + 28 * ib;
-        long long e[4], delta[4];
-        for (int g = 0; g < 4; ++g) {
-            const int nib = (blk[16 + 4 * (g / 2) + k] >> (4 * (g % 2))) & 15;
-            e[g] = grid64(kIq1sGrid[blk[4 * g + k] | (nib & 7) << 8]);
-            delta[g] = nib & 8 ? -1 : 0x0101010101010101ll;  // the delta's sign: -1 or +1 in every byte
-        }
-        __m256i v = _mm256_setr_epi64x(e[0], e[1], e[2], e[3]);  // -1 / 0 / 1
-        v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);
-        v = _mm256_add_epi8(v, _mm256_setr_epi64x(delta[0], delta[1], delta[2], delta[3]));
-        return {_mm256_sign_epi8(v, v), plus_minus_one(_mm256_cmpgt_epi8(_mm256_setzero_si256(), v)), {blk[24 + k] & 15, blk[24 + k] >> 4}};
+        signs_of_rows(iq_r4_magnitudes<T>(b, ib, r.mag, r.words), r.sgn);
     }
+    return r;
 }
 
 // Four rows' int32 sums of four bytes (the weights 4j..4j+3 in lane j) to lane k = row k's first 16, lane 4 + k =
@@ -116,6 +172,7 @@ struct IqR4Shape {
                                      : T == GgmlType::IQ2_XS_R4  ? 296
                                      : T == GgmlType::IQ3_XXS_R4 ? 392
                                                                  : 328;
+    static constexpr size_t kScales = T == GgmlType::IQ2_XS_R4 ? 264 : 296;  // IQ2_XS_R4 / IQ2_S_R4: the scale bytes
     static constexpr size_t kActBlock = kOneM ? sizeof(ik::BlockQ8K128) : sizeof(ik::BlockQ8K), kActQs = kOneM ? 12 : 8;
     // the four rows' f16 d of block b, twice (IQ3_XXS_R4's with its 1/4; IQ1_M_R4 has none per block: zeros)
     static __m256 block_d(const uint8_t* b) {
@@ -126,10 +183,33 @@ struct IqR4Shape {
     }
 };
 
-// NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's products summed
-// per row and half and times the scales. Chunk16: ik's 16-column kernel of IQ2_XS_R4 / IQ2_S_R4 (values + 64,
-// unsigned, the offset back through the sums of 16 first, sub-blocks 0..3 in a row's first lane and 4..7 in its
-// second).
+// Row k's two scale words from a block's eight broadcast to both lanes: word 2 k in the low lane, 2 k + 1 in the high.
+inline void row_scales(__m128i words, __m256i* sc) {
+    const __m256i wb = _mm256_broadcastsi128_si256(words);
+    __m256i pick = _mm256_setr_epi32(0x01000100, 0x01000100, 0x01000100, 0x01000100, 0x03020302, 0x03020302, 0x03020302, 0x03020302);
+    for (int k = 0; k < 4; ++k, pick = _mm256_add_epi8(pick, _mm256_set1_epi8(4))) sc[k] = _mm256_shuffle_epi8(wb, pick);
+}
+
+// IQ2_XS_R4 / IQ2_S_R4: the block's 32 scale bytes (4 ib + k: row k's sub-block ib, low nibble its first 16, high
+// its second) as the scale words of sub-blocks j and 4 + j in register j, for the + 64 offset against the
+// token's sums of 16 (dword j of each lane: that sub-block's two).
+inline void chunk16_scales(const uint8_t* sc, __m256i* t) {
+    const __m256i bits = load32(sc);
+    const __m256i one = _mm256_set1_epi8(1), low = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_and_si256(bits, low), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+    lo = _mm256_or_si256(_mm256_add_epi8(lo, lo), one), hi = _mm256_or_si256(_mm256_add_epi8(hi, hi), one);
+    const __m256i p01 = _mm256_unpacklo_epi8(lo, hi);  // sub-blocks 0, 1 (low lane), 4, 5 (high lane)
+    const __m256i p23 = _mm256_unpackhi_epi8(lo, hi);  // 2, 3 and 6, 7
+    const __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(p01)), w4 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(p01, 1));
+    const __m256i w2 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(p23)), w6 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(p23, 1));
+    t[0] = _mm256_permute2x128_si256(w0, w4, 0x20), t[1] = _mm256_permute2x128_si256(w0, w4, 0x31);
+    t[2] = _mm256_permute2x128_si256(w2, w6, 0x20), t[3] = _mm256_permute2x128_si256(w2, w6, 0x31);
+}
+
+// NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's PMADDUBSW pair
+// sums times the row's scale (PMADDWD; the pair sums are the ones ik's PMADDUBSW gives, the products exact) and
+// summed into ik's lanes. One token keeps a register per row and sums the lanes once a block. Chunk16: ik's
+// 16-column kernel of IQ2_XS_R4 / IQ2_S_R4 (values + 64, unsigned, the offset back through the sums of 16 first).
 template <GgmlType T, bool Chunk16, int NY>
 void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                       int64_t out_stride) {
@@ -138,7 +218,6 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
     constexpr int kSub = S::kSub;
     constexpr int64_t kSpan = S::kSpan;
     constexpr size_t kBlock = S::kBlock, kActBlock = S::kActBlock, kActQs = S::kActQs;
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         __m256 acc[NY];
@@ -149,35 +228,37 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
             for (int t = 0; t < NY; ++t) y[t] = act + t * act_bytes + jb * kActBlock;
             __m256i isum[NY];
             for (auto& v : isum) v = _mm256_setzero_si256();
-            alignas(32) int16_t min_scales[4][16];  // Chunk16: per row [first scale, second scale] of each sub-block
+            __m256i row_sum[4] = {};  // (one token) row k's, ik's lanes summed at the block's end
+            __m256i min_scales[4];    // Chunk16: sub-blocks j (low lane) and 4 + j (high lane), every row's scale words
+            if constexpr (Chunk16) chunk16_scales(b + S::kScales, min_scales);
             for (int ib = 0; ib < kSub; ++ib) {
-                IqR4Part p[4];
-                __m256i v[4];  // the unsigned operands: magnitudes, or (Chunk16) values + 64
-                for (int k = 0; k < 4; ++k) {
-                    p[k] = decode_iq_r4<T>(b, k, ib);
-                    v[k] = Chunk16 ? _mm256_add_epi8(_mm256_sign_epi8(p[k].mag, p[k].sgn), _mm256_set1_epi8(64)) : p[k].mag;
-                    if constexpr (Chunk16)
-                        min_scales[k][2 * ib] = static_cast<int16_t>(p[k].s[0]), min_scales[k][2 * ib + 1] = static_cast<int16_t>(p[k].s[1]);
-                }
-                const __m256i scales = _mm256_setr_epi32(p[0].s[0], p[1].s[0], p[2].s[0], p[3].s[0], p[0].s[1], p[1].s[1], p[2].s[1], p[3].s[1]);
+                IqR4Block r = decode_iq_r4<T>(b, ib);
+                __m256i sc[4];
+                row_scales(r.words, sc);
+                if constexpr (Chunk16)
+                    for (int k = 0; k < 4; ++k) r.mag[k] = _mm256_add_epi8(_mm256_sign_epi8(r.mag[k], r.sgn[k]), _mm256_set1_epi8(64));
                 for (int t = 0; t < NY; ++t) {
                     const __m256i q = load32(y[t] + kActQs + 32 * ib);
-                    __m256i r[4];
+                    __m256i d[4];
                     for (int k = 0; k < 4; ++k)
-                        r[k] = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(v[k], Chunk16 ? q : _mm256_sign_epi8(q, p[k].sgn)));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(scales, rows_by_half(r[0], r[1], r[2], r[3])));
+                        d[k] = _mm256_madd_epi16(sc[k], _mm256_maddubs_epi16(r.mag[k], Chunk16 ? q : _mm256_sign_epi8(q, r.sgn[k])));
+                    if constexpr (NY == 1)
+                        for (int k = 0; k < 4; ++k) row_sum[k] = _mm256_add_epi32(row_sum[k], d[k]);
+                    else isum[t] = _mm256_add_epi32(isum[t], rows_by_half(d[0], d[1], d[2], d[3]));
                 }
             }
+            if constexpr (NY == 1) isum[0] = rows_by_half(row_sum[0], row_sum[1], row_sum[2], row_sum[3]);
             const __m256 dd = IqR4Shape<T>::block_d(b);
             for (int t = 0; t < NY; ++t) {
                 float yd;
                 std::memcpy(&yd, y[t], 4);
                 if constexpr (Chunk16) {
                     const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
-                    __m256i m[4];
-                    for (int k = 0; k < 4; ++k) m[k] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(min_scales[k])), bsums);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(halves4(m[0], m[1], m[2], m[3])),
-                                             acc[t]);
+                    const __m256i m = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(min_scales[0], _mm256_shuffle_epi32(bsums, 0x00)),
+                                                                        _mm256_madd_epi16(min_scales[1], _mm256_shuffle_epi32(bsums, 0x55))),
+                                                       _mm256_add_epi32(_mm256_madd_epi16(min_scales[2], _mm256_shuffle_epi32(bsums, 0xAA)),
+                                                                        _mm256_madd_epi16(min_scales[3], _mm256_shuffle_epi32(bsums, 0xFF))));
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(m), acc[t]);
                 }
                 const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));
                 acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(isum[t]), acc[t]);
@@ -209,88 +290,15 @@ struct IqR4Rows {
         for (int k = 0; k < 4; ++k) neg[k] = static_cast<__mmask32>(v[k]);
     }
 };
-// the XXS forms' scales: 2 (bit 0 of each of the row's four sign/scale bytes, in order) + 1; their signs: the
-// prefix-XOR index of bits 1..7, as unscrambled4, four rows at once
-inline void sas_signs_scales(const uint8_t* sas, IqR4Rows& r) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sas));
-    __m128i signs = _mm_and_si128(v, _mm_set1_epi8(static_cast<char>(0xFE)));
-    signs = _mm_xor_si128(signs, _mm_srli_epi16(signs, 1));
-    r.signs_from(signs);
-    const __m128i s = _mm_dpbusd_epi32(_mm_set1_epi32(1), _mm_and_si128(v, _mm_set1_epi8(1)), _mm_set1_epi32(0x10080402));
-    r.words = _mm_or_si128(s, _mm_slli_epi32(s, 16));
-}
-// IQ2_XS_R4 / IQ2_S_R4 / IQ1_M_R4: scale byte k of four, low nibble the first 16, high nibble the second (2 s + 1)
-inline __m128i nibble_scale_words(const uint8_t* sc, bool odd) {
-    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(u32_of(sc)));
-    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    const __m128i w = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi));
-    return odd ? _mm_add_epi16(_mm_add_epi16(w, w), _mm_set1_epi16(1)) : w;
-}
-template <class G>
-inline __m256i row_of_grid64(G g, int from) {
-    return _mm256_setr_epi64x(g(from), g(from + 1), g(from + 2), g(from + 3));
-}
-// IQ1_M_R4's 32-weight block of four rows: byte 4 g + k of qs and of the nibbles is row k's group g of 8 (nibble:
-// the 3 high index bits, then the delta's sign). Writes the 16 grid indices (4 g + k) and returns the nibbles.
-inline __m128i iq1_m_r4_indices(const uint8_t* blk, uint16_t* idx) {
-    const uint32_t qh0 = u32_of(blk + 16), qh1 = u32_of(blk + 20);
-    const __m128i nib = _mm_setr_epi32(static_cast<int>(qh0), static_cast<int>(qh0 >> 4), static_cast<int>(qh1), static_cast<int>(qh1 >> 4));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
-                       _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))),
-                                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib, _mm_set1_epi8(7))), 8)));
-    return nib;
-}
 template <GgmlType T>
 inline IqR4Rows decode_iq_r4_vnni(const uint8_t* b, int ib) {
-    using namespace iq;
     IqR4Rows r;
-    if constexpr (T == GgmlType::IQ2_XXS_R4) {
-        const uint8_t* q = b + 136 + 16 * ib;
-        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2xxsGrid[q[i]]); }, 4 * k);
-        sas_signs_scales(b + 8 + 16 * ib, r);
-    } else if constexpr (T == GgmlType::IQ3_XXS_R4) {
-        const uint8_t* q = b + 136 + 32 * ib;
-        auto g = [&](int i) { return static_cast<int>(kIq3xxsGrid[q[i]]); };
-        for (int k = 0; k < 4; ++k)
-            r.m[k] = _mm256_setr_epi32(g(8 * k), g(8 * k + 1), g(8 * k + 2), g(8 * k + 3), g(8 * k + 4), g(8 * k + 5), g(8 * k + 6), g(8 * k + 7));
-        sas_signs_scales(b + 8 + 16 * ib, r);
-    } else if constexpr (T == GgmlType::IQ2_XS_R4) {
-        // sixteen uint16, row k's four from 4k: a 9-bit grid index, then the scrambled 7-bit sign index
-        const uint8_t* qs = b + 8 + 32 * ib;
-        const __m256i u = load32(qs);
-        const __m256i t = _mm256_and_si256(_mm256_srli_epi16(u, 9), _mm256_set1_epi16(0x7F));
-        r.signs_from(_mm256_cvtepi16_epi8(_mm256_xor_si256(t, _mm256_slli_epi16(t, 1))));
-        alignas(32) uint16_t w[16];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(w), _mm256_and_si256(u, _mm256_set1_epi16(511)));
-        __asm__("" : "+m"(w));  // (read back by loads, not by sixteen two-uop VPEXTRW)
-        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2xsGrid[w[i]]); }, 4 * k);
-        r.words = nibble_scale_words(b + 264 + 4 * ib, true);
-    } else if constexpr (T == GgmlType::IQ2_S_R4) {
-        const uint8_t* q = b + 8 + 16 * ib;
-        const uint8_t* qh = b + 136 + 4 * ib;
-        for (int k = 0; k < 4; ++k) r.m[k] = row_of_grid64([&](int i) { return grid64(kIq2sGrid[q[i] | (qh[k] >> (2 * (i % 4)) & 3) << 8]); }, 4 * k);
-        r.signs_from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 168 + 16 * ib)));
-        r.words = nibble_scale_words(b + 296 + 4 * ib, true);
+    if constexpr (T == GgmlType::IQ1_M_R4) {
+        __m256i v[4];
+        iq1_m_r4_values(b, ib, v, r.words);
+        for (int k = 0; k < 4; ++k) r.m[k] = _mm256_abs_epi8(v[k]), r.neg[k] = _mm256_movepi8_mask(v[k]);
     } else {
-        static_assert(T == GgmlType::IQ1_M_R4);
-        const uint8_t* blk = b + 28 * ib;
-        alignas(32) uint16_t idx[16];
-        const __m128i nib = iq1_m_r4_indices(blk, idx);
-        __asm__("" : "+m"(idx));  // read the indices back from memory (loads), not by sixteen two-uop VPEXTRW
-        const __m128i eight = _mm_set1_epi8(8);
-        const __m256i delta = _mm256_broadcastsi128_si256(_mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib, eight), eight), _mm_set1_epi8(1)));
-        for (int k = 0; k < 4; ++k) {
-            // 8 e + the delta's sign (+-1), e the grid's -1 / 0 / 1
-            __m256i v = _mm256_setr_epi64x(grid64(kIq1sGrid[idx[k]]), grid64(kIq1sGrid[idx[4 + k]]), grid64(kIq1sGrid[idx[8 + k]]),
-                                           grid64(kIq1sGrid[idx[12 + k]]));
-            v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);
-            const __m256i pick = _mm256_setr_epi64x(0x0000000000000000ll + 0x0101010101010101ll * k, 0x0404040404040404ll + 0x0101010101010101ll * k,
-                                                    0x0808080808080808ll + 0x0101010101010101ll * k, 0x0C0C0C0C0C0C0C0Cll + 0x0101010101010101ll * k);
-            v = _mm256_add_epi8(v, _mm256_shuffle_epi8(delta, pick));
-            r.m[k] = _mm256_abs_epi8(v);
-            r.neg[k] = _mm256_movepi8_mask(v);
-        }
-        r.words = nibble_scale_words(blk + 24, false);
+        r.signs_from(iq_r4_magnitudes<T>(b, ib, r.m, r.words));
     }
     return r;
 }
@@ -417,6 +425,36 @@ void iq3_s_r4_frame(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows,
             _mm_storeu_ps(out + t * out_stride + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
     }
 }
+// IQ3_S_R4 sub-block ib's grid entries, register i (in order) holding in 32-bit lane k row k's entry for weights
+// 4i..4i+3 and in lane 4 + k for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side). The ninth index
+// bits of the four rows come at once (word l of the 8: row l % 4's qh byte, shifted so that bit i (+ 4 for l >= 4)
+// lands on bit 8). kViaStore (the VNNI kernels') reads the indices back from a store by 16-bit loads, which Intel and
+// Zen 4/5 take well; Zen 3 stalls on that store's forwarding, and the AVX2 kernels take the vector out by two 64-bit
+// moves instead (Zen 3: 1.02-1.11x ik against 0.64-0.86x by the store, 0.89x by scalar code from the bytes).
+template <bool kViaStore>
+struct Iq3sGrid {
+    const uint8_t* qs;
+    __m128i high;
+    Iq3sGrid(const uint8_t* b, int ib) : qs(b + 8 + 32 * ib) {
+        high = _mm_sllv_epi64(_mm_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(u32_of(b + 264 + 4 * ib)))), _mm_set_epi64x(4, 8));
+    }
+    __m256i next(int i) {
+        const __m128i v = _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))),
+                                       _mm_and_si128(high, _mm_set1_epi16(0x100)));
+        high = _mm_srli_epi16(high, 1);
+        if constexpr (kViaStore) {
+            alignas(16) uint16_t idx[8];
+            _mm_store_si128(reinterpret_cast<__m128i*>(idx), v);
+            __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
+            auto e = [&](int l) { return static_cast<int>(iq::kIq3sGrid[idx[l]]); };
+            return _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+        } else {
+            const auto lo = static_cast<uint64_t>(_mm_cvtsi128_si64(v)), hi = static_cast<uint64_t>(_mm_extract_epi64(v, 1));
+            auto e = [&](uint64_t q, int l) { return static_cast<int>(iq::kIq3sGrid[(q >> (16 * l)) & 0xFFFF]); };
+            return _mm256_setr_epi32(e(lo, 0), e(lo, 1), e(lo, 2), e(lo, 3), e(hi, 0), e(hi, 1), e(hi, 2), e(hi, 3));
+        }
+    }
+};
 // IQ3_S_R4 in its own layout: per sub-block and 4-group i a register holding, in 32-bit lane k, row k's grid entry
 // for weights 4i..4i+3 and, in lane 4 + k, for 16 + 4i..16 + 4i + 3 (the bytes ik's repack puts side by side),
 // against the activations' dword i of each half broadcast: the products land in ik's lanes directly.
@@ -424,15 +462,11 @@ struct Iq3SBlockAvx2 {
     template <int NY>
     static void run(const uint8_t* b, const ik::BlockQ8K* y0, size_t act_bytes, __m256i* isum) {
         for (int ib = 0; ib < 8; ++ib) {
-            const uint8_t* qs = b + 8 + 32 * ib;
-            const uint32_t qh = u32_of(b + 264 + 4 * ib);  // row k's high bits in byte k
+            Iq3sGrid<false> grid(b, ib);
             const __m256i signs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib)));
             __m256i qx[4], sg[4];
             for (int i = 0; i < 4; ++i) {
-                int e[8];
-                for (int l = 0; l < 8; ++l)
-                    e[l] = static_cast<int>(iq::kIq3sGrid[qs[8 * i + l] | ((qh >> (8 * (l % 4) + i + 4 * (l / 4))) & 1) << 8]);
-                qx[i] = _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+                qx[i] = grid.next(i);
                 const __m256i bit = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(1 << (i + 4))), _mm_set1_epi8(static_cast<char>(1 << i)));
                 sg[i] = plus_minus_one(_mm256_cmpeq_epi8(_mm256_and_si256(signs, bit), bit));
             }
@@ -476,19 +510,9 @@ struct Iq3SBlockVnni {
         const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(scale_bits, 4), scale_bits), _mm256_set1_epi8(0x0F));
         _mm256_store_si256(reinterpret_cast<__m256i*>(scale_words), _mm256_or_si256(_mm256_add_epi8(nibbles, nibbles), one));
         for (int ib = 0; ib < 8; ++ib) {
-            const uint8_t* qs = b + 8 + 32 * ib;
-            __m128i high = _mm_sllv_epi64(_mm_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(u32_of(b + 264 + 4 * ib)))), _mm_set_epi64x(4, 8));
             __m256i qx[4];
-            for (int i = 0; i < 4; ++i) {
-                alignas(16) uint16_t idx[8];
-                _mm_store_si128(reinterpret_cast<__m128i*>(idx),
-                                _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))),
-                                             _mm_and_si128(high, _mm_set1_epi16(0x100))));
-                __asm__("" : "+m"(idx));  // (read back by loads, not by two-uop VPEXTRW)
-                high = _mm_srli_epi16(high, 1);
-                auto e = [&](int l) { return static_cast<int>(iq::kIq3sGrid[idx[l]]); };
-                qx[i] = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
-            }
+            Iq3sGrid<true> grid(b, ib);
+            for (int i = 0; i < 4; ++i) qx[i] = grid.next(i);
             const __m128i signs128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 296 + 16 * ib));
             __m256i signs = _mm256_set_m128i(_mm_srli_epi16(signs128, 4), signs128);
             __mmask32 negative[4];

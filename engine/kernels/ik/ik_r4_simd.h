@@ -345,7 +345,8 @@ void tokens_tile16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     if (t < n_tok) tokens_tile<K>(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, n_tok - t, out + t * out_stride, out_stride);
 }
 
-// Passes of sixteen where the table has 32 vector registers (ik's 16-column kernels for these forms), else of eight.
+// Passes of sixteen where the table has 32 vector registers, else of eight (IQ1_S_R4: sixteen tokens' state spills
+// AVX2's sixteen registers; Zen 3, 64 tokens: 0.69x ik against 0.76x in eights).
 template <template <int> class K>
 void tokens_tile_wide(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                       int64_t out_stride) {
@@ -441,27 +442,29 @@ struct Iq1MR4 {  // below eight tokens iquant_r4_tokens_vnni's decode costs less
 
 inline void add_ik_r4_kernels(KernelTable& t) {
     using ikr::IquantR4;
+    // the i-quants in passes of sixteen tokens on every x86 table, as ik's 16-column kernels for them (Zen 3, 64
+    // tokens: 1.0-1.1x ik against 0.7-0.9x in passes of eight)
     t.dot_rows[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XXS_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ2_XXS_R4, false>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ3_XXS_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ3_XXS_R4, false>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ3_S_R4)] = ikr::rows_one<ikr::Iq3SR4>;
-    t.tile[type_slot(GgmlType::IQ3_S_R4)] = ikr::tokens_tile_wide<ikr::Iq3SR4>;
+    t.tile[type_slot(GgmlType::IQ3_S_R4)] = ikr::tokens_tile16<ikr::Iq3SR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_M_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile16<ikr::Iq1MR4>;
 #else
-    t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ1_M_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ1_M_R4, false>::Of>;
 #endif
     for (GgmlType ty : {GgmlType::IQ2_XS_R4, GgmlType::IQ2_S_R4}) t.batch_chunk[type_slot(ty)] = 16;
     t.dot_rows[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ2_XS_R4, false>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
-    t.tile_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_XS_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ2_XS_R4, true>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
-    t.tile[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
+    t.tile[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ2_S_R4, false>::Of>;
     t.dot_rows_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::rows_one<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
-    t.tile_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile_wide<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
+    t.tile_batch[type_slot(GgmlType::IQ2_S_R4)] = ikr::tokens_tile16<IquantR4<GgmlType::IQ2_S_R4, true>::Of>;
     t.dot_rows[type_slot(GgmlType::IQ4_KS_R4)] = ikr::rows_one<ikr::Iq4KsR4>;
     t.tile[type_slot(GgmlType::IQ4_KS_R4)] = ikr::tokens_tile<ikr::Iq4KsR4>;
     t.dot_rows[type_slot(GgmlType::IQ1_S_R4)] = ikr::rows_one<ikr::Iq1SR4>;
