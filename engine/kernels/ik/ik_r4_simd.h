@@ -117,11 +117,30 @@ void ks_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, c
         rows, [&]<class V>(int64_t g) { ks_r4_groups<V, Five, NY>(n, w, row_bytes, g, act, act_bytes, neg_offsets.data(), out, out_stride); });
 }
 
+// An IQ1_S_R4 32-weight block's four row scales 2 s + 1 (int16 words 0..3) and deltas (-8 -+ 1) times the scale / 16.
+struct Iq1SR4Scales {
+    __m128i sc4;
+    __m128 delta4;
+};
+inline Iq1SR4Scales iq1_s_r4_scales(const ik::BlockIQ1_S_R4& b) {
+    const __m128i qh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qh));
+    const __m128i sc4 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+    const __m128i minus = _mm_cmpeq_epi16(_mm_and_si128(qh, _mm_set1_epi16(-32768)), _mm_set1_epi16(-32768));
+    const __m128i delta_i = _mm_mullo_epi16(_mm_add_epi16(_mm_set1_epi16(-8), _mm_or_si128(minus, _mm_set1_epi16(1))), sc4);
+    return {sc4, _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_cvtepi16_epi32(delta_i)))};
+}
+
+// IQ1_S_R4 in ik's arrangement: per 32 weights the grid values + 1 of rows 0 and 1 (then 2 and 3) side by side
+// against the token's 8-weight groups in both halves of a 128-bit lane, so that each row and half's sum lands in two
+// int32 lanes (|sum| <= 8 * 2 * 127: exact in int16), and one VPACKSSDW and one VPMADDWD by the rows' scales put
+// the scaled sums in ik's lanes (k: row k's first 16, 4 + k: its second). The grid indices come from the block's
+// bytes by scalar code (a vector store read back by 16-bit loads stalls Zen 3).
 template <int NY>
 void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                           int64_t out_stride) {
     const ik::BlockQ8K128* y[NY];
     for (int t = 0; t < NY; ++t) y[t] = reinterpret_cast<const ik::BlockQ8K128*>(act + t * act_bytes);
+    const __m256i one = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < rows / 4; ++g) {
         const uint8_t* group = w + 4 * g * row_bytes;
         const auto* blocks = reinterpret_cast<const ik::BlockIQ1_S_R4*>(group + 8);
@@ -130,29 +149,23 @@ void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
         for (int64_t ib = 0; ib < n / 128; ++ib) {
             for (int j = 0; j < 4; ++j) {
                 const ik::BlockIQ1_S_R4& b = blocks[4 * ib + j];
-                __m256i u[4];
-                alignas(16) int sc[4], delta_i[4];
-                for (int r = 0; r < 4; ++r) {
-                    const int qh = b.qh[r];
-                    uint64_t e[4];
-                    for (int i = 0; i < 4; ++i) e[i] = iq::kIq1sGrid[b.qs[4 * i + r] | (((qh >> (3 * i)) & 7) << 8)];
-                    u[r] = _mm256_add_epi8(_mm256_setr_epi64x(static_cast<long long>(e[0]), static_cast<long long>(e[1]),
-                                                              static_cast<long long>(e[2]), static_cast<long long>(e[3])),
-                                           _mm256_set1_epi8(1));
-                    sc[r] = 2 * ((qh >> 12) & 7) + 1;
-                    delta_i[r] = (qh & 0x8000 ? -9 : -7) * sc[r];
-                }
-                const __m128i sc4 = _mm_load_si128(reinterpret_cast<const __m128i*>(sc));
-                const __m256i sc8 = _mm256_set_m128i(sc4, sc4);
-                const __m128 delta4 = _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(delta_i))));
-                const __m256 delta8 = _mm256_set_m128(delta4, delta4);
+                // row r's group i of 8
+                auto grid = [&](int i, int r) { return static_cast<long long>(iq::kIq1sGrid[b.qs[4 * i + r] | ((b.qh[r] >> (3 * i)) & 7) << 8]); };
+                const __m256i x0 = _mm256_add_epi8(_mm256_setr_epi64x(grid(0, 0), grid(0, 1), grid(2, 0), grid(2, 1)), one);
+                const __m256i x1 = _mm256_add_epi8(_mm256_setr_epi64x(grid(1, 0), grid(1, 1), grid(3, 0), grid(3, 1)), one);
+                const __m256i x2 = _mm256_add_epi8(_mm256_setr_epi64x(grid(0, 2), grid(0, 3), grid(2, 2), grid(2, 3)), one);
+                const __m256i x3 = _mm256_add_epi8(_mm256_setr_epi64x(grid(1, 2), grid(1, 3), grid(3, 2), grid(3, 3)), one);
+                const Iq1SR4Scales rs = iq1_s_r4_scales(b);
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_unpacklo_epi16(rs.sc4, rs.sc4));  // words r, r per row
+                const __m256 delta8 = _mm256_set_m128(rs.delta4, rs.delta4);
                 for (int t = 0; t < NY; ++t) {
                     const float dy = y[t][ib].d;
                     const __m256i yv = load32(y[t][ib].qs + 32 * j);
-                    __m256i d[4];
-                    for (int r = 0; r < 4; ++r) d[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], yv), _mm256_set1_epi16(1));
-                    const __m256i s = _mm256_mullo_epi32(halves4(d[0], d[1], d[2], d[3]), sc8);
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(s), acc[t]);
+                    const __m256i even = _mm256_shuffle_epi32(yv, 0x44), odd = _mm256_shuffle_epi32(yv, 0xEE);
+                    const __m256i s01 = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, even), _mm256_maddubs_epi16(x1, odd)), ones16);
+                    const __m256i s23 = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x2, even), _mm256_maddubs_epi16(x3, odd)), ones16);
+                    const __m256i h = _mm256_madd_epi16(_mm256_packs_epi32(s01, s23), sc);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_cvtepi32_ps(h), acc[t]);
                     acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy * static_cast<float>(y[t][ib].bsums[j])), delta8, acc[t]);
                 }
             }
@@ -162,11 +175,8 @@ void iq1_s_r4_tokens_avx2(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
     }
 }
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-// The same on VNNI CPUs, ik's AVX-512 arrangement: per 32 weights the grid values + 1 of rows 0 and 1 (then 2 and 3)
-// side by side against the token's 8-weight groups in both halves of a 128-bit lane, so that two VPDPBUSD leave each
-// row and half's sum in two int32 lanes (|sum| <= 8 * 2 * 127: exact in int16), and one VPACKSSDW and one VPMADDWD by
-// the rows' scales put the scaled sums in ik's lanes (k: row k's first 16, 4 + k: its second). The integers are the
-// AVX2 form's, and so are the float steps.
+// The same on VNNI CPUs: two VPDPBUSD per pair of rows where AVX2 takes PMADDUBSW pairs and a PMADDWD by ones, and
+// in a 16-token pass token pairs in 512-bit registers. The integers are the AVX2 form's, and so are the float steps.
 template <int NY>
 void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, float* out,
                           int64_t out_stride) {
@@ -192,13 +202,9 @@ void iq1_s_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_t
                 const ik::BlockIQ1_S_R4& b = blocks[4 * ib + j];
                 uint64_t qh64;
                 std::memcpy(&qh64, b.qh, 8);
-                const __m128i qh = _mm_cvtsi64_si128(static_cast<long long>(qh64));
-                const __m128i sc4 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
-                // the delta: (-8 -+ 1) times the scale, / 16
-                const __m128i minus = _mm_cmpeq_epi16(_mm_and_si128(qh, _mm_set1_epi16(-32768)), _mm_set1_epi16(-32768));
-                const __m128i delta_i = _mm_mullo_epi16(_mm_add_epi16(_mm_set1_epi16(-8), _mm_or_si128(minus, _mm_set1_epi16(1))), sc4);
-                const __m128 delta4 = _mm_mul_ps(_mm_set1_ps(0.0625f), _mm_cvtepi32_ps(_mm_cvtepi16_epi32(delta_i)));
-                const __m256 delta8 = _mm256_set_m128(delta4, delta4);
+                const Iq1SR4Scales rs = iq1_s_r4_scales(b);
+                const __m128i sc4 = rs.sc4;
+                const __m256 delta8 = _mm256_set_m128(rs.delta4, rs.delta4);
                 const __m256i high = _mm256_srlv_epi64(_mm256_sllv_epi64(_mm256_set1_epi64x(static_cast<long long>(qh64)), shift_left), shift_right);
                 alignas(32) uint16_t idx[16];  // 4 i + r: row r's group i
                 _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
@@ -345,8 +351,8 @@ void tokens_tile16(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, 
     if (t < n_tok) tokens_tile<K>(n, w, row_bytes, rows, act + t * act_bytes, act_bytes, n_tok - t, out + t * out_stride, out_stride);
 }
 
-// Passes of sixteen where the table has 32 vector registers, else of eight (IQ1_S_R4: sixteen tokens' state spills
-// AVX2's sixteen registers; Zen 3, 64 tokens: 0.69x ik against 0.76x in eights).
+// Passes of sixteen where the table has 32 vector registers, else of eight (IQ1_S_R4: sixteen tokens' accumulators
+// spill AVX2's sixteen registers; Zen 3, 64 tokens: 0.72x ik in sixteens against 0.88x in eights).
 template <template <int> class K>
 void tokens_tile_wide(int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* act, size_t act_bytes, int n_tok, float* out,
                       int64_t out_stride) {
