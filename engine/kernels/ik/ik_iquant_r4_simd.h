@@ -206,6 +206,15 @@ inline void chunk16_scales(const uint8_t* sc, __m256i* t) {
     t[2] = _mm256_permute2x128_si256(w2, w6, 0x20), t[3] = _mm256_permute2x128_si256(w2, w6, 0x31);
 }
 
+// The + 64 offset's integers for one token (its Q8_K block at y): per lane the products of chunk16_scales' words
+// and the token's sums of 16.
+inline __m256i chunk16_offset(const __m256i* sc, const uint8_t* y) {
+    const __m256i bsums = load32(y + offsetof(ik::BlockQ8K, bsums));
+    return _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_madd_epi16(sc[0], _mm256_shuffle_epi32(bsums, 0x00)), _mm256_madd_epi16(sc[1], _mm256_shuffle_epi32(bsums, 0x55))),
+        _mm256_add_epi32(_mm256_madd_epi16(sc[2], _mm256_shuffle_epi32(bsums, 0xAA)), _mm256_madd_epi16(sc[3], _mm256_shuffle_epi32(bsums, 0xFF))));
+}
+
 // NY tokens against the rows' groups: per 32 weights the four rows decoded once, then each token's PMADDUBSW pair
 // sums times the row's scale (PMADDWD; the pair sums are the ones ik's PMADDUBSW gives, the products exact) and
 // summed into ik's lanes. One token keeps a register per row and sums the lanes once a block. Chunk16: ik's
@@ -252,14 +261,9 @@ void iquant_r4_tokens(int64_t n, const uint8_t* w, size_t row_bytes, int64_t row
             for (int t = 0; t < NY; ++t) {
                 float yd;
                 std::memcpy(&yd, y[t], 4);
-                if constexpr (Chunk16) {
-                    const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
-                    const __m256i m = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(min_scales[0], _mm256_shuffle_epi32(bsums, 0x00)),
-                                                                        _mm256_madd_epi16(min_scales[1], _mm256_shuffle_epi32(bsums, 0x55))),
-                                                       _mm256_add_epi32(_mm256_madd_epi16(min_scales[2], _mm256_shuffle_epi32(bsums, 0xAA)),
-                                                                        _mm256_madd_epi16(min_scales[3], _mm256_shuffle_epi32(bsums, 0xFF))));
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(m), acc[t]);
-                }
+                if constexpr (Chunk16)
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(chunk16_offset(min_scales, y[t])),
+                                             acc[t]);
                 const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));
                 acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(isum[t]), acc[t]);
             }
@@ -330,16 +334,14 @@ void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_
             __m256i s1[4];     // (one token) row k
             for (auto& st : s) st[0] = st[1] = _mm512_setzero_si512();
             for (auto& v : s1) v = _mm256_setzero_si256();
-            alignas(32) uint32_t min_scales[4][8];  // Chunk16: row k's (first, second) scale pair of each sub-block
+            __m256i min_scales[4];  // Chunk16: as the AVX2 form's
+            if constexpr (Chunk16) chunk16_scales(b + S::kScales, min_scales);
             for (int ib = 0; ib < kSub; ++ib) {
                 IqR4Rows r = decode_iq_r4_vnni<T>(b, ib);
                 if constexpr (Chunk16) {  // the values + 64 (unsigned) against the activations as they are
-                    alignas(16) uint32_t pairs[4];
-                    _mm_store_si128(reinterpret_cast<__m128i*>(pairs), r.words);
                     for (int k = 0; k < 4; ++k) {
                         r.m[k] = _mm256_add_epi8(_mm256_mask_sub_epi8(r.m[k], r.neg[k], _mm256_setzero_si256(), r.m[k]), _mm256_set1_epi8(64));
                         r.neg[k] = 0;
-                        min_scales[k][ib] = pairs[k];
                     }
                 }
                 if constexpr (kWide) {
@@ -380,12 +382,8 @@ void iquant_r4_tokens_vnni(int64_t n, const uint8_t* w, size_t row_bytes, int64_
                 float yd;
                 std::memcpy(&yd, y[t], 4);
                 __m256 a = _mm256_load_ps(acc[t]);
-                if constexpr (Chunk16) {  // the + 64 back through the token's sums of 16, as the AVX2 form does
-                    const __m256i bsums = load32(y[t] + offsetof(ik::BlockQ8K, bsums));
-                    __m256i m[4];
-                    for (int k = 0; k < 4; ++k) m[k] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(min_scales[k])), bsums);
-                    a = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(halves4(m[0], m[1], m[2], m[3])), a);
-                }
+                if constexpr (Chunk16)  // the + 64 back through the token's sums of 16, as the AVX2 form does
+                    a = _mm256_fmadd_ps(_mm256_mul_ps(dd, _mm256_set1_ps(-64.f * yd)), _mm256_cvtepi32_ps(chunk16_offset(min_scales, y[t])), a);
                 const __m256 c = kOneM ? _mm256_set1_ps(yd) : _mm256_mul_ps(dd, _mm256_set1_ps(yd));
                 _mm256_store_ps(acc[t], _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(isum), a));
             }
